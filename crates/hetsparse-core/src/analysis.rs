@@ -1,0 +1,1 @@
+//! Product analysis: intermediate products, exact nnz(C), compression ratio.

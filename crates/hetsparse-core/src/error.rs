@@ -1,0 +1,214 @@
+//! Errors: what was wrong and where.
+
+use crate::backend::Operation;
+use crate::scalar::ScalarType;
+
+/// A structural problem in the arrays handed to a matrix constructor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// An array has the wrong length.
+    #[error("{format}: `{array}` has length {found}, expected {expected}")]
+    LengthMismatch {
+        /// The format being built.
+        format: &'static str,
+        /// The array at fault.
+        array: &'static str,
+        /// The length it must have.
+        expected: u64,
+        /// The length it has.
+        found: u64,
+    },
+    /// An index points outside the matrix.
+    #[error("{format}: {axis} index {index} at position {position} is out of bounds (dimension {bound})")]
+    IndexOutOfBounds {
+        /// The format being built.
+        format: &'static str,
+        /// `row`, `column`, `block row`, ...
+        axis: &'static str,
+        /// Position in the index array.
+        position: u64,
+        /// The offending index.
+        index: u64,
+        /// The dimension it must be below.
+        bound: u64,
+    },
+    /// Offsets decrease somewhere.
+    #[error("{format}: offsets decrease at position {position} ({previous} then {next})")]
+    OffsetsNotMonotone {
+        /// The format being built.
+        format: &'static str,
+        /// Position of the smaller offset.
+        position: u64,
+        /// The offset before it.
+        previous: u64,
+        /// The offending offset.
+        next: u64,
+    },
+    /// Offsets do not start at zero or do not end at the number of stored entries.
+    #[error("{format}: offsets must run from 0 to {nnz}, they run from {first} to {last}")]
+    OffsetsEnds {
+        /// The format being built.
+        format: &'static str,
+        /// The first offset.
+        first: u64,
+        /// The last offset.
+        last: u64,
+        /// The number of stored entries.
+        nnz: u64,
+    },
+    /// Indices within one row (or column, block row, ...) are not strictly increasing.
+    #[error("{format}: indices in {axis} {line} are not sorted at position {position} ({previous} then {next}); use a sorting constructor")]
+    Unsorted {
+        /// The format being built.
+        format: &'static str,
+        /// `row`, `column`, ...
+        axis: &'static str,
+        /// Which row (or column).
+        line: u64,
+        /// Position in the index array.
+        position: u64,
+        /// The index before.
+        previous: u64,
+        /// The offending index.
+        next: u64,
+    },
+    /// The same entry is stored twice where canonical form is required.
+    #[error("{format}: entry ({row}, {col}) is stored twice (position {position}); use a constructor that sums duplicates")]
+    Duplicate {
+        /// The format being built.
+        format: &'static str,
+        /// Row of the entry.
+        row: u64,
+        /// Column of the entry.
+        col: u64,
+        /// Position of the second copy.
+        position: u64,
+    },
+    /// A dimension or a size derived from it does not fit the index types.
+    #[error("{format}: shape {nrows}×{ncols} is too large: {reason}")]
+    ShapeOverflow {
+        /// The format being built.
+        format: &'static str,
+        /// Rows.
+        nrows: u64,
+        /// Columns.
+        ncols: u64,
+        /// Which limit was passed.
+        reason: &'static str,
+    },
+    /// A parameter is out of its range (block size 0, diagonal offset outside the matrix, ...).
+    #[error("{format}: {what}")]
+    InvalidParameter {
+        /// The format being built.
+        format: &'static str,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// A Matrix Market file that could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MatrixMarketError {
+    /// The underlying reader or writer failed.
+    #[error("Matrix Market I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// A line does not hold what the format says it must.
+    #[error("Matrix Market line {line}: {message}")]
+    Parse {
+        /// 1-based line number.
+        line: u64,
+        /// What was expected and what was found.
+        message: String,
+    },
+    /// The file is well formed but holds something the target type cannot (complex into real).
+    #[error("Matrix Market: {0}")]
+    Unsupported(String),
+}
+
+/// Every error hetsparse returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Matrix arrays are not a valid matrix.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// Matrix Market reading or writing failed.
+    #[error(transparent)]
+    MatrixMarket(#[from] MatrixMarketError),
+    /// Operand shapes do not fit the operation.
+    #[error(
+        "{op}: operand shapes do not match: {left_rows}×{left_cols} and {right_rows}×{right_cols}"
+    )]
+    ShapeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// Rows of the left operand.
+        left_rows: u64,
+        /// Columns of the left operand.
+        left_cols: u64,
+        /// Rows of the right operand (or length of the vector).
+        right_rows: u64,
+        /// Columns of the right operand (1 for a vector).
+        right_cols: u64,
+    },
+    /// The backend does not implement this operation for this scalar type.
+    #[error("backend `{backend}` does not support {op} for {scalar}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// The operation asked for.
+        op: Operation,
+        /// The scalar type asked for.
+        scalar: ScalarType,
+    },
+    /// An argument other than a matrix is invalid.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A result or a buffer would exceed a limit of the index types or of memory.
+    #[error("{what} needs {needed} {unit}, more than the limit of {limit}")]
+    TooLarge {
+        /// What would be too large.
+        what: String,
+        /// How much is needed.
+        needed: u64,
+        /// The limit.
+        limit: u64,
+        /// Unit of both numbers.
+        unit: &'static str,
+    },
+    /// Device memory ran out, or a budget set by the caller was exceeded.
+    #[error("{backend}: out of device memory: {what} needs {needed_bytes} bytes, {available_bytes} available")]
+    OutOfMemory {
+        /// The backend's name.
+        backend: String,
+        /// What was being allocated.
+        what: String,
+        /// Bytes needed.
+        needed_bytes: u64,
+        /// Bytes available (free memory or the budget left).
+        available_bytes: u64,
+    },
+    /// No device of the kind asked for is present.
+    #[error("{backend}: no device: {reason}")]
+    NoDevice {
+        /// The backend's name.
+        backend: String,
+        /// Why none was found (no driver, a link stub, no platform, ...).
+        reason: String,
+    },
+    /// A device, driver or runtime call failed.
+    #[error("{backend}: {context}: {message}")]
+    Device {
+        /// The backend's name.
+        backend: String,
+        /// What was being done.
+        context: String,
+        /// What the driver or runtime said.
+        message: String,
+    },
+}
+
+/// `Result` with hetsparse's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,659 @@
+use std::ops::Range;
+
+use super::{
+    check_len, check_shape, sort_and_sum_lines, validate_compressed, CompressedNames, Coo, Dense,
+    Layout,
+};
+use crate::error::{Error, FormatError};
+use crate::scalar::Scalar;
+
+const CSR: CompressedNames = CompressedNames {
+    format: "CSR",
+    major: "row",
+    minor: "column",
+};
+const CSC: CompressedNames = CompressedNames {
+    format: "CSC",
+    major: "column",
+    minor: "row",
+};
+
+/// Compressed sparse rows in canonical form: column indices strictly increasing within each row.
+///
+/// Row offsets are `u64`, so more than 2^32 entries are representable.
+///
+/// ```
+/// use hetsparse_core::format::Csr;
+/// // [[1, 0, 2],
+/// //  [0, 3, 0]]
+/// let a = Csr::try_new(2, 3, vec![0, 2, 3], vec![0, 2, 1], vec![1.0, 2.0, 3.0])?;
+/// assert_eq!(a.nnz(), 3);
+/// assert_eq!(a.get(0, 2), Some(2.0));
+/// # Ok::<(), hetsparse_core::FormatError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csr<T> {
+    nrows: usize,
+    ncols: usize,
+    row_offsets: Vec<u64>,
+    col_indices: Vec<u32>,
+    values: Vec<T>,
+}
+
+impl<T: Scalar> Csr<T> {
+    /// Builds a CSR matrix from canonical arrays, checking every invariant.
+    pub fn try_new(
+        nrows: usize,
+        ncols: usize,
+        row_offsets: Vec<u64>,
+        col_indices: Vec<u32>,
+        values: Vec<T>,
+    ) -> Result<Self, FormatError> {
+        Self::check_parts(CSR, nrows, ncols, &row_offsets, &col_indices, &values, true)?;
+        Ok(Csr {
+            nrows,
+            ncols,
+            row_offsets,
+            col_indices,
+            values,
+        })
+    }
+
+    /// Builds a CSR matrix from rows whose column indices may be unsorted and repeated: each row
+    /// is sorted and repeated entries are summed. Offsets and bounds are still checked.
+    pub fn try_from_unsorted(
+        nrows: usize,
+        ncols: usize,
+        row_offsets: Vec<u64>,
+        mut col_indices: Vec<u32>,
+        mut values: Vec<T>,
+    ) -> Result<Self, FormatError> {
+        Self::check_parts(
+            CSR,
+            nrows,
+            ncols,
+            &row_offsets,
+            &col_indices,
+            &values,
+            false,
+        )?;
+        let row_offsets = sort_and_sum_lines(&row_offsets, &mut col_indices, &mut values);
+        Ok(Csr {
+            nrows,
+            ncols,
+            row_offsets,
+            col_indices,
+            values,
+        })
+    }
+
+    /// Builds a CSR matrix without checking.
+    ///
+    /// # Safety
+    /// The arrays must satisfy every invariant [`Csr::try_new`] checks: kernels index with them
+    /// without bounds checks. Debug builds check anyway.
+    pub unsafe fn from_parts_unchecked(
+        nrows: usize,
+        ncols: usize,
+        row_offsets: Vec<u64>,
+        col_indices: Vec<u32>,
+        values: Vec<T>,
+    ) -> Self {
+        debug_assert_eq!(
+            Self::check_parts(CSR, nrows, ncols, &row_offsets, &col_indices, &values, true),
+            Ok(())
+        );
+        Csr {
+            nrows,
+            ncols,
+            row_offsets,
+            col_indices,
+            values,
+        }
+    }
+
+    fn check_parts(
+        names: CompressedNames,
+        nrows: usize,
+        ncols: usize,
+        row_offsets: &[u64],
+        col_indices: &[u32],
+        values: &[T],
+        canonical: bool,
+    ) -> Result<(), FormatError> {
+        check_shape(names.format, nrows, ncols)?;
+        check_len(
+            names.format,
+            "values",
+            col_indices.len() as u64,
+            values.len(),
+        )?;
+        validate_compressed(names, nrows, ncols, row_offsets, col_indices, canonical)
+    }
+
+    /// An `nrows × ncols` matrix with no entries.
+    pub fn zeros(nrows: usize, ncols: usize) -> Result<Self, FormatError> {
+        check_shape("CSR", nrows, ncols)?;
+        Ok(Csr {
+            nrows,
+            ncols,
+            row_offsets: vec![0; nrows + 1],
+            col_indices: Vec::new(),
+            values: Vec::new(),
+        })
+    }
+
+    /// The `n × n` identity.
+    pub fn identity(n: usize) -> Result<Self, FormatError> {
+        check_shape("CSR", n, n)?;
+        Ok(Csr {
+            nrows: n,
+            ncols: n,
+            row_offsets: (0..=n as u64).collect(),
+            col_indices: (0..n as u32).collect(),
+            values: vec![T::from_f64(1.0); n],
+        })
+    }
+
+    /// Number of rows.
+    pub fn nrows(&self) -> usize {
+        self.nrows
+    }
+    /// Number of columns.
+    pub fn ncols(&self) -> usize {
+        self.ncols
+    }
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.nrows, self.ncols)
+    }
+    /// Number of stored entries (explicit zeros included).
+    pub fn nnz(&self) -> u64 {
+        self.col_indices.len() as u64
+    }
+    /// Row offsets, `nrows + 1` of them.
+    pub fn row_offsets(&self) -> &[u64] {
+        &self.row_offsets
+    }
+    /// Column indices, row by row.
+    pub fn col_indices(&self) -> &[u32] {
+        &self.col_indices
+    }
+    /// Stored values, row by row.
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+    /// Stored values, mutable (the structure stays fixed).
+    pub fn values_mut(&mut self) -> &mut [T] {
+        &mut self.values
+    }
+    /// Row `i`'s column indices and values. Panics if `i >= nrows` (a programming error).
+    pub fn row(&self, i: usize) -> (&[u32], &[T]) {
+        let (s, e) = (
+            self.row_offsets[i] as usize,
+            self.row_offsets[i + 1] as usize,
+        );
+        (&self.col_indices[s..e], &self.values[s..e])
+    }
+    /// Number of entries in row `i`.
+    pub fn row_nnz(&self, i: usize) -> u64 {
+        self.row_offsets[i + 1] - self.row_offsets[i]
+    }
+    /// The value at `(i, j)` if it is stored.
+    pub fn get(&self, i: usize, j: usize) -> Option<T> {
+        if i >= self.nrows || j >= self.ncols {
+            return None;
+        }
+        let (cols, vals) = self.row(i);
+        cols.binary_search(&(j as u32)).ok().map(|k| vals[k])
+    }
+    /// `(nrows, ncols, row_offsets, col_indices, values)`.
+    pub fn into_parts(self) -> (usize, usize, Vec<u64>, Vec<u32>, Vec<T>) {
+        (
+            self.nrows,
+            self.ncols,
+            self.row_offsets,
+            self.col_indices,
+            self.values,
+        )
+    }
+
+    /// Rows `range` as a matrix of `range.len()` rows.
+    pub fn rows(&self, range: Range<usize>) -> Result<Self, Error> {
+        if range.start > range.end || range.end > self.nrows {
+            return Err(Error::InvalidArgument(format!(
+                "row range {range:?} is outside a matrix of {} rows",
+                self.nrows
+            )));
+        }
+        let (s, e) = (
+            self.row_offsets[range.start] as usize,
+            self.row_offsets[range.end] as usize,
+        );
+        let base = self.row_offsets[range.start];
+        Ok(Csr {
+            nrows: range.len(),
+            ncols: self.ncols,
+            row_offsets: self.row_offsets[range.start..=range.end]
+                .iter()
+                .map(|o| o - base)
+                .collect(),
+            col_indices: self.col_indices[s..e].to_vec(),
+            values: self.values[s..e].to_vec(),
+        })
+    }
+
+    /// Columns `range` as a matrix of `range.len()` columns, indices shifted to start at 0.
+    pub fn column_panel(&self, range: Range<usize>) -> Result<Self, Error> {
+        if range.start > range.end || range.end > self.ncols {
+            return Err(Error::InvalidArgument(format!(
+                "column range {range:?} is outside a matrix of {} columns",
+                self.ncols
+            )));
+        }
+        if range.start == 0 && range.end == self.ncols {
+            return Ok(self.clone());
+        }
+        let (lo, hi) = (range.start as u32, range.end as u32);
+        let mut row_offsets = Vec::with_capacity(self.nrows + 1);
+        let mut col_indices = Vec::new();
+        let mut values = Vec::new();
+        row_offsets.push(0);
+        for i in 0..self.nrows {
+            let (cols, vals) = self.row(i);
+            let a = cols.partition_point(|&c| c < lo);
+            let b = cols.partition_point(|&c| c < hi);
+            col_indices.extend(cols[a..b].iter().map(|&c| c - lo));
+            values.extend_from_slice(&vals[a..b]);
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Ok(Csr {
+            nrows: self.nrows,
+            ncols: range.len(),
+            row_offsets,
+            col_indices,
+            values,
+        })
+    }
+
+    /// The transpose (a counting sort, so rows come out sorted).
+    pub fn transpose(&self) -> Self {
+        let nnz = self.col_indices.len();
+        let mut counts = vec![0u64; self.ncols + 1];
+        for &j in &self.col_indices {
+            counts[j as usize + 1] += 1;
+        }
+        for j in 0..self.ncols {
+            counts[j + 1] += counts[j];
+        }
+        let row_offsets = counts.clone();
+        let mut next = counts;
+        let mut col_indices = vec![0u32; nnz];
+        let mut values = vec![T::zero(); nnz];
+        for i in 0..self.nrows {
+            let (cols, vals) = self.row(i);
+            for (&j, &v) in cols.iter().zip(vals) {
+                let dst = next[j as usize] as usize;
+                col_indices[dst] = i as u32;
+                values[dst] = v;
+                next[j as usize] += 1;
+            }
+        }
+        Csr {
+            nrows: self.ncols,
+            ncols: self.nrows,
+            row_offsets,
+            col_indices,
+            values,
+        }
+    }
+
+    /// Drops stored entries whose value is exactly zero.
+    pub fn without_explicit_zeros(&self) -> Self {
+        let zero = T::zero();
+        let mut row_offsets = Vec::with_capacity(self.nrows + 1);
+        row_offsets.push(0);
+        let mut col_indices = Vec::with_capacity(self.col_indices.len());
+        let mut values = Vec::with_capacity(self.values.len());
+        for i in 0..self.nrows {
+            let (cols, vals) = self.row(i);
+            for (&j, &v) in cols.iter().zip(vals) {
+                if v != zero {
+                    col_indices.push(j);
+                    values.push(v);
+                }
+            }
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Csr {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            row_offsets,
+            col_indices,
+            values,
+        }
+    }
+
+    /// The same matrix as triplets, row by row.
+    pub fn to_coo(&self) -> Coo<T> {
+        let mut rows = Vec::with_capacity(self.col_indices.len());
+        for i in 0..self.nrows {
+            rows.extend(std::iter::repeat_n(i as u32, self.row_nnz(i) as usize));
+        }
+        Coo::from_sorted_parts(
+            self.nrows,
+            self.ncols,
+            rows,
+            self.col_indices.clone(),
+            self.values.clone(),
+        )
+    }
+
+    /// A dense copy.
+    pub fn to_dense(&self, layout: Layout) -> Dense<T> {
+        let mut d = Dense::zeros(self.nrows, self.ncols, layout);
+        for i in 0..self.nrows {
+            let (cols, vals) = self.row(i);
+            for (&j, &v) in cols.iter().zip(vals) {
+                d.set(i, j as usize, v);
+            }
+        }
+        d
+    }
+
+    /// The stored entries of a dense matrix that are not zero.
+    pub fn from_dense(d: &Dense<T>) -> Self {
+        let zero = T::zero();
+        let mut row_offsets = Vec::with_capacity(d.nrows() + 1);
+        row_offsets.push(0);
+        let mut col_indices = Vec::new();
+        let mut values = Vec::new();
+        for i in 0..d.nrows() {
+            for j in 0..d.ncols() {
+                let v = d.get(i, j);
+                if v != zero {
+                    col_indices.push(j as u32);
+                    values.push(v);
+                }
+            }
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Csr {
+            nrows: d.nrows(),
+            ncols: d.ncols(),
+            row_offsets,
+            col_indices,
+            values,
+        }
+    }
+
+    /// Converts every value to another scalar type (through its real and imaginary parts).
+    pub fn map_scalar<U: Scalar>(&self) -> Csr<U> {
+        Csr {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            row_offsets: self.row_offsets.clone(),
+            col_indices: self.col_indices.clone(),
+            values: self
+                .values
+                .iter()
+                .map(|v| {
+                    let (re, im) = v.to_parts();
+                    U::from_parts_lossy(re, im)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Compressed sparse columns in canonical form: row indices strictly increasing within each
+/// column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csc<T> {
+    /// Stored as the CSR matrix of the transpose: same arrays, roles swapped.
+    transposed: Csr<T>,
+}
+
+impl<T: Scalar> Csc<T> {
+    /// Builds a CSC matrix from canonical arrays, checking every invariant.
+    pub fn try_new(
+        nrows: usize,
+        ncols: usize,
+        col_offsets: Vec<u64>,
+        row_indices: Vec<u32>,
+        values: Vec<T>,
+    ) -> Result<Self, FormatError> {
+        Csr::check_parts(CSC, ncols, nrows, &col_offsets, &row_indices, &values, true)?;
+        Ok(Csc {
+            transposed: Csr {
+                nrows: ncols,
+                ncols: nrows,
+                row_offsets: col_offsets,
+                col_indices: row_indices,
+                values,
+            },
+        })
+    }
+
+    /// Builds a CSC matrix whose row indices may be unsorted and repeated (summed).
+    pub fn try_from_unsorted(
+        nrows: usize,
+        ncols: usize,
+        col_offsets: Vec<u64>,
+        mut row_indices: Vec<u32>,
+        mut values: Vec<T>,
+    ) -> Result<Self, FormatError> {
+        Csr::check_parts(
+            CSC,
+            ncols,
+            nrows,
+            &col_offsets,
+            &row_indices,
+            &values,
+            false,
+        )?;
+        let col_offsets = sort_and_sum_lines(&col_offsets, &mut row_indices, &mut values);
+        Ok(Csc {
+            transposed: Csr {
+                nrows: ncols,
+                ncols: nrows,
+                row_offsets: col_offsets,
+                col_indices: row_indices,
+                values,
+            },
+        })
+    }
+
+    /// Number of rows.
+    pub fn nrows(&self) -> usize {
+        self.transposed.ncols
+    }
+    /// Number of columns.
+    pub fn ncols(&self) -> usize {
+        self.transposed.nrows
+    }
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.nrows(), self.ncols())
+    }
+    /// Number of stored entries.
+    pub fn nnz(&self) -> u64 {
+        self.transposed.nnz()
+    }
+    /// Column offsets, `ncols + 1` of them.
+    pub fn col_offsets(&self) -> &[u64] {
+        &self.transposed.row_offsets
+    }
+    /// Row indices, column by column.
+    pub fn row_indices(&self) -> &[u32] {
+        &self.transposed.col_indices
+    }
+    /// Stored values, column by column.
+    pub fn values(&self) -> &[T] {
+        &self.transposed.values
+    }
+    /// Column `j`'s row indices and values.
+    pub fn col(&self, j: usize) -> (&[u32], &[T]) {
+        self.transposed.row(j)
+    }
+    /// The same matrix in CSR.
+    pub fn to_csr(&self) -> Csr<T> {
+        self.transposed.transpose()
+    }
+    /// A CSR matrix in CSC.
+    pub fn from_csr(a: &Csr<T>) -> Self {
+        Csc {
+            transposed: a.transpose(),
+        }
+    }
+    /// The CSR matrix with the same arrays: the transpose of this matrix, at no cost.
+    pub fn into_transpose(self) -> Csr<T> {
+        self.transposed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Csr<f64> {
+        Csr::try_new(
+            3,
+            4,
+            vec![0, 2, 2, 5],
+            vec![0, 3, 0, 1, 2],
+            vec![1.0, 2.0, 3.0, 4.0, 5.0],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rejects_each_broken_invariant() {
+        let e = Csr::<f64>::try_new(2, 2, vec![0, 1], vec![0], vec![1.0]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::LengthMismatch {
+                array: "offsets",
+                ..
+            }
+        ));
+        let e = Csr::<f64>::try_new(2, 2, vec![0, 1, 1], vec![0], vec![]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::LengthMismatch {
+                array: "values",
+                ..
+            }
+        ));
+        let e = Csr::try_new(2, 2, vec![0, 2, 1], vec![0, 1], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(e, FormatError::OffsetsEnds { last: 1, .. }));
+        let e = Csr::try_new(2, 2, vec![1, 1, 2], vec![0, 1], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(e, FormatError::OffsetsEnds { first: 1, .. }));
+        let e = Csr::try_new(3, 2, vec![0, 2, 1, 2], vec![0, 1], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::OffsetsNotMonotone { position: 2, .. }
+        ));
+        let e = Csr::try_new(1, 2, vec![0, 1], vec![2], vec![1.0]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::IndexOutOfBounds {
+                axis: "column",
+                index: 2,
+                bound: 2,
+                ..
+            }
+        ));
+        let e = Csr::try_new(1, 3, vec![0, 2], vec![2, 1], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(e, FormatError::Unsorted { line: 0, .. }));
+        let e = Csr::try_new(1, 3, vec![0, 2], vec![1, 1], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::Duplicate {
+                row: 0,
+                col: 1,
+                position: 1,
+                ..
+            }
+        ));
+        let e = Csr::<f64>::zeros(1, MAX_DIM_PLUS).unwrap_err();
+        assert!(matches!(e, FormatError::ShapeOverflow { .. }));
+        assert!(e.to_string().contains("u32::MAX"));
+    }
+
+    const MAX_DIM_PLUS: usize = super::super::MAX_DIMENSION + 1;
+
+    #[test]
+    fn large_matrices_are_validated_in_parallel_and_report_the_first_error() {
+        let n = 200_000usize;
+        let offsets: Vec<u64> = (0..=n as u64).collect();
+        let mut cols: Vec<u32> = vec![0; n];
+        cols[150_000] = 7;
+        cols[190_000] = 9;
+        let e = Csr::try_new(n, 5, offsets, cols, vec![1.0f32; n]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::IndexOutOfBounds {
+                position: 150_000,
+                index: 7,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unsorted_rows_are_sorted_and_duplicates_summed() {
+        let a = Csr::try_from_unsorted(
+            2,
+            3,
+            vec![0, 3, 4],
+            vec![2, 0, 2, 1],
+            vec![1.0, 2.0, 3.0, 4.0],
+        )
+        .unwrap();
+        assert_eq!(a.row_offsets(), &[0, 2, 3]);
+        assert_eq!(a.col_indices(), &[0, 2, 1]);
+        assert_eq!(a.values(), &[2.0, 4.0, 4.0]);
+        // Bounds are still checked.
+        assert!(Csr::try_from_unsorted(1, 2, vec![0, 1], vec![5], vec![1.0]).is_err());
+    }
+
+    #[test]
+    fn slicing_transposing_and_converting_round_trip() {
+        let a = sample();
+        let t = a.transpose();
+        assert_eq!(t.shape(), (4, 3));
+        assert_eq!(t.transpose(), a);
+        assert_eq!(t.get(3, 0), Some(2.0));
+        let r = a.rows(1..3).unwrap();
+        assert_eq!(r.row_offsets(), &[0, 0, 3]);
+        let p = a.column_panel(1..3).unwrap();
+        assert_eq!(p.shape(), (3, 2));
+        assert_eq!(p.col_indices(), &[0, 1]);
+        assert_eq!(p.values(), &[4.0, 5.0]);
+        assert!(a.rows(2..4).is_err());
+        assert!(a.column_panel(3..5).is_err());
+        assert_eq!(Csr::from_dense(&a.to_dense(Layout::ColMajor)), a);
+        assert_eq!(a.to_coo().to_csr(), a);
+        let c = Csc::from_csr(&a);
+        assert_eq!(c.col(0), (&[0u32, 2][..], &[1.0, 3.0][..]));
+        assert_eq!(c.to_csr(), a);
+        let e = Csc::<f64>::try_new(2, 1, vec![0, 2], vec![1, 0], vec![1.0, 1.0]).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::Unsorted {
+                format: "CSC",
+                axis: "column",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn explicit_zeros_can_be_dropped() {
+        let a = Csr::try_new(1, 3, vec![0, 3], vec![0, 1, 2], vec![1.0, 0.0, 2.0]).unwrap();
+        let b = a.without_explicit_zeros();
+        assert_eq!(b.col_indices(), &[0, 2]);
+        assert_eq!(a.nnz(), 3);
+    }
+}

@@ -1,0 +1,1 @@
+//! Deterministic, seeded generators for the benchmark matrix classes.

@@ -1,0 +1,54 @@
+//! Core of hetsparse: sparse formats, scalars, errors, Matrix Market I/O, product analysis,
+//! matrix generators, serial reference kernels, the [`Backend`] trait every device implements,
+//! and the conformance suite every backend must pass.
+//!
+//! Data flows format → analysis → plan → kernel → result: a product `A · B` starts as matrices
+//! in one of the [`format`]s, is measured by [`analysis`], and is run by a [`Backend`].
+//!
+//! ```
+//! use hetsparse_core::{format::Csr, Backend, ReferenceBackend, SpgemmAlgorithm};
+//! let a = Csr::<f64>::identity(3)?;
+//! let c = ReferenceBackend.spgemm(&a, &a, SpgemmAlgorithm::Auto)?;
+//! assert_eq!(c, a);
+//! # Ok::<(), hetsparse_core::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod error;
+pub mod format;
+pub mod generate;
+pub mod matrix_market;
+pub mod reference;
+pub mod scalar;
+pub mod semiring;
+
+pub use backend::{
+    Backend, Capabilities, ChunkProduct, ChunkSink, Device, DeviceInfo, DeviceKind, Operation,
+    ProductChunk, SpgemmAlgorithm,
+};
+pub use error::{Error, FormatError, MatrixMarketError, Result};
+pub use format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
+pub use reference::ReferenceBackend;
+pub use scalar::{Accumulator, Scalar, ScalarType};
+pub use semiring::{PlusTimes, Semiring};
+
+/// Re-exported scalar crates, so users name the same `f16`, `bf16` and `Complex` types.
+pub use half::{bf16, f16};
+pub use num_complex::Complex;
+
+/// Physical memory of the host in bytes, from `/proc/meminfo` where there is one, else 0.
+pub fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

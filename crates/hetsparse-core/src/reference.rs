@@ -1,0 +1,177 @@
+//! Serial reference kernels, written to be obviously correct: the oracle of every test.
+//!
+//! [`ReferenceBackend`] wraps them in the [`Backend`] trait and passes the conformance suite.
+
+use crate::backend::{
+    check, Backend, Capabilities, Device, DeviceInfo, DeviceKind, Operation, SpgemmAlgorithm,
+};
+use crate::error::Result;
+use crate::format::{Csr, Dense, SparseFormat, SparseRef};
+use crate::scalar::{Scalar, ScalarType};
+use crate::semiring::{PlusTimes, Semiring};
+
+/// `C = A · B` over semiring `S` (Gustavson, one row at a time, dense accumulator). Every
+/// product creates an entry, also where values cancel.
+pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>> {
+    check::spgemm(a, b)?;
+    let n = b.ncols();
+    let mut acc = vec![S::zero(); n];
+    let mut seen = vec![false; n];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut row_offsets = Vec::with_capacity(a.nrows() + 1);
+    row_offsets.push(0u64);
+    let mut cols: Vec<u32> = Vec::new();
+    let mut vals: Vec<T> = Vec::new();
+    for i in 0..a.nrows() {
+        let (acols, avals) = a.row(i);
+        for (&k, &av) in acols.iter().zip(avals) {
+            let (bcols, bvals) = b.row(k as usize);
+            for (&j, &bv) in bcols.iter().zip(bvals) {
+                let j = j as usize;
+                if !seen[j] {
+                    seen[j] = true;
+                    touched.push(j as u32);
+                }
+                acc[j] = S::fma(acc[j], av, bv);
+            }
+        }
+        touched.sort_unstable();
+        for &j in &touched {
+            cols.push(j);
+            vals.push(T::from_acc(acc[j as usize]));
+            acc[j as usize] = S::zero();
+            seen[j as usize] = false;
+        }
+        touched.clear();
+        row_offsets.push(cols.len() as u64);
+    }
+    // SAFETY: columns come from B (in bounds) and each row was sorted and deduplicated.
+    Ok(unsafe { Csr::from_parts_unchecked(a.nrows(), n, row_offsets, cols, vals) })
+}
+
+/// `y = A · x` over semiring `S`.
+pub fn spmv<T: Scalar, S: Semiring<T>>(a: &Csr<T>, x: &[T]) -> Result<Vec<T>> {
+    check::spmv(&SparseRef::Csr(a), x)?;
+    Ok((0..a.nrows())
+        .map(|i| {
+            let (cols, vals) = a.row(i);
+            let mut sum = S::zero();
+            for (&j, &v) in cols.iter().zip(vals) {
+                sum = S::fma(sum, v, x[j as usize]);
+            }
+            T::from_acc(sum)
+        })
+        .collect())
+}
+
+/// `C = A · B` for dense B over semiring `S`; C has B's layout.
+pub fn spmm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Dense<T>) -> Result<Dense<T>> {
+    check::spmm(&SparseRef::Csr(a), b)?;
+    let mut c = Dense::zeros(a.nrows(), b.ncols(), b.layout());
+    for i in 0..a.nrows() {
+        let (cols, vals) = a.row(i);
+        for j in 0..b.ncols() {
+            let mut sum = S::zero();
+            for (&k, &v) in cols.iter().zip(vals) {
+                sum = S::fma(sum, v, b.get(k as usize, j));
+            }
+            c.set(i, j, T::from_acc(sum));
+        }
+    }
+    Ok(c)
+}
+
+/// The serial reference kernels as a backend: every operation, every scalar type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReferenceBackend;
+
+impl Device for ReferenceBackend {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: "reference".into(),
+            name: "serial reference kernels".into(),
+            kind: DeviceKind::Cpu,
+            memory_bytes: crate::host_memory_bytes(),
+            compute_units: 1,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        const FORMATS: [SparseFormat; 7] = [
+            SparseFormat::Csr,
+            SparseFormat::Csc,
+            SparseFormat::Coo,
+            SparseFormat::Dia,
+            SparseFormat::Ellr,
+            SparseFormat::Cspr,
+            SparseFormat::Bsr,
+        ];
+        let mut ops = vec![
+            Operation::Spgemm(SpgemmAlgorithm::Auto),
+            Operation::Spgemm(SpgemmAlgorithm::RowRow),
+            Operation::DiaSpgemm,
+            Operation::BsrSpgemm,
+        ];
+        ops.extend(FORMATS.iter().map(|&f| Operation::Spmv(f)));
+        ops.extend(FORMATS.iter().map(|&f| Operation::Spmm(f)));
+        Capabilities::new().with_all(&ops, &ScalarType::ALL)
+    }
+}
+
+impl<T: Scalar> Backend<T> for ReferenceBackend {
+    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
+        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
+        spgemm::<T, PlusTimes>(a, b)
+    }
+
+    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+        check::supported::<T>(self, Operation::Spmm(a.format()))?;
+        check::spmm(&a, b)?;
+        spmm::<T, PlusTimes>(&a.to_csr(), b)
+    }
+
+    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+        check::supported::<T>(self, Operation::Spmv(a.format()))?;
+        check::spmv(&a, x)?;
+        spmv::<T, PlusTimes>(&a.to_csr(), x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Layout;
+
+    #[test]
+    fn small_product_by_hand() {
+        // [[1, 2], [0, 3]] · [[4, 0], [5, 6]] = [[14, 12], [15, 18]]
+        let a = Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![1.0, 2.0, 3.0]).unwrap();
+        let b = Csr::try_new(2, 2, vec![0, 1, 3], vec![0, 0, 1], vec![4.0, 5.0, 6.0]).unwrap();
+        let c = spgemm::<f64, PlusTimes>(&a, &b).unwrap();
+        assert_eq!(
+            c.to_dense(Layout::RowMajor).data(),
+            &[14.0, 12.0, 15.0, 18.0]
+        );
+        let y = spmv::<f64, PlusTimes>(&a, &[1.0, 1.0]).unwrap();
+        assert_eq!(y, vec![3.0, 3.0]);
+        let d = spmm::<f64, PlusTimes>(&a, &b.to_dense(Layout::ColMajor)).unwrap();
+        assert_eq!(d, c.to_dense(Layout::ColMajor));
+    }
+
+    #[test]
+    fn cancelling_products_keep_their_entry() {
+        let a = Csr::try_new(1, 2, vec![0, 2], vec![0, 1], vec![1.0, -1.0]).unwrap();
+        let b = Csr::try_new(2, 1, vec![0, 1, 2], vec![0, 0], vec![2.0, 2.0]).unwrap();
+        let c = spgemm::<f64, PlusTimes>(&a, &b).unwrap();
+        assert_eq!(c.nnz(), 1);
+        assert_eq!(c.values(), &[0.0]);
+    }
+
+    #[test]
+    fn shape_mismatch_is_an_error() {
+        let a = Csr::<f32>::zeros(2, 3).unwrap();
+        let e = spgemm::<f32, PlusTimes>(&a, &a).unwrap_err();
+        assert!(e.to_string().contains("2×3 and 2×3"));
+        assert!(spmv::<f32, PlusTimes>(&a, &[1.0]).is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! Scalar types a matrix can hold, and the accumulators their products are summed in.
+
+use std::fmt::{self, Debug, Display};
+use std::ops::{Add, AddAssign, Mul};
+
+use half::{bf16, f16};
+use num_complex::Complex;
+
+/// The scalar types hetsparse knows, for capability queries and error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScalarType {
+    /// IEEE half precision, stored only; arithmetic is done in f32.
+    F16,
+    /// bfloat16, stored only; arithmetic is done in f32.
+    Bf16,
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+    /// `Complex<f32>`.
+    C32,
+    /// `Complex<f64>`.
+    C64,
+}
+
+impl ScalarType {
+    /// Every scalar type, in a fixed order.
+    pub const ALL: [ScalarType; 6] = [
+        ScalarType::F16,
+        ScalarType::Bf16,
+        ScalarType::F32,
+        ScalarType::F64,
+        ScalarType::C32,
+        ScalarType::C64,
+    ];
+
+    /// Bytes one value occupies in memory.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            ScalarType::F16 | ScalarType::Bf16 => 2,
+            ScalarType::F32 => 4,
+            ScalarType::F64 | ScalarType::C32 => 8,
+            ScalarType::C64 => 16,
+        }
+    }
+
+    /// Whether values have an imaginary part.
+    pub fn is_complex(self) -> bool {
+        matches!(self, ScalarType::C32 | ScalarType::C64)
+    }
+}
+
+impl Display for ScalarType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ScalarType::F16 => "f16",
+            ScalarType::Bf16 => "bf16",
+            ScalarType::F32 => "f32",
+            ScalarType::F64 => "f64",
+            ScalarType::C32 => "Complex<f32>",
+            ScalarType::C64 => "Complex<f64>",
+        })
+    }
+}
+
+/// The type products are summed in: `f32` for f16/bf16/f32, `f64`, and the complex types.
+pub trait Accumulator:
+    Copy
+    + Send
+    + Sync
+    + Debug
+    + PartialEq
+    + Add<Output = Self>
+    + Mul<Output = Self>
+    + AddAssign
+    + 'static
+{
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// Magnitude (absolute value, modulus for complex) as f64, used to scale tolerances.
+    fn magnitude(self) -> f64;
+    /// Machine epsilon of the accumulator's real type, as f64.
+    const EPSILON: f64;
+}
+
+impl Accumulator for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const EPSILON: f64 = f32::EPSILON as f64;
+    fn magnitude(self) -> f64 {
+        f64::from(self.abs())
+    }
+}
+
+impl Accumulator for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const EPSILON: f64 = f64::EPSILON;
+    fn magnitude(self) -> f64 {
+        self.abs()
+    }
+}
+
+impl Accumulator for Complex<f32> {
+    const ZERO: Self = Complex::new(0.0, 0.0);
+    const ONE: Self = Complex::new(1.0, 0.0);
+    const EPSILON: f64 = f32::EPSILON as f64;
+    fn magnitude(self) -> f64 {
+        f64::from(self.norm())
+    }
+}
+
+impl Accumulator for Complex<f64> {
+    const ZERO: Self = Complex::new(0.0, 0.0);
+    const ONE: Self = Complex::new(1.0, 0.0);
+    const EPSILON: f64 = f64::EPSILON;
+    fn magnitude(self) -> f64 {
+        self.norm()
+    }
+}
+
+/// A value a sparse or dense matrix can store.
+///
+/// Arithmetic happens in [`Scalar::Acc`]: f16 and bf16 are storage formats whose products are
+/// summed in f32 and rounded once when stored.
+pub trait Scalar: Copy + Send + Sync + Debug + PartialEq + Default + 'static {
+    /// The accumulator type sums of products are formed in.
+    type Acc: Accumulator;
+    /// This type's tag.
+    const TYPE: ScalarType;
+    /// Widens to the accumulator.
+    fn to_acc(self) -> Self::Acc;
+    /// Rounds an accumulator back to storage.
+    fn from_acc(acc: Self::Acc) -> Self;
+    /// The value zero.
+    fn zero() -> Self {
+        Self::from_acc(Self::Acc::ZERO)
+    }
+    /// A real value (rounded to the storage precision).
+    fn from_f64(x: f64) -> Self;
+    /// A value from real and imaginary parts; `None` when `im != 0` and the type is real.
+    fn try_from_parts(re: f64, im: f64) -> Option<Self>;
+    /// A value from real and imaginary parts; real types drop `im`.
+    fn from_parts_lossy(re: f64, im: f64) -> Self;
+    /// Real and imaginary parts as f64 (imaginary is 0 for real types).
+    fn to_parts(self) -> (f64, f64);
+    /// Complex conjugate (identity for real types).
+    fn conj(self) -> Self;
+    /// Negation.
+    fn neg(self) -> Self;
+    /// Magnitude as f64.
+    fn magnitude(self) -> f64 {
+        self.to_acc().magnitude()
+    }
+}
+
+macro_rules! real_scalar {
+    ($t:ty, $tag:expr, $acc:ty, $to:expr, $from:expr, $from64:expr, $to64:expr) => {
+        impl Scalar for $t {
+            type Acc = $acc;
+            const TYPE: ScalarType = $tag;
+            #[inline(always)]
+            fn to_acc(self) -> $acc {
+                $to(self)
+            }
+            #[inline(always)]
+            fn from_acc(acc: $acc) -> Self {
+                $from(acc)
+            }
+            fn from_f64(x: f64) -> Self {
+                $from64(x)
+            }
+            fn try_from_parts(re: f64, im: f64) -> Option<Self> {
+                (im == 0.0).then(|| $from64(re))
+            }
+            fn from_parts_lossy(re: f64, _im: f64) -> Self {
+                $from64(re)
+            }
+            fn to_parts(self) -> (f64, f64) {
+                ($to64(self), 0.0)
+            }
+            fn conj(self) -> Self {
+                self
+            }
+            fn neg(self) -> Self {
+                -self
+            }
+        }
+    };
+}
+
+real_scalar!(
+    f32,
+    ScalarType::F32,
+    f32,
+    |x| x,
+    |a| a,
+    |x| x as f32,
+    f64::from
+);
+real_scalar!(f64, ScalarType::F64, f64, |x| x, |a| a, |x| x, |x| x);
+real_scalar!(
+    f16,
+    ScalarType::F16,
+    f32,
+    f16::to_f32,
+    f16::from_f32,
+    f16::from_f64,
+    f16::to_f64
+);
+real_scalar!(
+    bf16,
+    ScalarType::Bf16,
+    f32,
+    bf16::to_f32,
+    bf16::from_f32,
+    bf16::from_f64,
+    bf16::to_f64
+);
+
+macro_rules! complex_scalar {
+    ($r:ty, $tag:expr) => {
+        impl Scalar for Complex<$r> {
+            type Acc = Complex<$r>;
+            const TYPE: ScalarType = $tag;
+            #[inline(always)]
+            fn to_acc(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn from_acc(acc: Self) -> Self {
+                acc
+            }
+            fn from_f64(x: f64) -> Self {
+                Complex::new(x as $r, 0.0)
+            }
+            fn try_from_parts(re: f64, im: f64) -> Option<Self> {
+                Some(Complex::new(re as $r, im as $r))
+            }
+            fn from_parts_lossy(re: f64, im: f64) -> Self {
+                Complex::new(re as $r, im as $r)
+            }
+            fn to_parts(self) -> (f64, f64) {
+                (f64::from(self.re), f64::from(self.im))
+            }
+            fn conj(self) -> Self {
+                Complex::conj(&self)
+            }
+            fn neg(self) -> Self {
+                -self
+            }
+        }
+    };
+}
+
+complex_scalar!(f32, ScalarType::C32);
+complex_scalar!(f64, ScalarType::C64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_types_accumulate_in_f32() {
+        let a = f16::from_f32(0.1);
+        let acc = a.to_acc() * 3.0 + 1.0;
+        assert_eq!(f16::from_acc(acc), f16::from_f32(a.to_f32() * 3.0 + 1.0));
+        assert_eq!(bf16::TYPE.size_bytes(), 2);
+    }
+
+    #[test]
+    fn real_types_refuse_imaginary_parts() {
+        assert_eq!(f64::try_from_parts(1.0, 2.0), None);
+        assert_eq!(f64::try_from_parts(1.0, 0.0), Some(1.0));
+        assert_eq!(
+            Complex::<f32>::try_from_parts(1.0, 2.0),
+            Some(Complex::new(1.0, 2.0))
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! hetsparse cpu (work in progress).
+#![warn(missing_docs)]

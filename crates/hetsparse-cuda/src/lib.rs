@@ -1,0 +1,2 @@
+//! hetsparse cuda (work in progress).
+#![warn(missing_docs)]

@@ -1,0 +1,2 @@
+//! hetsparse opencl (work in progress).
+#![warn(missing_docs)]

@@ -1,0 +1,2 @@
+//! hetsparse sched (work in progress).
+#![warn(missing_docs)]

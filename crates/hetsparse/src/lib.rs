@@ -1,0 +1,19 @@
+//! hetsparse: sparse matrix multiplication on CPU cores, CUDA GPUs and OpenCL devices.
+//!
+//! This crate re-exports [`hetsparse_core`] and, behind Cargo features, the backend crates:
+//! `cpu` (default), `cuda` and `opencl`.
+#![warn(missing_docs)]
+
+pub use hetsparse_core::*;
+
+/// The CPU backend (feature `cpu`).
+#[cfg(feature = "cpu")]
+pub use hetsparse_cpu as cpu;
+/// The CUDA backend (feature `cuda`).
+#[cfg(feature = "cuda")]
+pub use hetsparse_cuda as cuda;
+/// The OpenCL backend (feature `opencl`).
+#[cfg(feature = "opencl")]
+pub use hetsparse_opencl as opencl;
+/// Schedulers that compose backends.
+pub use hetsparse_sched as sched;

@@ -1,0 +1,5 @@
+//! `cargo xtask`: project tasks.
+fn main() {
+    eprintln!("usage: cargo xtask <kernels|download|bench>");
+    std::process::exit(2);
+}
