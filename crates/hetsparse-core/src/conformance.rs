@@ -1,1 +1,804 @@
-//! The backend conformance suite.
+//! The backend conformance suite: one macro gives a backend crate the whole suite.
+//!
+//! ```ignore
+//! // crates/my-backend/tests/conformance.rs
+//! hetsparse_core::conformance_suite! {
+//!     backend: my_backend::MyBackend::new(),   // Result<B, hetsparse_core::Error>
+//!     scalars: [f32, f64, c32, c64, f16, bf16], // the types B implements Backend<T> for
+//! }
+//! ```
+//!
+//! For each scalar type the macro makes one test per check below. Each check exercises every
+//! operation the backend's [`Device::capabilities`] lists for that type and compares with the serial
+//! reference: SpGEMM results must have exactly the reference's structure (entries whose values
+//! cancel are kept as explicit zeros) and values within a tolerance scaled by the magnitudes
+//! summed; results of operations on DIA and BSR operands (which hold no structure inside a
+//! diagonal or block) are compared by value, a missing entry counting as zero.
+//!
+//! A backend whose constructor returns [`Error::NoDevice`] is skipped with a line on stderr,
+//! unless the environment variable `HETSPARSE_REQUIRE_DEVICE` is `1`: then the tests fail, so
+//! that CI notices a device that silently went missing. `PROPTEST_CASES` sets the number of
+//! random cases per property (default 24).
+
+use std::fmt::Debug;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::backend::{Backend, Device, Operation, ProductChunk, SpgemmAlgorithm};
+use crate::error::Error;
+use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
+use crate::generate::{self, MatrixClass, Rng};
+use crate::reference;
+use crate::scalar::{Accumulator, Scalar, ScalarType};
+use crate::semiring::PlusTimes;
+
+/// Re-exported for the macro.
+#[doc(hidden)]
+pub use std::sync::OnceLock;
+
+/// Every sparse format, in the order the checks walk them.
+pub const FORMATS: [SparseFormat; 7] = [
+    SparseFormat::Csr,
+    SparseFormat::Csc,
+    SparseFormat::Coo,
+    SparseFormat::Dia,
+    SparseFormat::Ellr,
+    SparseFormat::Cspr,
+    SparseFormat::Bsr,
+];
+
+/// Turns a backend constructor's result into the backend, or `None` to skip (see module docs).
+pub fn obtain<B>(suite: &str, made: Result<B, Error>) -> Option<B> {
+    match made {
+        Ok(b) => Some(b),
+        Err(e @ Error::NoDevice { .. }) => {
+            if std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref() == Ok("1") {
+                panic!("conformance suite {suite}: HETSPARSE_REQUIRE_DEVICE=1 but {e}");
+            }
+            eprintln!("conformance suite {suite}: SKIPPED, {e}");
+            None
+        }
+        Err(e) => panic!("conformance suite {suite}: the backend could not be constructed: {e}"),
+    }
+}
+
+/// Generates the conformance tests for a backend; see the [module docs](self).
+#[macro_export]
+macro_rules! conformance_suite {
+    (backend: $make:expr, scalars: [$($s:ident),+ $(,)?] $(,)?) => {
+        $( $crate::conformance_suite!(@scalar $s, $make); )+
+    };
+    (@scalar $s:ident, $make:expr) => {
+        #[allow(non_snake_case)]
+        mod $s {
+            #[allow(unused_imports)]
+            use super::*;
+            type T = $crate::conformance_suite!(@type $s);
+            type Shared = ::std::option::Option<::std::boxed::Box<dyn $crate::Backend<T>>>;
+
+            fn backend() -> &'static Shared {
+                static BACKEND: $crate::conformance::OnceLock<Shared> =
+                    $crate::conformance::OnceLock::new();
+                BACKEND.get_or_init(|| {
+                    $crate::conformance::obtain(stringify!($s), $make)
+                        .map(|b| ::std::boxed::Box::new(b) as ::std::boxed::Box<dyn $crate::Backend<T>>)
+                })
+            }
+
+            $crate::conformance_suite!(@tests
+                capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
+                spgemm_random, spgemm_chunks, spgemm_rejects_bad_operands, spmv_every_format,
+                spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic
+            );
+        }
+    };
+    (@tests $($check:ident),+) => {
+        $(
+            #[test]
+            fn $check() {
+                if let Some(b) = backend() {
+                    $crate::conformance::$check::<T, dyn $crate::Backend<T>>(&**b);
+                }
+            }
+        )+
+    };
+    (@type f32) => { f32 };
+    (@type f64) => { f64 };
+    (@type c32) => { $crate::Complex<f32> };
+    (@type c64) => { $crate::Complex<f64> };
+    (@type f16) => { $crate::f16 };
+    (@type bf16) => { $crate::bf16 };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerances and comparison
+
+/// Relative precision of values as stored (the rounding of a result to `T`).
+fn storage_epsilon(ty: ScalarType) -> f64 {
+    match ty {
+        ScalarType::F16 => f64::from(half::f16::EPSILON.to_f32()),
+        ScalarType::Bf16 => f64::from(half::bf16::EPSILON.to_f32()),
+        ScalarType::F32 | ScalarType::C32 => f64::from(f32::EPSILON),
+        ScalarType::F64 | ScalarType::C64 => f64::EPSILON,
+    }
+}
+
+/// The error a sum of `terms` products may carry in either order of summation: each partial sum
+/// rounds once in the accumulator (bounded by `terms · ε_acc · Σ|a||b|`), and the final value
+/// rounds once to storage, in the backend and in the reference.
+fn tolerance<T: Scalar>(terms: u64, magnitude_sum: f64, expected: T) -> f64 {
+    let acc_eps = <T::Acc as Accumulator>::EPSILON;
+    2.0 * (terms.max(1) as f64) * acc_eps * magnitude_sum
+        + 2.0 * storage_epsilon(T::TYPE) * expected.magnitude()
+        + f64::MIN_POSITIVE
+}
+
+fn magnitudes<T: Scalar>(a: &Csr<T>) -> Csr<f64> {
+    let mut m = a.map_scalar::<f64>();
+    for (dst, src) in m.values_mut().iter_mut().zip(a.values()) {
+        *dst = src.magnitude();
+    }
+    m
+}
+
+fn row_terms<T: Scalar>(a: &Csr<T>) -> Vec<u64> {
+    (0..a.nrows()).map(|i| a.row_nnz(i)).collect()
+}
+
+/// The reference product with what is needed to judge another: Σ|a||b| per entry and the
+/// number of terms per row.
+struct Expected<T> {
+    c: Csr<T>,
+    magnitude: Csr<f64>,
+    terms: Vec<u64>,
+}
+
+fn expected_product<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Expected<T> {
+    let c = reference::spgemm::<T, PlusTimes>(a, b).expect("reference SpGEMM");
+    let magnitude =
+        reference::spgemm::<f64, PlusTimes>(&magnitudes(a), &magnitudes(b)).expect("magnitudes");
+    Expected {
+        c,
+        magnitude,
+        terms: row_terms(a),
+    }
+}
+
+/// Same structure as the reference, values within tolerance.
+fn compare_structural<T: Scalar>(actual: &Csr<T>, e: &Expected<T>) -> Result<(), String> {
+    if actual.shape() != e.c.shape() {
+        return Err(format!(
+            "shape {:?}, expected {:?}",
+            actual.shape(),
+            e.c.shape()
+        ));
+    }
+    for i in 0..e.c.nrows() {
+        let (ac, av) = actual.row(i);
+        let (ec, ev) = e.c.row(i);
+        if ac != ec {
+            return Err(format!(
+                "row {i} has columns {:?}, expected {:?} (explicit zeros from cancellation must be kept)",
+                truncate(ac),
+                truncate(ec)
+            ));
+        }
+        let (_, mv) = e.magnitude.row(i);
+        for k in 0..ec.len() {
+            let tol = tolerance(e.terms[i], mv[k], ev[k]);
+            let diff = distance(av[k], ev[k]);
+            if diff > tol || diff.is_nan() {
+                return Err(format!(
+                    "C[{i}, {}] = {:?}, expected {:?} (difference {diff:e}, tolerance {tol:e})",
+                    ec[k], av[k], ev[k]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Values within tolerance where an entry missing on one side counts as zero.
+fn compare_values<T: Scalar>(actual: &Csr<T>, e: &Expected<T>) -> Result<(), String> {
+    if actual.shape() != e.c.shape() {
+        return Err(format!(
+            "shape {:?}, expected {:?}",
+            actual.shape(),
+            e.c.shape()
+        ));
+    }
+    let zero = T::zero();
+    for i in 0..e.c.nrows() {
+        let (ac, av) = actual.row(i);
+        let (ec, ev) = e.c.row(i);
+        let (mc, mv) = e.magnitude.row(i);
+        let mut cols: Vec<u32> = ac.iter().chain(ec).copied().collect();
+        cols.sort_unstable();
+        cols.dedup();
+        for j in cols {
+            let find = |c: &[u32], v: &[T]| c.binary_search(&j).map_or(zero, |k| v[k]);
+            let (a, x) = (find(ac, av), find(ec, ev));
+            let m = mc.binary_search(&j).map_or(0.0, |k| mv[k]);
+            let tol = tolerance(e.terms[i], m, x);
+            let diff = distance(a, x);
+            if diff > tol || diff.is_nan() {
+                return Err(format!(
+                    "C[{i}, {j}] = {a:?}, expected {x:?} (difference {diff:e}, tolerance {tol:e})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn distance<T: Scalar>(a: T, b: T) -> f64 {
+    let (ar, ai) = a.to_parts();
+    let (br, bi) = b.to_parts();
+    ((ar - br).powi(2) + (ai - bi).powi(2)).sqrt()
+}
+
+fn truncate(c: &[u32]) -> &[u32] {
+    &c[..c.len().min(16)]
+}
+
+/// Dense results (SpMV, SpMM): element by element against the reference.
+fn compare_dense<T: Scalar>(
+    actual: &[T],
+    expected: &[T],
+    magnitude: &[f64],
+    terms: &[u64],
+    what: &str,
+) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{what}: {} values, expected {}",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    for k in 0..expected.len() {
+        let tol = tolerance(terms[k], magnitude[k], expected[k]);
+        let diff = distance(actual[k], expected[k]);
+        if diff > tol || diff.is_nan() {
+            return Err(format!(
+                "{what}[{k}] = {:?}, expected {:?} (difference {diff:e}, tolerance {tol:e})",
+                actual[k], expected[k]
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[track_caller]
+fn check(result: Result<(), String>, context: impl Fn() -> String) {
+    if let Err(msg) = result {
+        panic!("{}: {msg}", context());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operands
+
+fn from_values<T: Scalar>(
+    nrows: usize,
+    ncols: usize,
+    entries: &[(usize, usize, f64)],
+) -> Csr<T> {
+    let mut c = Coo::new(nrows, ncols).expect("shape");
+    for &(i, j, v) in entries {
+        c.try_push(i, j, T::from_f64(v)).expect("entry");
+    }
+    c.to_csr()
+}
+
+/// A random sparse matrix: each entry present with probability `density`.
+fn random_csr<T: Scalar>(nrows: usize, ncols: usize, density: f64, seed: u64) -> Csr<T> {
+    let mut rng = Rng::new(seed);
+    let mut c = Coo::new(nrows, ncols).expect("shape");
+    for i in 0..nrows {
+        for j in 0..ncols {
+            if rng.next_f64() < density {
+                let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+                let re = sign * (0.1 + 0.9 * rng.next_f64());
+                let im = rng.next_f64() - 0.5;
+                c.try_push(i, j, T::from_parts_lossy(re, im)).expect("entry");
+            }
+        }
+    }
+    c.to_csr()
+}
+
+/// Named small operand pairs that cover the edge cases.
+fn edge_cases<T: Scalar>() -> Vec<(&'static str, Csr<T>, Csr<T>)> {
+    let e = |r, c| Csr::<T>::zeros(r, c).expect("shape");
+    let mut dense_row = vec![];
+    for j in 0..40 {
+        dense_row.push((3, j, 1.0 + j as f64 / 64.0));
+        dense_row.push((j % 5, j, 0.5));
+    }
+    vec![
+        ("0×5 · 5×3", e(0, 5), random_csr(5, 3, 0.5, 1)),
+        ("4×0 · 0×3", e(4, 0), e(0, 3)),
+        ("3×4 · 4×0", random_csr(3, 4, 0.5, 2), e(4, 0)),
+        ("empty · empty", e(6, 6), e(6, 6)),
+        (
+            "1×1",
+            from_values(1, 1, &[(0, 0, 3.0)]),
+            from_values(1, 1, &[(0, 0, -2.0)]),
+        ),
+        ("identity · random", Csr::identity(9).expect("id"), random_csr(9, 9, 0.3, 3)),
+        (
+            "empty rows and columns",
+            from_values(5, 5, &[(0, 1, 1.0), (0, 3, 2.0), (4, 1, -1.0)]),
+            from_values(5, 5, &[(1, 0, 2.0), (1, 4, 1.0), (3, 4, 0.5)]),
+        ),
+        ("rectangular 3×7 · 7×2", random_csr(3, 7, 0.6, 4), random_csr(7, 2, 0.6, 5)),
+        ("rectangular 8×2 · 2×9", random_csr(8, 2, 0.7, 6), random_csr(2, 9, 0.7, 7)),
+        (
+            "a single dense row and column",
+            from_values(6, 40, &dense_row),
+            from_values(40, 6, &dense_row.iter().map(|&(i, j, v)| (j, i, v)).collect::<Vec<_>>()),
+        ),
+        (
+            "values that cancel to zero",
+            from_values(2, 3, &[(0, 0, 1.0), (0, 1, -1.0), (1, 2, 2.0)]),
+            from_values(3, 2, &[(0, 0, 2.0), (1, 0, 2.0), (0, 1, 1.0), (2, 1, 0.5)]),
+        ),
+        (
+            "explicit zeros in the operands",
+            Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![T::zero(), T::from_f64(1.0), T::zero()])
+                .expect("csr"),
+            from_values(2, 2, &[(0, 0, 1.0), (1, 1, 1.0)]),
+        ),
+    ]
+}
+
+fn spgemm_algorithms<T: Scalar, B: Backend<T> + ?Sized>(b: &B) -> Vec<SpgemmAlgorithm> {
+    b.capabilities()
+        .operations(T::TYPE)
+        .into_iter()
+        .filter_map(|op| match op {
+            Operation::Spgemm(alg) => Some(alg),
+            _ => None,
+        })
+        .collect()
+}
+
+fn claims<T: Scalar, B: Backend<T> + ?Sized>(b: &B, op: Operation) -> bool {
+    b.capabilities().supports(op, T::TYPE)
+}
+
+fn name<T: Scalar, B: Backend<T> + ?Sized>(b: &B) -> String {
+    format!("{} backend, {}", b.info().backend, T::TYPE)
+}
+
+/// Class operands small enough for a debug-build reference.
+fn class_operands<T: Scalar>(class: MatrixClass) -> (Csr<T>, Csr<T>) {
+    let size = match class {
+        MatrixClass::Dense => 48,
+        MatrixClass::Stencil3d => 200,
+        _ => 300,
+    };
+    generate::product_operands::<T>(class, size, 0x5eed + class as u64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks
+
+/// The backend describes itself and claims at least one operation for `T`.
+pub fn capabilities_are_consistent<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let info = b.info();
+    assert!(!info.backend.is_empty(), "backend name is empty");
+    assert!(!info.name.is_empty(), "device name is empty");
+    assert!(info.compute_units > 0, "{}: no compute units", info.backend);
+    let ops = b.capabilities().operations(T::TYPE);
+    assert!(
+        !ops.is_empty(),
+        "{}: the suite was asked to test {} but the backend claims no operation for it",
+        info.backend,
+        T::TYPE
+    );
+    if ops.iter().any(|op| matches!(op, Operation::Spgemm(_))) {
+        assert!(
+            ops.contains(&Operation::Spgemm(SpgemmAlgorithm::Auto)),
+            "{}: a backend with any SpGEMM algorithm must accept Auto",
+            info.backend
+        );
+    }
+}
+
+/// Every SpGEMM algorithm on the edge cases.
+pub fn spgemm_edge_cases<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        for (case, x, y) in edge_cases::<T>() {
+            let e = expected_product(&x, &y);
+            let c = b
+                .spgemm(&x, &y, alg)
+                .unwrap_or_else(|err| panic!("{} {alg:?} {case}: {err}", name(b)));
+            check(compare_structural(&c, &e), || {
+                format!("{} {alg:?} {case}", name(b))
+            });
+        }
+    }
+    // Say it once: cancellation keeps the entry, as an explicit zero.
+    if let Some(&alg) = spgemm_algorithms(b).first() {
+        let (_, x, y) = edge_cases::<T>()
+            .into_iter()
+            .find(|c| c.0 == "values that cancel to zero")
+            .expect("case");
+        let c = b.spgemm(&x, &y, alg).expect("spgemm");
+        assert_eq!(c.get(0, 0), Some(T::zero()), "{}: cancelled entry", name(b));
+    }
+}
+
+/// Every SpGEMM algorithm on one small matrix of each generator class.
+pub fn spgemm_matrix_classes<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let algs = spgemm_algorithms(b);
+    if algs.is_empty() {
+        return;
+    }
+    for class in MatrixClass::ALL {
+        let (x, y) = class_operands::<T>(class);
+        let e = expected_product(&x, &y);
+        for &alg in &algs {
+            let c = b
+                .spgemm(&x, &y, alg)
+                .unwrap_or_else(|err| panic!("{} {alg:?} {}: {err}", name(b), class.name()));
+            check(compare_structural(&c, &e), || {
+                format!("{} {alg:?} class {}", name(b), class.name())
+            });
+        }
+    }
+}
+
+fn runner() -> TestRunner {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24);
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+fn run_property<V: Debug>(
+    strategy: impl Strategy<Value = V>,
+    what: &str,
+    test: impl Fn(V) -> Result<(), String>,
+) {
+    let result = runner().run(&strategy, |v| test(v).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{what}: {e}");
+    }
+}
+
+/// Every SpGEMM algorithm on random shapes and densities (proptest, shrinking to a minimal case).
+pub fn spgemm_random<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        let strategy = (0usize..24, 0usize..24, 0usize..24, 0.0f64..0.6, any::<u64>());
+        run_property(strategy, &format!("{} {alg:?}", name(b)), |(m, k, n, d, seed)| {
+            let x = random_csr::<T>(m, k, d, seed);
+            let y = random_csr::<T>(k, n, d, seed ^ 0x9e37_79b9);
+            let e = expected_product(&x, &y);
+            let c = b.spgemm(&x, &y, alg).map_err(|err| err.to_string())?;
+            compare_structural(&c, &e)
+        });
+    }
+}
+
+/// The chunk entry point: chunks that tile C (empty ones included) reassemble into C, each chunk
+/// is delivered once, and an error from the sink stops the run and comes back.
+pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        let (x, y) = class_operands::<T>(MatrixClass::Skewed);
+        let (m, n) = (x.nrows(), y.ncols());
+        let row_cuts = [0, 1, m / 3, m / 3, m];
+        let col_cuts = [0, n / 2, n / 2 + 1, n];
+        let mut chunks = Vec::new();
+        for r in row_cuts.windows(2) {
+            for c in col_cuts.windows(2) {
+                chunks.push(ProductChunk {
+                    rows: r[0]..r[1],
+                    cols: c[0]..c[1],
+                });
+            }
+        }
+        let mut seen = vec![false; chunks.len()];
+        let mut coo = Coo::new(m, n).expect("shape");
+        b.spgemm_chunks(&x, &y, &chunks, alg, &mut |part| {
+            assert!(!seen[part.index], "chunk {} delivered twice", part.index);
+            seen[part.index] = true;
+            assert_eq!(part.chunk, chunks[part.index]);
+            assert_eq!(
+                part.product.shape(),
+                (part.chunk.rows.len(), part.chunk.cols.len()),
+                "chunk {} has the wrong shape",
+                part.index
+            );
+            for i in 0..part.product.nrows() {
+                let (cols, vals) = part.product.row(i);
+                for (&j, &v) in cols.iter().zip(vals) {
+                    coo.try_push(
+                        part.chunk.rows.start + i,
+                        part.chunk.cols.start + j as usize,
+                        v,
+                    )
+                    .expect("chunk entry inside C");
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|err| panic!("{} {alg:?} chunks: {err}", name(b)));
+        assert!(seen.iter().all(|&s| s), "{}: a chunk was never delivered", name(b));
+        let e = expected_product(&x, &y);
+        check(compare_structural(&coo.to_csr(), &e), || {
+            format!("{} {alg:?} chunks reassembled", name(b))
+        });
+
+        let mut calls = 0;
+        let err = b
+            .spgemm_chunks(&x, &y, &chunks, alg, &mut |_| {
+                calls += 1;
+                Err(Error::InvalidArgument("sink refuses".into()))
+            })
+            .expect_err("a sink error must stop the run");
+        assert!(err.to_string().contains("sink refuses"), "{}: {err}", name(b));
+        assert_eq!(calls, 1, "{}: chunks were delivered after the sink failed", name(b));
+    }
+}
+
+/// Mismatched shapes and chunks outside C are errors, not panics.
+pub fn spgemm_rejects_bad_operands<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        let x = random_csr::<T>(3, 4, 0.5, 11);
+        let y = random_csr::<T>(5, 2, 0.5, 12);
+        match b.spgemm(&x, &y, alg) {
+            Err(Error::ShapeMismatch { left_cols: 4, right_rows: 5, .. }) => {}
+            other => panic!("{} {alg:?}: expected a shape mismatch, got {other:?}", name(b)),
+        }
+        let y = random_csr::<T>(4, 2, 0.5, 13);
+        let outside = [ProductChunk { rows: 0..4, cols: 0..1 }];
+        let r = b.spgemm_chunks(&x, &y, &outside, alg, &mut |_| Ok(()));
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "{} {alg:?}: chunk outside C gave {r:?}",
+            name(b)
+        );
+    }
+}
+
+/// Runs `f` on `a` converted to `format` (square operands with even sides fit every format).
+fn in_format<T: Scalar, R>(
+    a: &Csr<T>,
+    format: SparseFormat,
+    f: impl FnOnce(SparseRef<'_, T>) -> R,
+) -> R {
+    match format {
+        SparseFormat::Csr => f(SparseRef::Csr(a)),
+        SparseFormat::Csc => f(SparseRef::Csc(&Csc::from_csr(a))),
+        SparseFormat::Coo => f(SparseRef::Coo(&a.to_coo())),
+        SparseFormat::Dia => f(SparseRef::Dia(&Dia::from_csr(a, 1 << 28).expect("dia"))),
+        SparseFormat::Ellr => f(SparseRef::Ellr(&Ellr::from_csr(a, 1 << 28).expect("ellr"))),
+        SparseFormat::Cspr => f(SparseRef::Cspr(&Cspr::from_csr(a))),
+        SparseFormat::Bsr => f(SparseRef::Bsr(&Bsr::from_csr(a, (2, 2)).expect("bsr"))),
+    }
+}
+
+/// Operands for SpMV and SpMM: even-sided so that BSR 2×2 applies; values only where a format
+/// converts without loss (DIA and BSR drop explicit zeros, and these operands have none).
+fn multiply_operands<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
+    vec![
+        ("empty", Csr::zeros(4, 6).expect("shape")),
+        ("random 30×20", random_csr(30, 20, 0.2, 21)),
+        ("banded", generate::banded(64, 7, 22)),
+        ("skewed", generate::skewed(96, 3, 2, 2, 23)),
+        ("power law", generate::rmat(7, 6, 24)),
+        ("stencil", generate::stencil_3d(4, generate::Stencil::TwentySeven, 2, 25)),
+    ]
+}
+
+fn vector<T: Scalar>(n: usize, seed: u64) -> Vec<T> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| T::from_parts_lossy(rng.next_f64() * 2.0 - 1.0, rng.next_f64() - 0.5))
+        .collect()
+}
+
+/// SpMV for every format the backend claims.
+pub fn spmv_every_format<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for format in FORMATS {
+        if !claims(b, Operation::Spmv(format)) {
+            continue;
+        }
+        for (case, a) in multiply_operands::<T>() {
+            let x = vector::<T>(a.ncols(), 31);
+            let expected = reference::spmv::<T, PlusTimes>(&a, &x).expect("reference");
+            let mx: Vec<f64> = x.iter().map(|v| v.magnitude()).collect();
+            let magnitude = reference::spmv::<f64, PlusTimes>(&magnitudes(&a), &mx).expect("mag");
+            let y = in_format(&a, format, |m| b.spmv(m, &x))
+                .unwrap_or_else(|err| panic!("{} {format} SpMV {case}: {err}", name(b)));
+            check(
+                compare_dense(&y, &expected, &magnitude, &row_terms(&a), "y"),
+                || format!("{} {format} SpMV {case}", name(b)),
+            );
+            let r = in_format(&a, format, |m| b.spmv(m, &x[..x.len().saturating_sub(1)]));
+            if a.ncols() > 0 {
+                assert!(
+                    matches!(r, Err(Error::ShapeMismatch { .. })),
+                    "{} {format} SpMV with a short x gave {r:?}",
+                    name(b)
+                );
+            }
+        }
+    }
+}
+
+/// SpMM for every format the backend claims, B row- and column-major, 1, 7 and 32 columns.
+pub fn spmm_every_format<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for format in FORMATS {
+        if !claims(b, Operation::Spmm(format)) {
+            continue;
+        }
+        for (case, a) in multiply_operands::<T>() {
+            for (layout, ncols) in [
+                (Layout::RowMajor, 1),
+                (Layout::ColMajor, 7),
+                (Layout::RowMajor, 32),
+                (Layout::ColMajor, 32),
+            ] {
+                let d = Dense::try_new(a.ncols(), ncols, layout, vector::<T>(a.ncols() * ncols, 41))
+                    .expect("dense");
+                let expected = reference::spmm::<T, PlusTimes>(&a, &d).expect("reference");
+                let md = Dense::try_new(
+                    d.nrows(),
+                    d.ncols(),
+                    layout,
+                    d.data().iter().map(|v| v.magnitude()).collect(),
+                )
+                .expect("dense");
+                let magnitude =
+                    reference::spmm::<f64, PlusTimes>(&magnitudes(&a), &md).expect("mag");
+                let c = in_format(&a, format, |m| b.spmm(m, &d)).unwrap_or_else(|err| {
+                    panic!("{} {format} SpMM {case} {layout:?}×{ncols}: {err}", name(b))
+                });
+                assert_eq!(c.shape(), expected.shape(), "{} {format} SpMM shape", name(b));
+                let c = c.to_layout(layout);
+                let terms: Vec<u64> = (0..a.nrows())
+                    .flat_map(|i| std::iter::repeat_n(a.row_nnz(i), ncols))
+                    .collect();
+                let (c, e, m) = (
+                    c.to_layout(Layout::RowMajor),
+                    expected.to_layout(Layout::RowMajor),
+                    magnitude.to_layout(Layout::RowMajor),
+                );
+                check(
+                    compare_dense(c.data(), e.data(), m.data(), &terms, "C"),
+                    || format!("{} {format} SpMM {case} {layout:?}×{ncols}", name(b)),
+                );
+            }
+        }
+    }
+}
+
+/// DIA × DIA on band matrices of different widths, square and rectangular.
+pub fn dia_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    if !claims(b, Operation::DiaSpgemm) {
+        return;
+    }
+    let cases: Vec<(Csr<T>, Csr<T>)> = vec![
+        (generate::banded(50, 3, 51), generate::banded(50, 5, 52)),
+        (generate::banded(33, 1, 53), generate::banded(33, 9, 54)),
+        (
+            random_band::<T>(20, 30, &[-2, 0, 3, 7], 55),
+            random_band::<T>(30, 12, &[-5, -1, 0, 2], 56),
+        ),
+        (Csr::zeros(6, 6).expect("shape"), generate::banded(6, 3, 57)),
+    ];
+    for (k, (x, y)) in cases.into_iter().enumerate() {
+        let (dx, dy) = (
+            Dia::from_csr(&x, u64::MAX).expect("dia"),
+            Dia::from_csr(&y, u64::MAX).expect("dia"),
+        );
+        let e = expected_product(&x, &y);
+        let c = b
+            .dia_spgemm(&dx, &dy)
+            .unwrap_or_else(|err| panic!("{} DIA×DIA case {k}: {err}", name(b)));
+        check(compare_values(&c.to_csr(), &e), || {
+            format!("{} DIA×DIA case {k}", name(b))
+        });
+    }
+}
+
+fn random_band<T: Scalar>(nrows: usize, ncols: usize, offsets: &[i64], seed: u64) -> Csr<T> {
+    let mut rng = Rng::new(seed);
+    let mut c = Coo::new(nrows, ncols).expect("shape");
+    for i in 0..nrows {
+        for &off in offsets {
+            let j = i as i64 + off;
+            if j >= 0 && (j as usize) < ncols {
+                c.try_push(i, j as usize, T::from_f64(0.1 + rng.next_f64()))
+                    .expect("entry");
+            }
+        }
+    }
+    c.to_csr()
+}
+
+/// BSR × BSR for square and rectangular blocks.
+pub fn bsr_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    if !claims(b, Operation::BsrSpgemm) {
+        return;
+    }
+    let stencil = generate::stencil_3d::<T>(4, generate::Stencil::Seven, 3, 61);
+    let cases: Vec<((usize, usize), (usize, usize), Csr<T>, Csr<T>)> = vec![
+        ((3, 3), (3, 3), stencil.clone(), stencil),
+        ((2, 2), (2, 2), random_csr(16, 16, 0.15, 62), random_csr(16, 16, 0.15, 63)),
+        ((1, 4), (4, 2), random_csr(5, 24, 0.2, 64), random_csr(24, 10, 0.2, 65)),
+        ((2, 3), (3, 1), Csr::zeros(4, 9).expect("shape"), random_csr(9, 3, 0.5, 66)),
+    ];
+    for (k, (bx, by, x, y)) in cases.into_iter().enumerate() {
+        let (sx, sy) = (
+            Bsr::from_csr(&x, bx).expect("bsr"),
+            Bsr::from_csr(&y, by).expect("bsr"),
+        );
+        let e = expected_product(&sx.to_csr(), &sy.to_csr());
+        let c = b
+            .bsr_spgemm(&sx, &sy)
+            .unwrap_or_else(|err| panic!("{} BSR×BSR case {k}: {err}", name(b)));
+        assert_eq!(
+            c.block_shape(),
+            (bx.0, by.1),
+            "{} BSR×BSR case {k}: block shape",
+            name(b)
+        );
+        check(compare_values(&c.to_csr(), &e), || {
+            format!("{} BSR×BSR case {k}", name(b))
+        });
+    }
+    let x = Bsr::from_csr(&random_csr::<T>(4, 4, 0.5, 67), (2, 2)).expect("bsr");
+    let y = Bsr::from_csr(&random_csr::<T>(4, 4, 0.5, 68), (1, 2)).expect("bsr");
+    assert!(
+        b.bsr_spgemm(&x, &y).is_err(),
+        "{}: blocks that do not chain must be an error",
+        name(b)
+    );
+}
+
+/// An operation the backend does not list for `T` either returns [`Error::Unsupported`] or, where
+/// the trait builds it from listed ones, the right answer; it never panics.
+pub fn unclaimed_operations_never_panic<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let x = generate::banded::<T>(8, 3, 71);
+    let e = expected_product(&x, &x);
+    for alg in SpgemmAlgorithm::ALL {
+        if claims(b, Operation::Spgemm(alg)) {
+            continue;
+        }
+        match b.spgemm(&x, &x, alg) {
+            Err(Error::Unsupported { .. }) => {}
+            Ok(c) => check(compare_structural(&c, &e), || {
+                format!("{} unclaimed {alg:?}", name(b))
+            }),
+            Err(err) => panic!("{} unclaimed {alg:?}: {err}", name(b)),
+        }
+    }
+    let v = vector::<T>(8, 72);
+    let expected = reference::spmv::<T, PlusTimes>(&x, &v).expect("reference");
+    let mv: Vec<f64> = v.iter().map(|z| z.magnitude()).collect();
+    let magnitude = reference::spmv::<f64, PlusTimes>(&magnitudes(&x), &mv).expect("mag");
+    for format in FORMATS {
+        if claims(b, Operation::Spmv(format)) {
+            continue;
+        }
+        match in_format(&x, format, |m| b.spmv(m, &v)) {
+            Err(Error::Unsupported { .. }) => {}
+            Ok(y) => check(
+                compare_dense(&y, &expected, &magnitude, &row_terms(&x), "y"),
+                || format!("{} unclaimed {format} SpMV", name(b)),
+            ),
+            Err(err) => panic!("{} unclaimed {format} SpMV: {err}", name(b)),
+        }
+    }
+}
