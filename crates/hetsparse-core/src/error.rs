@@ -125,6 +125,14 @@ pub enum MatrixMarketError {
     /// The file is well formed but holds something the target type cannot (complex into real).
     #[error("Matrix Market: {0}")]
     Unsupported(String),
+    /// A file could not be opened; says which.
+    #[error("cannot open Matrix Market file `{}`: {source}", path.display())]
+    Open {
+        /// The path as given.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
 }
 
 /// Every error hetsparse returns.

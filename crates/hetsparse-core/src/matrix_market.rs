@@ -1,1 +1,0 @@
-//! Matrix Market reading and writing.
