@@ -9,7 +9,7 @@
 //! ```
 //!
 //! For each scalar type the macro makes one test per check below. Each check exercises every
-//! operation the backend's [`Device::capabilities`] lists for that type and compares with the serial
+//! operation the backend's [`Device::capabilities`](crate::Device::capabilities) lists for that type and compares with the serial
 //! reference: SpGEMM results must have exactly the reference's structure (entries whose values
 //! cancel are kept as explicit zeros) and values within a tolerance scaled by the magnitudes
 //! summed; results of operations on DIA and BSR operands (which hold no structure inside a
@@ -25,7 +25,7 @@ use std::fmt::Debug;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::backend::{Backend, Device, Operation, ProductChunk, SpgemmAlgorithm};
+use crate::backend::{Backend, Operation, ProductChunk, SpgemmAlgorithm};
 use crate::error::Error;
 use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
 use crate::generate::{self, MatrixClass, Rng};
@@ -280,11 +280,7 @@ fn check(result: Result<(), String>, context: impl Fn() -> String) {
 // ---------------------------------------------------------------------------------------------
 // Operands
 
-fn from_values<T: Scalar>(
-    nrows: usize,
-    ncols: usize,
-    entries: &[(usize, usize, f64)],
-) -> Csr<T> {
+fn from_values<T: Scalar>(nrows: usize, ncols: usize, entries: &[(usize, usize, f64)]) -> Csr<T> {
     let mut c = Coo::new(nrows, ncols).expect("shape");
     for &(i, j, v) in entries {
         c.try_push(i, j, T::from_f64(v)).expect("entry");
@@ -302,7 +298,8 @@ fn random_csr<T: Scalar>(nrows: usize, ncols: usize, density: f64, seed: u64) ->
                 let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
                 let re = sign * (0.1 + 0.9 * rng.next_f64());
                 let im = rng.next_f64() - 0.5;
-                c.try_push(i, j, T::from_parts_lossy(re, im)).expect("entry");
+                c.try_push(i, j, T::from_parts_lossy(re, im))
+                    .expect("entry");
             }
         }
     }
@@ -327,18 +324,37 @@ fn edge_cases<T: Scalar>() -> Vec<(&'static str, Csr<T>, Csr<T>)> {
             from_values(1, 1, &[(0, 0, 3.0)]),
             from_values(1, 1, &[(0, 0, -2.0)]),
         ),
-        ("identity · random", Csr::identity(9).expect("id"), random_csr(9, 9, 0.3, 3)),
+        (
+            "identity · random",
+            Csr::identity(9).expect("id"),
+            random_csr(9, 9, 0.3, 3),
+        ),
         (
             "empty rows and columns",
             from_values(5, 5, &[(0, 1, 1.0), (0, 3, 2.0), (4, 1, -1.0)]),
             from_values(5, 5, &[(1, 0, 2.0), (1, 4, 1.0), (3, 4, 0.5)]),
         ),
-        ("rectangular 3×7 · 7×2", random_csr(3, 7, 0.6, 4), random_csr(7, 2, 0.6, 5)),
-        ("rectangular 8×2 · 2×9", random_csr(8, 2, 0.7, 6), random_csr(2, 9, 0.7, 7)),
+        (
+            "rectangular 3×7 · 7×2",
+            random_csr(3, 7, 0.6, 4),
+            random_csr(7, 2, 0.6, 5),
+        ),
+        (
+            "rectangular 8×2 · 2×9",
+            random_csr(8, 2, 0.7, 6),
+            random_csr(2, 9, 0.7, 7),
+        ),
         (
             "a single dense row and column",
             from_values(6, 40, &dense_row),
-            from_values(40, 6, &dense_row.iter().map(|&(i, j, v)| (j, i, v)).collect::<Vec<_>>()),
+            from_values(
+                40,
+                6,
+                &dense_row
+                    .iter()
+                    .map(|&(i, j, v)| (j, i, v))
+                    .collect::<Vec<_>>(),
+            ),
         ),
         (
             "values that cancel to zero",
@@ -347,8 +363,14 @@ fn edge_cases<T: Scalar>() -> Vec<(&'static str, Csr<T>, Csr<T>)> {
         ),
         (
             "explicit zeros in the operands",
-            Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![T::zero(), T::from_f64(1.0), T::zero()])
-                .expect("csr"),
+            Csr::try_new(
+                2,
+                2,
+                vec![0, 2, 3],
+                vec![0, 1, 1],
+                vec![T::zero(), T::from_f64(1.0), T::zero()],
+            )
+            .expect("csr"),
             from_values(2, 2, &[(0, 0, 1.0), (1, 1, 1.0)]),
         ),
     ]
@@ -478,14 +500,24 @@ fn run_property<V: Debug>(
 /// Every SpGEMM algorithm on random shapes and densities (proptest, shrinking to a minimal case).
 pub fn spgemm_random<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     for alg in spgemm_algorithms(b) {
-        let strategy = (0usize..24, 0usize..24, 0usize..24, 0.0f64..0.6, any::<u64>());
-        run_property(strategy, &format!("{} {alg:?}", name(b)), |(m, k, n, d, seed)| {
-            let x = random_csr::<T>(m, k, d, seed);
-            let y = random_csr::<T>(k, n, d, seed ^ 0x9e37_79b9);
-            let e = expected_product(&x, &y);
-            let c = b.spgemm(&x, &y, alg).map_err(|err| err.to_string())?;
-            compare_structural(&c, &e)
-        });
+        let strategy = (
+            0usize..24,
+            0usize..24,
+            0usize..24,
+            0.0f64..0.6,
+            any::<u64>(),
+        );
+        run_property(
+            strategy,
+            &format!("{} {alg:?}", name(b)),
+            |(m, k, n, d, seed)| {
+                let x = random_csr::<T>(m, k, d, seed);
+                let y = random_csr::<T>(k, n, d, seed ^ 0x9e37_79b9);
+                let e = expected_product(&x, &y);
+                let c = b.spgemm(&x, &y, alg).map_err(|err| err.to_string())?;
+                compare_structural(&c, &e)
+            },
+        );
     }
 }
 
@@ -532,7 +564,11 @@ pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             Ok(())
         })
         .unwrap_or_else(|err| panic!("{} {alg:?} chunks: {err}", name(b)));
-        assert!(seen.iter().all(|&s| s), "{}: a chunk was never delivered", name(b));
+        assert!(
+            seen.iter().all(|&s| s),
+            "{}: a chunk was never delivered",
+            name(b)
+        );
         let e = expected_product(&x, &y);
         check(compare_structural(&coo.to_csr(), &e), || {
             format!("{} {alg:?} chunks reassembled", name(b))
@@ -545,8 +581,17 @@ pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                 Err(Error::InvalidArgument("sink refuses".into()))
             })
             .expect_err("a sink error must stop the run");
-        assert!(err.to_string().contains("sink refuses"), "{}: {err}", name(b));
-        assert_eq!(calls, 1, "{}: chunks were delivered after the sink failed", name(b));
+        assert!(
+            err.to_string().contains("sink refuses"),
+            "{}: {err}",
+            name(b)
+        );
+        assert_eq!(
+            calls,
+            1,
+            "{}: chunks were delivered after the sink failed",
+            name(b)
+        );
     }
 }
 
@@ -556,11 +601,21 @@ pub fn spgemm_rejects_bad_operands<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         let x = random_csr::<T>(3, 4, 0.5, 11);
         let y = random_csr::<T>(5, 2, 0.5, 12);
         match b.spgemm(&x, &y, alg) {
-            Err(Error::ShapeMismatch { left_cols: 4, right_rows: 5, .. }) => {}
-            other => panic!("{} {alg:?}: expected a shape mismatch, got {other:?}", name(b)),
+            Err(Error::ShapeMismatch {
+                left_cols: 4,
+                right_rows: 5,
+                ..
+            }) => {}
+            other => panic!(
+                "{} {alg:?}: expected a shape mismatch, got {other:?}",
+                name(b)
+            ),
         }
         let y = random_csr::<T>(4, 2, 0.5, 13);
-        let outside = [ProductChunk { rows: 0..4, cols: 0..1 }];
+        let outside = [ProductChunk {
+            rows: 0..4,
+            cols: 0..1,
+        }];
         let r = b.spgemm_chunks(&x, &y, &outside, alg, &mut |_| Ok(()));
         assert!(
             matches!(r, Err(Error::InvalidArgument(_))),
@@ -596,7 +651,10 @@ fn multiply_operands<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
         ("banded", generate::banded(64, 7, 22)),
         ("skewed", generate::skewed(96, 3, 2, 2, 23)),
         ("power law", generate::rmat(7, 6, 24)),
-        ("stencil", generate::stencil_3d(4, generate::Stencil::TwentySeven, 2, 25)),
+        (
+            "stencil",
+            generate::stencil_3d(4, generate::Stencil::TwentySeven, 2, 25),
+        ),
     ]
 }
 
@@ -649,8 +707,9 @@ pub fn spmm_every_format<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                 (Layout::RowMajor, 32),
                 (Layout::ColMajor, 32),
             ] {
-                let d = Dense::try_new(a.ncols(), ncols, layout, vector::<T>(a.ncols() * ncols, 41))
-                    .expect("dense");
+                let d =
+                    Dense::try_new(a.ncols(), ncols, layout, vector::<T>(a.ncols() * ncols, 41))
+                        .expect("dense");
                 let expected = reference::spmm::<T, PlusTimes>(&a, &d).expect("reference");
                 let md = Dense::try_new(
                     d.nrows(),
@@ -664,7 +723,12 @@ pub fn spmm_every_format<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                 let c = in_format(&a, format, |m| b.spmm(m, &d)).unwrap_or_else(|err| {
                     panic!("{} {format} SpMM {case} {layout:?}×{ncols}: {err}", name(b))
                 });
-                assert_eq!(c.shape(), expected.shape(), "{} {format} SpMM shape", name(b));
+                assert_eq!(
+                    c.shape(),
+                    expected.shape(),
+                    "{} {format} SpMM shape",
+                    name(b)
+                );
                 let c = c.to_layout(layout);
                 let terms: Vec<u64> = (0..a.nrows())
                     .flat_map(|i| std::iter::repeat_n(a.row_nnz(i), ncols))
@@ -733,11 +797,27 @@ pub fn bsr_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         return;
     }
     let stencil = generate::stencil_3d::<T>(4, generate::Stencil::Seven, 3, 61);
-    let cases: Vec<((usize, usize), (usize, usize), Csr<T>, Csr<T>)> = vec![
+    type BlockCase<T> = ((usize, usize), (usize, usize), Csr<T>, Csr<T>);
+    let cases: Vec<BlockCase<T>> = vec![
         ((3, 3), (3, 3), stencil.clone(), stencil),
-        ((2, 2), (2, 2), random_csr(16, 16, 0.15, 62), random_csr(16, 16, 0.15, 63)),
-        ((1, 4), (4, 2), random_csr(5, 24, 0.2, 64), random_csr(24, 10, 0.2, 65)),
-        ((2, 3), (3, 1), Csr::zeros(4, 9).expect("shape"), random_csr(9, 3, 0.5, 66)),
+        (
+            (2, 2),
+            (2, 2),
+            random_csr(16, 16, 0.15, 62),
+            random_csr(16, 16, 0.15, 63),
+        ),
+        (
+            (1, 4),
+            (4, 2),
+            random_csr(5, 24, 0.2, 64),
+            random_csr(24, 10, 0.2, 65),
+        ),
+        (
+            (2, 3),
+            (3, 1),
+            Csr::zeros(4, 9).expect("shape"),
+            random_csr(9, 3, 0.5, 66),
+        ),
     ];
     for (k, (bx, by, x, y)) in cases.into_iter().enumerate() {
         let (sx, sy) = (

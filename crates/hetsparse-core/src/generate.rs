@@ -19,7 +19,7 @@
 //! let a = generate::uniform::<f64>(100, 50, 4, 7);
 //! assert_eq!((a.shape(), a.nnz()), ((100, 50), 400));
 //! assert_eq!(a, generate::uniform::<f64>(100, 50, 4, 7));
-//! let (a, b) = generate::product_operands::<f32>(MatrixClass::Lp, 1000, 1);
+//! let (a, b) = generate::product_operands::<f32>(MatrixClass::LpRectangular, 1000, 1);
 //! assert_eq!((a.shape(), b.shape()), ((50, 1000), (1000, 50)));
 //! ```
 
@@ -37,7 +37,7 @@ use crate::scalar::Scalar;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatrixClass {
     /// FEM-like 3D stencil with several unknowns per node (cant, consph, pwtk, shipsec1):
-    /// [`stencil3d`].
+    /// [`stencil_3d`].
     Stencil3d,
     /// A band of full diagonals around the main one (Matam's DIA study): [`banded`].
     Banded,
@@ -45,14 +45,14 @@ pub enum MatrixClass {
     PowerLaw,
     /// The same number of uniformly random columns in every row: [`uniform`].
     Uniform,
-    /// Road-network-like planar graph of low degree (roadNet-CA): [`road`].
+    /// Road-network-like planar graph of low degree (roadNet-CA): [`road_grid`].
     Road,
     /// Sparse background with a few nearly full rows and columns (scircuit, mc2depi):
     /// [`skewed`].
     Skewed,
     /// Rectangular LP constraint matrix with far more columns than rows, multiplied by its
-    /// transpose (rail2428): [`lp`].
-    Lp,
+    /// transpose (rail2428): [`lp_rectangular`].
+    LpRectangular,
     /// Every entry stored: [`dense`].
     Dense,
 }
@@ -66,7 +66,7 @@ impl MatrixClass {
         MatrixClass::Uniform,
         MatrixClass::Road,
         MatrixClass::Skewed,
-        MatrixClass::Lp,
+        MatrixClass::LpRectangular,
         MatrixClass::Dense,
     ];
 
@@ -79,7 +79,7 @@ impl MatrixClass {
             MatrixClass::Uniform => "uniform",
             MatrixClass::Road => "road",
             MatrixClass::Skewed => "skewed",
-            MatrixClass::Lp => "lp",
+            MatrixClass::LpRectangular => "lp",
             MatrixClass::Dense => "dense",
         }
     }
@@ -112,7 +112,7 @@ impl FromStr for MatrixClass {
 /// Operands `(A, B)` of a product `A · B` of about `size` rows of `class`, for tests and
 /// benchmarks.
 ///
-/// Square classes return `B = A` (the papers square their matrices); [`MatrixClass::Lp`]
+/// Square classes return `B = A` (the papers square their matrices); [`MatrixClass::LpRectangular`]
 /// returns `(A, Aᵀ)`. The shapes chosen for `size`:
 ///
 /// | class | A |
@@ -139,21 +139,21 @@ pub fn product_operands<T: Scalar>(class: MatrixClass, size: usize, seed: u64) -
     match class {
         MatrixClass::Stencil3d => {
             let side = ((size as f64 / 3.0).cbrt().round() as usize).max(1);
-            square(stencil3d(side, 27, 3, seed))
+            square(stencil_3d(side, Stencil::TwentySeven, 3, seed))
         }
         MatrixClass::Banded => square(banded(size, 11, seed)),
         MatrixClass::PowerLaw => square(rmat(size.ilog2(), 8, seed)),
         MatrixClass::Uniform => square(uniform(size, size, 8, seed)),
         MatrixClass::Road => {
             let side = isqrt(size);
-            square(road(side, side, seed))
+            square(road_grid(side, side, seed))
         }
         MatrixClass::Skewed => {
             let dense = (size / 1000 + 1).min(16);
             square(skewed(size, 4, dense, dense, seed))
         }
-        MatrixClass::Lp => {
-            let a = lp((size / 20).max(1), size, 4..=10, seed);
+        MatrixClass::LpRectangular => {
+            let a = lp_with_counts((size / 20).max(1), size, 4..=10, seed);
             let t = a.transpose();
             (a, t)
         }
@@ -161,26 +161,36 @@ pub fn product_operands<T: Scalar>(class: MatrixClass, size: usize, seed: u64) -
     }
 }
 
+/// Which neighbours a 3D stencil couples: see [`stencil_3d`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stencil {
+    /// The node and its 6 face neighbours.
+    Seven,
+    /// The full 3×3×3 neighbourhood.
+    TwentySeven,
+}
+
 /// FEM-like matrix of a 3D grid of `side³` nodes with `dofs` unknowns per node: unknown `a` of
 /// node `u` is coupled to every unknown of every stencil neighbour of `u` (itself included),
 /// giving `dofs × dofs` blocks like the SuiteSparse FEM matrices (cant, pwtk).
 ///
-/// `points` picks the stencil: 27 or more gives the 27-point stencil (the full 3×3×3
-/// neighbourhood), anything else the 7-point one (the node and its 6 face neighbours). Nodes
+/// `stencil` picks the neighbourhood: the full 3×3×3 one or the node and its 6 face
+/// neighbours. Nodes
 /// are numbered x fastest, then y, then z; unknowns of a node are consecutive. The pattern is
 /// symmetric. `dofs = 0` is treated as 1; `side` is reduced so that `side³ · dofs` fits
 /// [`MAX_DIMENSION`].
 ///
 /// ```
-/// let a = hetsparse_core::generate::stencil3d::<f64>(3, 7, 2, 0);
+/// use hetsparse_core::generate::{stencil_3d, Stencil};
+/// let a = stencil_3d::<f64>(3, Stencil::Seven, 2, 0);
 /// assert_eq!(a.shape(), (54, 54));
 /// // The centre node has 7 neighbours (itself included), each a 2×2 block.
 /// assert_eq!(a.row_nnz(2 * 13), 14);
 /// ```
-pub fn stencil3d<T: Scalar>(side: usize, points: usize, dofs: usize, seed: u64) -> Csr<T> {
+pub fn stencil_3d<T: Scalar>(side: usize, stencil: Stencil, dofs: usize, seed: u64) -> Csr<T> {
     let dofs = dofs.clamp(1, MAX_DIMENSION);
     let side = side.min(icbrt(MAX_DIMENSION / dofs));
-    let wide = points >= 27;
+    let wide = stencil == Stencil::TwentySeven;
     let n = side * side * side * dofs;
     let _span =
         tracing::debug_span!("generate", class = "stencil3d", side, wide, dofs, rows = n).entered();
@@ -271,10 +281,10 @@ const RMAT_CHUNK: usize = 1 << 16;
 /// assert_eq!(a.shape(), (1024, 1024));
 /// assert!(a.nnz() <= 8 * 1024);
 /// ```
-pub fn rmat<T: Scalar>(scale: u32, edge_factor: usize, seed: u64) -> Csr<T> {
+pub fn rmat<T: Scalar>(scale: u32, edge_factor: u32, seed: u64) -> Csr<T> {
     let scale = scale.min(31);
     let n = 1usize << scale;
-    let edges = edge_factor.saturating_mul(n);
+    let edges = (edge_factor as usize).saturating_mul(n);
     let span = tracing::debug_span!(
         "generate",
         class = "powerlaw",
@@ -386,12 +396,12 @@ const ROAD_REACH: isize = 3;
 /// such as roadNet-CA. `height` is reduced so that `width · height` fits [`MAX_DIMENSION`].
 ///
 /// ```
-/// let a = hetsparse_core::generate::road::<f64>(20, 10, 5);
+/// let a = hetsparse_core::generate::road_grid::<f64>(20, 10, 5);
 /// assert_eq!(a.shape(), (200, 200));
 /// // The pattern is symmetric (the values are not).
 /// assert_eq!(a.col_indices(), a.transpose().col_indices());
 /// ```
-pub fn road<T: Scalar>(width: usize, height: usize, seed: u64) -> Csr<T> {
+pub fn road_grid<T: Scalar>(width: usize, height: usize, seed: u64) -> Csr<T> {
     let width = width.min(MAX_DIMENSION);
     let height = MAX_DIMENSION
         .checked_div(width)
@@ -526,12 +536,7 @@ pub fn skewed<T: Scalar>(
 /// this is the shape of rail2428, whose product with its transpose the papers measure.
 ///
 /// A reversed range (`10..=4`) is read as `4..=10`.
-///
-/// ```
-/// let a = hetsparse_core::generate::lp::<f64>(20, 500, 3..=3, 2);
-/// assert_eq!((a.shape(), a.nnz()), ((20, 500), 1500));
-/// ```
-pub fn lp<T: Scalar>(
+fn lp_with_counts<T: Scalar>(
     nrows: usize,
     ncols: usize,
     nnz_per_col: RangeInclusive<usize>,
@@ -549,6 +554,23 @@ pub fn lp<T: Scalar>(
     };
     let transposed: Csr<T> = build_rows(ncols, nrows, seed, SALT_LP, column);
     transposed.transpose()
+}
+
+/// LP-like `nrows × ncols` constraint matrix with `nnz_per_col` (clamped to `nrows`) distinct,
+/// uniformly random rows in every column: with `nrows ≪ ncols` the shape of rail2428, whose
+/// product with its transpose the papers measure.
+///
+/// ```
+/// let a = hetsparse_core::generate::lp_rectangular::<f64>(20, 500, 3, 2);
+/// assert_eq!((a.shape(), a.nnz()), ((20, 500), 1500));
+/// ```
+pub fn lp_rectangular<T: Scalar>(
+    nrows: usize,
+    ncols: usize,
+    nnz_per_col: usize,
+    seed: u64,
+) -> Csr<T> {
+    lp_with_counts(nrows, ncols, nnz_per_col..=nnz_per_col, seed)
 }
 
 /// `nrows × ncols` matrix with every entry stored (and none zero).
@@ -606,23 +628,35 @@ fn hash(seed: u64, salt: u64, index: u64) -> u64 {
     mix(h ^ index.wrapping_mul(0x8CB9_2BA7_2F3D_8DD7))
 }
 
-/// SplitMix64: small, fast, and the same on every platform.
+/// SplitMix64: small, fast, and the same on every platform. Tests use it to make their own
+/// random operands.
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
+    /// A stream determined by `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(hash(seed, 0, 0))
+    }
+
+    /// Uniform in `[0, 1)`, 53 bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
     /// The stream of `index` (a row, a chunk) within generator `salt`.
     fn stream(seed: u64, salt: u64, index: u64) -> Self {
         Rng(hash(seed, salt, index))
     }
 
-    fn next_u64(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix(self.0)
     }
 
     /// Uniform in `0..n` (Lemire's multiply-shift; the bias of at most n / 2^64 is irrelevant).
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
@@ -896,7 +930,7 @@ mod tests {
                 if a.nnz() > 0 {
                     assert_ne!(a, a3, "{class} {size} ignores the seed");
                 }
-                if class == MatrixClass::Lp {
+                if class == MatrixClass::LpRectangular {
                     assert_eq!(b, a.transpose());
                 } else {
                     assert_eq!(a, b);
@@ -951,11 +985,11 @@ mod tests {
         for (side, dofs) in [(1usize, 1usize), (2, 3), (4, 3), (5, 1)] {
             let s = side as u64;
             let d = dofs as u64;
-            let seven = stencil3d::<f64>(side, 7, dofs, 1);
+            let seven = stencil_3d::<f64>(side, Stencil::Seven, dofs, 1);
             assert_eq!(seven.shape(), (side.pow(3) * dofs, side.pow(3) * dofs));
             // Each node with itself plus both directions of each of the 3·s²·(s−1) grid edges.
             assert_eq!(seven.nnz(), d * d * (s * s * s + 6 * s * s * (s - 1)));
-            let wide = stencil3d::<f64>(side, 27, dofs, 1);
+            let wide = stencil_3d::<f64>(side, Stencil::TwentySeven, dofs, 1);
             // Pairs of nodes within distance 1 along each axis: (3s − 2) per axis.
             assert_eq!(wide.nnz(), d * d * (3 * s - 2).pow(3));
             for a in [&seven, &wide] {
@@ -965,15 +999,17 @@ mod tests {
             }
         }
         // Interior row of the 27-point stencil with 3 unknowns: 27 blocks of 3.
-        let a = stencil3d::<f32>(3, 27, 3, 0);
+        let a = stencil_3d::<f32>(3, Stencil::TwentySeven, 3, 0);
         assert_eq!(a.row_nnz(13 * 3 + 1), 81);
         // Degenerate arguments are clamped.
-        assert_eq!(stencil3d::<f32>(3, 27, 0, 0), stencil3d::<f32>(3, 27, 1, 0));
         assert_eq!(
-            stencil3d::<f32>(3, 0, 1, 0).nnz(),
-            stencil3d::<f32>(3, 7, 1, 0).nnz()
+            stencil_3d::<f32>(3, Stencil::TwentySeven, 0, 0),
+            stencil_3d::<f32>(3, Stencil::TwentySeven, 1, 0)
         );
-        assert_eq!(stencil3d::<f32>(0, 27, 3, 0).shape(), (0, 0));
+        assert_eq!(
+            stencil_3d::<f32>(0, Stencil::TwentySeven, 3, 0).shape(),
+            (0, 0)
+        );
     }
 
     #[test]
@@ -1052,7 +1088,7 @@ mod tests {
     #[test]
     fn road_is_a_symmetric_low_degree_grid() {
         let (w, h) = (60usize, 50usize);
-        let a = road::<f64>(w, h, 8);
+        let a = road_grid::<f64>(w, h, 8);
         revalidate(&a);
         assert!(symmetric_pattern(&a));
         assert!((0..a.nrows()).all(|i| a.get(i, i).is_none()), "self loop");
@@ -1088,9 +1124,9 @@ mod tests {
                 assert!(dx <= 3 && dy <= 3);
             }
         }
-        assert_eq!(road::<f64>(0, 5, 0).shape(), (0, 0));
-        assert_eq!(road::<f64>(1, 1, 0).nnz(), 0);
-        assert!(symmetric_pattern(&road::<f64>(1, 40, 2)));
+        assert_eq!(road_grid::<f64>(0, 5, 0).shape(), (0, 0));
+        assert_eq!(road_grid::<f64>(1, 1, 0).nnz(), 0);
+        assert!(symmetric_pattern(&road_grid::<f64>(1, 40, 2)));
     }
 
     #[test]
@@ -1123,7 +1159,7 @@ mod tests {
 
     #[test]
     fn lp_columns_hold_the_requested_counts() {
-        let a = lp::<f64>(40, 3000, 4..=10, 6);
+        let a = lp_with_counts::<f64>(40, 3000, 4..=10, 6);
         revalidate(&a);
         assert_eq!(a.shape(), (40, 3000));
         let counts = row_lengths(&a.transpose());
@@ -1131,12 +1167,12 @@ mod tests {
         assert!(counts.contains(&4) && counts.contains(&10));
         let (hi, lo) = (10, 4);
         assert_eq!(
-            lp::<f64>(40, 300, hi..=lo, 6),
-            lp::<f64>(40, 300, lo..=hi, 6)
+            lp_with_counts::<f64>(40, 300, hi..=lo, 6),
+            lp_with_counts::<f64>(40, 300, lo..=hi, 6)
         );
         // More per column than there are rows: every column full.
-        assert_eq!(lp::<f64>(3, 10, 5..=8, 0).nnz(), 30);
-        assert_eq!(lp::<f64>(0, 10, 5..=8, 0).shape(), (0, 10));
+        assert_eq!(lp_with_counts::<f64>(3, 10, 5..=8, 0).nnz(), 30);
+        assert_eq!(lp_with_counts::<f64>(0, 10, 5..=8, 0).shape(), (0, 10));
     }
 
     #[test]

@@ -49,9 +49,7 @@ impl<T: Scalar> Bsr<T> {
             });
         };
         check_shape("BSR", nrows, ncols)?;
-        let len = (col_indices.len() as u64)
-            .checked_mul((r * c) as u64)
-            .unwrap_or(u64::MAX);
+        let len = (col_indices.len() as u64).saturating_mul((r * c) as u64);
         check_len("BSR", "values", len, values.len())?;
         validate_compressed(
             BSR,

@@ -466,11 +466,11 @@ impl<T: Scalar> Csc<T> {
 
     /// Number of rows.
     pub fn nrows(&self) -> usize {
-        self.transposed.ncols
+        self.transposed.ncols()
     }
     /// Number of columns.
     pub fn ncols(&self) -> usize {
-        self.transposed.nrows
+        self.transposed.nrows()
     }
     /// `(rows, columns)`.
     pub fn shape(&self) -> (usize, usize) {
