@@ -882,3 +882,108 @@ pub fn unclaimed_operations_never_panic<T: Scalar, B: Backend<T> + ?Sized>(b: &B
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The suite must fail for backends that are wrong in the ways backends go wrong.
+
+    use super::*;
+    use crate::backend::{Capabilities, Device, DeviceInfo};
+    use crate::ReferenceBackend;
+
+    /// The reference backend with one fault switched on.
+    struct Faulty(Fault);
+
+    #[derive(Clone, Copy)]
+    enum Fault {
+        /// Drops entries whose values cancel to zero.
+        DropsZeros,
+        /// Perturbs the last value of every product by one part in a thousand.
+        Perturbs,
+        /// Loses the last row of every product.
+        LosesRow,
+        /// Gets the last element of every SpMV wrong.
+        SpmvOffByOne,
+    }
+
+    impl Device for Faulty {
+        fn info(&self) -> DeviceInfo {
+            ReferenceBackend.info()
+        }
+        fn capabilities(&self) -> Capabilities {
+            ReferenceBackend.capabilities()
+        }
+    }
+
+    impl Backend<f64> for Faulty {
+        fn spgemm(
+            &self,
+            a: &Csr<f64>,
+            b: &Csr<f64>,
+            alg: SpgemmAlgorithm,
+        ) -> crate::Result<Csr<f64>> {
+            let c = ReferenceBackend.spgemm(a, b, alg)?;
+            Ok(match self.0 {
+                Fault::DropsZeros => c.without_explicit_zeros(),
+                Fault::Perturbs => {
+                    let mut c = c;
+                    if let Some(v) = c.values_mut().last_mut() {
+                        *v *= 1.001;
+                    }
+                    c
+                }
+                Fault::LosesRow if c.nrows() > 0 => {
+                    let (m, n, mut off, mut cols, mut vals) = c.into_parts();
+                    let keep = off[m - 1];
+                    off[m] = keep;
+                    cols.truncate(keep as usize);
+                    vals.truncate(keep as usize);
+                    Csr::try_new(m, n, off, cols, vals)?
+                }
+                _ => c,
+            })
+        }
+        fn spmm(&self, a: SparseRef<'_, f64>, b: &Dense<f64>) -> crate::Result<Dense<f64>> {
+            ReferenceBackend.spmm(a, b)
+        }
+        fn spmv(&self, a: SparseRef<'_, f64>, x: &[f64]) -> crate::Result<Vec<f64>> {
+            let mut y = ReferenceBackend.spmv(a, x)?;
+            if let (Fault::SpmvOffByOne, Some(v)) = (self.0, y.last_mut()) {
+                *v += 1.0;
+            }
+            Ok(y)
+        }
+    }
+
+    fn fails(check: impl FnOnce() + std::panic::UnwindSafe) -> bool {
+        std::panic::catch_unwind(check).is_err()
+    }
+
+    #[test]
+    fn the_suite_catches_faulty_backends() {
+        let b = Faulty(Fault::DropsZeros);
+        assert!(fails(move || spgemm_edge_cases::<f64, _>(&b)));
+        let b = Faulty(Fault::Perturbs);
+        assert!(fails(move || spgemm_matrix_classes::<f64, _>(&b)));
+        let b = Faulty(Fault::Perturbs);
+        assert!(fails(move || spgemm_random::<f64, _>(&b)));
+        let b = Faulty(Fault::LosesRow);
+        assert!(fails(move || spgemm_chunks::<f64, _>(&b)));
+        let b = Faulty(Fault::Perturbs);
+        assert!(fails(move || dia_spgemm::<f64, _>(&b)));
+        let b = Faulty(Fault::Perturbs);
+        assert!(fails(move || bsr_spgemm::<f64, _>(&b)));
+        let b = Faulty(Fault::SpmvOffByOne);
+        assert!(fails(move || spmv_every_format::<f64, _>(&b)));
+    }
+
+    #[test]
+    fn the_tolerance_admits_reordered_sums_but_not_half_precision_errors() {
+        // 0.1 + 0.2 + 0.3 summed in two orders differs in the last bit: admitted.
+        let sum1 = (0.1f64 + 0.2) + 0.3;
+        let sum2 = 0.1f64 + (0.2 + 0.3);
+        assert!(distance(sum1, sum2) <= tolerance::<f64>(3, 0.6, sum2));
+        // An error of one f16 ulp in an f64 result is not.
+        assert!(1e-3 > tolerance::<f64>(3, 0.6, 0.6));
+    }
+}
