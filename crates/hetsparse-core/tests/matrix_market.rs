@@ -237,8 +237,30 @@ fn entry_errors() {
         &["expected 2 values", "found 3"],
     );
     let arr = "%%MatrixMarket matrix array real general\n1 2\n";
-    assert_parse_error(&format!("{arr}1 2\n"), 3, &["expected 1 values", "found 2"]);
+    assert_parse_error(
+        &format!("{arr}1 2\n"),
+        3,
+        &["expected 1 value `value`", "found 2"],
+    );
     assert_parse_error(&format!("{arr}1\nnope\n"), 4, &["a real number", "`nope`"]);
+}
+
+#[test]
+fn invalid_utf8_is_a_parse_error_at_its_line() {
+    let mut bytes = b"%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 ".to_vec();
+    bytes.extend([0xff, 0xfe, b'\n']);
+    match matrix_market::read::<f64, _>(&bytes[..]) {
+        Err(MatrixMarketError::Parse { line: 3, message }) => {
+            assert!(message.contains("a real number"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match matrix_market::read::<f64, _>(&b"\xfe\xff%%MatrixMarket\n"[..]) {
+        Err(MatrixMarketError::Parse { line: 1, message }) => {
+            assert!(message.contains("banner"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -21,7 +21,8 @@
 //!   triangle are mirrored all the same, and if both `(i, j)` and `(j, i)` are listed the
 //!   expansion holds both copies of each, which [`Coo::to_csr`] then sums, as it sums every
 //!   repeated entry. A diagonal entry in a `skew-symmetric` file is an error, since the
-//!   diagonal of a skew-symmetric matrix is zero and not stored.
+//!   diagonal of a skew-symmetric matrix is zero and not stored; the diagonal of a `hermitian`
+//!   file is taken as written (its imaginary parts should be zero, and are not checked).
 //! - Following the specification (and its reference C library, `mm_is_valid`), `hermitian`
 //!   requires the `complex` field, `pattern` is neither `skew-symmetric` nor `hermitian`, and
 //!   `array` is not `pattern`: these banners are rejected rather than guessed at. Symmetric

@@ -60,8 +60,8 @@ pub fn read_csr_path<T: Scalar>(path: impl AsRef<Path>) -> Result<Csr<T>, Matrix
     read_csr(open(path.as_ref())?)
 }
 
-/// Reads the banner and the size line only, leaving the reader after the size line (inside the
-/// decompressor for gzip input, so only the header is meaningful then).
+/// Reads the banner and the size line only, not the entries: what a file holds and how large it
+/// claims to be, without reading it. Gzip input is decompressed just far enough.
 pub fn read_header<R: BufRead>(mut reader: R) -> Result<Header, MatrixMarketError> {
     let mut buf = Vec::new();
     if is_gzip(&mut reader)? {
@@ -209,7 +209,8 @@ fn split_exact<'a, const N: usize>(
         return Err(parse_error(
             lineno,
             format!(
-                "expected {N} values `{expected}`, found {n}: `{}`",
+                "expected {N} {} `{expected}`, found {n}: `{}`",
+                if N == 1 { "value" } else { "values" },
                 quote(line)
             ),
         ));
