@@ -1042,3 +1042,42 @@ proptest! {
         check_dense_round_trip(&d)?;
     }
 }
+
+/// Mutations of a valid file (bytes overwritten, lines cut short) never panic: they read, or they
+/// fail with an error. The fuzz target in `fuzz/` does this at scale; this keeps a cheap version
+/// in `cargo test`.
+fn mutate(text: &[u8], edits: &[(usize, u8)], cut: usize) -> Vec<u8> {
+    let mut bytes = text.to_vec();
+    for &(at, b) in edits {
+        let at = at % bytes.len();
+        bytes[at] = b;
+    }
+    bytes.truncate(bytes.len() - cut % bytes.len());
+    bytes
+}
+
+proptest! {
+    #[test]
+    fn mutated_files_fail_cleanly(
+        c in coo_strategy(any::<f64>()),
+        edits in prop::collection::vec(
+            (any::<usize>(), prop::sample::select(b" \n\r%-+0123456789.eE:x\x1f".to_vec())),
+            0..4,
+        ),
+        cut in any::<usize>(),
+        symmetric in any::<bool>(),
+    ) {
+        let mut text = Vec::new();
+        matrix_market::write_sparse(&mut text, &c).unwrap();
+        if symmetric {
+            // Same entries under another banner: a square matrix or a size-line error.
+            let s = String::from_utf8(text).unwrap().replacen(" general", " skew-symmetric", 1);
+            text = s.into_bytes();
+        }
+        let bytes = mutate(&text, &edits, cut);
+        if let Ok(MatrixMarket::Sparse(c)) = matrix_market::read::<f64, _>(&bytes[..]) {
+            check_coo_round_trip(&c)?;
+        }
+        let _ = matrix_market::read::<C64, _>(&bytes[..]);
+    }
+}
