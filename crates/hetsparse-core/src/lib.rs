@@ -3,7 +3,7 @@
 //! and the conformance suite every backend must pass.
 //!
 //! Data flows format → analysis → plan → kernel → result: a product `A · B` starts as matrices
-//! in one of the [`format`]s, is measured by [`analysis`], and is run by a [`Backend`].
+//! in one of the [`format`](mod@format)s, is measured by [`analysis`], and is run by a [`Backend`].
 //!
 //! ```
 //! use hetsparse_core::{format::Csr, Backend, ReferenceBackend, SpgemmAlgorithm};
