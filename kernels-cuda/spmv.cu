@@ -1,0 +1,213 @@
+// SpMV kernels, y = A·x, for every sparse format (engineer B).
+//
+// Every kernel is a template over the storage type S and a semiring R (add, multiply, zero);
+// sums are formed in R::acc (f32 for f16/bf16) and rounded to S once. Counts and offsets are
+// 64-bit; loops are grid-strided so any size fits any grid.
+//
+// Kernels that sum with atomics (COO, CSPR, CSC) add into an accumulator buffer of R::acc that the
+// caller zeroes; `acc_to_storage` then rounds it to S (skipped where S is its own accumulator).
+#include "reduce.cuh"
+
+// CSR scalar: one thread per row. Best when rows are short (a warp per row would idle).
+template <typename S, typename R>
+__device__ void spmv_csr_scalar(u64 nrows, const u64* __restrict__ offsets,
+                                const u32* __restrict__ cols, const S* __restrict__ vals,
+                                const S* __restrict__ x, S* __restrict__ y) {
+    for (u64 i = global_thread(); i < nrows; i += grid_threads()) {
+        typename R::acc acc = R::zero();
+        for (u64 k = offsets[i]; k < offsets[i + 1]; ++k) {
+            acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+        }
+        y[i] = R::store(acc);
+    }
+}
+
+// CSR vector: one warp per row, lanes stride over the row so loads of A coalesce, then a warp
+// reduction. Best when rows are long.
+template <typename S, typename R>
+__device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
+                                const u32* __restrict__ cols, const S* __restrict__ vals,
+                                const S* __restrict__ x, S* __restrict__ y) {
+    const int lane = threadIdx.x % 32;
+    const u64 warps = grid_threads() / 32;
+    // Every lane of a warp takes the same trip count, so the shuffles see all 32 lanes.
+    for (u64 i = global_thread() / 32; i < nrows; i += warps) {
+        typename R::acc acc = R::zero();
+        const u64 end = offsets[i + 1];
+        for (u64 k = offsets[i] + lane; k < end; k += 32) {
+            acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+        }
+        acc = group_sum<R>(acc, 32);
+        if (lane == 0) y[i] = R::store(acc);
+    }
+}
+
+// ELLR-T (Ortega et al.): T threads per row (T a power of two up to 32). Thread p of a row takes
+// entries p, p+T, p+2T, ... of it; entry k of row i sits at k·N' + i, so for each k the threads
+// of consecutive rows read consecutive addresses. The T partial sums meet in a shuffle reduction
+// (the paper reduces through shared memory; shuffles do the same without it).
+template <typename S, typename R>
+__device__ void spmv_ellr(u64 nrows, u64 padded_rows, u32 threads_per_row,
+                          const u32* __restrict__ row_lengths, const u32* __restrict__ cols,
+                          const S* __restrict__ vals, const S* __restrict__ x,
+                          S* __restrict__ y) {
+    const u32 t = threads_per_row;
+    const u32 p = threadIdx.x % t;
+    const u64 groups = grid_threads() / t;
+    const u64 first = global_thread() / t;
+    // Loop bounds are uniform over each group of T lanes and whole groups fill a warp, so lanes
+    // outside the matrix still join the shuffles.
+    const u64 rounds = (nrows + groups - 1) / groups;
+    for (u64 r = 0; r < rounds; ++r) {
+        const u64 i = first + r * groups;
+        typename R::acc acc = R::zero();
+        if (i < nrows) {
+            const u32 len = row_lengths[i];
+            for (u32 k = p; k < len; k += t) {
+                const u64 at = (u64)k * padded_rows + i;
+                acc = R::add(acc, R::mul(vals[at], x[cols[at]]));
+            }
+        }
+        acc = group_sum<R>(acc, (int)t);
+        if (i < nrows && p == 0) y[i] = R::store(acc);
+    }
+}
+
+// COO: one thread per triplet, row sums by atomics (triplets come in any order, repeats allowed).
+template <typename S, typename R>
+__device__ void spmv_coo(u64 nnz, const u32* __restrict__ rows, const u32* __restrict__ cols,
+                         const S* __restrict__ vals, const S* __restrict__ x,
+                         typename R::acc* __restrict__ y_acc) {
+    for (u64 k = global_thread(); k < nnz; k += grid_threads()) {
+        R::atomic_add(&y_acc[rows[k]], R::mul(vals[k], x[cols[k]]));
+    }
+}
+
+// CSPR (Neelima & Raghavendra, Fig. 2): one thread per entry; the row and column come out of the
+// single linear index row·ncols + col, and rows are summed with atomics. Indices increase, so
+// the lanes of a warp hold runs of equal rows: a segmented reduction in registers first leaves
+// one atomic per run instead of one per entry (the paper's version is the run length 1 case).
+template <typename S, typename R>
+__device__ void spmv_cspr(u64 nnz, u64 ncols, const u64* __restrict__ indices,
+                          const S* __restrict__ vals, const S* __restrict__ x,
+                          typename R::acc* __restrict__ y_acc) {
+    typedef typename R::acc Acc;
+    const int lane = threadIdx.x % 32;
+    const u64 rounds = (nnz + grid_threads() - 1) / grid_threads();
+    for (u64 r = 0; r < rounds; ++r) {
+        const u64 k = global_thread() + r * grid_threads();
+        u64 row = ~0ull;
+        Acc v = R::zero();
+        if (k < nnz) {
+            const u64 linear = indices[k];
+            row = linear / ncols;
+            v = R::mul(vals[k], x[linear - row * ncols]);
+        }
+        // Suffix sums within runs: rows are sorted, so if lane+d has this lane's row, so do all
+        // lanes between, and its partial sum covers exactly the next d entries of the run.
+        for (int d = 1; d < 32; d *= 2) {
+            const Acc other = shfl_down(v, d, 32);
+            const u64 other_row = __shfl_down_sync(0xffffffffu, row, d, 32);
+            if (lane + d < 32 && other_row == row) v = R::add(v, other);
+        }
+        const u64 prev_row = __shfl_up_sync(0xffffffffu, row, 1, 32);
+        if (k < nnz && (lane == 0 || prev_row != row)) R::atomic_add(&y_acc[row], v);
+    }
+}
+
+// CSC: one thread per column scatters x[j]·A[:, j] into the rows with atomics, so CSC needs no
+// transpose on the host or the device.
+template <typename S, typename R>
+__device__ void spmv_csc(u64 ncols, const u64* __restrict__ offsets, const u32* __restrict__ rows,
+                         const S* __restrict__ vals, const S* __restrict__ x,
+                         typename R::acc* __restrict__ y_acc) {
+    for (u64 j = global_thread(); j < ncols; j += grid_threads()) {
+        const S xj = x[j];
+        for (u64 k = offsets[j]; k < offsets[j + 1]; ++k) {
+            R::atomic_add(&y_acc[rows[k]], R::mul(vals[k], xj));
+        }
+    }
+}
+
+// DIA: one thread per row; for each diagonal, consecutive threads read consecutive elements of
+// the diagonal and of x.
+template <typename S, typename R>
+__device__ void spmv_dia(u64 nrows, u64 ncols, u32 ndiags, const i64* __restrict__ offsets,
+                         const S* __restrict__ data, const S* __restrict__ x,
+                         S* __restrict__ y) {
+    for (u64 i = global_thread(); i < nrows; i += grid_threads()) {
+        typename R::acc acc = R::zero();
+        for (u32 d = 0; d < ndiags; ++d) {
+            const i64 j = (i64)i + offsets[d];
+            if (j >= 0 && j < (i64)ncols) {
+                acc = R::add(acc, R::mul(data[(u64)d * nrows + i], x[j]));
+            }
+        }
+        y[i] = R::store(acc);
+    }
+}
+
+// BSR: one thread per scalar row; it walks its block row's blocks and multiplies its row of each
+// r×c block (stored row-major) with c elements of x.
+template <typename S, typename R>
+__device__ void spmv_bsr(u64 nrows, u32 r, u32 c, const u64* __restrict__ offsets,
+                         const u32* __restrict__ block_cols, const S* __restrict__ vals,
+                         const S* __restrict__ x, S* __restrict__ y) {
+    const u64 block_size = (u64)r * c;
+    for (u64 i = global_thread(); i < nrows; i += grid_threads()) {
+        const u64 br = i / r;
+        const u64 within = i - br * r;
+        typename R::acc acc = R::zero();
+        for (u64 b = offsets[br]; b < offsets[br + 1]; ++b) {
+            const S* row = vals + b * block_size + within * c;
+            const S* xs = x + (u64)block_cols[b] * c;
+            for (u32 m = 0; m < c; ++m) acc = R::add(acc, R::mul(row[m], xs[m]));
+        }
+        y[i] = R::store(acc);
+    }
+}
+
+// Rounds an accumulator buffer to storage.
+template <typename S, typename R>
+__device__ void acc_to_storage(u64 n, const typename R::acc* __restrict__ in,
+                               S* __restrict__ out) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) out[i] = R::store(in[i]);
+}
+
+// Entry points, one per scalar type (T the storage type, S the plus-times semiring over it).
+HS_INSTANTIATE(spmv_csr_scalar,
+               (u64 nrows, const u64* offsets, const u32* cols, const void* vals, const void* x,
+                void* y),
+               (spmv_csr_scalar<T, S>(nrows, offsets, cols, (const T*)vals, (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_csr_vector,
+               (u64 nrows, const u64* offsets, const u32* cols, const void* vals, const void* x,
+                void* y),
+               (spmv_csr_vector<T, S>(nrows, offsets, cols, (const T*)vals, (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_ellr,
+               (u64 nrows, u64 padded_rows, u32 t, const u32* row_lengths, const u32* cols,
+                const void* vals, const void* x, void* y),
+               (spmv_ellr<T, S>(nrows, padded_rows, t, row_lengths, cols, (const T*)vals,
+                               (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_coo,
+               (u64 nnz, const u32* rows, const u32* cols, const void* vals, const void* x,
+                void* y_acc),
+               (spmv_coo<T, S>(nnz, rows, cols, (const T*)vals, (const T*)x, (S::acc*)y_acc)))
+HS_INSTANTIATE(spmv_cspr,
+               (u64 nnz, u64 ncols, const u64* indices, const void* vals, const void* x,
+                void* y_acc),
+               (spmv_cspr<T, S>(nnz, ncols, indices, (const T*)vals, (const T*)x, (S::acc*)y_acc)))
+HS_INSTANTIATE(spmv_csc,
+               (u64 ncols, const u64* offsets, const u32* rows, const void* vals, const void* x,
+                void* y_acc),
+               (spmv_csc<T, S>(ncols, offsets, rows, (const T*)vals, (const T*)x, (S::acc*)y_acc)))
+HS_INSTANTIATE(spmv_dia,
+               (u64 nrows, u64 ncols, u32 ndiags, const i64* offsets, const void* data,
+                const void* x, void* y),
+               (spmv_dia<T, S>(nrows, ncols, ndiags, offsets, (const T*)data, (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_bsr,
+               (u64 nrows, u32 r, u32 c, const u64* offsets, const u32* block_cols,
+                const void* vals, const void* x, void* y),
+               (spmv_bsr<T, S>(nrows, r, c, offsets, block_cols, (const T*)vals, (const T*)x,
+                              (T*)y)))
+HS_INSTANTIATE(acc_to_storage, (u64 n, const void* in, void* out),
+               (acc_to_storage<T, S>(n, (const S::acc*)in, (T*)out)))
