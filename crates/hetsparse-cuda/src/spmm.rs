@@ -1,0 +1,445 @@
+//! SpMM, `C = A·B` with A sparse and B dense, on the device (kernels in `kernels-cuda/spmm.cu`).
+//!
+//! - CSR: csrmm with a half-warp per row of A (Matam et al. §V), for row- and column-major B.
+//! - ELLPACK-R: ELLR-T SpMM (Ortega et al., Alg. 1): `T` threads per row, `L_c` columns of C
+//!   per pass.
+//! - Every other format: one SpMV kernel of that format per column of B, on the device (the
+//!   paper's "SetSpMMs" baseline), so no format is converted on the host.
+//!
+//! B and C move in panels of `L_GPU` columns (Ortega §3, FastSpMM). When B and C do not fit in
+//! the device memory budget, or are large enough for transfers to matter, the panels alternate
+//! between two streams, each with its own pinned staging and device buffers: while one stream
+//! copies its panel of B in, computes and copies its panel of C out, the host packs the next
+//! panel for the other, so transfers overlap computation.
+
+use std::mem::size_of;
+use std::ops::Range;
+
+use hetsparse_core::backend::check;
+use hetsparse_core::{Dense, Error, Layout, Result, SparseRef};
+
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
+use crate::error::out_of_memory;
+use crate::memory::{pinned, DeviceBuffer, PinnedBuffer};
+use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
+use crate::spmv::{
+    check_threads_per_row, ellr_threads_per_row, DeviceSparse, SpmvKernel, SpmvOutput, BLOCK,
+};
+
+/// B and C together from this size stream in panels even when they fit, so that copies overlap
+/// computation (below it the extra launches and synchronisations cost more than they hide).
+pub const STREAM_MIN_BYTES: u64 = 64 << 20;
+
+/// Panels B and C are split into at least when they stream although they fit.
+const MIN_PANELS: usize = 4;
+
+/// Which SpMM kernel runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpmmKernel {
+    /// The format's kernel: csrmm for CSR, ELLR-T with `T` from the mean row length and the
+    /// largest `L_c` up to 8 for ELLPACK-R, column-by-column SpMV for the other formats.
+    #[default]
+    Auto,
+    /// CSR: csrmm, a half-warp per row.
+    CsrHalfWarp,
+    /// ELLPACK-R: ELLR-T SpMM.
+    EllrT {
+        /// `T`, a power of two from 1 to 32.
+        threads_per_row: u32,
+        /// `L_c`: 1, 2, 4 or 8.
+        columns_per_pass: u32,
+    },
+}
+
+/// How an SpMM runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpmmOptions {
+    /// The kernel.
+    pub kernel: SpmmKernel,
+    /// `L_GPU`, the columns of B and C per transfer; `None` lets the backend choose from the
+    /// device memory budget and the operands' size. More than one panel streams over two
+    /// streams.
+    pub panel_columns: Option<usize>,
+}
+
+/// What runs on each panel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    CsrRowMajor,
+    CsrColMajor,
+    Ellr { t: u32, lc: u32 },
+    ColumnSpmv(SpmvKernel),
+}
+
+impl Method {
+    fn choose<T: DeviceScalar>(
+        a: &DeviceSparse<T>,
+        kernel: SpmmKernel,
+        layout: Layout,
+        ncols: usize,
+    ) -> Result<Self> {
+        Ok(match (a, kernel) {
+            (DeviceSparse::Csr { .. }, SpmmKernel::Auto | SpmmKernel::CsrHalfWarp) => {
+                match layout {
+                    Layout::RowMajor => Method::CsrRowMajor,
+                    Layout::ColMajor => Method::CsrColMajor,
+                }
+            }
+            (DeviceSparse::Ellr { mean_row, .. }, SpmmKernel::Auto) => Method::Ellr {
+                t: ellr_threads_per_row(*mean_row),
+                lc: [8, 4, 2, 1]
+                    .into_iter()
+                    .find(|&lc| lc as usize <= ncols)
+                    .unwrap_or(1),
+            },
+            (
+                DeviceSparse::Ellr { .. },
+                SpmmKernel::EllrT {
+                    threads_per_row,
+                    columns_per_pass,
+                },
+            ) => {
+                check_threads_per_row(threads_per_row)?;
+                if ![1, 2, 4, 8].contains(&columns_per_pass) {
+                    return Err(Error::InvalidArgument(format!(
+                        "ELLR-T SpMM columns per pass (L_c) must be 1, 2, 4 or 8, not {columns_per_pass}"
+                    )));
+                }
+                Method::Ellr {
+                    t: threads_per_row,
+                    lc: columns_per_pass,
+                }
+            }
+            (_, SpmmKernel::Auto) => Method::ColumnSpmv(a.resolve(SpmvKernel::Auto)?),
+            (_, kernel) => {
+                return Err(Error::InvalidArgument(format!(
+                    "SpMM kernel {kernel:?} does not apply to this matrix's format"
+                )))
+            }
+        })
+    }
+
+    /// The layout panels of B and C take on the device.
+    fn panel_layout(self, b_layout: Layout) -> Layout {
+        match self {
+            Method::CsrRowMajor => Layout::RowMajor,
+            Method::CsrColMajor | Method::ColumnSpmv(_) => Layout::ColMajor,
+            Method::Ellr { .. } => b_layout,
+        }
+    }
+}
+
+/// `L_GPU`: columns per panel, from the request or from the memory left after A.
+fn panel_columns(
+    requested: Option<usize>,
+    ncols: usize,
+    bytes_per_column: u64,
+    available: u64,
+) -> Result<usize> {
+    if let Some(w) = requested {
+        if w == 0 {
+            return Err(Error::InvalidArgument(
+                "SpMM panel columns (L_GPU) must be at least 1".into(),
+            ));
+        }
+        return Ok(w.min(ncols));
+    }
+    let total = bytes_per_column.saturating_mul(ncols as u64);
+    if total <= available && total < STREAM_MIN_BYTES {
+        return Ok(ncols);
+    }
+    // Two streams, each with a panel of B and one of C.
+    let fit = (available / bytes_per_column.max(1) / 2) as usize;
+    if fit == 0 {
+        return Err(out_of_memory(
+            "SpMM: a panel of one column of B and C on each of two streams",
+            bytes_per_column.saturating_mul(2),
+            available,
+        ));
+    }
+    Ok(fit.min(ncols.div_ceil(MIN_PANELS)).max(1))
+}
+
+/// Walks columns `cols` of an `nrows × ncols` matrix stored in `full_layout` and of its panel
+/// (`nrows × cols.len()` in `panel_layout`) in runs contiguous in both, calling
+/// `copy(full_start, panel_start, len)` for each.
+fn panel_runs(
+    full_layout: Layout,
+    panel_layout: Layout,
+    (nrows, ncols): (usize, usize),
+    cols: Range<usize>,
+    mut copy: impl FnMut(usize, usize, usize),
+) {
+    let w = cols.len();
+    match (full_layout, panel_layout) {
+        (Layout::ColMajor, Layout::ColMajor) => copy(cols.start * nrows, 0, w * nrows),
+        (Layout::RowMajor, Layout::RowMajor) => {
+            for i in 0..nrows {
+                copy(i * ncols + cols.start, i * w, w);
+            }
+        }
+        (Layout::RowMajor, Layout::ColMajor) => {
+            for i in 0..nrows {
+                for q in 0..w {
+                    copy(i * ncols + cols.start + q, q * nrows + i, 1);
+                }
+            }
+        }
+        (Layout::ColMajor, Layout::RowMajor) => {
+            for q in 0..w {
+                for i in 0..nrows {
+                    copy((cols.start + q) * nrows + i, i * w + q, 1);
+                }
+            }
+        }
+    }
+}
+
+/// One stream's buffers: pinned staging and device memory for a panel of B and one of C.
+struct Slot<T: DeviceScalar> {
+    stream: Stream,
+    b_host: PinnedBuffer<T::Device>,
+    c_host: PinnedBuffer<T::Device>,
+    b_dev: DeviceBuffer<T::Device>,
+    c_dev: SpmvOutput<T>,
+    /// Columns whose C panel is on its way to `c_host`.
+    pending: Option<Range<usize>>,
+}
+
+/// `C = A·B` on the device.
+pub(crate) fn spmm<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: SparseRef<'_, T>,
+    b: &Dense<T>,
+    options: SpmmOptions,
+) -> Result<Dense<T>> {
+    check::spmm(&a, b)?;
+    gpu.bind()?;
+    let (nrows, inner) = a.shape();
+    let ncols = b.ncols();
+    let layout = b.layout();
+    let _span =
+        tracing::debug_span!("spmm", format = %a.format(), nrows, inner, ncols, ?layout).entered();
+    if nrows == 0 || ncols == 0 {
+        return Ok(Dense::zeros(nrows, ncols, layout));
+    }
+    let first = Stream::new()?;
+    let dev = DeviceSparse::upload(gpu, &first, a)?;
+    let method = Method::choose(&dev, options.kernel, layout, ncols)?;
+    let panel_layout = method.panel_layout(layout);
+    let bytes_per_column =
+        (inner * size_of::<T>()) as u64 + nrows as u64 * SpmvOutput::bytes_per_element(&dev);
+    let w = panel_columns(
+        options.panel_columns,
+        ncols,
+        bytes_per_column,
+        gpu.memory().available(),
+    )?;
+    let panels: Vec<Range<usize>> = (0..ncols)
+        .step_by(w)
+        .map(|c0| c0..(c0 + w).min(ncols))
+        .collect();
+    tracing::debug!(
+        ?method,
+        panel_columns = w,
+        panels = panels.len(),
+        "SpMM plan"
+    );
+
+    let mut slots = Vec::new();
+    for _ in 0..panels.len().min(2) {
+        slots.push(Slot::<T> {
+            stream: Stream::new()?,
+            b_host: pinned(inner * w, "SpMM B panel staging")?,
+            c_host: pinned(nrows * w, "SpMM C panel staging")?,
+            b_dev: DeviceBuffer::new(gpu.memory(), inner * w, "SpMM B panel")?,
+            c_dev: SpmvOutput::new(gpu, &dev, nrows * w)?,
+            pending: None,
+        });
+    }
+    // A's upload was queued on `first`; the panel streams must not start before it lands.
+    first.synchronize()?;
+
+    let b_full = as_device(b.data());
+    let mut c_full = vec![T::Device::default(); nrows * ncols];
+    let n_slots = slots.len();
+    for (k, cols) in panels.iter().enumerate() {
+        let slot = &mut slots[k % n_slots];
+        if let Some(done) = slot.pending.take() {
+            slot.stream.synchronize()?;
+            let c_host = &slot.c_host;
+            panel_runs(layout, panel_layout, (nrows, ncols), done, |f, p, len| {
+                c_full[f..f + len].copy_from_slice(&c_host[p..p + len]);
+            });
+        }
+        let pw = cols.len();
+        {
+            let _p = tracing::trace_span!("pack B panel", columns = pw).entered();
+            let b_host = &mut slot.b_host;
+            panel_runs(
+                layout,
+                panel_layout,
+                (inner, ncols),
+                cols.clone(),
+                |f, p, len| {
+                    b_host[p..p + len].copy_from_slice(&b_full[f..f + len]);
+                },
+            );
+        }
+        let b_panel = slot.b_dev.slice().sub(0, inner * pw);
+        {
+            let _h = tracing::debug_span!("H2D", bytes = inner * pw * size_of::<T>()).entered();
+            b_panel.upload(&slot.stream, &slot.b_host[..inner * pw])?;
+        }
+        {
+            let _k = tracing::debug_span!("kernel", ?method, columns = pw).entered();
+            run_panel(gpu, &dev, method, panel_layout, slot, (inner, nrows, pw))?;
+        }
+        let _d = tracing::debug_span!("D2H", bytes = nrows * pw * size_of::<T>()).entered();
+        slot.c_dev
+            .out
+            .slice()
+            .download_async(&slot.stream, &mut slot.c_host, 0, nrows * pw)?;
+        slot.pending = Some(cols.clone());
+    }
+    for slot in &mut slots {
+        if let Some(done) = slot.pending.take() {
+            slot.stream.synchronize()?;
+            let c_host = &slot.c_host;
+            panel_runs(layout, panel_layout, (nrows, ncols), done, |f, p, len| {
+                c_full[f..f + len].copy_from_slice(&c_host[p..p + len]);
+            });
+        }
+    }
+    Dense::try_new(nrows, ncols, layout, from_device::<T>(&c_full).to_vec()).map_err(Error::from)
+}
+
+/// Queues the kernels for one panel of `pw` columns on `stream`.
+fn run_panel<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: &DeviceSparse<T>,
+    method: Method,
+    panel_layout: Layout,
+    slot: &Slot<T>,
+    (inner, nrows, pw): (usize, usize, usize),
+) -> Result<()> {
+    let stream = &slot.stream;
+    let b = slot.b_dev.slice().arg();
+    let c = slot.c_dev.out.slice().arg();
+    let launch = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
+        let f = gpu.function("spmm", kernel_name::<T>(base))?;
+        // SAFETY: the callers below pass the parameters of `base` in `spmm.cu`, in order; the
+        // panels hold `inner × pw` and `nrows × pw` elements.
+        unsafe { gpu.launch(f, LaunchConfig::for_threads(threads, BLOCK), stream, args) }
+    };
+    let (n, w) = (nrows as u64, pw as u64);
+    match (method, a) {
+        (
+            Method::CsrRowMajor | Method::CsrColMajor,
+            DeviceSparse::Csr {
+                offsets,
+                cols,
+                vals,
+                ..
+            },
+        ) => {
+            let (base, ldb, ldc) = if method == Method::CsrRowMajor {
+                ("spmm_csr_rowmajor", w, w)
+            } else {
+                ("spmm_csr_colmajor", inner as u64, n)
+            };
+            launch(
+                base,
+                n * 16,
+                &[
+                    Arg::U64(n),
+                    Arg::U64(w),
+                    offsets.slice().arg(),
+                    cols.slice().arg(),
+                    vals.slice().arg(),
+                    b,
+                    Arg::U64(ldb),
+                    c,
+                    Arg::U64(ldc),
+                ],
+            )
+        }
+        (
+            Method::Ellr { t, lc },
+            DeviceSparse::Ellr {
+                padded_rows,
+                row_lengths,
+                cols,
+                vals,
+                ..
+            },
+        ) => {
+            let ((b_rs, b_cs), (c_rs, c_cs)) = match panel_layout {
+                Layout::RowMajor => ((w, 1), (w, 1)),
+                Layout::ColMajor => ((1, inner as u64), (1, n)),
+            };
+            launch(
+                &format!("spmm_ellr_lc{lc}"),
+                n * u64::from(t),
+                &[
+                    Arg::U64(n),
+                    Arg::U64(*padded_rows as u64),
+                    Arg::U32(t),
+                    row_lengths.slice().arg(),
+                    cols.slice().arg(),
+                    vals.slice().arg(),
+                    Arg::U64(w),
+                    b,
+                    Arg::U64(b_rs),
+                    Arg::U64(b_cs),
+                    c,
+                    Arg::U64(c_rs),
+                    Arg::U64(c_cs),
+                ],
+            )
+        }
+        (Method::ColumnSpmv(kernel), _) => {
+            slot.c_dev.prepare(stream)?;
+            for q in 0..pw {
+                let x = slot.b_dev.slice().sub(q * inner, inner).arg();
+                // SAFETY: column q of the B panel holds `inner` values, the output `nrows`.
+                unsafe { a.launch(gpu, stream, kernel, x, slot.c_dev.target(q * nrows))? };
+            }
+            slot.c_dev.finish(gpu, stream, nrows * pw)
+        }
+        _ => Err(Error::InvalidArgument(format!(
+            "SpMM method {method:?} does not match the uploaded matrix"
+        ))),
+    }
+}
+
+impl crate::CudaBackend {
+    /// `C = A·B` with a chosen kernel and panel width `L_GPU`;
+    /// [`Backend::spmm`](hetsparse_core::Backend::spmm) is this with the default options.
+    ///
+    /// ```no_run
+    /// use hetsparse_core::{generate, Dense, Ellr, Layout, SparseRef};
+    /// use hetsparse_cuda::{CudaBackend, SpmmKernel, SpmmOptions};
+    ///
+    /// # fn main() -> hetsparse_core::Result<()> {
+    /// let gpu = CudaBackend::new()?;
+    /// let a = Ellr::from_csr(&generate::banded::<f64>(1000, 9, 1), 1 << 20)?;
+    /// let b = Dense::<f64>::zeros(1000, 64, Layout::RowMajor);
+    /// let options = SpmmOptions {
+    ///     kernel: SpmmKernel::EllrT { threads_per_row: 2, columns_per_pass: 8 },
+    ///     panel_columns: Some(16), // four panels over two streams
+    /// };
+    /// let c = gpu.spmm_with(SparseRef::Ellr(&a), &b, options)?;
+    /// assert_eq!(c.shape(), (1000, 64));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spmm_with<T: DeviceScalar>(
+        &self,
+        a: SparseRef<'_, T>,
+        b: &Dense<T>,
+        options: SpmmOptions,
+    ) -> Result<Dense<T>> {
+        spmm(self.gpu(), a, b, options)
+    }
+}

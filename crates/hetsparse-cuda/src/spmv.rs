@@ -1,0 +1,585 @@
+//! SpMV, `y = A·x`, on the device for every sparse format (kernels in `kernels-cuda/spmv.cu`).
+//!
+//! Each format has its own kernel, so no format is converted on the host:
+//!
+//! | format | kernel |
+//! |---|---|
+//! | CSR | a thread per row (scalar) or a warp per row (vector), chosen by the mean row length |
+//! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
+//! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
+//! | COO | a thread per triplet, rows summed with atomics |
+//! | CSC | a thread per column scattering into the rows with atomics (no transpose) |
+//! | DIA | a thread per row walking the diagonals |
+//! | BSR | a thread per row walking its block row |
+//!
+//! Kernels that sum with atomics add into an accumulator buffer (`f32` for f16/bf16, so that half
+//! precision is rounded once), which a last kernel rounds to the storage type.
+
+use std::mem::size_of;
+
+use hetsparse_core::backend::check;
+use hetsparse_core::{Error, Result, SparseFormat, SparseRef};
+
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
+use crate::memory::DeviceBuffer;
+use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
+
+/// Every format SpMV and SpMM run on natively (each has its own kernel).
+pub(crate) const FORMATS: [SparseFormat; 7] = [
+    SparseFormat::Csr,
+    SparseFormat::Csc,
+    SparseFormat::Coo,
+    SparseFormat::Dia,
+    SparseFormat::Ellr,
+    SparseFormat::Cspr,
+    SparseFormat::Bsr,
+];
+
+/// Threads per block of every SpMV and SpMM launch.
+pub(crate) const BLOCK: u32 = 256;
+
+/// Mean entries per row from which CSR SpMV gives each row a warp instead of a thread: below it
+/// most lanes of a warp would idle, above it one thread per row serialises long rows and its
+/// loads do not coalesce (Bell & Garland's scalar/vector trade-off).
+pub const CSR_VECTOR_MIN_MEAN_ROW: f64 = 16.0;
+
+/// How SpMV maps threads to rows, for the formats where there is a choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpmvKernel {
+    /// The backend's choice: for CSR scalar or vector by [`CSR_VECTOR_MIN_MEAN_ROW`], for
+    /// ELLPACK-R `T` from the mean row length ([`ellr_threads_per_row`]); the only kernel of
+    /// every other format.
+    #[default]
+    Auto,
+    /// CSR, one thread per row.
+    CsrScalar,
+    /// CSR, one warp per row.
+    CsrVector,
+    /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
+    EllrT {
+        /// `T`.
+        threads_per_row: u32,
+    },
+}
+
+/// `T` for ELLR-T: about four entries per thread, a power of two from 1 to 32 (Ortega et al.
+/// tune `T` per matrix; this keeps each thread's loop short without idling threads).
+pub fn ellr_threads_per_row(mean_row_length: f64) -> u32 {
+    let wanted = (mean_row_length / 4.0).max(1.0);
+    let mut t = 1u32;
+    while t < 32 && f64::from(t * 2) <= wanted {
+        t *= 2;
+    }
+    t
+}
+
+/// Checks a requested `T`.
+pub(crate) fn check_threads_per_row(t: u32) -> Result<()> {
+    if t == 0 || t > 32 || !t.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "ELLR-T threads per row must be a power of two from 1 to 32, not {t}"
+        )));
+    }
+    Ok(())
+}
+
+/// A sparse matrix uploaded to the device in its own format.
+pub(crate) enum DeviceSparse<T: DeviceScalar> {
+    Csr {
+        nrows: usize,
+        mean_row: f64,
+        offsets: DeviceBuffer<u64>,
+        cols: DeviceBuffer<u32>,
+        vals: DeviceBuffer<T::Device>,
+    },
+    Csc {
+        ncols: usize,
+        offsets: DeviceBuffer<u64>,
+        rows: DeviceBuffer<u32>,
+        vals: DeviceBuffer<T::Device>,
+    },
+    Coo {
+        nnz: u64,
+        rows: DeviceBuffer<u32>,
+        cols: DeviceBuffer<u32>,
+        vals: DeviceBuffer<T::Device>,
+    },
+    Dia {
+        nrows: usize,
+        ncols: usize,
+        offsets: DeviceBuffer<i64>,
+        data: DeviceBuffer<T::Device>,
+    },
+    Ellr {
+        nrows: usize,
+        padded_rows: usize,
+        mean_row: f64,
+        row_lengths: DeviceBuffer<u32>,
+        cols: DeviceBuffer<u32>,
+        vals: DeviceBuffer<T::Device>,
+    },
+    Cspr {
+        nnz: u64,
+        ncols: usize,
+        indices: DeviceBuffer<u64>,
+        vals: DeviceBuffer<T::Device>,
+    },
+    Bsr {
+        nrows: usize,
+        block_shape: (usize, usize),
+        offsets: DeviceBuffer<u64>,
+        cols: DeviceBuffer<u32>,
+        vals: DeviceBuffer<T::Device>,
+    },
+}
+
+fn mean(entries: u64, rows: usize) -> f64 {
+    if rows == 0 {
+        0.0
+    } else {
+        entries as f64 / rows as f64
+    }
+}
+
+impl<T: DeviceScalar> DeviceSparse<T> {
+    /// Copies `a`'s arrays to the device, queued on `stream`.
+    pub(crate) fn upload(gpu: &Gpu, stream: &Stream, a: SparseRef<'_, T>) -> Result<Self> {
+        let mem = gpu.memory();
+        let (nrows, ncols) = a.shape();
+        let _span = tracing::debug_span!("H2D", what = "sparse operand", format = %a.format(), nrows, ncols).entered();
+        Ok(match a {
+            SparseRef::Csr(m) => DeviceSparse::Csr {
+                nrows,
+                mean_row: mean(m.nnz(), nrows),
+                offsets: DeviceBuffer::from_host(mem, stream, m.row_offsets(), "CSR offsets")?,
+                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "CSR columns")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSR values")?,
+            },
+            SparseRef::Csc(m) => DeviceSparse::Csc {
+                ncols,
+                offsets: DeviceBuffer::from_host(mem, stream, m.col_offsets(), "CSC offsets")?,
+                rows: DeviceBuffer::from_host(mem, stream, m.row_indices(), "CSC rows")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSC values")?,
+            },
+            SparseRef::Coo(m) => DeviceSparse::Coo {
+                nnz: m.nnz(),
+                rows: DeviceBuffer::from_host(mem, stream, m.row_indices(), "COO rows")?,
+                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "COO columns")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "COO values")?,
+            },
+            SparseRef::Dia(m) => DeviceSparse::Dia {
+                nrows,
+                ncols,
+                offsets: DeviceBuffer::from_host(mem, stream, m.offsets(), "DIA offsets")?,
+                data: DeviceBuffer::from_host(mem, stream, as_device(m.data()), "DIA data")?,
+            },
+            SparseRef::Ellr(m) => DeviceSparse::Ellr {
+                nrows,
+                padded_rows: m.padded_rows(),
+                mean_row: mean(m.nnz(), nrows),
+                row_lengths: DeviceBuffer::from_host(
+                    mem,
+                    stream,
+                    m.row_lengths(),
+                    "ELLPACK-R row lengths",
+                )?,
+                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "ELLPACK-R J")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "ELLPACK-R E")?,
+            },
+            SparseRef::Cspr(m) => DeviceSparse::Cspr {
+                nnz: m.nnz(),
+                ncols,
+                indices: DeviceBuffer::from_host(mem, stream, m.indices(), "CSPR indices")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSPR values")?,
+            },
+            SparseRef::Bsr(m) => DeviceSparse::Bsr {
+                nrows,
+                block_shape: m.block_shape(),
+                offsets: DeviceBuffer::from_host(mem, stream, m.row_offsets(), "BSR offsets")?,
+                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "BSR block columns")?,
+                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "BSR values")?,
+            },
+        })
+    }
+
+    fn format(&self) -> SparseFormat {
+        match self {
+            DeviceSparse::Csr { .. } => SparseFormat::Csr,
+            DeviceSparse::Csc { .. } => SparseFormat::Csc,
+            DeviceSparse::Coo { .. } => SparseFormat::Coo,
+            DeviceSparse::Dia { .. } => SparseFormat::Dia,
+            DeviceSparse::Ellr { .. } => SparseFormat::Ellr,
+            DeviceSparse::Cspr { .. } => SparseFormat::Cspr,
+            DeviceSparse::Bsr { .. } => SparseFormat::Bsr,
+        }
+    }
+
+    /// Whether the kernel sums rows with atomics into a zeroed accumulator buffer.
+    pub(crate) fn sums_atomically(&self) -> bool {
+        matches!(
+            self,
+            DeviceSparse::Csc { .. } | DeviceSparse::Coo { .. } | DeviceSparse::Cspr { .. }
+        )
+    }
+
+    /// The kernel `kernel` resolves to for this matrix, checked against its format.
+    pub(crate) fn resolve(&self, kernel: SpmvKernel) -> Result<SpmvKernel> {
+        let resolved = match (self, kernel) {
+            (DeviceSparse::Csr { mean_row, .. }, SpmvKernel::Auto) => {
+                if *mean_row >= CSR_VECTOR_MIN_MEAN_ROW {
+                    SpmvKernel::CsrVector
+                } else {
+                    SpmvKernel::CsrScalar
+                }
+            }
+            (DeviceSparse::Csr { .. }, SpmvKernel::CsrScalar | SpmvKernel::CsrVector) => kernel,
+            (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
+                threads_per_row: ellr_threads_per_row(*mean_row),
+            },
+            (DeviceSparse::Ellr { .. }, SpmvKernel::EllrT { threads_per_row }) => {
+                check_threads_per_row(threads_per_row)?;
+                kernel
+            }
+            (_, SpmvKernel::Auto) => SpmvKernel::Auto,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "SpMV kernel {kernel:?} does not apply to a {} matrix",
+                    self.format()
+                )))
+            }
+        };
+        Ok(resolved)
+    }
+
+    /// Queues `y = A·x` on `stream`. `x` is the device address of `ncols` values; `y` of
+    /// `nrows` values of `T` or, where [`DeviceSparse::sums_atomically`], of a zeroed buffer of
+    /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`].
+    ///
+    /// # Safety
+    /// `x` and `y` must be valid device addresses of those sizes.
+    pub(crate) unsafe fn launch(
+        &self,
+        gpu: &Gpu,
+        stream: &Stream,
+        kernel: SpmvKernel,
+        x: Arg,
+        y: Arg,
+    ) -> Result<()> {
+        let run = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
+            let f = gpu.function("spmv", kernel_name::<T>(base))?;
+            // SAFETY: each call below passes the arguments of `base` in `spmv.cu`, in order.
+            unsafe { gpu.launch(f, LaunchConfig::for_threads(threads, BLOCK), stream, args) }
+        };
+        match self {
+            DeviceSparse::Csr {
+                nrows,
+                offsets,
+                cols,
+                vals,
+                ..
+            } => {
+                let args = [
+                    Arg::U64(*nrows as u64),
+                    offsets.slice().arg(),
+                    cols.slice().arg(),
+                    vals.slice().arg(),
+                    x,
+                    y,
+                ];
+                match kernel {
+                    SpmvKernel::CsrVector => run("spmv_csr_vector", *nrows as u64 * 32, &args),
+                    _ => run("spmv_csr_scalar", *nrows as u64, &args),
+                }
+            }
+            DeviceSparse::Ellr {
+                nrows,
+                padded_rows,
+                row_lengths,
+                cols,
+                vals,
+                ..
+            } => {
+                let t = match kernel {
+                    SpmvKernel::EllrT { threads_per_row } => threads_per_row,
+                    _ => 1,
+                };
+                run(
+                    "spmv_ellr",
+                    *nrows as u64 * u64::from(t),
+                    &[
+                        Arg::U64(*nrows as u64),
+                        Arg::U64(*padded_rows as u64),
+                        Arg::U32(t),
+                        row_lengths.slice().arg(),
+                        cols.slice().arg(),
+                        vals.slice().arg(),
+                        x,
+                        y,
+                    ],
+                )
+            }
+            DeviceSparse::Coo {
+                nnz,
+                rows,
+                cols,
+                vals,
+            } => run(
+                "spmv_coo",
+                *nnz,
+                &[
+                    Arg::U64(*nnz),
+                    rows.slice().arg(),
+                    cols.slice().arg(),
+                    vals.slice().arg(),
+                    x,
+                    y,
+                ],
+            ),
+            DeviceSparse::Cspr {
+                nnz,
+                ncols,
+                indices,
+                vals,
+            } => run(
+                "spmv_cspr",
+                *nnz,
+                &[
+                    Arg::U64(*nnz),
+                    Arg::U64(*ncols as u64),
+                    indices.slice().arg(),
+                    vals.slice().arg(),
+                    x,
+                    y,
+                ],
+            ),
+            DeviceSparse::Csc {
+                ncols,
+                offsets,
+                rows,
+                vals,
+            } => run(
+                "spmv_csc",
+                *ncols as u64,
+                &[
+                    Arg::U64(*ncols as u64),
+                    offsets.slice().arg(),
+                    rows.slice().arg(),
+                    vals.slice().arg(),
+                    x,
+                    y,
+                ],
+            ),
+            DeviceSparse::Dia {
+                nrows,
+                ncols,
+                offsets,
+                data,
+            } => run(
+                "spmv_dia",
+                *nrows as u64,
+                &[
+                    Arg::U64(*nrows as u64),
+                    Arg::U64(*ncols as u64),
+                    Arg::U32(u32::try_from(offsets.len()).map_err(|_| {
+                        Error::InvalidArgument(format!(
+                            "DIA SpMV: {} diagonals, more than 2^32",
+                            offsets.len()
+                        ))
+                    })?),
+                    offsets.slice().arg(),
+                    data.slice().arg(),
+                    x,
+                    y,
+                ],
+            ),
+            DeviceSparse::Bsr {
+                nrows,
+                block_shape: (r, c),
+                offsets,
+                cols,
+                vals,
+            } => run(
+                "spmv_bsr",
+                *nrows as u64,
+                &[
+                    Arg::U64(*nrows as u64),
+                    Arg::U32(block_side(*r)?),
+                    Arg::U32(block_side(*c)?),
+                    offsets.slice().arg(),
+                    cols.slice().arg(),
+                    vals.slice().arg(),
+                    x,
+                    y,
+                ],
+            ),
+        }
+    }
+}
+
+/// A block side as the kernels take it.
+pub(crate) fn block_side(side: usize) -> Result<u32> {
+    u32::try_from(side)
+        .map_err(|_| Error::InvalidArgument(format!("block side {side} is larger than 2^32")))
+}
+
+/// Whether `T`'s accumulator is wider than `T` (f16, bf16), so that atomic sums need their own
+/// buffer and a rounding kernel.
+pub(crate) fn accumulates_wider<T: DeviceScalar>() -> bool {
+    size_of::<T::Acc>() != size_of::<T>()
+}
+
+/// Queues the rounding of `n` accumulators at `acc` into `n` values of `T` at `out`.
+///
+/// # Safety
+/// Both addresses must be valid for `n` elements of their types.
+pub(crate) unsafe fn round_accumulators<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Stream,
+    n: u64,
+    acc: Arg,
+    out: Arg,
+) -> Result<()> {
+    let f = gpu.function("spmv", kernel_name::<T>("acc_to_storage"))?;
+    // SAFETY: `acc_to_storage(u64 n, const void* in, void* out)`; addresses by the caller.
+    unsafe {
+        gpu.launch(
+            f,
+            LaunchConfig::for_threads(n, BLOCK),
+            stream,
+            &[Arg::U64(n), acc, out],
+        )
+    }
+}
+
+/// Device memory for the results of `columns` SpMVs of `nrows` rows each: `out` in `T` and,
+/// where the kernel sums atomically into a wider accumulator, a separate accumulator buffer.
+pub(crate) struct SpmvOutput<T: DeviceScalar> {
+    pub(crate) out: DeviceBuffer<T::Device>,
+    acc: Option<DeviceBuffer<u8>>,
+    atomic: bool,
+}
+
+impl<T: DeviceScalar> SpmvOutput<T> {
+    pub(crate) fn new(gpu: &Gpu, a: &DeviceSparse<T>, len: usize) -> Result<Self> {
+        let atomic = a.sums_atomically();
+        let acc = if atomic && accumulates_wider::<T>() {
+            Some(DeviceBuffer::new(
+                gpu.memory(),
+                len * size_of::<T::Acc>(),
+                "SpMV accumulators",
+            )?)
+        } else {
+            None
+        };
+        Ok(SpmvOutput {
+            out: DeviceBuffer::new(gpu.memory(), len, "SpMV result")?,
+            acc,
+            atomic,
+        })
+    }
+
+    /// Device memory one output element needs, in bytes.
+    pub(crate) fn bytes_per_element(a: &DeviceSparse<T>) -> u64 {
+        let acc = if a.sums_atomically() && accumulates_wider::<T>() {
+            size_of::<T::Acc>()
+        } else {
+            0
+        };
+        (size_of::<T>() + acc) as u64
+    }
+
+    /// Zeroes what the kernel sums into (atomic kernels only).
+    pub(crate) fn prepare(&self, stream: &Stream) -> Result<()> {
+        match (&self.acc, self.atomic) {
+            (Some(acc), _) => acc.slice().zero(stream),
+            (None, true) => self.out.slice().zero(stream),
+            (None, false) => Ok(()),
+        }
+    }
+
+    /// The device address of element `start` of what the kernel writes.
+    pub(crate) fn target(&self, start: usize) -> Arg {
+        match &self.acc {
+            Some(acc) => {
+                let width = size_of::<T::Acc>();
+                acc.slice()
+                    .sub(start * width, acc.len() - start * width)
+                    .arg()
+            }
+            None => self.out.slice().sub(start, self.out.len() - start).arg(),
+        }
+    }
+
+    /// Rounds the first `len` accumulators into `out` where they are separate.
+    pub(crate) fn finish(&self, gpu: &Gpu, stream: &Stream, len: usize) -> Result<()> {
+        match &self.acc {
+            // SAFETY: both buffers hold at least `len` elements of their types.
+            Some(acc) => unsafe {
+                round_accumulators::<T>(
+                    gpu,
+                    stream,
+                    len as u64,
+                    acc.slice().arg(),
+                    self.out.slice().arg(),
+                )
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+/// `y = A·x` on the device with the given kernel choice.
+pub(crate) fn spmv<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: SparseRef<'_, T>,
+    x: &[T],
+    kernel: SpmvKernel,
+) -> Result<Vec<T>> {
+    check::spmv(&a, x)?;
+    gpu.bind()?;
+    let (nrows, ncols) = a.shape();
+    let _span = tracing::debug_span!("spmv", format = %a.format(), nrows, ncols).entered();
+    let stream = Stream::new()?;
+    let dev = DeviceSparse::upload(gpu, &stream, a)?;
+    let kernel = dev.resolve(kernel)?;
+    let x_dev = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(x), "SpMV x")?;
+    let y = SpmvOutput::new(gpu, &dev, nrows)?;
+    y.prepare(&stream)?;
+    {
+        let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
+        // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type.
+        unsafe { dev.launch(gpu, &stream, kernel, x_dev.slice().arg(), y.target(0))? };
+        y.finish(gpu, &stream, nrows)?;
+    }
+    let _d = tracing::debug_span!("D2H", bytes = nrows * size_of::<T>()).entered();
+    let out = y.out.slice().to_vec(&stream)?;
+    Ok(from_device::<T>(&out).to_vec())
+}
+
+impl crate::CudaBackend {
+    /// `y = A·x` with a chosen kernel, where the format offers a choice (CSR scalar or vector,
+    /// ELLR-T's `T`); [`Backend::spmv`](hetsparse_core::Backend::spmv) is this with
+    /// [`SpmvKernel::Auto`].
+    ///
+    /// ```no_run
+    /// use hetsparse_core::{generate, Ellr, SparseRef};
+    /// use hetsparse_cuda::{CudaBackend, SpmvKernel};
+    ///
+    /// # fn main() -> hetsparse_core::Result<()> {
+    /// let gpu = CudaBackend::new()?;
+    /// let a = Ellr::from_csr(&generate::banded::<f32>(1000, 9, 1), 1 << 20)?;
+    /// let x = vec![1.0f32; 1000];
+    /// let y = gpu.spmv_with(SparseRef::Ellr(&a), &x, SpmvKernel::EllrT { threads_per_row: 4 })?;
+    /// assert_eq!(y.len(), 1000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spmv_with<T: DeviceScalar>(
+        &self,
+        a: SparseRef<'_, T>,
+        x: &[T],
+        kernel: SpmvKernel,
+    ) -> Result<Vec<T>> {
+        spmv(self.gpu(), a, x, kernel)
+    }
+}

@@ -1,0 +1,503 @@
+//! Targeted tests of the SpMV, SpMM, DIA×DIA and BSR×BSR kernel choices (engineer B): each
+//! variant the backend can pick (CSR scalar and vector, every ELLR-T `T`, every `L_c`, the
+//! streamed SpMM path under a small memory budget) against the serial reference, on shapes that
+//! reach the kernels' edges (rows longer than a warp, runs of a row across warps, partial passes).
+//! Without a GPU they skip, unless `HETSPARSE_REQUIRE_DEVICE=1`.
+
+use hetsparse_core::generate::{self, Rng};
+use hetsparse_core::{bf16, f16, Complex};
+use hetsparse_core::{
+    reference, Backend, Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Error, Layout, PlusTimes,
+    Scalar, SparseRef,
+};
+use hetsparse_cuda::{CudaBackend, DeviceScalar, SpmmKernel, SpmmOptions, SpmvKernel};
+
+fn backend() -> Option<CudaBackend> {
+    backend_with(None)
+}
+
+fn backend_with(budget: Option<u64>) -> Option<CudaBackend> {
+    let made = match budget {
+        None => CudaBackend::new(),
+        Some(bytes) => CudaBackend::new().map(|b| b.with_memory_budget(bytes)),
+    };
+    match made {
+        Ok(b) => Some(b),
+        Err(e @ Error::NoDevice { .. }) => {
+            if std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref() == Ok("1") {
+                panic!("HETSPARSE_REQUIRE_DEVICE=1 but {e}");
+            }
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("the CUDA backend could not be constructed: {e}"),
+    }
+}
+
+fn storage_eps<T: Scalar>() -> f64 {
+    match T::TYPE {
+        hetsparse_core::ScalarType::F16 => 9.8e-4,
+        hetsparse_core::ScalarType::Bf16 => 7.9e-3,
+        hetsparse_core::ScalarType::F32 | hetsparse_core::ScalarType::C32 => 1.2e-7,
+        _ => 2.3e-16,
+    }
+}
+
+fn magnitudes<T: Scalar>(a: &Csr<T>) -> Csr<f64> {
+    let mut m = a.map_scalar::<f64>();
+    for (d, s) in m.values_mut().iter_mut().zip(a.values()) {
+        *d = s.magnitude();
+    }
+    m
+}
+
+/// `actual[k]` within `(terms + 2)·ε·Σ|a||x|` of `expected[k]`, the sum per element in `scale`.
+fn assert_close<T: Scalar>(actual: &[T], expected: &[T], scale: &[f64], terms: u64, what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    for k in 0..expected.len() {
+        let (ar, ai) = actual[k].to_parts();
+        let (er, ei) = expected[k].to_parts();
+        let diff = ((ar - er).powi(2) + (ai - ei).powi(2)).sqrt();
+        let tol = (terms as f64 + 2.0) * storage_eps::<T>() * (scale[k] + expected[k].magnitude())
+            + f64::MIN_POSITIVE;
+        assert!(
+            diff <= tol,
+            "{what}: element {k} is {:?}, expected {:?} (difference {diff:e}, tolerance {tol:e})",
+            actual[k],
+            expected[k]
+        );
+    }
+}
+
+fn vector<T: Scalar>(n: usize, seed: u64) -> Vec<T> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| T::from_parts_lossy(rng.next_f64() * 2.0 - 1.0, rng.next_f64() - 0.5))
+        .collect()
+}
+
+fn check_spmv<T: DeviceScalar>(
+    b: &CudaBackend,
+    a: &Csr<T>,
+    sparse: SparseRef<'_, T>,
+    kernel: SpmvKernel,
+    what: &str,
+) {
+    let x = vector::<T>(a.ncols(), 7);
+    let expected = reference::spmv::<T, PlusTimes>(a, &x).expect("reference");
+    let mx: Vec<f64> = x.iter().map(|v| v.magnitude()).collect();
+    let scale = reference::spmv::<f64, PlusTimes>(&magnitudes(a), &mx).expect("scale");
+    let terms = (0..a.nrows()).map(|i| a.row_nnz(i)).max().unwrap_or(0);
+    let y = b
+        .spmv_with(sparse, &x, kernel)
+        .unwrap_or_else(|e| panic!("{what} {kernel:?}: {e}"));
+    assert_close(
+        &y,
+        &expected,
+        &scale,
+        terms,
+        &format!("{what} {kernel:?} ({})", T::TYPE),
+    );
+}
+
+/// Short rows, a few rows far longer than a warp, and a tall matrix with an odd row count.
+fn spmv_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
+    vec![
+        ("skewed", generate::skewed(700, 3, 3, 2, 1)),
+        ("power law", generate::rmat(9, 12, 2)),
+        ("uniform 40 per row", generate::uniform(333, 500, 40, 3)),
+        ("banded", generate::banded(257, 9, 4)),
+    ]
+}
+
+fn csr_scalar_and_vector<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in spmv_matrices::<T>() {
+        for kernel in [
+            SpmvKernel::Auto,
+            SpmvKernel::CsrScalar,
+            SpmvKernel::CsrVector,
+        ] {
+            check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
+        }
+    }
+}
+
+fn ellr_every_t<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in spmv_matrices::<T>() {
+        let e = Ellr::from_csr(&a, 1 << 30).expect("ellr");
+        check_spmv(&b, &a, SparseRef::Ellr(&e), SpmvKernel::Auto, what);
+        for t in [1, 2, 4, 8, 16, 32] {
+            check_spmv(
+                &b,
+                &a,
+                SparseRef::Ellr(&e),
+                SpmvKernel::EllrT { threads_per_row: t },
+                what,
+            );
+        }
+    }
+}
+
+fn atomic_formats<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in spmv_matrices::<T>() {
+        // CSPR's rows span warps and share warps; CSC and COO scatter with atomics.
+        check_spmv(
+            &b,
+            &a,
+            SparseRef::Cspr(&Cspr::from_csr(&a)),
+            SpmvKernel::Auto,
+            what,
+        );
+        check_spmv(
+            &b,
+            &a,
+            SparseRef::Csc(&Csc::from_csr(&a)),
+            SpmvKernel::Auto,
+            what,
+        );
+        check_spmv(&b, &a, SparseRef::Coo(&a.to_coo()), SpmvKernel::Auto, what);
+        let d = Dia::from_csr(&a, 1 << 30).expect("dia");
+        check_spmv(&b, &a, SparseRef::Dia(&d), SpmvKernel::Auto, what);
+    }
+    // COO with repeated triplets in reverse order: the repeats add up.
+    let mut coo = Coo::<T>::new(3, 3).expect("coo");
+    for k in (0..40).rev() {
+        coo.try_push(k % 3, (k * 7) % 3, T::from_f64(0.25 * (k % 5) as f64))
+            .expect("push");
+    }
+    let a = coo.to_csr();
+    check_spmv(
+        &b,
+        &a,
+        SparseRef::Coo(&coo),
+        SpmvKernel::Auto,
+        "COO with repeats",
+    );
+}
+
+fn bsr_spmv<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    let a = generate::stencil_3d::<T>(5, generate::Stencil::Seven, 3, 5);
+    for shape in [(1, 1), (3, 3), (3, 5), (5, 1)] {
+        if a.nrows() % shape.0 != 0 || a.ncols() % shape.1 != 0 {
+            continue;
+        }
+        let s = Bsr::from_csr(&a, shape).expect("bsr");
+        let dense_a = s.to_csr();
+        check_spmv(&b, &dense_a, SparseRef::Bsr(&s), SpmvKernel::Auto, "BSR");
+    }
+}
+
+fn check_spmm<T: DeviceScalar>(
+    b: &CudaBackend,
+    a: &Csr<T>,
+    sparse: SparseRef<'_, T>,
+    layout: Layout,
+    ncols: usize,
+    options: SpmmOptions,
+    what: &str,
+) {
+    let d =
+        Dense::try_new(a.ncols(), ncols, layout, vector::<T>(a.ncols() * ncols, 9)).expect("dense");
+    let expected = reference::spmm::<T, PlusTimes>(a, &d).expect("reference");
+    let md = Dense::try_new(
+        d.nrows(),
+        ncols,
+        layout,
+        d.data().iter().map(|v| v.magnitude()).collect(),
+    )
+    .expect("dense");
+    let scale = reference::spmm::<f64, PlusTimes>(&magnitudes(a), &md).expect("scale");
+    let terms = (0..a.nrows()).map(|i| a.row_nnz(i)).max().unwrap_or(0);
+    let c = b
+        .spmm_with(sparse, &d, options)
+        .unwrap_or_else(|e| panic!("{what} {options:?}: {e}"));
+    assert_eq!(c.layout(), layout, "{what}: C takes B's layout");
+    let (c, e, s) = (
+        c.to_layout(Layout::RowMajor),
+        expected.to_layout(Layout::RowMajor),
+        scale.to_layout(Layout::RowMajor),
+    );
+    assert_close(
+        c.data(),
+        e.data(),
+        s.data(),
+        terms,
+        &format!("{what} {layout:?}×{ncols} {options:?} ({})", T::TYPE),
+    );
+}
+
+fn spmm_csr_half_warp<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    let opts = SpmmOptions {
+        kernel: SpmmKernel::CsrHalfWarp,
+        panel_columns: None,
+    };
+    for (what, a) in spmv_matrices::<T>() {
+        // 70 columns: more than one 64-column pass of a half-warp; 1: a single column.
+        for (layout, ncols) in [
+            (Layout::RowMajor, 1),
+            (Layout::RowMajor, 70),
+            (Layout::ColMajor, 1),
+            (Layout::ColMajor, 70),
+        ] {
+            check_spmm(&b, &a, SparseRef::Csr(&a), layout, ncols, opts, what);
+        }
+    }
+}
+
+fn spmm_ellr_t_and_lc<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in spmv_matrices::<T>() {
+        let e = Ellr::from_csr(&a, 1 << 30).expect("ellr");
+        for layout in [Layout::RowMajor, Layout::ColMajor] {
+            check_spmm(
+                &b,
+                &a,
+                SparseRef::Ellr(&e),
+                layout,
+                13,
+                SpmmOptions::default(),
+                what,
+            );
+            for t in [1, 4, 32] {
+                for lc in [1, 2, 4, 8] {
+                    let opts = SpmmOptions {
+                        kernel: SpmmKernel::EllrT {
+                            threads_per_row: t,
+                            columns_per_pass: lc,
+                        },
+                        panel_columns: None,
+                    };
+                    // 13 columns: the last pass of every L_c is partial.
+                    check_spmm(&b, &a, SparseRef::Ellr(&e), layout, 13, opts, what);
+                }
+            }
+        }
+    }
+}
+
+fn spmm_other_formats<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    let a = generate::skewed::<T>(120, 4, 2, 2, 11);
+    let opts = SpmmOptions::default();
+    for layout in [Layout::RowMajor, Layout::ColMajor] {
+        check_spmm(
+            &b,
+            &a,
+            SparseRef::Cspr(&Cspr::from_csr(&a)),
+            layout,
+            9,
+            opts,
+            "CSPR",
+        );
+        check_spmm(
+            &b,
+            &a,
+            SparseRef::Csc(&Csc::from_csr(&a)),
+            layout,
+            9,
+            opts,
+            "CSC",
+        );
+        check_spmm(&b, &a, SparseRef::Coo(&a.to_coo()), layout, 9, opts, "COO");
+        let d = Dia::from_csr(&a, 1 << 30).expect("dia");
+        check_spmm(&b, &a, SparseRef::Dia(&d), layout, 9, opts, "DIA");
+        let s = Bsr::from_csr(&a, (2, 4)).expect("bsr");
+        check_spmm(&b, &s.to_csr(), SparseRef::Bsr(&s), layout, 9, opts, "BSR");
+    }
+}
+
+/// Panels of L_GPU columns over two streams: asked for explicitly, and forced by a memory budget
+/// too small for B and C at once.
+fn spmm_streamed<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    let a = generate::rmat::<T>(10, 8, 12);
+    let e = Ellr::from_csr(&a, 1 << 30).expect("ellr");
+    let c = Cspr::from_csr(&a);
+    for panel in [1, 3, 16] {
+        let opts = SpmmOptions {
+            kernel: SpmmKernel::Auto,
+            panel_columns: Some(panel),
+        };
+        for layout in [Layout::RowMajor, Layout::ColMajor] {
+            check_spmm(&b, &a, SparseRef::Csr(&a), layout, 37, opts, "CSR panels");
+            check_spmm(&b, &a, SparseRef::Ellr(&e), layout, 37, opts, "ELLR panels");
+            check_spmm(&b, &a, SparseRef::Cspr(&c), layout, 11, opts, "CSPR panels");
+        }
+    }
+    // A takes about 100 KiB; B and C of 200 columns take 2·1024·200·size more than that budget.
+    let size = std::mem::size_of::<T>() as u64;
+    let budget = 200 * 1024 + 2 * 1024 * 24 * size;
+    let Some(small) = backend_with(Some(budget)) else {
+        return;
+    };
+    for layout in [Layout::RowMajor, Layout::ColMajor] {
+        check_spmm(
+            &small,
+            &a,
+            SparseRef::Csr(&a),
+            layout,
+            200,
+            SpmmOptions::default(),
+            "CSR under a budget",
+        );
+        check_spmm(
+            &small,
+            &a,
+            SparseRef::Ellr(&e),
+            layout,
+            200,
+            SpmmOptions::default(),
+            "ELLR under a budget",
+        );
+    }
+    // Room for A (offsets, columns, values) and half a kilobyte: not one column of B and C.
+    let tiny = backend_with(Some(8 * 1025 + a.nnz() * (size + 4) + 512)).expect("backend");
+    let d = Dense::<T>::zeros(a.ncols(), 8, Layout::RowMajor);
+    match tiny.spmm_with(SparseRef::Csr(&a), &d, SpmmOptions::default()) {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("SpMM beyond the budget: expected out of memory, got {other:?}"),
+    }
+}
+
+fn dia_and_bsr_products<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    // Narrow bands stage B in shared memory; a band of A wider than the tile reads B directly.
+    let cases: Vec<(Csr<T>, Csr<T>)> = vec![
+        (generate::banded(300, 5, 1), generate::banded(300, 7, 2)),
+        (
+            generate::banded(3000, 1601, 3),
+            generate::banded(3000, 3, 4),
+        ),
+    ];
+    for (x, y) in cases {
+        let (dx, dy) = (
+            Dia::from_csr(&x, u64::MAX).expect("dia"),
+            Dia::from_csr(&y, u64::MAX).expect("dia"),
+        );
+        let c = b.dia_spgemm(&dx, &dy).expect("DIA×DIA").to_csr();
+        let e = reference::spgemm::<T, PlusTimes>(&x, &y).expect("reference");
+        let dense_c = c.to_dense(Layout::RowMajor);
+        let dense_e = e.to_dense(Layout::RowMajor);
+        let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&x), &magnitudes(&y))
+            .expect("scale")
+            .to_dense(Layout::RowMajor);
+        let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
+        assert_close(
+            dense_c.data(),
+            dense_e.data(),
+            scale.data(),
+            terms,
+            "DIA×DIA",
+        );
+    }
+    let x = generate::uniform::<T>(64, 96, 20, 5);
+    let y = generate::uniform::<T>(96, 40, 12, 6);
+    for (bx, by) in [((4, 8), (8, 5)), ((16, 3), (3, 8))] {
+        let (sx, sy) = (
+            Bsr::from_csr(&x, bx).expect("bsr"),
+            Bsr::from_csr(&y, by).expect("bsr"),
+        );
+        let c = b.bsr_spgemm(&sx, &sy).expect("BSR×BSR");
+        assert_eq!(c.block_shape(), (bx.0, by.1));
+        let (ex, ey) = (sx.to_csr(), sy.to_csr());
+        let e = reference::spgemm::<T, PlusTimes>(&ex, &ey).expect("reference");
+        let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&ex), &magnitudes(&ey))
+            .expect("scale")
+            .to_dense(Layout::RowMajor);
+        let terms = (0..ex.nrows()).map(|i| ex.row_nnz(i)).max().unwrap_or(0);
+        assert_close(
+            c.to_csr().to_dense(Layout::RowMajor).data(),
+            e.to_dense(Layout::RowMajor).data(),
+            scale.data(),
+            terms,
+            "BSR×BSR",
+        );
+    }
+}
+
+#[test]
+fn kernel_choices_are_checked() {
+    let Some(b) = backend() else { return };
+    let a = generate::banded::<f32>(40, 3, 1);
+    let x = vec![1.0f32; 40];
+    let e = Ellr::from_csr(&a, 1 << 20).expect("ellr");
+    for kernel in [
+        SpmvKernel::EllrT { threads_per_row: 3 },
+        SpmvKernel::EllrT {
+            threads_per_row: 64,
+        },
+    ] {
+        assert!(matches!(
+            b.spmv_with(SparseRef::Ellr(&e), &x, kernel),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        b.spmv_with(
+            SparseRef::Csr(&a),
+            &x,
+            SpmvKernel::EllrT { threads_per_row: 4 }
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor);
+    let bad_lc = SpmmOptions {
+        kernel: SpmmKernel::EllrT {
+            threads_per_row: 4,
+            columns_per_pass: 3,
+        },
+        panel_columns: None,
+    };
+    assert!(matches!(
+        b.spmm_with(SparseRef::Ellr(&e), &d, bad_lc),
+        Err(Error::InvalidArgument(_))
+    ));
+    let no_panel = SpmmOptions {
+        kernel: SpmmKernel::Auto,
+        panel_columns: Some(0),
+    };
+    assert!(matches!(
+        b.spmm_with(SparseRef::Csr(&a), &d, no_panel),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+type F32 = f32;
+type F64 = f64;
+type C32 = Complex<f32>;
+type C64 = Complex<f64>;
+type F16 = f16;
+type Bf16 = bf16;
+
+macro_rules! per_scalar {
+    ($($check:ident),+) => {
+        per_scalar!(@one f32_, F32, $($check),+);
+        per_scalar!(@one f64_, F64, $($check),+);
+        per_scalar!(@one c32, C32, $($check),+);
+        per_scalar!(@one c64, C64, $($check),+);
+        per_scalar!(@one f16_, F16, $($check),+);
+        per_scalar!(@one bf16_, Bf16, $($check),+);
+    };
+    (@one $module:ident, $ty:ident, $($check:ident),+) => {
+        mod $module {
+            $( #[test] fn $check() { super::$check::<super::$ty>() } )+
+        }
+    };
+}
+
+per_scalar!(
+    csr_scalar_and_vector,
+    ellr_every_t,
+    atomic_formats,
+    bsr_spmv,
+    spmm_csr_half_warp,
+    spmm_ellr_t_and_lc,
+    spmm_other_formats,
+    spmm_streamed,
+    dia_and_bsr_products
+);
