@@ -1,2 +1,151 @@
-//! hetsparse cuda (work in progress).
+//! CUDA backend of hetsparse: the [`Backend`] operations on an NVIDIA GPU through `cust`.
+//!
+//! Kernels are CUDA C in `kernels-cuda/`, compiled by `cargo xtask kernels` to PTX (ISA 8.0,
+//! `compute_75`: Turing and newer GPUs, CUDA 12.0 and newer drivers) that this crate embeds,
+//! so building it needs no CUDA toolkit, only a `libcuda` to link against (the toolkit's stub
+//! is enough; see the README). At run time the driver JIT-compiles the PTX for the GPU.
+//!
+//! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
+//! [`Error::NoDevice`](hetsparse_core::Error::NoDevice).
+//!
+//! ```no_run
+//! use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
+//! use hetsparse_cuda::CudaBackend;
+//!
+//! # fn main() -> hetsparse_core::Result<()> {
+//! let gpu = CudaBackend::new()?.with_memory_budget(1 << 30);
+//! let a = Csr::<f64>::identity(4)?;
+//! let c = gpu.spgemm(&a, &a, SpgemmAlgorithm::Auto)?;
+//! assert_eq!(c, a);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! SpGEMM algorithms (all with 64-bit offsets and product counts):
+//! - [`SpgemmAlgorithm::Adaptive`] (and `Auto`): rows binned by their product count, hash
+//!   accumulators in shared memory per bin size, global-memory tables for the longest rows;
+//! - [`SpgemmAlgorithm::RowRow`]: Matam et al. Alg. 1, a warp per row with dense tiles;
+//! - [`SpgemmAlgorithm::ColumnRow`]: Matam et al. Alg. 2, a block per part of A;
+//! - [`SpgemmAlgorithm::Esc`]: Polok et al., expansion, sorting, compression.
+//!
+//! Results are produced in row batches copied to pinned host buffers while the next batch
+//! computes (two buffers), so the product may be larger than device memory; only A and B
+//! must fit, with room for the work buffers.
 #![warn(missing_docs)]
+
+mod context;
+mod error;
+mod ffi;
+mod kernels;
+pub mod memory;
+pub mod scalar;
+
+use std::sync::Arc;
+
+use hetsparse_core::backend::check;
+use hetsparse_core::{
+    Backend, Capabilities, ChunkSink, Csr, Dense, Device, DeviceInfo, DeviceKind, Operation,
+    ProductChunk, Result, ScalarType, SparseRef, SpgemmAlgorithm,
+};
+
+pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
+pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer};
+pub use scalar::DeviceScalar;
+
+/// The CUDA backend on one GPU. Cheap to clone (the device is shared) and usable from several
+/// threads at once: every operation makes the device's context current on its thread.
+#[derive(Clone)]
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+}
+
+impl CudaBackend {
+    /// The backend on device 0.
+    pub fn new() -> Result<Self> {
+        Self::with_device(0)
+    }
+
+    /// The backend on device `ordinal`.
+    pub fn with_device(ordinal: u32) -> Result<Self> {
+        let memory = Arc::new(MemoryTracker::new(None));
+        Ok(CudaBackend {
+            gpu: Arc::new(Gpu::new(ordinal, memory)?),
+        })
+    }
+
+    /// Limits the device memory this backend allocates to `bytes` (operands, work buffers and
+    /// result batches together). Products larger than the budget are still computed, in more
+    /// batches; operations whose operands do not fit return
+    /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory).
+    pub fn with_memory_budget(self, bytes: u64) -> Self {
+        self.gpu.memory().set_budget(bytes);
+        self
+    }
+
+    /// The device and its kernels, for code built on this backend.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+/// Every scalar type the kernels are instantiated for.
+const SCALARS: [ScalarType; 6] = ScalarType::ALL;
+
+impl Device for CudaBackend {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: error::BACKEND.into(),
+            name: self.gpu.name().to_string(),
+            kind: DeviceKind::Gpu,
+            memory_bytes: self.gpu.memory().limit(),
+            compute_units: self.gpu.multiprocessors(),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let _ = SCALARS;
+        Capabilities::new()
+    }
+}
+
+impl<T: DeviceScalar> Backend<T> for CudaBackend {
+    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
+        check::spgemm(a, b)?;
+        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
+        unreachable_op()
+    }
+
+    fn spgemm_chunks(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        chunks: &[ProductChunk],
+        algorithm: SpgemmAlgorithm,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        check::spgemm(a, b)?;
+        check::chunks(a, b, chunks)?;
+        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
+        let _ = sink;
+        unreachable_op()
+    }
+
+    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+        check::spmm(&a, b)?;
+        check::supported::<T>(self, Operation::Spmm(a.format()))?;
+        unreachable_op()
+    }
+
+    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+        check::spmv(&a, x)?;
+        check::supported::<T>(self, Operation::Spmv(a.format()))?;
+        unreachable_op()
+    }
+}
+
+/// Reached only if capabilities listed an operation without code behind it.
+fn unreachable_op<R>() -> Result<R> {
+    Err(hetsparse_core::Error::InvalidArgument(
+        "cuda: operation listed in capabilities but not implemented".into(),
+    ))
+}

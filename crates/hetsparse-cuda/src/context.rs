@@ -1,0 +1,452 @@
+//! The device, its primary context, the loaded kernel modules, streams, events and launches.
+//!
+//! Every public operation of the backend starts with [`Gpu::bind`], which makes the device's
+//! primary context current on the calling thread: the backend is shared between threads and the
+//! driver keeps the current context per thread.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+use std::ptr;
+use std::sync::Arc;
+
+use hetsparse_core::{Error, Result};
+
+use crate::error::{check, from_code, from_cust, BACKEND};
+use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmodule, CUstream};
+use crate::kernels::MODULES;
+use crate::memory::MemoryTracker;
+
+/// One GPU: its primary context, properties and kernel modules.
+pub struct Gpu {
+    // Field order matters: modules are unloaded before the context is released.
+    modules: Vec<(&'static str, Module)>,
+    context: cust::context::Context,
+    ordinal: u32,
+    name: String,
+    total_memory: u64,
+    multiprocessors: u32,
+    max_shared_per_block: u32,
+    compute_capability: (i32, i32),
+    memory: Arc<MemoryTracker>,
+}
+
+struct Module(CUmodule);
+
+// SAFETY: a module handle may be used from any thread once its context is current.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cuModuleLoadDataEx and is unloaded once.
+        unsafe { ffi::cuModuleUnload(self.0) };
+    }
+}
+
+/// A kernel entry point.
+#[derive(Clone, Copy, Debug)]
+pub struct Function {
+    raw: CUfunction,
+    name: &'static str,
+}
+
+// SAFETY: function handles are immutable driver objects, usable from any thread.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+/// A kernel argument. Device pointers are passed as [`Arg::U64`] (see
+/// [`crate::memory::DeviceSlice::arg`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// `unsigned int` / `int` bits.
+    U32(u32),
+    /// `unsigned long long`, or a device pointer.
+    U64(u64),
+    /// `float`.
+    F32(f32),
+    /// `double`.
+    F64(f64),
+}
+
+/// Grid, block and dynamic shared memory of a launch (one-dimensional).
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchConfig {
+    /// Blocks.
+    pub grid: u32,
+    /// Threads per block.
+    pub block: u32,
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// Enough blocks of `block` threads for `threads` threads, capped for grid-stride kernels.
+    pub fn for_threads(threads: u64, block: u32) -> Self {
+        let blocks = threads.div_ceil(u64::from(block)).clamp(1, 1 << 20);
+        LaunchConfig {
+            grid: blocks as u32,
+            block,
+            shared_bytes: 0,
+        }
+    }
+}
+
+fn device_attribute(device: CUdevice, attribute: c_int) -> Result<i32> {
+    let mut value = 0;
+    // SAFETY: plain query into a local.
+    check(
+        unsafe { ffi::cuDeviceGetAttribute(&mut value, attribute, device) },
+        "querying a device attribute",
+    )?;
+    Ok(value)
+}
+
+impl Gpu {
+    /// Initialises the driver, retains device `ordinal`'s primary context and loads the
+    /// kernels. Without a driver, with the link stub or without such a device:
+    /// [`Error::NoDevice`].
+    pub fn new(ordinal: u32, memory: Arc<MemoryTracker>) -> Result<Self> {
+        // SAFETY: cuInit may be called any number of times.
+        check(unsafe { ffi::cuInit(0) }, "initialising the CUDA driver")?;
+        let mut count = 0;
+        // SAFETY: query into a local.
+        check(
+            unsafe { ffi::cuDeviceGetCount(&mut count) },
+            "counting devices",
+        )?;
+        if ordinal >= count.max(0) as u32 {
+            return Err(Error::NoDevice {
+                backend: BACKEND.into(),
+                reason: format!("device {ordinal} asked for, the driver sees {count}"),
+            });
+        }
+        let mut device: CUdevice = 0;
+        // SAFETY: ordinal checked above.
+        check(
+            unsafe { ffi::cuDeviceGet(&mut device, ordinal as c_int) },
+            "opening the device",
+        )?;
+        let mut name_buf = [0 as c_char; 256];
+        // SAFETY: the buffer is 256 bytes and the driver writes a NUL-terminated name.
+        check(
+            unsafe { ffi::cuDeviceGetName(name_buf.as_mut_ptr(), 256, device) },
+            "reading the device name",
+        )?;
+        // SAFETY: NUL-terminated by the driver (the buffer was zeroed).
+        let name = unsafe { CStr::from_ptr(name_buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut total = 0usize;
+        // SAFETY: query into a local.
+        check(
+            unsafe { ffi::cuDeviceTotalMem_v2(&mut total, device) },
+            "reading the device memory size",
+        )?;
+        let multiprocessors =
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let max_shared_per_block =
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as u32;
+        let compute_capability = (
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let cust_device = cust::device::Device::get_device(ordinal)
+            .map_err(|e| from_cust(e, "opening the device through cust"))?;
+        let context = cust::context::Context::new(cust_device)
+            .map_err(|e| from_cust(e, "retaining the primary context"))?;
+        memory.set_device_total(total as u64);
+        let mut gpu = Gpu {
+            modules: Vec::new(),
+            context,
+            ordinal,
+            name,
+            total_memory: total as u64,
+            multiprocessors,
+            max_shared_per_block,
+            compute_capability,
+            memory,
+        };
+        gpu.bind()?;
+        for &(module, ptx) in MODULES {
+            let loaded = load_module(module, ptx)?;
+            gpu.modules.push((module, loaded));
+        }
+        Ok(gpu)
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for the lifetime of `self`.
+        check(
+            unsafe { ffi::cuCtxSetCurrent(self.context.as_raw() as *mut c_void) },
+            "making the CUDA context current",
+        )
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Device memory in bytes.
+    pub fn total_memory(&self) -> u64 {
+        self.total_memory
+    }
+    /// Streaming multiprocessors.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
+    }
+    /// Static shared memory a block may use, in bytes.
+    pub fn max_shared_per_block(&self) -> u32 {
+        self.max_shared_per_block
+    }
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+    /// The device-memory accounting shared by every allocation.
+    pub fn memory(&self) -> &Arc<MemoryTracker> {
+        &self.memory
+    }
+
+    /// Kernel `name` of module `module` (a `kernels-cuda/*.cu` file's stem).
+    pub fn function(&self, module: &str, name: &'static str) -> Result<Function> {
+        let (_, m) = self
+            .modules
+            .iter()
+            .find(|(n, _)| *n == module)
+            .ok_or_else(|| Error::Device {
+                backend: BACKEND.into(),
+                context: format!("looking up kernel `{name}`"),
+                message: format!("no kernel module `{module}` is embedded"),
+            })?;
+        let c_name = CString::new(name).map_err(|_| {
+            Error::InvalidArgument(format!("kernel name `{name}` contains a NUL byte"))
+        })?;
+        let mut raw: CUfunction = ptr::null_mut();
+        // SAFETY: the module is loaded and the name NUL-terminated.
+        check(
+            unsafe { ffi::cuModuleGetFunction(&mut raw, m.0, c_name.as_ptr()) },
+            &format!("looking up kernel `{name}` in module `{module}`"),
+        )?;
+        Ok(Function { raw, name })
+    }
+
+    /// Launches `function` on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters in number, order and size, and every device
+    /// pointer among them must be valid for what the kernel reads and writes until the
+    /// stream has passed the launch.
+    pub unsafe fn launch(
+        &self,
+        function: Function,
+        config: LaunchConfig,
+        stream: &Stream,
+        args: &[Arg],
+    ) -> Result<()> {
+        // Each argument lives in its own 8-byte slot; the kernel reads the first 4 bytes of a
+        // 32-bit one, so those bytes are filled in the machine's byte order.
+        let mut storage: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::U32(v) => {
+                    let mut b = [0u8; 8];
+                    b[..4].copy_from_slice(&v.to_ne_bytes());
+                    u64::from_ne_bytes(b)
+                }
+                Arg::F32(v) => {
+                    let mut b = [0u8; 8];
+                    b[..4].copy_from_slice(&v.to_ne_bytes());
+                    u64::from_ne_bytes(b)
+                }
+                Arg::U64(v) => v,
+                Arg::F64(v) => u64::from_ne_bytes(v.to_ne_bytes()),
+            })
+            .collect();
+        let mut pointers: Vec<*mut c_void> = storage
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        let _span = tracing::trace_span!(
+            "kernel",
+            name = function.name,
+            grid = config.grid,
+            block = config.block
+        )
+        .entered();
+        // SAFETY: by the caller's contract; `storage` outlives the call, which copies the
+        // arguments before returning.
+        let code = unsafe {
+            ffi::cuLaunchKernel(
+                function.raw,
+                config.grid,
+                1,
+                1,
+                config.block,
+                1,
+                1,
+                config.shared_bytes,
+                stream.raw,
+                pointers.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        check(code, &format!("launching kernel `{}`", function.name))
+    }
+}
+
+fn load_module(name: &str, ptx: &str) -> Result<Module> {
+    let image = CString::new(ptx).map_err(|_| Error::Device {
+        backend: BACKEND.into(),
+        context: format!("loading kernel module `{name}`"),
+        message: "the embedded PTX contains a NUL byte".into(),
+    })?;
+    let mut log = vec![0u8; 8192];
+    let mut options = [
+        ffi::CU_JIT_ERROR_LOG_BUFFER,
+        ffi::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+    let mut module: CUmodule = ptr::null_mut();
+    // SAFETY: the image is NUL-terminated PTX; the log buffer outlives the call and its size
+    // is passed by value in the pointer slot, as the JIT option API wants.
+    let code = unsafe {
+        ffi::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr() as *const c_void,
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if code != ffi::CUDA_SUCCESS {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let jit_log = String::from_utf8_lossy(&log[..end]).trim().to_string();
+        let base = from_code(code, &format!("loading kernel module `{name}`"));
+        return Err(match base {
+            Error::Device {
+                backend,
+                context,
+                message,
+            } if !jit_log.is_empty() => Error::Device {
+                backend,
+                context,
+                message: format!("{message}; JIT log: {jit_log}"),
+            },
+            other => other,
+        });
+    }
+    Ok(Module(module))
+}
+
+/// A non-blocking stream (it does not synchronise with the legacy default stream).
+pub struct Stream {
+    raw: CUstream,
+}
+
+// SAFETY: stream handles may be used from any thread with the context current.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A new stream on the current context.
+    pub fn new() -> Result<Self> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: creates a stream into a local.
+        check(
+            unsafe { ffi::cuStreamCreate(&mut raw, ffi::CU_STREAM_NON_BLOCKING) },
+            "creating a stream",
+        )?;
+        Ok(Stream { raw })
+    }
+    /// Waits for everything queued on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: valid stream.
+        check(
+            unsafe { ffi::cuStreamSynchronize(self.raw) },
+            "waiting for a stream",
+        )
+    }
+    /// Makes later work on this stream wait for `event`.
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        // SAFETY: valid stream and event.
+        check(
+            unsafe { ffi::cuStreamWaitEvent(self.raw, event.raw, 0) },
+            "making a stream wait for an event",
+        )
+    }
+    pub(crate) fn raw(&self) -> CUstream {
+        self.raw
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created by cuStreamCreate, destroyed once; pending work still completes.
+        unsafe { ffi::cuStreamDestroy_v2(self.raw) };
+    }
+}
+
+/// A point in a stream that the host or other streams can wait for.
+pub struct Event {
+    raw: CUevent,
+}
+
+// SAFETY: event handles may be used from any thread with the context current.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// A new event; `timing` enables [`Event::elapsed_ms`].
+    pub fn new(timing: bool) -> Result<Self> {
+        let flags = if timing {
+            ffi::CU_EVENT_DEFAULT
+        } else {
+            ffi::CU_EVENT_DISABLE_TIMING
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: creates an event into a local.
+        check(
+            unsafe { ffi::cuEventCreate(&mut raw, flags) },
+            "creating an event",
+        )?;
+        Ok(Event { raw })
+    }
+    /// Records the event at the current end of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: valid event and stream.
+        check(
+            unsafe { ffi::cuEventRecord(self.raw, stream.raw) },
+            "recording an event",
+        )
+    }
+    /// Waits on the host until the event has happened.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: valid event.
+        check(
+            unsafe { ffi::cuEventSynchronize(self.raw) },
+            "waiting for an event",
+        )
+    }
+    /// Milliseconds between `start` and this event (both recorded with timing).
+    pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
+        let mut ms = 0.0f32;
+        // SAFETY: valid events.
+        check(
+            unsafe { ffi::cuEventElapsedTime(&mut ms, start.raw, self.raw) },
+            "timing between events",
+        )?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate, destroyed once.
+        unsafe { ffi::cuEventDestroy_v2(self.raw) };
+    }
+}

@@ -1,0 +1,99 @@
+//! The few CUDA driver entry points this crate calls directly.
+//!
+//! They return the driver's status as a plain integer: cust 0.3.2 turns codes its bindings do
+//! not know (34, the link stub; 222, PTX too new for the driver) into `UnknownError`, and
+//! converting an unknown code into its bindgen enum would be undefined behaviour. Everything
+//! else (the primary context, pinned host memory) goes through cust.
+#![allow(non_snake_case, non_camel_case_types)]
+
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+pub type CUresult = c_int;
+pub type CUdeviceptr = u64;
+pub type CUdevice = c_int;
+pub type CUcontext = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+
+pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 8;
+pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+
+pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
+pub const CU_EVENT_DEFAULT: c_uint = 0;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+
+pub const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
+pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+
+extern "C" {
+    pub fn cuInit(flags: c_uint) -> CUresult;
+    pub fn cuDeviceGetCount(count: *mut c_int) -> CUresult;
+    pub fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult;
+    pub fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> CUresult;
+    pub fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> CUresult;
+    pub fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice) -> CUresult;
+    pub fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult;
+    pub fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
+    pub fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult;
+
+    pub fn cuModuleLoadDataEx(
+        module: *mut CUmodule,
+        image: *const c_void,
+        num_options: c_uint,
+        options: *mut c_int,
+        option_values: *mut *mut c_void,
+    ) -> CUresult;
+    pub fn cuModuleUnload(module: CUmodule) -> CUresult;
+    pub fn cuModuleGetFunction(
+        function: *mut CUfunction,
+        module: CUmodule,
+        name: *const c_char,
+    ) -> CUresult;
+    #[allow(clippy::too_many_arguments)]
+    pub fn cuLaunchKernel(
+        f: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> CUresult;
+
+    pub fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CUresult;
+    pub fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult;
+    pub fn cuMemcpyHtoDAsync_v2(
+        dst: CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+        stream: CUstream,
+    ) -> CUresult;
+    pub fn cuMemcpyDtoHAsync_v2(
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> CUresult;
+    pub fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream)
+        -> CUresult;
+
+    pub fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult;
+    pub fn cuStreamDestroy_v2(stream: CUstream) -> CUresult;
+    pub fn cuStreamSynchronize(stream: CUstream) -> CUresult;
+    pub fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult;
+    pub fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
+    pub fn cuEventDestroy_v2(event: CUevent) -> CUresult;
+    pub fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;
+    pub fn cuEventSynchronize(event: CUevent) -> CUresult;
+    pub fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult;
+}

@@ -1,0 +1,582 @@
+// SpGEMM kernels: C = A * B for CSR A and B with 64-bit row offsets and 32-bit column indices.
+//
+// Every kernel works on a chunk of C: rows listed or in a range, and the columns of B in the
+// window [col_lo, col_hi) (the whole of B for a plain product), with output columns relative to
+// col_lo. Row offsets and product counts are 64-bit throughout.
+//
+//   row analysis         spgemm_row_products                         products per row
+//   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
+//   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
+//   Column-Row (Matam 2) spgemm_colrow_symbolic, spgemm_colrow_numeric_T
+//   ESC (Polok 1-3)      spgemm_esc_expand_T, spgemm_esc_sort_T, spgemm_esc_sort_long_T,
+//                        spgemm_esc_count, spgemm_esc_compress_T
+#include "common.cuh"
+
+#define HS_EMPTY 0xffffffffu
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+// First position in b_col[lo, hi) whose column is >= c.
+__device__ __forceinline__ u64 lower_bound_col(const u32* b_col, u64 lo, u64 hi, u32 c) {
+    while (lo < hi) {
+        u64 mid = lo + (hi - lo) / 2;
+        if (b_col[mid] < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// Sorts n (a power of two) keys ascending, moving values along. Whole block; ends synchronised.
+template <class A>
+__device__ void bitonic_sort(u32* keys, A* vals, u32 n) {
+    for (u32 k = 2; k <= n; k <<= 1) {
+        for (u32 j = k >> 1; j > 0; j >>= 1) {
+            for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+                u32 ixj = i ^ j;
+                if (ixj > i) {
+                    u32 ki = keys[i], kj = keys[ixj];
+                    bool ascending = (i & k) == 0;
+                    if (ascending ? (ki > kj) : (ki < kj)) {
+                        keys[i] = kj; keys[ixj] = ki;
+                        A t = vals[i]; vals[i] = vals[ixj]; vals[ixj] = t;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// Exclusive scan of one u32 per thread over the block (blockDim a multiple of 32, <= 1024).
+// Returns this thread's prefix; *total gets the block's sum. Ends synchronised.
+__device__ u32 block_exclusive_scan(u32 v, u32* total) {
+    __shared__ u32 warp_sums[32];
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    u32 x = v;
+    for (u32 d = 1; d < 32; d <<= 1) {
+        u32 y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        u32 nw = blockDim.x >> 5;
+        u32 s = lane < nw ? warp_sums[lane] : 0u;
+        for (u32 d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(0xffffffffu, s, d);
+            if (lane >= d) s += y;
+        }
+        if (lane < nw) warp_sums[lane] = s;  // inclusive per warp
+    }
+    __syncthreads();
+    u32 before = warp == 0 ? 0u : warp_sums[warp - 1];
+    *total = warp_sums[(blockDim.x >> 5) - 1];
+    __syncthreads();
+    return before + x - v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row analysis: products (upper bound of C's entries) per row of the chunk.
+
+extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a_off,
+                                               const u32* a_col, const u64* b_off, u64* products) {
+    HS_GRID_STRIDE(i, nrows) {
+        u64 r = row0 + i, sum = 0;
+        for (u64 e = a_off[r]; e < a_off[r + 1]; ++e) {
+            u32 k = a_col[e];
+            sum += b_off[k + 1] - b_off[k];
+        }
+        products[i] = sum;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adaptive: one block per row, an open-addressing hash table of `table_size` (a power of two)
+// slots in shared memory, or in global memory (`table_offsets` non-null: the row's table starts
+// at global_keys + table_offsets[position]) for rows too long for shared memory.
+
+__device__ __forceinline__ u32 hash_slot(u32 col, u32 mask) { return (col * 2654435761u) & mask; }
+
+// Inserts col; returns its slot. *fresh is set when this call created the entry.
+__device__ __forceinline__ u32 hash_insert(u32* keys, u32 mask, u32 col, bool* fresh) {
+    u32 h = hash_slot(col, mask);
+    while (true) {
+        u32 old = atomicCAS(&keys[h], HS_EMPTY, col);
+        if (old == HS_EMPTY) { *fresh = true; return h; }
+        if (old == col) { *fresh = false; return h; }
+        h = (h + 1) & mask;
+    }
+}
+
+extern "C" __global__ void spgemm_hash_symbolic(const u32* rows, u64 nlist, u64 row_base,
+                                                u32 table_size, const u64* table_offsets,
+                                                u32* global_keys, const u64* a_off,
+                                                const u32* a_col, const u64* b_off,
+                                                const u32* b_col, u32 col_lo, u32 col_hi,
+                                                u64* row_nnz) {
+    unsigned char* smem = hs_smem;
+    __shared__ unsigned long long count;
+    u32 mask = table_size - 1;
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
+        u32* keys = table_offsets ? global_keys + table_offsets[pos] : (u32*)smem;
+        u64 r = rows[pos];
+        for (u32 t = threadIdx.x; t < table_size; t += blockDim.x) keys[t] = HS_EMPTY;
+        if (threadIdx.x == 0) count = 0;
+        __syncthreads();
+        u64 local = 0;
+        for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
+            u32 k = a_col[e];
+            for (u64 q = b_off[k] + lane; q < b_off[k + 1]; q += 32) {
+                u32 c = b_col[q];
+                if (c < col_lo || c >= col_hi) continue;
+                bool fresh;
+                hash_insert(keys, mask, c, &fresh);
+                local += fresh;
+            }
+        }
+        if (local) atomicAdd(&count, (unsigned long long)local);
+        __syncthreads();
+        if (threadIdx.x == 0) row_nnz[r - row_base] = count;
+        __syncthreads();
+    }
+}
+
+template <class T, class S>
+__device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
+                             const u64* table_offsets, u32* global_keys, void* global_vals,
+                             const u64* a_off, const u32* a_col, const void* a_val_,
+                             const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
+                             u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
+                             void* out_val_) {
+    typedef typename S::acc A;
+    unsigned char* smem = hs_smem;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    u32 mask = table_size - 1;
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
+        u32* keys;
+        A* vals;
+        if (table_offsets) {
+            keys = global_keys + table_offsets[pos];
+            vals = (A*)global_vals + table_offsets[pos];
+        } else {
+            keys = (u32*)smem;
+            vals = (A*)(smem + (u64)table_size * 4u);  // table_size >= 32: 16-byte aligned
+        }
+        u64 r = rows[pos];
+        for (u32 t = threadIdx.x; t < table_size; t += blockDim.x) {
+            keys[t] = HS_EMPTY;
+            vals[t] = S::zero();
+        }
+        __syncthreads();
+        for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
+            u32 k = a_col[e];
+            T av = a_val[e];
+            for (u64 q = b_off[k] + lane; q < b_off[k + 1]; q += 32) {
+                u32 c = b_col[q];
+                if (c < col_lo || c >= col_hi) continue;
+                bool fresh;
+                u32 h = hash_insert(keys, mask, c, &fresh);
+                S::atomic_add(&vals[h], S::mul(av, b_val[q]));
+            }
+        }
+        __syncthreads();
+        bitonic_sort(keys, vals, table_size);  // empty slots (all ones) sort last
+        u64 i = r - row_base;
+        u64 n = c_off[i + 1] - c_off[i];
+        u64 dst = c_off[i] - out_base;
+        for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
+            out_col[dst + t] = keys[t] - col_lo;
+            out_val[dst + t] = S::store(vals[t]);
+        }
+        __syncthreads();
+    }
+}
+
+HS_INSTANTIATE(spgemm_hash_numeric,
+               (const u32* rows, u64 nlist, u64 row_base, u32 table_size,
+                const u64* table_offsets, u32* global_keys, void* global_vals, const u64* a_off,
+                const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,
+                const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,
+                u32* out_col, void* out_val),
+               (hash_numeric<T, S>(rows, nlist, row_base, table_size, table_offsets,
+                                   global_keys, global_vals, a_off, a_col, a_val, b_off, b_col,
+                                   b_val, col_lo, col_hi, c_off, out_base, out_col, out_val)))
+
+// ---------------------------------------------------------------------------------------------
+// Row-Row, Matam et al. Alg. 1: a warp per row of A. The row of C is built TR_B columns at a
+// time in the warp's PartialOutput (dense accumulators in shared memory) and NonZeroIndices (a
+// bit per column, set atomically); each tile is compacted in column order, so the row comes
+// out sorted. Tiles start at the smallest remaining column, so empty column ranges cost nothing.
+
+#define RR_TRB 256u          // columns per tile: 8 per lane
+#define RR_WARPS 4u          // warps per block
+
+// Smallest column >= from (and < col_hi) among the B rows that row r of A selects, over the
+// warp; HS_EMPTY when none.
+__device__ u32 warp_next_column(u64 r, const u64* a_off, const u32* a_col, const u64* b_off,
+                                const u32* b_col, u64 from, u32 col_hi) {
+    u32 lane = threadIdx.x & 31u;
+    u32 best = HS_EMPTY;
+    if (from < col_hi) {
+        for (u64 e = a_off[r] + lane; e < a_off[r + 1]; e += 32) {
+            u32 k = a_col[e];
+            u64 p = lower_bound_col(b_col, b_off[k], b_off[k + 1], (u32)from);
+            if (p < b_off[k + 1]) {
+                u32 c = b_col[p];
+                if (c < col_hi && c < best) best = c;
+            }
+        }
+    }
+    for (u32 d = 16; d > 0; d >>= 1) best = min(best, __shfl_xor_sync(0xffffffffu, best, d));
+    return best;
+}
+
+template <bool NUMERIC, class T, class S>
+__device__ void rowrow(u64 row0, u64 nrows, const u64* a_off, const u32* a_col,
+                       const void* a_val_, const u64* b_off, const u32* b_col,
+                       const void* b_val_, u32 col_lo, u32 col_hi, u64* row_nnz,
+                       const u64* c_off, u64 out_base, u32* out_col, void* out_val_) {
+    typedef typename S::acc A;
+    unsigned char* smem = hs_smem;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    A* partial = (A*)smem + (u64)warp * RR_TRB;
+    u32* nonzero = (u32*)(smem + (u64)RR_WARPS * RR_TRB * (NUMERIC ? sizeof(A) : 0)) +
+                   warp * (RR_TRB / 32);
+    u64 warps_total = (u64)gridDim.x * RR_WARPS;
+    for (u64 i = (u64)blockIdx.x * RR_WARPS + warp; i < nrows; i += warps_total) {
+        u64 r = row0 + i;
+        u64 written = 0;
+        u64 dst = NUMERIC ? c_off[i] - out_base : 0;
+        u32 tile = warp_next_column(r, a_off, a_col, b_off, b_col, col_lo, col_hi);
+        while (tile != HS_EMPTY) {
+            u64 tile_end = min((u64)tile + RR_TRB, (u64)col_hi);
+            if (NUMERIC)
+                for (u32 t = lane; t < RR_TRB; t += 32) partial[t] = S::zero();
+            if (lane < RR_TRB / 32) nonzero[lane] = 0;
+            __syncwarp();
+            for (u64 e = a_off[r]; e < a_off[r + 1]; ++e) {
+                u32 k = a_col[e];
+                u64 end = b_off[k + 1];
+                u64 p = lower_bound_col(b_col, b_off[k], end, tile);
+                T av = NUMERIC ? a_val[e] : T();
+                for (u64 q = p + lane; q < end; q += 32) {
+                    u32 c = b_col[q];
+                    if (c >= tile_end) break;
+                    u32 j = c - tile;
+                    if (NUMERIC) S::atomic_add(&partial[j], S::mul(av, b_val[q]));
+                    atomicOr(&nonzero[j >> 5], 1u << (j & 31u));
+                }
+            }
+            __syncwarp();
+            // Compaction: lane l owns columns 8l..8l+7 of the tile.
+            u32 bits = (nonzero[lane >> 2] >> ((lane & 3u) * 8u)) & 0xffu;
+            u32 n = __popc(bits), x = n;
+            for (u32 d = 1; d < 32; d <<= 1) {
+                u32 y = __shfl_up_sync(0xffffffffu, x, d);
+                if (lane >= d) x += y;
+            }
+            u32 tile_count = __shfl_sync(0xffffffffu, x, 31);
+            if (NUMERIC) {
+                u64 o = dst + written + (x - n);
+                for (u32 b = 0; b < 8; ++b) {
+                    if (bits & (1u << b)) {
+                        u32 j = lane * 8u + b;
+                        out_col[o] = tile + j - col_lo;
+                        out_val[o] = S::store(partial[j]);
+                        ++o;
+                    }
+                }
+            }
+            written += tile_count;
+            __syncwarp();
+            tile = warp_next_column(r, a_off, a_col, b_off, b_col, tile_end, col_hi);
+        }
+        if (!NUMERIC && lane == 0) row_nnz[i] = written;
+    }
+}
+
+extern "C" __global__ void spgemm_rowrow_symbolic(u64 row0, u64 nrows, const u64* a_off,
+                                                  const u32* a_col, const u64* b_off,
+                                                  const u32* b_col, u32 col_lo, u32 col_hi,
+                                                  u64* row_nnz) {
+    rowrow<false, float, PlusTimes<float>>(row0, nrows, a_off, a_col, nullptr, b_off, b_col,
+                                           nullptr, col_lo, col_hi, row_nnz, nullptr, 0,
+                                           nullptr, nullptr);
+}
+
+HS_INSTANTIATE(spgemm_rowrow_numeric,
+               (u64 row0, u64 nrows, const u64* a_off, const u32* a_col, const void* a_val,
+                const u64* b_off, const u32* b_col, const void* b_val, u32 col_lo, u32 col_hi,
+                const u64* c_off, u64 out_base, u32* out_col, void* out_val),
+               (rowrow<true, T, S>(row0, nrows, a_off, a_col, a_val, b_off, b_col, b_val, col_lo,
+                                   col_hi, nullptr, c_off, out_base, out_col, out_val)))
+
+// ---------------------------------------------------------------------------------------------
+// Column-Row, Matam et al. Alg. 2: a block per part of A (CR_ROWS consecutive rows), a thread
+// per nonzero A(i,k) of the part, which scales row k of B into PartialOutput(i, :), TC_B
+// columns at a time (dense accumulators and NonZeroIndices bits in shared memory, updated
+// atomically). A warp per row then compacts the tile in column order.
+
+#define CR_ROWS 8u          // rows of A per part (one warp each for compaction)
+#define CR_TCB 128u         // columns per tile: 4 per lane
+
+template <bool NUMERIC, class T, class S>
+__device__ void colrow(u64 row0, u64 nrows, const u64* a_off, const u32* a_col,
+                       const void* a_val_, const u64* b_off, const u32* b_col,
+                       const void* b_val_, u32 col_lo, u32 col_hi, u64* row_nnz,
+                       const u64* c_off, u64 out_base, u32* out_col, void* out_val_) {
+    typedef typename S::acc A;
+    unsigned char* smem = hs_smem;
+    __shared__ u32 next_tile;
+    __shared__ unsigned long long written[CR_ROWS];
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    A* partial = (A*)smem;
+    u32* nonzero = (u32*)(smem + (u64)CR_ROWS * CR_TCB * (NUMERIC ? sizeof(A) : 0));
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    u64 parts = (nrows + CR_ROWS - 1) / CR_ROWS;
+    for (u64 part = blockIdx.x; part < parts; part += gridDim.x) {
+        u64 first = row0 + part * CR_ROWS;
+        u32 rows_here = (u32)min((u64)CR_ROWS, nrows - part * CR_ROWS);
+        u64 e_lo = a_off[first], e_hi = a_off[first + rows_here];
+        if (threadIdx.x < CR_ROWS) written[threadIdx.x] = 0;
+        u64 from = col_lo;
+        while (true) {
+            // The next tile starts at the smallest remaining column of the part's products.
+            if (threadIdx.x == 0) next_tile = HS_EMPTY;
+            __syncthreads();
+            if (from < col_hi) {
+                for (u64 e = e_lo + threadIdx.x; e < e_hi; e += blockDim.x) {
+                    u32 k = a_col[e];
+                    u64 p = lower_bound_col(b_col, b_off[k], b_off[k + 1], (u32)from);
+                    if (p < b_off[k + 1] && b_col[p] < col_hi) atomicMin(&next_tile, b_col[p]);
+                }
+            }
+            __syncthreads();
+            u32 tile = next_tile;
+            if (tile == HS_EMPTY) break;
+            u64 tile_end = min((u64)tile + CR_TCB, (u64)col_hi);
+            if (NUMERIC)
+                for (u32 t = threadIdx.x; t < CR_ROWS * CR_TCB; t += blockDim.x) partial[t] = S::zero();
+            for (u32 t = threadIdx.x; t < CR_ROWS * CR_TCB / 32; t += blockDim.x) nonzero[t] = 0;
+            __syncthreads();
+            for (u64 e = e_lo + threadIdx.x; e < e_hi; e += blockDim.x) {
+                u32 arow = 0;
+                while (a_off[first + arow + 1] <= e) ++arow;
+                u32 k = a_col[e];
+                T av = NUMERIC ? a_val[e] : T();
+                u64 end = b_off[k + 1];
+                for (u64 q = lower_bound_col(b_col, b_off[k], end, tile); q < end; ++q) {
+                    u32 c = b_col[q];
+                    if (c >= tile_end) break;
+                    u32 j = arow * CR_TCB + (c - tile);
+                    if (NUMERIC) S::atomic_add(&partial[j], S::mul(av, b_val[q]));
+                    atomicOr(&nonzero[j >> 5], 1u << (j & 31u));
+                }
+            }
+            __syncthreads();
+            if (warp < rows_here) {
+                // lane l owns columns 4l..4l+3 of this row's tile
+                u32 bits = (nonzero[warp * (CR_TCB / 32) + (lane >> 3)] >> ((lane & 7u) * 4u)) & 0xfu;
+                u32 n = __popc(bits), x = n;
+                for (u32 d = 1; d < 32; d <<= 1) {
+                    u32 y = __shfl_up_sync(0xffffffffu, x, d);
+                    if (lane >= d) x += y;
+                }
+                u32 tile_count = __shfl_sync(0xffffffffu, x, 31);
+                if (NUMERIC) {
+                    u64 i = first - row0 + warp;
+                    u64 o = c_off[i] - out_base + written[warp] + (x - n);
+                    for (u32 b = 0; b < 4; ++b) {
+                        if (bits & (1u << b)) {
+                            u32 j = lane * 4u + b;
+                            out_col[o] = tile + j - col_lo;
+                            out_val[o] = S::store(partial[warp * CR_TCB + j]);
+                            ++o;
+                        }
+                    }
+                }
+                __syncwarp();
+                if (lane == 0) written[warp] += tile_count;
+            }
+            from = tile_end;
+            __syncthreads();
+        }
+        if (!NUMERIC && threadIdx.x < rows_here)
+            row_nnz[first - row0 + threadIdx.x] = written[threadIdx.x];
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void spgemm_colrow_symbolic(u64 row0, u64 nrows, const u64* a_off,
+                                                  const u32* a_col, const u64* b_off,
+                                                  const u32* b_col, u32 col_lo, u32 col_hi,
+                                                  u64* row_nnz) {
+    colrow<false, float, PlusTimes<float>>(row0, nrows, a_off, a_col, nullptr, b_off, b_col,
+                                           nullptr, col_lo, col_hi, row_nnz, nullptr, 0,
+                                           nullptr, nullptr);
+}
+
+HS_INSTANTIATE(spgemm_colrow_numeric,
+               (u64 row0, u64 nrows, const u64* a_off, const u32* a_col, const void* a_val,
+                const u64* b_off, const u32* b_col, const void* b_val, u32 col_lo, u32 col_hi,
+                const u64* c_off, u64 out_base, u32* out_col, void* out_val),
+               (colrow<true, T, S>(row0, nrows, a_off, a_col, a_val, b_off, b_col, b_val, col_lo,
+                                   col_hi, nullptr, c_off, out_base, out_col, out_val)))
+
+// ---------------------------------------------------------------------------------------------
+// ESC, Polok et al. Alg. 1-3, on a batch of rows. Expansion is perfectly balanced: thread t
+// forms products [t*per_thread, (t+1)*per_thread), finding its first nonzero of A by binary
+// search over the prefix sum of products per nonzero (entry_prefix, from the host, which also
+// gives each nonzero's first B position inside the column window, entry_b_start). Products of
+// one row of C are contiguous; each row's segment is sorted by column (bitonic, in shared
+// memory or, for long segments, in a global scratch), then compressed: equal columns summed.
+
+template <class T, class S>
+__device__ void esc_expand(u64 nentries, u64 total, u64 per_thread, u64 a_entry0,
+                           const u64* entry_prefix, const u64* entry_b_start,
+                           const void* a_val_, const u32* b_col, const void* b_val_,
+                           u32 col_lo, u32* keys, void* vals_) {
+    typedef typename S::acc A;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    A* vals = (A*)vals_;
+    u64 threads = (total + per_thread - 1) / per_thread;
+    HS_GRID_STRIDE(t, threads) {
+        u64 p = t * per_thread, p_end = min(p + per_thread, total);
+        // last entry whose prefix is <= p
+        u64 lo = 0, hi = nentries;
+        while (hi - lo > 1) {
+            u64 mid = lo + (hi - lo) / 2;
+            if (entry_prefix[mid] <= p) lo = mid; else hi = mid;
+        }
+        u64 e = lo;
+        for (; p < p_end; ++p) {
+            while (entry_prefix[e + 1] <= p) ++e;
+            u64 q = entry_b_start[e] + (p - entry_prefix[e]);
+            keys[p] = b_col[q] - col_lo;
+            vals[p] = S::mul(a_val[a_entry0 + e], b_val[q]);
+        }
+    }
+}
+
+HS_INSTANTIATE(spgemm_esc_expand,
+               (u64 nentries, u64 total, u64 per_thread, u64 a_entry0, const u64* entry_prefix,
+                const u64* entry_b_start, const void* a_val, const u32* b_col,
+                const void* b_val, u32 col_lo, u32* keys, void* vals),
+               (esc_expand<T, S>(nentries, total, per_thread, a_entry0, entry_prefix,
+                                 entry_b_start, a_val, b_col, b_val, col_lo, keys, vals)))
+
+// Sorts each listed row segment [seg[r], seg[r+1]) of length <= sort_size in shared memory.
+template <class T, class S>
+__device__ void esc_sort(const u32* rows, u64 nlist, const u64* seg, u32 sort_size, u32* keys,
+                         void* vals_) {
+    typedef typename S::acc A;
+    unsigned char* smem = hs_smem;
+    A* vals = (A*)vals_;
+    u32* sk = (u32*)smem;
+    A* sv = (A*)(smem + (u64)sort_size * 4u);
+    for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
+        u32 r = rows[pos];
+        u64 s = seg[r];
+        u32 n = (u32)(seg[r + 1] - s);
+        for (u32 t = threadIdx.x; t < sort_size; t += blockDim.x) {
+            sk[t] = t < n ? keys[s + t] : HS_EMPTY;
+            sv[t] = t < n ? vals[s + t] : S::zero();
+        }
+        __syncthreads();
+        bitonic_sort(sk, sv, sort_size);
+        for (u32 t = threadIdx.x; t < n; t += blockDim.x) {
+            keys[s + t] = sk[t];
+            vals[s + t] = sv[t];
+        }
+        __syncthreads();
+    }
+}
+
+HS_INSTANTIATE(spgemm_esc_sort,
+               (const u32* rows, u64 nlist, const u64* seg, u32 sort_size, u32* keys, void* vals),
+               (esc_sort<T, S>(rows, nlist, seg, sort_size, keys, vals)))
+
+// One long segment, sorted by one block in a global scratch of sort_size (a power of two).
+template <class T, class S>
+__device__ void esc_sort_long(u64 start, u64 n, u64 sort_size, u32* scratch_keys,
+                              void* scratch_vals_, u32* keys, void* vals_) {
+    typedef typename S::acc A;
+    A* vals = (A*)vals_;
+    A* sv = (A*)scratch_vals_;
+    for (u64 t = threadIdx.x; t < sort_size; t += blockDim.x) {
+        scratch_keys[t] = t < n ? keys[start + t] : HS_EMPTY;
+        sv[t] = t < n ? vals[start + t] : S::zero();
+    }
+    __syncthreads();
+    bitonic_sort(scratch_keys, sv, (u32)sort_size);
+    for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
+        keys[start + t] = scratch_keys[t];
+        vals[start + t] = sv[t];
+    }
+}
+
+HS_INSTANTIATE(spgemm_esc_sort_long,
+               (u64 start, u64 n, u64 sort_size, u32* scratch_keys, void* scratch_vals,
+                u32* keys, void* vals),
+               (esc_sort_long<T, S>(start, n, sort_size, scratch_keys, scratch_vals, keys, vals)))
+
+// Distinct columns per sorted row segment (a block per row).
+extern "C" __global__ void spgemm_esc_count(u64 nrows, const u64* seg, const u32* keys,
+                                            u64* row_nnz) {
+    __shared__ unsigned long long count;
+    for (u64 r = blockIdx.x; r < nrows; r += gridDim.x) {
+        if (threadIdx.x == 0) count = 0;
+        __syncthreads();
+        u64 local = 0;
+        for (u64 p = seg[r] + threadIdx.x; p < seg[r + 1]; p += blockDim.x)
+            local += (p == seg[r] || keys[p] != keys[p - 1]);
+        if (local) atomicAdd(&count, (unsigned long long)local);
+        __syncthreads();
+        if (threadIdx.x == 0) row_nnz[r] = count;
+        __syncthreads();
+    }
+}
+
+// Compression: the first product of each run of equal columns sums its run and writes it at
+// its rank among the row's runs (a block scan of the head flags).
+template <class T, class S>
+__device__ void esc_compress(u64 nrows, const u64* seg, const u32* keys, const void* vals_,
+                             const u64* c_off, u64 out_base, u32* out_col, void* out_val_) {
+    typedef typename S::acc A;
+    const A* vals = (const A*)vals_;
+    T* out_val = (T*)out_val_;
+    for (u64 r = blockIdx.x; r < nrows; r += gridDim.x) {
+        u64 s = seg[r], e = seg[r + 1];
+        u64 base = c_off[r] - out_base;
+        u64 heads_before = 0;
+        for (u64 chunk = s; chunk < e; chunk += blockDim.x) {
+            u64 p = chunk + threadIdx.x;
+            bool head = p < e && (p == s || keys[p] != keys[p - 1]);
+            u32 total;
+            u32 rank = block_exclusive_scan(head ? 1u : 0u, &total);
+            if (head) {
+                A sum = vals[p];
+                for (u64 q = p + 1; q < e && keys[q] == keys[p]; ++q) sum = S::add(sum, vals[q]);
+                u64 o = base + heads_before + rank;
+                out_col[o] = keys[p];
+                out_val[o] = S::store(sum);
+            }
+            heads_before += total;
+        }
+    }
+}
+
+HS_INSTANTIATE(spgemm_esc_compress,
+               (u64 nrows, const u64* seg, const u32* keys, const void* vals, const u64* c_off,
+                u64 out_base, u32* out_col, void* out_val),
+               (esc_compress<T, S>(nrows, seg, keys, vals, c_off, out_base, out_col, out_val)))
