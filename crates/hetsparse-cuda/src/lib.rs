@@ -40,17 +40,24 @@ mod kernels;
 pub mod memory;
 pub mod scalar;
 
+mod bsr;
+mod dia;
+mod spmm;
+mod spmv;
+
 use std::sync::Arc;
 
 use hetsparse_core::backend::check;
 use hetsparse_core::{
-    Backend, Capabilities, ChunkSink, Csr, Dense, Device, DeviceInfo, DeviceKind, Operation,
-    ProductChunk, Result, ScalarType, SparseRef, SpgemmAlgorithm,
+    Backend, Bsr, Capabilities, ChunkSink, Csr, Dense, Device, DeviceInfo, DeviceKind, Dia,
+    Operation, ProductChunk, Result, ScalarType, SparseRef, SpgemmAlgorithm,
 };
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
 pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer};
 pub use scalar::DeviceScalar;
+pub use spmm::{SpmmKernel, SpmmOptions, STREAM_MIN_BYTES};
+pub use spmv::{ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
 
 /// The CUDA backend on one GPU. Cheap to clone (the device is shared) and usable from several
 /// threads at once: every operation makes the device's context current on its thread.
@@ -103,8 +110,10 @@ impl Device for CudaBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let _ = SCALARS;
         Capabilities::new()
+            .with_all(&spmv::FORMATS.map(Operation::Spmv), &SCALARS)
+            .with_all(&spmv::FORMATS.map(Operation::Spmm), &SCALARS)
+            .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
     }
 }
 
@@ -131,15 +140,21 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     }
 
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
-        check::spmm(&a, b)?;
-        check::supported::<T>(self, Operation::Spmm(a.format()))?;
-        unreachable_op()
+        spmm::spmm(&self.gpu, a, b, SpmmOptions::default())
     }
 
     fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
-        check::spmv(&a, x)?;
-        check::supported::<T>(self, Operation::Spmv(a.format()))?;
-        unreachable_op()
+        spmv::spmv(&self.gpu, a, x, SpmvKernel::Auto)
+    }
+
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        dia::dia_spgemm(&self.gpu, a, b)
+    }
+
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        bsr::bsr_spgemm(&self.gpu, a, b, |pa, pb| {
+            <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)
+        })
     }
 }
 
