@@ -39,6 +39,7 @@ mod ffi;
 mod kernels;
 pub mod memory;
 pub mod scalar;
+mod spgemm;
 
 use std::sync::Arc;
 
@@ -103,8 +104,7 @@ impl Device for CudaBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let _ = SCALARS;
-        Capabilities::new()
+        Capabilities::new().with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
     }
 }
 
@@ -112,7 +112,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
         check::spgemm(a, b)?;
         check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        unreachable_op()
+        spgemm::multiply(&self.gpu, a, b, algorithm)
     }
 
     fn spgemm_chunks(
@@ -126,8 +126,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::spgemm(a, b)?;
         check::chunks(a, b, chunks)?;
         check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        let _ = sink;
-        unreachable_op()
+        spgemm::multiply_chunks(&self.gpu, a, b, chunks, algorithm, sink)
     }
 
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
