@@ -164,8 +164,8 @@ fn missing_device_ordinal_is_no_device() {
     ));
 }
 
-/// Rows with very many products (global-memory hash tables, long ESC segments) next to short
-/// ones, in every algorithm.
+/// Rows with very many products (global-memory hash tables, long ESC segments), rows whose
+/// shared-memory tables need the opt-in beyond 48 KiB, and short ones, in every algorithm.
 #[test]
 fn long_rows_use_the_global_memory_path() {
     let Some(gpu) = backend("long_rows_use_the_global_memory_path") else {
@@ -178,7 +178,11 @@ fn long_rows_use_the_global_memory_path() {
     let mut offsets = vec![0u64, n as u64];
     let mut cols: Vec<u32> = rows.iter().map(|r| r.0).collect();
     let mut vals: Vec<f64> = rows.drain(..).map(|r| r.1).collect();
-    for i in 1..n {
+    // Row 1 has 300 entries: 6000 products, a table beyond 48 KiB of shared memory.
+    cols.extend(0..300u32);
+    vals.extend((0..300).map(|j| 0.5 + f64::from(j % 3)));
+    offsets.push(cols.len() as u64);
+    for i in 2..n {
         let (c, v) = base.row(i);
         cols.extend_from_slice(c);
         vals.extend_from_slice(v);

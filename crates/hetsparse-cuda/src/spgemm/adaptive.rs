@@ -14,8 +14,13 @@ use crate::scalar::{kernel_name, DeviceScalar};
 
 use super::{acc_bytes, footprint, Job, Scratch};
 
-/// Shared memory a bin's table may take per block (under the 48 KiB every GPU allows).
-const SHARED_TABLE_BYTES: u64 = 40 * 1024;
+/// Shared memory a bin's table may take per block: what the GPU allows after opting in,
+/// less room for the kernels' static shared variables.
+fn shared_table_bytes(gpu: &crate::Gpu) -> u64 {
+    u64::from(gpu.max_shared_optin())
+        .saturating_sub(1024)
+        .max(8 * 1024)
+}
 /// Threads per block for rows with global-memory tables.
 const GLOBAL_THREADS: u32 = 512;
 
@@ -29,7 +34,8 @@ fn threads_for(size: u64) -> u32 {
         0..=128 => 32,
         129..=512 => 64,
         513..=2048 => 128,
-        _ => 256,
+        2049..=8192 => 256,
+        _ => 512,
     }
 }
 
@@ -39,9 +45,9 @@ struct Bins {
     global: Vec<(u32, u64)>,
 }
 
-fn bin(weights: &[u64], first_row: usize, slot_bytes: u64) -> Result<Bins> {
+fn bin(weights: &[u64], first_row: usize, slot_bytes: u64, shared_bytes: u64) -> Result<Bins> {
     let mut max_shared = 32u64;
-    while max_shared * 2 * slot_bytes <= SHARED_TABLE_BYTES {
+    while max_shared * 2 * slot_bytes <= shared_bytes {
         max_shared *= 2;
     }
     let mut shared: Vec<(u64, Vec<u32>)> = Vec::new();
@@ -118,6 +124,7 @@ fn run_bins<T: DeviceScalar>(
                 block: threads_for(*size),
                 shared_bytes: (*size * slot_bytes) as u32,
             };
+            job.gpu.allow_shared(function, config.shared_bytes)?;
             // SAFETY: `args` builds the kernel's parameter list; buffers cover what it reads.
             unsafe {
                 job.gpu
@@ -209,7 +216,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
     let _span = tracing::debug_span!("symbolic", algorithm = "adaptive", rows = n).entered();
     let width = job.width();
     let weights: Vec<u64> = products.iter().map(|&p| p.min(width)).collect();
-    let bins = bin(&weights, job.rows.start, 4)?;
+    let bins = bin(&weights, job.rows.start, 4, shared_table_bytes(job.gpu))?;
     let row_nnz = chunk_arena.alloc::<u64>(n, "entries per row")?;
     row_nnz.zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_hash_symbolic")?;
@@ -251,6 +258,7 @@ pub(super) fn numeric<T: DeviceScalar>(
         &counts[range.clone()],
         job.rows.start + range.start,
         4 + acc_bytes::<T>(),
+        shared_table_bytes(job.gpu),
     )?;
     let f = job
         .gpu

@@ -15,8 +15,6 @@ use super::{acc_bytes, footprint, offsets, Job, Scratch};
 
 /// Products each expansion thread forms (the balanced split of Polok's Alg. 1).
 const PER_THREAD: u64 = 4;
-/// Shared memory a sort block may use for its segment.
-const SHARED_SORT_BYTES: u64 = 40 * 1024;
 
 /// Position range of row `k` of B inside the column window.
 fn window(job: &Job<'_, impl DeviceScalar>, k: usize) -> (u64, u64) {
@@ -31,7 +29,7 @@ fn window(job: &Job<'_, impl DeviceScalar>, k: usize) -> (u64, u64) {
 pub(super) fn chunk<T: DeviceScalar>(
     job: &Job<'_, T>,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<T>,
+    output: &mut OutputPipeline<'_, T>,
     done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
 ) -> Result<()> {
     let a_off = job.a_host.row_offsets();
@@ -116,7 +114,7 @@ fn batch<T: DeviceScalar>(
     e0: usize,
     last: bool,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<T>,
+    output: &mut OutputPipeline<'_, T>,
     done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
 ) -> Result<()> {
     let a_off = job.a_host.row_offsets();
@@ -132,8 +130,10 @@ fn batch<T: DeviceScalar>(
     let acc = acc_bytes::<T>();
     let _span = tracing::debug_span!("esc batch", rows = nrows, products).entered();
     // Sort plan: segments by padded size; long ones one by one in a global scratch.
+    // Shared memory a sort block may use for its segment (opted in beyond 48 KiB).
+    let shared_sort_bytes = u64::from(job.gpu.max_shared_optin()).saturating_sub(1024);
     let mut max_shared = 32u64;
-    while max_shared * 2 * (4 + acc) <= SHARED_SORT_BYTES {
+    while max_shared * 2 * (4 + acc) <= shared_sort_bytes {
         max_shared *= 2;
     }
     let mut sort_bins: Vec<(u64, Vec<u32>)> = Vec::new();
@@ -204,9 +204,10 @@ fn batch<T: DeviceScalar>(
             let list_dev = arena.upload(stream, list, "ESC sort rows")?;
             let config = LaunchConfig {
                 grid: list.len().min(1 << 20) as u32,
-                block: (*size / 2).clamp(32, 256) as u32,
+                block: (*size / 2).clamp(32, 512) as u32,
                 shared_bytes: (*size * (4 + acc)) as u32,
             };
+            gpu.allow_shared(sort, config.shared_bytes)?;
             // SAFETY: arguments match spgemm_esc_sort; every listed segment lies in keys/vals.
             unsafe {
                 gpu.launch(

@@ -240,7 +240,7 @@ fn run<T: DeviceScalar>(
     let rest = tracker.available();
     // Work memory gets 5/8 of what is left, the two output buffers 3/8.
     let mut scratch = Scratch::new(rest / 8 * 5);
-    let mut output = OutputPipeline::<T>::new(tracker.clone(), rest / 8 * 3 / 2)?;
+    let mut output = OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2)?;
     for (index, chunk) in chunks.iter().enumerate() {
         chunk_arena.reset();
         let job = Job {
@@ -296,7 +296,7 @@ fn numeric_batches<T: DeviceScalar>(
     c_off: &[u64],
     c_off_dev: DeviceSlice<'_, u64>,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<T>,
+    output: &mut OutputPipeline<'_, T>,
     done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
 ) -> Result<()> {
     let total = *c_off.last().unwrap_or(&0);

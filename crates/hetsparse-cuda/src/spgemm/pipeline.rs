@@ -5,23 +5,22 @@
 //! it needs that buffer again, or at the end.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use hetsparse_core::{ChunkProduct, Csr, ProductChunk, Result};
 
-use crate::context::{Event, Stream};
+use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{pinned, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer};
+use crate::memory::{DeviceBuffer, DeviceSlice, PooledPinned};
 use crate::scalar::{from_device, DeviceScalar};
 
 use super::{entry_bytes, offsets};
 
-struct Slot<T: DeviceScalar> {
+struct Slot<'g, T: DeviceScalar> {
     capacity: u64,
     dev_cols: DeviceBuffer<u32>,
     dev_vals: DeviceBuffer<T::Device>,
-    host_cols: PinnedBuffer<u32>,
-    host_vals: PinnedBuffer<T::Device>,
+    host_cols: PooledPinned<'g>,
+    host_vals: PooledPinned<'g>,
     computed: Event,
     copied: Event,
     pending: Option<Pending>,
@@ -45,23 +44,27 @@ struct Assembly<T> {
 }
 
 /// The two output buffers, the copy stream and the chunks not yet handed out.
-pub(crate) struct OutputPipeline<T: DeviceScalar> {
-    tracker: Arc<MemoryTracker>,
+pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
+    gpu: &'g Gpu,
     slot_bytes: u64,
-    slots: [Option<Slot<T>>; 2],
+    slots: [Option<Slot<'g, T>>; 2],
     next: usize,
     copy: Stream,
     chunks: VecDeque<Assembly<T>>,
 }
 
+/// Device memory one output buffer takes at most; its pinned twin is as large.
+const MAX_SLOT_BYTES: u64 = 64 << 20;
+
 type Done<'d, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd;
 
-impl<T: DeviceScalar> OutputPipeline<T> {
-    /// A pipeline whose buffers may take up to `slot_bytes` of device memory each.
-    pub fn new(tracker: Arc<MemoryTracker>, slot_bytes: u64) -> Result<Self> {
+impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
+    /// A pipeline whose buffers may take up to `slot_bytes` of device memory each (capped at
+    /// [`MAX_SLOT_BYTES`]: larger outputs take more batches).
+    pub fn new(gpu: &'g Gpu, slot_bytes: u64) -> Result<Self> {
         Ok(OutputPipeline {
-            tracker,
-            slot_bytes,
+            gpu,
+            slot_bytes: slot_bytes.min(MAX_SLOT_BYTES),
             slots: [None, None],
             next: 0,
             copy: Stream::new()?,
@@ -124,7 +127,7 @@ impl<T: DeviceScalar> OutputPipeline<T> {
         self.drain_all(done)?;
         self.slots = [None, None];
         for slot in &mut self.slots {
-            *slot = Some(Slot::new(&self.tracker, target)?);
+            *slot = Some(Slot::new(self.gpu, target)?);
         }
         Ok(target)
     }
@@ -156,12 +159,17 @@ impl<T: DeviceScalar> OutputPipeline<T> {
         self.copy.wait(&slot.computed)?;
         let _span = tracing::debug_span!("D2H", entries = len).entered();
         let n = len as usize;
-        slot.dev_cols
-            .slice()
-            .download_async(&self.copy, &mut slot.host_cols, 0, n)?;
-        slot.dev_vals
-            .slice()
-            .download_async(&self.copy, &mut slot.host_vals, 0, n)?;
+        // SAFETY: the host buffers are pinned and are read only after `copied` has happened
+        // (drain); they are dropped only after drain_all, or with the pipeline, whose users
+        // finish it first or fail, in which case the streams are synchronised on drop.
+        unsafe {
+            slot.dev_cols
+                .slice()
+                .download_async(&self.copy, slot.host_cols.typed_mut(n))?;
+            slot.dev_vals
+                .slice()
+                .download_async(&self.copy, slot.host_vals.typed_mut(n))?;
+        }
         slot.copied.record(&self.copy)?;
         slot.pending = Some(Pending {
             len: n,
@@ -192,15 +200,20 @@ impl<T: DeviceScalar> OutputPipeline<T> {
     }
 }
 
-impl<T: DeviceScalar> Slot<T> {
-    fn new(tracker: &Arc<MemoryTracker>, capacity: u64) -> Result<Self> {
+impl<'g, T: DeviceScalar> Slot<'g, T> {
+    fn new(gpu: &'g Gpu, capacity: u64) -> Result<Self> {
         let n = capacity as usize;
+        let tracker = gpu.memory();
+        let pool = gpu.pinned_pool();
         Ok(Slot {
             capacity,
             dev_cols: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (columns)")?,
             dev_vals: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (values)")?,
-            host_cols: pinned(n, "pinned SpGEMM output buffer (columns)")?,
-            host_vals: pinned(n, "pinned SpGEMM output buffer (values)")?,
+            host_cols: pool.take(n * 4, "pinned SpGEMM output buffer (columns)")?,
+            host_vals: pool.take(
+                n * std::mem::size_of::<T>(),
+                "pinned SpGEMM output buffer (values)",
+            )?,
             computed: Event::new(false)?,
             copied: Event::new(false)?,
             pending: None,
@@ -208,10 +221,20 @@ impl<T: DeviceScalar> Slot<T> {
     }
 }
 
+impl<T: DeviceScalar> Drop for Slot<'_, T> {
+    fn drop(&mut self) {
+        // After an error a copy may still be writing into the pinned buffers, which go back
+        // to the pool now: wait for it.
+        if self.pending.is_some() {
+            let _ = self.copied.synchronize();
+        }
+    }
+}
+
 /// Appends a copied batch to the oldest unfinished chunk and hands the chunk out if complete.
 fn drain<T: DeviceScalar>(
     chunks: &mut VecDeque<Assembly<T>>,
-    slot: &Slot<T>,
+    slot: &Slot<'_, T>,
     p: Pending,
     done: &mut Done<'_, T>,
 ) -> Result<()> {
@@ -219,9 +242,9 @@ fn drain<T: DeviceScalar>(
         .front_mut()
         .expect("a pending batch belongs to an unfinished chunk");
     asm.cols
-        .extend_from_slice(&slot.host_cols.as_slice()[..p.len]);
+        .extend_from_slice(slot.host_cols.typed::<u32>(p.len));
     asm.vals
-        .extend_from_slice(from_device::<T>(&slot.host_vals.as_slice()[..p.len]));
+        .extend_from_slice(from_device::<T>(slot.host_vals.typed::<T::Device>(p.len)));
     asm.counts.extend_from_slice(&p.counts);
     if p.last_of_chunk {
         let asm = chunks.pop_front().expect("checked above");
