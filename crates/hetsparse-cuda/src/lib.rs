@@ -31,6 +31,18 @@
 //! Results are produced in row batches copied to pinned host buffers while the next batch
 //! computes (two buffers), so the product may be larger than device memory; only A and B
 //! must fit, with room for the work buffers.
+//!
+//! Writing an operation on this backend (what `spgemm/` does):
+//! 1. [`Gpu::bind`] first (the context is current per thread), then a [`Stream`];
+//! 2. operands into [`DeviceBuffer`]s (`DeviceBuffer::from_host(gpu.memory(), &stream,
+//!    scalar::as_device(values), "what")`, counted against the budget), or into a
+//!    [`DeviceArena`] allocated once outside a loop;
+//! 3. a kernel from `kernels-cuda/NAME.cu`, listed in `src/kernels.rs`:
+//!    `gpu.function("NAME", scalar::kernel_name::<T>("kernel"))` for one instantiated with
+//!    `HS_INSTANTIATE` (common.cuh), launched with [`Gpu::launch`] and [`Arg`]s
+//!    ([`DeviceSlice::arg`] for pointers);
+//! 4. results back with [`DeviceSlice::download`] (or asynchronously into pinned memory from
+//!    [`Gpu::pinned_pool`]), every driver failure already a [`hetsparse_core::Error`].
 #![warn(missing_docs)]
 
 mod context;
@@ -50,7 +62,9 @@ use hetsparse_core::{
 };
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
-pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer};
+pub use memory::{
+    DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer, PinnedPool, PooledPinned,
+};
 pub use scalar::DeviceScalar;
 
 /// The CUDA backend on one GPU. Cheap to clone (the device is shared) and usable from several

@@ -146,25 +146,9 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     }
     /// Copies the start of the slice into `host`, waiting for `stream` first and for the copy.
     pub fn download(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
-        assert!(
-            host.len() <= self.len,
-            "download larger than the device slice"
-        );
-        if host.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: both ranges are valid for `host.len()` elements; we wait before returning.
-        check(
-            unsafe {
-                ffi::cuMemcpyDtoHAsync_v2(
-                    host.as_mut_ptr() as *mut c_void,
-                    self.ptr,
-                    std::mem::size_of_val(host),
-                    stream.raw(),
-                )
-            },
-            "copying from the device",
-        )?;
+        // SAFETY: the stream is synchronised before `host` is released to the caller, so the
+        // copy (asynchronous only into pinned memory) is over by then.
+        unsafe { self.download_async(stream, host)? };
         stream.synchronize()
     }
     /// Downloads the whole slice into a new vector.

@@ -18,7 +18,7 @@ mod tiled;
 
 use std::ops::Range;
 
-use hetsparse_core::{ChunkProduct, ChunkSink, Csr, Error, ProductChunk, Result, SpgemmAlgorithm};
+use hetsparse_core::{ChunkProduct, Csr, Error, ProductChunk, Result, SpgemmAlgorithm};
 
 use crate::context::{Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
@@ -195,8 +195,9 @@ impl Method {
     }
 }
 
-/// Runs the listed chunks of `A · B`, handing each finished chunk to `done` in order.
-fn run<T: DeviceScalar>(
+/// The listed chunks of `A · B`, handing each finished chunk to `done` in order. Chunks are
+/// pipelined: a chunk's copy to the host overlaps the next one's kernels.
+pub(crate) fn multiply_chunks<T: DeviceScalar>(
     gpu: &Gpu,
     a: &Csr<T>,
     b: &Csr<T>,
@@ -372,7 +373,7 @@ pub(crate) fn multiply<T: DeviceScalar>(
         cols: 0..b.ncols(),
     };
     let mut result = None;
-    run(
+    multiply_chunks(
         gpu,
         a,
         b,
@@ -384,17 +385,4 @@ pub(crate) fn multiply<T: DeviceScalar>(
         },
     )?;
     result.ok_or_else(|| Error::InvalidArgument("cuda: SpGEMM produced no result".into()))
-}
-
-/// The chunks of `A · B`, pipelined: a chunk's copy to the host overlaps the next one's
-/// kernels.
-pub(crate) fn multiply_chunks<T: DeviceScalar>(
-    gpu: &Gpu,
-    a: &Csr<T>,
-    b: &Csr<T>,
-    chunks: &[ProductChunk],
-    algorithm: SpgemmAlgorithm,
-    sink: &mut ChunkSink<'_, T>,
-) -> Result<()> {
-    run(gpu, a, b, chunks, algorithm, sink)
 }
