@@ -148,7 +148,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     pub fn download(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
         // SAFETY: the stream is synchronised before `host` is released to the caller, so the
         // copy (asynchronous only into pinned memory) is over by then.
-        unsafe { self.download_async(stream, host)? };
+        unsafe { self.download_unchecked(stream, host)? };
         stream.synchronize()
     }
     /// Downloads the whole slice into a new vector.
@@ -160,13 +160,34 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         self.download(stream, &mut v)?;
         Ok(v)
     }
+    /// Queues a copy of `len` elements into `host[host_start..]` (pinned, so truly
+    /// asynchronous); the host must not read them before the stream reaches this point.
+    pub fn download_async(
+        &self,
+        stream: &Stream,
+        host: &mut LockedBuffer<T>,
+        host_start: usize,
+        len: usize,
+    ) -> Result<()>
+    where
+        T: DeviceCopy,
+    {
+        assert!(
+            host_start + len <= host.len(),
+            "download past the pinned buffer"
+        );
+        // SAFETY: a LockedBuffer is page-locked; callers wait for the stream before reading
+        // it, and it cannot be freed while borrowed here.
+        unsafe { self.download_unchecked(stream, &mut host[host_start..host_start + len]) }
+    }
+
     /// Queues a copy of the first `host.len()` elements into `host` on `stream`.
     ///
     /// # Safety
     /// `host` must be page-locked (else the copy is not asynchronous and the driver may read
     /// it later) and must be neither read, written nor freed until `stream` has passed this
     /// point.
-    pub unsafe fn download_async(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
+    pub unsafe fn download_unchecked(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
         assert!(
             host.len() <= self.len,
             "download larger than the device slice"

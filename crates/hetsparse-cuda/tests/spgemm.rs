@@ -5,7 +5,7 @@
 
 use hetsparse_core::conformance::obtain;
 use hetsparse_core::generate;
-use hetsparse_core::{Backend, Csr, Error, ReferenceBackend, SpgemmAlgorithm};
+use hetsparse_core::{Backend, Csr, Error, ProductChunk, ReferenceBackend, SpgemmAlgorithm};
 use hetsparse_cuda::CudaBackend;
 
 fn backend(test: &str) -> Option<CudaBackend> {
@@ -60,6 +60,45 @@ fn output_larger_than_the_memory_budget() {
     for alg in EXPLICIT {
         let c = gpu.spgemm(&a, &b, alg).unwrap();
         assert_close(&c, &expected, &format!("{alg:?} under a 1.5 MB budget"));
+    }
+}
+
+/// Eight chunks (row ranges × column panels) pipelined under the same small budget: each
+/// chunk arrives once, equal to the reference's product of A's rows and B's column panel.
+#[test]
+fn pipelined_chunks_under_a_memory_budget() {
+    let Some(gpu) = backend("pipelined_chunks_under_a_memory_budget") else {
+        return;
+    };
+    let gpu = gpu.with_memory_budget(1_500_000);
+    let a = generate::uniform::<f64>(2000, 2000, 10, 11);
+    let b = generate::uniform::<f64>(2000, 1800, 10, 12);
+    let mut chunks = Vec::new();
+    for rows in [0..700, 700..701, 701..1500, 1500..2000] {
+        for cols in [0..900, 900..1800] {
+            chunks.push(ProductChunk {
+                rows: rows.clone(),
+                cols,
+            });
+        }
+    }
+    for alg in EXPLICIT {
+        let mut seen = vec![false; chunks.len()];
+        gpu.spgemm_chunks(&a, &b, &chunks, alg, &mut |c| {
+            assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
+            seen[c.index] = true;
+            let expected = ReferenceBackend
+                .spgemm(
+                    &a.rows(c.chunk.rows.clone())?,
+                    &b.column_panel(c.chunk.cols.clone())?,
+                    SpgemmAlgorithm::Auto,
+                )
+                .unwrap();
+            assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen.iter().all(|&s| s), "{alg:?}: every chunk arrives");
     }
 }
 

@@ -165,10 +165,10 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         unsafe {
             slot.dev_cols
                 .slice()
-                .download_async(&self.copy, slot.host_cols.typed_mut(n))?;
+                .download_unchecked(&self.copy, slot.host_cols.typed_mut(n))?;
             slot.dev_vals
                 .slice()
-                .download_async(&self.copy, slot.host_vals.typed_mut(n))?;
+                .download_unchecked(&self.copy, slot.host_vals.typed_mut(n))?;
         }
         slot.copied.record(&self.copy)?;
         slot.pending = Some(Pending {
