@@ -1,7 +1,8 @@
 //! SpGEMM on the GPU: operands uploaded once, then each chunk of C (a row range of A times a
 //! column window of B; the whole product is one chunk) goes through
 //!
-//! 1. row analysis: products per row, on the GPU (`spgemm_row_products`);
+//! 1. row analysis (Adaptive, which bins rows by it): products per row, on the GPU
+//!    (`spgemm_row_products`);
 //! 2. symbolic: exact entries per row, by the chosen algorithm's kernels
 //!    (ESC counts inside its batches instead, see [`esc`]);
 //! 3. numeric in row batches sized to the output buffers: each batch is written into one of
