@@ -14,7 +14,7 @@ use hetsparse_core::{Error, Result};
 use crate::error::{check, from_code, from_cust, BACKEND};
 use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmodule, CUstream};
 use crate::kernels::MODULES;
-use crate::memory::MemoryTracker;
+use crate::memory::{MemoryTracker, PinnedPool};
 
 /// One GPU: its primary context, properties and kernel modules.
 pub struct Gpu {
@@ -26,8 +26,10 @@ pub struct Gpu {
     total_memory: u64,
     multiprocessors: u32,
     max_shared_per_block: u32,
+    max_shared_optin: u32,
     compute_capability: (i32, i32),
     memory: Arc<MemoryTracker>,
+    pinned: PinnedPool,
 }
 
 struct Module(CUmodule);
@@ -146,6 +148,11 @@ impl Gpu {
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let max_shared_per_block =
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as u32;
+        let max_shared_optin = device_attribute(
+            device,
+            ffi::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?
+        .max(max_shared_per_block as i32) as u32;
         let compute_capability = (
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -163,8 +170,10 @@ impl Gpu {
             total_memory: total as u64,
             multiprocessors,
             max_shared_per_block,
+            max_shared_optin,
             compute_capability,
             memory,
+            pinned: PinnedPool::default(),
         };
         gpu.bind()?;
         for &(module, ptx) in MODULES {
@@ -203,6 +212,31 @@ impl Gpu {
     pub fn max_shared_per_block(&self) -> u32 {
         self.max_shared_per_block
     }
+    /// Shared memory a block may use after opting in ([`Gpu::allow_shared`]), in bytes.
+    pub fn max_shared_optin(&self) -> u32 {
+        self.max_shared_optin
+    }
+    /// Lets `function` use `bytes` of dynamic shared memory (beyond 48 KiB GPUs ask for an
+    /// explicit opt-in per kernel).
+    pub fn allow_shared(&self, function: Function, bytes: u32) -> Result<()> {
+        if bytes <= 48 * 1024 {
+            return Ok(());
+        }
+        // SAFETY: valid function handle; the driver checks the value.
+        check(
+            unsafe {
+                ffi::cuFuncSetAttribute(
+                    function.raw,
+                    ffi::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as c_int,
+                )
+            },
+            &format!(
+                "allowing kernel `{}` {bytes} bytes of shared memory",
+                function.name
+            ),
+        )
+    }
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
@@ -210,6 +244,11 @@ impl Gpu {
     /// The device-memory accounting shared by every allocation.
     pub fn memory(&self) -> &Arc<MemoryTracker> {
         &self.memory
+    }
+
+    /// Pinned host buffers reused between operations.
+    pub fn pinned_pool(&self) -> &PinnedPool {
+        &self.pinned
     }
 
     /// Kernel `name` of module `module` (a `kernels-cuda/*.cu` file's stem).

@@ -23,6 +23,8 @@ pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 8;
 pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
+pub const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
 pub const CU_EVENT_DEFAULT: c_uint = 0;
@@ -50,6 +52,7 @@ extern "C" {
         option_values: *mut *mut c_void,
     ) -> CUresult;
     pub fn cuModuleUnload(module: CUmodule) -> CUresult;
+    pub fn cuFuncSetAttribute(function: CUfunction, attribute: c_int, value: c_int) -> CUresult;
     pub fn cuModuleGetFunction(
         function: *mut CUfunction,
         module: CUmodule,

@@ -31,6 +31,18 @@
 //! Results are produced in row batches copied to pinned host buffers while the next batch
 //! computes (two buffers), so the product may be larger than device memory; only A and B
 //! must fit, with room for the work buffers.
+//!
+//! Writing an operation on this backend (what `spgemm/` does):
+//! 1. [`Gpu::bind`] first (the context is current per thread), then a [`Stream`];
+//! 2. operands into [`DeviceBuffer`]s (`DeviceBuffer::from_host(gpu.memory(), &stream,
+//!    scalar::as_device(values), "what")`, counted against the budget), or into a
+//!    [`DeviceArena`] allocated once outside a loop;
+//! 3. a kernel from `kernels-cuda/NAME.cu`, listed in `src/kernels.rs`:
+//!    `gpu.function("NAME", scalar::kernel_name::<T>("kernel"))` for one instantiated with
+//!    `HS_INSTANTIATE` (common.cuh), launched with [`Gpu::launch`] and [`Arg`]s
+//!    ([`DeviceSlice::arg`] for pointers);
+//! 4. results back with [`DeviceSlice::download`] (or asynchronously into pinned memory from
+//!    [`Gpu::pinned_pool`]), every driver failure already a [`hetsparse_core::Error`].
 #![warn(missing_docs)]
 
 mod context;
@@ -39,6 +51,7 @@ mod ffi;
 mod kernels;
 pub mod memory;
 pub mod scalar;
+mod spgemm;
 
 mod bsr;
 mod dia;
@@ -54,7 +67,9 @@ use hetsparse_core::{
 };
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
-pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer};
+pub use memory::{
+    DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer, PinnedPool, PooledPinned,
+};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmOptions, STREAM_MIN_BYTES};
 pub use spmv::{ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
@@ -111,6 +126,7 @@ impl Device for CudaBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
+            .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
             .with_all(&spmv::FORMATS.map(Operation::Spmv), &SCALARS)
             .with_all(&spmv::FORMATS.map(Operation::Spmm), &SCALARS)
             .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
@@ -121,7 +137,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
         check::spgemm(a, b)?;
         check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        unreachable_op()
+        spgemm::multiply(&self.gpu, a, b, algorithm)
     }
 
     fn spgemm_chunks(
@@ -135,8 +151,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::spgemm(a, b)?;
         check::chunks(a, b, chunks)?;
         check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        let _ = sink;
-        unreachable_op()
+        spgemm::multiply_chunks(&self.gpu, a, b, chunks, algorithm, sink)
     }
 
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
@@ -156,11 +171,4 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
             <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)
         })
     }
-}
-
-/// Reached only if capabilities listed an operation without code behind it.
-fn unreachable_op<R>() -> Result<R> {
-    Err(hetsparse_core::Error::InvalidArgument(
-        "cuda: operation listed in capabilities but not implemented".into(),
-    ))
 }

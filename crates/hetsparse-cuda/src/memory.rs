@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use std::mem::size_of;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cust::memory::{DeviceCopy, LockedBuffer};
 use hetsparse_core::Result;
@@ -146,25 +146,9 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     }
     /// Copies the start of the slice into `host`, waiting for `stream` first and for the copy.
     pub fn download(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
-        assert!(
-            host.len() <= self.len,
-            "download larger than the device slice"
-        );
-        if host.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: both ranges are valid for `host.len()` elements; we wait before returning.
-        check(
-            unsafe {
-                ffi::cuMemcpyDtoHAsync_v2(
-                    host.as_mut_ptr() as *mut c_void,
-                    self.ptr,
-                    std::mem::size_of_val(host),
-                    stream.raw(),
-                )
-            },
-            "copying from the device",
-        )?;
+        // SAFETY: the stream is synchronised before `host` is released to the caller, so the
+        // copy (asynchronous only into pinned memory) is over by then.
+        unsafe { self.download_unchecked(stream, host)? };
         stream.synchronize()
     }
     /// Downloads the whole slice into a new vector.
@@ -188,18 +172,36 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     where
         T: DeviceCopy,
     {
-        assert!(len <= self.len && host_start + len <= host.len());
-        if len == 0 {
+        assert!(
+            host_start + len <= host.len(),
+            "download past the pinned buffer"
+        );
+        // SAFETY: a LockedBuffer is page-locked; callers wait for the stream before reading
+        // it, and it cannot be freed while borrowed here.
+        unsafe { self.download_unchecked(stream, &mut host[host_start..host_start + len]) }
+    }
+
+    /// Queues a copy of the first `host.len()` elements into `host` on `stream`.
+    ///
+    /// # Safety
+    /// `host` must be page-locked (else the copy is not asynchronous and the driver may read
+    /// it later) and must be neither read, written nor freed until `stream` has passed this
+    /// point.
+    pub unsafe fn download_unchecked(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
+        assert!(
+            host.len() <= self.len,
+            "download larger than the device slice"
+        );
+        if host.is_empty() {
             return Ok(());
         }
-        // SAFETY: ranges checked above; the pinned buffer outlives the copy because callers
-        // wait for the stream before touching or dropping it.
+        // SAFETY: ranges checked above; lifetime by the caller's contract.
         check(
             unsafe {
                 ffi::cuMemcpyDtoHAsync_v2(
-                    host.as_mut_ptr().add(host_start) as *mut c_void,
+                    host.as_mut_ptr() as *mut c_void,
                     self.ptr,
-                    len * size_of::<T>(),
+                    std::mem::size_of_val(host),
                     stream.raw(),
                 )
             },
@@ -385,4 +387,84 @@ pub type PinnedBuffer<T> = LockedBuffer<T>;
 /// Allocates a pinned buffer of `len` elements (at least one, the driver rejects zero).
 pub fn pinned<T: DeviceCopy + Default>(len: usize, what: &str) -> Result<PinnedBuffer<T>> {
     LockedBuffer::new(&T::default(), len.max(1)).map_err(|e| from_cust(e, what))
+}
+
+/// Pinned host buffers kept between operations: page-locking memory takes milliseconds per
+/// tens of megabytes, far longer than the copies it speeds up, so staging buffers are reused.
+#[derive(Default)]
+pub struct PinnedPool {
+    free: Mutex<Vec<LockedBuffer<u8>>>,
+}
+
+/// Buffers the pool keeps when they come back.
+const PINNED_POOL_KEEP: usize = 4;
+
+impl PinnedPool {
+    /// A buffer of at least `bytes`, reused when the pool has one.
+    pub fn take(&self, bytes: usize, what: &str) -> Result<PooledPinned<'_>> {
+        let bytes = bytes.max(1);
+        let reused = {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.len() >= bytes)
+                .min_by_key(|(_, b)| b.len())
+                .map(|(i, _)| i);
+            best.map(|i| free.swap_remove(i))
+        };
+        let buffer = match reused {
+            Some(b) => b,
+            // SAFETY: every bit pattern is a valid u8.
+            None => {
+                unsafe { LockedBuffer::uninitialized(bytes) }.map_err(|e| from_cust(e, what))?
+            }
+        };
+        Ok(PooledPinned {
+            buffer: Some(buffer),
+            pool: self,
+        })
+    }
+}
+
+/// A pinned buffer on loan from a [`PinnedPool`]; it goes back when dropped.
+pub struct PooledPinned<'p> {
+    buffer: Option<LockedBuffer<u8>>,
+    pool: &'p PinnedPool,
+}
+
+impl PooledPinned<'_> {
+    /// The first `len` elements of `T` (the buffer is page-aligned).
+    pub fn typed<T: DeviceCopy>(&self, len: usize) -> &[T] {
+        let b = self.buffer.as_ref().expect("present until drop");
+        assert!(
+            len * size_of::<T>() <= b.len() && b.as_ptr() as usize % std::mem::align_of::<T>() == 0
+        );
+        // SAFETY: in bounds and aligned (checked); any bits are valid for the DeviceCopy
+        // types used here (integers, floats and their wrappers).
+        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const T, len) }
+    }
+    /// The first `len` elements of `T`, writable.
+    pub fn typed_mut<T: DeviceCopy>(&mut self, len: usize) -> &mut [T] {
+        let b = self.buffer.as_mut().expect("present until drop");
+        assert!(
+            len * size_of::<T>() <= b.len() && b.as_ptr() as usize % std::mem::align_of::<T>() == 0
+        );
+        // SAFETY: as in `typed`, and borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut T, len) }
+    }
+}
+
+impl Drop for PooledPinned<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            let mut free = self.pool.free.lock().unwrap_or_else(|p| p.into_inner());
+            free.push(b);
+            if free.len() > PINNED_POOL_KEEP {
+                // Keep the largest ones.
+                free.sort_by_key(|b| std::cmp::Reverse(b.len()));
+                free.truncate(PINNED_POOL_KEEP);
+            }
+        }
+    }
 }

@@ -329,31 +329,30 @@ fn spmm_streamed<T: DeviceScalar>() {
             check_spmm(&b, &a, SparseRef::Cspr(&c), layout, 11, opts, "CSPR panels");
         }
     }
-    // A takes about 100 KiB; B and C of 200 columns take 2·1024·200·size more than that budget.
+    // Budgets with room for A and panels of 24 columns per stream, while B and C of 200
+    // columns need 2·1024·200·size bytes: the product only succeeds if B and C stream in panels.
     let size = std::mem::size_of::<T>() as u64;
-    let budget = 200 * 1024 + 2 * 1024 * 24 * size;
-    let Some(small) = backend_with(Some(budget)) else {
-        return;
-    };
-    for layout in [Layout::RowMajor, Layout::ColMajor] {
-        check_spmm(
-            &small,
-            &a,
-            SparseRef::Csr(&a),
-            layout,
-            200,
-            SpmmOptions::default(),
-            "CSR under a budget",
-        );
-        check_spmm(
-            &small,
-            &a,
-            SparseRef::Ellr(&e),
-            layout,
-            200,
-            SpmmOptions::default(),
-            "ELLR under a budget",
-        );
+    let panels = 2 * 2 * 1024 * 24 * size;
+    let csr_bytes = 8 * 1025 + a.nnz() * (size + 4);
+    let ellr_bytes = (e.values().len() as u64) * (size + 4) + 4 * 1024;
+    for (what, sparse, bytes) in [
+        ("CSR under a budget", SparseRef::Csr(&a), csr_bytes),
+        ("ELLR under a budget", SparseRef::Ellr(&e), ellr_bytes),
+    ] {
+        let Some(small) = backend_with(Some(bytes + panels + 4096)) else {
+            return;
+        };
+        for layout in [Layout::RowMajor, Layout::ColMajor] {
+            check_spmm(
+                &small,
+                &a,
+                sparse,
+                layout,
+                200,
+                SpmmOptions::default(),
+                what,
+            );
+        }
     }
     // Room for A (offsets, columns, values) and half a kilobyte: not one column of B and C.
     let tiny = backend_with(Some(8 * 1025 + a.nnz() * (size + 4) + 512)).expect("backend");

@@ -1,0 +1,265 @@
+//! Double-buffered output (Matam et al. Alg. 1's OutputBuffer/TransferBuffer, Xia et al.
+//! §IV.C): a batch of C's rows is written into one of two device buffers on the compute
+//! stream, then copied into pinned host memory on the copy stream while the next batch is
+//! computed into the other buffer. The host drains a buffer into the chunk's arrays only when
+//! it needs that buffer again, or at the end.
+
+use std::collections::VecDeque;
+
+use hetsparse_core::{ChunkProduct, Csr, ProductChunk, Result};
+
+use crate::context::{Event, Gpu, Stream};
+use crate::error::out_of_memory;
+use crate::memory::{DeviceBuffer, DeviceSlice, PooledPinned};
+use crate::scalar::{from_device, DeviceScalar};
+
+use super::{entry_bytes, offsets};
+
+struct Slot<'g, T: DeviceScalar> {
+    capacity: u64,
+    dev_cols: DeviceBuffer<u32>,
+    dev_vals: DeviceBuffer<T::Device>,
+    host_cols: PooledPinned<'g>,
+    host_vals: PooledPinned<'g>,
+    computed: Event,
+    copied: Event,
+    pending: Option<Pending>,
+}
+
+/// A batch whose copy to the host is queued.
+struct Pending {
+    len: usize,
+    counts: Vec<u64>,
+    last_of_chunk: bool,
+}
+
+/// A chunk of C being collected on the host.
+struct Assembly<T> {
+    index: usize,
+    chunk: ProductChunk,
+    width: usize,
+    counts: Vec<u64>,
+    cols: Vec<u32>,
+    vals: Vec<T>,
+}
+
+/// The two output buffers, the copy stream and the chunks not yet handed out.
+pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
+    gpu: &'g Gpu,
+    slot_bytes: u64,
+    slots: [Option<Slot<'g, T>>; 2],
+    next: usize,
+    copy: Stream,
+    chunks: VecDeque<Assembly<T>>,
+}
+
+/// Device memory one output buffer takes at most; its pinned twin is as large.
+const MAX_SLOT_BYTES: u64 = 64 << 20;
+
+type Done<'d, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd;
+
+impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
+    /// A pipeline whose buffers may take up to `slot_bytes` of device memory each (capped at
+    /// [`MAX_SLOT_BYTES`]: larger outputs take more batches).
+    pub fn new(gpu: &'g Gpu, slot_bytes: u64) -> Result<Self> {
+        Ok(OutputPipeline {
+            gpu,
+            slot_bytes: slot_bytes.min(MAX_SLOT_BYTES),
+            slots: [None, None],
+            next: 0,
+            copy: Stream::new()?,
+            chunks: VecDeque::new(),
+        })
+    }
+
+    /// Starts collecting a chunk of `nrows` rows and `width` columns. A chunk without rows is
+    /// handed out at once.
+    pub fn begin_chunk(
+        &mut self,
+        index: usize,
+        chunk: ProductChunk,
+        width: u64,
+        done: &mut Done<'_, T>,
+    ) -> Result<bool> {
+        if chunk.rows.is_empty() {
+            let product = Csr::zeros(0, width as usize)?;
+            done(ChunkProduct {
+                index,
+                chunk,
+                product,
+            })?;
+            return Ok(false);
+        }
+        self.chunks.push_back(Assembly {
+            index,
+            chunk,
+            width: width as usize,
+            counts: Vec::new(),
+            cols: Vec::new(),
+            vals: Vec::new(),
+        });
+        Ok(true)
+    }
+
+    /// Entries one buffer holds, after growing the buffers towards `wanted` entries (never
+    /// beyond the memory they were given).
+    pub fn capacity_for(
+        &mut self,
+        wanted: u64,
+        compute: &Stream,
+        done: &mut Done<'_, T>,
+    ) -> Result<u64> {
+        let max = self.slot_bytes / entry_bytes::<T>();
+        if max == 0 {
+            return Err(out_of_memory(
+                "output buffers of SpGEMM",
+                2 * entry_bytes::<T>(),
+                2 * self.slot_bytes,
+            ));
+        }
+        let target = wanted.clamp(1, max);
+        let have = self.slots[0].as_ref().map_or(0, |s| s.capacity);
+        if have >= target {
+            return Ok(have);
+        }
+        // Growing: finish what the old buffers hold first.
+        compute.synchronize()?;
+        self.drain_all(done)?;
+        self.slots = [None, None];
+        for slot in &mut self.slots {
+            *slot = Some(Slot::new(self.gpu, target)?);
+        }
+        Ok(target)
+    }
+
+    /// Runs one batch: `launch` writes `len` entries (the rows whose counts are `counts`) into
+    /// the given device buffers on `compute`; the copy to the host is queued behind it.
+    pub fn batch(
+        &mut self,
+        compute: &Stream,
+        counts: &[u64],
+        len: u64,
+        last_of_chunk: bool,
+        done: &mut Done<'_, T>,
+        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+    ) -> Result<()> {
+        let i = self.next;
+        self.next ^= 1;
+        if let Some(p) = self.slots[i].as_mut().and_then(|s| s.pending.take()) {
+            let slot = self.slots[i].as_mut().expect("slot with a pending copy");
+            slot.copied.synchronize()?;
+            drain(&mut self.chunks, slot, p, done)?;
+        }
+        let slot = self.slots[i]
+            .as_mut()
+            .expect("capacity_for allocates the buffers before the first batch");
+        assert!(len <= slot.capacity, "batch larger than the output buffer");
+        launch(slot.dev_cols.slice(), slot.dev_vals.slice())?;
+        slot.computed.record(compute)?;
+        self.copy.wait(&slot.computed)?;
+        let _span = tracing::debug_span!("D2H", entries = len).entered();
+        let n = len as usize;
+        // SAFETY: the host buffers are pinned and are read only after `copied` has happened
+        // (drain); they are dropped only after drain_all, or with the pipeline, whose users
+        // finish it first or fail, in which case the streams are synchronised on drop.
+        unsafe {
+            slot.dev_cols
+                .slice()
+                .download_unchecked(&self.copy, slot.host_cols.typed_mut(n))?;
+            slot.dev_vals
+                .slice()
+                .download_unchecked(&self.copy, slot.host_vals.typed_mut(n))?;
+        }
+        slot.copied.record(&self.copy)?;
+        slot.pending = Some(Pending {
+            len: n,
+            counts: counts.to_vec(),
+            last_of_chunk,
+        });
+        Ok(())
+    }
+
+    fn drain_all(&mut self, done: &mut Done<'_, T>) -> Result<()> {
+        // The older batch sits in the slot that would be used next.
+        for i in [self.next, self.next ^ 1] {
+            if let Some(slot) = self.slots[i].as_mut() {
+                if let Some(p) = slot.pending.take() {
+                    slot.copied.synchronize()?;
+                    drain(&mut self.chunks, slot, p, done)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the last copies and hands out the remaining chunks.
+    pub fn finish(mut self, done: &mut Done<'_, T>) -> Result<()> {
+        self.drain_all(done)?;
+        debug_assert!(self.chunks.is_empty(), "every chunk ends with a last batch");
+        Ok(())
+    }
+}
+
+impl<'g, T: DeviceScalar> Slot<'g, T> {
+    fn new(gpu: &'g Gpu, capacity: u64) -> Result<Self> {
+        let n = capacity as usize;
+        let tracker = gpu.memory();
+        let pool = gpu.pinned_pool();
+        Ok(Slot {
+            capacity,
+            dev_cols: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (columns)")?,
+            dev_vals: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (values)")?,
+            host_cols: pool.take(n * 4, "pinned SpGEMM output buffer (columns)")?,
+            host_vals: pool.take(
+                n * std::mem::size_of::<T>(),
+                "pinned SpGEMM output buffer (values)",
+            )?,
+            computed: Event::new(false)?,
+            copied: Event::new(false)?,
+            pending: None,
+        })
+    }
+}
+
+impl<T: DeviceScalar> Drop for Slot<'_, T> {
+    fn drop(&mut self) {
+        // After an error a copy may still be writing into the pinned buffers, which go back
+        // to the pool now: wait for it.
+        if self.pending.is_some() {
+            let _ = self.copied.synchronize();
+        }
+    }
+}
+
+/// Appends a copied batch to the oldest unfinished chunk and hands the chunk out if complete.
+fn drain<T: DeviceScalar>(
+    chunks: &mut VecDeque<Assembly<T>>,
+    slot: &Slot<'_, T>,
+    p: Pending,
+    done: &mut Done<'_, T>,
+) -> Result<()> {
+    let asm = chunks
+        .front_mut()
+        .expect("a pending batch belongs to an unfinished chunk");
+    asm.cols
+        .extend_from_slice(slot.host_cols.typed::<u32>(p.len));
+    asm.vals
+        .extend_from_slice(from_device::<T>(slot.host_vals.typed::<T::Device>(p.len)));
+    asm.counts.extend_from_slice(&p.counts);
+    if p.last_of_chunk {
+        let asm = chunks.pop_front().expect("checked above");
+        let product = Csr::try_new(
+            asm.chunk.rows.len(),
+            asm.width,
+            offsets(&asm.counts),
+            asm.cols,
+            asm.vals,
+        )?;
+        done(ChunkProduct {
+            index: asm.index,
+            chunk: asm.chunk,
+            product,
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! CUDA SpGEMM beyond the conformance suite: the memory-budget path (output larger than the
+//! device memory allowed), a product past 2^31 intermediate products, use from several
+//! threads, device errors. Without a device every test skips (fails with
+//! HETSPARSE_REQUIRE_DEVICE=1).
+
+use hetsparse_core::conformance::obtain;
+use hetsparse_core::generate;
+use hetsparse_core::{Backend, Csr, Error, ProductChunk, ReferenceBackend, SpgemmAlgorithm};
+use hetsparse_cuda::CudaBackend;
+
+fn backend(test: &str) -> Option<CudaBackend> {
+    obtain(test, CudaBackend::new())
+}
+
+const EXPLICIT: [SpgemmAlgorithm; 4] = [
+    SpgemmAlgorithm::Adaptive,
+    SpgemmAlgorithm::RowRow,
+    SpgemmAlgorithm::ColumnRow,
+    SpgemmAlgorithm::Esc,
+];
+
+fn assert_close(actual: &Csr<f64>, expected: &Csr<f64>, what: &str) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    assert_eq!(
+        actual.row_offsets(),
+        expected.row_offsets(),
+        "{what}: row offsets"
+    );
+    assert_eq!(
+        actual.col_indices(),
+        expected.col_indices(),
+        "{what}: columns"
+    );
+    for (k, (x, y)) in actual.values().iter().zip(expected.values()).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+            "{what}: value {k}: {x} vs {y}"
+        );
+    }
+}
+
+/// The output (about 2.4 MB) and the work memory exceed a 1.5 MB budget that the operands
+/// fit in: every algorithm must still get the product, in batches through the two output
+/// buffers.
+#[test]
+fn output_larger_than_the_memory_budget() {
+    let Some(gpu) = backend("output_larger_than_the_memory_budget") else {
+        return;
+    };
+    let gpu = gpu.with_memory_budget(1_500_000);
+    let a = generate::uniform::<f64>(2000, 2000, 10, 1);
+    let b = generate::uniform::<f64>(2000, 2000, 10, 2);
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    assert!(
+        expected.nnz() * 12 > 1_500_000,
+        "the product must exceed the budget"
+    );
+    for alg in EXPLICIT {
+        let c = gpu.spgemm(&a, &b, alg).unwrap();
+        assert_close(&c, &expected, &format!("{alg:?} under a 1.5 MB budget"));
+    }
+}
+
+/// Eight chunks (row ranges × column panels) pipelined under the same small budget: each
+/// chunk arrives once, equal to the reference's product of A's rows and B's column panel.
+#[test]
+fn pipelined_chunks_under_a_memory_budget() {
+    let Some(gpu) = backend("pipelined_chunks_under_a_memory_budget") else {
+        return;
+    };
+    let gpu = gpu.with_memory_budget(1_500_000);
+    let a = generate::uniform::<f64>(2000, 2000, 10, 11);
+    let b = generate::uniform::<f64>(2000, 1800, 10, 12);
+    let mut chunks = Vec::new();
+    for rows in [0..700, 700..701, 701..1500, 1500..2000] {
+        for cols in [0..900, 900..1800] {
+            chunks.push(ProductChunk {
+                rows: rows.clone(),
+                cols,
+            });
+        }
+    }
+    for alg in EXPLICIT {
+        let mut seen = vec![false; chunks.len()];
+        gpu.spgemm_chunks(&a, &b, &chunks, alg, &mut |c| {
+            assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
+            seen[c.index] = true;
+            let expected = ReferenceBackend
+                .spgemm(
+                    &a.rows(c.chunk.rows.clone())?,
+                    &b.column_panel(c.chunk.cols.clone())?,
+                    SpgemmAlgorithm::Auto,
+                )
+                .unwrap();
+            assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen.iter().all(|&s| s), "{alg:?}: every chunk arrives");
+    }
+}
+
+/// Operands larger than the budget: a clear out-of-memory error, no panic.
+#[test]
+fn operands_over_the_budget_are_out_of_memory() {
+    let Some(gpu) = backend("operands_over_the_budget_are_out_of_memory") else {
+        return;
+    };
+    let gpu = gpu.with_memory_budget(10_000);
+    let a = generate::uniform::<f64>(2000, 2000, 10, 3);
+    for alg in EXPLICIT {
+        match gpu.spgemm(&a, &a, alg) {
+            Err(Error::OutOfMemory { .. }) => {}
+            other => panic!("{alg:?}: expected OutOfMemory, got {other:?}"),
+        }
+    }
+}
+
+/// 2^32 intermediate products (cuSPARSE returns an empty matrix past 2^31): A is 32768 × 256
+/// with every entry 1, B is 256 × 512 dense, so every row of C is B's column sums.
+#[test]
+fn more_than_2_pow_31_intermediate_products() {
+    let Some(gpu) = backend("more_than_2_pow_31_intermediate_products") else {
+        return;
+    };
+    let (m, k, n) = (1usize << 15, 256usize, 512usize);
+    let a = Csr::try_new(
+        m,
+        k,
+        (0..=m as u64).map(|i| i * k as u64).collect(),
+        (0..m).flat_map(|_| 0..k as u32).collect(),
+        vec![1.0f64; m * k],
+    )
+    .unwrap();
+    let b_val = |r: usize, c: usize| ((r * 7 + c * 3) % 11) as f64 - 5.0;
+    let b = Csr::try_new(
+        k,
+        n,
+        (0..=k as u64).map(|i| i * n as u64).collect(),
+        (0..k).flat_map(|_| 0..n as u32).collect(),
+        (0..k)
+            .flat_map(|r| (0..n).map(move |c| b_val(r, c)))
+            .collect(),
+    )
+    .unwrap();
+    let products = (m * k * n) as u64;
+    assert!(products > 1 << 31);
+    let colsum: Vec<f64> = (0..n).map(|c| (0..k).map(|r| b_val(r, c)).sum()).collect();
+    for alg in [SpgemmAlgorithm::Auto, SpgemmAlgorithm::RowRow] {
+        let c = gpu.spgemm(&a, &b, alg).unwrap();
+        assert_eq!(c.shape(), (m, n), "{alg:?}");
+        assert_eq!(
+            c.nnz(),
+            (m * n) as u64,
+            "{alg:?}: every entry of C is stored"
+        );
+        for i in 0..m {
+            let (cols, vals) = c.row(i);
+            assert!(
+                cols.iter().enumerate().all(|(j, &c)| c as usize == j),
+                "{alg:?} row {i}"
+            );
+            assert_eq!(vals, &colsum[..], "{alg:?} row {i}");
+        }
+    }
+}
+
+/// One backend shared by four threads.
+#[test]
+fn usable_from_several_threads() {
+    let Some(gpu) = backend("usable_from_several_threads") else {
+        return;
+    };
+    let a = generate::uniform::<f64>(500, 400, 8, 5);
+    let b = generate::uniform::<f64>(400, 300, 8, 6);
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    std::thread::scope(|s| {
+        for (t, alg) in EXPLICIT.into_iter().enumerate() {
+            let (gpu, a, b, expected) = (&gpu, &a, &b, &expected);
+            s.spawn(move || {
+                for _ in 0..5 {
+                    let c = gpu.spgemm(a, b, alg).unwrap();
+                    assert_close(&c, expected, &format!("thread {t} ({alg:?})"));
+                }
+            });
+        }
+    });
+}
+
+/// A device ordinal that does not exist is "no device", not a panic.
+#[test]
+fn missing_device_ordinal_is_no_device() {
+    if backend("missing_device_ordinal_is_no_device").is_none() {
+        return;
+    }
+    assert!(matches!(
+        CudaBackend::with_device(1000),
+        Err(Error::NoDevice { .. })
+    ));
+}
+
+/// Rows with very many products (global-memory hash tables, long ESC segments), rows whose
+/// shared-memory tables need the opt-in beyond 48 KiB, and short ones, in every algorithm.
+#[test]
+fn long_rows_use_the_global_memory_path() {
+    let Some(gpu) = backend("long_rows_use_the_global_memory_path") else {
+        return;
+    };
+    // Row 0 of A is dense, so row 0 of C has 3000 × 20 products over 20 000 columns.
+    let n = 3000;
+    let base = generate::uniform::<f64>(n, n, 3, 7);
+    let mut rows: Vec<(u32, f64)> = (0..n as u32).map(|j| (j, 1.0 + f64::from(j % 5))).collect();
+    let mut offsets = vec![0u64, n as u64];
+    let mut cols: Vec<u32> = rows.iter().map(|r| r.0).collect();
+    let mut vals: Vec<f64> = rows.drain(..).map(|r| r.1).collect();
+    // Row 1 has 300 entries: 6000 products, a table beyond 48 KiB of shared memory.
+    cols.extend(0..300u32);
+    vals.extend((0..300).map(|j| 0.5 + f64::from(j % 3)));
+    offsets.push(cols.len() as u64);
+    for i in 2..n {
+        let (c, v) = base.row(i);
+        cols.extend_from_slice(c);
+        vals.extend_from_slice(v);
+        offsets.push(cols.len() as u64);
+    }
+    let a = Csr::try_new(n, n, offsets, cols, vals).unwrap();
+    let b = generate::uniform::<f64>(n, 20_000, 20, 8);
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    for alg in EXPLICIT {
+        let c = gpu.spgemm(&a, &b, alg).unwrap();
+        assert_close(&c, &expected, &format!("{alg:?} with a long row"));
+    }
+}
