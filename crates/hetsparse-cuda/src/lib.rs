@@ -63,7 +63,7 @@ use std::sync::Arc;
 use hetsparse_core::backend::check;
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkSink, Csr, Dense, Device, DeviceInfo, DeviceKind, Dia,
-    Operation, ProductChunk, Result, ScalarType, SparseRef, SpgemmAlgorithm,
+    Operation, ProductChunk, Result, ScalarType, SparseFormat, SparseRef, SpgemmAlgorithm,
 };
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
@@ -127,8 +127,8 @@ impl Device for CudaBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
-            .with_all(&spmv::FORMATS.map(Operation::Spmv), &SCALARS)
-            .with_all(&spmv::FORMATS.map(Operation::Spmm), &SCALARS)
+            .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
+            .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
             .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
     }
 }

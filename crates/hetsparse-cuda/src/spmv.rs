@@ -24,17 +24,6 @@ use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::memory::DeviceBuffer;
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
 
-/// Every format SpMV and SpMM run on natively (each has its own kernel).
-pub(crate) const FORMATS: [SparseFormat; 7] = [
-    SparseFormat::Csr,
-    SparseFormat::Csc,
-    SparseFormat::Coo,
-    SparseFormat::Dia,
-    SparseFormat::Ellr,
-    SparseFormat::Cspr,
-    SparseFormat::Bsr,
-];
-
 /// Threads per block of every SpMV and SpMM launch.
 pub(crate) const BLOCK: u32 = 256;
 
