@@ -260,18 +260,70 @@ pub(crate) fn spmm<T: DeviceScalar>(
     // A's upload was queued on `first`; the panel streams must not start before it lands.
     first.synchronize()?;
 
-    let b_full = as_device(b.data());
     let mut c_full = vec![T::Device::default(); nrows * ncols];
+    let shape = Shape {
+        inner,
+        nrows,
+        ncols,
+        layout,
+        panel_layout,
+    };
+    let streamed = stream_panels(
+        gpu,
+        &dev,
+        method,
+        shape,
+        &panels,
+        &mut slots,
+        b,
+        &mut c_full,
+    );
+    if streamed.is_err() {
+        // Copies into the pinned staging may still be queued; they must land before it is freed.
+        for slot in &slots {
+            let _ = slot.stream.synchronize();
+        }
+    }
+    streamed?;
+    Dense::try_new(nrows, ncols, layout, from_device::<T>(&c_full).to_vec()).map_err(Error::from)
+}
+
+/// Sizes and layouts of an SpMM: A is `nrows × inner`, B `inner × ncols` in `layout`, panels of
+/// B and C in `panel_layout` on the device.
+#[derive(Clone, Copy)]
+struct Shape {
+    inner: usize,
+    nrows: usize,
+    ncols: usize,
+    layout: Layout,
+    panel_layout: Layout,
+}
+
+/// Runs every panel, alternating between the slots' streams: while one stream copies and
+/// computes, the host unpacks the other's finished C panel and packs its next B panel.
+#[allow(clippy::too_many_arguments)]
+fn stream_panels<T: DeviceScalar>(
+    gpu: &Gpu,
+    dev: &DeviceSparse<T>,
+    method: Method,
+    shape: Shape,
+    panels: &[Range<usize>],
+    slots: &mut [Slot<T>],
+    b: &Dense<T>,
+    c_full: &mut [T::Device],
+) -> Result<()> {
+    let Shape {
+        inner,
+        nrows,
+        ncols,
+        layout,
+        panel_layout,
+    } = shape;
+    let b_full = as_device(b.data());
     let n_slots = slots.len();
     for (k, cols) in panels.iter().enumerate() {
         let slot = &mut slots[k % n_slots];
-        if let Some(done) = slot.pending.take() {
-            slot.stream.synchronize()?;
-            let c_host = &slot.c_host;
-            panel_runs(layout, panel_layout, (nrows, ncols), done, |f, p, len| {
-                c_full[f..f + len].copy_from_slice(&c_host[p..p + len]);
-            });
-        }
+        unpack_finished(slot, shape, c_full)?;
         let pw = cols.len();
         {
             let _p = tracing::trace_span!("pack B panel", columns = pw).entered();
@@ -293,7 +345,7 @@ pub(crate) fn spmm<T: DeviceScalar>(
         }
         {
             let _k = tracing::debug_span!("kernel", ?method, columns = pw).entered();
-            run_panel(gpu, &dev, method, panel_layout, slot, (inner, nrows, pw))?;
+            run_panel(gpu, dev, method, panel_layout, slot, (inner, nrows, pw))?;
         }
         let _d = tracing::debug_span!("D2H", bytes = nrows * pw * size_of::<T>()).entered();
         slot.c_dev
@@ -302,16 +354,30 @@ pub(crate) fn spmm<T: DeviceScalar>(
             .download_async(&slot.stream, &mut slot.c_host, 0, nrows * pw)?;
         slot.pending = Some(cols.clone());
     }
-    for slot in &mut slots {
-        if let Some(done) = slot.pending.take() {
-            slot.stream.synchronize()?;
-            let c_host = &slot.c_host;
-            panel_runs(layout, panel_layout, (nrows, ncols), done, |f, p, len| {
-                c_full[f..f + len].copy_from_slice(&c_host[p..p + len]);
-            });
-        }
+    for slot in slots.iter_mut() {
+        unpack_finished(slot, shape, c_full)?;
     }
-    Dense::try_new(nrows, ncols, layout, from_device::<T>(&c_full).to_vec()).map_err(Error::from)
+    Ok(())
+}
+
+/// Waits for the slot's C panel, if one is on its way, and copies it into C.
+fn unpack_finished<T: DeviceScalar>(
+    slot: &mut Slot<T>,
+    shape: Shape,
+    c_full: &mut [T::Device],
+) -> Result<()> {
+    if let Some(done) = slot.pending.take() {
+        slot.stream.synchronize()?;
+        let c_host = &slot.c_host;
+        panel_runs(
+            shape.layout,
+            shape.panel_layout,
+            (shape.nrows, shape.ncols),
+            done,
+            |f, p, len| c_full[f..f + len].copy_from_slice(&c_host[p..p + len]),
+        );
+    }
+    Ok(())
 }
 
 /// Queues the kernels for one panel of `pw` columns on `stream`.
