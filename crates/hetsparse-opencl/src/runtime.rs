@@ -1,0 +1,393 @@
+//! The OpenCL objects behind a backend: one context per device shared by every backend in the
+//! process, programs compiled once per (device, variant) and cached, and typed helpers for
+//! buffers and kernel launches that return errors instead of panicking.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::device::Device as ClDevice;
+use opencl3::kernel::Kernel;
+use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
+use opencl3::program::Program;
+use opencl3::types::{cl_device_id, CL_BLOCKING};
+
+use hetsparse_core::{Error, Result, ScalarType};
+
+use crate::device::DeviceDescription;
+use crate::BACKEND;
+
+/// Which program: the scalar kernels (ESC, SpMV, SpMM) or the block SpGEMM kernels, per type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Variant {
+    Scalar(ScalarType),
+    Block(ScalarType),
+}
+
+type ProgramSlot = Arc<OnceLock<std::result::Result<Arc<Program>, String>>>;
+
+/// A device with its context and program cache, shared by every backend on that device.
+pub(crate) struct DeviceState {
+    pub(crate) description: DeviceDescription,
+    pub(crate) id: cl_device_id,
+    pub(crate) context: Context,
+    programs: Mutex<HashMap<Variant, ProgramSlot>>,
+}
+
+// SAFETY: cl_device_id is an opaque handle that OpenCL allows to be used from any thread.
+unsafe impl Send for DeviceState {}
+unsafe impl Sync for DeviceState {}
+
+pub(crate) fn device_error(context: impl Into<String>, e: impl std::fmt::Display) -> Error {
+    Error::Device {
+        backend: BACKEND.into(),
+        context: context.into(),
+        message: e.to_string(),
+    }
+}
+
+/// The shared state of the device `id`, created on first use.
+pub(crate) fn device_state(
+    id: cl_device_id,
+    description: DeviceDescription,
+) -> Result<Arc<DeviceState>> {
+    static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
+    let states = STATES.get_or_init(Default::default);
+    let mut states = states
+        .lock()
+        .map_err(|_| device_error("device registry", "a thread panicked while holding it"))?;
+    if let Some(s) = states.get(&(id as usize)) {
+        return Ok(s.clone());
+    }
+    let context = Context::from_device(&ClDevice::new(id))
+        .map_err(|e| device_error(format!("creating a context on {}", description.name), e))?;
+    let state = Arc::new(DeviceState {
+        description,
+        id,
+        context,
+        programs: Mutex::new(HashMap::new()),
+    });
+    states.insert(id as usize, state.clone());
+    Ok(state)
+}
+
+impl DeviceState {
+    /// The program of `variant`, compiled on first use with `source` (built by the caller only
+    /// then). Concurrent callers of the same variant wait for one compilation.
+    pub(crate) fn program(
+        &self,
+        variant: Variant,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Program>> {
+        let slot = {
+            let mut programs = self
+                .programs
+                .lock()
+                .map_err(|_| device_error("program cache", "a thread panicked while holding it"))?;
+            programs.entry(variant).or_default().clone()
+        };
+        let built = slot.get_or_init(|| {
+            let _span =
+                tracing::info_span!("compile", ?variant, device = %self.description.name).entered();
+            let src = source();
+            let mut program = Program::create_from_source(&self.context, &src)
+                .map_err(|e| format!("clCreateProgramWithSource: {e}"))?;
+            match program.build(&[self.id], "-cl-std=CL1.2") {
+                Ok(()) => Ok(Arc::new(program)),
+                Err(e) => {
+                    let log = program.get_build_log(self.id).unwrap_or_default();
+                    Err(format!("build failed ({e}); build log:\n{log}"))
+                }
+            }
+        });
+        built
+            .clone()
+            .map_err(|msg| device_error(format!("compiling the {variant:?} kernels"), msg))
+    }
+
+    /// A new in-order queue; each operation uses its own, so that threads do not wait on each
+    /// other's work.
+    pub(crate) fn queue(&self) -> Result<Queue<'_>> {
+        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+        let queue = CommandQueue::create_default(&self.context, 0)
+            .map_err(|e| device_error("creating a command queue", e))?;
+        Ok(Queue {
+            queue,
+            context: &self.context,
+        })
+    }
+}
+
+/// A command queue with the context its buffers come from.
+pub(crate) struct Queue<'a> {
+    queue: CommandQueue,
+    context: &'a Context,
+}
+
+/// Element types that may cross to the device as they lie in memory.
+///
+/// # Safety
+/// Implementors are plain data without padding or pointers (what `bytemuck::Pod` promises).
+pub(crate) unsafe trait Plain: Copy + Send + Sync + 'static {}
+unsafe impl Plain for u8 {}
+unsafe impl Plain for u32 {}
+unsafe impl Plain for u64 {}
+unsafe impl Plain for f32 {}
+unsafe impl Plain for f64 {}
+unsafe impl Plain for hetsparse_core::f16 {}
+unsafe impl Plain for hetsparse_core::bf16 {}
+unsafe impl Plain for hetsparse_core::Complex<f32> {}
+unsafe impl Plain for hetsparse_core::Complex<f64> {}
+
+/// A device buffer of `len` elements of `T`.
+pub(crate) struct DeviceBuffer<T> {
+    pub(crate) buffer: Buffer<T>,
+    pub(crate) len: usize,
+}
+
+impl<T> DeviceBuffer<T> {
+    pub(crate) fn mem(&self) -> opencl3::types::cl_mem {
+        self.buffer.get()
+    }
+}
+
+impl Queue<'_> {
+    /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
+    pub(crate) fn alloc<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
+        let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        // SAFETY: no host pointer is passed; the size is checked by the runtime.
+        let buffer = unsafe {
+            Buffer::<T>::create(self.context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut())
+        }
+        .map_err(|e| Error::OutOfMemory {
+            backend: BACKEND.into(),
+            what: format!("{what} ({e})"),
+            needed_bytes: bytes,
+            available_bytes: 0,
+        })?;
+        Ok(DeviceBuffer { buffer, len })
+    }
+
+    /// A buffer holding a copy of `data` (blocking write: `data` may be dropped afterwards).
+    pub(crate) fn upload<T: Plain>(&self, data: &[T], what: &str) -> Result<DeviceBuffer<T>> {
+        let mut b = self.alloc::<T>(data.len(), what)?;
+        if !data.is_empty() {
+            // SAFETY: the buffer holds data.len() elements; the write blocks until copied.
+            unsafe {
+                self.queue
+                    .enqueue_write_buffer(&mut b.buffer, CL_BLOCKING, 0, data, &[])
+            }
+            .map_err(|e| device_error(format!("copying {what} to the device"), e))?;
+        }
+        Ok(b)
+    }
+
+    /// Copies `len` elements from the start of `b` to the host (blocking).
+    pub(crate) fn download<T: Plain + Default>(
+        &self,
+        b: &DeviceBuffer<T>,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        self.download_at(b, 0, len, what)
+    }
+
+    /// Copies `len` elements starting at element `offset` of `b` to the host (blocking).
+    pub(crate) fn download_at<T: Plain + Default>(
+        &self,
+        b: &DeviceBuffer<T>,
+        offset: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); len];
+        if len > 0 {
+            if offset + len > b.len.max(1) {
+                return Err(device_error(
+                    format!("reading {what}"),
+                    format!(
+                        "elements {offset}..{} of a buffer of {}",
+                        offset + len,
+                        b.len
+                    ),
+                ));
+            }
+            // SAFETY: the range lies inside the buffer (checked above); the read blocks.
+            unsafe {
+                self.queue.enqueue_read_buffer(
+                    &b.buffer,
+                    CL_BLOCKING,
+                    offset * std::mem::size_of::<T>(),
+                    &mut out,
+                    &[],
+                )
+            }
+            .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
+        }
+        Ok(out)
+    }
+
+    /// Fills `out` from the start of the byte buffer `b` (blocking).
+    pub(crate) fn download_bytes(
+        &self,
+        b: &DeviceBuffer<u8>,
+        out: &mut [u8],
+        what: &str,
+    ) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if out.len() > b.len {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!("{} bytes from a buffer of {}", out.len(), b.len),
+            ));
+        }
+        // SAFETY: the range lies inside the buffer (checked above); the read blocks.
+        unsafe {
+            self.queue
+                .enqueue_read_buffer(&b.buffer, CL_BLOCKING, 0, out, &[])
+        }
+        .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
+        Ok(())
+    }
+
+    /// Sets every byte of `b` to zero.
+    pub(crate) fn zero<T>(&self, b: &mut DeviceBuffer<T>, what: &str) -> Result<()> {
+        let bytes = b.len * std::mem::size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: a byte pattern filling exactly the buffer's size. The fill is asked for on a
+        // byte view of the same cl_mem.
+        let mut bytes_view = std::mem::ManuallyDrop::new(Buffer::<u8>::new(b.buffer.get()));
+        unsafe {
+            self.queue
+                .enqueue_fill_buffer(&mut bytes_view, &[0u8], 0, bytes, &[])
+        }
+        .map_err(|e| device_error(format!("zeroing {what}"), e))?;
+        Ok(())
+    }
+
+    /// Starts a launch of kernel `name` of `program`.
+    pub(crate) fn kernel<'q>(
+        &'q self,
+        program: &Program,
+        name: &'static str,
+    ) -> Result<Launch<'q>> {
+        let kernel =
+            Kernel::create(program, name).map_err(|e| device_error(format!("kernel {name}"), e))?;
+        Ok(Launch {
+            queue: self,
+            kernel,
+            name,
+            next: 0,
+        })
+    }
+}
+
+/// Kernel arguments set in order, checked against the kernel's declared count before running.
+pub(crate) struct Launch<'q> {
+    queue: &'q Queue<'q>,
+    kernel: Kernel,
+    name: &'static str,
+    next: u32,
+}
+
+/// What may be passed as a kernel argument.
+pub(crate) trait KernelArg {
+    /// Pointer and size of the argument's value.
+    fn raw(&self) -> (usize, *const c_void);
+}
+
+macro_rules! scalar_arg {
+    ($($t:ty),*) => {$(
+        impl KernelArg for $t {
+            fn raw(&self) -> (usize, *const c_void) {
+                (std::mem::size_of::<$t>(), self as *const $t as *const c_void)
+            }
+        }
+    )*};
+}
+scalar_arg!(u32, u64);
+
+/// A buffer argument: the cl_mem handle.
+pub(crate) struct Mem(opencl3::types::cl_mem);
+
+impl KernelArg for Mem {
+    fn raw(&self) -> (usize, *const c_void) {
+        (
+            std::mem::size_of::<opencl3::types::cl_mem>(),
+            &self.0 as *const _ as *const c_void,
+        )
+    }
+}
+
+impl<T> DeviceBuffer<T> {
+    /// This buffer as a kernel argument.
+    pub(crate) fn arg(&self) -> Mem {
+        Mem(self.mem())
+    }
+}
+
+impl Launch<'_> {
+    /// Sets the next argument.
+    pub(crate) fn arg(mut self, a: impl KernelArg) -> Result<Self> {
+        let (size, ptr) = a.raw();
+        // SAFETY: size and pointer describe a live value of the argument's type.
+        let status =
+            unsafe { opencl3::kernel::set_kernel_arg(self.kernel.get(), self.next, size, ptr) };
+        status.map_err(|e| {
+            device_error(
+                format!("argument {} of kernel {}", self.next, self.name),
+                opencl3::error_codes::ClError(e),
+            )
+        })?;
+        self.next += 1;
+        Ok(self)
+    }
+
+    /// Runs over `global` work-items (rounded up to a multiple of `local` per dimension).
+    pub(crate) fn run(self, global: &[usize], local: Option<&[usize]>) -> Result<()> {
+        let declared = self
+            .kernel
+            .num_args()
+            .map_err(|e| device_error(format!("kernel {}", self.name), e))?;
+        if declared != self.next {
+            return Err(device_error(
+                format!("kernel {}", self.name),
+                format!(
+                    "{} arguments set, the kernel declares {declared}",
+                    self.next
+                ),
+            ));
+        }
+        if global.iter().any(|&g| g == 0) {
+            return Ok(());
+        }
+        let rounded: Vec<usize> = match local {
+            Some(l) => global
+                .iter()
+                .zip(l)
+                .map(|(&g, &l)| g.div_ceil(l) * l)
+                .collect(),
+            None => global.to_vec(),
+        };
+        // SAFETY: all arguments are set (checked above), sizes describe `global.len()` dims.
+        unsafe {
+            self.queue.queue.enqueue_nd_range_kernel(
+                self.kernel.get(),
+                rounded.len() as u32,
+                ptr::null(),
+                rounded.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                &[],
+            )
+        }
+        .map_err(|e| device_error(format!("launching kernel {}", self.name), e))?;
+        Ok(())
+    }
+}
