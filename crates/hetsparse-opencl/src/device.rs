@@ -5,6 +5,8 @@ use opencl3::device::{
     CL_DEVICE_TYPE_GPU,
 };
 use opencl3::platform::get_platforms;
+use std::sync::OnceLock;
+
 use opencl3::types::cl_device_id;
 
 use hetsparse_core::{DeviceKind, Error, Result};
@@ -103,7 +105,37 @@ pub fn list_devices() -> Result<Vec<DeviceDescription>> {
     Ok(enumerate()?.into_iter().map(|(_, d)| d).collect())
 }
 
-pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceDescription)>> {
+/// Device handles with their descriptions.
+pub(crate) type Listed = Vec<(DeviceId, DeviceDescription)>;
+
+/// A device handle that may cross threads (OpenCL handles are thread-safe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceId(pub(crate) cl_device_id);
+
+// SAFETY: cl_device_id is an opaque handle that every OpenCL call accepts from any thread.
+unsafe impl Send for DeviceId {}
+unsafe impl Sync for DeviceId {}
+
+/// The platforms' devices, asked for once per process: the ICD loader's first
+/// clGetPlatformIDs is not safe to run from several threads at once (concurrent first calls
+/// crashed the process or listed no platform).
+pub(crate) fn enumerate() -> Result<Listed> {
+    static LISTED: OnceLock<std::result::Result<Listed, String>> = OnceLock::new();
+    LISTED
+        .get_or_init(|| {
+            query().map_err(|e| match e {
+                Error::NoDevice { reason, .. } => reason,
+                other => other.to_string(),
+            })
+        })
+        .clone()
+        .map_err(|reason| Error::NoDevice {
+            backend: BACKEND.into(),
+            reason,
+        })
+}
+
+fn query() -> Result<Listed> {
     let platforms = get_platforms().map_err(|e| {
         no_device(format!(
             "no OpenCL platform (ICD loader or driver missing): {e}"
@@ -123,7 +155,7 @@ pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceDescription)>> {
             let extensions = d.extensions().unwrap_or_default();
             let has = |ext: &str| extensions.split_whitespace().any(|e| e == ext);
             out.push((
-                id,
+                DeviceId(id),
                 DeviceDescription {
                     platform_index: pi,
                     device_index: di,

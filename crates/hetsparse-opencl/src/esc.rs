@@ -443,9 +443,9 @@ fn column_slices<T: Scalar>(
         a_col[k as usize] += 1;
     }
     let mut per_col = vec![0u64; b.ncols];
-    for k in 0..b.nrows {
+    for (k, &count) in a_col.iter().enumerate().take(b.nrows) {
         for &j in &b.index[b.offsets[k] as usize..b.offsets[k + 1] as usize] {
-            per_col[j as usize] += a_col[k];
+            per_col[j as usize] += count;
         }
     }
     let mut slices = Vec::new();

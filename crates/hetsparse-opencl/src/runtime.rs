@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::Device as ClDevice;
+use opencl3::error_codes::ClError;
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
@@ -51,7 +52,7 @@ pub(crate) fn device_error(context: impl Into<String>, e: impl std::fmt::Display
 
 /// The shared state of the device `id`, created on first use.
 pub(crate) fn device_state(
-    id: cl_device_id,
+    id: crate::device::DeviceId,
     description: DeviceDescription,
 ) -> Result<Arc<DeviceState>> {
     static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
@@ -59,6 +60,7 @@ pub(crate) fn device_state(
     let mut states = states
         .lock()
         .map_err(|_| device_error("device registry", "a thread panicked while holding it"))?;
+    let id = id.0;
     if let Some(s) = states.get(&(id as usize)) {
         return Ok(s.clone());
     }
@@ -117,6 +119,7 @@ impl DeviceState {
         Ok(Queue {
             queue,
             context: &self.context,
+            retired: std::cell::RefCell::new(Vec::new()),
         })
     }
 }
@@ -125,6 +128,19 @@ impl DeviceState {
 pub(crate) struct Queue<'a> {
     queue: CommandQueue,
     context: &'a Context,
+    /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
+    /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
+    /// buffers that queued kernels still used crashed under load; these references keep them
+    /// until a blocking read (or the queue's end) shows that every earlier command finished.
+    retired: std::cell::RefCell<Vec<Buffer<u8>>>,
+}
+
+impl Drop for Queue<'_> {
+    fn drop(&mut self) {
+        // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
+        let _ = self.queue.finish();
+        self.retired.get_mut().clear();
+    }
 }
 
 /// Element types that may cross to the device as they lie in memory.
@@ -155,6 +171,11 @@ impl<T> DeviceBuffer<T> {
 }
 
 impl Queue<'_> {
+    /// After a blocking read every earlier command has finished: retired buffers may go.
+    fn drained(&self) {
+        self.retired.borrow_mut().clear();
+    }
+
     /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
     pub(crate) fn alloc<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
         let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
@@ -168,6 +189,10 @@ impl Queue<'_> {
             needed_bytes: bytes,
             available_bytes: 0,
         })?;
+        // SAFETY: a valid buffer; the matching release is the drop of the wrapper pushed here.
+        unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
+            .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
+        self.retired.borrow_mut().push(Buffer::new(buffer.get()));
         Ok(DeviceBuffer { buffer, len })
     }
 
@@ -226,6 +251,7 @@ impl Queue<'_> {
                 )
             }
             .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
+            self.drained();
         }
         Ok(out)
     }
@@ -252,6 +278,7 @@ impl Queue<'_> {
                 .enqueue_read_buffer(&b.buffer, CL_BLOCKING, 0, out, &[])
         }
         .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
+        self.drained();
         Ok(())
     }
 
@@ -343,7 +370,7 @@ impl Launch<'_> {
         status.map_err(|e| {
             device_error(
                 format!("argument {} of kernel {}", self.next, self.name),
-                opencl3::error_codes::ClError(e),
+                ClError(e),
             )
         })?;
         self.next += 1;
@@ -365,7 +392,7 @@ impl Launch<'_> {
                 ),
             ));
         }
-        if global.iter().any(|&g| g == 0) {
+        if global.contains(&0) {
             return Ok(());
         }
         let rounded: Vec<usize> = match local {
