@@ -66,6 +66,7 @@ __kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* val
     ulong mid = s + w;
     if (mid >= n) return;
     uint seg = crossing_segment(keys, mid);
+    if (seg == UINT_MAX) return;
     ulong key = keys[i];
     if ((uint)(key >> 32) != seg) return;
     ulong end = min(s + 2 * w, n);
@@ -86,7 +87,7 @@ __kernel void merge_copy_back(__global ulong* keys, __global PAYLOAD* vals,
     ulong mid = s + w;
     if (mid >= n) return;
     uint seg = crossing_segment(keys, mid);
-    if ((uint)(keys[i] >> 32) != seg) return;
+    if (seg == UINT_MAX || (uint)(keys[i] >> 32) != seg) return;
     keys[i] = tmp_keys[i];
     vals[i] = tmp_vals[i];
 }

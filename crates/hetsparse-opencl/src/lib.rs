@@ -50,6 +50,7 @@ use hetsparse_core::{
 
 pub use device::{list_devices, DeviceDescription};
 pub use esc::ExpansionSearch;
+pub use runtime::KERNEL_TIMES;
 
 use device::Selector;
 use esc::{Compressed, EscJob, Multiply};

@@ -113,13 +113,21 @@ impl DeviceState {
     /// A new in-order queue; each operation uses its own, so that threads do not wait on each
     /// other's work.
     pub(crate) fn queue(&self) -> Result<Queue<'_>> {
+        let profile = tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
+        let properties = if profile {
+            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
         #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
-        let queue = CommandQueue::create_default(&self.context, 0)
+        let queue = CommandQueue::create_default(&self.context, properties)
             .map_err(|e| device_error("creating a command queue", e))?;
         Ok(Queue {
             queue,
             context: &self.context,
             retired: std::cell::RefCell::new(Vec::new()),
+            profile,
+            launched: std::cell::RefCell::new(Vec::new()),
         })
     }
 }
@@ -133,7 +141,16 @@ pub(crate) struct Queue<'a> {
     /// buffers that queued kernels still used crashed under load; these references keep them
     /// until a blocking read (or the queue's end) shows that every earlier command finished.
     retired: std::cell::RefCell<Vec<Buffer<u8>>>,
+    /// Whether kernel times are reported (a subscriber listens to [`KERNEL_TIMES`]).
+    profile: bool,
+    /// Kernels launched since the queue last drained, with their events, when profiling.
+    launched: std::cell::RefCell<Vec<(&'static str, opencl3::event::Event)>>,
 }
+
+/// Tracing target of the per-kernel device times (DEBUG events with fields `kernel` and
+/// `device_ns`), reported when the queue drains; queues are created with profiling on only
+/// when a subscriber listens to it.
+pub const KERNEL_TIMES: &str = "hetsparse_opencl::kernel_times";
 
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
@@ -171,9 +188,18 @@ impl<T> DeviceBuffer<T> {
 }
 
 impl Queue<'_> {
-    /// After a blocking read every earlier command has finished: retired buffers may go.
+    /// After a blocking read every earlier command has finished: retired buffers may go, and
+    /// the kernels' device times are known.
     fn drained(&self) {
         self.retired.borrow_mut().clear();
+        for (kernel, event) in self.launched.borrow_mut().drain(..) {
+            if let (Ok(start), Ok(end)) = (
+                event.profiling_command_start(),
+                event.profiling_command_end(),
+            ) {
+                tracing::debug!(target: KERNEL_TIMES, kernel, device_ns = end.saturating_sub(start));
+            }
+        }
     }
 
     /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
@@ -404,7 +430,7 @@ impl Launch<'_> {
             None => global.to_vec(),
         };
         // SAFETY: all arguments are set (checked above), sizes describe `global.len()` dims.
-        unsafe {
+        let event = unsafe {
             self.queue.queue.enqueue_nd_range_kernel(
                 self.kernel.get(),
                 rounded.len() as u32,
@@ -415,6 +441,9 @@ impl Launch<'_> {
             )
         }
         .map_err(|e| device_error(format!("launching kernel {}", self.name), e))?;
+        if self.queue.profile {
+            self.queue.launched.borrow_mut().push((self.name, event));
+        }
         Ok(())
     }
 }
