@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hetsparse_core::generate::{product_operands, MatrixClass};
 use hetsparse_core::format::Csr;
+use hetsparse_core::generate::{product_operands, MatrixClass};
 use hetsparse_core::{analysis, Backend, SpgemmAlgorithm};
 use hetsparse_opencl::{ExpansionSearch, OpenClBackend};
 
@@ -78,7 +78,10 @@ impl tracing::Subscriber for &'static Profile {
         }
     }
     fn enter(&self, span: &tracing::span::Id) {
-        self.entered.lock().unwrap().insert(span.into_u64(), Instant::now());
+        self.entered
+            .lock()
+            .unwrap()
+            .insert(span.into_u64(), Instant::now());
     }
     fn exit(&self, span: &tracing::span::Id) {
         if let Some(t) = self.entered.lock().unwrap().remove(&span.into_u64()) {
@@ -96,12 +99,19 @@ fn profile(backend: &OpenClBackend, class: MatrixClass, a: &Csr<f64>, b: &Csr<f6
         backend.spgemm(a, b, SpgemmAlgorithm::Esc).expect("spgemm");
     });
     let total = start.elapsed();
-    eprintln!("profile {}: total {:.3} ms", class.name(), total.as_secs_f64() * 1e3);
+    eprintln!(
+        "profile {}: total {:.3} ms",
+        class.name(),
+        total.as_secs_f64() * 1e3
+    );
     for (name, d) in p.host.lock().unwrap().iter() {
         eprintln!("  host span {name:<16} {:>10.3} ms", d.as_secs_f64() * 1e3);
     }
     for (name, (ns, n)) in p.device.lock().unwrap().iter() {
-        eprintln!("  kernel {name:<20} {:>10.3} ms ({n} launches)", *ns as f64 / 1e6);
+        eprintln!(
+            "  kernel {name:<20} {:>10.3} ms ({n} launches)",
+            *ns as f64 / 1e6
+        );
     }
 }
 
@@ -142,7 +152,9 @@ fn esc(c: &mut Criterion) {
             a.nnz()
         );
         if std::env::var("HETSPARSE_BENCH_PROFILE").as_deref() == Ok("1") {
-            backend.spgemm(&a, &b, SpgemmAlgorithm::Esc).expect("warm-up");
+            backend
+                .spgemm(&a, &b, SpgemmAlgorithm::Esc)
+                .expect("warm-up");
             profile(&backend, class, &a, &b);
         }
         group.throughput(Throughput::Elements(products));

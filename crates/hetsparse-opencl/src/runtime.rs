@@ -14,7 +14,7 @@ use opencl3::error_codes::ClError;
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
-use opencl3::types::{cl_device_id, CL_BLOCKING};
+use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::{Error, Result, ScalarType};
 
@@ -36,6 +36,7 @@ pub(crate) struct DeviceState {
     pub(crate) id: cl_device_id,
     pub(crate) context: Context,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
+    staging: Mutex<Option<Staging>>,
 }
 
 // SAFETY: cl_device_id is an opaque handle that OpenCL allows to be used from any thread.
@@ -71,6 +72,7 @@ pub(crate) fn device_state(
         id,
         context,
         programs: Mutex::new(HashMap::new()),
+        staging: Mutex::new(None),
     });
     states.insert(id as usize, state.clone());
     Ok(state)
@@ -125,6 +127,7 @@ impl DeviceState {
         Ok(Queue {
             queue,
             context: &self.context,
+            staging: &self.staging,
             retired: std::cell::RefCell::new(Vec::new()),
             profile,
             launched: std::cell::RefCell::new(Vec::new()),
@@ -132,10 +135,97 @@ impl DeviceState {
     }
 }
 
+/// Bytes of each of the two halves of the pinned staging buffer.
+const STAGING_HALF: usize = 16 << 20;
+
+/// Pinned (page-locked) host memory for transfers, allocated and mapped once per device:
+/// reads and writes from ordinary pageable memory ran at about 1.4 GB/s on NVIDIA's OpenCL,
+/// through pinned memory the DMA runs at full speed and only a host copy remains.
+pub(crate) struct Staging {
+    /// The queue the buffer was mapped with; it stays mapped for the process.
+    _queue: CommandQueue,
+    _buffer: Buffer<u8>,
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapped pointer is only used under the device's staging mutex.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn get<'s>(slot: &'s mut Option<Staging>, context: &Context) -> Result<&'s Staging> {
+        if slot.is_none() {
+            *slot = Some(Staging::new(context)?);
+        }
+        slot.as_ref()
+            .ok_or_else(|| device_error("staging buffer", "missing after creation"))
+    }
+
+    fn new(context: &Context) -> Result<Staging> {
+        let fail = |e| device_error("allocating pinned staging memory", e);
+        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+        let queue = CommandQueue::create_default(context, 0).map_err(fail)?;
+        // SAFETY: no host pointer is passed; the runtime allocates pinned memory.
+        let buffer = unsafe {
+            Buffer::<u8>::create(
+                context,
+                CL_MEM_READ_WRITE | opencl3::memory::CL_MEM_ALLOC_HOST_PTR,
+                2 * STAGING_HALF,
+                ptr::null_mut(),
+            )
+        }
+        .map_err(fail)?;
+        let mut mapped: cl_mem = ptr::null_mut();
+        // SAFETY: a blocking map of the whole buffer; the pointer stays valid while mapped.
+        unsafe {
+            queue.enqueue_map_buffer(
+                &buffer,
+                CL_BLOCKING,
+                opencl3::memory::CL_MAP_READ | opencl3::memory::CL_MAP_WRITE,
+                0,
+                2 * STAGING_HALF,
+                &mut mapped,
+                &[],
+            )
+        }
+        .map_err(fail)?;
+        if mapped.is_null() {
+            return Err(device_error(
+                "mapping pinned staging memory",
+                "null pointer",
+            ));
+        }
+        Ok(Staging {
+            _queue: queue,
+            _buffer: buffer,
+            ptr: mapped.cast::<u8>(),
+        })
+    }
+
+    /// The first `len` bytes of half `h`.
+    #[allow(clippy::mut_from_ref)] // callers hold the staging mutex and use one half at a time
+    fn half(&self, h: usize, len: usize) -> &mut [u8] {
+        debug_assert!(h < 2 && len <= STAGING_HALF);
+        // SAFETY: the mapping holds 2 * STAGING_HALF bytes; callers hold the staging mutex and
+        // never use a half that a queued transfer still uses.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_HALF), len) }
+    }
+}
+
+fn poisoned(what: &str) -> Error {
+    device_error(what, "a thread panicked while holding it")
+}
+
+/// The bytes of plain data.
+fn plain_bytes<T: Plain>(data: &[T]) -> &[u8] {
+    // SAFETY: Plain types have no padding, so every byte is initialised.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
 /// A command queue with the context its buffers come from.
 pub(crate) struct Queue<'a> {
     queue: CommandQueue,
     context: &'a Context,
+    staging: &'a Mutex<Option<Staging>>,
     /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
     /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
     /// buffers that queued kernels still used crashed under load; these references keep them
@@ -222,21 +312,14 @@ impl Queue<'_> {
         Ok(DeviceBuffer { buffer, len })
     }
 
-    /// A buffer holding a copy of `data` (blocking write: `data` may be dropped afterwards).
+    /// A buffer holding a copy of `data` (the copy has completed on return).
     pub(crate) fn upload<T: Plain>(&self, data: &[T], what: &str) -> Result<DeviceBuffer<T>> {
-        let mut b = self.alloc::<T>(data.len(), what)?;
-        if !data.is_empty() {
-            // SAFETY: the buffer holds data.len() elements; the write blocks until copied.
-            unsafe {
-                self.queue
-                    .enqueue_write_buffer(&mut b.buffer, CL_BLOCKING, 0, data, &[])
-            }
-            .map_err(|e| device_error(format!("copying {what} to the device"), e))?;
-        }
+        let b = self.alloc::<T>(data.len(), what)?;
+        self.write_bytes(b.mem(), plain_bytes(data), what)?;
         Ok(b)
     }
 
-    /// Copies `len` elements from the start of `b` to the host (blocking).
+    /// Copies `len` elements from the start of `b` to the host.
     pub(crate) fn download<T: Plain + Default>(
         &self,
         b: &DeviceBuffer<T>,
@@ -246,7 +329,7 @@ impl Queue<'_> {
         self.download_at(b, 0, len, what)
     }
 
-    /// Copies `len` elements starting at element `offset` of `b` to the host (blocking).
+    /// Copies `len` elements starting at element `offset` of `b` to the host.
     pub(crate) fn download_at<T: Plain + Default>(
         &self,
         b: &DeviceBuffer<T>,
@@ -254,56 +337,130 @@ impl Queue<'_> {
         len: usize,
         what: &str,
     ) -> Result<Vec<T>> {
-        let mut out = vec![T::default(); len];
-        if len > 0 {
-            if offset + len > b.len.max(1) {
-                return Err(device_error(
-                    format!("reading {what}"),
-                    format!(
-                        "elements {offset}..{} of a buffer of {}",
-                        offset + len,
-                        b.len
-                    ),
-                ));
-            }
-            // SAFETY: the range lies inside the buffer (checked above); the read blocks.
-            unsafe {
-                self.queue.enqueue_read_buffer(
-                    &b.buffer,
-                    CL_BLOCKING,
-                    offset * std::mem::size_of::<T>(),
-                    &mut out,
-                    &[],
-                )
-            }
-            .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
-            self.drained();
+        if offset + len > b.len.max(1) {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!(
+                    "elements {offset}..{} of a buffer of {}",
+                    offset + len,
+                    b.len
+                ),
+            ));
         }
+        let mut out = vec![T::default(); len];
+        // SAFETY: T is plain data (Plain), so any bytes written are valid values.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&out[..]),
+            )
+        };
+        self.read_bytes(b.mem(), offset * std::mem::size_of::<T>(), bytes, what)?;
         Ok(out)
     }
 
-    /// Fills `out` from the start of the byte buffer `b` (blocking).
+    /// Fills `out` from the start of the byte buffer `b`.
     pub(crate) fn download_bytes(
         &self,
         b: &DeviceBuffer<u8>,
         out: &mut [u8],
         what: &str,
     ) -> Result<()> {
-        if out.is_empty() {
-            return Ok(());
-        }
-        if out.len() > b.len {
+        if out.len() > b.len.max(1) {
             return Err(device_error(
                 format!("reading {what}"),
                 format!("{} bytes from a buffer of {}", out.len(), b.len),
             ));
         }
-        // SAFETY: the range lies inside the buffer (checked above); the read blocks.
-        unsafe {
-            self.queue
-                .enqueue_read_buffer(&b.buffer, CL_BLOCKING, 0, out, &[])
+        self.read_bytes(b.mem(), 0, out, what)
+    }
+
+    /// Host to device through the pinned staging halves: the copy into one half overlaps the
+    /// transfer from the other. Returns once everything has arrived.
+    fn write_bytes(&self, dst: cl_mem, data: &[u8], what: &str) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
         }
-        .map_err(|e| device_error(format!("copying {what} from the device"), e))?;
+        let fail = |e: opencl3::error_codes::ClError| {
+            device_error(format!("copying {what} to the device"), e)
+        };
+        let mut guard = self
+            .staging
+            .lock()
+            .map_err(|_| poisoned("staging buffer"))?;
+        let staging = Staging::get(&mut guard, self.context)?;
+        let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(dst));
+        let mut pending: [Option<opencl3::event::Event>; 2] = [None, None];
+        for (k, chunk) in data.chunks(STAGING_HALF).enumerate() {
+            let h = k % 2;
+            if let Some(e) = pending[h].take() {
+                e.wait().map_err(fail)?;
+            }
+            let stage = staging.half(h, chunk.len());
+            stage.copy_from_slice(chunk);
+            // SAFETY: the destination holds the range (the caller allocated it for `data`);
+            // the staging half is not touched again until this write's event completes.
+            let event = unsafe {
+                self.queue.enqueue_write_buffer(
+                    &mut target,
+                    opencl3::types::CL_NON_BLOCKING,
+                    k * STAGING_HALF,
+                    stage,
+                    &[],
+                )
+            }
+            .map_err(fail)?;
+            pending[h] = Some(event);
+        }
+        for e in pending.into_iter().flatten() {
+            e.wait().map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Device to host through the pinned staging halves: the transfer into one half overlaps
+    /// the copy out of the other. Everything queued before has finished on return.
+    fn read_bytes(&self, src: cl_mem, offset: usize, out: &mut [u8], what: &str) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let fail = |e: opencl3::error_codes::ClError| {
+            device_error(format!("copying {what} from the device"), e)
+        };
+        let mut guard = self
+            .staging
+            .lock()
+            .map_err(|_| poisoned("staging buffer"))?;
+        let staging = Staging::get(&mut guard, self.context)?;
+        let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(src));
+        let total = out.len();
+        let len_of = |j: usize| (total - j * STAGING_HALF).min(STAGING_HALF);
+        let chunks: Vec<&mut [u8]> = out.chunks_mut(STAGING_HALF).collect();
+        let enqueue = |k: usize, len: usize| {
+            // SAFETY: the source holds the range (checked by the callers); the staging half
+            // is copied out only after this read's event completes.
+            unsafe {
+                self.queue.enqueue_read_buffer(
+                    &source,
+                    opencl3::types::CL_NON_BLOCKING,
+                    offset + k * STAGING_HALF,
+                    staging.half(k % 2, len),
+                    &[],
+                )
+            }
+        };
+        let mut next = Some(enqueue(0, chunks[0].len()).map_err(fail)?);
+        let count = chunks.len();
+        for (k, chunk) in chunks.into_iter().enumerate() {
+            let current = next.take();
+            if k + 1 < count {
+                next = Some(enqueue(k + 1, len_of(k + 1)).map_err(fail)?);
+            }
+            if let Some(e) = current {
+                e.wait().map_err(fail)?;
+            }
+            chunk.copy_from_slice(staging.half(k % 2, chunk.len()));
+        }
         self.drained();
         Ok(())
     }

@@ -156,3 +156,15 @@ fn devices_are_listed_and_named_choices_fail_clearly() {
     );
     assert_eq!(f64_esc, b.device().fp64);
 }
+
+#[test]
+fn transfers_larger_than_the_staging_buffer_arrive_whole() {
+    let Some(b) = backend() else { return };
+    // About 2.6 million products and entries: 21 MB of f64 values and 10 MB of indices each
+    // way, more than one 16 MiB staging half.
+    let x = generate::uniform::<f64>(40_000, 40_000, 8, 5);
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+    let c = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
+    assert!(e.nnz() > 2_200_000, "{}", e.nnz());
+    assert_same_structure(&c, &e, "large");
+}
