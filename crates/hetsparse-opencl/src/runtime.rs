@@ -211,6 +211,27 @@ impl Staging {
     }
 }
 
+/// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
+/// being written fault in one at a time, and on the GPU machine a single thread copied results
+/// out of the staging buffer at about 1.5 GB/s.
+fn parallel_copy(dst: &mut [u8], src: &[u8]) {
+    const PER_THREAD: usize = 1 << 20;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+        .min(dst.len() / PER_THREAD);
+    if threads <= 1 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = dst.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+    });
+}
+
 fn poisoned(what: &str) -> Error {
     device_error(what, "a thread panicked while holding it")
 }
@@ -397,7 +418,7 @@ impl Queue<'_> {
                 e.wait().map_err(fail)?;
             }
             let stage = staging.half(h, chunk.len());
-            stage.copy_from_slice(chunk);
+            parallel_copy(stage, chunk);
             // SAFETY: the destination holds the range (the caller allocated it for `data`);
             // the staging half is not touched again until this write's event completes.
             let event = unsafe {
@@ -459,7 +480,7 @@ impl Queue<'_> {
             if let Some(e) = current {
                 e.wait().map_err(fail)?;
             }
-            chunk.copy_from_slice(staging.half(k % 2, chunk.len()));
+            parallel_copy(chunk, staging.half(k % 2, chunk.len()));
         }
         self.drained();
         Ok(())
