@@ -58,17 +58,23 @@ inline uint crossing_segment(__global const ulong* keys, ulong mid) {
 
 // One global merge pass over runs of width w: each entry of a crossing segment computes its
 // merged position by ranking itself in the partner run and is written to tmp there.
+// Whether entry i belongs to the segment crossing the middle of its pair of runs of width w;
+// sets the pair's start s and middle mid.
+inline int in_crossing_segment(__global const ulong* keys, ulong n, ulong w, ulong i,
+                               ulong* s, ulong* mid) {
+    if (i >= n) return 0;
+    *s = i / (2 * w) * (2 * w);
+    *mid = *s + w;
+    if (*mid >= n) return 0;
+    uint seg = crossing_segment(keys, *mid);
+    return seg != UINT_MAX && (uint)(keys[i] >> 32) == seg;
+}
+
 __kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* vals,
                          __global ulong* tmp_keys, __global PAYLOAD* tmp_vals, ulong n, ulong w) {
-    ulong i = get_global_id(0);
-    if (i >= n) return;
-    ulong s = i / (2 * w) * (2 * w);
-    ulong mid = s + w;
-    if (mid >= n) return;
-    uint seg = crossing_segment(keys, mid);
-    if (seg == UINT_MAX) return;
+    ulong i = get_global_id(0), s, mid;
+    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
     ulong key = keys[i];
-    if ((uint)(key >> 32) != seg) return;
     ulong end = min(s + 2 * w, n);
     ulong pos;
     if (i < mid) pos = i + rank_in(keys, mid, end, key, 1);
@@ -81,13 +87,8 @@ __kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* val
 __kernel void merge_copy_back(__global ulong* keys, __global PAYLOAD* vals,
                               __global const ulong* tmp_keys, __global const PAYLOAD* tmp_vals,
                               ulong n, ulong w) {
-    ulong i = get_global_id(0);
-    if (i >= n) return;
-    ulong s = i / (2 * w) * (2 * w);
-    ulong mid = s + w;
-    if (mid >= n) return;
-    uint seg = crossing_segment(keys, mid);
-    if (seg == UINT_MAX || (uint)(keys[i] >> 32) != seg) return;
+    ulong i = get_global_id(0), s, mid;
+    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
     keys[i] = tmp_keys[i];
     vals[i] = tmp_vals[i];
 }

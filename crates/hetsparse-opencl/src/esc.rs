@@ -380,22 +380,17 @@ impl EscJob<'_> {
         let tmp_vals = q.alloc::<u8>(n * self.payload_bytes, "merge values")?;
         let mut w = tile as u64;
         while w < n as u64 {
-            q.kernel(prog, "merge_pass")?
-                .arg(keys.arg())?
-                .arg(vals.arg())?
-                .arg(tmp_keys.arg())?
-                .arg(tmp_vals.arg())?
-                .arg(n as u64)?
-                .arg(w)?
-                .run(&[n], Some(&[256]))?;
-            q.kernel(prog, "merge_copy_back")?
-                .arg(keys.arg())?
-                .arg(vals.arg())?
-                .arg(tmp_keys.arg())?
-                .arg(tmp_vals.arg())?
-                .arg(n as u64)?
-                .arg(w)?
-                .run(&[n], Some(&[256]))?;
+            // Both kernels take the same arguments: the merge into tmp, then the copy back.
+            for kernel in ["merge_pass", "merge_copy_back"] {
+                q.kernel(prog, kernel)?
+                    .arg(keys.arg())?
+                    .arg(vals.arg())?
+                    .arg(tmp_keys.arg())?
+                    .arg(tmp_vals.arg())?
+                    .arg(n as u64)?
+                    .arg(w)?
+                    .run(&[n], Some(&[256]))?;
+            }
             w *= 2;
         }
         Ok(())

@@ -55,6 +55,7 @@ pub use runtime::KERNEL_TIMES;
 use device::Selector;
 use esc::{Compressed, EscJob, Multiply};
 use kernels::KernelSemiring;
+use multiply::RowOperand;
 use runtime::{DeviceState, Variant};
 
 /// The backend's name in [`DeviceInfo`] and errors.
@@ -277,11 +278,8 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
         let q = self.state.queue()?;
         match a {
-            SparseRef::Ellr(e) => multiply::spmm(&q, &program, multiply::SpmmOperand::Ellr(e), b),
-            other => {
-                let csr = other.to_csr();
-                multiply::spmm(&q, &program, multiply::SpmmOperand::Csr(&csr), b)
-            }
+            SparseRef::Ellr(e) => multiply::spmm(&q, &program, RowOperand::Ellr(e), b),
+            other => multiply::spmm(&q, &program, RowOperand::Csr(&other.to_csr()), b),
         }
     }
 
@@ -295,11 +293,11 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
         let q = self.state.queue()?;
         match a {
-            SparseRef::Ellr(e) => multiply::spmv_ellr(&q, &program, e, x),
+            SparseRef::Ellr(e) => multiply::spmv_rows(&q, &program, RowOperand::Ellr(e), x),
             SparseRef::Cspr(c) if kernels::has_cspr_kernel(T::TYPE, &self.state.description) => {
                 multiply::spmv_cspr(&q, &program, c, x)
             }
-            other => multiply::spmv_csr(&q, &program, &other.to_csr(), x),
+            other => multiply::spmv_rows(&q, &program, RowOperand::Csr(&other.to_csr()), x),
         }
     }
 
