@@ -65,16 +65,6 @@ pub(crate) const BACKEND: &str = "opencl";
 /// platform's or vendor's name.
 pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 
-const FORMATS: [SparseFormat; 7] = [
-    SparseFormat::Csr,
-    SparseFormat::Csc,
-    SparseFormat::Coo,
-    SparseFormat::Dia,
-    SparseFormat::Ellr,
-    SparseFormat::Cspr,
-    SparseFormat::Bsr,
-];
-
 /// An OpenCL device running hetsparse's operations.
 #[derive(Clone)]
 pub struct OpenClBackend {
@@ -229,7 +219,7 @@ impl Device for OpenClBackend {
             Operation::BsrSpgemm,
             Operation::DiaSpgemm,
         ];
-        for f in FORMATS {
+        for f in SparseFormat::ALL {
             ops.push(Operation::Spmv(f));
             ops.push(Operation::Spmm(f));
         }

@@ -48,6 +48,19 @@ pub enum SparseFormat {
     Bsr,
 }
 
+impl SparseFormat {
+    /// Every sparse format, in a fixed order.
+    pub const ALL: [SparseFormat; 7] = [
+        SparseFormat::Csr,
+        SparseFormat::Csc,
+        SparseFormat::Coo,
+        SparseFormat::Dia,
+        SparseFormat::Ellr,
+        SparseFormat::Cspr,
+        SparseFormat::Bsr,
+    ];
+}
+
 impl std::fmt::Display for SparseFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
