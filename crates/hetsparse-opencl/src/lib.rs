@@ -146,7 +146,7 @@ impl OpenClBackend {
 
     /// Whether the device runs `ty` (f64 and complex f64 need `cl_khr_fp64`).
     pub fn supports_scalar(&self, ty: ScalarType) -> bool {
-        !matches!(ty, ScalarType::F64 | ScalarType::C64) || self.state.description.fp64
+        device_runs(&self.state.description, ty)
     }
 
     fn memory_bytes(&self) -> u64 {
@@ -209,22 +209,32 @@ impl Device for OpenClBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let scalars: Vec<ScalarType> = ScalarType::ALL
-            .into_iter()
-            .filter(|&t| self.supports_scalar(t))
-            .collect();
-        let mut ops = vec![
-            Operation::Spgemm(SpgemmAlgorithm::Auto),
-            Operation::Spgemm(SpgemmAlgorithm::Esc),
-            Operation::BsrSpgemm,
-            Operation::DiaSpgemm,
-        ];
-        for f in SparseFormat::ALL {
-            ops.push(Operation::Spmv(f));
-            ops.push(Operation::Spmm(f));
-        }
-        Capabilities::new().with_all(&ops, &scalars)
+        capabilities_of(&self.state.description)
     }
+}
+
+/// Whether a device runs scalar type `ty`: double precision needs `cl_khr_fp64`.
+fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
+    !matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64
+}
+
+/// Every operation, for every scalar type the device runs.
+fn capabilities_of(d: &DeviceDescription) -> Capabilities {
+    let scalars: Vec<ScalarType> = ScalarType::ALL
+        .into_iter()
+        .filter(|&t| device_runs(d, t))
+        .collect();
+    let mut ops = vec![
+        Operation::Spgemm(SpgemmAlgorithm::Auto),
+        Operation::Spgemm(SpgemmAlgorithm::Esc),
+        Operation::BsrSpgemm,
+        Operation::DiaSpgemm,
+    ];
+    for f in SparseFormat::ALL {
+        ops.push(Operation::Spmv(f));
+        ops.push(Operation::Spmm(f));
+    }
+    Capabilities::new().with_all(&ops, &scalars)
 }
 
 fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
@@ -322,5 +332,86 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             c.index.into_owned(),
             c.values.into_owned(),
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU with 48 KiB of local memory, with or without fp64.
+    fn gpu(fp64: bool) -> DeviceDescription {
+        DeviceDescription {
+            platform_index: 0,
+            device_index: 0,
+            platform: "p".into(),
+            name: "d".into(),
+            vendor: String::new(),
+            kind: DeviceKind::Gpu,
+            version: String::new(),
+            compute_units: 1,
+            global_memory_bytes: 1 << 30,
+            max_buffer_bytes: 1 << 28,
+            local_memory_bytes: 48 << 10,
+            fp64,
+            int64_atomics: false,
+        }
+    }
+
+    #[test]
+    fn double_precision_is_claimed_only_with_fp64() {
+        let mut d = gpu(false);
+        let esc = Operation::Spgemm(SpgemmAlgorithm::Esc);
+        let caps = capabilities_of(&d);
+        for ty in [ScalarType::F64, ScalarType::C64] {
+            assert!(!caps.supports(esc, ty), "{ty}");
+            assert!(caps.operations(ty).is_empty(), "{ty}");
+        }
+        for ty in [
+            ScalarType::F16,
+            ScalarType::Bf16,
+            ScalarType::F32,
+            ScalarType::C32,
+        ] {
+            assert!(caps.supports(esc, ty), "{ty}");
+            assert!(
+                caps.supports(Operation::Spmv(SparseFormat::Cspr), ty),
+                "{ty}"
+            );
+        }
+        d.fp64 = true;
+        assert!(capabilities_of(&d).supports(esc, ScalarType::C64));
+        // Without 64-bit atomics the double CSPR kernel is left out (SpMV converts to CSR).
+        assert!(!kernels::has_cspr_kernel(ScalarType::F64, &d));
+        assert!(kernels::has_cspr_kernel(ScalarType::F32, &d));
+    }
+
+    #[test]
+    fn every_program_variant_has_its_kernels_and_types() {
+        let d = gpu(true);
+        for ty in ScalarType::ALL {
+            let s = kernels::scalar_program(ty, KernelSemiring::PlusTimes, &d);
+            for k in [
+                "esc_expand",
+                "sort_tiles",
+                "merge_pass",
+                "compress",
+                "spmv_ellr",
+                "spmm_csr",
+            ] {
+                assert!(s.contains(k), "{ty}: {k}");
+            }
+            let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
+            assert_eq!(s.contains("cl_khr_fp64"), double, "{ty}");
+            assert_eq!(s.contains("#define HAS_ATOMICS 1"), !double, "{ty}");
+            let b = kernels::block_program(ty, KernelSemiring::PlusTimes, &d);
+            assert!(
+                b.contains("bsr_multiply") && b.contains("#define PAYLOAD ulong2"),
+                "{ty}"
+            );
+        }
+        // Tiles fit two key and payload buffers in 48 KiB of local memory, less 4 KiB.
+        assert_eq!(kernels::sort_tile(&d, 16), 512);
+        assert_eq!(kernels::sort_tile(&d, 8), 1024);
     }
 }
