@@ -1,2 +1,417 @@
-//! hetsparse opencl (work in progress).
+//! OpenCL backend of hetsparse (`opencl3`): any OpenCL device — PoCL on CPU cores, NVIDIA's
+//! OpenCL on a GPU, ... — runs SpGEMM by ESC (Polok, Ila, Smrz), block SpGEMM, SpMV and SpMM.
+//!
+//! Kernels are OpenCL C in `kernels-opencl/`, embedded in the crate and compiled at run time,
+//! once per device and scalar type (the compiled programs are cached for the process).
+//!
+//! ```
+//! use hetsparse_core::{format::Csr, Backend, SpgemmAlgorithm};
+//! use hetsparse_opencl::OpenClBackend;
+//!
+//! let backend = match OpenClBackend::new() {
+//!     Ok(b) => b,
+//!     Err(e) => { println!("no OpenCL device: {e}"); return Ok(()); }
+//! };
+//! let a = Csr::<f32>::identity(4)?;
+//! let c = backend.spgemm(&a, &a, SpgemmAlgorithm::Esc)?;
+//! assert_eq!(c, a);
+//! # Ok::<(), hetsparse_core::Error>(())
+//! ```
+//!
+//! | operation | kernel |
+//! |---|---|
+//! | SpGEMM (`Esc`, `Auto`) | ESC: balanced expansion, segmented merge sort, compression; B in column slices when the expansion exceeds the memory budget |
+//! | BSR × BSR | ESC over the block structure, blocks multiplied during compression |
+//! | DIA × DIA | through CSR SpGEMM (the trait's default) |
+//! | SpMV | CSR scalar or vector (by mean row length), ELLR-T, CSPR with atomic row sums; CSC, COO, DIA and BSR converted to CSR on the host |
+//! | SpMM | csrmm, ELLR-T; CSC, COO, DIA, CSPR and BSR converted to CSR on the host |
+//!
+//! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
+//! f32 on every device.
 #![warn(missing_docs)]
+
+mod device;
+mod esc;
+mod kernels;
+mod multiply;
+mod runtime;
+mod scalar;
+
+use std::sync::Arc;
+
+use opencl3::program::Program;
+
+use hetsparse_core::backend::check;
+use hetsparse_core::format::{Bsr, Csr, Dense, SparseFormat, SparseRef};
+use hetsparse_core::{
+    Backend, Capabilities, Device, DeviceInfo, DeviceKind, Error, Operation, Result, Scalar,
+    ScalarType, SpgemmAlgorithm,
+};
+
+pub use device::{list_devices, DeviceDescription};
+pub use esc::ExpansionSearch;
+pub use runtime::KERNEL_TIMES;
+
+use device::Selector;
+use esc::{Compressed, EscJob, Multiply};
+use kernels::KernelSemiring;
+use multiply::RowOperand;
+use runtime::{DeviceState, Variant};
+
+/// The backend's name in [`DeviceInfo`] and errors.
+pub(crate) const BACKEND: &str = "opencl";
+
+/// The environment variable [`OpenClBackend::from_env`] reads: a substring of the device's,
+/// platform's or vendor's name.
+pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
+
+/// An OpenCL device running hetsparse's operations.
+#[derive(Clone)]
+pub struct OpenClBackend {
+    state: Arc<DeviceState>,
+    budget_bytes: Option<u64>,
+    search: ExpansionSearch,
+}
+
+impl std::fmt::Debug for OpenClBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenClBackend")
+            .field("device", &self.state.description)
+            .field("budget_bytes", &self.budget_bytes)
+            .field("search", &self.search)
+            .finish()
+    }
+}
+
+impl OpenClBackend {
+    /// The first GPU of any platform, else the first device. [`Error::NoDevice`] when there is
+    /// no OpenCL library, platform or device.
+    pub fn new() -> Result<Self> {
+        Self::select(&Selector::PreferGpu)
+    }
+
+    /// The first device of `kind`.
+    pub fn with_device_kind(kind: DeviceKind) -> Result<Self> {
+        Self::select(&Selector::Kind(kind))
+    }
+
+    /// The first device whose name, platform name or vendor contains `name` (case-insensitive),
+    /// e.g. `"nvidia"` or `"portable"`.
+    pub fn with_device_name(name: &str) -> Result<Self> {
+        if name.trim().is_empty() {
+            return Err(Error::InvalidArgument(
+                "OpenCL device name to look for is empty".into(),
+            ));
+        }
+        Self::select(&Selector::Name(name.trim().to_string()))
+    }
+
+    /// The device named by the environment variable [`DEVICE_ENV`] when it is set and not
+    /// empty, else [`OpenClBackend::new`].
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(DEVICE_ENV) {
+            Ok(name) if !name.trim().is_empty() => Self::with_device_name(&name),
+            _ => Self::new(),
+        }
+    }
+
+    fn select(selector: &Selector) -> Result<Self> {
+        let devices = device::enumerate()?;
+        let (id, description) = device::pick(&devices, selector)?;
+        tracing::info!(device = %description, "OpenCL device chosen");
+        Ok(OpenClBackend {
+            state: runtime::device_state(id, description)?,
+            budget_bytes: None,
+            search: ExpansionSearch::default(),
+        })
+    }
+
+    /// Limits the device memory one product may use, in bytes (default: the device's global
+    /// memory). When an ESC expansion would exceed it, B is cut into column slices.
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.budget_bytes = Some(bytes);
+        self
+    }
+
+    /// How expansion work-items find their first product (default: interpolation search).
+    pub fn with_expansion_search(mut self, search: ExpansionSearch) -> Self {
+        self.search = search;
+        self
+    }
+
+    /// The device in use.
+    pub fn device(&self) -> &DeviceDescription {
+        &self.state.description
+    }
+
+    /// Whether the device runs `ty` (f64 and complex f64 need `cl_khr_fp64`).
+    pub fn supports_scalar(&self, ty: ScalarType) -> bool {
+        device_runs(&self.state.description, ty)
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let global = self.state.description.global_memory_bytes;
+        self.budget_bytes.map_or(global, |b| b.min(global))
+    }
+
+    /// Unsupported for types the device cannot run (saying why), the compiled program otherwise.
+    fn program<T: Scalar>(&self, op: Operation, block: bool) -> Result<Arc<Program>> {
+        if !scalar::is_device_scalar::<T>() || !self.supports_scalar(T::TYPE) {
+            let why = if scalar::is_device_scalar::<T>() {
+                format!(
+                    "{BACKEND} on {} (no cl_khr_fp64)",
+                    self.state.description.name
+                )
+            } else {
+                format!("{BACKEND} (not one of the six built-in scalar types)")
+            };
+            return Err(Error::Unsupported {
+                backend: why,
+                op,
+                scalar: T::TYPE,
+            });
+        }
+        let d = &self.state.description;
+        let ty = T::TYPE;
+        if block {
+            self.state.program(Variant::Block(ty), || {
+                kernels::block_program(ty, KernelSemiring::PlusTimes, d)
+            })
+        } else {
+            self.state.program(Variant::Scalar(ty), || {
+                kernels::scalar_program(ty, KernelSemiring::PlusTimes, d)
+            })
+        }
+    }
+
+    fn job<'a>(&'a self, program: &'a Program, multiply: Multiply, payload: usize) -> EscJob<'a> {
+        EscJob {
+            state: &self.state,
+            program,
+            search: self.search,
+            budget_bytes: self.memory_bytes(),
+            payload_bytes: payload,
+            multiply,
+        }
+    }
+}
+
+impl Device for OpenClBackend {
+    fn info(&self) -> DeviceInfo {
+        let d = &self.state.description;
+        DeviceInfo {
+            backend: BACKEND.into(),
+            name: format!("{} ({})", d.name, d.platform),
+            kind: d.kind,
+            memory_bytes: self.memory_bytes(),
+            compute_units: d.compute_units,
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities_of(&self.state.description)
+    }
+}
+
+/// Whether a device runs scalar type `ty`: double precision needs `cl_khr_fp64`.
+fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
+    !matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64
+}
+
+/// Every operation, for every scalar type the device runs.
+fn capabilities_of(d: &DeviceDescription) -> Capabilities {
+    let scalars: Vec<ScalarType> = ScalarType::ALL
+        .into_iter()
+        .filter(|&t| device_runs(d, t))
+        .collect();
+    let mut ops = vec![
+        Operation::Spgemm(SpgemmAlgorithm::Auto),
+        Operation::Spgemm(SpgemmAlgorithm::Esc),
+        Operation::BsrSpgemm,
+        Operation::DiaSpgemm,
+    ];
+    for f in SparseFormat::ALL {
+        ops.push(Operation::Spmv(f));
+        ops.push(Operation::Spmm(f));
+    }
+    Capabilities::new().with_all(&ops, &scalars)
+}
+
+fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
+    Compressed {
+        nrows: a.nrows(),
+        ncols: a.ncols(),
+        offsets: a.row_offsets().into(),
+        index: a.col_indices().into(),
+        values: a.values().into(),
+        block: 1,
+    }
+}
+
+impl<T: Scalar> Backend<T> for OpenClBackend {
+    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
+        let op = Operation::Spgemm(algorithm);
+        check::supported::<T>(self, op)?;
+        check::spgemm(a, b)?;
+        let program = self.program::<T>(op, false)?;
+        let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
+            .entered();
+        let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let c = job.product(&compressed(a), &compressed(b))?;
+        Ok(Csr::try_new(
+            c.nrows,
+            c.ncols,
+            c.offsets.into_owned(),
+            c.index.into_owned(),
+            c.values.into_owned(),
+        )?)
+    }
+
+    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+        let op = Operation::Spmm(a.format());
+        check::supported::<T>(self, op)?;
+        check::spmm(&a, b)?;
+        let program = self.program::<T>(op, false)?;
+        let (m, n) = (a.shape().0, b.ncols());
+        if m == 0 || n == 0 || b.nrows() == 0 {
+            return Ok(Dense::zeros(m, n, b.layout()));
+        }
+        let q = self.state.queue()?;
+        match a {
+            SparseRef::Ellr(e) => multiply::spmm(&q, &program, RowOperand::Ellr(e), b),
+            other => multiply::spmm(&q, &program, RowOperand::Csr(&other.to_csr()), b),
+        }
+    }
+
+    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+        let op = Operation::Spmv(a.format());
+        check::supported::<T>(self, op)?;
+        check::spmv(&a, x)?;
+        let program = self.program::<T>(op, false)?;
+        if a.shape().0 == 0 || x.is_empty() {
+            return Ok(vec![T::zero(); a.shape().0]);
+        }
+        let q = self.state.queue()?;
+        match a {
+            SparseRef::Ellr(e) => multiply::spmv_rows(&q, &program, RowOperand::Ellr(e), x),
+            SparseRef::Cspr(c) if kernels::has_cspr_kernel(T::TYPE, &self.state.description) => {
+                multiply::spmv_cspr(&q, &program, c, x)
+            }
+            other => multiply::spmv_rows(&q, &program, RowOperand::Csr(&other.to_csr()), x),
+        }
+    }
+
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        check::supported::<T>(self, Operation::BsrSpgemm)?;
+        check::bsr_spgemm(a, b)?;
+        let program = self.program::<T>(Operation::BsrSpgemm, true)?;
+        let ((r, k), (_, s)) = (a.block_shape(), b.block_shape());
+        let _span =
+            tracing::info_span!("bsr spgemm esc", blocks_a = a.nnz_blocks(), r, k, s).entered();
+        fn block<T: Scalar>(m: &Bsr<T>) -> Compressed<'_, T> {
+            Compressed {
+                nrows: m.block_rows(),
+                ncols: m.block_cols(),
+                offsets: m.row_offsets().into(),
+                index: m.col_indices().into(),
+                values: m.values().into(),
+                block: m.block_shape().0 * m.block_shape().1,
+            }
+        }
+        let job = self.job(
+            &program,
+            Multiply::Block { r, k, s },
+            kernels::BLOCK_PAYLOAD_BYTES,
+        );
+        let c = job.product(&block(a), &block(b))?;
+        Ok(Bsr::try_new(
+            (r, s),
+            c.nrows,
+            c.ncols,
+            c.offsets.into_owned(),
+            c.index.into_owned(),
+            c.values.into_owned(),
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU with 48 KiB of local memory, with or without fp64.
+    fn gpu(fp64: bool) -> DeviceDescription {
+        DeviceDescription {
+            platform_index: 0,
+            device_index: 0,
+            platform: "p".into(),
+            name: "d".into(),
+            vendor: String::new(),
+            kind: DeviceKind::Gpu,
+            version: String::new(),
+            compute_units: 1,
+            global_memory_bytes: 1 << 30,
+            max_buffer_bytes: 1 << 28,
+            local_memory_bytes: 48 << 10,
+            fp64,
+            int64_atomics: false,
+        }
+    }
+
+    #[test]
+    fn double_precision_is_claimed_only_with_fp64() {
+        let mut d = gpu(false);
+        let esc = Operation::Spgemm(SpgemmAlgorithm::Esc);
+        let caps = capabilities_of(&d);
+        for ty in [ScalarType::F64, ScalarType::C64] {
+            assert!(!caps.supports(esc, ty), "{ty}");
+            assert!(caps.operations(ty).is_empty(), "{ty}");
+        }
+        for ty in [
+            ScalarType::F16,
+            ScalarType::Bf16,
+            ScalarType::F32,
+            ScalarType::C32,
+        ] {
+            assert!(caps.supports(esc, ty), "{ty}");
+            assert!(
+                caps.supports(Operation::Spmv(SparseFormat::Cspr), ty),
+                "{ty}"
+            );
+        }
+        d.fp64 = true;
+        assert!(capabilities_of(&d).supports(esc, ScalarType::C64));
+        // Without 64-bit atomics the double CSPR kernel is left out (SpMV converts to CSR).
+        assert!(!kernels::has_cspr_kernel(ScalarType::F64, &d));
+        assert!(kernels::has_cspr_kernel(ScalarType::F32, &d));
+    }
+
+    #[test]
+    fn every_program_variant_has_its_kernels_and_types() {
+        let d = gpu(true);
+        for ty in ScalarType::ALL {
+            let s = kernels::scalar_program(ty, KernelSemiring::PlusTimes, &d);
+            for k in [
+                "esc_expand",
+                "sort_tiles",
+                "merge_pass",
+                "compress",
+                "spmv_ellr",
+                "spmm_csr",
+            ] {
+                assert!(s.contains(k), "{ty}: {k}");
+            }
+            let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
+            assert_eq!(s.contains("cl_khr_fp64"), double, "{ty}");
+            assert_eq!(s.contains("#define HAS_ATOMICS 1"), !double, "{ty}");
+            let b = kernels::block_program(ty, KernelSemiring::PlusTimes, &d);
+            assert!(
+                b.contains("bsr_multiply") && b.contains("#define PAYLOAD ulong2"),
+                "{ty}"
+            );
+        }
+        // Tiles fit two key and payload buffers in 48 KiB of local memory, less 4 KiB.
+        assert_eq!(kernels::sort_tile(&d, 16), 512);
+        assert_eq!(kernels::sort_tile(&d, 8), 1024);
+    }
+}

@@ -49,7 +49,7 @@ pub enum SparseFormat {
 }
 
 impl SparseFormat {
-    /// Every sparse format.
+    /// Every sparse format, in a fixed order.
     pub const ALL: [SparseFormat; 7] = [
         SparseFormat::Csr,
         SparseFormat::Csc,

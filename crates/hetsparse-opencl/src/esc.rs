@@ -1,0 +1,469 @@
+//! ESC SpGEMM (Polok, Ila, Smrz): setup, perfectly balanced expansion, segmented sort,
+//! compression — with the two host synchronisations of the paper (the expansion size, then the
+//! size of the product) — and column slicing of B when the expansion exceeds the memory budget.
+//!
+//! The same pipeline multiplies block matrices: then the expansion carries the indices of the two
+//! operand blocks instead of a value, and the blocks are multiplied during compression.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use opencl3::program::Program;
+
+use hetsparse_core::{Error, Result, Scalar};
+
+use crate::kernels::{SCAN_BLOCK, SCAN_WG, SORT_WG};
+use crate::runtime::{DeviceBuffer, DeviceState, Queue};
+use crate::scalar::{bytes_of, bytes_of_mut};
+use crate::BACKEND;
+
+/// How a work-item finds its first product in the prefix sum of products per entry of A.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExpansionSearch {
+    /// Interpolation search, as in the paper (bisection after a few probes, so skewed prefix sums
+    /// cannot make it linear).
+    #[default]
+    Interpolation,
+    /// Binary search.
+    Binary,
+}
+
+/// A compressed-row matrix whose entries are scalars (`block == 1`) or dense row-major blocks of
+/// `block` values: the host side of both SpGEMM flavours.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Compressed<'a, T: Clone> {
+    pub nrows: usize,
+    pub ncols: usize,
+    pub offsets: Cow<'a, [u64]>,
+    pub index: Cow<'a, [u32]>,
+    pub values: Cow<'a, [T]>,
+    pub block: usize,
+}
+
+impl<T: Scalar> Compressed<'_, T> {
+    fn nnz(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    fn empty(nrows: usize, ncols: usize, block: usize) -> Self {
+        Compressed {
+            nrows,
+            ncols,
+            offsets: vec![0; nrows + 1].into(),
+            index: Vec::new().into(),
+            values: Vec::new().into(),
+            block,
+        }
+    }
+
+    /// Columns `range`, indices shifted to start at 0.
+    fn column_panel(&self, range: &Range<usize>) -> Compressed<'static, T> {
+        let (lo, hi) = (range.start as u32, range.end as u32);
+        let (mut offsets, mut index, mut values) = (vec![0u64], Vec::new(), Vec::new());
+        for i in 0..self.nrows {
+            let (s, e) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+            let cols = &self.index[s..e];
+            let a = s + cols.partition_point(|&c| c < lo);
+            let b = s + cols.partition_point(|&c| c < hi);
+            index.extend(self.index[a..b].iter().map(|&c| c - lo));
+            values.extend_from_slice(&self.values[a * self.block..b * self.block]);
+            offsets.push(index.len() as u64);
+        }
+        Compressed {
+            nrows: self.nrows,
+            ncols: range.len(),
+            offsets: offsets.into(),
+            index: index.into(),
+            values: values.into(),
+            block: self.block,
+        }
+    }
+
+    /// Side by side: each part holds the columns from its start on.
+    fn hstack(
+        nrows: usize,
+        ncols: usize,
+        block: usize,
+        parts: &[(usize, Compressed<'_, T>)],
+    ) -> Compressed<'static, T> {
+        let (mut offsets, mut index, mut values) = (vec![0u64], Vec::new(), Vec::new());
+        for i in 0..nrows {
+            for (start, p) in parts {
+                let (s, e) = (p.offsets[i] as usize, p.offsets[i + 1] as usize);
+                index.extend(p.index[s..e].iter().map(|&c| c + *start as u32));
+                values.extend_from_slice(&p.values[s * block..e * block]);
+            }
+            offsets.push(index.len() as u64);
+        }
+        Compressed {
+            nrows,
+            ncols,
+            offsets: offsets.into(),
+            index: index.into(),
+            values: values.into(),
+            block,
+        }
+    }
+}
+
+/// What is multiplied: scalars, or blocks of `r×k` (A) by `k×s` (B).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Multiply {
+    Scalar,
+    Block { r: usize, k: usize, s: usize },
+}
+
+/// Everything a product needs besides its operands.
+pub(crate) struct EscJob<'a> {
+    pub state: &'a DeviceState,
+    pub program: &'a Program,
+    pub search: ExpansionSearch,
+    /// Device memory the product may use, in bytes.
+    pub budget_bytes: u64,
+    /// Bytes each product carries through the sort besides its 8-byte key.
+    pub payload_bytes: usize,
+    pub multiply: Multiply,
+}
+
+/// Operand arrays on the device.
+struct DeviceOperand {
+    nrows: usize,
+    nnz: u64,
+    offsets: DeviceBuffer<u64>,
+    index: DeviceBuffer<u32>,
+    values: DeviceBuffer<u8>,
+}
+
+fn upload<T: Scalar>(q: &Queue<'_>, m: &Compressed<'_, T>, name: &str) -> Result<DeviceOperand> {
+    let _span = tracing::debug_span!("h2d", operand = name, nnz = m.nnz()).entered();
+    Ok(DeviceOperand {
+        nrows: m.nrows,
+        nnz: m.nnz(),
+        offsets: q.upload(&m.offsets, name)?,
+        index: q.upload(&m.index, name)?,
+        values: q.upload(bytes_of(&m.values), name)?,
+    })
+}
+
+fn operand_bytes<T: Clone>(m: &Compressed<'_, T>) -> u64 {
+    (m.offsets.len() as u64) * 8
+        + m.index.len() as u64 * 4
+        + (m.values.len() * std::mem::size_of::<T>()) as u64
+}
+
+impl EscJob<'_> {
+    /// Device bytes per product: key and payload, their merge copies, the run starts, and the
+    /// product's entry (at most one per product).
+    fn bytes_per_product<T>(&self) -> u64 {
+        let entry = 4 + std::mem::size_of::<T>() * self.entry_values();
+        (2 * (8 + self.payload_bytes) + 8 + entry) as u64
+    }
+
+    fn entry_values(&self) -> usize {
+        match self.multiply {
+            Multiply::Scalar => 1,
+            Multiply::Block { r, s, .. } => r * s,
+        }
+    }
+
+    /// Most products one expansion may hold: the budget left after the operands, and the
+    /// device's largest buffer.
+    fn max_products<T>(&self, operands: u64) -> u64 {
+        let by_budget = self.budget_bytes.saturating_sub(operands) / self.bytes_per_product::<T>();
+        let widest = 8.max(self.payload_bytes) as u64;
+        by_budget.min(self.state.description.max_buffer_bytes / widest)
+    }
+
+    /// `C = A·B`, cutting B into column slices when the expansion does not fit.
+    pub(crate) fn product<T: Scalar>(
+        &self,
+        a: &Compressed<'_, T>,
+        b: &Compressed<'_, T>,
+    ) -> Result<Compressed<'static, T>> {
+        let block = self.entry_values();
+        if a.nnz() == 0 || b.nnz() == 0 {
+            return Ok(Compressed::empty(a.nrows, b.ncols, block));
+        }
+        let q = self.state.queue()?;
+        let a_dev = upload(&q, a, "A")?;
+        let limit = self.max_products::<T>(operand_bytes(a) + operand_bytes(b));
+        {
+            let b_dev = upload(&q, b, "B")?;
+            if let Some(c) = self.pipeline(&q, &a_dev, &b_dev, b.ncols, limit)? {
+                return Ok(c);
+            }
+        }
+        let slices = column_slices(a, b, limit, self.bytes_per_product::<T>())?;
+        let _span = tracing::info_span!("column slices", count = slices.len()).entered();
+        let mut parts = Vec::with_capacity(slices.len());
+        for range in slices {
+            let panel = b.column_panel(&range);
+            let b_dev = upload(&q, &panel, "B column slice")?;
+            let part = self
+                .pipeline(&q, &a_dev, &b_dev, panel.ncols, u64::MAX)?
+                .ok_or_else(|| Error::InvalidArgument("unreachable: unlimited slice".into()))?;
+            parts.push((range.start, part));
+        }
+        Ok(Compressed::hstack(a.nrows, b.ncols, block, &parts))
+    }
+
+    /// The whole pipeline for one pair of device operands; `None` when the expansion has more
+    /// than `limit` products (known after the first synchronisation).
+    fn pipeline<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        a: &DeviceOperand,
+        b: &DeviceOperand,
+        ncols: usize,
+        limit: u64,
+    ) -> Result<Option<Compressed<'static, T>>> {
+        let prog = self.program;
+        let nnz_a = a.nnz as usize;
+
+        // Setup (Alg. 1): a_rows, and a_prods scanned in place; its last element is the size.
+        let (a_rows, a_prods, exp) = {
+            let _span = tracing::info_span!("setup", nnz_a).entered();
+            let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
+            let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
+            q.kernel(prog, "esc_setup")?
+                .arg(a.nnz)?
+                .arg(a.nrows as u64)?
+                .arg(a.offsets.arg())?
+                .arg(a.index.arg())?
+                .arg(b.offsets.arg())?
+                .arg(a_rows.arg())?
+                .arg(a_prods.arg())?
+                .run(&[nnz_a.max(1)], None)?;
+            exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
+            // Host synchronisation 1: the expansion size, to allocate the expansion.
+            let exp = q.download_at(&a_prods, nnz_a, 1, "expansion size")?[0];
+            (a_rows, a_prods, exp)
+        };
+        if exp == 0 {
+            return Ok(Some(Compressed::empty(a.nrows, ncols, self.entry_values())));
+        }
+        if exp > limit {
+            tracing::info!(exp, limit, "expansion exceeds the memory budget");
+            return Ok(None);
+        }
+        let exp_len = usize::try_from(exp).map_err(|_| Error::TooLarge {
+            what: "the expansion".into(),
+            needed: exp,
+            limit: usize::MAX as u64,
+            unit: "products",
+        })?;
+
+        // Expansion (Alg. 2 l. 15-38).
+        let keys = q.alloc::<u64>(exp_len, "expansion keys")?;
+        let vals = q.alloc::<u8>(exp_len * self.payload_bytes, "expansion values")?;
+        {
+            let _span = tracing::info_span!("expand", products = exp).entered();
+            let d = &self.state.description;
+            let per_unit = if d.kind == hetsparse_core::DeviceKind::Gpu {
+                2048
+            } else {
+                256
+            };
+            let items = (exp_len).min(d.compute_units as usize * per_unit).max(1);
+            q.kernel(prog, "esc_expand")?
+                .arg(exp)?
+                .arg(items as u64)?
+                .arg(u32::from(self.search == ExpansionSearch::Interpolation))?
+                .arg(a.nnz)?
+                .arg(a_prods.arg())?
+                .arg(a_rows.arg())?
+                .arg(a.index.arg())?
+                .arg(a.values.arg())?
+                .arg(b.offsets.arg())?
+                .arg(b.index.arg())?
+                .arg(b.values.arg())?
+                .arg(keys.arg())?
+                .arg(vals.arg())?
+                .run(&[items], Some(&[64]))?;
+        }
+        drop((a_rows, a_prods));
+
+        self.segmented_sort(q, &keys, &vals, exp_len)?;
+
+        // Compression (Alg. 2 l. 40-49, Alg. 3).
+        let _span = tracing::info_span!("compress", products = exp).entered();
+        let nb = exp_len.div_ceil(SCAN_BLOCK);
+        let mut block_offsets = q.alloc::<u64>(nb + 1, "head counts per block")?;
+        q.zero(&mut block_offsets, "head counts per block")?;
+        q.kernel(prog, "count_heads")?
+            .arg(keys.arg())?
+            .arg(exp)?
+            .arg(block_offsets.arg())?
+            .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
+        exclusive_scan(q, prog, &block_offsets, nb + 1)?;
+        // Host synchronisation 2: the size of the product, to allocate it.
+        let nnz_c = q.download_at(&block_offsets, nb, 1, "product size")?[0];
+        let nnz_c_len = nnz_c as usize;
+        let nrows = a.nrows;
+        let run_start = q.alloc::<u64>(nnz_c_len + 1, "run starts")?;
+        let c_index = q.alloc::<u32>(nnz_c_len, "C column indices")?;
+        let c_offsets = q.alloc::<u64>(nrows + 1, "C row offsets")?;
+        q.kernel(prog, "compress")?
+            .arg(keys.arg())?
+            .arg(exp)?
+            .arg(block_offsets.arg())?
+            .arg(nnz_c)?
+            .arg(nrows as u64)?
+            .arg(run_start.arg())?
+            .arg(c_index.arg())?
+            .arg(c_offsets.arg())?
+            .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
+
+        let per_entry = self.entry_values();
+        let value_bytes = std::mem::size_of::<T>();
+        let c_vals = q.alloc::<u8>(nnz_c_len * per_entry * value_bytes, "C values")?;
+        match self.multiply {
+            Multiply::Scalar => q
+                .kernel(prog, "esc_reduce")?
+                .arg(nnz_c)?
+                .arg(run_start.arg())?
+                .arg(vals.arg())?
+                .arg(c_vals.arg())?
+                .run(&[nnz_c_len], None)?,
+            Multiply::Block { r, k, s } => q
+                .kernel(prog, "bsr_multiply")?
+                .arg(nnz_c)?
+                .arg(r as u32)?
+                .arg(k as u32)?
+                .arg(s as u32)?
+                .arg(run_start.arg())?
+                .arg(vals.arg())?
+                .arg(a.values.arg())?
+                .arg(b.values.arg())?
+                .arg(c_vals.arg())?
+                .run(&[nnz_c_len * per_entry], None)?,
+        }
+        drop(_span);
+
+        let _span = tracing::info_span!("d2h", nnz_c).entered();
+        let offsets = q.download(&c_offsets, nrows + 1, "C row offsets")?;
+        let index = q.download(&c_index, nnz_c_len, "C column indices")?;
+        let mut values = vec![T::zero(); nnz_c_len * per_entry];
+        q.download_bytes(&c_vals, bytes_of_mut(&mut values), "C values")?;
+        Ok(Some(Compressed {
+            nrows,
+            ncols,
+            offsets: offsets.into(),
+            index: index.into(),
+            values: values.into(),
+            block: per_entry,
+        }))
+    }
+
+    /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
+    /// merge passes that touch only the rows crossing tile boundaries.
+    fn segmented_sort(
+        &self,
+        q: &Queue<'_>,
+        keys: &DeviceBuffer<u64>,
+        vals: &DeviceBuffer<u8>,
+        n: usize,
+    ) -> Result<()> {
+        let prog = self.program;
+        let tile = crate::kernels::sort_tile(&self.state.description, self.payload_bytes);
+        let _span = tracing::info_span!("sort", n, tile).entered();
+        let tiles = n.div_ceil(tile);
+        q.kernel(prog, "sort_tiles")?
+            .arg(keys.arg())?
+            .arg(vals.arg())?
+            .arg(n as u64)?
+            .run(&[tiles * SORT_WG], Some(&[SORT_WG]))?;
+        if n <= tile {
+            return Ok(());
+        }
+        let tmp_keys = q.alloc::<u64>(n, "merge keys")?;
+        let tmp_vals = q.alloc::<u8>(n * self.payload_bytes, "merge values")?;
+        let mut w = tile as u64;
+        while w < n as u64 {
+            // Both kernels take the same arguments: the merge into tmp, then the copy back.
+            for kernel in ["merge_pass", "merge_copy_back"] {
+                q.kernel(prog, kernel)?
+                    .arg(keys.arg())?
+                    .arg(vals.arg())?
+                    .arg(tmp_keys.arg())?
+                    .arg(tmp_vals.arg())?
+                    .arg(n as u64)?
+                    .arg(w)?
+                    .run(&[n], Some(&[256]))?;
+            }
+            w *= 2;
+        }
+        Ok(())
+    }
+}
+
+/// Exclusive prefix sum of `data[..n]` in place (recursive over block sums).
+pub(crate) fn exclusive_scan(
+    q: &Queue<'_>,
+    prog: &Program,
+    data: &DeviceBuffer<u64>,
+    n: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let nb = n.div_ceil(SCAN_BLOCK);
+    let sums = q.alloc::<u64>(nb, "scan block sums")?;
+    q.kernel(prog, "scan_blocks")?
+        .arg(data.arg())?
+        .arg(n as u64)?
+        .arg(sums.arg())?
+        .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
+    if nb > 1 {
+        exclusive_scan(q, prog, &sums, nb)?;
+        q.kernel(prog, "scan_add")?
+            .arg(data.arg())?
+            .arg(n as u64)?
+            .arg(sums.arg())?
+            .run(&[n], None)?;
+    }
+    Ok(())
+}
+
+/// Cuts B's columns into consecutive slices whose expansions hold at most `limit` products each.
+/// The products of column j are Σ over B's entries (k, j) of the entries in column k of A.
+fn column_slices<T: Scalar>(
+    a: &Compressed<'_, T>,
+    b: &Compressed<'_, T>,
+    limit: u64,
+    bytes_per_product: u64,
+) -> Result<Vec<Range<usize>>> {
+    let mut a_col = vec![0u64; a.ncols];
+    for &k in a.index.iter() {
+        a_col[k as usize] += 1;
+    }
+    let mut per_col = vec![0u64; b.ncols];
+    for (k, &count) in a_col.iter().enumerate().take(b.nrows) {
+        for &j in &b.index[b.offsets[k] as usize..b.offsets[k + 1] as usize] {
+            per_col[j as usize] += count;
+        }
+    }
+    let mut slices = Vec::new();
+    let (mut start, mut sum) = (0usize, 0u64);
+    for (j, &w) in per_col.iter().enumerate() {
+        if w > limit {
+            return Err(Error::OutOfMemory {
+                backend: BACKEND.into(),
+                what: format!(
+                    "ESC SpGEMM: column {j} of B alone makes {w} products, more than the {limit} \
+                     that fit the memory budget"
+                ),
+                needed_bytes: w.saturating_mul(bytes_per_product),
+                available_bytes: limit.saturating_mul(bytes_per_product),
+            });
+        }
+        if sum + w > limit {
+            slices.push(start..j);
+            start = j;
+            sum = 0;
+        }
+        sum += w;
+    }
+    slices.push(start..b.ncols);
+    Ok(slices)
+}

@@ -1,0 +1,186 @@
+//! OpenCL C sources (in `kernels-opencl/`, embedded) and the prelude that specialises them to a
+//! scalar type and a semiring.
+
+use hetsparse_core::ScalarType;
+
+use crate::device::DeviceDescription;
+
+const COMMON: &str = include_str!("../../../kernels-opencl/common.cl");
+const SCAN: &str = include_str!("../../../kernels-opencl/scan.cl");
+const SORT: &str = include_str!("../../../kernels-opencl/sort.cl");
+const ESC: &str = include_str!("../../../kernels-opencl/esc.cl");
+const SPMV: &str = include_str!("../../../kernels-opencl/spmv.cl");
+const BSR: &str = include_str!("../../../kernels-opencl/bsr.cl");
+
+/// Work-items per group of the lane-based kernels (CSR vector, ELLR-T).
+pub(crate) const LANE_WG: usize = 256;
+/// Work-items per row in the CSR vector kernel.
+pub(crate) const VEC_LANES: usize = 32;
+/// Work-items per row in the ELLR-T kernels (Ortega's T).
+pub(crate) const ELL_T: usize = 4;
+/// Columns of C each ELLR-T SpMM work-item keeps (Ortega's L_c).
+pub(crate) const ELL_LC: usize = 4;
+/// Work-items per group of the local tile sort.
+pub(crate) const SORT_WG: usize = 256;
+/// Elements per group of the scan and compression kernels (SCAN_WG · SCAN_ITEMS in scan.cl).
+pub(crate) const SCAN_BLOCK: usize = 1024;
+/// Work-items per group of the scan and compression kernels.
+pub(crate) const SCAN_WG: usize = 256;
+
+/// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum KernelSemiring {
+    /// Ordinary `+`, `×`, 0 (complex multiplication for complex types).
+    PlusTimes,
+}
+
+impl KernelSemiring {
+    fn defines(self, complex: bool) -> &'static str {
+        match (self, complex) {
+            (KernelSemiring::PlusTimes, false) => {
+                "#define ADD(a, b) ((a) + (b))\n#define MUL(a, b) ((a) * (b))\n#define ZERO ((ACC)(0))\n"
+            }
+            (KernelSemiring::PlusTimes, true) => {
+                "inline ACC cmul(ACC a, ACC b) { return (ACC)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }\n\
+                 #define ADD(a, b) ((a) + (b))\n#define MUL(a, b) cmul((a), (b))\n#define ZERO ((ACC)(0))\n"
+            }
+        }
+    }
+}
+
+/// Bytes of the accumulator of `ty` on the device.
+pub(crate) fn acc_bytes(ty: ScalarType) -> usize {
+    match ty {
+        ScalarType::F16 | ScalarType::Bf16 | ScalarType::F32 => 4,
+        ScalarType::F64 | ScalarType::C32 => 8,
+        ScalarType::C64 => 16,
+    }
+}
+
+/// Type macros: storage, accumulator, loads and stores (f16/bf16 stored as 16 bits and widened
+/// to f32, since few devices do arithmetic in half precision).
+fn type_defines(ty: ScalarType) -> String {
+    let (store, acc, real, ncomp, load, store_at) = match ty {
+        ScalarType::F32 => ("float", "float", "float", 1, "((p)[i])", "((p)[i] = (v))"),
+        ScalarType::F64 => (
+            "double",
+            "double",
+            "double",
+            1,
+            "((p)[i])",
+            "((p)[i] = (v))",
+        ),
+        ScalarType::C32 => ("float2", "float2", "float", 2, "((p)[i])", "((p)[i] = (v))"),
+        ScalarType::C64 => (
+            "double2",
+            "double2",
+            "double",
+            2,
+            "((p)[i])",
+            "((p)[i] = (v))",
+        ),
+        ScalarType::F16 => (
+            "ushort",
+            "float",
+            "float",
+            1,
+            "vload_half((i), (__global const half*)(p))",
+            "vstore_half_rte((v), (i), (__global half*)(p))",
+        ),
+        ScalarType::Bf16 => (
+            "ushort",
+            "float",
+            "float",
+            1,
+            "as_float((uint)((p)[i]) << 16)",
+            "((p)[i] = f32_to_bf16(v))",
+        ),
+    };
+    let mut s = String::new();
+    if matches!(ty, ScalarType::F64 | ScalarType::C64) {
+        s.push_str("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define REAL_IS_DOUBLE 1\n");
+    } else {
+        s.push_str("#define REAL_IS_DOUBLE 0\n");
+    }
+    s.push_str(&format!(
+        "#define STORE {store}\n#define ACC {acc}\n#define REAL {real}\n#define NCOMP {ncomp}\n\
+         #define LOAD(p, i) {load}\n#define STORE_AT(p, i, v) {store_at}\n"
+    ));
+    if ty == ScalarType::Bf16 {
+        // Round to nearest even, NaN kept quiet: what `half::bf16::from_f32` does.
+        s.push_str(
+            "inline ushort f32_to_bf16(float f) {\n\
+             \x20   uint u = as_uint(f);\n\
+             \x20   if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n\
+             \x20   return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n}\n",
+        );
+    }
+    s
+}
+
+/// Largest power-of-two tile (256 to 1024 entries) whose two key and payload buffers fit in
+/// local memory with room to spare.
+pub(crate) fn sort_tile(device: &DeviceDescription, payload_bytes: usize) -> usize {
+    let local = (device.local_memory_bytes as usize).min(48 * 1024);
+    let usable = local.saturating_sub(4 * 1024);
+    let per_entry = 2 * (8 + payload_bytes);
+    let mut tile = 1024;
+    while tile > SORT_WG && tile * per_entry > usable {
+        tile /= 2;
+    }
+    tile
+}
+
+/// Source of the scalar program (ESC SpGEMM, SpMV, SpMM) for `ty`.
+pub(crate) fn scalar_program(
+    ty: ScalarType,
+    semiring: KernelSemiring,
+    device: &DeviceDescription,
+) -> String {
+    let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
+    let atomics = !double || device.int64_atomics;
+    let mut s = type_defines(ty);
+    if double && atomics {
+        s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
+    }
+    s.push_str(semiring.defines(ty.is_complex()));
+    s.push_str(&format!(
+        "#define HAS_ATOMICS {}\n#define PAYLOAD ACC\n\
+         #define EXPAND_VALUE(ea, eb) MUL(LOAD(a_vals, ea), LOAD(b_vals, eb))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n\
+         #define LANE_WG {LANE_WG}\n#define VEC_LANES {VEC_LANES}\n#define ELL_T {ELL_T}\n#define ELL_LC {ELL_LC}\n",
+        u8::from(atomics),
+        sort_tile(device, acc_bytes(ty)),
+    ));
+    for part in [COMMON, SCAN, SORT, ESC, SPMV] {
+        s.push_str(part);
+        s.push('\n');
+    }
+    s
+}
+
+/// Whether the scalar program of `ty` has the CSPR kernel on this device.
+pub(crate) fn has_cspr_kernel(ty: ScalarType, device: &DeviceDescription) -> bool {
+    !matches!(ty, ScalarType::F64 | ScalarType::C64) || device.int64_atomics
+}
+
+/// Bytes of the block program's sort payload: the two operand block indices.
+pub(crate) const BLOCK_PAYLOAD_BYTES: usize = 16;
+
+/// Source of the block SpGEMM program for `ty`: the sort carries operand indices (ulong2).
+pub(crate) fn block_program(
+    ty: ScalarType,
+    semiring: KernelSemiring,
+    device: &DeviceDescription,
+) -> String {
+    let mut s = type_defines(ty);
+    s.push_str(semiring.defines(ty.is_complex()));
+    s.push_str(&format!(
+        "#define PAYLOAD ulong2\n#define EXPAND_VALUE(ea, eb) ((ulong2)((ea), (eb)))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n",
+        sort_tile(device, BLOCK_PAYLOAD_BYTES)
+    ));
+    for part in [COMMON, SCAN, SORT, ESC, BSR] {
+        s.push_str(part);
+        s.push('\n');
+    }
+    s
+}

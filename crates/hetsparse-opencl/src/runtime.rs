@@ -1,0 +1,627 @@
+//! The OpenCL objects behind a backend: one context per device shared by every backend in the
+//! process, programs compiled once per (device, variant) and cached, and typed helpers for
+//! buffers and kernel launches that return errors instead of panicking.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::device::Device as ClDevice;
+use opencl3::error_codes::ClError;
+use opencl3::kernel::Kernel;
+use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
+use opencl3::program::Program;
+use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
+
+use hetsparse_core::{Error, Result, ScalarType};
+
+use crate::device::DeviceDescription;
+use crate::BACKEND;
+
+/// Which program: the scalar kernels (ESC, SpMV, SpMM) or the block SpGEMM kernels, per type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Variant {
+    Scalar(ScalarType),
+    Block(ScalarType),
+}
+
+type ProgramSlot = Arc<OnceLock<std::result::Result<Arc<Program>, String>>>;
+
+/// A device with its context and program cache, shared by every backend on that device.
+pub(crate) struct DeviceState {
+    pub(crate) description: DeviceDescription,
+    pub(crate) id: cl_device_id,
+    pub(crate) context: Context,
+    programs: Mutex<HashMap<Variant, ProgramSlot>>,
+    staging: Mutex<Option<Staging>>,
+}
+
+// SAFETY: cl_device_id is an opaque handle that OpenCL allows to be used from any thread.
+unsafe impl Send for DeviceState {}
+unsafe impl Sync for DeviceState {}
+
+pub(crate) fn device_error(context: impl Into<String>, e: impl std::fmt::Display) -> Error {
+    Error::Device {
+        backend: BACKEND.into(),
+        context: context.into(),
+        message: e.to_string(),
+    }
+}
+
+/// The shared state of the device `id`, created on first use.
+pub(crate) fn device_state(
+    id: crate::device::DeviceId,
+    description: DeviceDescription,
+) -> Result<Arc<DeviceState>> {
+    static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
+    let states = STATES.get_or_init(Default::default);
+    let mut states = states
+        .lock()
+        .map_err(|_| device_error("device registry", "a thread panicked while holding it"))?;
+    let id = id.0;
+    if let Some(s) = states.get(&(id as usize)) {
+        return Ok(s.clone());
+    }
+    let context = Context::from_device(&ClDevice::new(id))
+        .map_err(|e| device_error(format!("creating a context on {}", description.name), e))?;
+    let state = Arc::new(DeviceState {
+        description,
+        id,
+        context,
+        programs: Mutex::new(HashMap::new()),
+        staging: Mutex::new(None),
+    });
+    states.insert(id as usize, state.clone());
+    Ok(state)
+}
+
+impl DeviceState {
+    /// The program of `variant`, compiled on first use with `source` (built by the caller only
+    /// then). Concurrent callers of the same variant wait for one compilation.
+    pub(crate) fn program(
+        &self,
+        variant: Variant,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Program>> {
+        let slot = {
+            let mut programs = self
+                .programs
+                .lock()
+                .map_err(|_| device_error("program cache", "a thread panicked while holding it"))?;
+            programs.entry(variant).or_default().clone()
+        };
+        let built = slot.get_or_init(|| {
+            let _span =
+                tracing::info_span!("compile", ?variant, device = %self.description.name).entered();
+            let src = source();
+            let mut program = Program::create_from_source(&self.context, &src)
+                .map_err(|e| format!("clCreateProgramWithSource: {e}"))?;
+            match program.build(&[self.id], "-cl-std=CL1.2") {
+                Ok(()) => Ok(Arc::new(program)),
+                Err(e) => {
+                    let log = program.get_build_log(self.id).unwrap_or_default();
+                    Err(format!("build failed ({e}); build log:\n{log}"))
+                }
+            }
+        });
+        built
+            .clone()
+            .map_err(|msg| device_error(format!("compiling the {variant:?} kernels"), msg))
+    }
+
+    /// A new in-order queue; each operation uses its own, so that threads do not wait on each
+    /// other's work.
+    pub(crate) fn queue(&self) -> Result<Queue<'_>> {
+        let profile = tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
+        let properties = if profile {
+            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
+        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+        let queue = CommandQueue::create_default(&self.context, properties)
+            .map_err(|e| device_error("creating a command queue", e))?;
+        Ok(Queue {
+            queue,
+            context: &self.context,
+            staging: &self.staging,
+            retired: std::cell::RefCell::new(Vec::new()),
+            profile,
+            launched: std::cell::RefCell::new(Vec::new()),
+        })
+    }
+}
+
+/// Bytes of each of the two halves of the pinned staging buffer.
+const STAGING_HALF: usize = 16 << 20;
+
+/// Pinned (page-locked) host memory for transfers, allocated and mapped once per device:
+/// reads and writes from ordinary pageable memory ran at about 1.4 GB/s on NVIDIA's OpenCL,
+/// through pinned memory the DMA runs at full speed and only a host copy remains.
+pub(crate) struct Staging {
+    /// The queue the buffer was mapped with; it stays mapped for the process.
+    _queue: CommandQueue,
+    _buffer: Buffer<u8>,
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapped pointer is only used under the device's staging mutex.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn get<'s>(slot: &'s mut Option<Staging>, context: &Context) -> Result<&'s Staging> {
+        if slot.is_none() {
+            *slot = Some(Staging::new(context)?);
+        }
+        slot.as_ref()
+            .ok_or_else(|| device_error("staging buffer", "missing after creation"))
+    }
+
+    fn new(context: &Context) -> Result<Staging> {
+        let fail = |e| device_error("allocating pinned staging memory", e);
+        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+        let queue = CommandQueue::create_default(context, 0).map_err(fail)?;
+        // SAFETY: no host pointer is passed; the runtime allocates pinned memory.
+        let buffer = unsafe {
+            Buffer::<u8>::create(
+                context,
+                CL_MEM_READ_WRITE | opencl3::memory::CL_MEM_ALLOC_HOST_PTR,
+                2 * STAGING_HALF,
+                ptr::null_mut(),
+            )
+        }
+        .map_err(fail)?;
+        let mut mapped: cl_mem = ptr::null_mut();
+        // SAFETY: a blocking map of the whole buffer; the pointer stays valid while mapped.
+        unsafe {
+            queue.enqueue_map_buffer(
+                &buffer,
+                CL_BLOCKING,
+                opencl3::memory::CL_MAP_READ | opencl3::memory::CL_MAP_WRITE,
+                0,
+                2 * STAGING_HALF,
+                &mut mapped,
+                &[],
+            )
+        }
+        .map_err(fail)?;
+        if mapped.is_null() {
+            return Err(device_error(
+                "mapping pinned staging memory",
+                "null pointer",
+            ));
+        }
+        Ok(Staging {
+            _queue: queue,
+            _buffer: buffer,
+            ptr: mapped.cast::<u8>(),
+        })
+    }
+
+    /// The first `len` bytes of half `h`.
+    #[allow(clippy::mut_from_ref)] // callers hold the staging mutex and use one half at a time
+    fn half(&self, h: usize, len: usize) -> &mut [u8] {
+        debug_assert!(h < 2 && len <= STAGING_HALF);
+        // SAFETY: the mapping holds 2 * STAGING_HALF bytes; callers hold the staging mutex and
+        // never use a half that a queued transfer still uses.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_HALF), len) }
+    }
+}
+
+/// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
+/// being written fault in one at a time, and on the GPU machine a single thread copied results
+/// out of the staging buffer at about 1.5 GB/s.
+fn parallel_copy(dst: &mut [u8], src: &[u8]) {
+    const PER_THREAD: usize = 1 << 20;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+        .min(dst.len() / PER_THREAD);
+    if threads <= 1 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = dst.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+    });
+}
+
+fn poisoned(what: &str) -> Error {
+    device_error(what, "a thread panicked while holding it")
+}
+
+/// The bytes of plain data.
+fn plain_bytes<T: Plain>(data: &[T]) -> &[u8] {
+    // SAFETY: Plain types have no padding, so every byte is initialised.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+/// A command queue with the context its buffers come from.
+pub(crate) struct Queue<'a> {
+    queue: CommandQueue,
+    context: &'a Context,
+    staging: &'a Mutex<Option<Staging>>,
+    /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
+    /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
+    /// buffers that queued kernels still used crashed under load; these references keep them
+    /// until a blocking read (or the queue's end) shows that every earlier command finished.
+    retired: std::cell::RefCell<Vec<Buffer<u8>>>,
+    /// Whether kernel times are reported (a subscriber listens to [`KERNEL_TIMES`]).
+    profile: bool,
+    /// Kernels launched since the queue last drained, with their events, when profiling.
+    launched: std::cell::RefCell<Vec<(&'static str, opencl3::event::Event)>>,
+}
+
+/// Tracing target of the per-kernel device times (DEBUG events with fields `kernel` and
+/// `device_ns`), reported when the queue drains; queues are created with profiling on only
+/// when a subscriber listens to it.
+pub const KERNEL_TIMES: &str = "hetsparse_opencl::kernel_times";
+
+impl Drop for Queue<'_> {
+    fn drop(&mut self) {
+        // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
+        let _ = self.queue.finish();
+        self.retired.get_mut().clear();
+    }
+}
+
+/// Element types that may cross to the device as they lie in memory.
+///
+/// # Safety
+/// Implementors are plain data without padding or pointers (what `bytemuck::Pod` promises).
+pub(crate) unsafe trait Plain: Copy + Send + Sync + 'static {}
+unsafe impl Plain for u8 {}
+unsafe impl Plain for u32 {}
+unsafe impl Plain for u64 {}
+unsafe impl Plain for f32 {}
+unsafe impl Plain for f64 {}
+unsafe impl Plain for hetsparse_core::f16 {}
+unsafe impl Plain for hetsparse_core::bf16 {}
+unsafe impl Plain for hetsparse_core::Complex<f32> {}
+unsafe impl Plain for hetsparse_core::Complex<f64> {}
+
+/// A device buffer of `len` elements of `T`.
+pub(crate) struct DeviceBuffer<T> {
+    pub(crate) buffer: Buffer<T>,
+    pub(crate) len: usize,
+}
+
+impl<T> DeviceBuffer<T> {
+    pub(crate) fn mem(&self) -> opencl3::types::cl_mem {
+        self.buffer.get()
+    }
+}
+
+impl Queue<'_> {
+    /// After a blocking read every earlier command has finished: retired buffers may go, and
+    /// the kernels' device times are known.
+    fn drained(&self) {
+        self.retired.borrow_mut().clear();
+        for (kernel, event) in self.launched.borrow_mut().drain(..) {
+            if let (Ok(start), Ok(end)) = (
+                event.profiling_command_start(),
+                event.profiling_command_end(),
+            ) {
+                tracing::debug!(target: KERNEL_TIMES, kernel, device_ns = end.saturating_sub(start));
+            }
+        }
+    }
+
+    /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
+    pub(crate) fn alloc<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
+        let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        // SAFETY: no host pointer is passed; the size is checked by the runtime.
+        let buffer = unsafe {
+            Buffer::<T>::create(self.context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut())
+        }
+        .map_err(|e| Error::OutOfMemory {
+            backend: BACKEND.into(),
+            what: format!("{what} ({e})"),
+            needed_bytes: bytes,
+            available_bytes: 0,
+        })?;
+        // SAFETY: a valid buffer; the matching release is the drop of the wrapper pushed here.
+        unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
+            .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
+        self.retired.borrow_mut().push(Buffer::new(buffer.get()));
+        Ok(DeviceBuffer { buffer, len })
+    }
+
+    /// A buffer holding a copy of `data` (the copy has completed on return).
+    pub(crate) fn upload<T: Plain>(&self, data: &[T], what: &str) -> Result<DeviceBuffer<T>> {
+        let b = self.alloc::<T>(data.len(), what)?;
+        self.write_bytes(b.mem(), plain_bytes(data), what)?;
+        Ok(b)
+    }
+
+    /// Copies `len` elements from the start of `b` to the host.
+    pub(crate) fn download<T: Plain + Default>(
+        &self,
+        b: &DeviceBuffer<T>,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        self.download_at(b, 0, len, what)
+    }
+
+    /// Copies `len` elements starting at element `offset` of `b` to the host.
+    pub(crate) fn download_at<T: Plain + Default>(
+        &self,
+        b: &DeviceBuffer<T>,
+        offset: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        if offset + len > b.len.max(1) {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!(
+                    "elements {offset}..{} of a buffer of {}",
+                    offset + len,
+                    b.len
+                ),
+            ));
+        }
+        let mut out = vec![T::default(); len];
+        // SAFETY: T is plain data (Plain), so any bytes written are valid values.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&out[..]),
+            )
+        };
+        self.read_bytes(b.mem(), offset * std::mem::size_of::<T>(), bytes, what)?;
+        Ok(out)
+    }
+
+    /// Fills `out` from the start of the byte buffer `b`.
+    pub(crate) fn download_bytes(
+        &self,
+        b: &DeviceBuffer<u8>,
+        out: &mut [u8],
+        what: &str,
+    ) -> Result<()> {
+        if out.len() > b.len.max(1) {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!("{} bytes from a buffer of {}", out.len(), b.len),
+            ));
+        }
+        self.read_bytes(b.mem(), 0, out, what)
+    }
+
+    /// Host to device through the pinned staging halves: the copy into one half overlaps the
+    /// transfer from the other. Returns once everything has arrived.
+    fn write_bytes(&self, dst: cl_mem, data: &[u8], what: &str) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let fail = |e: opencl3::error_codes::ClError| {
+            device_error(format!("copying {what} to the device"), e)
+        };
+        let mut guard = self
+            .staging
+            .lock()
+            .map_err(|_| poisoned("staging buffer"))?;
+        let staging = Staging::get(&mut guard, self.context)?;
+        let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(dst));
+        let mut pending: [Option<opencl3::event::Event>; 2] = [None, None];
+        for (k, chunk) in data.chunks(STAGING_HALF).enumerate() {
+            let h = k % 2;
+            if let Some(e) = pending[h].take() {
+                e.wait().map_err(fail)?;
+            }
+            let stage = staging.half(h, chunk.len());
+            parallel_copy(stage, chunk);
+            // SAFETY: the destination holds the range (the caller allocated it for `data`);
+            // the staging half is not touched again until this write's event completes.
+            let event = unsafe {
+                self.queue.enqueue_write_buffer(
+                    &mut target,
+                    opencl3::types::CL_NON_BLOCKING,
+                    k * STAGING_HALF,
+                    stage,
+                    &[],
+                )
+            }
+            .map_err(fail)?;
+            pending[h] = Some(event);
+        }
+        for e in pending.into_iter().flatten() {
+            e.wait().map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Device to host through the pinned staging halves: the transfer into one half overlaps
+    /// the copy out of the other. Everything queued before has finished on return.
+    fn read_bytes(&self, src: cl_mem, offset: usize, out: &mut [u8], what: &str) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let fail = |e: opencl3::error_codes::ClError| {
+            device_error(format!("copying {what} from the device"), e)
+        };
+        let mut guard = self
+            .staging
+            .lock()
+            .map_err(|_| poisoned("staging buffer"))?;
+        let staging = Staging::get(&mut guard, self.context)?;
+        let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(src));
+        let total = out.len();
+        let len_of = |j: usize| (total - j * STAGING_HALF).min(STAGING_HALF);
+        let chunks: Vec<&mut [u8]> = out.chunks_mut(STAGING_HALF).collect();
+        let enqueue = |k: usize, len: usize| {
+            // SAFETY: the source holds the range (checked by the callers); the staging half
+            // is copied out only after this read's event completes.
+            unsafe {
+                self.queue.enqueue_read_buffer(
+                    &source,
+                    opencl3::types::CL_NON_BLOCKING,
+                    offset + k * STAGING_HALF,
+                    staging.half(k % 2, len),
+                    &[],
+                )
+            }
+        };
+        let mut next = Some(enqueue(0, chunks[0].len()).map_err(fail)?);
+        let count = chunks.len();
+        for (k, chunk) in chunks.into_iter().enumerate() {
+            let current = next.take();
+            if k + 1 < count {
+                next = Some(enqueue(k + 1, len_of(k + 1)).map_err(fail)?);
+            }
+            if let Some(e) = current {
+                e.wait().map_err(fail)?;
+            }
+            parallel_copy(chunk, staging.half(k % 2, chunk.len()));
+        }
+        self.drained();
+        Ok(())
+    }
+
+    /// Sets every byte of `b` to zero.
+    pub(crate) fn zero<T>(&self, b: &mut DeviceBuffer<T>, what: &str) -> Result<()> {
+        let bytes = b.len * std::mem::size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: a byte pattern filling exactly the buffer's size. The fill is asked for on a
+        // byte view of the same cl_mem.
+        let mut bytes_view = std::mem::ManuallyDrop::new(Buffer::<u8>::new(b.buffer.get()));
+        unsafe {
+            self.queue
+                .enqueue_fill_buffer(&mut bytes_view, &[0u8], 0, bytes, &[])
+        }
+        .map_err(|e| device_error(format!("zeroing {what}"), e))?;
+        Ok(())
+    }
+
+    /// Starts a launch of kernel `name` of `program`.
+    pub(crate) fn kernel<'q>(
+        &'q self,
+        program: &Program,
+        name: &'static str,
+    ) -> Result<Launch<'q>> {
+        let kernel =
+            Kernel::create(program, name).map_err(|e| device_error(format!("kernel {name}"), e))?;
+        Ok(Launch {
+            queue: self,
+            kernel,
+            name,
+            next: 0,
+        })
+    }
+}
+
+/// Kernel arguments set in order, checked against the kernel's declared count before running.
+pub(crate) struct Launch<'q> {
+    queue: &'q Queue<'q>,
+    kernel: Kernel,
+    name: &'static str,
+    next: u32,
+}
+
+/// What may be passed as a kernel argument.
+pub(crate) trait KernelArg {
+    /// Pointer and size of the argument's value.
+    fn raw(&self) -> (usize, *const c_void);
+}
+
+macro_rules! scalar_arg {
+    ($($t:ty),*) => {$(
+        impl KernelArg for $t {
+            fn raw(&self) -> (usize, *const c_void) {
+                (std::mem::size_of::<$t>(), self as *const $t as *const c_void)
+            }
+        }
+    )*};
+}
+scalar_arg!(u32, u64);
+
+/// A buffer argument: the cl_mem handle.
+pub(crate) struct Mem(opencl3::types::cl_mem);
+
+impl KernelArg for Mem {
+    fn raw(&self) -> (usize, *const c_void) {
+        (
+            std::mem::size_of::<opencl3::types::cl_mem>(),
+            &self.0 as *const _ as *const c_void,
+        )
+    }
+}
+
+impl<T> DeviceBuffer<T> {
+    /// This buffer as a kernel argument.
+    pub(crate) fn arg(&self) -> Mem {
+        Mem(self.mem())
+    }
+}
+
+impl Launch<'_> {
+    /// Sets the next argument.
+    pub(crate) fn arg(mut self, a: impl KernelArg) -> Result<Self> {
+        let (size, ptr) = a.raw();
+        // SAFETY: size and pointer describe a live value of the argument's type.
+        let status =
+            unsafe { opencl3::kernel::set_kernel_arg(self.kernel.get(), self.next, size, ptr) };
+        status.map_err(|e| {
+            device_error(
+                format!("argument {} of kernel {}", self.next, self.name),
+                ClError(e),
+            )
+        })?;
+        self.next += 1;
+        Ok(self)
+    }
+
+    /// Runs over `global` work-items (rounded up to a multiple of `local` per dimension).
+    pub(crate) fn run(self, global: &[usize], local: Option<&[usize]>) -> Result<()> {
+        let declared = self
+            .kernel
+            .num_args()
+            .map_err(|e| device_error(format!("kernel {}", self.name), e))?;
+        if declared != self.next {
+            return Err(device_error(
+                format!("kernel {}", self.name),
+                format!(
+                    "{} arguments set, the kernel declares {declared}",
+                    self.next
+                ),
+            ));
+        }
+        if global.contains(&0) {
+            return Ok(());
+        }
+        let rounded: Vec<usize> = match local {
+            Some(l) => global
+                .iter()
+                .zip(l)
+                .map(|(&g, &l)| g.div_ceil(l) * l)
+                .collect(),
+            None => global.to_vec(),
+        };
+        // SAFETY: all arguments are set (checked above), sizes describe `global.len()` dims.
+        let event = unsafe {
+            self.queue.queue.enqueue_nd_range_kernel(
+                self.kernel.get(),
+                rounded.len() as u32,
+                ptr::null(),
+                rounded.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                &[],
+            )
+        }
+        .map_err(|e| device_error(format!("launching kernel {}", self.name), e))?;
+        if self.queue.profile {
+            self.queue.launched.borrow_mut().push((self.name, event));
+        }
+        Ok(())
+    }
+}

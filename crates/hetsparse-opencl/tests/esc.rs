@@ -1,0 +1,170 @@
+//! ESC specifics beyond the conformance suite: column slicing under a small memory budget,
+//! interpolation and binary search agreeing, large expansions that need the global merge
+//! passes, and device choice errors.
+
+use hetsparse_core::format::{Bsr, Csr};
+use hetsparse_core::generate::{self, MatrixClass};
+use hetsparse_core::{reference, Backend, Device, DeviceKind, Error, PlusTimes, SpgemmAlgorithm};
+use hetsparse_opencl::{list_devices, ExpansionSearch, OpenClBackend};
+
+/// The backend the suite uses, or `None` (with a note) when there is no OpenCL device and the
+/// device is not required.
+fn backend() -> Option<OpenClBackend> {
+    hetsparse_core::conformance::obtain("opencl esc tests", OpenClBackend::from_env())
+}
+
+fn assert_same_structure(c: &Csr<f64>, e: &Csr<f64>, what: &str) {
+    assert_eq!(c.shape(), e.shape(), "{what}: shape");
+    assert_eq!(c.row_offsets(), e.row_offsets(), "{what}: row offsets");
+    assert_eq!(c.col_indices(), e.col_indices(), "{what}: columns");
+    for (k, (x, y)) in c.values().iter().zip(e.values()).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-9 * (1.0 + y.abs()),
+            "{what}: value {k}: {x} vs {y}"
+        );
+    }
+}
+
+#[test]
+fn a_small_budget_cuts_b_into_column_slices() {
+    let Some(b) = backend() else { return };
+    let (x, y) = generate::product_operands::<f64>(MatrixClass::PowerLaw, 400, 7);
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &y).unwrap();
+    let whole = b.spgemm(&x, &y, SpgemmAlgorithm::Esc).unwrap();
+    assert_same_structure(&whole, &e, "whole");
+    // Operands take some KiB; a budget a little above leaves room for a few hundred products
+    // per slice, so the product is assembled from many slices.
+    let operands = 12 * (x.nnz() + y.nnz()) + 8 * (x.nrows() + y.nrows()) as u64 + 16;
+    let sliced = b.clone().with_memory_budget(operands + 200_000);
+    let c = sliced.spgemm(&x, &y, SpgemmAlgorithm::Esc).unwrap();
+    assert_same_structure(&c, &e, "sliced");
+    assert_eq!(sliced.info().memory_bytes, operands + 200_000);
+}
+
+#[test]
+fn a_budget_too_small_for_one_column_is_an_out_of_memory_error() {
+    let Some(b) = backend() else { return };
+    let x = generate::banded::<f64>(64, 5, 1);
+    let r = b
+        .with_memory_budget(1024)
+        .spgemm(&x, &x, SpgemmAlgorithm::Esc);
+    match r {
+        Err(Error::OutOfMemory { what, .. }) => assert!(what.contains("column"), "{what}"),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+}
+
+#[test]
+fn interpolation_and_binary_search_give_the_same_product() {
+    let Some(b) = backend() else { return };
+    for class in [
+        MatrixClass::PowerLaw,
+        MatrixClass::Skewed,
+        MatrixClass::Road,
+    ] {
+        let (x, y) = generate::product_operands::<f64>(class, 500, 11);
+        let i = b
+            .clone()
+            .with_expansion_search(ExpansionSearch::Interpolation)
+            .spgemm(&x, &y, SpgemmAlgorithm::Esc)
+            .unwrap();
+        let s = b
+            .clone()
+            .with_expansion_search(ExpansionSearch::Binary)
+            .spgemm(&x, &y, SpgemmAlgorithm::Esc)
+            .unwrap();
+        // Same expansion, same sort, same summation order: bit for bit.
+        assert_eq!(i, s, "{}", class.name());
+    }
+}
+
+#[test]
+fn long_rows_cross_many_sort_tiles() {
+    let Some(b) = backend() else { return };
+    // A dense row times a dense-ish B: one row of C gathers tens of thousands of products, so
+    // its run spans many local-memory tiles and every global merge pass.
+    let n = 300;
+    let mut rows = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let stride = if i == 0 { 1 } else { 7 + i % 5 };
+        for j in (i % 3..n).step_by(stride) {
+            cols.push(j as u32);
+            vals.push(((i * 31 + j * 17) % 13) as f64 - 6.0);
+        }
+        rows.push(cols.len() as u64);
+    }
+    let x = Csr::try_new(n, n, rows, cols, vals).unwrap();
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+    let c = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
+    assert_same_structure(&c, &e, "long rows");
+}
+
+#[test]
+fn block_products_match_the_scalar_product() {
+    let Some(b) = backend() else { return };
+    let x = generate::stencil_3d::<f64>(5, generate::Stencil::TwentySeven, 2, 3);
+    let bx = Bsr::from_csr(&x, (2, 2)).unwrap();
+    let c = b.bsr_spgemm(&bx, &bx).unwrap();
+    let e = reference::spgemm::<f64, PlusTimes>(&bx.to_csr(), &bx.to_csr()).unwrap();
+    let got = c.to_csr();
+    for i in 0..e.nrows() {
+        let (ec, ev) = e.row(i);
+        for (j, v) in ec.iter().zip(ev) {
+            let g = got.get(i, *j as usize).unwrap_or(0.0);
+            assert!(
+                (g - v).abs() <= 1e-9 * (1.0 + v.abs()),
+                "C[{i},{j}] {g} vs {v}"
+            );
+        }
+    }
+    // Sliced block products agree with unsliced ones.
+    let operands =
+        2 * (bx.values().len() * 8 + bx.col_indices().len() * 4 + 8 * bx.block_rows() + 8);
+    let sliced = b
+        .with_memory_budget(operands as u64 + 120_000)
+        .bsr_spgemm(&bx, &bx)
+        .unwrap();
+    assert_eq!(sliced, c);
+}
+
+#[test]
+fn devices_are_listed_and_named_choices_fail_clearly() {
+    let Some(b) = backend() else { return };
+    let devices = list_devices().unwrap();
+    assert!(devices.iter().any(|d| d == b.device()), "{devices:?}");
+    let err = OpenClBackend::with_device_name("no such device 1f2e3d").unwrap_err();
+    assert!(matches!(err, Error::NoDevice { .. }), "{err}");
+    assert!(err.to_string().contains(&b.device().name), "{err}");
+    assert!(matches!(
+        OpenClBackend::with_device_name("  "),
+        Err(Error::InvalidArgument(_))
+    ));
+    let by_kind = OpenClBackend::with_device_kind(b.device().kind).unwrap();
+    assert_eq!(by_kind.device().kind, b.device().kind);
+    if !devices.iter().any(|d| d.kind == DeviceKind::Accelerator) {
+        assert!(matches!(
+            OpenClBackend::with_device_kind(DeviceKind::Accelerator),
+            Err(Error::NoDevice { .. })
+        ));
+    }
+    // Capabilities list f64 exactly when the device has cl_khr_fp64.
+    let caps = Device::capabilities(&b);
+    let f64_esc = caps.supports(
+        hetsparse_core::Operation::Spgemm(SpgemmAlgorithm::Esc),
+        hetsparse_core::ScalarType::F64,
+    );
+    assert_eq!(f64_esc, b.device().fp64);
+}
+
+#[test]
+fn transfers_larger_than_the_staging_buffer_arrive_whole() {
+    let Some(b) = backend() else { return };
+    // About 2.6 million products and entries: 21 MB of f64 values and 10 MB of indices each
+    // way, more than one 16 MiB staging half.
+    let x = generate::uniform::<f64>(40_000, 40_000, 8, 5);
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+    let c = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
+    assert!(e.nnz() > 2_200_000, "{}", e.nnz());
+    assert_same_structure(&c, &e, "large");
+}

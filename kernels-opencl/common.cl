@@ -1,0 +1,62 @@
+// Shared helpers. The host prepends a prelude that defines, per scalar type and semiring:
+//   STORE (element type in memory), ACC (accumulator), REAL (real part type), NCOMP (1 or 2),
+//   LOAD(p, i) -> ACC, STORE_AT(p, i, acc), ADD(a, b), MUL(a, b), ZERO,
+//   PAYLOAD (what the sort carries with each key), and the tile sizes SORT_TILE, SORT_WG.
+
+// Largest idx in [0, n) with a[idx] <= x, given a[0] <= x < a[n] (a is non-decreasing).
+// Plain binary search: log2(n) dependent loads.
+inline ulong search_binary(__global const ulong* a, ulong n, ulong x) {
+    ulong lo = 0, hi = n;
+    while (hi - lo > 1) {
+        ulong mid = lo + (hi - lo) / 2;
+        if (a[mid] <= x) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// The same answer by interpolation search (Perl, Itai, Avni; Polok et al. use it to locate a
+// work-item's first product): the probe is placed by linear interpolation between the interval's
+// end values, O(log log n) probes on evenly spread prefix sums. Skewed prefix sums make pure
+// interpolation O(n), so after INTERP_PROBES probes the loop continues by bisection.
+#define INTERP_PROBES 8
+inline ulong search_interpolation(__global const ulong* a, ulong n, ulong x) {
+    ulong lo = 0, hi = n;
+    ulong alo = a[0], ahi = a[n];
+    uint probes = 0;
+    while (hi - lo > 1) {
+        ulong mid;
+        if (probes < INTERP_PROBES) {
+            // ahi > x >= alo, so the denominator is positive.
+            float f = (float)(x - alo) / (float)(ahi - alo);
+            mid = lo + (ulong)(f * (float)(hi - lo));
+            mid = clamp(mid, lo + 1, hi - 1);
+        } else {
+            mid = lo + (hi - lo) / 2;
+        }
+        ++probes;
+        ulong am = a[mid];
+        if (am <= x) { lo = mid; alo = am; } else { hi = mid; ahi = am; }
+    }
+    return lo;
+}
+
+// Number of entries of the sorted range a[lo, hi) that are < x (strict) or <= x (!strict).
+inline ulong rank_in(__global const ulong* a, ulong lo, ulong hi, ulong x, int strict) {
+    ulong b = lo, e = hi;
+    while (b < e) {
+        ulong mid = b + (e - b) / 2;
+        ulong v = a[mid];
+        if (v < x || (!strict && v == x)) b = mid + 1; else e = mid;
+    }
+    return b - lo;
+}
+
+inline ulong rank_local(__local const ulong* a, uint lo, uint hi, ulong x, int strict) {
+    uint b = lo, e = hi;
+    while (b < e) {
+        uint mid = b + (e - b) / 2;
+        ulong v = a[mid];
+        if (v < x || (!strict && v == x)) b = mid + 1; else e = mid;
+    }
+    return b - lo;
+}

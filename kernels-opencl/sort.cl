@@ -1,0 +1,148 @@
+// Segmented sort of the expansion (Polok et al. §Sorting): keys are (segment << 32 | index), and
+// segments (output rows) already lie in order, so sorting by the whole key sorts each segment
+// without moving anything across segments. Merge based, as the paper prefers for nearly sorted
+// input: tiles of SORT_TILE entries are merge-sorted in local memory, then merge passes in global
+// memory join the pieces of the segments that cross tile boundaries, leaving every other entry
+// where it is.
+
+// Merge-sorts one tile in local memory: log2(SORT_TILE) passes, in each of which every entry
+// finds its place in the merged pair of runs by its rank in the partner run (lower rank for the
+// left run, upper for the right, so equal keys keep their order).
+__kernel __attribute__((reqd_work_group_size(SORT_WG, 1, 1)))
+void sort_tiles(__global ulong* keys, __global PAYLOAD* vals, ulong n) {
+    __local ulong k0[SORT_TILE], k1[SORT_TILE];
+    __local PAYLOAD v0[SORT_TILE], v1[SORT_TILE];
+    uint lid = get_local_id(0);
+    ulong base = (ulong)get_group_id(0) * SORT_TILE;
+    uint len = (uint)min((ulong)SORT_TILE, n - base);
+    for (uint i = lid; i < SORT_TILE; i += SORT_WG) {
+        if (i < len) {
+            k0[i] = keys[base + i];
+            v0[i] = vals[base + i];
+        } else {
+            k0[i] = ULONG_MAX; // padding sorts last
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local ulong* sk = k0; __local ulong* dk = k1;
+    __local PAYLOAD* sv = v0; __local PAYLOAD* dv = v1;
+    for (uint w = 1; w < SORT_TILE; w <<= 1) {
+        for (uint i = lid; i < SORT_TILE; i += SORT_WG) {
+            uint s = i & ~(2 * w - 1);
+            uint mid = s + w;
+            ulong key = sk[i];
+            uint pos;
+            if (i < mid) pos = i + (uint)rank_local(sk, mid, mid + w, key, 1);
+            else pos = (i - mid) + s + (uint)rank_local(sk, s, mid, key, 0);
+            dk[pos] = key;
+            dv[pos] = sv[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local ulong* tk = sk; sk = dk; dk = tk;
+        __local PAYLOAD* tv = sv; sv = dv; dv = tv;
+    }
+    for (uint i = lid; i < len; i += SORT_WG) {
+        keys[base + i] = sk[i];
+        vals[base + i] = sv[i];
+    }
+}
+
+// The segment that crosses the boundary `mid` between the sorted runs [s, mid) and [mid, s+2w),
+// or UINT_MAX when none does. Which segment sits at a position never changes (sorting only
+// reorders entries within a segment), so this reads the same while the positions are rewritten.
+inline uint crossing_segment(__global const ulong* keys, ulong mid) {
+    uint left = (uint)(keys[mid - 1] >> 32);
+    uint right = (uint)(keys[mid] >> 32);
+    return left == right ? right : UINT_MAX;
+}
+
+// One global merge pass over runs of width w: each entry of a crossing segment computes its
+// merged position by ranking itself in the partner run and is written to tmp there.
+// Whether entry i belongs to the segment crossing the middle of its pair of runs of width w;
+// sets the pair's start s and middle mid.
+inline int in_crossing_segment(__global const ulong* keys, ulong n, ulong w, ulong i,
+                               ulong* s, ulong* mid) {
+    if (i >= n) return 0;
+    *s = i / (2 * w) * (2 * w);
+    *mid = *s + w;
+    if (*mid >= n) return 0;
+    uint seg = crossing_segment(keys, *mid);
+    return seg != UINT_MAX && (uint)(keys[i] >> 32) == seg;
+}
+
+__kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* vals,
+                         __global ulong* tmp_keys, __global PAYLOAD* tmp_vals, ulong n, ulong w) {
+    ulong i = get_global_id(0), s, mid;
+    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
+    ulong key = keys[i];
+    ulong end = min(s + 2 * w, n);
+    ulong pos;
+    if (i < mid) pos = i + rank_in(keys, mid, end, key, 1);
+    else pos = (i - mid) + s + rank_in(keys, s, mid, key, 0);
+    tmp_keys[pos] = key;
+    tmp_vals[pos] = vals[i];
+}
+
+// Copies the merged crossing segments back; every other entry stays untouched.
+__kernel void merge_copy_back(__global ulong* keys, __global PAYLOAD* vals,
+                              __global const ulong* tmp_keys, __global const PAYLOAD* tmp_vals,
+                              ulong n, ulong w) {
+    ulong i = get_global_id(0), s, mid;
+    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
+    keys[i] = tmp_keys[i];
+    vals[i] = tmp_vals[i];
+}
+
+// Compression, part 1 (Polok Alg. 2 l. 42-49): entries whose key differs from the previous one
+// start an element of the product; count them per block of SCAN_BLOCK entries.
+inline uint is_head(__global const ulong* keys, ulong i) {
+    return i == 0 || keys[i] != keys[i - 1];
+}
+
+__kernel __attribute__((reqd_work_group_size(SCAN_WG, 1, 1)))
+void count_heads(__global const ulong* keys, ulong n, __global ulong* block_counts) {
+    __local ulong sums[SCAN_WG];
+    uint lid = get_local_id(0);
+    ulong base = (ulong)get_group_id(0) * SCAN_BLOCK + (ulong)lid * SCAN_ITEMS;
+    ulong c = 0;
+    for (uint k = 0; k < SCAN_ITEMS; ++k)
+        if (base + k < n) c += is_head(keys, base + k);
+    group_exclusive_scan(sums, lid, c);
+    if (lid == SCAN_WG - 1) block_counts[get_group_id(0)] = sums[SCAN_WG - 1];
+}
+
+// Compression, part 2 (Alg. 3 l. 53-68): each head gets its index in the product from the block
+// offsets and a scan within the block; it records where its run starts (for the reduction), its
+// column, and the row offsets of every row that starts at it (runs of empty rows included).
+__kernel __attribute__((reqd_work_group_size(SCAN_WG, 1, 1)))
+void compress(__global const ulong* keys, ulong n, __global const ulong* block_offsets,
+              ulong nnz_c, ulong nrows, __global ulong* run_start, __global uint* c_index,
+              __global ulong* c_offsets) {
+    __local ulong sums[SCAN_WG];
+    uint lid = get_local_id(0);
+    ulong base = (ulong)get_group_id(0) * SCAN_BLOCK + (ulong)lid * SCAN_ITEMS;
+    uint heads[SCAN_ITEMS];
+    ulong c = 0;
+    for (uint k = 0; k < SCAN_ITEMS; ++k) {
+        heads[k] = base + k < n ? is_head(keys, base + k) : 0;
+        c += heads[k];
+    }
+    ulong idx = block_offsets[get_group_id(0)] + group_exclusive_scan(sums, lid, c);
+    for (uint k = 0; k < SCAN_ITEMS; ++k) {
+        ulong i = base + k;
+        if (i >= n) break;
+        ulong key = keys[i];
+        uint row = (uint)(key >> 32);
+        if (heads[k]) {
+            run_start[idx] = i;
+            c_index[idx] = (uint)key;
+            long first = i == 0 ? 0 : (long)(keys[i - 1] >> 32) + 1;
+            for (long r = first; r <= (long)row; ++r) c_offsets[r] = idx;
+            ++idx;
+        }
+        if (i == n - 1) {
+            for (ulong r = (ulong)row + 1; r <= nrows; ++r) c_offsets[r] = nnz_c;
+            run_start[nnz_c] = n;
+        }
+    }
+}
