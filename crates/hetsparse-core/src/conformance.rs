@@ -38,15 +38,7 @@ use crate::semiring::PlusTimes;
 pub use std::sync::OnceLock;
 
 /// Every sparse format, in the order the checks walk them.
-pub const FORMATS: [SparseFormat; 7] = [
-    SparseFormat::Csr,
-    SparseFormat::Csc,
-    SparseFormat::Coo,
-    SparseFormat::Dia,
-    SparseFormat::Ellr,
-    SparseFormat::Cspr,
-    SparseFormat::Bsr,
-];
+pub const FORMATS: [SparseFormat; 7] = SparseFormat::ALL;
 
 /// Turns a backend constructor's result into the backend, or `None` to skip (see module docs).
 pub fn obtain<B>(suite: &str, made: Result<B, Error>) -> Option<B> {

@@ -97,23 +97,14 @@ impl Device for ReferenceBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        const FORMATS: [SparseFormat; 7] = [
-            SparseFormat::Csr,
-            SparseFormat::Csc,
-            SparseFormat::Coo,
-            SparseFormat::Dia,
-            SparseFormat::Ellr,
-            SparseFormat::Cspr,
-            SparseFormat::Bsr,
-        ];
         let mut ops = vec![
             Operation::Spgemm(SpgemmAlgorithm::Auto),
             Operation::Spgemm(SpgemmAlgorithm::RowRow),
             Operation::DiaSpgemm,
             Operation::BsrSpgemm,
         ];
-        ops.extend(FORMATS.iter().map(|&f| Operation::Spmv(f)));
-        ops.extend(FORMATS.iter().map(|&f| Operation::Spmm(f)));
+        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
+        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
         Capabilities::new().with_all(&ops, &ScalarType::ALL)
     }
 }
