@@ -122,6 +122,9 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         return 0;
     }
     let (a_cols, a_vals) = ops.a_row(i);
+    if NUMERIC && cols.len() == ops.width() && a_cols.len() > 1 {
+        return full_row::<T, S>(ops, a_cols, a_vals, s, cols, vals);
+    }
     match choose::<T::Acc>(products, a_cols.len(), ops.width()) {
         Kind::Scale => {
             let (b_cols, b_vals) = ops.b_row(a_cols[0]);
@@ -333,6 +336,47 @@ fn emit_dense<T: Scalar>(
             *c += base as u32;
         }
     }
+}
+
+/// A row of C known to fill every column: a dense accumulator with no marker, and every
+/// column written in order.
+fn full_row<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    a_cols: &[u32],
+    a_vals: &[T],
+    s: &mut Scratch<T::Acc>,
+    cols: &mut [u32],
+    vals: &mut [T],
+) -> usize {
+    let width = ops.width();
+    s.dense_row(width);
+    let dense = &mut s.dense[..width];
+    dense.fill(S::zero());
+    let lo = ops.lo;
+    for (&k, &av) in a_cols.iter().zip(a_vals) {
+        let (b_cols, b_vals) = ops.b_row(k);
+        if b_cols.len() == width {
+            // A full row of B: contiguous, no indices needed.
+            for (c, &bv) in dense.iter_mut().zip(b_vals) {
+                *c = S::add(*c, S::mul(av, bv));
+            }
+        } else {
+            for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                let c = &mut dense[(j - lo) as usize];
+                *c = S::add(*c, S::mul(av, bv));
+            }
+        }
+    }
+    for (j, ((c, v), &acc)) in cols
+        .iter_mut()
+        .zip(vals.iter_mut())
+        .zip(dense.iter())
+        .enumerate()
+    {
+        *c = j as u32;
+        *v = T::from_acc(acc);
+    }
+    width
 }
 
 /// A dense accumulator over one cache-sized panel of C's columns at a time; each entry of A
