@@ -1,0 +1,218 @@
+//! `hetsparse-bench`: the timing tool behind `cargo xtask bench`.
+//!
+//! ```text
+//! hetsparse-bench list   [--quick]                        shapes and costs of every case
+//! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
+//! hetsparse-bench time   [--quick] [--threads N] [--reference] [--suffix S] [--out FILE]
+//! hetsparse-bench report FILE...                          markdown table of result files
+//! ```
+//!
+//! `time` measures every backend compiled in (Cargo features `cpu`, `cuda`, `opencl`) and
+//! writes a result file (see `hetsparse_bench::results`); `--suffix` appends a tag to every
+//! implementation name (e.g. `@4` for a thread-scaling run).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use hetsparse_bench::backends::{backends, Selection};
+use hetsparse_bench::cases::{cases, Operands, Scale};
+use hetsparse_bench::results::{parse_tsv, to_tsv, Record};
+use hetsparse_bench::timing::Budget;
+use hetsparse_bench::{export, measure_backend, report};
+use hetsparse_core::{Error, Result};
+
+const USAGE: &str = "usage: hetsparse-bench list [--quick]
+       hetsparse-bench export --dir DIR [--quick]
+       hetsparse-bench time [--quick] [--threads N] [--reference] [--suffix S] [--out FILE]
+       hetsparse-bench report FILE...";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hetsparse-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Options shared by the subcommands.
+#[derive(Default)]
+struct Options {
+    scale: Option<Scale>,
+    dir: Option<PathBuf>,
+    out: Option<PathBuf>,
+    threads: Option<usize>,
+    reference: bool,
+    suffix: String,
+    files: Vec<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| usage(&format!("{flag} needs a value")))
+        };
+        match arg.as_str() {
+            "--quick" => o.scale = Some(Scale::Quick),
+            "--reference" => o.reference = true,
+            "--dir" => o.dir = Some(value("--dir")?.into()),
+            "--out" => o.out = Some(value("--out")?.into()),
+            "--suffix" => o.suffix = value("--suffix")?,
+            "--threads" => {
+                let v = value("--threads")?;
+                let n =
+                    v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        usage(&format!("--threads `{v}` is not a positive count"))
+                    })?;
+                o.threads = Some(n);
+            }
+            flag if flag.starts_with("--") => return Err(usage(&format!("unknown flag {flag}"))),
+            file => o.files.push(file.into()),
+        }
+    }
+    Ok(o)
+}
+
+fn usage(problem: &str) -> Error {
+    Error::InvalidArgument(format!("{problem}\n{USAGE}"))
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(usage("no subcommand"));
+    };
+    let o = parse(rest)?;
+    if command != "report" && !o.files.is_empty() {
+        return Err(usage(&format!(
+            "unexpected argument {}",
+            o.files[0].display()
+        )));
+    }
+    let scale = o.scale.unwrap_or_else(Scale::from_env);
+    match command.as_str() {
+        "list" => list(scale),
+        "export" => {
+            let dir = o.dir.ok_or_else(|| usage("export needs --dir DIR"))?;
+            let all = generate_all(scale)?;
+            let manifest = export::export(&dir, scale, &all)?;
+            eprintln!("wrote {}", manifest.display());
+            Ok(())
+        }
+        "time" => time(scale, &o),
+        "report" => {
+            if o.files.is_empty() {
+                return Err(usage("report needs at least one result file"));
+            }
+            let mut records = Vec::new();
+            for f in &o.files {
+                let text = std::fs::read_to_string(f).map_err(|e| {
+                    Error::InvalidArgument(format!("cannot read {}: {e}", f.display()))
+                })?;
+                records.extend(parse_tsv(&text, &f.display().to_string())?);
+            }
+            print!("{}", report::markdown(&records));
+            Ok(())
+        }
+        other => Err(usage(&format!("unknown subcommand {other}"))),
+    }
+}
+
+fn generate_all(scale: Scale) -> Result<Vec<Operands>> {
+    cases(scale)
+        .iter()
+        .map(|c| {
+            eprintln!("generating {}", c.stem());
+            c.generate()
+        })
+        .collect()
+}
+
+fn list(scale: Scale) -> Result<()> {
+    println!("| class | size | A | nnz(A) | B | products | nnz(C) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for case in cases(scale) {
+        let ops = case.generate()?;
+        println!(
+            "| {} | {} | {}×{} | {} | {}×{} | {} | {} |",
+            case.class,
+            case.size,
+            ops.a.nrows(),
+            ops.a.ncols(),
+            ops.a.nnz(),
+            ops.b.nrows(),
+            ops.b.ncols(),
+            ops.products,
+            ops.product_nnz
+        );
+    }
+    Ok(())
+}
+
+fn time(scale: Scale, o: &Options) -> Result<()> {
+    let (ready, unavailable) = backends(Selection {
+        threads: o.threads,
+        reference: o.reference,
+    })?;
+    let mut records: Vec<Record> = unavailable
+        .iter()
+        .map(|u| Record {
+            implementation: format!("{}{}", u.name, o.suffix),
+            class: "*".into(),
+            operation: "*".into(),
+            seconds: None,
+            flops: 0,
+            note: u.reason.clone(),
+        })
+        .collect();
+    if ready.is_empty() {
+        eprintln!("no backend to measure: build with --features cpu (or cuda, opencl), or pass --reference");
+    }
+    let budget = Budget::for_scale(scale);
+    for case in cases(scale) {
+        eprintln!("generating {}", case.stem());
+        let ops = case.generate()?;
+        for reg in &ready {
+            for mut r in measure_backend(reg.backend.as_ref(), &ops, budget) {
+                r.implementation.push_str(&o.suffix);
+                match r.gflops() {
+                    Some(g) => eprintln!(
+                        "{:<24} {:<7} {:<10} {:>10.4} s {:>8.3} GFLOP/s",
+                        r.implementation,
+                        r.operation,
+                        r.class,
+                        r.seconds.unwrap_or_default(),
+                        g
+                    ),
+                    None => eprintln!(
+                        "{:<24} {:<7} {:<10} failed: {}",
+                        r.implementation, r.operation, r.class, r.note
+                    ),
+                }
+                records.push(r);
+            }
+        }
+    }
+    let text = to_tsv(&records);
+    match &o.out {
+        Some(path) => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    Error::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            std::fs::write(path, text).map_err(|e| {
+                Error::InvalidArgument(format!("cannot write {}: {e}", path.display()))
+            })
+        }
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
