@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use hetsparse_bench::backends::{backends, Selection};
 use hetsparse_bench::cases::{cases, Operands, Scale};
-use hetsparse_bench::results::{parse_tsv, to_tsv, Record};
+use hetsparse_bench::results::{comments, parse_tsv, to_tsv, Record};
 use hetsparse_bench::timing::Budget;
 use hetsparse_bench::{export, measure_backend, report};
 use hetsparse_core::{Error, Result};
@@ -110,13 +110,21 @@ fn run(args: &[String]) -> Result<()> {
                 return Err(usage("report needs at least one result file"));
             }
             let mut records = Vec::new();
+            let mut setup = Vec::new();
             for f in &o.files {
                 let text = std::fs::read_to_string(f).map_err(|e| {
                     Error::InvalidArgument(format!("cannot read {}: {e}", f.display()))
                 })?;
                 records.extend(parse_tsv(&text, &f.display().to_string())?);
+                setup.extend(comments(&text));
             }
             print!("{}", report::markdown(&records));
+            if !setup.is_empty() {
+                println!("\nSetup:");
+                for line in setup {
+                    println!("- {line}");
+                }
+            }
             Ok(())
         }
         other => Err(usage(&format!("unknown subcommand {other}"))),
@@ -173,6 +181,18 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     if ready.is_empty() {
         eprintln!("no backend to measure: build with --features cpu (or cuda, opencl), or pass --reference");
     }
+    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
+    let mut setup = vec![format!(
+        "hetsparse-bench: {scale} sizes, --threads {}, RAYON_NUM_THREADS={threads}",
+        o.threads.map_or("default".into(), |n| n.to_string())
+    )];
+    for reg in &ready {
+        let info = reg.backend.info();
+        setup.push(format!(
+            "{}{}: {} ({} compute units)",
+            reg.name, o.suffix, info.name, info.compute_units
+        ));
+    }
     let budget = Budget::for_scale(scale);
     for case in cases(scale) {
         eprintln!("generating {}", case.stem());
@@ -198,7 +218,7 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
             }
         }
     }
-    let text = to_tsv(&records);
+    let text = to_tsv(&setup, &records);
     match &o.out {
         Some(path) => {
             if let Some(parent) = path.parent() {

@@ -39,10 +39,14 @@ impl Record {
     }
 }
 
-/// Renders records as a result file, header included.
-pub fn to_tsv(records: &[Record]) -> String {
+/// Renders records as a result file: the header, `comments` as `# ` lines (what ran, on
+/// which machine), then the records.
+pub fn to_tsv(comments: &[String], records: &[Record]) -> String {
     let mut out = String::from(HEADER);
     out.push('\n');
+    for c in comments {
+        let _ = writeln!(out, "# {}", c.replace('\n', " "));
+    }
     for r in records {
         let seconds = r.seconds.map(|s| format!("{s:.9}")).unwrap_or_default();
         // Tabs and newlines inside a note would break the columns.
@@ -58,6 +62,14 @@ pub fn to_tsv(records: &[Record]) -> String {
         );
     }
     out
+}
+
+/// The `# ` comment lines of a result file, without the marker.
+pub fn comments(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|c| c.trim().to_string())
+        .collect()
 }
 
 /// Parses a result file; `source` names it in errors.
@@ -115,15 +127,16 @@ mod tests {
     #[test]
     fn round_trip() {
         let records = vec![record(Some(0.5), ""), record(None, "no device")];
-        let text = to_tsv(&records);
+        let text = to_tsv(&["cpu: 2 threads".into()], &records);
         assert_eq!(parse_tsv(&text, "t").unwrap(), records);
+        assert_eq!(comments(&text), vec!["cpu: 2 threads".to_string()]);
         assert_eq!(records[0].gflops(), Some(8.0));
         assert_eq!(records[1].gflops(), None);
     }
 
     #[test]
     fn notes_cannot_break_columns() {
-        let text = to_tsv(&[record(None, "a\tb\nc")]);
+        let text = to_tsv(&[], &[record(None, "a\tb\nc")]);
         assert_eq!(parse_tsv(&text, "t").unwrap()[0].note, "a b c");
     }
 
