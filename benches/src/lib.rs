@@ -14,7 +14,7 @@
 //! use hetsparse_bench::{cases::Case, measure_backend, timing::Budget, cases::Scale};
 //! use hetsparse_core::{generate::MatrixClass, ReferenceBackend};
 //! let ops = Case { class: MatrixClass::Banded, size: 200 }.generate()?;
-//! let records = measure_backend(&ReferenceBackend, &ops, Budget::for_scale(Scale::Quick));
+//! let records = measure_backend(&ReferenceBackend, &ops, Budget::for_scale(Scale::Quick), |_| true);
 //! assert!(records.iter().all(|r| r.gflops().is_some()));
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
@@ -35,16 +35,18 @@ use crate::operation::{measured_operations, Measured};
 use crate::results::Record;
 use crate::timing::{measure, Budget};
 
-/// Times every operation `backend` lists on one case; a failed operation gives a record
-/// without time whose note is the error.
+/// Times every operation `backend` lists that `wanted` accepts on one case; a failed
+/// operation gives a record without time whose note is the error.
 pub fn measure_backend(
     backend: &dyn Backend<f64>,
     operands: &Operands,
     budget: Budget,
+    wanted: impl Fn(Measured) -> bool,
 ) -> Vec<Record> {
     let name = backend.info().backend;
     measured_operations(backend)
         .into_iter()
+        .filter(|&op| wanted(op))
         .map(|op| measure_one(backend, &name, op, operands, budget))
         .collect()
 }

@@ -3,19 +3,26 @@
 //! ```text
 //! hetsparse-bench list   [--quick]                        shapes and costs of every case
 //! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
-//! hetsparse-bench time   [--quick] [--threads N] [--reference] [--suffix S] [--out FILE]
+//! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
+//!                        [--budget quick|full] [--suffix S] [--out FILE]
 //! hetsparse-bench report FILE...                          markdown table of result files
 //! ```
 //!
 //! `time` measures every backend compiled in (Cargo features `cpu`, `cuda`, `opencl`) and
-//! writes a result file (see `hetsparse_bench::results`); `--suffix` appends a tag to every
-//! implementation name (e.g. `@4` for a thread-scaling run).
+//! writes a result file (see `hetsparse_bench::results`). Options of `time`:
+//! - `--threads 1,2,4`: the CPU backend's threads; with several counts every backend is
+//!   measured once per count and its name gets `@N` (a scaling run);
+//! - `--ops spgemm,spmv`: only these operations (names as in the table: `spgemm` is the
+//!   backend's default algorithm, `spgemm:RowRow` one chosen algorithm, `spmm32`, `spmv`);
+//! - `--budget quick`: the quick scale's repetitions at any size (for short device leases);
+//! - `--suffix S`: appended to every implementation name.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use hetsparse_bench::backends::{backends, Selection};
 use hetsparse_bench::cases::{cases, Operands, Scale};
+use hetsparse_bench::operation::Measured;
 use hetsparse_bench::results::{comments, parse_tsv, to_tsv, Record};
 use hetsparse_bench::timing::Budget;
 use hetsparse_bench::{export, measure_backend, report};
@@ -23,7 +30,8 @@ use hetsparse_core::{Error, Result};
 
 const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench export --dir DIR [--quick]
-       hetsparse-bench time [--quick] [--threads N] [--reference] [--suffix S] [--out FILE]
+       hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
+                            [--budget quick|full] [--suffix S] [--out FILE]
        hetsparse-bench report FILE...";
 
 fn main() -> ExitCode {
@@ -43,7 +51,9 @@ struct Options {
     scale: Option<Scale>,
     dir: Option<PathBuf>,
     out: Option<PathBuf>,
-    threads: Option<usize>,
+    threads: Vec<usize>,
+    ops: Vec<String>,
+    budget: Option<Scale>,
     reference: bool,
     suffix: String,
     files: Vec<PathBuf>,
@@ -65,13 +75,20 @@ fn parse(args: &[String]) -> Result<Options> {
             "--out" => o.out = Some(value("--out")?.into()),
             "--suffix" => o.suffix = value("--suffix")?,
             "--threads" => {
-                let v = value("--threads")?;
-                let n =
-                    v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                for v in value("--threads")?.split(',') {
+                    let n = v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
                         usage(&format!("--threads `{v}` is not a positive count"))
                     })?;
-                o.threads = Some(n);
+                    o.threads.push(n);
+                }
             }
+            "--ops" => o.ops.extend(
+                value("--ops")?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            ),
+            "--budget" => o.budget = Some(value("--budget")?.parse()?),
             flag if flag.starts_with("--") => return Err(usage(&format!("unknown flag {flag}"))),
             file => o.files.push(file.into()),
         }
@@ -163,58 +180,59 @@ fn list(scale: Scale) -> Result<()> {
 }
 
 fn time(scale: Scale, o: &Options) -> Result<()> {
-    let (ready, unavailable) = backends(Selection {
-        threads: o.threads,
-        reference: o.reference,
-    })?;
-    let mut records: Vec<Record> = unavailable
-        .iter()
-        .map(|u| Record {
-            implementation: format!("{}{}", u.name, o.suffix),
+    // One set of backends per thread count; several counts tag each name with `@N`.
+    let counts: Vec<Option<usize>> = match o.threads.as_slice() {
+        [] => vec![None],
+        list => list.iter().map(|&n| Some(n)).collect(),
+    };
+    let mut sets = Vec::new();
+    let mut records = Vec::new();
+    let rayon = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
+    let mut setup = vec![format!(
+        "hetsparse-bench: {scale} sizes, {} timing, RAYON_NUM_THREADS={rayon}",
+        o.budget.unwrap_or(scale)
+    )];
+    for &threads in &counts {
+        let suffix = match threads {
+            Some(n) if counts.len() > 1 => format!("{}@{n}", o.suffix),
+            _ => o.suffix.clone(),
+        };
+        let (ready, unavailable) = backends(Selection {
+            threads,
+            reference: o.reference,
+        })?;
+        records.extend(unavailable.iter().map(|u| Record {
+            implementation: format!("{}{suffix}", u.name),
             class: "*".into(),
             operation: "*".into(),
             seconds: None,
             flops: 0,
             note: u.reason.clone(),
-        })
-        .collect();
-    if ready.is_empty() {
+        }));
+        for reg in &ready {
+            let info = reg.backend.info();
+            setup.push(format!(
+                "{}{suffix}: {} ({} compute units)",
+                reg.name, info.name, info.compute_units
+            ));
+        }
+        sets.push((suffix, ready));
+    }
+    if sets.iter().all(|(_, ready)| ready.is_empty()) {
         eprintln!("no backend to measure: build with --features cpu (or cuda, opencl), or pass --reference");
     }
-    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
-    let mut setup = vec![format!(
-        "hetsparse-bench: {scale} sizes, --threads {}, RAYON_NUM_THREADS={threads}",
-        o.threads.map_or("default".into(), |n| n.to_string())
-    )];
-    for reg in &ready {
-        let info = reg.backend.info();
-        setup.push(format!(
-            "{}{}: {} ({} compute units)",
-            reg.name, o.suffix, info.name, info.compute_units
-        ));
-    }
-    let budget = Budget::for_scale(scale);
+    let wanted = |op: Measured| o.ops.is_empty() || o.ops.iter().any(|w| *w == op.to_string());
+    let budget = Budget::for_scale(o.budget.unwrap_or(scale));
     for case in cases(scale) {
         eprintln!("generating {}", case.stem());
         let ops = case.generate()?;
-        for reg in &ready {
-            for mut r in measure_backend(reg.backend.as_ref(), &ops, budget) {
-                r.implementation.push_str(&o.suffix);
-                match r.gflops() {
-                    Some(g) => eprintln!(
-                        "{:<24} {:<7} {:<10} {:>10.4} s {:>8.3} GFLOP/s",
-                        r.implementation,
-                        r.operation,
-                        r.class,
-                        r.seconds.unwrap_or_default(),
-                        g
-                    ),
-                    None => eprintln!(
-                        "{:<24} {:<7} {:<10} failed: {}",
-                        r.implementation, r.operation, r.class, r.note
-                    ),
+        for (suffix, ready) in &sets {
+            for reg in ready {
+                for mut r in measure_backend(reg.backend.as_ref(), &ops, budget, wanted) {
+                    r.implementation.push_str(suffix);
+                    progress(&r);
+                    records.push(r);
                 }
-                records.push(r);
             }
         }
     }
@@ -234,5 +252,22 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
             print!("{text}");
             Ok(())
         }
+    }
+}
+
+fn progress(r: &Record) {
+    match r.gflops() {
+        Some(g) => eprintln!(
+            "{:<24} {:<7} {:<10} {:>10.4} s {:>8.3} GFLOP/s",
+            r.implementation,
+            r.operation,
+            r.class,
+            r.seconds.unwrap_or_default(),
+            g
+        ),
+        None => eprintln!(
+            "{:<24} {:<7} {:<10} failed: {}",
+            r.implementation, r.operation, r.class, r.note
+        ),
     }
 }
