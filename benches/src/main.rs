@@ -113,6 +113,10 @@ fn run(args: &[String]) -> Result<()> {
     }
     let scale = o.scale.unwrap_or_else(Scale::from_env);
     match command.as_str() {
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
         "list" => list(scale),
         "export" => {
             let dir = o.dir.ok_or_else(|| usage("export needs --dir DIR"))?;
