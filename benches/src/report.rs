@@ -24,6 +24,7 @@ pub fn markdown(records: &[Record]) -> String {
     let mut out = String::new();
     table.write_grid(&mut out);
     table.write_summary(&mut out);
+    table.write_scaling(&mut out);
     table.write_notes(&mut out, records);
     out
 }
@@ -50,7 +51,7 @@ impl<'a> Table<'a> {
         let mut failed = BTreeMap::new();
         for r in records {
             let name = r.implementation.as_str();
-            if PEERS.contains(&name) {
+            if PEERS.contains(&split_threads(name).0) {
                 if !peers_seen.contains(&name) {
                     peers_seen.push(name);
                 }
@@ -78,7 +79,11 @@ impl<'a> Table<'a> {
         let has_baseline = peers_seen.contains(&BASELINE);
         let ratios = ours.iter().copied().filter(|n| !n.contains(':')).collect();
         let mut columns = ours;
-        columns.extend(PEERS.iter().copied().filter(|p| peers_seen.contains(p)));
+        peers_seen.sort_by_key(|p| {
+            let (base, threads) = split_threads(p);
+            (rank(&PEERS, base), threads)
+        });
+        columns.extend(peers_seen);
         Table {
             columns,
             ratios,
@@ -203,6 +208,71 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// For implementations measured at several thread counts (`name@N`): geomean GFLOP/s per
+    /// count over the classes every count ran, and the speedup over the smallest count.
+    fn write_scaling(&self, out: &mut String) {
+        let mut series: Vec<(&str, Vec<(usize, &str)>)> = Vec::new();
+        for &c in &self.columns {
+            if let (base, Some(n)) = split_threads(c) {
+                match series.iter_mut().find(|(b, _)| *b == base) {
+                    Some((_, counts)) => counts.push((n, c)),
+                    None => series.push((base, vec![(n, c)])),
+                }
+            }
+        }
+        series.retain(|(_, counts)| counts.len() > 1);
+        let Some(widest) = series.iter().map(|(_, c)| c.len()).max() else {
+            return;
+        };
+        let _ = write!(
+            out,
+            "\nThread scaling (geomean GFLOP/s over the classes every count ran; speedup over \
+             the fewest threads):\n\n| operation | implementation |"
+        );
+        out.push_str(&" |".repeat(widest));
+        out.push_str("\n|---|---|");
+        out.push_str(&"---:|".repeat(widest));
+        out.push('\n');
+        for op in self.operations() {
+            for (base, counts) in &mut series {
+                counts.sort();
+                let classes: Vec<&str> = self
+                    .classes_of(op)
+                    .into_iter()
+                    .filter(|class| {
+                        counts
+                            .iter()
+                            .all(|(_, c)| self.gflops.contains_key(&(*c, op, *class)))
+                    })
+                    .collect();
+                if classes.is_empty() {
+                    continue;
+                }
+                let means: Vec<f64> = counts
+                    .iter()
+                    .map(|(_, c)| {
+                        let v: Vec<f64> = classes
+                            .iter()
+                            .map(|class| self.gflops[&(*c, op, *class)])
+                            .collect();
+                        geomean(&v)
+                    })
+                    .collect();
+                let _ = write!(out, "| {op} | {base} ({} classes) |", classes.len());
+                for (&(n, _), m) in counts.iter().zip(&means) {
+                    let _ = write!(
+                        out,
+                        " {n} threads: {} ({}) |",
+                        number(*m),
+                        ratio(m / means[0])
+                    );
+                }
+                out.push_str(&" |".repeat(widest - counts.len()));
+                out.push('\n');
+            }
+        }
+    }
+
     fn write_notes(&self, out: &mut String, records: &[Record]) {
         let mut notes: Vec<String> = Vec::new();
         for r in records {
@@ -228,6 +298,17 @@ impl<'a> Table<'a> {
                 let _ = writeln!(out, "- {n}");
             }
         }
+    }
+}
+
+/// `name@N` → (`name`, Some(N)); other names → (name, None).
+fn split_threads(name: &str) -> (&str, Option<usize>) {
+    match name.rsplit_once('@') {
+        Some((base, n)) => match n.parse() {
+            Ok(n) => (base, Some(n)),
+            Err(_) => (name, None),
+        },
+        None => (name, None),
     }
 }
 
@@ -334,6 +415,33 @@ cusparse\t*\t*\t\t0\tno module named cupy
         assert!(md.starts_with("| operation | class | cpu | cpu:RowRow |\n"));
         assert!(!md.contains("/ mkl"));
         assert!(!md.contains("vs mkl"));
+    }
+
+    #[test]
+    fn thread_series_get_a_scaling_table() {
+        let text = "\
+cpu@1\tbanded\tspgemm\t1.0\t1000000000\t
+cpu@4\tbanded\tspgemm\t0.25\t1000000000\t
+cpu@1\tdense\tspgemm\t2.0\t1000000000\t
+cpu@4\tdense\tspgemm\t1.0\t1000000000\t
+graphblas@16\tbanded\tspgemm\t0.5\t1000000000\t
+graphblas@1\tbanded\tspgemm\t2.0\t1000000000\t
+";
+        let md = markdown(&parse_tsv(text, "t").unwrap());
+        assert!(
+            md.starts_with("| operation | class | cpu@1 | cpu@4 | graphblas@1 | graphblas@16 |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| spgemm | cpu (2 classes) | 1 threads: 0.707 (1.00×) | 4 threads: 2.00 (2.83×) |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| spgemm | graphblas (1 classes) | 1 threads: 0.500 (1.00×) | 16 threads: 2.00 (4.00×) |\n"),
+            "{md}"
+        );
+        assert_eq!(split_threads("cpu:RowRow@16"), ("cpu:RowRow", Some(16)));
+        assert_eq!(split_threads("me@home"), ("me@home", None));
     }
 
     #[test]
