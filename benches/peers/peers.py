@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Times the peers of hetsparse on the operands that `hetsparse-bench export` wrote.
 
-    peers.py --manifest DIR/<scale>/manifest.tsv --threads N --out FILE [--quick]
+    peers.py --manifest DIR/<scale>/manifest.tsv --threads N[,N...] --out FILE [--quick]
              [--only scipy,mkl,graphblas,cusparse] [--suffix S]
 
 Peers: scipy (single-threaded SpGEMM), Intel MKL through sparse_dot_mkl (PyPI `mkl` +
 `sparse-dot-mkl`), SuiteSparse:GraphBLAS through python-graphblas, and cuSPARSE through CuPy
 when CuPy sees a GPU. A peer that cannot be imported is written as missing, not an error.
+
+With several counts (`--threads 1,16`), MKL and GraphBLAS run once per count, named `mkl@1`,
+`mkl@16`, ...; scipy and cuSPARSE, which have no thread setting, run once.
 
 Every peer runs with N threads (MKL_NUM_THREADS, OMP_NUM_THREADS, GraphBLAS nthreads) and is
 timed like `hetsparse-bench time` times our backends (benches/src/timing.rs): one checked
@@ -32,13 +35,17 @@ SPMM_COLUMNS = 32
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--manifest", required=True)
-    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--threads", required=True, help="a count or a comma-separated list")
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=",".join(PEERS))
     p.add_argument("--suffix", default="")
     args = p.parse_args()
-    if args.threads < 1:
+    try:
+        args.threads = [int(n) for n in args.threads.split(",")]
+    except ValueError:
+        p.error(f"--threads {args.threads!r} is not a list of counts")
+    if min(args.threads) < 1:
         p.error("--threads must be positive")
     args.only = [n for n in args.only.split(",") if n]
     unknown = [n for n in args.only if n not in PEERS]
@@ -101,9 +108,18 @@ class Budget:
         return statistics.median(seconds), ""
 
 
-# Each peer: a loader that returns (version text, make) or raises ImportError/RuntimeError with
-# the reason it is missing; make(A, B, X, x) returns {operation: zero-argument callable whose
-# result has .nnz (SpGEMM) or is an array}.
+# Each peer: a loader that returns a Peer or raises (ImportError, RuntimeError, ...) with the
+# reason it is missing.
+
+class Peer:
+    def __init__(self, version, make, nnz_of, set_threads=None):
+        self.version = version
+        # make(A, B, X, x) -> {operation: zero-argument callable running it}
+        self.make = make
+        # nnz_of(SpGEMM result) -> its stored entries
+        self.nnz_of = nnz_of
+        # set_threads(n), for peers whose thread count can change in-process
+        self.set_threads = set_threads
 
 def load_scipy(threads):
     import scipy
@@ -115,7 +131,7 @@ def load_scipy(threads):
             "spmm32": lambda: a @ x_dense,
             "spmv": lambda: a @ x_vec,
         }
-    return f"scipy {scipy.__version__} (SpGEMM single-threaded)", make, lambda c: c.nnz
+    return Peer(f"scipy {scipy.__version__} (SpGEMM single-threaded)", make, lambda c: c.nnz)
 
 
 def load_mkl(threads):
@@ -130,7 +146,8 @@ def load_mkl(threads):
             "spmm32": lambda: dot(a, x_dense),
             "spmv": lambda: dot(a, x_vec),
         }
-    return f"{version} via sparse_dot_mkl {sparse_dot_mkl.__version__}", make, lambda c: c.nnz
+    return Peer(f"{version} via sparse_dot_mkl {sparse_dot_mkl.__version__}", make,
+                lambda c: c.nnz, sparse_dot_mkl.mkl_set_num_threads)
 
 
 def load_graphblas(threads):
@@ -151,7 +168,9 @@ def load_graphblas(threads):
             "spmv": lambda: ga.mxv(gv, pt).new(),
         }
     version = f"SuiteSparse:GraphBLAS {'.'.join(map(str, gb.ss.about['library_version']))} via python-graphblas {gb.__version__}"
-    return version, make, lambda c: c.nvals
+    def set_threads(n):
+        gb.ss.config["nthreads"] = n
+    return Peer(version, make, lambda c: c.nvals, set_threads)
 
 
 def load_cusparse(threads):
@@ -180,7 +199,7 @@ def load_cusparse(threads):
             "spmv": synced(lambda: da @ dv),
         }
     version = f"cuSPARSE via CuPy {cupy.__version__} (CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}) on {name}"
-    return version, make, lambda c: c.nnz
+    return Peer(version, make, lambda c: c.nnz)
 
 
 LOADERS = {"scipy": load_scipy, "mkl": load_mkl, "graphblas": load_graphblas,
@@ -193,7 +212,7 @@ def clean(text):
 
 def main():
     args = parse_args()
-    prepare_environment(args.threads)
+    prepare_environment(max(args.threads))
     import numpy as np
     import scipy.io
     import scipy.sparse as sp
@@ -201,20 +220,21 @@ def main():
     budget = Budget(args.quick)
     folder = os.path.dirname(os.path.abspath(args.manifest))
     cases = read_manifest(args.manifest)
-    lines = [f"# peers: threads={args.threads}, {'quick' if args.quick else 'full'} sizes"]
+    counts = ",".join(map(str, args.threads))
+    lines = [f"# peers: threads {counts}, {'quick' if args.quick else 'full'} timing"]
     records = []
     peers = {}
     for name in args.only:
         try:
-            version, make, nnz_of = LOADERS[name](args.threads)
+            peer = LOADERS[name](max(args.threads))
         except Exception as e:  # a missing or broken peer is reported, not fatal
             reason = clean(f"{type(e).__name__}: {e}")
             print(f"{name}: missing ({reason})", file=sys.stderr)
             records.append((name + args.suffix, "*", "*", "", 0, reason))
             continue
-        print(f"{name}: {version}", file=sys.stderr)
-        lines.append(f"# {name}: {version}")
-        peers[name] = (make, nnz_of)
+        print(f"{name}: {peer.version}", file=sys.stderr)
+        lines.append(f"# {name}{args.suffix}: {peer.version}")
+        peers[name] = peer
 
     for case in cases:
         a = sp.csr_matrix(scipy.io.mmread(os.path.join(folder, case["a_file"])))
@@ -224,26 +244,25 @@ def main():
         b.sort_indices()
         x_dense = dense_operand(np, case["cols"])
         x_vec = np.ascontiguousarray(x_dense[:, 0])
-        for name, (make, nnz_of) in peers.items():
+        for name, peer in peers.items():
+            series = args.threads if peer.set_threads and len(args.threads) > 1 else [None]
             try:
-                runs = make(a, b, x_dense, x_vec)
+                runs = peer.make(a, b, x_dense, x_vec)
             except Exception as e:
                 note = clean(f"setup failed: {type(e).__name__}: {e}")
-                for op in runs_order():
-                    records.append((name + args.suffix, case["class"], op, "", case["flops_" + op], note))
+                for n in series:
+                    label = name + args.suffix + (f"@{n}" if n else "")
+                    for op in OPERATIONS:
+                        records.append((label, case["class"], op, "", case["flops_" + op], note))
                 continue
-            for op in runs_order():
-                expected = case["nnz_c"] if op == "spgemm" else None
-                check = nnz_check(nnz_of, expected, case["products"]) if expected is not None else (lambda r: None)
-                try:
-                    seconds, note = budget.measure(runs[op], check)
-                except Exception as e:
-                    seconds, note = None, clean(f"{type(e).__name__}: {e}")
-                flops = case["flops_" + op]
-                shown = f"{seconds:.4f} s {flops / seconds / 1e9:8.3f} GFLOP/s" if seconds else f"failed: {note}"
-                print(f"{name + args.suffix:<16} {op:<7} {case['class']:<10} {shown}", file=sys.stderr)
-                records.append((name + args.suffix, case["class"], op,
-                                f"{seconds:.9f}" if seconds else "", flops, note))
+            for n in series:
+                if n:
+                    peer.set_threads(n)
+                label = name + args.suffix + (f"@{n}" if n else "")
+                for op in OPERATIONS:
+                    records.append(measure_op(budget, peer, runs[op], label, case, op))
+            if peer.set_threads and len(series) > 1:
+                peer.set_threads(max(args.threads))
 
     with open(args.out, "w") as f:
         f.write("implementation\tclass\toperation\tseconds\tflops\tnote\n")
@@ -253,8 +272,23 @@ def main():
             f.write("\t".join(str(v) for v in r) + "\n")
 
 
-def runs_order():
-    return ["spgemm", "spmm32", "spmv"]
+OPERATIONS = ["spgemm", "spmm32", "spmv"]
+
+
+def measure_op(budget, peer, run, label, case, op):
+    """Times one operation; returns its result-file record."""
+    if op == "spgemm":
+        check = nnz_check(peer.nnz_of, case["nnz_c"], case["products"])
+    else:
+        check = lambda result: None  # noqa: E731
+    try:
+        seconds, note = budget.measure(run, check)
+    except Exception as e:
+        seconds, note = None, clean(f"{type(e).__name__}: {e}")
+    flops = case["flops_" + op]
+    shown = f"{seconds:.4f} s {flops / seconds / 1e9:8.3f} GFLOP/s" if seconds else f"failed: {note}"
+    print(f"{label:<16} {op:<7} {case['class']:<10} {shown}", file=sys.stderr)
+    return (label, case["class"], op, f"{seconds:.9f}" if seconds else "", flops, note)
 
 
 def nnz_check(nnz_of, expected, products):
