@@ -45,7 +45,7 @@ fn products(c: &mut Criterion) {
                 .measurement_time(Duration::from_secs(3));
             for reg in &ready {
                 let backend = reg.backend.as_ref();
-                for op in measured_operations(backend) {
+                for op in measured_operations(backend, &operands) {
                     if op.label() != label {
                         continue;
                     }

@@ -7,10 +7,13 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
-use hetsparse_core::analysis;
 use hetsparse_core::generate::{self, MatrixClass};
-use hetsparse_core::{Csr, Dense, Layout, Result};
+use hetsparse_core::{analysis, reference, PlusTimes};
+use hetsparse_core::{
+    Bsr, Coo, Cspr, Csr, Dense, Dia, Ellr, Layout, Result, SparseFormat, SparseRef,
+};
 
 /// Seed of every generated operand.
 pub const SEED: u64 = 2026;
@@ -75,15 +78,99 @@ impl Case {
         let product_nnz = analysis::symbolic_row_nnz(&a, &b)?.iter().sum();
         let dense = spmm_operand(a.ncols());
         let vector = spmv_operand(a.ncols());
+        let formats = Formats::new(&a, self.block_shape());
+        let square = a == b;
         Ok(Operands {
             case: *self,
             a,
             b,
+            square,
+            formats,
             dense,
             vector,
             products,
             product_nnz,
+            expected: Expected::default(),
         })
+    }
+
+    /// The BSR block shape of the classes whose structure has blocks: the stencil's 3 unknowns
+    /// per node, and the dense matrix.
+    pub fn block_shape(&self) -> Option<(usize, usize)> {
+        match self.class {
+            MatrixClass::Stencil3d => Some((3, 3)),
+            MatrixClass::Dense => Some((8, 8)),
+            _ => None,
+        }
+    }
+}
+
+/// Largest padded ELLPACK-R or DIA copy of A the benches build: a format that needs more for
+/// a class (ELLPACK-R of the skewed class's full rows, DIA of a scattered graph) does not suit
+/// it and is not measured.
+pub const MAX_PADDED_BYTES: u64 = 512 << 20;
+
+/// A in the other formats SpMV and SpMM take, where the format suits the matrix.
+#[derive(Clone, Debug)]
+pub struct Formats {
+    /// COO.
+    pub coo: Coo<f64>,
+    /// CSPR.
+    pub cspr: Cspr<f64>,
+    /// ELLPACK-R, unless its padding exceeds [`MAX_PADDED_BYTES`].
+    pub ellr: Option<Ellr<f64>>,
+    /// DIA, unless its diagonals exceed [`MAX_PADDED_BYTES`].
+    pub dia: Option<Dia<f64>>,
+    /// BSR, for classes with a [`Case::block_shape`].
+    pub bsr: Option<Bsr<f64>>,
+}
+
+impl Formats {
+    fn new(a: &Csr<f64>, block_shape: Option<(usize, usize)>) -> Formats {
+        Formats {
+            coo: a.to_coo(),
+            cspr: Cspr::from_csr(a),
+            ellr: Ellr::from_csr(a, MAX_PADDED_BYTES).ok(),
+            dia: Dia::from_csr(a, MAX_PADDED_BYTES).ok(),
+            bsr: block_shape.and_then(|s| Bsr::from_csr(a, s).ok()),
+        }
+    }
+}
+
+impl Operands {
+    /// `A · B` by the serial reference.
+    pub fn expected_product(&self) -> Result<&Csr<f64>> {
+        cached(&self.expected.product, || {
+            reference::spgemm::<f64, PlusTimes>(&self.a, &self.b)
+        })
+    }
+
+    /// `A · dense` by the serial reference.
+    pub fn expected_spmm(&self) -> Result<&Dense<f64>> {
+        cached(&self.expected.spmm, || {
+            reference::spmm::<f64, PlusTimes>(&self.a, &self.dense)
+        })
+    }
+
+    /// `A · vector` by the serial reference.
+    pub fn expected_spmv(&self) -> Result<&Vec<f64>> {
+        cached(&self.expected.spmv, || {
+            reference::spmv::<f64, PlusTimes>(&self.a, &self.vector)
+        })
+    }
+
+    /// A in `format`, where it was built (CSR always).
+    pub fn a_as(&self, format: SparseFormat) -> Option<SparseRef<'_, f64>> {
+        let f = &self.formats;
+        match format {
+            SparseFormat::Csr => Some(SparseRef::Csr(&self.a)),
+            SparseFormat::Coo => Some(SparseRef::Coo(&f.coo)),
+            SparseFormat::Cspr => Some(SparseRef::Cspr(&f.cspr)),
+            SparseFormat::Ellr => f.ellr.as_ref().map(SparseRef::Ellr),
+            SparseFormat::Dia => f.dia.as_ref().map(SparseRef::Dia),
+            SparseFormat::Bsr => f.bsr.as_ref().map(SparseRef::Bsr),
+            SparseFormat::Csc => None,
+        }
     }
 }
 
@@ -135,6 +222,10 @@ pub struct Operands {
     pub a: Csr<f64>,
     /// Right operand of SpGEMM (A itself, or Aᵀ for the LP class).
     pub b: Csr<f64>,
+    /// Whether B is A (then DIA×DIA and BSR×BSR square A's DIA and BSR forms).
+    pub square: bool,
+    /// A in other formats.
+    pub formats: Formats,
     /// Right operand of SpMM: `A.ncols() × 32`, row-major, entries from [`dense_value`].
     pub dense: Dense<f64>,
     /// Right operand of SpMV: entries `dense_value(i, 0)`.
@@ -143,6 +234,24 @@ pub struct Operands {
     pub products: u64,
     /// Entries of `A · B`.
     pub product_nnz: u64,
+    expected: Expected,
+}
+
+/// Results of the serial reference, computed on first use: what checked runs compare with.
+#[derive(Clone, Debug, Default)]
+struct Expected {
+    product: OnceLock<Csr<f64>>,
+    spmm: OnceLock<Dense<f64>>,
+    spmv: OnceLock<Vec<f64>>,
+}
+
+/// The value in `cell`, computed by `f` the first time.
+fn cached<T>(cell: &OnceLock<T>, f: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = f()?;
+    Ok(cell.get_or_init(|| v))
 }
 
 /// Entry `(i, j)` of the dense SpMM operand, in (0, 1]: a fixed formula, so that the peers'

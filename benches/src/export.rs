@@ -9,7 +9,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use hetsparse_core::matrix_market;
-use hetsparse_core::{Error, MatrixMarketError, Result, SpgemmAlgorithm};
+use hetsparse_core::{Error, MatrixMarketError, Result, SparseFormat, SpgemmAlgorithm};
 
 use crate::cases::{Operands, Scale};
 use crate::operation::Measured;
@@ -35,8 +35,8 @@ pub fn manifest_line(ops: &Operands) -> String {
         ops.products,
         ops.product_nnz,
         Measured::Spgemm(SpgemmAlgorithm::Auto).flops(ops),
-        Measured::Spmm.flops(ops),
-        Measured::Spmv.flops(ops),
+        Measured::Spmm(SparseFormat::Csr).flops(ops),
+        Measured::Spmv(SparseFormat::Csr).flops(ops),
     )
 }
 

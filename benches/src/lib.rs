@@ -44,7 +44,7 @@ pub fn measure_backend(
     wanted: impl Fn(Measured) -> bool,
 ) -> Vec<Record> {
     let name = backend.info().backend;
-    measured_operations(backend)
+    measured_operations(backend, operands)
         .into_iter()
         .filter(|&op| wanted(op))
         .map(|op| measure_one(backend, &name, op, operands, budget))
