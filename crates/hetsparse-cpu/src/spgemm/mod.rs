@@ -1,0 +1,250 @@
+//! SpGEMM on CSR operands: plan, symbolic phase, numeric phase.
+//!
+//! One product (or one chunk of it: rows of A × a column panel of B) runs in three passes over
+//! the same ranges of rows:
+//! 1. **plan**: intermediate products per row, and ranges of rows holding equal numbers of them
+//!    ([`crate::plan`]);
+//! 2. **symbolic**: the exact number of entries of each row of C, hence C's row offsets (u64)
+//!    and one allocation of the result;
+//! 3. **numeric**: each row computed straight into its place in the result, by Row-Row
+//!    (Gustavson, [`row_row`]) or Column-Row (outer products, [`column_row`]).
+//!
+//! Both phases use the same per-row accumulators, so they agree on every row's structure.
+
+mod column_row;
+mod row_row;
+mod scratch;
+
+use std::ops::Range;
+
+use hetsparse_core::format::Csr;
+use hetsparse_core::{Error, ProductChunk, Result, Scalar, Semiring, SpgemmAlgorithm};
+use rayon::prelude::*;
+
+use crate::plan::{self, split_mut};
+use scratch::ScratchPool;
+
+/// The operands of one product or chunk, read in place: rows `rows` of A, columns `cols` of B.
+pub(crate) struct Operands<'a, T> {
+    a: &'a Csr<T>,
+    b: &'a Csr<T>,
+    /// First row of A in the chunk.
+    row_base: usize,
+    /// Rows in the chunk.
+    nrows: usize,
+    /// Column window of B: entries with `lo <= j < hi`, reported as `j - lo`.
+    lo: u32,
+    hi: u32,
+    /// Whether the window is all of B, so rows need no trimming.
+    whole_width: bool,
+}
+
+impl<'a, T: Scalar> Operands<'a, T> {
+    fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
+        Operands {
+            a,
+            b,
+            row_base: chunk.rows.start,
+            nrows: chunk.rows.len(),
+            // Dimensions are at most u32::MAX (the formats check), so the casts are exact.
+            lo: chunk.cols.start as u32,
+            hi: chunk.cols.end as u32,
+            whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
+        }
+    }
+
+    /// Width of the column window: the number of columns of C.
+    #[inline]
+    fn width(&self) -> usize {
+        (self.hi - self.lo) as usize
+    }
+
+    /// Row `i` of the chunk (row `row_base + i` of A).
+    #[inline]
+    fn a_row(&self, i: usize) -> (&'a [u32], &'a [T]) {
+        self.a.row(self.row_base + i)
+    }
+
+    /// Row `k` of B inside the column window.
+    #[inline]
+    fn b_row(&self, k: u32) -> (&'a [u32], &'a [T]) {
+        let (cols, vals) = self.b.row(k as usize);
+        if self.whole_width {
+            return (cols, vals);
+        }
+        let s = cols.partition_point(|&j| j < self.lo);
+        let e = s + cols[s..].partition_point(|&j| j < self.hi);
+        (&cols[s..e], &vals[s..e])
+    }
+
+    /// Intermediate products of row `i` inside the window.
+    fn row_products(&self, i: usize) -> u64 {
+        let (cols, _) = self.a_row(i);
+        cols.iter().map(|&k| self.b_row(k).0.len() as u64).sum()
+    }
+}
+
+/// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`.
+/// The chunk must lie inside the product (the caller checks).
+pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    chunk: &ProductChunk,
+    algorithm: SpgemmAlgorithm,
+) -> Result<Csr<T>> {
+    let ops = Operands::new(a, b, chunk);
+    let span = tracing::debug_span!(
+        "cpu_spgemm",
+        ?algorithm,
+        rows = ops.nrows,
+        cols = ops.width(),
+        nnz_a = a.nnz(),
+        nnz_b = b.nnz()
+    );
+    let _enter = span.enter();
+
+    let (products, ranges) = {
+        let _s = tracing::debug_span!("analysis", rows = ops.nrows).entered();
+        let products: Vec<u64> = (0..ops.nrows)
+            .into_par_iter()
+            .with_min_len(512)
+            .map(|i| ops.row_products(i))
+            .collect();
+        let ranges = plan::balanced_ranges(&products);
+        tracing::debug!(
+            total_products = products.iter().sum::<u64>(),
+            ranges = ranges.len(),
+            "planned"
+        );
+        (products, ranges)
+    };
+    let pool = ScratchPool::<T::Acc>::new();
+    // Column-Row reads A by columns: the transpose of the chunk's rows.
+    let a_columns = match algorithm {
+        SpgemmAlgorithm::ColumnRow => {
+            let _s = tracing::debug_span!("transpose_a", nnz = a.nnz()).entered();
+            Some(if chunk.rows == (0..a.nrows()) {
+                a.transpose()
+            } else {
+                a.rows(chunk.rows.clone())?.transpose()
+            })
+        }
+        _ => None,
+    };
+
+    let row_nnz = {
+        let _s = tracing::debug_span!("symbolic", rows = ops.nrows).entered();
+        let mut row_nnz = vec![0u64; ops.nrows];
+        let parts = split_mut(&mut row_nnz, &ranges);
+        parts
+            .into_par_iter()
+            .zip(ranges.par_iter())
+            .for_each(|(counts, range)| {
+                pool.with(|s| row_row::count_rows(&ops, range.clone(), &products, counts, s))
+            });
+        row_nnz
+    };
+
+    let mut offsets = Vec::with_capacity(ops.nrows + 1);
+    offsets.push(0u64);
+    let mut nnz = 0u64;
+    for &n in &row_nnz {
+        nnz += n;
+        offsets.push(nnz);
+    }
+    let len = usize::try_from(nnz).map_err(|_| Error::TooLarge {
+        what: "SpGEMM result".into(),
+        needed: nnz,
+        limit: usize::MAX as u64,
+        unit: "entries",
+    })?;
+    let mut cols = alloc(len, 0u32, "column indices of C")?;
+    let mut vals = alloc(len, T::zero(), "values of C")?;
+
+    {
+        let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
+        let entry_ranges: Vec<Range<usize>> = ranges
+            .iter()
+            .map(|r| offsets[r.start] as usize..offsets[r.end] as usize)
+            .collect();
+        let col_parts = split_mut(&mut cols, &entry_ranges);
+        let val_parts = split_mut(&mut vals, &entry_ranges);
+        let result: Result<()> = col_parts
+            .into_par_iter()
+            .zip(val_parts)
+            .zip(ranges.par_iter())
+            .try_for_each(|((c, v), range)| {
+                let out = Output {
+                    offsets: &offsets,
+                    first_row: range.start,
+                    cols: c,
+                    vals: v,
+                };
+                pool.with(|s| match &a_columns {
+                    Some(at) => {
+                        column_row::compute_rows::<T, S>(&ops, at, range.clone(), &products, out, s)
+                    }
+                    None => row_row::compute_rows::<T, S>(&ops, range.clone(), &products, out, s),
+                })
+            });
+        result?;
+    }
+    // SAFETY: every row was written sorted and without repeats (the accumulators sort their
+    // output), with columns inside the window, and offsets come from the exact counts.
+    Ok(unsafe { Csr::from_parts_unchecked(ops.nrows, ops.width(), offsets, cols, vals) })
+}
+
+/// Where a range of rows writes its part of C: `cols`/`vals` start at row `first_row`.
+pub(crate) struct Output<'o, T> {
+    offsets: &'o [u64],
+    first_row: usize,
+    cols: &'o mut [u32],
+    vals: &'o mut [T],
+}
+
+impl<T> Output<'_, T> {
+    /// The slots of row `i` (a row of the chunk).
+    #[inline]
+    fn row(&mut self, i: usize) -> (&mut [u32], &mut [T]) {
+        let base = self.offsets[self.first_row];
+        let (s, e) = (
+            (self.offsets[i] - base) as usize,
+            (self.offsets[i + 1] - base) as usize,
+        );
+        (&mut self.cols[s..e], &mut self.vals[s..e])
+    }
+}
+
+/// The error when a row's numeric pass disagrees with its symbolic count: a bug, reported
+/// instead of returning a wrong matrix.
+fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
+    Error::Device {
+        backend: "cpu".into(),
+        context: format!("SpGEMM row {row}"),
+        message: format!(
+            "the numeric phase produced {written} entries, the symbolic phase counted {counted}"
+        ),
+    }
+}
+
+/// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`] when the host cannot
+/// provide them.
+fn alloc<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        backend: "cpu".into(),
+        what: what.into(),
+        needed_bytes: (len as u64).saturating_mul(std::mem::size_of::<X>() as u64),
+        available_bytes: hetsparse_core::host_memory_bytes(),
+    })?;
+    v.spare_capacity_mut()[..len]
+        .par_chunks_mut(1 << 16)
+        .for_each(|chunk| {
+            for slot in chunk {
+                slot.write(fill);
+            }
+        });
+    // SAFETY: the first `len` slots were all written just above.
+    unsafe { v.set_len(len) };
+    Ok(v)
+}
