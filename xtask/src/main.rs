@@ -1,5 +1,29 @@
-//! `cargo xtask`: project tasks.
-fn main() {
-    eprintln!("usage: cargo xtask <kernels|download|bench>");
-    std::process::exit(2);
+//! `cargo xtask`: project tasks. Each task lives in its own module; this file only dispatches.
+mod bench;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <task> [ARGS]
+tasks:
+  bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
+        benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
+        generated matrix classes and print one markdown table (docs/benchmarks.md)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => bench::run(&args[1..]),
+        Some("-h" | "--help") | None => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cargo xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
