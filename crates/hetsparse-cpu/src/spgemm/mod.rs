@@ -21,6 +21,7 @@ use hetsparse_core::format::Csr;
 use hetsparse_core::{Error, ProductChunk, Result, Scalar, Semiring, SpgemmAlgorithm};
 use rayon::prelude::*;
 
+use crate::memory::filled;
 use crate::plan::{self, split_mut};
 use scratch::ScratchPool;
 
@@ -192,8 +193,8 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         limit: usize::MAX as u64,
         unit: "entries",
     })?;
-    let mut cols = alloc(len, 0u32, "column indices of C")?;
-    let mut vals = alloc(len, T::zero(), "values of C")?;
+    let mut cols = filled(len, 0u32, "column indices of C")?;
+    let mut vals = filled(len, T::zero(), "values of C")?;
 
     {
         let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
@@ -259,26 +260,4 @@ fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
             "the numeric phase produced {written} entries, the symbolic phase counted {counted}"
         ),
     }
-}
-
-/// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`] when the host cannot
-/// provide them.
-fn alloc<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        backend: "cpu".into(),
-        what: what.into(),
-        needed_bytes: (len as u64).saturating_mul(std::mem::size_of::<X>() as u64),
-        available_bytes: hetsparse_core::host_memory_bytes(),
-    })?;
-    v.spare_capacity_mut()[..len]
-        .par_chunks_mut(1 << 16)
-        .for_each(|chunk| {
-            for slot in chunk {
-                slot.write(fill);
-            }
-        });
-    // SAFETY: the first `len` slots were all written just above.
-    unsafe { v.set_len(len) };
-    Ok(v)
 }
