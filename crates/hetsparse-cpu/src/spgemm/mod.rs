@@ -84,24 +84,59 @@ impl<'a, T: Scalar> Operands<'a, T> {
     /// without this each one waits for memory in turn.
     #[inline(always)]
     fn prefetch(&self, a_cols: &[u32], e: usize) {
+        if let Some(&k) = a_cols.get(e + 4) {
+            self.prefetch_offsets(k);
+        }
+        if let Some(&k) = a_cols.get(e + 2) {
+            self.prefetch_b_row(k);
+        }
+    }
+
+    /// The same across rows, called when row `i` of the chunk starts: the first rows of B of
+    /// row `i + 1` and the first offsets of row `i + 2`, which the in-row look-ahead of
+    /// [`Operands::prefetch`] does not reach.
+    #[inline(always)]
+    fn prefetch_next_rows(&self, i: usize) {
+        if i + 1 < self.nrows {
+            for &k in self.a_row(i + 1).0.iter().take(2) {
+                self.prefetch_b_row(k);
+            }
+        }
+        if i + 2 < self.nrows {
+            for &k in self.a_row(i + 2).0.iter().take(4) {
+                self.prefetch_offsets(k);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_offsets(&self, k: u32) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults, and the address lies inside B's offsets.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let offsets = self.b.row_offsets().as_ptr().add(k as usize);
+            _mm_prefetch::<_MM_HINT_T0>(offsets.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = k;
+    }
+
+    #[inline(always)]
+    fn prefetch_b_row(&self, k: u32) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let offsets = self.b.row_offsets();
-            if let Some(&k) = a_cols.get(e + 4) {
-                // SAFETY: a prefetch never faults; the address is inside `offsets`.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(offsets.as_ptr().add(k as usize).cast()) };
-            }
-            if let Some(&k) = a_cols.get(e + 2) {
-                let start = offsets[k as usize] as usize;
-                // SAFETY: as above; `start` is at most nnz(B), one past the end at worst,
-                // which a prefetch may name.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(self.b.col_indices().as_ptr().add(start).cast());
-                    _mm_prefetch::<_MM_HINT_T0>(self.b.values().as_ptr().add(start).cast());
-                }
+            let start = self.b.row_offsets()[k as usize] as usize;
+            // SAFETY: a prefetch never faults; `start` is at most nnz(B), one past the end at
+            // worst, which pointer arithmetic may name.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(self.b.col_indices().as_ptr().add(start).cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.b.values().as_ptr().add(start).cast());
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = k;
     }
 
     /// Intermediate products of row `i` inside the window.

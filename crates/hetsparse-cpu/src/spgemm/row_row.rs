@@ -71,6 +71,7 @@ pub(super) fn count_rows<T: Scalar>(
 ) {
     let width = ops.width();
     for (count, i) in counts.iter_mut().zip(range) {
+        ops.prefetch_next_rows(i);
         let p = products[i];
         *count = if p >= width as u64 && reaches_full_row(ops, i) {
             width as u64
@@ -98,6 +99,7 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
     s: &mut Scratch<T::Acc>,
 ) -> Result<()> {
     for i in range {
+        ops.prefetch_next_rows(i);
         let (cols, vals) = out.row(i);
         let expected = cols.len();
         let written = row::<T, S, true>(ops, i, products[i], s, cols, vals);
@@ -326,25 +328,53 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
         for (&j, &bv) in b_cols.iter().zip(b_vals) {
-            let j = (j - lo) as usize;
-            if stamps[j] != generation {
-                stamps[j] = generation;
-                if NUMERIC {
-                    dense[j] = S::mul(av, bv);
-                    if n < cols.len() {
-                        cols[n] = j as u32;
-                    }
-                }
-                n += 1;
-            } else if NUMERIC {
-                dense[j] = S::add(dense[j], S::mul(av, bv));
-            }
+            n += marked_add::<T, S, NUMERIC>(
+                stamps,
+                dense,
+                generation,
+                (j - lo) as usize,
+                av,
+                bv,
+                n,
+                cols,
+            );
         }
     }
     if NUMERIC && n == cols.len() {
         emit_dense(stamps, dense, generation, start, cols, vals);
     }
     n
+}
+
+/// Adds `av · bv` at column `j` of a dense accumulator with a generation marker; returns 1
+/// when `j` is new to the row (and, with `NUMERIC`, records it as entry `n` of `cols`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn marked_add<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
+    stamps: &mut [u32],
+    dense: &mut [T::Acc],
+    generation: u32,
+    j: usize,
+    av: T,
+    bv: T,
+    n: usize,
+    cols: &mut [u32],
+) -> usize {
+    if stamps[j] != generation {
+        stamps[j] = generation;
+        if NUMERIC {
+            dense[j] = S::mul(av, bv);
+            if n < cols.len() {
+                cols[n] = j as u32;
+            }
+        }
+        1
+    } else {
+        if NUMERIC {
+            dense[j] = S::add(dense[j], S::mul(av, bv));
+        }
+        0
+    }
 }
 
 /// Writes the touched columns of a dense accumulator covering columns `base..` of C, sorted:
@@ -449,19 +479,16 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                 if j >= end {
                     break;
                 }
-                let (j, bv) = (j - start, b_vals[p]);
-                if stamps[j] != generation {
-                    stamps[j] = generation;
-                    if NUMERIC {
-                        dense[j] = S::mul(av, bv);
-                        if n < cols.len() {
-                            cols[n] = j as u32;
-                        }
-                    }
-                    n += 1;
-                } else if NUMERIC {
-                    dense[j] = S::add(dense[j], S::mul(av, bv));
-                }
+                n += marked_add::<T, S, NUMERIC>(
+                    stamps,
+                    dense,
+                    generation,
+                    j - start,
+                    av,
+                    b_vals[p],
+                    n,
+                    cols,
+                );
                 p += 1;
             }
             *cursor = p;
