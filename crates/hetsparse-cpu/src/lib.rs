@@ -118,6 +118,18 @@ impl CpuBackend {
         self.threads
     }
 
+    /// [`Error::Unsupported`] for the SpGEMM algorithms not in [`ALGORITHMS`]. Every other
+    /// operation is listed for every format and scalar type, so only the algorithm needs a
+    /// check, and this one costs nothing (building [`Device::capabilities`] on each call would
+    /// cost a small SpMV a tenth of its time).
+    fn algorithm_supported<T: Scalar>(&self, algorithm: SpgemmAlgorithm) -> Result<()> {
+        if ALGORITHMS.contains(&algorithm) {
+            Ok(())
+        } else {
+            check::supported::<T>(self, Operation::Spgemm(algorithm))
+        }
+    }
+
     /// Runs `f` on this backend's threads.
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
@@ -163,7 +175,7 @@ impl Device for CpuBackend {
 
 impl<T: Scalar> Backend<T> for CpuBackend {
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
+        self.algorithm_supported::<T>(algorithm)?;
         check::spgemm(a, b)?;
         let full = ProductChunk {
             rows: 0..a.nrows(),
@@ -180,7 +192,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         algorithm: SpgemmAlgorithm,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
+        self.algorithm_supported::<T>(algorithm)?;
         check::spgemm(a, b)?;
         check::chunks(a, b, chunks)?;
         for (index, chunk) in chunks.iter().enumerate() {
@@ -198,25 +210,27 @@ impl<T: Scalar> Backend<T> for CpuBackend {
     }
 
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
-        check::supported::<T>(self, Operation::Spmm(a.format()))?;
         check::spmm(&a, b)?;
+        if multiply::runs_serially(&a, b.ncols()) {
+            return multiply::spmm::<T, PlusTimes>(a, b);
+        }
         self.install(|| multiply::spmm::<T, PlusTimes>(a, b))
     }
 
     fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
-        check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
+        if multiply::runs_serially(&a, 1) {
+            return multiply::spmv::<T, PlusTimes>(a, x);
+        }
         self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        check::supported::<T>(self, Operation::DiaSpgemm)?;
         check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
         self.install(|| dia::multiply::<T, PlusTimes>(a, b))
     }
 
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::supported::<T>(self, Operation::BsrSpgemm)?;
         check::bsr_spgemm(a, b)?;
         self.install(|| bsr::multiply::<T, PlusTimes>(a, b))
     }

@@ -4,6 +4,9 @@
 use hetsparse_core::{Error, Result};
 use rayon::prelude::*;
 
+/// Buffers of more elements are filled in parallel.
+const PARALLEL_FILL_MIN: usize = 1 << 15;
+
 /// Buffers at least this large ask for transparent huge pages.
 const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 
@@ -18,13 +21,18 @@ pub(crate) fn filled<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> 
         available_bytes: hetsparse_core::host_memory_bytes(),
     })?;
     advise_huge_pages(v.spare_capacity_mut());
-    v.spare_capacity_mut()[..len]
-        .par_chunks_mut(1 << 15)
-        .for_each(|chunk| {
-            for slot in chunk {
-                slot.write(fill);
-            }
-        });
+    let write = |chunk: &mut [std::mem::MaybeUninit<X>]| {
+        for slot in chunk {
+            slot.write(fill);
+        }
+    };
+    let slots = &mut v.spare_capacity_mut()[..len];
+    if len <= PARALLEL_FILL_MIN {
+        // Small buffers are filled on the calling thread, which may be outside any pool.
+        write(slots);
+    } else {
+        slots.par_chunks_mut(PARALLEL_FILL_MIN).for_each(write);
+    }
     // SAFETY: the first `len` slots were all written just above.
     unsafe { v.set_len(len) };
     Ok(v)

@@ -38,6 +38,28 @@ pub(crate) fn spmm<T: Scalar, S: Semiring<T>>(
     Ok(Dense::try_new(m, n, b.layout(), data)?)
 }
 
+/// Below this many stored entries × dense columns (and result values), a product runs on the
+/// calling thread: waking the pool's threads would cost more than the work.
+const SERIAL_WORK: u64 = 1 << 15;
+
+/// Whether `A · B` for B of `n` columns is small enough to run serially on the calling thread
+/// (never for CSC and COO, whose kernel always runs in the pool).
+pub(crate) fn runs_serially<T: Scalar>(a: &SparseRef<'_, T>, n: usize) -> bool {
+    let stored = match a {
+        SparseRef::Csr(m) => m.nnz(),
+        SparseRef::Dia(m) => (m.ndiags() as u64).saturating_mul(m.nrows() as u64),
+        SparseRef::Ellr(m) => m.nnz(),
+        SparseRef::Cspr(m) => m.nnz(),
+        SparseRef::Bsr(m) => {
+            let (r, c) = m.block_shape();
+            m.nnz_blocks().saturating_mul((r * c) as u64)
+        }
+        SparseRef::Coo(_) | SparseRef::Csc(_) => return false,
+    };
+    let n = n as u64;
+    stored.saturating_mul(n) < SERIAL_WORK && (a.shape().0 as u64).saturating_mul(n) < SERIAL_WORK
+}
+
 /// `A · B` for B of `n` columns stored in `layout` (`b.len() == A.ncols() · n`).
 fn times_dense<T: Scalar, S: Semiring<T>>(
     a: SparseRef<'_, T>,
@@ -53,6 +75,7 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
         unit: "values",
     })?;
     let c = filled(len, T::zero(), "SpMM/SpMV result")?;
+    let serial = runs_serially(&a, n);
     let dense = DenseOperand {
         data: b,
         rows: a.shape().1,
@@ -60,13 +83,13 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
         layout,
     };
     Ok(match a {
-        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
-        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, c),
-        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
-        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
-        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
+        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
+        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
+        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
+        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
         SparseRef::Coo(m) if rows_in_order(m) => {
-            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, c)
+            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, c, false)
         }
         SparseRef::Coo(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
         SparseRef::Csc(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
@@ -115,12 +138,13 @@ struct SharedOut<T>(*mut T);
 unsafe impl<T: Send> Send for SharedOut<T> {}
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
-/// Blocks of rows in parallel, each accumulated in a per-thread buffer, written into `c`
-/// (`m × n`, zeros).
+/// Blocks of rows in parallel (or in turn when `serial`), each accumulated in a per-thread
+/// buffer, written into `c` (`m × n`, zeros).
 fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     a: &R,
     b: &DenseOperand<'_, T>,
     mut c: Vec<T>,
+    serial: bool,
 ) -> Vec<T> {
     let (m, n) = (a.nrows(), b.n);
     if n == 0 || m == 0 {
@@ -130,21 +154,26 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     let out = SharedOut(c.as_mut_ptr());
     let out = &out;
     let wide = wide_vectors();
-    (0..m.div_ceil(block)).into_par_iter().for_each_init(
-        || vec![S::zero(); block * n],
-        |acc, blk| {
-            let rows = blk * block..((blk + 1) * block).min(m);
-            if wide {
-                // SAFETY: the processor has AVX2 and FMA (checked by `wide_vectors`).
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    rows_block_avx2::<T, S, R>(a, b, rows, acc, out, m)
-                };
-            } else {
-                rows_block::<T, S, R>(a, b, rows, acc, out, m);
-            }
-        },
-    );
+    let run = |acc: &mut Vec<T::Acc>, blk: usize| {
+        let rows = blk * block..((blk + 1) * block).min(m);
+        if wide {
+            // SAFETY: the processor has AVX2 and FMA (checked by `wide_vectors`).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                rows_block_avx2::<T, S, R>(a, b, rows, acc, out, m)
+            };
+        } else {
+            rows_block::<T, S, R>(a, b, rows, acc, out, m);
+        }
+    };
+    let blocks = m.div_ceil(block);
+    let scratch = || vec![S::zero(); block * n];
+    if serial {
+        let mut acc = scratch();
+        (0..blocks).for_each(|blk| run(&mut acc, blk));
+    } else {
+        (0..blocks).into_par_iter().for_each_init(scratch, run);
+    }
     c
 }
 
@@ -286,8 +315,20 @@ impl<T: Scalar> RowSource<T> for Csr<T> {
     /// would chain them all through a store and a load.
     #[inline(always)]
     fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc]) {
-        for (y, i) in y.iter_mut().zip(rows) {
-            let (cols, vals) = self.row(i);
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        for (y, ends) in y.iter_mut().zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            let (cols, vals) = (&all_cols[s..e], &all_vals[s..e]);
+            if cols.len() < 4 {
+                // Short rows (road networks, many graphs): one running sum, no set-up.
+                let mut sum = S::zero();
+                for (&k, &v) in cols.iter().zip(vals) {
+                    sum = S::fma(sum, v, x[k as usize]);
+                }
+                *y = S::add(*y, sum);
+                continue;
+            }
             let mut sums = [S::zero(); 4];
             let (cols4, vals4) = (cols.chunks_exact(4), vals.chunks_exact(4));
             let (cols_tail, vals_tail) = (cols4.remainder(), vals4.remainder());
@@ -305,9 +346,11 @@ impl<T: Scalar> RowSource<T> for Csr<T> {
     }
     #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
-        for i in rows {
-            let (cols, vals) = self.row(i);
-            for (&k, &v) in cols.iter().zip(vals) {
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        for (i, ends) in rows.zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            for (&k, &v) in all_cols[s..e].iter().zip(&all_vals[s..e]) {
                 f(i, k as usize, v);
             }
         }
