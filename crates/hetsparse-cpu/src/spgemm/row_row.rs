@@ -16,6 +16,12 @@ use super::{count_mismatch, Operands, Output};
 /// register-sized array beats touching any table.
 const SORT_MAX_PRODUCTS: u64 = 32;
 
+/// A row of a wide product is hashed when C is at least this many times wider than its
+/// products: its table (two slots per product) is then far smaller than a dense array, and its
+/// few entries are cheaper to sort than a marker is to scan. Denser rows go to dense panels,
+/// where neither probing nor sorting is needed.
+const HASH_SPARSITY: u64 = 16;
+
 /// Bytes of dense accumulator (values + marker) that should stay in a core's L2 cache.
 const PANEL_BYTES: usize = 256 * 1024;
 
@@ -35,7 +41,7 @@ pub(super) enum Kind {
     Scale,
     /// Few products: (column, value) pairs sorted and merged.
     Sort,
-    /// Products that fit a small table while C is wide: open addressing sized from the row.
+    /// Few products for C's width: open addressing sized from the row.
     Hash,
     /// A dense array over all of C's columns with a generation marker.
     Dense,
@@ -52,7 +58,7 @@ pub(super) fn choose<A>(products: u64, a_len: usize, width: usize) -> Kind {
         Kind::Sort
     } else if width <= panel {
         Kind::Dense
-    } else if products <= panel as u64 {
+    } else if products.saturating_mul(HASH_SPARSITY) <= width as u64 {
         Kind::Hash
     } else if (a_len * width.div_ceil(panel)) as u64 * PANEL_MIN_PRODUCTS_PER_PASS <= products {
         Kind::Panels
@@ -525,8 +531,14 @@ mod tests {
             "wide and dense rows go panel by panel"
         );
         assert_eq!(
-            choose::<f64>(panel as u64 + 1, 10_000, 1 << 24),
-            Kind::Dense
+            choose::<f64>(panel as u64 + 1, 10_000, 1 << 16),
+            Kind::Dense,
+            "long rows of A with few products each are not worth panels"
+        );
+        assert_eq!(
+            choose::<f64>(3000, 100, 32_768),
+            Kind::Panels,
+            "rows filling a good part of C are not hashed"
         );
     }
 }
