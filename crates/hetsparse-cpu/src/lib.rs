@@ -11,7 +11,7 @@
 //!   rows, open-addressing hash for sparse rows of wide products, a dense array for the rest
 //!   (B's columns cut into cache-sized panels where the product is wide). Column-Row (outer
 //!   products, Matam Alg. 2), DIA×DIA (Matam Alg. 3) and BSR×BSR are native kernels too.
-//! - **Chunks** (row range × column panel) read A and B in place: no slice of either is copied.
+//! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.
 //! - **SpMV and SpMM** run native loops per format (CSR, CSC, COO, DIA, ELLPACK-R, CSPR, BSR),
 //!   parallel over rows.
 //!
@@ -197,7 +197,8 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         check::chunks(a, b, chunks)?;
         for (index, chunk) in chunks.iter().enumerate() {
             // A's rows and B's column panel are read in place: each chunk costs its own
-            // products plus a binary search per B row it touches, never a copy of B.
+            // products plus a binary search per B row it touches, never a copy of B (only
+            // Column-Row copies the chunk's rows of A, to read them by columns).
             let product =
                 self.install(|| spgemm::multiply::<T, PlusTimes>(a, b, chunk, algorithm))?;
             sink(ChunkProduct {

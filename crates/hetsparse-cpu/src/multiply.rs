@@ -12,7 +12,7 @@ use std::ops::Range;
 use hetsparse_core::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseRef};
 use hetsparse_core::{Error, Result, Scalar, Semiring};
 
-use crate::memory::filled;
+use crate::memory::{filled, reserved};
 use rayon::prelude::*;
 
 /// `y = A · x`.
@@ -74,7 +74,7 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
         limit: usize::MAX as u64,
         unit: "values",
     })?;
-    let c = filled(len, T::zero(), "SpMM/SpMV result")?;
+    let what = "SpMM/SpMV result";
     let serial = runs_serially(&a, n);
     let dense = DenseOperand {
         data: b,
@@ -83,16 +83,20 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
         layout,
     };
     Ok(match a {
-        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
-        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
-        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
-        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
-        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, c, serial),
+        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
         SparseRef::Coo(m) if rows_in_order(m) => {
-            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, c, false)
+            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, reserved(len, what)?, false)
         }
-        SparseRef::Coo(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
-        SparseRef::Csc(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Coo(m) => {
+            scatter_times_dense::<T, S, _>(m, &dense, filled(len, T::zero(), what)?)
+        }
+        SparseRef::Csc(m) => {
+            scatter_times_dense::<T, S, _>(m, &dense, filled(len, T::zero(), what)?)
+        }
     })
 }
 
@@ -139,7 +143,9 @@ unsafe impl<T: Send> Send for SharedOut<T> {}
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 /// Blocks of rows in parallel (or in turn when `serial`), each accumulated in a per-thread
-/// buffer, written into `c` (`m × n`, zeros).
+/// buffer and written into `c`, which comes empty with room for the `m × n` result: the
+/// blocks write every element once, so the result is never zeroed first (a whole extra pass
+/// over memory for SpMM's large results).
 fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     a: &R,
     b: &DenseOperand<'_, T>,
@@ -147,6 +153,10 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     serial: bool,
 ) -> Vec<T> {
     let (m, n) = (a.nrows(), b.n);
+    assert!(
+        c.capacity() >= m * n,
+        "the result buffer has room for m × n values"
+    );
     if n == 0 || m == 0 {
         return c;
     }
@@ -174,6 +184,9 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     } else {
         (0..blocks).into_par_iter().for_each_init(scratch, run);
     }
+    // SAFETY: the blocks tile rows 0..m and each wrote its rows of every column, so all m × n
+    // values are initialised (and the capacity was checked above).
+    unsafe { c.set_len(m * n) };
     c
 }
 
@@ -229,7 +242,7 @@ fn rows_block<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
             });
             for (p, &v) in acc.iter().enumerate() {
                 // SAFETY: rows r0..r0+len of a row-major C are this task's alone.
-                unsafe { *out.0.add(r0 * n + p) = T::from_acc(v) };
+                unsafe { out.0.add(r0 * n + p).write(T::from_acc(v)) };
             }
         }
         Layout::ColMajor => {
@@ -239,7 +252,7 @@ fn rows_block<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
                 a.dot_rows::<S>(rows.clone(), b_col, c_col);
                 for (p, &v) in c_col.iter().enumerate() {
                     // SAFETY: rows r0..r0+len of each column are this task's alone.
-                    unsafe { *out.0.add(j * m + r0 + p) = T::from_acc(v) };
+                    unsafe { out.0.add(j * m + r0 + p).write(T::from_acc(v)) };
                 }
             }
         }
