@@ -115,6 +115,26 @@ trait RowSource<T>: Sync {
     /// Calls `f(i, k, a)` for each stored entry `A[i, k] = a` with `i` in `rows`, in any order.
     fn visit(&self, rows: Range<usize>, f: impl FnMut(usize, usize, T));
 
+    /// Adds `A[rows, :] · B` to `c` (row-major, `n` columns; `b` row-major with `n` columns).
+    #[inline(always)]
+    fn rows_times_row_major<S: Semiring<T>>(
+        &self,
+        rows: Range<usize>,
+        b: &[T],
+        n: usize,
+        c: &mut [T::Acc],
+    ) where
+        T: Scalar,
+    {
+        let r0 = rows.start;
+        self.visit(rows, |i, k, av| {
+            let c_row = &mut c[(i - r0) * n..(i - r0 + 1) * n];
+            for (c, &bv) in c_row.iter_mut().zip(&b[k * n..(k + 1) * n]) {
+                *c = S::fma(*c, av, bv);
+            }
+        });
+    }
+
     /// Adds `A[rows, :] · x` to `y` (one slot per row of `rows`).
     #[inline(always)]
     fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc])
@@ -128,6 +148,9 @@ trait RowSource<T>: Sync {
         });
     }
 }
+
+/// Columns of C one CSR row keeps in registers at a time (four 256-bit registers of f64).
+const TILE: usize = 16;
 
 /// Rows per block: enough to amortise a rayon task, few enough that the block's accumulator
 /// (`rows × n` values) stays in L1/L2.
@@ -233,13 +256,7 @@ fn rows_block<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     acc.fill(S::zero());
     match b.layout {
         Layout::RowMajor => {
-            a.visit(rows, |i, k, av| {
-                let c_row = &mut acc[(i - r0) * n..(i - r0 + 1) * n];
-                let b_row = &b.data[k * n..(k + 1) * n];
-                for (c, &bv) in c_row.iter_mut().zip(b_row) {
-                    *c = S::fma(*c, av, bv);
-                }
-            });
+            a.rows_times_row_major::<S>(rows, b.data, n, acc);
             for (p, &v) in acc.iter().enumerate() {
                 // SAFETY: rows r0..r0+len of a row-major C are this task's alone.
                 unsafe { out.0.add(r0 * n + p).write(T::from_acc(v)) };
@@ -322,6 +339,46 @@ fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
 impl<T: Scalar> RowSource<T> for Csr<T> {
     fn nrows(&self) -> usize {
         Csr::nrows(self)
+    }
+
+    /// Each row of C in tiles of [`TILE`] columns summed in registers, stored once: adding
+    /// every entry's product into a buffer would load and store the row once per entry.
+    #[inline(always)]
+    fn rows_times_row_major<S: Semiring<T>>(
+        &self,
+        rows: Range<usize>,
+        b: &[T],
+        n: usize,
+        c: &mut [T::Acc],
+    ) {
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        let tiles = n / TILE * TILE;
+        for (c_row, ends) in c.chunks_exact_mut(n).zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            let (cols, vals) = (&all_cols[s..e], &all_vals[s..e]);
+            for j0 in (0..tiles).step_by(TILE) {
+                let mut sums = [S::zero(); TILE];
+                for (&k, &av) in cols.iter().zip(vals) {
+                    let b_tile = &b[k as usize * n + j0..k as usize * n + j0 + TILE];
+                    for (sum, &bv) in sums.iter_mut().zip(b_tile) {
+                        *sum = S::fma(*sum, av, bv);
+                    }
+                }
+                for (dst, sum) in c_row[j0..j0 + TILE].iter_mut().zip(sums) {
+                    *dst = S::add(*dst, sum);
+                }
+            }
+            if tiles < n {
+                let tail = &mut c_row[tiles..];
+                for (&k, &av) in cols.iter().zip(vals) {
+                    let b_tail = &b[k as usize * n + tiles..(k as usize + 1) * n];
+                    for (dst, &bv) in tail.iter_mut().zip(b_tail) {
+                        *dst = S::fma(*dst, av, bv);
+                    }
+                }
+            }
+        }
     }
 
     /// Each row summed in registers, four running sums wide: adding every product into memory

@@ -181,3 +181,24 @@ fn thread_counts_give_the_same_structure() {
     assert_eq!(x.col_indices(), y.col_indices());
     assert!(CpuBackend::with_threads(0).is_err());
 }
+
+#[test]
+fn row_major_spmm_in_register_tiles_and_a_tail() {
+    // 16-column tiles plus a tail of 4 and of 5 columns, and fewer columns than a tile.
+    let a = generate::rmat::<f64>(9, 6, 16);
+    let cpu = cpu();
+    for n in [3, 20, 37] {
+        let d = Dense::from_fn(a.ncols(), n, Layout::RowMajor, |i, j| {
+            ((i * 31 + j * 7) % 97) as f64 / 97.0 - 0.5
+        });
+        let c = cpu.spmm(SparseRef::Csr(&a), &d).expect("spmm");
+        let e = reference::spmm::<f64, PlusTimes>(&a, &d).expect("reference");
+        assert_eq!(c.layout(), Layout::RowMajor);
+        for (u, v) in c.data().iter().zip(e.data()) {
+            assert!(
+                (u - v).abs() <= 1e-12 * (1.0 + v.abs()),
+                "{n} columns: {u} vs {v}"
+            );
+        }
+    }
+}
