@@ -13,6 +13,7 @@ use hetsparse_core::format::Bsr;
 use hetsparse_core::{Accumulator, Result, Scalar, Semiring};
 use rayon::prelude::*;
 
+use crate::memory::filled;
 use crate::plan::{balanced_ranges, split_mut};
 
 /// `C = A · B`; shapes and block sizes must chain (the caller checks).
@@ -55,8 +56,8 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(a: &Bsr<T>, b: &Bsr<T>) -> Res
         offsets.push(total);
     }
     let block_len = r * c;
-    let mut cols = vec![0u32; total as usize];
-    let mut vals = vec![T::zero(); total as usize * block_len];
+    let mut cols = filled(total as usize, 0u32, "BSR×BSR block columns")?;
+    let mut vals = filled(total as usize * block_len, T::zero(), "BSR×BSR result")?;
     let block_ranges: Vec<Range<usize>> = ranges
         .iter()
         .map(|rg| offsets[rg.start] as usize..offsets[rg.end] as usize)

@@ -13,6 +13,8 @@ use hetsparse_core::format::Dia;
 use hetsparse_core::{Result, Scalar, Semiring};
 use rayon::prelude::*;
 
+use crate::memory::filled;
+
 /// Rows of one diagonal one task computes.
 const BLOCK: usize = 4096;
 
@@ -58,7 +60,7 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(a: &Dia<T>, b: &Dia<T>) -> Res
     }
     let offsets: Vec<i64> = diagonals.keys().copied().collect();
     let pairs: Vec<Vec<Pair>> = diagonals.into_values().collect();
-    let mut data = vec![T::zero(); m * offsets.len()];
+    let mut data = filled(m * offsets.len(), T::zero(), "DIA×DIA result")?;
     if m > 0 {
         data.par_chunks_mut(m)
             .zip(pairs.par_iter())

@@ -30,6 +30,7 @@
 
 mod bsr;
 mod dia;
+mod memory;
 mod multiply;
 mod plan;
 mod spgemm;
@@ -205,7 +206,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
     fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
         check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
-        Ok(self.install(|| multiply::spmv::<T, PlusTimes>(a, x)))
+        self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {

@@ -10,11 +10,13 @@
 use std::ops::Range;
 
 use hetsparse_core::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseRef};
-use hetsparse_core::{Result, Scalar, Semiring};
+use hetsparse_core::{Error, Result, Scalar, Semiring};
+
+use crate::memory::filled;
 use rayon::prelude::*;
 
 /// `y = A · x`.
-pub(crate) fn spmv<T: Scalar, S: Semiring<T>>(a: SparseRef<'_, T>, x: &[T]) -> Vec<T> {
+pub(crate) fn spmv<T: Scalar, S: Semiring<T>>(a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
     let _s = tracing::debug_span!("cpu_spmv", format = %a.format(), rows = a.shape().0).entered();
     times_dense::<T, S>(a, x, 1, Layout::ColMajor)
 }
@@ -32,7 +34,7 @@ pub(crate) fn spmm<T: Scalar, S: Semiring<T>>(
     )
     .entered();
     let (m, n) = (a.shape().0, b.ncols());
-    let data = times_dense::<T, S>(a, b.data(), n, b.layout());
+    let data = times_dense::<T, S>(a, b.data(), n, b.layout())?;
     Ok(Dense::try_new(m, n, b.layout(), data)?)
 }
 
@@ -42,25 +44,33 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
     b: &[T],
     n: usize,
     layout: Layout,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
+    let m = a.shape().0;
+    let len = m.checked_mul(n).ok_or_else(|| Error::TooLarge {
+        what: format!("a {m}×{n} product"),
+        needed: m as u64 * n as u64,
+        limit: usize::MAX as u64,
+        unit: "values",
+    })?;
+    let c = filled(len, T::zero(), "SpMM/SpMV result")?;
     let dense = DenseOperand {
         data: b,
         rows: a.shape().1,
         n,
         layout,
     };
-    match a {
-        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense),
-        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense),
-        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense),
-        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense),
-        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense),
+    Ok(match a {
+        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, c),
         SparseRef::Coo(m) if rows_in_order(m) => {
-            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense)
+            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, c)
         }
-        SparseRef::Coo(m) => scatter_times_dense::<T, S, _>(m, &dense),
-        SparseRef::Csc(m) => scatter_times_dense::<T, S, _>(m, &dense),
-    }
+        SparseRef::Coo(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
+        SparseRef::Csc(m) => scatter_times_dense::<T, S, _>(m, &dense, c),
+    })
 }
 
 /// The dense operand: `rows × n` in `layout`.
@@ -77,6 +87,19 @@ trait RowSource<T>: Sync {
     fn nrows(&self) -> usize;
     /// Calls `f(i, k, a)` for each stored entry `A[i, k] = a` with `i` in `rows`, in any order.
     fn visit(&self, rows: Range<usize>, f: impl FnMut(usize, usize, T));
+
+    /// Adds `A[rows, :] · x` to `y` (one slot per row of `rows`).
+    #[inline(always)]
+    fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc])
+    where
+        T: Scalar,
+    {
+        let r0 = rows.start;
+        self.visit(rows, |i, k, av| {
+            let c = &mut y[i - r0];
+            *c = S::fma(*c, av, x[k]);
+        });
+    }
 }
 
 /// Rows per block: enough to amortise a rayon task, few enough that the block's accumulator
@@ -92,58 +115,106 @@ struct SharedOut<T>(*mut T);
 unsafe impl<T: Send> Send for SharedOut<T> {}
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
-/// Blocks of rows in parallel, each accumulated in a per-thread buffer.
+/// Blocks of rows in parallel, each accumulated in a per-thread buffer, written into `c`
+/// (`m × n`, zeros).
 fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     a: &R,
     b: &DenseOperand<'_, T>,
+    mut c: Vec<T>,
 ) -> Vec<T> {
-    let (m, n, k_dim) = (a.nrows(), b.n, b.rows);
-    let mut c = vec![T::zero(); m * n];
+    let (m, n) = (a.nrows(), b.n);
     if n == 0 || m == 0 {
         return c;
     }
     let block = block_rows(n);
     let out = SharedOut(c.as_mut_ptr());
     let out = &out;
+    let wide = wide_vectors();
     (0..m.div_ceil(block)).into_par_iter().for_each_init(
         || vec![S::zero(); block * n],
         |acc, blk| {
             let rows = blk * block..((blk + 1) * block).min(m);
-            let (r0, len) = (rows.start, rows.len());
-            let acc = &mut acc[..len * n];
-            acc.fill(S::zero());
-            match b.layout {
-                Layout::RowMajor => {
-                    a.visit(rows, |i, k, av| {
-                        let c_row = &mut acc[(i - r0) * n..(i - r0 + 1) * n];
-                        let b_row = &b.data[k * n..(k + 1) * n];
-                        for (c, &bv) in c_row.iter_mut().zip(b_row) {
-                            *c = S::fma(*c, av, bv);
-                        }
-                    });
-                    for (p, &v) in acc.iter().enumerate() {
-                        // SAFETY: rows r0..r0+len of a row-major C are this task's alone.
-                        unsafe { *out.0.add(r0 * n + p) = T::from_acc(v) };
-                    }
-                }
-                Layout::ColMajor => {
-                    for j in 0..n {
-                        let c_col = &mut acc[j * len..(j + 1) * len];
-                        let b_col = &b.data[j * k_dim..(j + 1) * k_dim];
-                        a.visit(rows.clone(), |i, k, av| {
-                            let c = &mut c_col[i - r0];
-                            *c = S::fma(*c, av, b_col[k]);
-                        });
-                        for (p, &v) in c_col.iter().enumerate() {
-                            // SAFETY: rows r0..r0+len of each column are this task's alone.
-                            unsafe { *out.0.add(j * m + r0 + p) = T::from_acc(v) };
-                        }
-                    }
-                }
+            if wide {
+                // SAFETY: the processor has AVX2 and FMA (checked by `wide_vectors`).
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    rows_block_avx2::<T, S, R>(a, b, rows, acc, out, m)
+                };
+            } else {
+                rows_block::<T, S, R>(a, b, rows, acc, out, m);
             }
         },
     );
     c
+}
+
+/// Whether this processor runs the 256-bit instantiation of the kernels (the crate is built
+/// for the baseline x86-64, whose vectors hold two f64).
+fn wide_vectors() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`rows_block`] compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_block_avx2<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
+    a: &R,
+    b: &DenseOperand<'_, T>,
+    rows: Range<usize>,
+    acc: &mut [T::Acc],
+    out: &SharedOut<T>,
+    m: usize,
+) {
+    rows_block::<T, S, R>(a, b, rows, acc, out, m);
+}
+
+/// Rows `rows` of C, accumulated in `acc` and written to `out` (C has `m` rows).
+#[inline(always)]
+fn rows_block<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
+    a: &R,
+    b: &DenseOperand<'_, T>,
+    rows: Range<usize>,
+    acc: &mut [T::Acc],
+    out: &SharedOut<T>,
+    m: usize,
+) {
+    let (n, k_dim) = (b.n, b.rows);
+    let (r0, len) = (rows.start, rows.len());
+    let acc = &mut acc[..len * n];
+    acc.fill(S::zero());
+    match b.layout {
+        Layout::RowMajor => {
+            a.visit(rows, |i, k, av| {
+                let c_row = &mut acc[(i - r0) * n..(i - r0 + 1) * n];
+                let b_row = &b.data[k * n..(k + 1) * n];
+                for (c, &bv) in c_row.iter_mut().zip(b_row) {
+                    *c = S::fma(*c, av, bv);
+                }
+            });
+            for (p, &v) in acc.iter().enumerate() {
+                // SAFETY: rows r0..r0+len of a row-major C are this task's alone.
+                unsafe { *out.0.add(r0 * n + p) = T::from_acc(v) };
+            }
+        }
+        Layout::ColMajor => {
+            for j in 0..n {
+                let c_col = &mut acc[j * len..(j + 1) * len];
+                let b_col = &b.data[j * k_dim..(j + 1) * k_dim];
+                a.dot_rows::<S>(rows.clone(), b_col, c_col);
+                for (p, &v) in c_col.iter().enumerate() {
+                    // SAFETY: rows r0..r0+len of each column are this task's alone.
+                    unsafe { *out.0.add(j * m + r0 + p) = T::from_acc(v) };
+                }
+            }
+        }
+    }
 }
 
 /// A sparse matrix whose entries can be split into parts that are listed independently.
@@ -164,6 +235,7 @@ const SCATTER_BUDGET_BYTES: usize = 256 << 20;
 fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
     a: &E,
     b: &DenseOperand<'_, T>,
+    mut c: Vec<T>,
 ) -> Vec<T> {
     let (m, n, k_dim) = (a.nrows(), b.n, b.rows);
     let size = (m * n).max(1) * std::mem::size_of::<T::Acc>();
@@ -192,7 +264,6 @@ fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
             acc
         })
         .collect();
-    let mut c = vec![T::zero(); m * n];
     c.par_chunks_mut(4096).enumerate().for_each(|(chunk, out)| {
         let base = chunk * 4096;
         for (p, o) in out.iter_mut().enumerate() {
@@ -210,7 +281,29 @@ impl<T: Scalar> RowSource<T> for Csr<T> {
     fn nrows(&self) -> usize {
         Csr::nrows(self)
     }
-    #[inline]
+
+    /// Each row summed in registers, four running sums wide: adding every product into memory
+    /// would chain them all through a store and a load.
+    #[inline(always)]
+    fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc]) {
+        for (y, i) in y.iter_mut().zip(rows) {
+            let (cols, vals) = self.row(i);
+            let mut sums = [S::zero(); 4];
+            let (cols4, vals4) = (cols.chunks_exact(4), vals.chunks_exact(4));
+            let (cols_tail, vals_tail) = (cols4.remainder(), vals4.remainder());
+            for (c, v) in cols4.zip(vals4) {
+                for lane in 0..4 {
+                    sums[lane] = S::fma(sums[lane], v[lane], x[c[lane] as usize]);
+                }
+            }
+            let mut sum = S::add(S::add(sums[0], sums[1]), S::add(sums[2], sums[3]));
+            for (&k, &v) in cols_tail.iter().zip(vals_tail) {
+                sum = S::fma(sum, v, x[k as usize]);
+            }
+            *y = S::add(*y, sum);
+        }
+    }
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         for i in rows {
             let (cols, vals) = self.row(i);
@@ -225,7 +318,7 @@ impl<T: Scalar> RowSource<T> for Dia<T> {
     fn nrows(&self) -> usize {
         Dia::nrows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         let (m, n) = (self.nrows() as i64, self.ncols() as i64);
         for (d, &off) in self.offsets().iter().enumerate() {
@@ -244,7 +337,7 @@ impl<T: Scalar> RowSource<T> for Ellr<T> {
     fn nrows(&self) -> usize {
         Ellr::nrows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         // Slot k of every row is contiguous (column-major), so the block walks slot by slot.
         let lengths = &self.row_lengths()[rows.clone()];
@@ -267,7 +360,7 @@ impl<T: Scalar> RowSource<T> for Bsr<T> {
     fn nrows(&self) -> usize {
         Bsr::nrows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         let (r, c) = self.block_shape();
         let (offsets, block_cols, values) = (self.row_offsets(), self.col_indices(), self.values());
@@ -292,7 +385,7 @@ impl<T: Scalar> RowSource<T> for Cspr<T> {
     fn nrows(&self) -> usize {
         Cspr::nrows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         // Linear indices are sorted, so the rows' entries are one contiguous run; the row is
         // tracked by comparing with the next row's first index instead of dividing.
@@ -323,7 +416,7 @@ impl<T: Scalar> RowSource<T> for OrderedCoo<'_, T> {
     fn nrows(&self) -> usize {
         self.0.nrows()
     }
-    #[inline]
+    #[inline(always)]
     fn visit(&self, rows: Range<usize>, f: impl FnMut(usize, usize, T)) {
         let r = self.0.row_indices();
         let from = r.partition_point(|&i| (i as usize) < rows.start);

@@ -21,6 +21,7 @@ use hetsparse_core::format::Csr;
 use hetsparse_core::{Error, ProductChunk, Result, Scalar, Semiring, SpgemmAlgorithm};
 use rayon::prelude::*;
 
+use crate::memory::filled;
 use crate::plan::{self, split_mut};
 use scratch::ScratchPool;
 
@@ -62,13 +63,13 @@ impl<'a, T: Scalar> Operands<'a, T> {
     /// Row `i` of the chunk (row `row_base + i` of A).
     #[inline]
     fn a_row(&self, i: usize) -> (&'a [u32], &'a [T]) {
-        self.a.row(self.row_base + i)
+        slice_row(self.a, self.row_base + i)
     }
 
     /// Row `k` of B inside the column window.
-    #[inline]
+    #[inline(always)]
     fn b_row(&self, k: u32) -> (&'a [u32], &'a [T]) {
-        let (cols, vals) = self.b.row(k as usize);
+        let (cols, vals) = slice_row(self.b, k as usize);
         if self.whole_width {
             return (cols, vals);
         }
@@ -77,11 +78,45 @@ impl<'a, T: Scalar> Operands<'a, T> {
         (&cols[s..e], &vals[s..e])
     }
 
+    /// Asks the cache for what the kernels will read a few entries of A ahead: the row
+    /// offsets of B for entry `e + 4` of `a_cols`, and the row of B of entry `e + 2` (whose
+    /// offsets were asked for two entries earlier). Rows of B are read in random order, and
+    /// without this each one waits for memory in turn.
+    #[inline(always)]
+    fn prefetch(&self, a_cols: &[u32], e: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let offsets = self.b.row_offsets();
+            if let Some(&k) = a_cols.get(e + 4) {
+                // SAFETY: a prefetch never faults; the address is inside `offsets`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(offsets.as_ptr().add(k as usize).cast()) };
+            }
+            if let Some(&k) = a_cols.get(e + 2) {
+                let start = offsets[k as usize] as usize;
+                // SAFETY: as above; `start` is at most nnz(B), one past the end at worst,
+                // which a prefetch may name.
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(self.b.col_indices().as_ptr().add(start).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(self.b.values().as_ptr().add(start).cast());
+                }
+            }
+        }
+    }
+
     /// Intermediate products of row `i` inside the window.
     fn row_products(&self, i: usize) -> u64 {
         let (cols, _) = self.a_row(i);
         cols.iter().map(|&k| self.b_row(k).0.len() as u64).sum()
     }
+}
+
+/// Row `i` of `m` (as [`Csr::row`], inlined into the kernels' loops).
+#[inline(always)]
+fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
+    let offsets = m.row_offsets();
+    let (s, e) = (offsets[i] as usize, offsets[i + 1] as usize);
+    (&m.col_indices()[s..e], &m.values()[s..e])
 }
 
 /// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`.
@@ -158,8 +193,8 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         limit: usize::MAX as u64,
         unit: "entries",
     })?;
-    let mut cols = alloc(len, 0u32, "column indices of C")?;
-    let mut vals = alloc(len, T::zero(), "values of C")?;
+    let mut cols = filled(len, 0u32, "column indices of C")?;
+    let mut vals = filled(len, T::zero(), "values of C")?;
 
     {
         let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
@@ -225,26 +260,4 @@ fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
             "the numeric phase produced {written} entries, the symbolic phase counted {counted}"
         ),
     }
-}
-
-/// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`] when the host cannot
-/// provide them.
-fn alloc<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        backend: "cpu".into(),
-        what: what.into(),
-        needed_bytes: (len as u64).saturating_mul(std::mem::size_of::<X>() as u64),
-        available_bytes: hetsparse_core::host_memory_bytes(),
-    })?;
-    v.spare_capacity_mut()[..len]
-        .par_chunks_mut(1 << 16)
-        .for_each(|chunk| {
-            for slot in chunk {
-                slot.write(fill);
-            }
-        });
-    // SAFETY: the first `len` slots were all written just above.
-    unsafe { v.set_len(len) };
-    Ok(v)
 }

@@ -122,7 +122,19 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         return 0;
     }
     let (a_cols, a_vals) = ops.a_row(i);
-    match choose::<T::Acc>(products, a_cols.len(), ops.width()) {
+    if NUMERIC && cols.len() == ops.width() && a_cols.len() > 1 {
+        return full_row::<T, S>(ops, a_cols, a_vals, s, cols, vals);
+    }
+    let kind = choose::<T::Acc>(products, a_cols.len(), ops.width());
+    if matches!(kind, Kind::Hash | Kind::Dense | Kind::Panels) {
+        // Rows whose columns lie close together (banded, stencil, road-like matrices) use a
+        // dense accumulator over just their span, which stays in cache however wide C is.
+        let (first, last) = column_span(ops, a_cols);
+        if last - first < panel_columns::<T::Acc>() {
+            return dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, first, last + 1, s, cols, vals);
+        }
+    }
+    match kind {
         Kind::Scale => {
             let (b_cols, b_vals) = ops.b_row(a_cols[0]);
             if NUMERIC {
@@ -145,7 +157,9 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             };
             hash_row::<T, S, NUMERIC>(ops, a_cols, a_vals, entries, s, cols, vals)
         }
-        Kind::Dense => dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, cols, vals),
+        Kind::Dense => {
+            dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, 0, ops.width(), s, cols, vals)
+        }
         Kind::Panels => panel_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, cols, vals),
     }
 }
@@ -162,7 +176,8 @@ fn sort_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     if !NUMERIC {
         let columns = &mut s.columns;
         columns.clear();
-        for &k in a_cols {
+        for (e, &k) in a_cols.iter().enumerate() {
+            ops.prefetch(a_cols, e);
             columns.extend_from_slice(ops.b_row(k).0);
         }
         columns.sort_unstable();
@@ -170,7 +185,8 @@ fn sort_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     }
     let pairs = &mut s.pairs;
     pairs.clear();
-    for (&k, &av) in a_cols.iter().zip(a_vals) {
+    for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+        ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
         pairs.extend(
             b_cols
@@ -222,7 +238,8 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     let mask = s.hash_table(entries);
     let (keys, values) = (&mut s.keys, &mut s.values);
     let mut n = 0;
-    for (&k, &av) in a_cols.iter().zip(a_vals) {
+    for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+        ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
         for (&j, &bv) in b_cols.iter().zip(b_vals) {
             let mut h = hash(j, mask);
@@ -251,37 +268,62 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             }
         }
     }
-    if NUMERIC {
-        let pairs = &mut s.pairs;
-        pairs.clear();
-        pairs.extend(
-            keys[..=mask]
-                .iter()
-                .zip(&values[..=mask])
-                .filter(|(&key, _)| key != EMPTY)
-                .map(|(&key, &v)| (key, v)),
-        );
-        pairs.sort_unstable_by_key(|p| p.0);
-        write_merged::<T, S>(pairs, ops.lo, cols, vals);
+    if NUMERIC && n == cols.len() {
+        // Sorting the bare columns and probing again for each value is cheaper than sorting
+        // (column, value) pairs.
+        let mut p = 0;
+        for &key in &keys[..=mask] {
+            if key != EMPTY {
+                cols[p] = key;
+                p += 1;
+            }
+        }
+        cols.sort_unstable();
+        for (c, v) in cols.iter_mut().zip(vals.iter_mut()) {
+            let mut h = hash(*c, mask);
+            while keys[h] != *c {
+                h = (h + 1) & mask;
+            }
+            *v = T::from_acc(values[h]);
+            *c -= ops.lo;
+        }
     }
     n
 }
 
-/// A dense accumulator over all of C's columns.
+/// The smallest and largest column (relative to the window) the row's products reach; the
+/// rows of B are sorted, so only their ends are read.
+fn column_span<T: Scalar>(ops: &Operands<'_, T>, a_cols: &[u32]) -> (usize, usize) {
+    let (mut first, mut last) = (u32::MAX, 0u32);
+    for &k in a_cols {
+        let b_cols = ops.b_row(k).0;
+        if let (Some(&f), Some(&l)) = (b_cols.first(), b_cols.last()) {
+            first = first.min(f);
+            last = last.max(l);
+        }
+    }
+    ((first - ops.lo) as usize, (last - ops.lo) as usize)
+}
+
+/// A dense accumulator over columns `start..end` of C, which the row's products stay within.
+#[allow(clippy::too_many_arguments)]
 fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
+    start: usize,
+    end: usize,
     s: &mut Scratch<T::Acc>,
     cols: &mut [u32],
     vals: &mut [T],
 ) -> usize {
-    let width = ops.width();
+    let width = end - start;
     let generation = s.dense_row(width);
     let (stamps, dense) = (&mut s.stamps[..width], &mut s.dense[..width]);
-    let lo = ops.lo;
+    let lo = ops.lo + start as u32;
     let mut n = 0;
-    for (&k, &av) in a_cols.iter().zip(a_vals) {
+    for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+        ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
         for (&j, &bv) in b_cols.iter().zip(b_vals) {
             let j = (j - lo) as usize;
@@ -300,7 +342,7 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         }
     }
     if NUMERIC && n == cols.len() {
-        emit_dense(stamps, dense, generation, 0, cols, vals);
+        emit_dense(stamps, dense, generation, start, cols, vals);
     }
     n
 }
@@ -333,6 +375,48 @@ fn emit_dense<T: Scalar>(
             *c += base as u32;
         }
     }
+}
+
+/// A row of C known to fill every column: a dense accumulator with no marker, and every
+/// column written in order.
+fn full_row<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    a_cols: &[u32],
+    a_vals: &[T],
+    s: &mut Scratch<T::Acc>,
+    cols: &mut [u32],
+    vals: &mut [T],
+) -> usize {
+    let width = ops.width();
+    s.dense_row(width);
+    let dense = &mut s.dense[..width];
+    dense.fill(S::zero());
+    let lo = ops.lo;
+    for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+        ops.prefetch(a_cols, e);
+        let (b_cols, b_vals) = ops.b_row(k);
+        if b_cols.len() == width {
+            // A full row of B: contiguous, no indices needed.
+            for (c, &bv) in dense.iter_mut().zip(b_vals) {
+                *c = S::add(*c, S::mul(av, bv));
+            }
+        } else {
+            for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                let c = &mut dense[(j - lo) as usize];
+                *c = S::add(*c, S::mul(av, bv));
+            }
+        }
+    }
+    for (j, ((c, v), &acc)) in cols
+        .iter_mut()
+        .zip(vals.iter_mut())
+        .zip(dense.iter())
+        .enumerate()
+    {
+        *c = j as u32;
+        *v = T::from_acc(acc);
+    }
+    width
 }
 
 /// A dense accumulator over one cache-sized panel of C's columns at a time; each entry of A
