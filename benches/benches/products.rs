@@ -1,8 +1,9 @@
-//! Criterion benchmarks: SpGEMM (every algorithm a backend lists), SpMM with 32 dense columns
-//! and SpMV, on one generated matrix of every class, for every backend compiled in.
+//! Criterion benchmarks: SpGEMM (every algorithm a backend lists, and DIA×DIA and BSR×BSR where
+//! the class suits them), SpMM with 32 dense columns and SpMV (in every format the backend lists
+//! and the class suits), on one generated matrix of every class, for every backend compiled in.
 //!
 //! Groups are named `operation/class`, functions after the implementation (`cpu`,
-//! `cpu:RowRow`, ...); throughput is in elements = flops (two per intermediate product), so
+//! `cpu:RowRow`, `cpu:Ellr`, ...); throughput is in elements = flops (two per intermediate product), so
 //! criterion's `Gelem/s` reads as GFLOP/s.
 //!
 //! Environment: `HETSPARSE_BENCH_QUICK=1` for small sizes, `HETSPARSE_BENCH_THREADS=N` for the

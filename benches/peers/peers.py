@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 PEERS = ["scipy", "mkl", "graphblas", "cusparse"]
 SPMM_COLUMNS = 32
@@ -216,6 +217,9 @@ def main():
     import numpy as np
     import scipy.io
     import scipy.sparse as sp
+    # scipy 1.17 announces that mmread will return sparse arrays; we convert to csr_matrix,
+    # which every peer takes, either way.
+    warnings.filterwarnings("ignore", message="The default value for `spmatrix`")
 
     budget = Budget(args.quick)
     folder = os.path.dirname(os.path.abspath(args.manifest))

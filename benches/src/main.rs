@@ -239,24 +239,27 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
                 }
             }
         }
-    }
-    let text = to_tsv(&setup, &records);
-    match &o.out {
-        Some(path) => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    Error::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
-                })?;
-            }
-            std::fs::write(path, text).map_err(|e| {
-                Error::InvalidArgument(format!("cannot write {}: {e}", path.display()))
-            })
-        }
-        None => {
-            print!("{text}");
-            Ok(())
+        // Save after every case, so that a run stopped at a time limit keeps what it measured.
+        if o.out.is_some() {
+            save(o.out.as_deref(), &to_tsv(&setup, &records))?;
         }
     }
+    save(o.out.as_deref(), &to_tsv(&setup, &records))
+}
+
+/// Writes a result file, or prints it without `--out`.
+fn save(out: Option<&std::path::Path>, text: &str) -> Result<()> {
+    let Some(path) = out else {
+        print!("{text}");
+        return Ok(());
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            Error::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
+        })?;
+    }
+    std::fs::write(path, text)
+        .map_err(|e| Error::InvalidArgument(format!("cannot write {}: {e}", path.display())))
 }
 
 fn progress(r: &Record) {
