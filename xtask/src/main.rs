@@ -1,15 +1,35 @@
-//! `cargo xtask`: project tasks.
+//! `cargo xtask`: project tasks. Each task lives in its own module; this file only dispatches.
+mod bench;
 mod kernels;
 
-fn main() {
-    let task = std::env::args().nth(1);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let result = match task.as_deref() {
-        Some("kernels") => kernels::run(&root),
-        _ => Err("usage: cargo xtask <kernels|download|bench>".to_string()),
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <task> [ARGS]
+tasks:
+  kernels
+        compile kernels-cuda/*.cu to the committed PTX (nvcc; ISA 8.0, checked with ptxas 12.0)
+  bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
+        benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
+        generated matrix classes and print one markdown table (docs/benchmarks.md)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => bench::run(&args[1..]),
+        Some("kernels") => {
+            kernels::run(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        }
+        Some("-h" | "--help") | None => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n{USAGE}")),
     };
-    if let Err(e) = result {
-        eprintln!("xtask: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cargo xtask: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,338 @@
+//! The benchmark set: one generated instance of every matrix class, at a full and a quick size.
+//!
+//! Full sizes are chosen so that one SpGEMM on the 2-core development machine takes between
+//! 20 ms and 5 s with a parallel CPU backend; quick sizes make a smoke run finish in seconds.
+//! Every instance is a pure function of its class, size and [`SEED`], so the matrices that
+//! `cargo xtask bench` writes for the peers are the ones the criterion benches generate.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use hetsparse_core::generate::{self, MatrixClass};
+use hetsparse_core::{analysis, reference, PlusTimes};
+use hetsparse_core::{
+    Bsr, Coo, Cspr, Csr, Dense, Dia, Ellr, Layout, Result, SparseFormat, SparseRef,
+};
+
+/// Seed of every generated operand.
+pub const SEED: u64 = 2026;
+
+/// Dense columns of the SpMM operand (issue 3: "SpMM with 32 dense columns").
+pub const SPMM_COLUMNS: usize = 32;
+
+/// Which sizes to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scale {
+    /// Sizes for reported numbers.
+    Full,
+    /// Small sizes for a smoke run.
+    Quick,
+}
+
+impl Scale {
+    /// Lowercase name, used as the cache folder of the exported matrices.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Full => "full",
+            Scale::Quick => "quick",
+        }
+    }
+
+    /// Quick when the environment variable `HETSPARSE_BENCH_QUICK` is set to anything but
+    /// `0` or the empty string (the switch `cargo bench` passes to the criterion benches).
+    pub fn from_env() -> Scale {
+        match std::env::var("HETSPARSE_BENCH_QUICK") {
+            Ok(v) if !v.is_empty() && v != "0" => Scale::Quick,
+            _ => Scale::Full,
+        }
+    }
+}
+
+impl fmt::Display for Scale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One benchmark instance: a matrix class at a size (the `size` of
+/// [`generate::product_operands`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Case {
+    /// The structure.
+    pub class: MatrixClass,
+    /// About how many rows A has (see [`generate::product_operands`] for each class's shape).
+    pub size: usize,
+}
+
+impl Case {
+    /// File stem of the exported operands: class and size, e.g. `stencil3d-15000`.
+    pub fn stem(&self) -> String {
+        format!("{}-{}", self.class.name(), self.size)
+    }
+
+    /// Generates the operands and measures the product.
+    pub fn generate(&self) -> Result<Operands> {
+        let (a, b) = generate::product_operands::<f64>(self.class, self.size, SEED);
+        let products = analysis::total_products(&a, &b)?;
+        let product_nnz = analysis::symbolic_row_nnz(&a, &b)?.iter().sum();
+        let dense = spmm_operand(a.ncols());
+        let vector = spmv_operand(a.ncols());
+        let formats = Formats::new(&a, self.block_shape());
+        let square = a == b;
+        Ok(Operands {
+            case: *self,
+            a,
+            b,
+            square,
+            formats,
+            dense,
+            vector,
+            products,
+            product_nnz,
+            expected: Expected::default(),
+        })
+    }
+
+    /// The BSR block shape of the classes whose structure has blocks: the stencil's 3 unknowns
+    /// per node, and the dense matrix.
+    pub fn block_shape(&self) -> Option<(usize, usize)> {
+        match self.class {
+            MatrixClass::Stencil3d => Some((3, 3)),
+            MatrixClass::Dense => Some((8, 8)),
+            _ => None,
+        }
+    }
+}
+
+/// Largest padded ELLPACK-R or DIA copy of A the benches build: a format that needs more for
+/// a class (ELLPACK-R of the skewed class's full rows, DIA of a scattered graph) does not suit
+/// it and is not measured.
+pub const MAX_PADDED_BYTES: u64 = 512 << 20;
+
+/// A in the other formats SpMV and SpMM take, where the format suits the matrix.
+#[derive(Clone, Debug)]
+pub struct Formats {
+    /// COO.
+    pub coo: Coo<f64>,
+    /// CSPR.
+    pub cspr: Cspr<f64>,
+    /// ELLPACK-R, unless its padding exceeds [`MAX_PADDED_BYTES`].
+    pub ellr: Option<Ellr<f64>>,
+    /// DIA, unless its diagonals exceed [`MAX_PADDED_BYTES`].
+    pub dia: Option<Dia<f64>>,
+    /// BSR, for classes with a [`Case::block_shape`].
+    pub bsr: Option<Bsr<f64>>,
+}
+
+impl Formats {
+    fn new(a: &Csr<f64>, block_shape: Option<(usize, usize)>) -> Formats {
+        Formats {
+            coo: a.to_coo(),
+            cspr: Cspr::from_csr(a),
+            ellr: Ellr::from_csr(a, MAX_PADDED_BYTES).ok(),
+            dia: Dia::from_csr(a, MAX_PADDED_BYTES).ok(),
+            bsr: block_shape.and_then(|s| Bsr::from_csr(a, s).ok()),
+        }
+    }
+}
+
+impl Operands {
+    /// `A · B` by the serial reference.
+    pub fn expected_product(&self) -> Result<&Csr<f64>> {
+        cached(&self.expected.product, || {
+            reference::spgemm::<f64, PlusTimes>(&self.a, &self.b)
+        })
+    }
+
+    /// `A · dense` by the serial reference.
+    pub fn expected_spmm(&self) -> Result<&Dense<f64>> {
+        cached(&self.expected.spmm, || {
+            reference::spmm::<f64, PlusTimes>(&self.a, &self.dense)
+        })
+    }
+
+    /// `A · vector` by the serial reference.
+    pub fn expected_spmv(&self) -> Result<&Vec<f64>> {
+        cached(&self.expected.spmv, || {
+            reference::spmv::<f64, PlusTimes>(&self.a, &self.vector)
+        })
+    }
+
+    /// A in `format`, where it was built (CSR always).
+    pub fn a_as(&self, format: SparseFormat) -> Option<SparseRef<'_, f64>> {
+        let f = &self.formats;
+        match format {
+            SparseFormat::Csr => Some(SparseRef::Csr(&self.a)),
+            SparseFormat::Coo => Some(SparseRef::Coo(&f.coo)),
+            SparseFormat::Cspr => Some(SparseRef::Cspr(&f.cspr)),
+            SparseFormat::Ellr => f.ellr.as_ref().map(SparseRef::Ellr),
+            SparseFormat::Dia => f.dia.as_ref().map(SparseRef::Dia),
+            SparseFormat::Bsr => f.bsr.as_ref().map(SparseRef::Bsr),
+            SparseFormat::Csc => None,
+        }
+    }
+}
+
+/// Every class at the given scale, in [`MatrixClass::ALL`]'s order.
+pub fn cases(scale: Scale) -> Vec<Case> {
+    MatrixClass::ALL
+        .iter()
+        .map(|&class| Case {
+            class,
+            size: size(class, scale),
+        })
+        .collect()
+}
+
+/// The `size` argument of each class. The full sizes put each product at 26–135 million
+/// intermediate products (the dense class is capped at 512 by the generator: 134 million);
+/// `hetsparse-bench list` prints the resulting shapes and counts. Products whose entries
+/// scatter over a wide result cost most per product, so two classes are smaller than the
+/// rest: power-law at scale 15 (at 16, 123 million products and 67 million entries took MKL
+/// over 5 s on 2 cores) and LP at 500 000 columns (at a million, A·Aᵀ took MKL 6.5 s).
+fn size(class: MatrixClass, scale: Scale) -> usize {
+    let full = match class {
+        MatrixClass::Stencil3d => 15_000,
+        MatrixClass::Banded => 1_000_000,
+        MatrixClass::PowerLaw => 1 << 15,
+        MatrixClass::Uniform => 1_000_000,
+        MatrixClass::Road => 4_000_000,
+        MatrixClass::Skewed => 150_000,
+        MatrixClass::LpRectangular => 500_000,
+        MatrixClass::Dense => 512,
+    };
+    match scale {
+        Scale::Full => full,
+        // A 20th of the rows (the dense class a third of its side): products shrink by 20 or
+        // more, except for the power-law class, whose products grow faster than its rows.
+        Scale::Quick => match class {
+            MatrixClass::Dense => full / 3,
+            MatrixClass::PowerLaw => full / 16,
+            _ => full / 20,
+        },
+    }
+}
+
+/// The generated operands of a [`Case`] and what its SpGEMM costs.
+#[derive(Clone, Debug)]
+pub struct Operands {
+    /// Which instance these are.
+    pub case: Case,
+    /// Left operand of SpGEMM, SpMM and SpMV.
+    pub a: Csr<f64>,
+    /// Right operand of SpGEMM (A itself, or Aᵀ for the LP class).
+    pub b: Csr<f64>,
+    /// Whether B is A (then DIA×DIA and BSR×BSR square A's DIA and BSR forms).
+    pub square: bool,
+    /// A in other formats.
+    pub formats: Formats,
+    /// Right operand of SpMM: `A.ncols() × 32`, row-major, entries from [`dense_value`].
+    pub dense: Dense<f64>,
+    /// Right operand of SpMV: entries `dense_value(i, 0)`.
+    pub vector: Vec<f64>,
+    /// Intermediate products of `A · B`.
+    pub products: u64,
+    /// Entries of `A · B`.
+    pub product_nnz: u64,
+    expected: Expected,
+}
+
+/// Results of the serial reference, computed on first use: what checked runs compare with.
+#[derive(Clone, Debug, Default)]
+struct Expected {
+    product: OnceLock<Csr<f64>>,
+    spmm: OnceLock<Dense<f64>>,
+    spmv: OnceLock<Vec<f64>>,
+}
+
+/// The value in `cell`, computed by `f` the first time.
+fn cached<T>(cell: &OnceLock<T>, f: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = f()?;
+    Ok(cell.get_or_init(|| v))
+}
+
+/// Entry `(i, j)` of the dense SpMM operand, in (0, 1]: a fixed formula, so that the peers'
+/// script builds the same operand (`benches/peers/peers.py`).
+pub fn dense_value(i: usize, j: usize) -> f64 {
+    ((i * 31 + j * 7) % 97 + 1) as f64 / 97.0
+}
+
+fn spmm_operand(rows: usize) -> Dense<f64> {
+    Dense::from_fn(rows, SPMM_COLUMNS, Layout::RowMajor, dense_value)
+}
+
+fn spmv_operand(rows: usize) -> Vec<f64> {
+    (0..rows).map(|i| dense_value(i, 0)).collect()
+}
+
+impl FromStr for Scale {
+    type Err = hetsparse_core::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "full" => Ok(Scale::Full),
+            "quick" => Ok(Scale::Quick),
+            _ => Err(hetsparse_core::Error::InvalidArgument(format!(
+                "unknown scale `{s}`; expected `full` or `quick`"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_class_once_per_scale() {
+        for scale in [Scale::Full, Scale::Quick] {
+            let classes: Vec<_> = cases(scale).iter().map(|c| c.class).collect();
+            assert_eq!(classes, MatrixClass::ALL);
+        }
+    }
+
+    #[test]
+    fn quick_is_smaller() {
+        for (q, f) in cases(Scale::Quick).iter().zip(cases(Scale::Full)) {
+            assert!(q.size < f.size, "{q:?} vs {f:?}");
+        }
+    }
+
+    #[test]
+    fn quick_operands_are_consistent() {
+        let case = Case {
+            class: MatrixClass::LpRectangular,
+            size: 2000,
+        };
+        let ops = case.generate().unwrap();
+        assert_eq!(ops.a.ncols(), ops.b.nrows());
+        assert_eq!(ops.dense.shape(), (ops.a.ncols(), SPMM_COLUMNS));
+        assert_eq!(ops.vector.len(), ops.a.ncols());
+        let c = hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&ops.a, &ops.b)
+            .unwrap();
+        assert_eq!(c.nnz(), ops.product_nnz);
+        assert!(ops.products >= ops.product_nnz);
+    }
+
+    #[test]
+    fn dense_values_are_in_range() {
+        for i in 0..200 {
+            for j in 0..SPMM_COLUMNS {
+                let v = dense_value(i, j);
+                assert!(v > 0.0 && v <= 1.0);
+            }
+        }
+    }
+
+    #[test]
+    fn scale_names_round_trip() {
+        for s in [Scale::Full, Scale::Quick] {
+            assert_eq!(s.name().parse::<Scale>().unwrap(), s);
+        }
+        assert!("medium".parse::<Scale>().is_err());
+    }
+}

@@ -1,0 +1,280 @@
+//! `hetsparse-bench`: the timing tool behind `cargo xtask bench`.
+//!
+//! ```text
+//! hetsparse-bench list   [--quick]                        shapes and costs of every case
+//! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
+//! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
+//!                        [--budget quick|full] [--suffix S] [--out FILE]
+//! hetsparse-bench report FILE...                          markdown table of result files
+//! ```
+//!
+//! `time` measures every backend compiled in (Cargo features `cpu`, `cuda`, `opencl`) and
+//! writes a result file (see `hetsparse_bench::results`). Options of `time`:
+//! - `--threads 1,2,4`: the CPU backend's threads; with several counts every backend is
+//!   measured once per count and its name gets `@N` (a scaling run);
+//! - `--ops spgemm,spmv`: only these operations (names as in the table: `spgemm` is the
+//!   backend's default algorithm, `spgemm:RowRow` one chosen algorithm, `spmm32`, `spmv`);
+//! - `--budget quick`: the quick scale's repetitions at any size (for short device leases);
+//! - `--suffix S`: appended to every implementation name.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use hetsparse_bench::backends::{backends, Selection};
+use hetsparse_bench::cases::{cases, Operands, Scale};
+use hetsparse_bench::operation::Measured;
+use hetsparse_bench::results::{comments, parse_tsv, to_tsv, Record};
+use hetsparse_bench::timing::Budget;
+use hetsparse_bench::{export, measure_backend, report};
+use hetsparse_core::{Error, Result};
+
+const USAGE: &str = "usage: hetsparse-bench list [--quick]
+       hetsparse-bench export --dir DIR [--quick]
+       hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
+                            [--budget quick|full] [--suffix S] [--out FILE]
+       hetsparse-bench report FILE...";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hetsparse-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Options shared by the subcommands.
+#[derive(Default)]
+struct Options {
+    scale: Option<Scale>,
+    dir: Option<PathBuf>,
+    out: Option<PathBuf>,
+    threads: Vec<usize>,
+    ops: Vec<String>,
+    budget: Option<Scale>,
+    reference: bool,
+    suffix: String,
+    files: Vec<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| usage(&format!("{flag} needs a value")))
+        };
+        match arg.as_str() {
+            "--quick" => o.scale = Some(Scale::Quick),
+            "--reference" => o.reference = true,
+            "--dir" => o.dir = Some(value("--dir")?.into()),
+            "--out" => o.out = Some(value("--out")?.into()),
+            "--suffix" => o.suffix = value("--suffix")?,
+            "--threads" => {
+                for v in value("--threads")?.split(',') {
+                    let n = v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        usage(&format!("--threads `{v}` is not a positive count"))
+                    })?;
+                    o.threads.push(n);
+                }
+            }
+            "--ops" => o.ops.extend(
+                value("--ops")?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            ),
+            "--budget" => o.budget = Some(value("--budget")?.parse()?),
+            flag if flag.starts_with("--") => return Err(usage(&format!("unknown flag {flag}"))),
+            file => o.files.push(file.into()),
+        }
+    }
+    Ok(o)
+}
+
+fn usage(problem: &str) -> Error {
+    Error::InvalidArgument(format!("{problem}\n{USAGE}"))
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(usage("no subcommand"));
+    };
+    let o = parse(rest)?;
+    if command != "report" && !o.files.is_empty() {
+        return Err(usage(&format!(
+            "unexpected argument {}",
+            o.files[0].display()
+        )));
+    }
+    let scale = o.scale.unwrap_or_else(Scale::from_env);
+    match command.as_str() {
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        "list" => list(scale),
+        "export" => {
+            let dir = o.dir.ok_or_else(|| usage("export needs --dir DIR"))?;
+            let all = generate_all(scale)?;
+            let manifest = export::export(&dir, scale, &all)?;
+            eprintln!("wrote {}", manifest.display());
+            Ok(())
+        }
+        "time" => time(scale, &o),
+        "report" => {
+            if o.files.is_empty() {
+                return Err(usage("report needs at least one result file"));
+            }
+            let mut records = Vec::new();
+            let mut setup = Vec::new();
+            for f in &o.files {
+                let text = std::fs::read_to_string(f).map_err(|e| {
+                    Error::InvalidArgument(format!("cannot read {}: {e}", f.display()))
+                })?;
+                records.extend(parse_tsv(&text, &f.display().to_string())?);
+                setup.extend(comments(&text));
+            }
+            print!("{}", report::markdown(&records));
+            if !setup.is_empty() {
+                println!("\nSetup:");
+                for line in setup {
+                    println!("- {line}");
+                }
+            }
+            Ok(())
+        }
+        other => Err(usage(&format!("unknown subcommand {other}"))),
+    }
+}
+
+fn generate_all(scale: Scale) -> Result<Vec<Operands>> {
+    cases(scale)
+        .iter()
+        .map(|c| {
+            eprintln!("generating {}", c.stem());
+            c.generate()
+        })
+        .collect()
+}
+
+fn list(scale: Scale) -> Result<()> {
+    println!("| class | size | A | nnz(A) | B | products | nnz(C) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for case in cases(scale) {
+        let ops = case.generate()?;
+        println!(
+            "| {} | {} | {}×{} | {} | {}×{} | {} | {} |",
+            case.class,
+            case.size,
+            ops.a.nrows(),
+            ops.a.ncols(),
+            ops.a.nnz(),
+            ops.b.nrows(),
+            ops.b.ncols(),
+            ops.products,
+            ops.product_nnz
+        );
+    }
+    Ok(())
+}
+
+fn time(scale: Scale, o: &Options) -> Result<()> {
+    // One set of backends per thread count; several counts tag each name with `@N`.
+    let counts: Vec<Option<usize>> = match o.threads.as_slice() {
+        [] => vec![None],
+        list => list.iter().map(|&n| Some(n)).collect(),
+    };
+    let mut sets = Vec::new();
+    let mut records = Vec::new();
+    let rayon = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
+    let mut setup = vec![format!(
+        "hetsparse-bench: {scale} sizes, {} timing, RAYON_NUM_THREADS={rayon}",
+        o.budget.unwrap_or(scale)
+    )];
+    for &threads in &counts {
+        let suffix = match threads {
+            Some(n) if counts.len() > 1 => format!("{}@{n}", o.suffix),
+            _ => o.suffix.clone(),
+        };
+        let (ready, unavailable) = backends(Selection {
+            threads,
+            reference: o.reference,
+        })?;
+        records.extend(unavailable.iter().map(|u| Record {
+            implementation: format!("{}{suffix}", u.name),
+            class: "*".into(),
+            operation: "*".into(),
+            seconds: None,
+            flops: 0,
+            note: u.reason.clone(),
+        }));
+        for reg in &ready {
+            let info = reg.backend.info();
+            setup.push(format!(
+                "{}{suffix}: {} ({} compute units)",
+                reg.name, info.name, info.compute_units
+            ));
+        }
+        sets.push((suffix, ready));
+    }
+    if sets.iter().all(|(_, ready)| ready.is_empty()) {
+        eprintln!("no backend to measure: build with --features cpu (or cuda, opencl), or pass --reference");
+    }
+    let wanted = |op: Measured| o.ops.is_empty() || o.ops.iter().any(|w| *w == op.to_string());
+    let budget = Budget::for_scale(o.budget.unwrap_or(scale));
+    for case in cases(scale) {
+        eprintln!("generating {}", case.stem());
+        let ops = case.generate()?;
+        for (suffix, ready) in &sets {
+            for reg in ready {
+                for mut r in measure_backend(reg.backend.as_ref(), &ops, budget, wanted) {
+                    r.implementation.push_str(suffix);
+                    progress(&r);
+                    records.push(r);
+                }
+            }
+        }
+        // Save after every case, so that a run stopped at a time limit keeps what it measured.
+        if o.out.is_some() {
+            save(o.out.as_deref(), &to_tsv(&setup, &records))?;
+        }
+    }
+    save(o.out.as_deref(), &to_tsv(&setup, &records))
+}
+
+/// Writes a result file, or prints it without `--out`.
+fn save(out: Option<&std::path::Path>, text: &str) -> Result<()> {
+    let Some(path) = out else {
+        print!("{text}");
+        return Ok(());
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            Error::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
+        })?;
+    }
+    std::fs::write(path, text)
+        .map_err(|e| Error::InvalidArgument(format!("cannot write {}: {e}", path.display())))
+}
+
+fn progress(r: &Record) {
+    match r.gflops() {
+        Some(g) => eprintln!(
+            "{:<24} {:<7} {:<10} {:>10.4} s {:>8.3} GFLOP/s",
+            r.implementation,
+            r.operation,
+            r.class,
+            r.seconds.unwrap_or_default(),
+            g
+        ),
+        None => eprintln!(
+            "{:<24} {:<7} {:<10} failed: {}",
+            r.implementation, r.operation, r.class, r.note
+        ),
+    }
+}

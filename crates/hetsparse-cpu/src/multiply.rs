@@ -1,0 +1,587 @@
+//! SpMV and SpMM: a sparse matrix of any format times a vector or a dense matrix.
+//!
+//! SpMV is SpMM with one column. Formats that can list the entries of a range of rows (CSR,
+//! DIA, ELLPACK-R, BSR, CSPR, and COO when its triplets are in row order) run
+//! [`rows_times_dense`]: blocks of rows in parallel, each accumulated in a small buffer that
+//! stays in cache, with inner loops over contiguous data. CSC and unordered COO have no row
+//! access: [`scatter_times_dense`] gives each thread a share of the entries and a private
+//! result, and sums the results.
+
+use std::ops::Range;
+
+use hetsparse_core::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseRef};
+use hetsparse_core::{Error, Result, Scalar, Semiring};
+
+use crate::memory::{filled, reserved};
+use rayon::prelude::*;
+
+/// `y = A · x`.
+pub(crate) fn spmv<T: Scalar, S: Semiring<T>>(a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+    let _s = tracing::debug_span!("cpu_spmv", format = %a.format(), rows = a.shape().0).entered();
+    times_dense::<T, S>(a, x, 1, Layout::ColMajor)
+}
+
+/// `C = A · B`, C in B's layout.
+pub(crate) fn spmm<T: Scalar, S: Semiring<T>>(
+    a: SparseRef<'_, T>,
+    b: &Dense<T>,
+) -> Result<Dense<T>> {
+    let _s = tracing::debug_span!(
+        "cpu_spmm",
+        format = %a.format(),
+        rows = a.shape().0,
+        cols = b.ncols()
+    )
+    .entered();
+    let (m, n) = (a.shape().0, b.ncols());
+    let data = times_dense::<T, S>(a, b.data(), n, b.layout())?;
+    Ok(Dense::try_new(m, n, b.layout(), data)?)
+}
+
+/// Below this many stored entries × dense columns (and result values), a product runs on the
+/// calling thread: waking the pool's threads would cost more than the work.
+const SERIAL_WORK: u64 = 1 << 15;
+
+/// Whether `A · B` for B of `n` columns is small enough to run serially on the calling thread
+/// (never for CSC and COO, whose kernel always runs in the pool).
+pub(crate) fn runs_serially<T: Scalar>(a: &SparseRef<'_, T>, n: usize) -> bool {
+    let stored = match a {
+        SparseRef::Csr(m) => m.nnz(),
+        SparseRef::Dia(m) => (m.ndiags() as u64).saturating_mul(m.nrows() as u64),
+        SparseRef::Ellr(m) => m.nnz(),
+        SparseRef::Cspr(m) => m.nnz(),
+        SparseRef::Bsr(m) => {
+            let (r, c) = m.block_shape();
+            m.nnz_blocks().saturating_mul((r * c) as u64)
+        }
+        SparseRef::Coo(_) | SparseRef::Csc(_) => return false,
+    };
+    let n = n as u64;
+    stored.saturating_mul(n) < SERIAL_WORK && (a.shape().0 as u64).saturating_mul(n) < SERIAL_WORK
+}
+
+/// `A · B` for B of `n` columns stored in `layout` (`b.len() == A.ncols() · n`).
+fn times_dense<T: Scalar, S: Semiring<T>>(
+    a: SparseRef<'_, T>,
+    b: &[T],
+    n: usize,
+    layout: Layout,
+) -> Result<Vec<T>> {
+    let m = a.shape().0;
+    let len = m.checked_mul(n).ok_or_else(|| Error::TooLarge {
+        what: format!("a {m}×{n} product"),
+        needed: m as u64 * n as u64,
+        limit: usize::MAX as u64,
+        unit: "values",
+    })?;
+    let what = "SpMM/SpMV result";
+    let serial = runs_serially(&a, n);
+    let dense = DenseOperand {
+        data: b,
+        rows: a.shape().1,
+        n,
+        layout,
+    };
+    Ok(match a {
+        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Coo(m) if rows_in_order(m) => {
+            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, reserved(len, what)?, false)
+        }
+        SparseRef::Coo(m) => {
+            scatter_times_dense::<T, S, _>(m, &dense, filled(len, T::zero(), what)?)
+        }
+        SparseRef::Csc(m) => {
+            scatter_times_dense::<T, S, _>(m, &dense, filled(len, T::zero(), what)?)
+        }
+    })
+}
+
+/// The dense operand: `rows × n` in `layout`.
+struct DenseOperand<'b, T> {
+    data: &'b [T],
+    rows: usize,
+    n: usize,
+    layout: Layout,
+}
+
+/// A sparse matrix that can list the entries of any range of its rows.
+trait RowSource<T>: Sync {
+    /// Number of rows.
+    fn nrows(&self) -> usize;
+    /// Calls `f(i, k, a)` for each stored entry `A[i, k] = a` with `i` in `rows`, in any order.
+    fn visit(&self, rows: Range<usize>, f: impl FnMut(usize, usize, T));
+
+    /// Adds `A[rows, :] · B` to `c` (row-major, `n` columns; `b` row-major with `n` columns).
+    #[inline(always)]
+    fn rows_times_row_major<S: Semiring<T>>(
+        &self,
+        rows: Range<usize>,
+        b: &[T],
+        n: usize,
+        c: &mut [T::Acc],
+    ) where
+        T: Scalar,
+    {
+        let r0 = rows.start;
+        self.visit(rows, |i, k, av| {
+            let c_row = &mut c[(i - r0) * n..(i - r0 + 1) * n];
+            for (c, &bv) in c_row.iter_mut().zip(&b[k * n..(k + 1) * n]) {
+                *c = S::fma(*c, av, bv);
+            }
+        });
+    }
+
+    /// Adds `A[rows, :] · x` to `y` (one slot per row of `rows`).
+    #[inline(always)]
+    fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc])
+    where
+        T: Scalar,
+    {
+        let r0 = rows.start;
+        self.visit(rows, |i, k, av| {
+            let c = &mut y[i - r0];
+            *c = S::fma(*c, av, x[k]);
+        });
+    }
+}
+
+/// Columns of C one CSR row keeps in registers at a time (four 256-bit registers of f64).
+const TILE: usize = 16;
+
+/// Rows per block: enough to amortise a rayon task, few enough that the block's accumulator
+/// (`rows × n` values) stays in L1/L2.
+fn block_rows(n: usize) -> usize {
+    (8192 / n.max(1)).clamp(16, 1024)
+}
+
+/// A raw pointer to the result that tasks write disjoint parts of.
+struct SharedOut<T>(*mut T);
+// SAFETY: tasks write disjoint index sets (each its own block of rows), and the buffer outlives
+// the parallel loop.
+unsafe impl<T: Send> Send for SharedOut<T> {}
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+/// Blocks of rows in parallel (or in turn when `serial`), each accumulated in a per-thread
+/// buffer and written into `c`, which comes empty with room for the `m × n` result: the
+/// blocks write every element once, so the result is never zeroed first (a whole extra pass
+/// over memory for SpMM's large results).
+fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
+    a: &R,
+    b: &DenseOperand<'_, T>,
+    mut c: Vec<T>,
+    serial: bool,
+) -> Vec<T> {
+    let (m, n) = (a.nrows(), b.n);
+    assert!(
+        c.capacity() >= m * n,
+        "the result buffer has room for m × n values"
+    );
+    if n == 0 || m == 0 {
+        return c;
+    }
+    let block = block_rows(n);
+    let out = SharedOut(c.as_mut_ptr());
+    let out = &out;
+    let wide = wide_vectors();
+    let run = |acc: &mut Vec<T::Acc>, blk: usize| {
+        let rows = blk * block..((blk + 1) * block).min(m);
+        if wide {
+            // SAFETY: the processor has AVX2 and FMA (checked by `wide_vectors`).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                rows_block_avx2::<T, S, R>(a, b, rows, acc, out, m)
+            };
+        } else {
+            rows_block::<T, S, R>(a, b, rows, acc, out, m);
+        }
+    };
+    let blocks = m.div_ceil(block);
+    let scratch = || vec![S::zero(); block * n];
+    if serial {
+        let mut acc = scratch();
+        (0..blocks).for_each(|blk| run(&mut acc, blk));
+    } else {
+        (0..blocks).into_par_iter().for_each_init(scratch, run);
+    }
+    // SAFETY: the blocks tile rows 0..m and each wrote its rows of every column, so all m × n
+    // values are initialised (and the capacity was checked above).
+    unsafe { c.set_len(m * n) };
+    c
+}
+
+/// Whether this processor runs the 256-bit instantiation of the kernels (the crate is built
+/// for the baseline x86-64, whose vectors hold two f64).
+fn wide_vectors() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`rows_block`] compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_block_avx2<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
+    a: &R,
+    b: &DenseOperand<'_, T>,
+    rows: Range<usize>,
+    acc: &mut [T::Acc],
+    out: &SharedOut<T>,
+    m: usize,
+) {
+    rows_block::<T, S, R>(a, b, rows, acc, out, m);
+}
+
+/// Rows `rows` of C, accumulated in `acc` and written to `out` (C has `m` rows).
+#[inline(always)]
+fn rows_block<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
+    a: &R,
+    b: &DenseOperand<'_, T>,
+    rows: Range<usize>,
+    acc: &mut [T::Acc],
+    out: &SharedOut<T>,
+    m: usize,
+) {
+    let (n, k_dim) = (b.n, b.rows);
+    let (r0, len) = (rows.start, rows.len());
+    let acc = &mut acc[..len * n];
+    acc.fill(S::zero());
+    match b.layout {
+        Layout::RowMajor => {
+            a.rows_times_row_major::<S>(rows, b.data, n, acc);
+            for (p, &v) in acc.iter().enumerate() {
+                // SAFETY: rows r0..r0+len of a row-major C are this task's alone.
+                unsafe { out.0.add(r0 * n + p).write(T::from_acc(v)) };
+            }
+        }
+        Layout::ColMajor => {
+            for j in 0..n {
+                let c_col = &mut acc[j * len..(j + 1) * len];
+                let b_col = &b.data[j * k_dim..(j + 1) * k_dim];
+                a.dot_rows::<S>(rows.clone(), b_col, c_col);
+                for (p, &v) in c_col.iter().enumerate() {
+                    // SAFETY: rows r0..r0+len of each column are this task's alone.
+                    unsafe { out.0.add(j * m + r0 + p).write(T::from_acc(v)) };
+                }
+            }
+        }
+    }
+}
+
+/// A sparse matrix whose entries can be split into parts that are listed independently.
+trait EntrySource<T>: Sync {
+    /// Number of rows.
+    fn nrows(&self) -> usize;
+    /// Number of stored entries.
+    fn nnz(&self) -> usize;
+    /// Calls `f(i, k, a)` for each entry of part `part` of `parts` (about equal parts).
+    fn visit_part(&self, part: usize, parts: usize, f: impl FnMut(usize, usize, T));
+}
+
+/// Bytes of private results the scatter kernel may hold at once.
+const SCATTER_BUDGET_BYTES: usize = 256 << 20;
+
+/// Each part of the entries accumulates into a private `m × n` result, then the results are
+/// summed. The number of parts is bounded by the threads and by [`SCATTER_BUDGET_BYTES`].
+fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
+    a: &E,
+    b: &DenseOperand<'_, T>,
+    mut c: Vec<T>,
+) -> Vec<T> {
+    let (m, n, k_dim) = (a.nrows(), b.n, b.rows);
+    let size = (m * n).max(1) * std::mem::size_of::<T::Acc>();
+    let parts = rayon::current_num_threads()
+        .min(SCATTER_BUDGET_BYTES / size)
+        .min(a.nnz() / 4096)
+        .max(1);
+    let partials: Vec<Vec<T::Acc>> = (0..parts)
+        .into_par_iter()
+        .map(|part| {
+            let mut acc = vec![S::zero(); m * n];
+            a.visit_part(part, parts, |i, k, av| match b.layout {
+                Layout::RowMajor => {
+                    let c_row = &mut acc[i * n..(i + 1) * n];
+                    for (c, &bv) in c_row.iter_mut().zip(&b.data[k * n..(k + 1) * n]) {
+                        *c = S::fma(*c, av, bv);
+                    }
+                }
+                Layout::ColMajor => {
+                    for j in 0..n {
+                        let c = &mut acc[j * m + i];
+                        *c = S::fma(*c, av, b.data[j * k_dim + k]);
+                    }
+                }
+            });
+            acc
+        })
+        .collect();
+    c.par_chunks_mut(4096).enumerate().for_each(|(chunk, out)| {
+        let base = chunk * 4096;
+        for (p, o) in out.iter_mut().enumerate() {
+            let mut sum = partials[0][base + p];
+            for partial in &partials[1..] {
+                sum = S::add(sum, partial[base + p]);
+            }
+            *o = T::from_acc(sum);
+        }
+    });
+    c
+}
+
+impl<T: Scalar> RowSource<T> for Csr<T> {
+    fn nrows(&self) -> usize {
+        Csr::nrows(self)
+    }
+
+    /// Each row of C in tiles of [`TILE`] columns summed in registers, stored once: adding
+    /// every entry's product into a buffer would load and store the row once per entry.
+    #[inline(always)]
+    fn rows_times_row_major<S: Semiring<T>>(
+        &self,
+        rows: Range<usize>,
+        b: &[T],
+        n: usize,
+        c: &mut [T::Acc],
+    ) {
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        let tiles = n / TILE * TILE;
+        for (c_row, ends) in c.chunks_exact_mut(n).zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            let (cols, vals) = (&all_cols[s..e], &all_vals[s..e]);
+            for j0 in (0..tiles).step_by(TILE) {
+                let mut sums = [S::zero(); TILE];
+                for (&k, &av) in cols.iter().zip(vals) {
+                    let b_tile = &b[k as usize * n + j0..k as usize * n + j0 + TILE];
+                    for (sum, &bv) in sums.iter_mut().zip(b_tile) {
+                        *sum = S::fma(*sum, av, bv);
+                    }
+                }
+                for (dst, sum) in c_row[j0..j0 + TILE].iter_mut().zip(sums) {
+                    *dst = S::add(*dst, sum);
+                }
+            }
+            if tiles < n {
+                let tail = &mut c_row[tiles..];
+                for (&k, &av) in cols.iter().zip(vals) {
+                    let b_tail = &b[k as usize * n + tiles..(k as usize + 1) * n];
+                    for (dst, &bv) in tail.iter_mut().zip(b_tail) {
+                        *dst = S::fma(*dst, av, bv);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each row summed in registers, four running sums wide: adding every product into memory
+    /// would chain them all through a store and a load.
+    #[inline(always)]
+    fn dot_rows<S: Semiring<T>>(&self, rows: Range<usize>, x: &[T], y: &mut [T::Acc]) {
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        for (y, ends) in y.iter_mut().zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            let (cols, vals) = (&all_cols[s..e], &all_vals[s..e]);
+            if cols.len() < 4 {
+                // Short rows (road networks, many graphs): one running sum, no set-up.
+                let mut sum = S::zero();
+                for (&k, &v) in cols.iter().zip(vals) {
+                    sum = S::fma(sum, v, x[k as usize]);
+                }
+                *y = S::add(*y, sum);
+                continue;
+            }
+            let mut sums = [S::zero(); 4];
+            let (cols4, vals4) = (cols.chunks_exact(4), vals.chunks_exact(4));
+            let (cols_tail, vals_tail) = (cols4.remainder(), vals4.remainder());
+            for (c, v) in cols4.zip(vals4) {
+                for lane in 0..4 {
+                    sums[lane] = S::fma(sums[lane], v[lane], x[c[lane] as usize]);
+                }
+            }
+            let mut sum = S::add(S::add(sums[0], sums[1]), S::add(sums[2], sums[3]));
+            for (&k, &v) in cols_tail.iter().zip(vals_tail) {
+                sum = S::fma(sum, v, x[k as usize]);
+            }
+            *y = S::add(*y, sum);
+        }
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+        let (all_cols, all_vals) = (self.col_indices(), self.values());
+        let offsets = &self.row_offsets()[rows.start..=rows.end];
+        for (i, ends) in rows.zip(offsets.windows(2)) {
+            let (s, e) = (ends[0] as usize, ends[1] as usize);
+            for (&k, &v) in all_cols[s..e].iter().zip(&all_vals[s..e]) {
+                f(i, k as usize, v);
+            }
+        }
+    }
+}
+
+impl<T: Scalar> RowSource<T> for Dia<T> {
+    fn nrows(&self) -> usize {
+        Dia::nrows(self)
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+        let (m, n) = (self.nrows() as i64, self.ncols() as i64);
+        for (d, &off) in self.offsets().iter().enumerate() {
+            // Rows whose column i + off lies inside the matrix.
+            let first = (rows.start as i64).max(-off).max(0);
+            let last = (rows.end as i64).min(n - off).min(m);
+            let diagonal = self.diagonal(d);
+            for i in first..last {
+                f(i as usize, (i + off) as usize, diagonal[i as usize]);
+            }
+        }
+    }
+}
+
+impl<T: Scalar> RowSource<T> for Ellr<T> {
+    fn nrows(&self) -> usize {
+        Ellr::nrows(self)
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+        // Slot k of every row is contiguous (column-major), so the block walks slot by slot.
+        let lengths = &self.row_lengths()[rows.clone()];
+        let width = lengths.iter().copied().max().unwrap_or(0) as usize;
+        let padded = self.padded_rows();
+        let (cols, vals) = (self.col_indices(), self.values());
+        for k in 0..width {
+            let base = k * padded;
+            for (r, &len) in lengths.iter().enumerate() {
+                if k < len as usize {
+                    let i = rows.start + r;
+                    f(i, cols[base + i] as usize, vals[base + i]);
+                }
+            }
+        }
+    }
+}
+
+impl<T: Scalar> RowSource<T> for Bsr<T> {
+    fn nrows(&self) -> usize {
+        Bsr::nrows(self)
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+        let (r, c) = self.block_shape();
+        let (offsets, block_cols, values) = (self.row_offsets(), self.col_indices(), self.values());
+        for block_row in rows.start / r..rows.end.div_ceil(r) {
+            // The rows of this block row that fall inside the range.
+            let inner = rows.start.max(block_row * r) - block_row * r
+                ..rows.end.min((block_row + 1) * r) - block_row * r;
+            for b in offsets[block_row] as usize..offsets[block_row + 1] as usize {
+                let block = &values[b * r * c..(b + 1) * r * c];
+                let col0 = block_cols[b] as usize * c;
+                for ii in inner.clone() {
+                    for (jj, &v) in block[ii * c..(ii + 1) * c].iter().enumerate() {
+                        f(block_row * r + ii, col0 + jj, v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T: Scalar> RowSource<T> for Cspr<T> {
+    fn nrows(&self) -> usize {
+        Cspr::nrows(self)
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+        // Linear indices are sorted, so the rows' entries are one contiguous run; the row is
+        // tracked by comparing with the next row's first index instead of dividing.
+        let n = self.ncols() as u64;
+        let indices = self.indices();
+        let from = indices.partition_point(|&x| x < rows.start as u64 * n);
+        let to = indices.partition_point(|&x| x < rows.end as u64 * n);
+        let (mut i, mut row_start) = (rows.start, rows.start as u64 * n);
+        for (&x, &v) in indices[from..to].iter().zip(&self.values()[from..to]) {
+            while x >= row_start + n {
+                i += 1;
+                row_start += n;
+            }
+            f(i, (x - row_start) as usize, v);
+        }
+    }
+}
+
+/// Whether a COO matrix's triplets are sorted by row (as [`Csr::to_coo`] writes them).
+fn rows_in_order<T: Scalar>(a: &Coo<T>) -> bool {
+    a.row_indices().par_windows(2).all(|w| w[0] <= w[1])
+}
+
+/// A COO matrix whose triplets are in row order: a row range is a run found by binary search.
+struct OrderedCoo<'a, T>(&'a Coo<T>);
+
+impl<T: Scalar> RowSource<T> for OrderedCoo<'_, T> {
+    fn nrows(&self) -> usize {
+        self.0.nrows()
+    }
+    #[inline(always)]
+    fn visit(&self, rows: Range<usize>, f: impl FnMut(usize, usize, T)) {
+        let r = self.0.row_indices();
+        let from = r.partition_point(|&i| (i as usize) < rows.start);
+        let to = r.partition_point(|&i| (i as usize) < rows.end);
+        coo_entries(self.0, from..to, f);
+    }
+}
+
+/// Calls `f(i, k, a)` for the triplets at positions `positions`.
+#[inline]
+fn coo_entries<T: Scalar>(a: &Coo<T>, positions: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
+    let (r, c, v) = (a.row_indices(), a.col_indices(), a.values());
+    for ((&i, &k), &x) in r[positions.clone()]
+        .iter()
+        .zip(&c[positions.clone()])
+        .zip(&v[positions])
+    {
+        f(i as usize, k as usize, x);
+    }
+}
+
+impl<T: Scalar> EntrySource<T> for Coo<T> {
+    fn nrows(&self) -> usize {
+        Coo::nrows(self)
+    }
+    fn nnz(&self) -> usize {
+        self.row_indices().len()
+    }
+    fn visit_part(&self, part: usize, parts: usize, f: impl FnMut(usize, usize, T)) {
+        let nnz = EntrySource::nnz(self);
+        coo_entries(self, nnz * part / parts..nnz * (part + 1) / parts, f);
+    }
+}
+
+impl<T: Scalar> EntrySource<T> for Csc<T> {
+    fn nrows(&self) -> usize {
+        Csc::nrows(self)
+    }
+    fn nnz(&self) -> usize {
+        self.row_indices().len()
+    }
+    fn visit_part(&self, part: usize, parts: usize, mut f: impl FnMut(usize, usize, T)) {
+        // Parts are runs of whole columns holding about equal numbers of entries.
+        let offsets = self.col_offsets();
+        let nnz = EntrySource::nnz(self) as u64;
+        let start = |p: usize| offsets.partition_point(|&o| o < nnz * p as u64 / parts as u64);
+        let (first, last) = (start(part), start(part + 1));
+        for k in first.min(self.ncols())..last.min(self.ncols()) {
+            let (rows, vals) = self.col(k);
+            for (&i, &v) in rows.iter().zip(vals) {
+                f(i as usize, k, v);
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Work split: contiguous ranges of rows that hold equal shares of the work.
+//!
+//! Splitting rows evenly starves cores on power-law and skewed matrices, where a few rows hold
+//! most of the intermediate products. The ranges here are cut on the prefix sum of each row's
+//! cost (its products plus one, so that empty rows still count), so each range carries about
+//! the same work; a single row heavier than a share becomes a range of its own.
+
+use std::ops::Range;
+
+/// Ranges per thread: more than one, so rayon's work stealing can even out what the cost model
+/// misses (cache behaviour, accumulator choice).
+const RANGES_PER_THREAD: usize = 8;
+
+/// Below this much work per range, splitting costs more than it gains.
+const MIN_RANGE_COST: u64 = 1 << 14;
+
+/// Splits `0..costs.len()` into contiguous ranges of about equal total cost, in order.
+pub(crate) fn balanced_ranges(costs: &[u64]) -> Vec<Range<usize>> {
+    let n = costs.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    // Prefix sums of cost + 1 per row; u64 because products can exceed 2^32.
+    let mut prefix = Vec::with_capacity(n + 1);
+    prefix.push(0u64);
+    let mut total = 0u64;
+    for &c in costs {
+        total = total.saturating_add(c.saturating_add(1));
+        prefix.push(total);
+    }
+    let parts = (rayon::current_num_threads() * RANGES_PER_THREAD)
+        .min(usize::try_from(total / MIN_RANGE_COST).unwrap_or(usize::MAX))
+        .max(1);
+    let mut ranges = Vec::with_capacity(parts);
+    let mut start = 0usize;
+    for p in 1..=parts {
+        // The first row whose prefix reaches the p-th share ends the range.
+        let target = ((u128::from(total) * p as u128) / parts as u128) as u64;
+        let end = prefix.partition_point(|&s| s < target).clamp(start, n);
+        let end = if p == parts { n } else { end };
+        if end > start {
+            // A row heavier than a share goes alone, not with the light rows before it.
+            let last = end - 1;
+            if last > start && costs[last] >= total / parts as u64 {
+                ranges.push(start..last);
+                start = last;
+            }
+            ranges.push(start..end);
+            start = end;
+        }
+    }
+    if start < n {
+        ranges.push(start..n);
+    }
+    ranges
+}
+
+/// Sum of `costs` over each range, in parallel.
+#[cfg(test)]
+fn range_totals(costs: &[u64], ranges: &[Range<usize>]) -> Vec<u64> {
+    ranges
+        .iter()
+        .map(|r| costs[r.clone()].iter().sum())
+        .collect()
+}
+
+/// Splits `data` into the disjoint consecutive pieces `ranges` (which tile a prefix of it).
+pub(crate) fn split_mut<'d, X>(mut data: &'d mut [X], ranges: &[Range<usize>]) -> Vec<&'d mut [X]> {
+    let mut parts = Vec::with_capacity(ranges.len());
+    let mut consumed = 0;
+    for r in ranges {
+        let (head, tail) = std::mem::take(&mut data).split_at_mut(r.end - consumed);
+        parts.push(&mut head[r.start - consumed..]);
+        consumed = r.end;
+        data = tail;
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_cover(ranges: &[Range<usize>], n: usize) {
+        let mut next = 0;
+        for r in ranges {
+            assert_eq!(r.start, next);
+            assert!(r.end > r.start);
+            next = r.end;
+        }
+        assert_eq!(next, n);
+    }
+
+    #[test]
+    fn ranges_cover_the_rows_in_order() {
+        for n in [0usize, 1, 2, 7, 1000, 100_000] {
+            let costs: Vec<u64> = (0..n as u64).map(|i| (i * 7919) % 1000).collect();
+            check_cover(&balanced_ranges(&costs), n);
+        }
+    }
+
+    #[test]
+    fn heavy_rows_get_ranges_of_their_own() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        let mut costs = vec![10u64; 100_000];
+        costs[50_000] = 1 << 40;
+        let ranges = pool.install(|| balanced_ranges(&costs));
+        check_cover(&ranges, costs.len());
+        assert!(ranges.contains(&(50_000..50_001)), "{ranges:?}");
+        // Even costs give ranges of even length.
+        let even = vec![1000u64; 64_000];
+        let ranges = pool.install(|| balanced_ranges(&even));
+        assert_eq!(ranges.len(), 4 * RANGES_PER_THREAD);
+        assert!(ranges.iter().all(|r| r.len() == 2000));
+        assert_eq!(range_totals(&even, &ranges)[0], 2_000_000);
+    }
+}

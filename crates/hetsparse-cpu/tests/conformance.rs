@@ -1,0 +1,6 @@
+//! The CPU backend passes the conformance suite for every scalar type.
+
+hetsparse_core::conformance_suite! {
+    backend: hetsparse_cpu::CpuBackend::with_threads(2),
+    scalars: [f32, f64, c32, c64, f16, bf16],
+}

@@ -1,0 +1,255 @@
+//! `cargo xtask bench`: our backends and the peers on the same matrices, one markdown table.
+//!
+//! Steps: build the `hetsparse-bench` tool in release mode; export the generated operands as
+//! Matrix Market files into `target/bench-matrices/<scale>/` (kept between runs); time our
+//! backends; with `--peers`, time scipy, Intel MKL, SuiteSparse:GraphBLAS and cuSPARSE on those
+//! files with `benches/peers/peers.py`; print the table and save it with the raw results in
+//! `target/bench-results/<scale>/`. Every program gets the same thread count.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
+  --quick          small matrices (a smoke run of a minute)
+  --peers          also time scipy, MKL, GraphBLAS and cuSPARSE (benches/peers/peers.py);
+                   missing ones are reported as missing
+  --threads N      threads for everybody (default: all cores)
+  --features LIST  bench-crate features beside the default `cpu`: cuda, opencl
+  --reference      also time the serial reference kernels
+  --python PATH    Python of the peers (default: $HETSPARSE_PEERS_PYTHON, else python3)";
+
+#[derive(Debug, Default, PartialEq)]
+struct Options {
+    quick: bool,
+    peers: bool,
+    threads: Option<usize>,
+    features: Vec<String>,
+    reference: bool,
+    python: Option<String>,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--quick" => o.quick = true,
+            "--peers" => o.peers = true,
+            "--reference" => o.reference = true,
+            "--threads" => {
+                let v = value("--threads")?;
+                o.threads = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("--threads `{v}` is not a positive count"))?,
+                );
+            }
+            "--features" => o.features.extend(
+                value("--features")?
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(String::from),
+            ),
+            "--python" => o.python = Some(value("--python")?),
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+/// Runs `cargo xtask bench ARGS`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let root = workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let scale = if o.quick { "quick" } else { "full" };
+    let threads = o
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let matrices = target.join("bench-matrices");
+    let results = target.join("bench-results").join(scale);
+    std::fs::create_dir_all(&results)
+        .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
+
+    let tool = build_tool(&root, &target, &o.features)?;
+    let scale_flag: &[&str] = if o.quick { &["--quick"] } else { &[] };
+
+    eprintln!("== exporting the operands to {}", matrices.display());
+    let mut export = Command::new(&tool);
+    export
+        .arg("export")
+        .arg("--dir")
+        .arg(&matrices)
+        .args(scale_flag);
+    status(&mut export, "hetsparse-bench export")?;
+
+    eprintln!("== timing hetsparse with {threads} threads");
+    let ours = results.join("hetsparse.tsv");
+    let mut time = Command::new(&tool);
+    time.arg("time")
+        .args(scale_flag)
+        .args(["--threads", &threads.to_string(), "--out"])
+        .arg(&ours);
+    if o.reference {
+        time.arg("--reference");
+    }
+    status(with_threads(&mut time, threads), "hetsparse-bench time")?;
+
+    let mut files = vec![ours];
+    if o.peers {
+        let peers = results.join("peers.tsv");
+        match run_peers(&root, &o, threads, &matrices.join(scale), &peers) {
+            Ok(()) => files.push(peers),
+            // Peers are optional: say why they are absent and print our numbers anyway.
+            Err(e) => eprintln!("peers not measured: {e}"),
+        }
+    }
+
+    let mut report = Command::new(&tool);
+    report.arg("report").args(&files);
+    let out = report
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "hetsparse-bench report failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let table = String::from_utf8_lossy(&out.stdout);
+    let table_path = results.join("table.md");
+    std::fs::write(&table_path, table.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", table_path.display()))?;
+    println!("{table}");
+    eprintln!("(table saved to {})", table_path.display());
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    // xtask/ sits in the workspace root.
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
+}
+
+/// Builds the timing tool in release mode with its default features (the `cpu` backend) and
+/// the requested ones.
+fn build_tool(root: &Path, target: &Path, features: &[String]) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "== building hetsparse-bench (default features + [{}])",
+        features.join(",")
+    );
+    let mut build = Command::new(cargo);
+    build.current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "hetsparse-bench",
+        "--bin",
+        "hetsparse-bench",
+    ]);
+    if !features.is_empty() {
+        build.args(["--features", &features.join(",")]);
+    }
+    status(&mut build, "cargo build")?;
+    Ok(target
+        .join("release")
+        .join(format!("hetsparse-bench{}", std::env::consts::EXE_SUFFIX)))
+}
+
+fn run_peers(
+    root: &Path,
+    o: &Options,
+    threads: usize,
+    folder: &Path,
+    out: &Path,
+) -> Result<(), String> {
+    let python = o
+        .python
+        .clone()
+        .or_else(|| std::env::var("HETSPARSE_PEERS_PYTHON").ok())
+        .unwrap_or_else(|| "python3".into());
+    eprintln!("== timing the peers with {python}, {threads} threads");
+    let mut peers = Command::new(&python);
+    peers
+        .arg(root.join("benches/peers/peers.py"))
+        .arg("--manifest")
+        .arg(folder.join("manifest.tsv"))
+        .args(["--threads", &threads.to_string(), "--out"])
+        .arg(out);
+    if o.quick {
+        peers.arg("--quick");
+    }
+    status(with_threads(&mut peers, threads), "peers.py")
+}
+
+/// The same thread count for rayon, OpenMP (GraphBLAS, MKL) and MKL itself.
+fn with_threads(cmd: &mut Command, threads: usize) -> &mut Command {
+    let n = threads.to_string();
+    for var in ["RAYON_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        cmd.env(var, &n);
+    }
+    cmd
+}
+
+fn status(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let s = cmd
+        .status()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    if s.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({s})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_every_flag() {
+        let o = parse(&args(
+            "--quick --peers --threads 4 --features cuda,opencl --reference --python /v/bin/python",
+        ))
+        .unwrap();
+        assert_eq!(
+            o,
+            Options {
+                quick: true,
+                peers: true,
+                threads: Some(4),
+                features: vec!["cuda".into(), "opencl".into()],
+                reference: true,
+                python: Some("/v/bin/python".into()),
+            }
+        );
+        assert_eq!(parse(&[]).unwrap(), Options::default());
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert!(parse(&args("--threads 0"))
+            .unwrap_err()
+            .contains("positive"));
+        assert!(parse(&args("--threads"))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse(&args("--fast"))
+            .unwrap_err()
+            .contains("unknown argument"));
+    }
+}
