@@ -44,17 +44,6 @@ use hetsparse_core::{
     Operation, PlusTimes, ProductChunk, Result, Scalar, ScalarType, SpgemmAlgorithm,
 };
 
-/// Every sparse format: each has native SpMV and SpMM loops here.
-const FORMATS: [SparseFormat; 7] = [
-    SparseFormat::Csr,
-    SparseFormat::Csc,
-    SparseFormat::Coo,
-    SparseFormat::Dia,
-    SparseFormat::Ellr,
-    SparseFormat::Cspr,
-    SparseFormat::Bsr,
-];
-
 /// The SpGEMM algorithms this backend runs.
 const ALGORITHMS: [SpgemmAlgorithm; 3] = [
     SpgemmAlgorithm::Auto,
@@ -167,8 +156,8 @@ impl Device for CpuBackend {
     fn capabilities(&self) -> Capabilities {
         let mut ops: Vec<Operation> = ALGORITHMS.iter().map(|&a| Operation::Spgemm(a)).collect();
         ops.extend([Operation::DiaSpgemm, Operation::BsrSpgemm]);
-        ops.extend(FORMATS.iter().map(|&f| Operation::Spmv(f)));
-        ops.extend(FORMATS.iter().map(|&f| Operation::Spmm(f)));
+        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
+        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
         Capabilities::new().with_all(&ops, &ScalarType::ALL)
     }
 }
