@@ -11,7 +11,8 @@ use crate::results::Record;
 /// The peers' implementation names as `benches/peers/peers.py` writes them, in column order.
 pub const PEERS: [&str; 4] = ["scipy", "mkl", "graphblas", "cusparse"];
 
-/// The peer our backends are compared against.
+/// The peer our backends are compared against (the ratio columns); its variants (`mkl:sorted`)
+/// get a summary line each.
 pub const BASELINE: &str = "mkl";
 
 /// Operations in table order.
@@ -51,7 +52,7 @@ impl<'a> Table<'a> {
         let mut failed = BTreeMap::new();
         for r in records {
             let name = r.implementation.as_str();
-            if PEERS.contains(&split_threads(name).0) {
+            if PEERS.contains(&peer_base(name)) {
                 if !peers_seen.contains(&name) {
                     peers_seen.push(name);
                 }
@@ -80,8 +81,8 @@ impl<'a> Table<'a> {
         let ratios = ours.iter().copied().filter(|n| !n.contains(':')).collect();
         let mut columns = ours;
         peers_seen.sort_by_key(|p| {
-            let (base, threads) = split_threads(p);
-            (rank(&PEERS, base), threads)
+            let (name, threads) = split_threads(p);
+            (rank(&PEERS, peer_base(p)), name, threads)
         });
         columns.extend(peers_seen);
         Table {
@@ -111,9 +112,22 @@ impl<'a> Table<'a> {
     }
 
     fn ratio(&self, ours: &str, op: &str, class: &str) -> Option<f64> {
+        self.ratio_to(ours, BASELINE, op, class)
+    }
+
+    fn ratio_to(&self, ours: &str, peer: &str, op: &str, class: &str) -> Option<f64> {
         let a = self.gflops.get(&(ours, op, class))?;
-        let b = self.gflops.get(&(BASELINE, op, class))?;
+        let b = self.gflops.get(&(peer, op, class))?;
         Some(a / b)
+    }
+
+    /// The baseline and its variants present in the results (`mkl`, `mkl:sorted`).
+    fn baselines(&self) -> Vec<&'a str> {
+        self.columns
+            .iter()
+            .copied()
+            .filter(|c| split_threads(c).1.is_none() && peer_base(c) == BASELINE)
+            .collect()
     }
 
     fn classes_of(&self, op: &str) -> Vec<&'a str> {
@@ -184,27 +198,35 @@ impl<'a> Table<'a> {
             out.push('\n');
         }
         for ours in self.ratio_columns() {
-            let _ = write!(out, "- **{ours} vs {BASELINE}**:");
-            for op in self.operations() {
-                let per_class: Vec<(f64, &str)> = self
-                    .classes_of(op)
-                    .into_iter()
-                    .filter_map(|class| self.ratio(ours, op, class).map(|r| (r, class)))
-                    .collect();
-                let Some(&(low, low_class)) = per_class.iter().min_by(|a, b| a.0.total_cmp(&b.0))
-                else {
-                    continue;
-                };
-                let values: Vec<f64> = per_class.iter().map(|p| p.0).collect();
-                let _ = write!(
-                    out,
-                    " {op} geomean {} (lowest {} on {low_class});",
-                    ratio(geomean(&values)),
-                    ratio(low)
-                );
+            for peer in self.baselines() {
+                let mut line = format!("- **{ours} vs {peer}**:");
+                for op in self.operations() {
+                    let per_class: Vec<(f64, &str)> = self
+                        .classes_of(op)
+                        .into_iter()
+                        .filter_map(|class| {
+                            self.ratio_to(ours, peer, op, class).map(|r| (r, class))
+                        })
+                        .collect();
+                    let Some(&(low, low_class)) =
+                        per_class.iter().min_by(|a, b| a.0.total_cmp(&b.0))
+                    else {
+                        continue;
+                    };
+                    let values: Vec<f64> = per_class.iter().map(|p| p.0).collect();
+                    let _ = write!(
+                        line,
+                        " {op} geomean {} (lowest {} on {low_class});",
+                        ratio(geomean(&values)),
+                        ratio(low)
+                    );
+                }
+                if line.ends_with(';') {
+                    line.pop();
+                    out.push_str(&line);
+                    out.push('\n');
+                }
             }
-            out.pop();
-            out.push('\n');
         }
     }
 
@@ -312,6 +334,12 @@ fn split_threads(name: &str) -> (&str, Option<usize>) {
     }
 }
 
+/// The peer a result column belongs to: `mkl:sorted@16` → `mkl`.
+fn peer_base(name: &str) -> &str {
+    let name = split_threads(name).0;
+    name.split_once(':').map_or(name, |(base, _)| base)
+}
+
 fn rank(order: &[&str], name: &str) -> usize {
     order.iter().position(|&o| o == name).unwrap_or(order.len())
 }
@@ -370,6 +398,7 @@ scipy\tstencil3d\tspgemm\t4.0\t1000000000\t
 mkl\tstencil3d\tspgemm\t2.0\t1000000000\t
 mkl\tbanded\tspgemm\t0.25\t1000000000\t
 mkl\tstencil3d\tspmv\t\t2000000\tMKL error 5
+mkl:sorted\tstencil3d\tspgemm\t4.0\t1000000000\t
 cusparse\t*\t*\t\t0\tno module named cupy
 ";
 
@@ -385,26 +414,29 @@ cusparse\t*\t*\t\t0\tno module named cupy
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(
             lines[0],
-            "| operation | class | cpu | cpu:RowRow | scipy | mkl | cusparse | cpu / mkl |"
+            "| operation | class | cpu | cpu:RowRow | scipy | mkl | mkl:sorted | cusparse | cpu / mkl |"
         );
         // Classes follow MatrixClass::ALL: stencil3d before banded.
         assert_eq!(
             lines[2],
-            "| spgemm | stencil3d | 1.00 | — | 0.250 | 0.500 | — | 2.00× |"
+            "| spgemm | stencil3d | 1.00 | — | 0.250 | 0.500 | 0.250 | — | 2.00× |"
         );
         assert_eq!(
             lines[3],
-            "| spgemm | banded | 2.00 | 4.00 | — | 4.00 | — | 0.50× |"
+            "| spgemm | banded | 2.00 | 4.00 | — | 4.00 | — | — | 0.50× |"
         );
         assert_eq!(
             lines[4],
-            "| spgemm | **geomean** | **1.41** | **4.00** (1/2) | **0.250** (1/2) | **1.41** | — | **1.00×** |"
+            "| spgemm | **geomean** | **1.41** | **4.00** (1/2) | **0.250** (1/2) | **1.41** | **0.250** (1/2) | — | **1.00×** |"
         );
         assert_eq!(
             lines[5],
-            "| spmv | stencil3d | 2.00 | — | — | fail | — | — |"
+            "| spmv | stencil3d | 2.00 | — | — | fail | — | — | — |"
         );
         assert!(md.contains("- **cpu vs mkl**: spgemm geomean 1.00× (lowest 0.50× on banded)\n"));
+        assert!(md.contains(
+            "- **cpu vs mkl:sorted**: spgemm geomean 4.00× (lowest 4.00× on stencil3d)\n"
+        ));
         assert!(md.contains("- cusparse missing: no module named cupy\n"));
         assert!(md.contains("- mkl spmv stencil3d: MKL error 5\n"));
     }
