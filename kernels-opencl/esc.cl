@@ -16,6 +16,19 @@ __kernel void esc_setup(ulong nnz_a, ulong nrows_a, __global const ulong* a_offs
     a_prods[e] = b_offsets[k + 1] - b_offsets[k];
 }
 
+// After the scan of a_prods: the expansion size into info[0] and the length of the longest row
+// of the expansion (a segment of the sort; clamped to UINT_MAX) into the uint at info[1], which
+// the host zeroed. Both come back in the first host synchronisation; the longest row tells the
+// sort how many global merge passes it needs.
+__kernel void esc_sizes(ulong nrows_a, ulong nnz_a, __global const ulong* a_offsets,
+                        __global const ulong* a_prods, __global ulong* info) {
+    ulong r = get_global_id(0);
+    if (r == 0) info[0] = a_prods[nnz_a];
+    if (r >= nrows_a) return;
+    ulong len = a_prods[a_offsets[r + 1]] - a_prods[a_offsets[r]];
+    if (len > 0) atomic_max((volatile __global uint*)(info + 1), (uint)min(len, (ulong)UINT_MAX));
+}
+
 // Expansion (Alg. 2 l. 19-38): perfectly balanced, each of `items` work-items computes the same
 // number of products (up to one), locating its first one by searching the prefix sum a_prods.
 // The key of a product is (row of C << 32 | column of C); what is stored with it, EXPAND_VALUE,

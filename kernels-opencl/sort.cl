@@ -93,6 +93,55 @@ __kernel void merge_copy_back(__global ulong* keys, __global PAYLOAD* vals,
     vals[i] = tmp_vals[i];
 }
 
+// The final merge pass, once every segment is at most w long: such a segment contains at most
+// one multiple of w, so it crosses at most one boundary between sorted runs of width w, and one
+// merge across every boundary (not only the middles of pairs) finishes the sort. Entry i looks
+// at the boundaries that open and close its run; sets the left run's start s, the boundary mid
+// and the right run's end.
+inline int in_boundary_segment(__global const ulong* keys, ulong n, ulong w, ulong i, ulong* s,
+                               ulong* mid, ulong* end) {
+    if (i >= n) return 0;
+    uint seg = (uint)(keys[i] >> 32);
+    ulong open = i / w * w, close = open + w;
+    if (open > 0) {
+        uint c = crossing_segment(keys, open);
+        if (c != UINT_MAX && c == seg) {
+            *s = open - w; *mid = open; *end = min(close, n);
+            return 1;
+        }
+    }
+    if (close < n) {
+        uint c = crossing_segment(keys, close);
+        if (c != UINT_MAX && c == seg) {
+            *s = open; *mid = close; *end = min(close + w, n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+__kernel void merge_boundaries(__global const ulong* keys, __global const PAYLOAD* vals,
+                               __global ulong* tmp_keys, __global PAYLOAD* tmp_vals, ulong n,
+                               ulong w) {
+    ulong i = get_global_id(0), s, mid, end;
+    if (!in_boundary_segment(keys, n, w, i, &s, &mid, &end)) return;
+    ulong key = keys[i];
+    ulong pos;
+    if (i < mid) pos = i + rank_in(keys, mid, end, key, 1);
+    else pos = (i - mid) + s + rank_in(keys, s, mid, key, 0);
+    tmp_keys[pos] = key;
+    tmp_vals[pos] = vals[i];
+}
+
+__kernel void merge_boundaries_copy_back(__global ulong* keys, __global PAYLOAD* vals,
+                                         __global const ulong* tmp_keys,
+                                         __global const PAYLOAD* tmp_vals, ulong n, ulong w) {
+    ulong i = get_global_id(0), s, mid, end;
+    if (!in_boundary_segment(keys, n, w, i, &s, &mid, &end)) return;
+    keys[i] = tmp_keys[i];
+    vals[i] = tmp_vals[i];
+}
+
 // Compression, part 1 (Polok Alg. 2 l. 42-49): entries whose key differs from the previous one
 // start an element of the product; count them per block of SCAN_BLOCK entries.
 inline uint is_head(__global const ulong* keys, ulong i) {

@@ -56,6 +56,20 @@ impl<T: Scalar> Compressed<'_, T> {
         }
     }
 
+    /// Whether `other` is this very matrix (the same arrays in memory), so that one copy on
+    /// the device serves as both operands.
+    fn same_as(&self, other: &Self) -> bool {
+        fn same<X>(x: &[X], y: &[X]) -> bool {
+            std::ptr::eq(x.as_ptr(), y.as_ptr()) && x.len() == y.len()
+        }
+        self.nrows == other.nrows
+            && self.ncols == other.ncols
+            && self.block == other.block
+            && same(&self.offsets, &other.offsets)
+            && same(&self.index, &other.index)
+            && same(&self.values, &other.values)
+    }
+
     /// Columns `range`, indices shifted to start at 0.
     fn column_panel(&self, range: &Range<usize>) -> Compressed<'static, T> {
         let (lo, hi) = (range.start as u32, range.end as u32);
@@ -136,13 +150,25 @@ struct DeviceOperand {
 
 fn upload<T: Scalar>(q: &Queue<'_>, m: &Compressed<'_, T>, name: &str) -> Result<DeviceOperand> {
     let _span = tracing::debug_span!("h2d", operand = name, nnz = m.nnz()).entered();
-    Ok(DeviceOperand {
+    let values = bytes_of(&m.values);
+    let d = DeviceOperand {
         nrows: m.nrows,
         nnz: m.nnz(),
-        offsets: q.upload(&m.offsets, name)?,
-        index: q.upload(&m.index, name)?,
-        values: q.upload(bytes_of(&m.values), name)?,
-    })
+        offsets: q.alloc(m.offsets.len(), name)?,
+        index: q.alloc(m.index.len(), name)?,
+        values: q.alloc(values.len(), name)?,
+    };
+    // One pipeline for the three arrays: small ones share a staging half, and copying one
+    // into pinned memory overlaps the transfer of the one before.
+    q.write_all(
+        &[
+            d.offsets.upload_of(&m.offsets, name)?,
+            d.index.upload_of(&m.index, name)?,
+            d.values.upload_of(values, name)?,
+        ],
+        name,
+    )?;
+    Ok(d)
 }
 
 fn operand_bytes<T: Clone>(m: &Compressed<'_, T>) -> u64 {
@@ -186,10 +212,23 @@ impl EscJob<'_> {
         }
         let q = self.state.queue()?;
         let a_dev = upload(&q, a, "A")?;
-        let limit = self.max_products::<T>(operand_bytes(a) + operand_bytes(b));
+        // A·A (the papers' usual benchmark, and squaring in general): B is already there.
+        let same = a.same_as(b);
+        let operands = if same {
+            operand_bytes(a)
+        } else {
+            operand_bytes(a) + operand_bytes(b)
+        };
+        let limit = self.max_products::<T>(operands);
         {
-            let b_dev = upload(&q, b, "B")?;
-            if let Some(c) = self.pipeline(&q, &a_dev, &b_dev, b.ncols, limit)? {
+            let b_own;
+            let b_dev = if same {
+                &a_dev
+            } else {
+                b_own = upload(&q, b, "B")?;
+                &b_own
+            };
+            if let Some(c) = self.pipeline(&q, &a_dev, b_dev, b.ncols, limit)? {
                 return Ok(c);
             }
         }
@@ -221,7 +260,7 @@ impl EscJob<'_> {
         let nnz_a = a.nnz as usize;
 
         // Setup (Alg. 1): a_rows, and a_prods scanned in place; its last element is the size.
-        let (a_rows, a_prods, exp) = {
+        let (a_rows, a_prods, exp, longest) = {
             let _span = tracing::info_span!("setup", nnz_a).entered();
             let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
             let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
@@ -235,9 +274,26 @@ impl EscJob<'_> {
                 .arg(a_prods.arg())?
                 .run(&[nnz_a.max(1)], None)?;
             exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
-            // Host synchronisation 1: the expansion size, to allocate the expansion.
-            let exp = q.download_at(&a_prods, nnz_a, 1, "expansion size")?[0];
-            (a_rows, a_prods, exp)
+            let mut info = q.alloc::<u64>(2, "expansion sizes")?;
+            q.zero(&mut info, "expansion sizes")?;
+            q.kernel(prog, "esc_sizes")?
+                .arg(a.nrows as u64)?
+                .arg(a.nnz)?
+                .arg(a.offsets.arg())?
+                .arg(a_prods.arg())?
+                .arg(info.arg())?
+                .run(&[a.nrows.max(1)], None)?;
+            // Host synchronisation 1: the expansion size, to allocate the expansion, and its
+            // longest row, to plan the sort.
+            let mut sizes = [0u64; 2];
+            q.read_all(
+                &mut [info.download_into(&mut sizes, "expansion sizes")?],
+                "expansion sizes",
+            )?;
+            // The longest row is a uint in the first half of the second word.
+            let b = sizes[1].to_ne_bytes();
+            let longest = u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            (a_rows, a_prods, sizes[0], longest)
         };
         if exp == 0 {
             return Ok(Some(Compressed::empty(a.nrows, ncols, self.entry_values())));
@@ -283,7 +339,7 @@ impl EscJob<'_> {
         }
         drop((a_rows, a_prods));
 
-        self.segmented_sort(q, &keys, &vals, exp_len)?;
+        self.segmented_sort(q, &keys, &vals, exp_len, longest)?;
 
         // Compression (Alg. 2 l. 40-49, Alg. 3).
         let _span = tracing::info_span!("compress", products = exp).entered();
@@ -341,10 +397,18 @@ impl EscJob<'_> {
         drop(_span);
 
         let _span = tracing::info_span!("d2h", nnz_c).entered();
-        let offsets = q.download(&c_offsets, nrows + 1, "C row offsets")?;
-        let index = q.download(&c_index, nnz_c_len, "C column indices")?;
+        let mut offsets = vec![0u64; nrows + 1];
+        let mut index = vec![0u32; nnz_c_len];
         let mut values = vec![T::zero(); nnz_c_len * per_entry];
-        q.download_bytes(&c_vals, bytes_of_mut(&mut values), "C values")?;
+        // One pipeline for the three arrays of C.
+        q.read_all(
+            &mut [
+                c_offsets.download_into(&mut offsets, "C row offsets")?,
+                c_index.download_into(&mut index, "C column indices")?,
+                c_vals.download_bytes_into(bytes_of_mut(&mut values), "C values")?,
+            ],
+            "the product",
+        )?;
         Ok(Some(Compressed {
             nrows,
             ncols,
@@ -356,13 +420,16 @@ impl EscJob<'_> {
     }
 
     /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
-    /// merge passes that touch only the rows crossing tile boundaries.
+    /// merge passes that touch only the rows crossing tile boundaries. Passes over pairs of
+    /// runs double the sorted width while it is below the `longest` row; then one pass across
+    /// every run boundary finishes (a row no longer than the width crosses at most one).
     fn segmented_sort(
         &self,
         q: &Queue<'_>,
         keys: &DeviceBuffer<u64>,
         vals: &DeviceBuffer<u8>,
         n: usize,
+        longest: u64,
     ) -> Result<()> {
         let prog = self.program;
         let tile = crate::kernels::sort_tile(&self.state.description, self.payload_bytes);
@@ -380,8 +447,14 @@ impl EscJob<'_> {
         let tmp_vals = q.alloc::<u8>(n * self.payload_bytes, "merge values")?;
         let mut w = tile as u64;
         while w < n as u64 {
+            let last = w >= longest;
+            let kernels = if last {
+                ["merge_boundaries", "merge_boundaries_copy_back"]
+            } else {
+                ["merge_pass", "merge_copy_back"]
+            };
             // Both kernels take the same arguments: the merge into tmp, then the copy back.
-            for kernel in ["merge_pass", "merge_copy_back"] {
+            for kernel in kernels {
                 q.kernel(prog, kernel)?
                     .arg(keys.arg())?
                     .arg(vals.arg())?
@@ -390,6 +463,9 @@ impl EscJob<'_> {
                     .arg(n as u64)?
                     .arg(w)?
                     .run(&[n], Some(&[256]))?;
+            }
+            if last {
+                break;
             }
             w *= 2;
         }

@@ -252,12 +252,13 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
         let op = Operation::Spgemm(algorithm);
         check::supported::<T>(self, op)?;
-        check::spgemm(a, b)?;
+        tracing::debug_span!("check operands").in_scope(|| check::spgemm(a, b))?;
         let program = self.program::<T>(op, false)?;
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
         let c = job.product(&compressed(a), &compressed(b))?;
+        let _assemble = tracing::debug_span!("assemble").entered();
         Ok(Csr::try_new(
             c.nrows,
             c.ncols,
