@@ -168,3 +168,34 @@ fn transfers_larger_than_the_staging_buffer_arrive_whole() {
     assert!(e.nnz() > 2_200_000, "{}", e.nnz());
     assert_same_structure(&c, &e, "large");
 }
+
+#[test]
+fn rows_of_many_lengths_cross_run_boundaries_at_every_width() {
+    let Some(b) = backend() else { return };
+    // Rows of C with 1 to about 10 000 products, in an order that puts short and long rows on
+    // tile and run boundaries of every width: the sort needs pair passes below the longest row
+    // and then its final pass across every boundary.
+    let n = 3000usize;
+    let mut rows = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let len = if i % 97 == 5 { 300 + i % 211 } else { 1 + (i * 7919) % 40 };
+        let start = (i * 104_729) % n;
+        let mut row: Vec<u32> = (0..len).map(|k| ((start + k * 37) % n) as u32).collect();
+        row.sort_unstable();
+        row.dedup();
+        for &j in &row {
+            cols.push(j);
+            vals.push(((i * 13 + j as usize * 7) % 11) as f64 - 5.0);
+        }
+        rows.push(cols.len() as u64);
+    }
+    let x = Csr::try_new(n, n, rows, cols, vals).unwrap();
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+    let c = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
+    assert_same_structure(&c, &e, "many lengths");
+    // The same through two distinct operands (uploaded separately).
+    let y = x.clone();
+    let c2 = b.spgemm(&x, &y, SpgemmAlgorithm::Esc).unwrap();
+    assert_eq!(c, c2);
+}
