@@ -12,7 +12,7 @@ use opencl3::program::Program;
 
 use hetsparse_core::{Error, Result, Scalar};
 
-use crate::kernels::{SCAN_BLOCK, SCAN_WG, SORT_WG};
+use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
 use crate::runtime::{DeviceBuffer, DeviceState, Queue};
 use crate::scalar::{bytes_of, bytes_of_mut};
 use crate::BACKEND;
@@ -314,16 +314,9 @@ impl EscJob<'_> {
         let vals = q.alloc::<u8>(exp_len * self.payload_bytes, "expansion values")?;
         {
             let _span = tracing::info_span!("expand", products = exp).entered();
-            let d = &self.state.description;
-            let per_unit = if d.kind == hetsparse_core::DeviceKind::Gpu {
-                2048
-            } else {
-                256
-            };
-            let items = (exp_len).min(d.compute_units as usize * per_unit).max(1);
+            let groups = exp_len.div_ceil(EXP_CHUNK);
             q.kernel(prog, "esc_expand")?
                 .arg(exp)?
-                .arg(items as u64)?
                 .arg(u32::from(self.search == ExpansionSearch::Interpolation))?
                 .arg(a.nnz)?
                 .arg(a_prods.arg())?
@@ -335,7 +328,7 @@ impl EscJob<'_> {
                 .arg(b.values.arg())?
                 .arg(keys.arg())?
                 .arg(vals.arg())?
-                .run(&[items], Some(&[64]))?;
+                .run(&[groups * EXP_WG], Some(&[EXP_WG]))?;
         }
         drop((a_rows, a_prods));
 

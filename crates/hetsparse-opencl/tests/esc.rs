@@ -199,3 +199,32 @@ fn rows_of_many_lengths_cross_run_boundaries_at_every_width() {
     let c2 = b.spgemm(&x, &y, SpgemmAlgorithm::Esc).unwrap();
     assert_eq!(c, c2);
 }
+
+#[test]
+fn chunks_spanning_many_entries_of_a_expand_correctly() {
+    let Some(b) = backend() else { return };
+    // B with one entry in a third of its rows and none in the rest: a work-group's chunk of
+    // products then spans more entries of A than it stages in local memory, and many entries
+    // of A make no product at all.
+    let n = 20_000;
+    let x = generate::uniform::<f64>(n, n, 8, 9);
+    let mut rows = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        if i % 3 == 0 {
+            cols.push(((i * 7) % n) as u32);
+            vals.push(1.0 + (i % 5) as f64);
+        }
+        rows.push(cols.len() as u64);
+    }
+    let y = Csr::try_new(n, n, rows, cols, vals).unwrap();
+    let e = reference::spgemm::<f64, PlusTimes>(&x, &y).unwrap();
+    for search in [ExpansionSearch::Interpolation, ExpansionSearch::Binary] {
+        let c = b
+            .clone()
+            .with_expansion_search(search)
+            .spgemm(&x, &y, SpgemmAlgorithm::Esc)
+            .unwrap();
+        assert_same_structure(&c, &e, &format!("sparse B, {search:?}"));
+    }
+}
