@@ -332,7 +332,7 @@ impl EscJob<'_> {
         }
         drop((a_rows, a_prods));
 
-        self.segmented_sort(q, &keys, &vals, exp_len, longest)?;
+        let (keys, vals) = self.segmented_sort(q, keys, vals, exp_len, longest)?;
 
         // Compression (Alg. 2 l. 40-49, Alg. 3).
         let _span = tracing::info_span!("compress", products = exp).entered();
@@ -413,20 +413,22 @@ impl EscJob<'_> {
     }
 
     /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
-    /// merge passes that touch only the rows crossing tile boundaries. Passes over pairs of
-    /// runs double the sorted width while it is below the `longest` row; then one pass across
-    /// every run boundary finishes (a row no longer than the width crosses at most one).
+    /// merge passes that move only the rows crossing run boundaries, alternating between the
+    /// expansion's buffers and a second pair (returns the pair that holds the result). Passes
+    /// over pairs of runs double the sorted width while it is below the `longest` row; then
+    /// one pass across every run boundary finishes (a row no longer than the width crosses at
+    /// most one).
     fn segmented_sort(
         &self,
         q: &Queue<'_>,
-        keys: &DeviceBuffer<u64>,
-        vals: &DeviceBuffer<u8>,
+        keys: DeviceBuffer<u64>,
+        vals: DeviceBuffer<u8>,
         n: usize,
         longest: u64,
-    ) -> Result<()> {
+    ) -> Result<(DeviceBuffer<u64>, DeviceBuffer<u8>)> {
         let prog = self.program;
         let tile = crate::kernels::sort_tile(&self.state.description, self.payload_bytes);
-        let _span = tracing::info_span!("sort", n, tile).entered();
+        let _span = tracing::info_span!("sort", n, tile, longest).entered();
         let tiles = n.div_ceil(tile);
         q.kernel(prog, "sort_tiles")?
             .arg(keys.arg())?
@@ -434,35 +436,36 @@ impl EscJob<'_> {
             .arg(n as u64)?
             .run(&[tiles * SORT_WG], Some(&[SORT_WG]))?;
         if n <= tile {
-            return Ok(());
+            return Ok((keys, vals));
         }
-        let tmp_keys = q.alloc::<u64>(n, "merge keys")?;
-        let tmp_vals = q.alloc::<u8>(n * self.payload_bytes, "merge values")?;
+        let mut from = (keys, vals);
+        let mut to = (
+            q.alloc::<u64>(n, "merge keys")?,
+            q.alloc::<u8>(n * self.payload_bytes, "merge values")?,
+        );
         let mut w = tile as u64;
         while w < n as u64 {
             let last = w >= longest;
-            let kernels = if last {
-                ["merge_boundaries", "merge_boundaries_copy_back"]
+            let kernel = if last {
+                "merge_boundaries"
             } else {
-                ["merge_pass", "merge_copy_back"]
+                "merge_pass"
             };
-            // Both kernels take the same arguments: the merge into tmp, then the copy back.
-            for kernel in kernels {
-                q.kernel(prog, kernel)?
-                    .arg(keys.arg())?
-                    .arg(vals.arg())?
-                    .arg(tmp_keys.arg())?
-                    .arg(tmp_vals.arg())?
-                    .arg(n as u64)?
-                    .arg(w)?
-                    .run(&[n], Some(&[256]))?;
-            }
+            q.kernel(prog, kernel)?
+                .arg(from.0.arg())?
+                .arg(from.1.arg())?
+                .arg(to.0.arg())?
+                .arg(to.1.arg())?
+                .arg(n as u64)?
+                .arg(w)?
+                .run(&[n], Some(&[256]))?;
+            std::mem::swap(&mut from, &mut to);
             if last {
                 break;
             }
             w *= 2;
         }
-        Ok(())
+        Ok(from)
     }
 }
 
