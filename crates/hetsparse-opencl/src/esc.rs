@@ -158,8 +158,8 @@ fn upload<T: Scalar>(q: &Queue<'_>, m: &Compressed<'_, T>, name: &str) -> Result
         index: q.alloc(m.index.len(), name)?,
         values: q.alloc(values.len(), name)?,
     };
-    // One pipeline for the three arrays: small ones share a staging half, and copying one
-    // into pinned memory overlaps the transfer of the one before.
+    // One pipeline for the three arrays: small ones share a staging slot, and copying one part
+    // into pinned memory overlaps the transfer of the parts before.
     q.write_all(
         &[
             d.offsets.upload_of(&m.offsets, name)?,

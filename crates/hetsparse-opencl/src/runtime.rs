@@ -136,8 +136,12 @@ impl DeviceState {
     }
 }
 
-/// Bytes of each of the two halves of the pinned staging buffer.
-const STAGING_HALF: usize = 16 << 20;
+/// Bytes of each slot of the pinned staging buffer. Transfers cycle through the slots, so
+/// while the device fills (or empties) some, the host copies out of (or into) another: with
+/// two halves of 16 MiB a 13 MB result sat in one half and its copy-out overlapped nothing.
+const STAGING_SLOT: usize = 4 << 20;
+/// Slots of the staging buffer (32 MiB in all).
+const STAGING_SLOTS: usize = 8;
 
 /// Pinned (page-locked) host memory for transfers, allocated and mapped once per device:
 /// reads and writes from ordinary pageable memory ran at about 1.4 GB/s on NVIDIA's OpenCL,
@@ -170,7 +174,7 @@ impl Staging {
             Buffer::<u8>::create(
                 context,
                 CL_MEM_READ_WRITE | opencl3::memory::CL_MEM_ALLOC_HOST_PTR,
-                2 * STAGING_HALF,
+                STAGING_SLOTS * STAGING_SLOT,
                 ptr::null_mut(),
             )
         }
@@ -183,7 +187,7 @@ impl Staging {
                 CL_BLOCKING,
                 opencl3::memory::CL_MAP_READ | opencl3::memory::CL_MAP_WRITE,
                 0,
-                2 * STAGING_HALF,
+                STAGING_SLOTS * STAGING_SLOT,
                 &mut mapped,
                 &[],
             )
@@ -202,13 +206,17 @@ impl Staging {
         })
     }
 
-    /// Bytes `at..at + len` of half `h`.
+    /// Bytes `at..at + len` of slot `h`.
     #[allow(clippy::mut_from_ref)] // callers hold the staging mutex and use disjoint ranges
     fn range(&self, h: usize, at: usize, len: usize) -> &mut [u8] {
-        assert!(h < 2 && at + len <= STAGING_HALF, "staging range out of bounds");
-        // SAFETY: the mapping holds 2 * STAGING_HALF bytes (checked above); callers hold the
-        // staging mutex and never touch a range that a queued transfer still uses.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_HALF + at), len) }
+        assert!(
+            h < STAGING_SLOTS && at + len <= STAGING_SLOT,
+            "staging range out of bounds"
+        );
+        // SAFETY: the mapping holds STAGING_SLOTS * STAGING_SLOT bytes (checked above);
+        // callers hold the staging mutex and never touch a range that a queued transfer still
+        // uses.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_SLOT + at), len) }
     }
 }
 
@@ -492,16 +500,15 @@ impl Queue<'_> {
         self.read_bytes(b.mem(), 0, out, what)
     }
 
-    /// Host to device through the pinned staging halves: the copy into one half overlaps the
-    /// transfer from the other. Returns once everything has arrived.
+    /// Host to device through the pinned staging slots. Returns once everything has arrived.
     fn write_bytes(&self, dst: cl_mem, data: &[u8], what: &str) -> Result<()> {
         self.write_all(&[Upload { dst, data }], what)
     }
 
     /// Copies every piece to its buffer in one pipeline: pieces are packed one after the other
-    /// into the pinned staging halves (several small arrays share a half), each half goes out
-    /// as soon as it is full, and filling one half overlaps the transfer from the other.
-    /// Returns once everything has arrived.
+    /// into the pinned staging slots (small arrays share one), each part goes out as soon as it
+    /// is copied in, and filling a slot overlaps the transfers from the others. Returns once
+    /// everything has arrived.
     pub(crate) fn write_all(&self, pieces: &[Upload<'_>], what: &str) -> Result<()> {
         if pieces.iter().all(|p| p.data.is_empty()) {
             return Ok(());
@@ -515,26 +522,26 @@ impl Queue<'_> {
             .lock()
             .map_err(|_| poisoned("staging buffer"))?;
         let staging = Staging::get(&mut guard, self.context)?;
-        // The last write out of each half: in an in-order queue, once it completes the half is
+        // The last write out of each slot: in an in-order queue, once it completes the slot is
         // free again.
-        let mut last: [Option<opencl3::event::Event>; 2] = [None, None];
+        let mut last: Vec<Option<opencl3::event::Event>> = (0..STAGING_SLOTS).map(|_| None).collect();
         let (mut h, mut cursor) = (0usize, 0usize);
         for piece in pieces {
             let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.dst));
             let mut done = 0;
             while done < piece.data.len() {
-                if cursor == STAGING_HALF {
-                    h ^= 1;
+                if cursor == STAGING_SLOT {
+                    h = (h + 1) % STAGING_SLOTS;
                     cursor = 0;
                     if let Some(e) = last[h].take() {
                         e.wait().map_err(fail)?;
                     }
                 }
-                let n = (piece.data.len() - done).min(STAGING_HALF - cursor);
+                let n = (piece.data.len() - done).min(STAGING_SLOT - cursor);
                 let stage = staging.range(h, cursor, n);
                 parallel_copy(stage, &piece.data[done..done + n]);
                 // SAFETY: the destination holds the range (Upload::new checked it); this part
-                // of the staging half is not written again before the half's last write ends.
+                // of the staging slot is not written again before the slot's last write ends.
                 let event = unsafe {
                     self.queue.enqueue_write_buffer(
                         &mut target,
@@ -556,8 +563,8 @@ impl Queue<'_> {
         Ok(())
     }
 
-    /// Device to host through the pinned staging halves: the transfer into one half overlaps
-    /// the copy out of the other. Everything queued before has finished on return.
+    /// Device to host through the pinned staging slots. Everything queued before has finished
+    /// on return.
     fn read_bytes(&self, src: cl_mem, offset: usize, out: &mut [u8], what: &str) -> Result<()> {
         self.read_all(
             &mut [Download {
@@ -570,7 +577,7 @@ impl Queue<'_> {
     }
 
     /// Copies every piece to the host in one pipeline: reads are packed one after the other into
-    /// the pinned staging halves, and while the device fills one half the host copies the other
+    /// the pinned staging slots, and while the device fills some the host copies the oldest
     /// out. Everything queued before has finished on return.
     pub(crate) fn read_all(&self, pieces: &mut [Download<'_>], what: &str) -> Result<()> {
         if pieces.iter().all(|p| p.out.is_empty()) {
@@ -585,26 +592,22 @@ impl Queue<'_> {
             .lock()
             .map_err(|_| poisoned("staging buffer"))?;
         let staging = Staging::get(&mut guard, self.context)?;
-        // Per half: the last read into it and where each part it holds goes.
-        struct Half<'o> {
+        // Per slot: the last read into it and where each part it holds goes.
+        struct Slot<'o> {
             last: Option<opencl3::event::Event>,
             parts: Vec<(usize, &'o mut [u8])>,
         }
-        let mut halves = [
-            Half {
+        let mut slots: Vec<Slot<'_>> = (0..STAGING_SLOTS)
+            .map(|_| Slot {
                 last: None,
                 parts: Vec::new(),
-            },
-            Half {
-                last: None,
-                parts: Vec::new(),
-            },
-        ];
-        let drain = |half: &mut Half<'_>, h: usize| -> Result<()> {
-            if let Some(e) = half.last.take() {
+            })
+            .collect();
+        let drain = |slot: &mut Slot<'_>, h: usize| -> Result<()> {
+            if let Some(e) = slot.last.take() {
                 e.wait().map_err(fail)?;
             }
-            for (at, out) in half.parts.drain(..) {
+            for (at, out) in slot.parts.drain(..) {
                 parallel_copy(out, staging.range(h, at, out.len()));
             }
             Ok(())
@@ -616,16 +619,17 @@ impl Queue<'_> {
             let mut rest: &mut [u8] = piece.out;
             let mut offset = piece.offset;
             while !rest.is_empty() {
-                if cursor == STAGING_HALF {
-                    // The other half was filled first: copy it out while this one fills.
-                    h ^= 1;
+                if cursor == STAGING_SLOT {
+                    // The next slot holds the oldest reads: copy them out while the device
+                    // fills the others.
+                    h = (h + 1) % STAGING_SLOTS;
                     cursor = 0;
-                    drain(&mut halves[h], h)?;
+                    drain(&mut slots[h], h)?;
                 }
-                let n = rest.len().min(STAGING_HALF - cursor);
+                let n = rest.len().min(STAGING_SLOT - cursor);
                 let (now, later) = std::mem::take(&mut rest).split_at_mut(n);
                 // SAFETY: the source holds the range (Download::new checked it); this part of
-                // the staging half is read only after the half's last read completes.
+                // the staging slot is read only after the slot's last read completes.
                 let event = unsafe {
                     self.queue.enqueue_read_buffer(
                         &source,
@@ -636,16 +640,18 @@ impl Queue<'_> {
                     )
                 }
                 .map_err(fail)?;
-                halves[h].last = Some(event);
-                halves[h].parts.push((cursor, now));
+                slots[h].last = Some(event);
+                slots[h].parts.push((cursor, now));
                 offset += n;
                 cursor += n;
                 rest = later;
             }
         }
-        // The other half holds the older reads.
-        drain(&mut halves[h ^ 1], h ^ 1)?;
-        drain(&mut halves[h], h)?;
+        // Oldest first: the slots after the current one, then the current one.
+        for k in 1..=STAGING_SLOTS {
+            let slot = (h + k) % STAGING_SLOTS;
+            drain(&mut slots[slot], slot)?;
+        }
         self.drained();
         Ok(())
     }

@@ -160,13 +160,21 @@ fn devices_are_listed_and_named_choices_fail_clearly() {
 #[test]
 fn transfers_larger_than_the_staging_buffer_arrive_whole() {
     let Some(b) = backend() else { return };
-    // About 2.6 million products and entries: 21 MB of f64 values and 10 MB of indices each
-    // way, more than one 16 MiB staging half.
-    let x = generate::uniform::<f64>(40_000, 40_000, 8, 5);
+    // About 3.8 million products and entries: 31 MB of f64 values and 15 MB of indices come
+    // back, more than the 32 MiB of staging slots, so the ring of slots wraps around.
+    let x = generate::uniform::<f64>(60_000, 60_000, 8, 5);
     let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
     let c = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
-    assert!(e.nnz() > 2_200_000, "{}", e.nnz());
+    assert!(e.nnz() > 3_500_000, "{}", e.nnz());
     assert_same_structure(&c, &e, "large");
+    // The other way: 3.2 million entries of A (38 MB of values and indices) go to the device.
+    let a = generate::uniform::<f64>(400_000, 400_000, 8, 6);
+    let v: Vec<f64> = (0..a.ncols()).map(|i| (i % 17) as f64 - 8.0).collect();
+    let y = b.spmv(hetsparse_core::SparseRef::Csr(&a), &v).unwrap();
+    let ey = reference::spmv::<f64, PlusTimes>(&a, &v).unwrap();
+    for (i, (p, q)) in y.iter().zip(&ey).enumerate() {
+        assert!((p - q).abs() <= 1e-9 * (1.0 + q.abs()), "y[{i}]: {p} vs {q}");
+    }
 }
 
 #[test]
