@@ -13,8 +13,8 @@ use opencl3::program::Program;
 use hetsparse_core::{Error, Result, Scalar};
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
-use crate::runtime::{DeviceBuffer, DeviceState, Queue};
-use crate::scalar::{bytes_of, bytes_of_mut};
+use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
+use crate::scalar::bytes_of;
 use crate::BACKEND;
 
 /// How a work-item finds its first product in the prefix sum of products per entry of A.
@@ -390,18 +390,27 @@ impl EscJob<'_> {
         drop(_span);
 
         let _span = tracing::info_span!("d2h", nnz_c).entered();
-        let mut offsets = vec![0u64; nrows + 1];
-        let mut index = vec![0u32; nnz_c_len];
-        let mut values = vec![T::zero(); nnz_c_len * per_entry];
+        let mut offsets = Incoming::<u64>::new(nrows + 1);
+        let mut index = Incoming::<u32>::new(nnz_c_len);
+        let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
         // One pipeline for the three arrays of C.
         q.read_all(
             &mut [
-                c_offsets.download_into(&mut offsets, "C row offsets")?,
-                c_index.download_into(&mut index, "C column indices")?,
-                c_vals.download_bytes_into(bytes_of_mut(&mut values), "C values")?,
+                offsets.piece_of(&c_offsets, "C row offsets")?,
+                index.piece_of(&c_index, "C column indices")?,
+                values.piece_of_bytes(&c_vals, "C values")?,
             ],
             "the product",
         )?;
+        // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
+        // and the device scalar types (checked by piece_of_bytes) are plain data.
+        let (offsets, index, values) = unsafe {
+            (
+                offsets.assume_filled(),
+                index.assume_filled(),
+                values.assume_filled(),
+            )
+        };
         Ok(Some(Compressed {
             nrows,
             ncols,

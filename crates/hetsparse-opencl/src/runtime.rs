@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -223,18 +224,24 @@ impl Staging {
 /// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
 /// being written fault in one at a time, and on the GPU machine a single thread copied results
 /// out of the staging buffer at about 1.5 GB/s.
-fn parallel_copy(dst: &mut [u8], src: &[u8]) {
+fn parallel_copy(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
     use rayon::prelude::*;
+    fn copy(d: &mut [MaybeUninit<u8>], s: &[u8]) {
+        debug_assert_eq!(d.len(), s.len());
+        // SAFETY: the two slices do not overlap (one is borrowed mutably) and have the same
+        // length; writing initialised bytes into MaybeUninit<u8> is always valid.
+        unsafe { ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) }
+    }
     // Rayon's threads live across calls: spawning threads per copy cost about 20 µs each,
     // which added up over the hundreds of staging slots of a large result.
     const PER_TASK: usize = 512 << 10;
     if dst.len() <= PER_TASK || rayon::current_num_threads() <= 1 {
-        dst.copy_from_slice(src);
+        copy(dst, src);
         return;
     }
     dst.par_chunks_mut(PER_TASK)
         .zip(src.par_chunks(PER_TASK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
+        .for_each(|(d, s)| copy(d, s));
 }
 
 /// Asks Linux to back `out` with transparent huge pages where the system leaves that to the
@@ -242,7 +249,7 @@ fn parallel_copy(dst: &mut [u8], src: &[u8]) {
 /// buffer land in fresh memory, and faulting it in 4 KiB at a time bounded the copy at about
 /// 7 GB/s on 8 threads (the power-law product: 2.2 GB in 308 ms); a 2 MiB fault costs about
 /// what a few 4 KiB ones do. Only advice: failure changes nothing but speed.
-fn prefer_huge_pages(out: &mut [u8]) {
+fn prefer_huge_pages(out: &mut [MaybeUninit<u8>]) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
@@ -257,7 +264,8 @@ fn prefer_huge_pages(out: &mut [u8]) {
         if hi > lo {
             // SAFETY: the range lies within `out`, memory this process owns; MADV_HUGEPAGE
             // changes how pages are backed, never their contents.
-            let rc = unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+            let rc =
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
             if rc != 0 {
                 tracing::trace!("madvise(MADV_HUGEPAGE) refused; copying with small pages");
             }
@@ -332,7 +340,91 @@ pub(crate) struct Download<'o> {
     src: cl_mem,
     /// Byte offset in the buffer.
     offset: usize,
-    out: &'o mut [u8],
+    out: &'o mut [MaybeUninit<u8>],
+}
+
+/// The bytes of `out`, to be overwritten with initialised bytes only.
+fn writable_bytes(out: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: same layout; callers only write initialised bytes through the result, so `out`
+    // stays initialised.
+    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), out.len()) }
+}
+
+/// A vector of `len` elements that a download fills: its memory is not zeroed first (glibc
+/// hands out recycled heap memory for arrays up to its mmap threshold, which grows to 32 MiB,
+/// and `vec![0; n]` then clears every byte before the copy overwrites it: about 1 ms for the
+/// 13 MB of the road product's C).
+pub(crate) struct Incoming<T> {
+    v: Vec<T>,
+    len: usize,
+}
+
+impl<T> Incoming<T> {
+    pub(crate) fn new(len: usize) -> Self {
+        Incoming {
+            v: Vec::with_capacity(len),
+            len,
+        }
+    }
+
+    fn piece<'o>(&'o mut self, src: cl_mem, what: &str, available: usize) -> Result<Download<'o>> {
+        let bytes = self.len * std::mem::size_of::<T>();
+        if bytes > available {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!("{bytes} bytes from a buffer of {available}"),
+            ));
+        }
+        let spare = &mut self.v.spare_capacity_mut()[..self.len];
+        // SAFETY: MaybeUninit<T> is as large as T; the bytes of uninitialised elements are
+        // themselves uninitialised, which MaybeUninit<u8> allows.
+        let out = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), bytes) };
+        Ok(Download {
+            src,
+            offset: 0,
+            out,
+        })
+    }
+
+    /// The vector, once [`Queue::read_all`] returned `Ok` for its piece.
+    ///
+    /// # Safety
+    /// A successful `read_all` of this vector's piece wrote every byte of its `len` elements,
+    /// and `T` is plain data (every byte pattern a valid value).
+    pub(crate) unsafe fn assume_filled(mut self) -> Vec<T> {
+        // SAFETY: per the contract above, the first `len` elements are initialised.
+        unsafe { self.v.set_len(self.len) };
+        self.v
+    }
+}
+
+impl<T: Plain> Incoming<T> {
+    /// This vector as the download of the first `len` elements of `b`.
+    pub(crate) fn piece_of<'o>(
+        &'o mut self,
+        b: &DeviceBuffer<T>,
+        what: &str,
+    ) -> Result<Download<'o>> {
+        self.piece(b.mem(), what, b.bytes())
+    }
+}
+
+impl<T: hetsparse_core::Scalar> Incoming<T> {
+    /// This vector of scalars as the download of the first bytes of `b`.
+    pub(crate) fn piece_of_bytes<'o>(
+        &'o mut self,
+        b: &DeviceBuffer<u8>,
+        what: &str,
+    ) -> Result<Download<'o>> {
+        // The entry points refuse other scalar types first; this guards the byte view.
+        if !crate::scalar::is_device_scalar::<T>() {
+            return Err(device_error(
+                format!("reading {what}"),
+                "not a device scalar type",
+            ));
+        }
+        self.piece(b.mem(), what, b.bytes())
+    }
 }
 
 /// A device buffer of `len` elements of `T`.
@@ -374,31 +466,11 @@ impl<T: Plain> DeviceBuffer<T> {
                 format!("{} elements from a buffer of {}", out.len(), self.len),
             ));
         }
-        // SAFETY: T is plain data (Plain), so any bytes written are valid values.
+        // SAFETY: T is plain data (Plain), so any bytes written are valid values; only
+        // initialised bytes are written.
         let out = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), std::mem::size_of_val(out))
         };
-        Ok(Download {
-            src: self.mem(),
-            offset: 0,
-            out,
-        })
-    }
-}
-
-impl DeviceBuffer<u8> {
-    /// The first `out.len()` bytes of this buffer, to be copied into `out`.
-    pub(crate) fn download_bytes_into<'o>(
-        &self,
-        out: &'o mut [u8],
-        what: &str,
-    ) -> Result<Download<'o>> {
-        if out.len() > self.bytes() {
-            return Err(device_error(
-                format!("reading {what}"),
-                format!("{} bytes from a buffer of {}", out.len(), self.bytes()),
-            ));
-        }
         Ok(Download {
             src: self.mem(),
             offset: 0,
@@ -520,7 +592,8 @@ impl Queue<'_> {
         let staging = Staging::get(&mut guard, self.context)?;
         // The last write out of each slot: in an in-order queue, once it completes the slot is
         // free again.
-        let mut last: Vec<Option<opencl3::event::Event>> = (0..STAGING_SLOTS).map(|_| None).collect();
+        let mut last: Vec<Option<opencl3::event::Event>> =
+            (0..STAGING_SLOTS).map(|_| None).collect();
         let (mut h, mut cursor) = (0usize, 0usize);
         for piece in pieces {
             let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.dst));
@@ -535,7 +608,7 @@ impl Queue<'_> {
                 }
                 let n = (piece.data.len() - done).min(STAGING_SLOT - cursor);
                 let stage = staging.range(h, cursor, n);
-                parallel_copy(stage, &piece.data[done..done + n]);
+                parallel_copy(writable_bytes(stage), &piece.data[done..done + n]);
                 // SAFETY: the destination holds the range (Upload::new checked it); this part
                 // of the staging slot is not written again before the slot's last write ends.
                 let event = unsafe {
@@ -566,7 +639,7 @@ impl Queue<'_> {
             &mut [Download {
                 src,
                 offset,
-                out,
+                out: writable_bytes(out),
             }],
             what,
         )
@@ -591,7 +664,7 @@ impl Queue<'_> {
         // Per slot: the last read into it and where each part it holds goes.
         struct Slot<'o> {
             last: Option<opencl3::event::Event>,
-            parts: Vec<(usize, &'o mut [u8])>,
+            parts: Vec<(usize, &'o mut [MaybeUninit<u8>])>,
         }
         let mut slots: Vec<Slot<'_>> = (0..STAGING_SLOTS)
             .map(|_| Slot {
@@ -612,7 +685,7 @@ impl Queue<'_> {
         for piece in pieces.iter_mut() {
             prefer_huge_pages(piece.out);
             let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.src));
-            let mut rest: &mut [u8] = piece.out;
+            let mut rest: &mut [MaybeUninit<u8>] = piece.out;
             let mut offset = piece.offset;
             while !rest.is_empty() {
                 if cursor == STAGING_SLOT {

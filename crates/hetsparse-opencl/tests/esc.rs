@@ -173,7 +173,10 @@ fn transfers_larger_than_the_staging_buffer_arrive_whole() {
     let y = b.spmv(hetsparse_core::SparseRef::Csr(&a), &v).unwrap();
     let ey = reference::spmv::<f64, PlusTimes>(&a, &v).unwrap();
     for (i, (p, q)) in y.iter().zip(&ey).enumerate() {
-        assert!((p - q).abs() <= 1e-9 * (1.0 + q.abs()), "y[{i}]: {p} vs {q}");
+        assert!(
+            (p - q).abs() <= 1e-9 * (1.0 + q.abs()),
+            "y[{i}]: {p} vs {q}"
+        );
     }
 }
 
@@ -187,7 +190,11 @@ fn rows_of_many_lengths_cross_run_boundaries_at_every_width() {
     let mut rows = vec![0u64];
     let (mut cols, mut vals) = (Vec::new(), Vec::new());
     for i in 0..n {
-        let len = if i % 97 == 5 { 300 + i % 211 } else { 1 + (i * 7919) % 40 };
+        let len = if i % 97 == 5 {
+            300 + i % 211
+        } else {
+            1 + (i * 7919) % 40
+        };
         let start = (i * 104_729) % n;
         let mut row: Vec<u32> = (0..len).map(|k| ((start + k * 37) % n) as u32).collect();
         row.sort_unstable();
