@@ -308,6 +308,7 @@ pub const KERNEL_TIMES: &str = "hetsparse_opencl::kernel_times";
 
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
+        let _span = tracing::debug_span!("queue finish").entered();
         // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
         let _ = self.queue.finish();
         self.retired.get_mut().clear();
@@ -328,6 +329,14 @@ unsafe impl Plain for hetsparse_core::f16 {}
 unsafe impl Plain for hetsparse_core::bf16 {}
 unsafe impl Plain for hetsparse_core::Complex<f32> {}
 unsafe impl Plain for hetsparse_core::Complex<f64> {}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        let _span = tracing::debug_span!("release").entered();
+        // SAFETY: dropped once, here; the field is not used afterwards.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.buffer) }
+    }
+}
 
 /// One array to copy to the device, for [`Queue::write_all`].
 pub(crate) struct Upload<'d> {
@@ -429,7 +438,9 @@ impl<T: hetsparse_core::Scalar> Incoming<T> {
 
 /// A device buffer of `len` elements of `T`.
 pub(crate) struct DeviceBuffer<T> {
-    pub(crate) buffer: Buffer<T>,
+    /// Released in `drop`, under a span: releasing device memory is part of a call's fixed
+    /// cost.
+    pub(crate) buffer: std::mem::ManuallyDrop<Buffer<T>>,
     pub(crate) len: usize,
 }
 
@@ -512,7 +523,10 @@ impl Queue<'_> {
         unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
             .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
         self.retired.borrow_mut().push(Buffer::new(buffer.get()));
-        Ok(DeviceBuffer { buffer, len })
+        Ok(DeviceBuffer {
+            buffer: std::mem::ManuallyDrop::new(buffer),
+            len,
+        })
     }
 
     /// A buffer holding a copy of `data` (the copy has completed on return).
