@@ -45,11 +45,12 @@ pub(crate) struct DeviceState {
 /// buffers of a product cost NVIDIA's OpenCL about 1 ms per call (allocation happens on first
 /// use, release took 0.57 ms on the road class), which is most of a small product's time.
 /// Only buffers up to [`POOL_MAX_BUFFER`] are kept, at power-of-two capacities, and at most
-/// [`POOL_LIMIT`] bytes in all, so idle memory stays small beside what a product may use.
-#[derive(Default)]
+/// [`POOL_LIMIT`] bytes in all (a sixteenth of the device's memory on small devices), so idle
+/// memory stays small beside what a product may use.
 struct BufferPool {
     free: HashMap<usize, Vec<Buffer<u8>>>,
     bytes: usize,
+    limit: usize,
 }
 
 /// Largest buffer the pool keeps.
@@ -65,6 +66,15 @@ fn pool_class(bytes: usize) -> Option<usize> {
 }
 
 impl BufferPool {
+    fn new(device_memory: u64) -> Self {
+        let sixteenth = usize::try_from(device_memory / 16).unwrap_or(usize::MAX);
+        BufferPool {
+            free: HashMap::new(),
+            bytes: 0,
+            limit: POOL_LIMIT.min(sixteenth),
+        }
+    }
+
     fn take(&mut self, class: usize) -> Option<Buffer<u8>> {
         let b = self.free.get_mut(&class)?.pop()?;
         self.bytes -= class;
@@ -73,7 +83,7 @@ impl BufferPool {
 
     /// Keeps `b` if there is room; otherwise it is released.
     fn put(&mut self, class: usize, b: Buffer<u8>) {
-        if self.bytes + class <= POOL_LIMIT {
+        if self.bytes + class <= self.limit {
             self.bytes += class;
             self.free.entry(class).or_default().push(b);
         }
@@ -108,13 +118,14 @@ pub(crate) fn device_state(
     }
     let context = Context::from_device(&ClDevice::new(id))
         .map_err(|e| device_error(format!("creating a context on {}", description.name), e))?;
+    let memory = description.global_memory_bytes;
     let state = Arc::new(DeviceState {
         description,
         id,
         context,
         programs: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
-        pool: Mutex::new(BufferPool::default()),
+        pool: Mutex::new(BufferPool::new(memory)),
     });
     states.insert(id as usize, state.clone());
     Ok(state)
@@ -980,5 +991,22 @@ impl Launch<'_> {
             self.queue.launched.borrow_mut().push((self.name, event));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_classes_are_powers_of_two_within_bounds() {
+        assert_eq!(pool_class(1), Some(POOL_MIN_BUFFER));
+        assert_eq!(pool_class(POOL_MIN_BUFFER + 1), Some(2 * POOL_MIN_BUFFER));
+        assert_eq!(pool_class(3 << 20), Some(4 << 20));
+        assert_eq!(pool_class(POOL_MAX_BUFFER), Some(POOL_MAX_BUFFER));
+        assert_eq!(pool_class(POOL_MAX_BUFFER + 1), None);
+        // Small devices keep less.
+        assert_eq!(BufferPool::new(1 << 30).limit, 64 << 20);
+        assert_eq!(BufferPool::new(80 << 30).limit, POOL_LIMIT);
     }
 }

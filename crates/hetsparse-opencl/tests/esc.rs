@@ -243,3 +243,20 @@ fn chunks_spanning_many_entries_of_a_expand_correctly() {
         assert_same_structure(&c, &e, &format!("sparse B, {search:?}"));
     }
 }
+
+#[test]
+fn reused_device_buffers_do_not_leak_between_products() {
+    let Some(b) = backend() else { return };
+    // Products in turn on one backend: buffers come back from the pool holding the previous
+    // product's data, which must not show in the next one.
+    let (x, _) = generate::product_operands::<f64>(MatrixClass::Road, 4000, 3);
+    let (y, _) = generate::product_operands::<f64>(MatrixClass::PowerLaw, 4000, 4);
+    let ex = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+    let ey = reference::spgemm::<f64, PlusTimes>(&y, &y).unwrap();
+    for round in 0..3 {
+        let cx = b.spgemm(&x, &x, SpgemmAlgorithm::Esc).unwrap();
+        assert_same_structure(&cx, &ex, &format!("road, round {round}"));
+        let cy = b.spgemm(&y, &y, SpgemmAlgorithm::Esc).unwrap();
+        assert_same_structure(&cy, &ey, &format!("power law, round {round}"));
+    }
+}
