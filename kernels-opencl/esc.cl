@@ -16,36 +16,81 @@ __kernel void esc_setup(ulong nnz_a, ulong nrows_a, __global const ulong* a_offs
     a_prods[e] = b_offsets[k + 1] - b_offsets[k];
 }
 
-// Expansion (Alg. 2 l. 19-38): perfectly balanced, each of `items` work-items computes the same
-// number of products (up to one), locating its first one by searching the prefix sum a_prods.
-// The key of a product is (row of C << 32 | column of C); what is stored with it, EXPAND_VALUE,
-// is the product's value (scalar program) or its operands' indices (block program).
-__kernel void esc_expand(ulong exp_size, ulong items, uint interpolate, ulong nnz_a,
-                         __global const ulong* a_prods, __global const uint* a_rows,
-                         __global const uint* a_index, __global const STORE* a_vals,
-                         __global const ulong* b_offsets, __global const uint* b_index,
-                         __global const STORE* b_vals, __global ulong* ex_keys,
-                         __global PAYLOAD* ex_vals) {
-    ulong t = get_global_id(0);
-    if (t >= items) return;
-    ulong q = exp_size / items, r = exp_size % items;
-    ulong begin = t * q + min(t, r);
-    ulong count = q + (t < r ? 1 : 0);
-    if (count == 0) return;
-    ulong ea = interpolate ? search_interpolation(a_prods, nnz_a, begin)
-                           : search_binary(a_prods, nnz_a, begin);
-    ulong skip = begin - a_prods[ea];
-    ulong p = 0;
-    for (; p < count; ++ea) {
-        uint k = a_index[ea];
-        ulong row = (ulong)a_rows[ea] << 32;
-        ulong eb = b_offsets[k] + skip;
-        ulong end = b_offsets[k + 1];
-        for (; eb < end && p < count; ++eb, ++p) {
-            ex_keys[begin + p] = row | b_index[eb];
-            ex_vals[begin + p] = EXPAND_VALUE(ea, eb);
+// After the scan of a_prods: the expansion size into info[0] and the length of the longest row
+// of the expansion (a segment of the sort; clamped to UINT_MAX) into the uint at info[1], which
+// the host zeroed. Both come back in the first host synchronisation; the longest row tells the
+// sort how many global merge passes it needs.
+__kernel void esc_sizes(ulong nrows_a, ulong nnz_a, __global const ulong* a_offsets,
+                        __global const ulong* a_prods, __global ulong* info) {
+    ulong r = get_global_id(0);
+    if (r == 0) info[0] = a_prods[nnz_a];
+    if (r >= nrows_a) return;
+    ulong len = a_prods[a_offsets[r + 1]] - a_prods[a_offsets[r]];
+    if (len > 0) atomic_max((volatile __global uint*)(info + 1), (uint)min(len, (ulong)UINT_MAX));
+}
+
+// Expansion (Alg. 2 l. 19-38), perfectly balanced: every work-group computes the same number of
+// products, EXP_CHUNK (the last one fewer), and locates the entries of A whose products those
+// are by searching the prefix sum a_prods (interpolation or binary search, once per end of its
+// chunk). Within the group, work-item t makes products t, t + EXP_WG, ..., so neighbouring
+// work-items write neighbouring keys and values and read neighbouring entries of B: stores
+// coalesce (with a contiguous range per work-item, as in the paper, they did not: 25 ms of the
+// power-law product's 131 ms of kernels). Each product finds its entry of A by bisection over
+// the group's slice of a_prods, staged in local memory when it fits. The key of a product is
+// (row of C << 32 | column of C); what is stored with it, EXPAND_VALUE, is the product's value
+// (scalar program) or its operands' indices (block program).
+#define EXP_WG 256
+#define EXP_PER 8
+#define EXP_CHUNK (EXP_WG * EXP_PER)
+#define EXP_LOCAL 1024
+__kernel __attribute__((reqd_work_group_size(EXP_WG, 1, 1)))
+void esc_expand(ulong exp_size, uint interpolate, ulong nnz_a, __global const ulong* a_prods,
+                __global const uint* a_rows, __global const uint* a_index,
+                __global const STORE* a_vals, __global const ulong* b_offsets,
+                __global const uint* b_index, __global const STORE* b_vals,
+                __global ulong* ex_keys, __global PAYLOAD* ex_vals) {
+    __local ulong lp[EXP_LOCAL];
+    __local ulong bounds[2];
+    uint lid = get_local_id(0);
+    ulong g0 = (ulong)get_group_id(0) * EXP_CHUNK;
+    if (g0 >= exp_size) return; // the whole group leaves, before any barrier
+    ulong g1 = min(g0 + (ulong)EXP_CHUNK, exp_size);
+    if (lid < 2) {
+        ulong x = lid == 0 ? g0 : g1 - 1;
+        bounds[lid] = interpolate ? search_interpolation(a_prods, nnz_a, x)
+                                  : search_binary(a_prods, nnz_a, x);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong lo = bounds[0];
+    ulong cnt = bounds[1] - lo + 1;
+    int staged = cnt <= EXP_LOCAL;
+    if (staged)
+        for (uint i = lid; i < cnt; i += EXP_WG) lp[i] = a_prods[lo + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Largest e in [0, cnt) with a_prods[lo + e] <= p; products come in increasing order, so
+    // each search starts from the previous answer.
+    ulong e = 0;
+    for (uint j = 0; j < EXP_PER; ++j) {
+        ulong p = g0 + (ulong)j * EXP_WG + lid;
+        if (p >= g1) break;
+        ulong hi = cnt;
+        if (staged) {
+            while (hi - e > 1) {
+                ulong mid = e + (hi - e) / 2;
+                if (lp[mid] <= p) e = mid; else hi = mid;
+            }
+        } else {
+            while (hi - e > 1) {
+                ulong mid = e + (hi - e) / 2;
+                if (a_prods[lo + mid] <= p) e = mid; else hi = mid;
+            }
         }
-        skip = 0;
+        ulong ea = lo + e;
+        ulong first = staged ? lp[e] : a_prods[ea];
+        uint k = a_index[ea];
+        ulong eb = b_offsets[k] + (p - first);
+        ex_keys[p] = ((ulong)a_rows[ea] << 32) | b_index[eb];
+        ex_vals[p] = EXPAND_VALUE(ea, eb);
     }
 }
 

@@ -56,41 +56,78 @@ inline uint crossing_segment(__global const ulong* keys, ulong mid) {
     return left == right ? right : UINT_MAX;
 }
 
-// One global merge pass over runs of width w: each entry of a crossing segment computes its
-// merged position by ranking itself in the partner run and is written to tmp there.
 // Whether entry i belongs to the segment crossing the middle of its pair of runs of width w;
-// sets the pair's start s and middle mid.
+// sets the pair's start s, middle mid and end.
 inline int in_crossing_segment(__global const ulong* keys, ulong n, ulong w, ulong i,
-                               ulong* s, ulong* mid) {
-    if (i >= n) return 0;
+                               ulong* s, ulong* mid, ulong* end) {
     *s = i / (2 * w) * (2 * w);
     *mid = *s + w;
     if (*mid >= n) return 0;
+    *end = min(*s + 2 * w, n);
     uint seg = crossing_segment(keys, *mid);
     return seg != UINT_MAX && (uint)(keys[i] >> 32) == seg;
 }
 
-__kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* vals,
-                         __global ulong* tmp_keys, __global PAYLOAD* tmp_vals, ulong n, ulong w) {
-    ulong i = get_global_id(0), s, mid;
-    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
-    ulong key = keys[i];
-    ulong end = min(s + 2 * w, n);
-    ulong pos;
-    if (i < mid) pos = i + rank_in(keys, mid, end, key, 1);
-    else pos = (i - mid) + s + rank_in(keys, s, mid, key, 0);
-    tmp_keys[pos] = key;
-    tmp_vals[pos] = vals[i];
+// Entry i of a segment crossing mid goes to its place in the merge of [s, mid) and [mid, end):
+// its own offset in its run plus its rank in the partner run (lower rank from the left run,
+// upper from the right, so equal keys keep their order).
+inline ulong merged_position(__global const ulong* keys, ulong i, ulong key, ulong s, ulong mid,
+                             ulong end) {
+    if (i < mid) return i + rank_in(keys, mid, end, key, 1);
+    return (i - mid) + s + rank_in(keys, s, mid, key, 0);
 }
 
-// Copies the merged crossing segments back; every other entry stays untouched.
-__kernel void merge_copy_back(__global ulong* keys, __global PAYLOAD* vals,
-                              __global const ulong* tmp_keys, __global const PAYLOAD* tmp_vals,
-                              ulong n, ulong w) {
-    ulong i = get_global_id(0), s, mid;
-    if (!in_crossing_segment(keys, n, w, i, &s, &mid)) return;
-    keys[i] = tmp_keys[i];
-    vals[i] = tmp_vals[i];
+// One global merge pass over pairs of runs of width w, from (keys, vals) into (out_keys,
+// out_vals): entries of a segment crossing the middle of their pair move to their merged
+// place, every other entry is copied where it is. The host alternates the two buffers, so a
+// pass reads and writes each entry once (it used to merge into a scratch copy and copy back).
+__kernel void merge_pass(__global const ulong* keys, __global const PAYLOAD* vals,
+                         __global ulong* out_keys, __global PAYLOAD* out_vals, ulong n, ulong w) {
+    ulong i = get_global_id(0), s, mid, end;
+    if (i >= n) return;
+    ulong key = keys[i];
+    ulong pos = in_crossing_segment(keys, n, w, i, &s, &mid, &end)
+                    ? merged_position(keys, i, key, s, mid, end) : i;
+    out_keys[pos] = key;
+    out_vals[pos] = vals[i];
+}
+
+// The final merge pass, once every segment is at most w long: such a segment contains at most
+// one multiple of w, so it crosses at most one boundary between sorted runs of width w, and one
+// merge across every boundary (not only the middles of pairs) finishes the sort. Entry i looks
+// at the boundaries that open and close its run; sets the left run's start s, the boundary mid
+// and the right run's end.
+inline int in_boundary_segment(__global const ulong* keys, ulong n, ulong w, ulong i, ulong* s,
+                               ulong* mid, ulong* end) {
+    uint seg = (uint)(keys[i] >> 32);
+    ulong open = i / w * w, close = open + w;
+    if (open > 0) {
+        uint c = crossing_segment(keys, open);
+        if (c != UINT_MAX && c == seg) {
+            *s = open - w; *mid = open; *end = min(close, n);
+            return 1;
+        }
+    }
+    if (close < n) {
+        uint c = crossing_segment(keys, close);
+        if (c != UINT_MAX && c == seg) {
+            *s = open; *mid = close; *end = min(close + w, n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+__kernel void merge_boundaries(__global const ulong* keys, __global const PAYLOAD* vals,
+                               __global ulong* out_keys, __global PAYLOAD* out_vals, ulong n,
+                               ulong w) {
+    ulong i = get_global_id(0), s, mid, end;
+    if (i >= n) return;
+    ulong key = keys[i];
+    ulong pos = in_boundary_segment(keys, n, w, i, &s, &mid, &end)
+                    ? merged_position(keys, i, key, s, mid, end) : i;
+    out_keys[pos] = key;
+    out_vals[pos] = vals[i];
 }
 
 // Compression, part 1 (Polok Alg. 2 l. 42-49): entries whose key differs from the previous one

@@ -12,9 +12,9 @@ use opencl3::program::Program;
 
 use hetsparse_core::{Error, Result, Scalar};
 
-use crate::kernels::{SCAN_BLOCK, SCAN_WG, SORT_WG};
-use crate::runtime::{DeviceBuffer, DeviceState, Queue};
-use crate::scalar::{bytes_of, bytes_of_mut};
+use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
+use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
+use crate::scalar::bytes_of;
 use crate::BACKEND;
 
 /// How a work-item finds its first product in the prefix sum of products per entry of A.
@@ -54,6 +54,20 @@ impl<T: Scalar> Compressed<'_, T> {
             values: Vec::new().into(),
             block,
         }
+    }
+
+    /// Whether `other` is this very matrix (the same arrays in memory), so that one copy on
+    /// the device serves as both operands.
+    fn same_as(&self, other: &Self) -> bool {
+        fn same<X>(x: &[X], y: &[X]) -> bool {
+            std::ptr::eq(x.as_ptr(), y.as_ptr()) && x.len() == y.len()
+        }
+        self.nrows == other.nrows
+            && self.ncols == other.ncols
+            && self.block == other.block
+            && same(&self.offsets, &other.offsets)
+            && same(&self.index, &other.index)
+            && same(&self.values, &other.values)
     }
 
     /// Columns `range`, indices shifted to start at 0.
@@ -136,13 +150,25 @@ struct DeviceOperand {
 
 fn upload<T: Scalar>(q: &Queue<'_>, m: &Compressed<'_, T>, name: &str) -> Result<DeviceOperand> {
     let _span = tracing::debug_span!("h2d", operand = name, nnz = m.nnz()).entered();
-    Ok(DeviceOperand {
+    let values = bytes_of(&m.values);
+    let d = DeviceOperand {
         nrows: m.nrows,
         nnz: m.nnz(),
-        offsets: q.upload(&m.offsets, name)?,
-        index: q.upload(&m.index, name)?,
-        values: q.upload(bytes_of(&m.values), name)?,
-    })
+        offsets: q.alloc(m.offsets.len(), name)?,
+        index: q.alloc(m.index.len(), name)?,
+        values: q.alloc(values.len(), name)?,
+    };
+    // One pipeline for the three arrays: small ones share a staging slot, and copying one part
+    // into pinned memory overlaps the transfer of the parts before.
+    q.write_all(
+        &[
+            d.offsets.upload_of(&m.offsets, name)?,
+            d.index.upload_of(&m.index, name)?,
+            d.values.upload_of(values, name)?,
+        ],
+        name,
+    )?;
+    Ok(d)
 }
 
 fn operand_bytes<T: Clone>(m: &Compressed<'_, T>) -> u64 {
@@ -186,10 +212,23 @@ impl EscJob<'_> {
         }
         let q = self.state.queue()?;
         let a_dev = upload(&q, a, "A")?;
-        let limit = self.max_products::<T>(operand_bytes(a) + operand_bytes(b));
+        // A·A (the papers' usual benchmark, and squaring in general): B is already there.
+        let same = a.same_as(b);
+        let operands = if same {
+            operand_bytes(a)
+        } else {
+            operand_bytes(a) + operand_bytes(b)
+        };
+        let limit = self.max_products::<T>(operands);
         {
-            let b_dev = upload(&q, b, "B")?;
-            if let Some(c) = self.pipeline(&q, &a_dev, &b_dev, b.ncols, limit)? {
+            let b_own;
+            let b_dev = if same {
+                &a_dev
+            } else {
+                b_own = upload(&q, b, "B")?;
+                &b_own
+            };
+            if let Some(c) = self.pipeline(&q, &a_dev, b_dev, b.ncols, limit)? {
                 return Ok(c);
             }
         }
@@ -221,7 +260,7 @@ impl EscJob<'_> {
         let nnz_a = a.nnz as usize;
 
         // Setup (Alg. 1): a_rows, and a_prods scanned in place; its last element is the size.
-        let (a_rows, a_prods, exp) = {
+        let (a_rows, a_prods, exp, longest) = {
             let _span = tracing::info_span!("setup", nnz_a).entered();
             let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
             let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
@@ -235,9 +274,26 @@ impl EscJob<'_> {
                 .arg(a_prods.arg())?
                 .run(&[nnz_a.max(1)], None)?;
             exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
-            // Host synchronisation 1: the expansion size, to allocate the expansion.
-            let exp = q.download_at(&a_prods, nnz_a, 1, "expansion size")?[0];
-            (a_rows, a_prods, exp)
+            let mut info = q.alloc::<u64>(2, "expansion sizes")?;
+            q.zero(&mut info, "expansion sizes")?;
+            q.kernel(prog, "esc_sizes")?
+                .arg(a.nrows as u64)?
+                .arg(a.nnz)?
+                .arg(a.offsets.arg())?
+                .arg(a_prods.arg())?
+                .arg(info.arg())?
+                .run(&[a.nrows.max(1)], None)?;
+            // Host synchronisation 1: the expansion size, to allocate the expansion, and its
+            // longest row, to plan the sort.
+            let mut sizes = [0u64; 2];
+            q.read_all(
+                &mut [info.download_into(&mut sizes, "expansion sizes")?],
+                "expansion sizes",
+            )?;
+            // The longest row is a uint in the first half of the second word.
+            let b = sizes[1].to_ne_bytes();
+            let longest = u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            (a_rows, a_prods, sizes[0], longest)
         };
         if exp == 0 {
             return Ok(Some(Compressed::empty(a.nrows, ncols, self.entry_values())));
@@ -258,16 +314,9 @@ impl EscJob<'_> {
         let vals = q.alloc::<u8>(exp_len * self.payload_bytes, "expansion values")?;
         {
             let _span = tracing::info_span!("expand", products = exp).entered();
-            let d = &self.state.description;
-            let per_unit = if d.kind == hetsparse_core::DeviceKind::Gpu {
-                2048
-            } else {
-                256
-            };
-            let items = (exp_len).min(d.compute_units as usize * per_unit).max(1);
+            let groups = exp_len.div_ceil(EXP_CHUNK);
             q.kernel(prog, "esc_expand")?
                 .arg(exp)?
-                .arg(items as u64)?
                 .arg(u32::from(self.search == ExpansionSearch::Interpolation))?
                 .arg(a.nnz)?
                 .arg(a_prods.arg())?
@@ -279,11 +328,11 @@ impl EscJob<'_> {
                 .arg(b.values.arg())?
                 .arg(keys.arg())?
                 .arg(vals.arg())?
-                .run(&[items], Some(&[64]))?;
+                .run(&[groups * EXP_WG], Some(&[EXP_WG]))?;
         }
         drop((a_rows, a_prods));
 
-        self.segmented_sort(q, &keys, &vals, exp_len)?;
+        let (keys, vals) = self.segmented_sort(q, keys, vals, exp_len, longest)?;
 
         // Compression (Alg. 2 l. 40-49, Alg. 3).
         let _span = tracing::info_span!("compress", products = exp).entered();
@@ -341,10 +390,27 @@ impl EscJob<'_> {
         drop(_span);
 
         let _span = tracing::info_span!("d2h", nnz_c).entered();
-        let offsets = q.download(&c_offsets, nrows + 1, "C row offsets")?;
-        let index = q.download(&c_index, nnz_c_len, "C column indices")?;
-        let mut values = vec![T::zero(); nnz_c_len * per_entry];
-        q.download_bytes(&c_vals, bytes_of_mut(&mut values), "C values")?;
+        let mut offsets = Incoming::<u64>::new(nrows + 1);
+        let mut index = Incoming::<u32>::new(nnz_c_len);
+        let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
+        // One pipeline for the three arrays of C.
+        q.read_all(
+            &mut [
+                offsets.piece_of(&c_offsets, "C row offsets")?,
+                index.piece_of(&c_index, "C column indices")?,
+                values.piece_of_bytes(&c_vals, "C values")?,
+            ],
+            "the product",
+        )?;
+        // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
+        // and the device scalar types (checked by piece_of_bytes) are plain data.
+        let (offsets, index, values) = unsafe {
+            (
+                offsets.assume_filled(),
+                index.assume_filled(),
+                values.assume_filled(),
+            )
+        };
         Ok(Some(Compressed {
             nrows,
             ncols,
@@ -356,17 +422,22 @@ impl EscJob<'_> {
     }
 
     /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
-    /// merge passes that touch only the rows crossing tile boundaries.
+    /// merge passes that move only the rows crossing run boundaries, alternating between the
+    /// expansion's buffers and a second pair (returns the pair that holds the result). Passes
+    /// over pairs of runs double the sorted width while it is below the `longest` row; then
+    /// one pass across every run boundary finishes (a row no longer than the width crosses at
+    /// most one).
     fn segmented_sort(
         &self,
         q: &Queue<'_>,
-        keys: &DeviceBuffer<u64>,
-        vals: &DeviceBuffer<u8>,
+        keys: DeviceBuffer<u64>,
+        vals: DeviceBuffer<u8>,
         n: usize,
-    ) -> Result<()> {
+        longest: u64,
+    ) -> Result<(DeviceBuffer<u64>, DeviceBuffer<u8>)> {
         let prog = self.program;
         let tile = crate::kernels::sort_tile(&self.state.description, self.payload_bytes);
-        let _span = tracing::info_span!("sort", n, tile).entered();
+        let _span = tracing::info_span!("sort", n, tile, longest).entered();
         let tiles = n.div_ceil(tile);
         q.kernel(prog, "sort_tiles")?
             .arg(keys.arg())?
@@ -374,26 +445,36 @@ impl EscJob<'_> {
             .arg(n as u64)?
             .run(&[tiles * SORT_WG], Some(&[SORT_WG]))?;
         if n <= tile {
-            return Ok(());
+            return Ok((keys, vals));
         }
-        let tmp_keys = q.alloc::<u64>(n, "merge keys")?;
-        let tmp_vals = q.alloc::<u8>(n * self.payload_bytes, "merge values")?;
+        let mut from = (keys, vals);
+        let mut to = (
+            q.alloc::<u64>(n, "merge keys")?,
+            q.alloc::<u8>(n * self.payload_bytes, "merge values")?,
+        );
         let mut w = tile as u64;
         while w < n as u64 {
-            // Both kernels take the same arguments: the merge into tmp, then the copy back.
-            for kernel in ["merge_pass", "merge_copy_back"] {
-                q.kernel(prog, kernel)?
-                    .arg(keys.arg())?
-                    .arg(vals.arg())?
-                    .arg(tmp_keys.arg())?
-                    .arg(tmp_vals.arg())?
-                    .arg(n as u64)?
-                    .arg(w)?
-                    .run(&[n], Some(&[256]))?;
+            let last = w >= longest;
+            let kernel = if last {
+                "merge_boundaries"
+            } else {
+                "merge_pass"
+            };
+            q.kernel(prog, kernel)?
+                .arg(from.0.arg())?
+                .arg(from.1.arg())?
+                .arg(to.0.arg())?
+                .arg(to.1.arg())?
+                .arg(n as u64)?
+                .arg(w)?
+                .run(&[n], Some(&[256]))?;
+            std::mem::swap(&mut from, &mut to);
+            if last {
+                break;
             }
             w *= 2;
         }
-        Ok(())
+        Ok(from)
     }
 }
 

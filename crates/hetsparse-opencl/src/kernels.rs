@@ -26,6 +26,10 @@ pub(crate) const SORT_WG: usize = 256;
 pub(crate) const SCAN_BLOCK: usize = 1024;
 /// Work-items per group of the scan and compression kernels.
 pub(crate) const SCAN_WG: usize = 256;
+/// Work-group size of the expansion (`EXP_WG` in esc.cl).
+pub(crate) const EXP_WG: usize = 256;
+/// Products each expansion work-group makes (`EXP_CHUNK` in esc.cl).
+pub(crate) const EXP_CHUNK: usize = EXP_WG * 8;
 
 /// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -28,6 +28,13 @@
 //!
 //! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
 //! f32 on every device.
+//!
+//! What a call keeps for the next one, per device: the compiled programs, a 32 MiB pinned
+//! staging buffer that every transfer goes through (in 4 MiB slots, so host copies overlap the
+//! DMA; the host side of the copies runs on rayon's threads), and a pool of device buffers of
+//! up to 64 MiB each and 256 MiB in all, so that small products do not pay for allocating and
+//! releasing device memory. `spgemm(&a, &a, ..)` (one matrix as both operands) copies it to the
+//! device once. On Linux, large results are advised (`madvise`) to use transparent huge pages.
 #![warn(missing_docs)]
 
 mod device;
@@ -252,12 +259,13 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
         let op = Operation::Spgemm(algorithm);
         check::supported::<T>(self, op)?;
-        check::spgemm(a, b)?;
+        tracing::debug_span!("check operands").in_scope(|| check::spgemm(a, b))?;
         let program = self.program::<T>(op, false)?;
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
         let c = job.product(&compressed(a), &compressed(b))?;
+        let _assemble = tracing::debug_span!("assemble").entered();
         Ok(Csr::try_new(
             c.nrows,
             c.ncols,

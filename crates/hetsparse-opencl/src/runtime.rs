@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -37,6 +38,56 @@ pub(crate) struct DeviceState {
     pub(crate) context: Context,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
+    pool: Mutex<BufferPool>,
+}
+
+/// Device buffers kept between calls for reuse, by capacity. Creating and releasing the dozen
+/// buffers of a product cost NVIDIA's OpenCL about 1 ms per call (allocation happens on first
+/// use, release took 0.57 ms on the road class), which is most of a small product's time.
+/// Only buffers up to [`POOL_MAX_BUFFER`] are kept, at power-of-two capacities, and at most
+/// [`POOL_LIMIT`] bytes in all (a sixteenth of the device's memory on small devices), so idle
+/// memory stays small beside what a product may use.
+struct BufferPool {
+    free: HashMap<usize, Vec<Buffer<u8>>>,
+    bytes: usize,
+    limit: usize,
+}
+
+/// Largest buffer the pool keeps.
+const POOL_MAX_BUFFER: usize = 64 << 20;
+/// Most bytes the pool keeps.
+const POOL_LIMIT: usize = 256 << 20;
+/// Smallest capacity class.
+const POOL_MIN_BUFFER: usize = 64 << 10;
+
+/// The capacity a buffer of `bytes` gets when it is pooled, or `None` when it is too large.
+fn pool_class(bytes: usize) -> Option<usize> {
+    (bytes <= POOL_MAX_BUFFER).then(|| bytes.max(POOL_MIN_BUFFER).next_power_of_two())
+}
+
+impl BufferPool {
+    fn new(device_memory: u64) -> Self {
+        let sixteenth = usize::try_from(device_memory / 16).unwrap_or(usize::MAX);
+        BufferPool {
+            free: HashMap::new(),
+            bytes: 0,
+            limit: POOL_LIMIT.min(sixteenth),
+        }
+    }
+
+    fn take(&mut self, class: usize) -> Option<Buffer<u8>> {
+        let b = self.free.get_mut(&class)?.pop()?;
+        self.bytes -= class;
+        Some(b)
+    }
+
+    /// Keeps `b` if there is room; otherwise it is released.
+    fn put(&mut self, class: usize, b: Buffer<u8>) {
+        if self.bytes + class <= self.limit {
+            self.bytes += class;
+            self.free.entry(class).or_default().push(b);
+        }
+    }
 }
 
 // SAFETY: cl_device_id is an opaque handle that OpenCL allows to be used from any thread.
@@ -67,12 +118,14 @@ pub(crate) fn device_state(
     }
     let context = Context::from_device(&ClDevice::new(id))
         .map_err(|e| device_error(format!("creating a context on {}", description.name), e))?;
+    let memory = description.global_memory_bytes;
     let state = Arc::new(DeviceState {
         description,
         id,
         context,
         programs: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
+        pool: Mutex::new(BufferPool::new(memory)),
     });
     states.insert(id as usize, state.clone());
     Ok(state)
@@ -115,6 +168,7 @@ impl DeviceState {
     /// A new in-order queue; each operation uses its own, so that threads do not wait on each
     /// other's work.
     pub(crate) fn queue(&self) -> Result<Queue<'_>> {
+        let _span = tracing::debug_span!("queue create").entered();
         let profile = tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
         let properties = if profile {
             opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
@@ -128,6 +182,8 @@ impl DeviceState {
             queue,
             context: &self.context,
             staging: &self.staging,
+            pool: &self.pool,
+            pooled: std::cell::RefCell::new(Vec::new()),
             retired: std::cell::RefCell::new(Vec::new()),
             profile,
             launched: std::cell::RefCell::new(Vec::new()),
@@ -135,8 +191,12 @@ impl DeviceState {
     }
 }
 
-/// Bytes of each of the two halves of the pinned staging buffer.
-const STAGING_HALF: usize = 16 << 20;
+/// Bytes of each slot of the pinned staging buffer. Transfers cycle through the slots, so
+/// while the device fills (or empties) some, the host copies out of (or into) another: with
+/// two halves of 16 MiB a 13 MB result sat in one half and its copy-out overlapped nothing.
+const STAGING_SLOT: usize = 4 << 20;
+/// Slots of the staging buffer (32 MiB in all).
+const STAGING_SLOTS: usize = 8;
 
 /// Pinned (page-locked) host memory for transfers, allocated and mapped once per device:
 /// reads and writes from ordinary pageable memory ran at about 1.4 GB/s on NVIDIA's OpenCL,
@@ -169,7 +229,7 @@ impl Staging {
             Buffer::<u8>::create(
                 context,
                 CL_MEM_READ_WRITE | opencl3::memory::CL_MEM_ALLOC_HOST_PTR,
-                2 * STAGING_HALF,
+                STAGING_SLOTS * STAGING_SLOT,
                 ptr::null_mut(),
             )
         }
@@ -182,7 +242,7 @@ impl Staging {
                 CL_BLOCKING,
                 opencl3::memory::CL_MAP_READ | opencl3::memory::CL_MAP_WRITE,
                 0,
-                2 * STAGING_HALF,
+                STAGING_SLOTS * STAGING_SLOT,
                 &mut mapped,
                 &[],
             )
@@ -201,35 +261,72 @@ impl Staging {
         })
     }
 
-    /// The first `len` bytes of half `h`.
-    #[allow(clippy::mut_from_ref)] // callers hold the staging mutex and use one half at a time
-    fn half(&self, h: usize, len: usize) -> &mut [u8] {
-        debug_assert!(h < 2 && len <= STAGING_HALF);
-        // SAFETY: the mapping holds 2 * STAGING_HALF bytes; callers hold the staging mutex and
-        // never use a half that a queued transfer still uses.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_HALF), len) }
+    /// Bytes `at..at + len` of slot `h`.
+    #[allow(clippy::mut_from_ref)] // callers hold the staging mutex and use disjoint ranges
+    fn range(&self, h: usize, at: usize, len: usize) -> &mut [u8] {
+        assert!(
+            h < STAGING_SLOTS && at + len <= STAGING_SLOT,
+            "staging range out of bounds"
+        );
+        // SAFETY: the mapping holds STAGING_SLOTS * STAGING_SLOT bytes (checked above);
+        // callers hold the staging mutex and never touch a range that a queued transfer still
+        // uses.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(h * STAGING_SLOT + at), len) }
     }
 }
 
 /// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
 /// being written fault in one at a time, and on the GPU machine a single thread copied results
 /// out of the staging buffer at about 1.5 GB/s.
-fn parallel_copy(dst: &mut [u8], src: &[u8]) {
-    const PER_THREAD: usize = 1 << 20;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8)
-        .min(dst.len() / PER_THREAD);
-    if threads <= 1 {
-        dst.copy_from_slice(src);
+fn parallel_copy(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
+    use rayon::prelude::*;
+    fn copy(d: &mut [MaybeUninit<u8>], s: &[u8]) {
+        debug_assert_eq!(d.len(), s.len());
+        // SAFETY: the two slices do not overlap (one is borrowed mutably) and have the same
+        // length; writing initialised bytes into MaybeUninit<u8> is always valid.
+        unsafe { ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) }
+    }
+    // Rayon's threads live across calls: spawning threads per copy cost about 20 µs each,
+    // which added up over the hundreds of staging slots of a large result.
+    const PER_TASK: usize = 512 << 10;
+    if dst.len() <= PER_TASK || rayon::current_num_threads() <= 1 {
+        copy(dst, src);
         return;
     }
-    let part = dst.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
-            scope.spawn(move || d.copy_from_slice(s));
+    dst.par_chunks_mut(PER_TASK)
+        .zip(src.par_chunks(PER_TASK))
+        .for_each(|(d, s)| copy(d, s));
+}
+
+/// Asks Linux to back `out` with transparent huge pages where the system leaves that to the
+/// program (`madvise` mode, as on the GPU machine). The results copied out of the staging
+/// buffer land in fresh memory, and faulting it in 4 KiB at a time bounded the copy at about
+/// 7 GB/s on 8 threads (the power-law product: 2.2 GB in 308 ms); a 2 MiB fault costs about
+/// what a few 4 KiB ones do. Only advice: failure changes nothing but speed.
+fn prefer_huge_pages(out: &mut [MaybeUninit<u8>]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if out.len() < 2 * HUGE {
+            return;
         }
-    });
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let start = out.as_mut_ptr() as usize;
+        let lo = start.next_multiple_of(page.max(1));
+        let hi = (start + out.len()) / page.max(1) * page.max(1);
+        if hi > lo {
+            // SAFETY: the range lies within `out`, memory this process owns; MADV_HUGEPAGE
+            // changes how pages are backed, never their contents.
+            let rc =
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+            if rc != 0 {
+                tracing::trace!("madvise(MADV_HUGEPAGE) refused; copying with small pages");
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = out;
 }
 
 fn poisoned(what: &str) -> Error {
@@ -247,6 +344,10 @@ pub(crate) struct Queue<'a> {
     queue: CommandQueue,
     context: &'a Context,
     staging: &'a Mutex<Option<Staging>>,
+    pool: &'a Mutex<BufferPool>,
+    /// A reference to every pooled buffer this queue handed out, with its capacity: returned to
+    /// the pool when the queue ends (after its commands finished) if nothing else holds it.
+    pooled: std::cell::RefCell<Vec<(usize, Buffer<u8>)>>,
     /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
     /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
     /// buffers that queued kernels still used crashed under load; these references keep them
@@ -265,9 +366,19 @@ pub const KERNEL_TIMES: &str = "hetsparse_opencl::kernel_times";
 
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
+        let _span = tracing::debug_span!("queue finish").entered();
         // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
         let _ = self.queue.finish();
         self.retired.get_mut().clear();
+        let pooled = std::mem::take(self.pooled.get_mut());
+        if let Ok(mut pool) = self.pool.lock() {
+            for (class, b) in pooled {
+                // Ours is the only reference left: no DeviceBuffer outlived the queue.
+                if b.reference_count().ok() == Some(1) {
+                    pool.put(class, b);
+                }
+            }
+        }
     }
 }
 
@@ -286,15 +397,163 @@ unsafe impl Plain for hetsparse_core::bf16 {}
 unsafe impl Plain for hetsparse_core::Complex<f32> {}
 unsafe impl Plain for hetsparse_core::Complex<f64> {}
 
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        let _span = tracing::debug_span!("release").entered();
+        // SAFETY: dropped once, here; the field is not used afterwards.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.buffer) }
+    }
+}
+
+/// One array to copy to the device, for [`Queue::write_all`].
+pub(crate) struct Upload<'d> {
+    dst: cl_mem,
+    data: &'d [u8],
+}
+
+/// One range of a buffer to copy to the host, for [`Queue::read_all`].
+pub(crate) struct Download<'o> {
+    src: cl_mem,
+    /// Byte offset in the buffer.
+    offset: usize,
+    out: &'o mut [MaybeUninit<u8>],
+}
+
+/// The bytes of `out`, to be overwritten with initialised bytes only.
+fn writable_bytes(out: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: same layout; callers only write initialised bytes through the result, so `out`
+    // stays initialised.
+    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), out.len()) }
+}
+
+/// A vector of `len` elements that a download fills: its memory is not zeroed first (glibc
+/// hands out recycled heap memory for arrays up to its mmap threshold, which grows to 32 MiB,
+/// and `vec![0; n]` then clears every byte before the copy overwrites it: about 1 ms for the
+/// 13 MB of the road product's C).
+pub(crate) struct Incoming<T> {
+    v: Vec<T>,
+    len: usize,
+}
+
+impl<T> Incoming<T> {
+    pub(crate) fn new(len: usize) -> Self {
+        Incoming {
+            v: Vec::with_capacity(len),
+            len,
+        }
+    }
+
+    fn piece<'o>(&'o mut self, src: cl_mem, what: &str, available: usize) -> Result<Download<'o>> {
+        let bytes = self.len * std::mem::size_of::<T>();
+        if bytes > available {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!("{bytes} bytes from a buffer of {available}"),
+            ));
+        }
+        let spare = &mut self.v.spare_capacity_mut()[..self.len];
+        // SAFETY: MaybeUninit<T> is as large as T; the bytes of uninitialised elements are
+        // themselves uninitialised, which MaybeUninit<u8> allows.
+        let out = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), bytes) };
+        Ok(Download {
+            src,
+            offset: 0,
+            out,
+        })
+    }
+
+    /// The vector, once [`Queue::read_all`] returned `Ok` for its piece.
+    ///
+    /// # Safety
+    /// A successful `read_all` of this vector's piece wrote every byte of its `len` elements,
+    /// and `T` is plain data (every byte pattern a valid value).
+    pub(crate) unsafe fn assume_filled(mut self) -> Vec<T> {
+        // SAFETY: per the contract above, the first `len` elements are initialised.
+        unsafe { self.v.set_len(self.len) };
+        self.v
+    }
+}
+
+impl<T: Plain> Incoming<T> {
+    /// This vector as the download of the first `len` elements of `b`.
+    pub(crate) fn piece_of<'o>(
+        &'o mut self,
+        b: &DeviceBuffer<T>,
+        what: &str,
+    ) -> Result<Download<'o>> {
+        self.piece(b.mem(), what, b.bytes())
+    }
+}
+
+impl<T: hetsparse_core::Scalar> Incoming<T> {
+    /// This vector of scalars as the download of the first bytes of `b`.
+    pub(crate) fn piece_of_bytes<'o>(
+        &'o mut self,
+        b: &DeviceBuffer<u8>,
+        what: &str,
+    ) -> Result<Download<'o>> {
+        // The entry points refuse other scalar types first; this guards the byte view.
+        if !crate::scalar::is_device_scalar::<T>() {
+            return Err(device_error(
+                format!("reading {what}"),
+                "not a device scalar type",
+            ));
+        }
+        self.piece(b.mem(), what, b.bytes())
+    }
+}
+
 /// A device buffer of `len` elements of `T`.
 pub(crate) struct DeviceBuffer<T> {
-    pub(crate) buffer: Buffer<T>,
+    /// Released in `drop`, under a span: releasing device memory is part of a call's fixed
+    /// cost.
+    pub(crate) buffer: std::mem::ManuallyDrop<Buffer<T>>,
     pub(crate) len: usize,
 }
 
 impl<T> DeviceBuffer<T> {
     pub(crate) fn mem(&self) -> opencl3::types::cl_mem {
         self.buffer.get()
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+}
+
+impl<T: Plain> DeviceBuffer<T> {
+    /// `data` to be copied to the start of this buffer, which must hold it.
+    pub(crate) fn upload_of<'d>(&self, data: &'d [T], what: &str) -> Result<Upload<'d>> {
+        if data.len() > self.len {
+            return Err(device_error(
+                format!("copying {what} to the device"),
+                format!("{} elements into a buffer of {}", data.len(), self.len),
+            ));
+        }
+        Ok(Upload {
+            dst: self.mem(),
+            data: plain_bytes(data),
+        })
+    }
+
+    /// The first `out.len()` elements of this buffer, to be copied into `out`.
+    pub(crate) fn download_into<'o>(&self, out: &'o mut [T], what: &str) -> Result<Download<'o>> {
+        if out.len() > self.len {
+            return Err(device_error(
+                format!("reading {what}"),
+                format!("{} elements from a buffer of {}", out.len(), self.len),
+            ));
+        }
+        // SAFETY: T is plain data (Plain), so any bytes written are valid values; only
+        // initialised bytes are written.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), std::mem::size_of_val(out))
+        };
+        Ok(Download {
+            src: self.mem(),
+            offset: 0,
+            out,
+        })
     }
 }
 
@@ -315,7 +574,43 @@ impl Queue<'_> {
 
     /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
     pub(crate) fn alloc<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
+        let _span = tracing::debug_span!("alloc", len).entered();
         let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        let class = usize::try_from(bytes).ok().and_then(pool_class);
+        if let Some(class) = class {
+            let reused = self
+                .pool
+                .lock()
+                .map_err(|_| poisoned("buffer pool"))?
+                .take(class);
+            let buffer = match reused {
+                Some(b) => b,
+                // SAFETY: no host pointer is passed; the size is checked by the runtime.
+                None => unsafe {
+                    Buffer::<u8>::create(self.context, CL_MEM_READ_WRITE, class, ptr::null_mut())
+                }
+                .map_err(|e| Error::OutOfMemory {
+                    backend: BACKEND.into(),
+                    what: format!("{what} ({e})"),
+                    needed_bytes: class as u64,
+                    available_bytes: 0,
+                })?,
+            };
+            // Three references to one cl_mem: the DeviceBuffer's, the queue's retired list's
+            // (see `retired`), and the queue's pooled list's, which goes back to the pool.
+            for _ in 0..2 {
+                // SAFETY: a valid buffer; each retain is matched by the drop of a wrapper below.
+                unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
+                    .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
+            }
+            self.retired.borrow_mut().push(Buffer::new(buffer.get()));
+            let typed = Buffer::<T>::new(buffer.get());
+            self.pooled.borrow_mut().push((class, buffer));
+            return Ok(DeviceBuffer {
+                buffer: std::mem::ManuallyDrop::new(typed),
+                len,
+            });
+        }
         // SAFETY: no host pointer is passed; the size is checked by the runtime.
         let buffer = unsafe {
             Buffer::<T>::create(self.context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut())
@@ -330,7 +625,10 @@ impl Queue<'_> {
         unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
             .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
         self.retired.borrow_mut().push(Buffer::new(buffer.get()));
-        Ok(DeviceBuffer { buffer, len })
+        Ok(DeviceBuffer {
+            buffer: std::mem::ManuallyDrop::new(buffer),
+            len,
+        })
     }
 
     /// A buffer holding a copy of `data` (the copy has completed on return).
@@ -338,16 +636,6 @@ impl Queue<'_> {
         let b = self.alloc::<T>(data.len(), what)?;
         self.write_bytes(b.mem(), plain_bytes(data), what)?;
         Ok(b)
-    }
-
-    /// Copies `len` elements from the start of `b` to the host.
-    pub(crate) fn download<T: Plain + Default>(
-        &self,
-        b: &DeviceBuffer<T>,
-        len: usize,
-        what: &str,
-    ) -> Result<Vec<T>> {
-        self.download_at(b, 0, len, what)
     }
 
     /// Copies `len` elements starting at element `offset` of `b` to the host.
@@ -396,12 +684,20 @@ impl Queue<'_> {
         self.read_bytes(b.mem(), 0, out, what)
     }
 
-    /// Host to device through the pinned staging halves: the copy into one half overlaps the
-    /// transfer from the other. Returns once everything has arrived.
+    /// Host to device through the pinned staging slots. Returns once everything has arrived.
     fn write_bytes(&self, dst: cl_mem, data: &[u8], what: &str) -> Result<()> {
-        if data.is_empty() {
+        self.write_all(&[Upload { dst, data }], what)
+    }
+
+    /// Copies every piece to its buffer in one pipeline: pieces are packed one after the other
+    /// into the pinned staging slots (small arrays share one), each part goes out as soon as it
+    /// is copied in, and filling a slot overlaps the transfers from the others. Returns once
+    /// everything has arrived.
+    pub(crate) fn write_all(&self, pieces: &[Upload<'_>], what: &str) -> Result<()> {
+        if pieces.iter().all(|p| p.data.is_empty()) {
             return Ok(());
         }
+        let _span = tracing::debug_span!("write", pieces = pieces.len()).entered();
         let fail = |e: opencl3::error_codes::ClError| {
             device_error(format!("copying {what} to the device"), e)
         };
@@ -410,41 +706,69 @@ impl Queue<'_> {
             .lock()
             .map_err(|_| poisoned("staging buffer"))?;
         let staging = Staging::get(&mut guard, self.context)?;
-        let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(dst));
-        let mut pending: [Option<opencl3::event::Event>; 2] = [None, None];
-        for (k, chunk) in data.chunks(STAGING_HALF).enumerate() {
-            let h = k % 2;
-            if let Some(e) = pending[h].take() {
-                e.wait().map_err(fail)?;
+        // The last write out of each slot: in an in-order queue, once it completes the slot is
+        // free again.
+        let mut last: Vec<Option<opencl3::event::Event>> =
+            (0..STAGING_SLOTS).map(|_| None).collect();
+        let (mut h, mut cursor) = (0usize, 0usize);
+        for piece in pieces {
+            let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.dst));
+            let mut done = 0;
+            while done < piece.data.len() {
+                if cursor == STAGING_SLOT {
+                    h = (h + 1) % STAGING_SLOTS;
+                    cursor = 0;
+                    if let Some(e) = last[h].take() {
+                        e.wait().map_err(fail)?;
+                    }
+                }
+                let n = (piece.data.len() - done).min(STAGING_SLOT - cursor);
+                let stage = staging.range(h, cursor, n);
+                parallel_copy(writable_bytes(stage), &piece.data[done..done + n]);
+                // SAFETY: the destination holds the range (Upload::new checked it); this part
+                // of the staging slot is not written again before the slot's last write ends.
+                let event = unsafe {
+                    self.queue.enqueue_write_buffer(
+                        &mut target,
+                        opencl3::types::CL_NON_BLOCKING,
+                        done,
+                        stage,
+                        &[],
+                    )
+                }
+                .map_err(fail)?;
+                last[h] = Some(event);
+                done += n;
+                cursor += n;
             }
-            let stage = staging.half(h, chunk.len());
-            parallel_copy(stage, chunk);
-            // SAFETY: the destination holds the range (the caller allocated it for `data`);
-            // the staging half is not touched again until this write's event completes.
-            let event = unsafe {
-                self.queue.enqueue_write_buffer(
-                    &mut target,
-                    opencl3::types::CL_NON_BLOCKING,
-                    k * STAGING_HALF,
-                    stage,
-                    &[],
-                )
-            }
-            .map_err(fail)?;
-            pending[h] = Some(event);
         }
-        for e in pending.into_iter().flatten() {
+        for e in last.into_iter().flatten() {
             e.wait().map_err(fail)?;
         }
         Ok(())
     }
 
-    /// Device to host through the pinned staging halves: the transfer into one half overlaps
-    /// the copy out of the other. Everything queued before has finished on return.
+    /// Device to host through the pinned staging slots. Everything queued before has finished
+    /// on return.
     fn read_bytes(&self, src: cl_mem, offset: usize, out: &mut [u8], what: &str) -> Result<()> {
-        if out.is_empty() {
+        self.read_all(
+            &mut [Download {
+                src,
+                offset,
+                out: writable_bytes(out),
+            }],
+            what,
+        )
+    }
+
+    /// Copies every piece to the host in one pipeline: reads are packed one after the other into
+    /// the pinned staging slots, and while the device fills some the host copies the oldest
+    /// out. Everything queued before has finished on return.
+    pub(crate) fn read_all(&self, pieces: &mut [Download<'_>], what: &str) -> Result<()> {
+        if pieces.iter().all(|p| p.out.is_empty()) {
             return Ok(());
         }
+        let _span = tracing::debug_span!("read", pieces = pieces.len()).entered();
         let fail = |e: opencl3::error_codes::ClError| {
             device_error(format!("copying {what} from the device"), e)
         };
@@ -453,34 +777,65 @@ impl Queue<'_> {
             .lock()
             .map_err(|_| poisoned("staging buffer"))?;
         let staging = Staging::get(&mut guard, self.context)?;
-        let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(src));
-        let total = out.len();
-        let len_of = |j: usize| (total - j * STAGING_HALF).min(STAGING_HALF);
-        let chunks: Vec<&mut [u8]> = out.chunks_mut(STAGING_HALF).collect();
-        let enqueue = |k: usize, len: usize| {
-            // SAFETY: the source holds the range (checked by the callers); the staging half
-            // is copied out only after this read's event completes.
-            unsafe {
-                self.queue.enqueue_read_buffer(
-                    &source,
-                    opencl3::types::CL_NON_BLOCKING,
-                    offset + k * STAGING_HALF,
-                    staging.half(k % 2, len),
-                    &[],
-                )
-            }
-        };
-        let mut next = Some(enqueue(0, chunks[0].len()).map_err(fail)?);
-        let count = chunks.len();
-        for (k, chunk) in chunks.into_iter().enumerate() {
-            let current = next.take();
-            if k + 1 < count {
-                next = Some(enqueue(k + 1, len_of(k + 1)).map_err(fail)?);
-            }
-            if let Some(e) = current {
+        // Per slot: the last read into it and where each part it holds goes.
+        struct Slot<'o> {
+            last: Option<opencl3::event::Event>,
+            parts: Vec<(usize, &'o mut [MaybeUninit<u8>])>,
+        }
+        let mut slots: Vec<Slot<'_>> = (0..STAGING_SLOTS)
+            .map(|_| Slot {
+                last: None,
+                parts: Vec::new(),
+            })
+            .collect();
+        let drain = |slot: &mut Slot<'_>, h: usize| -> Result<()> {
+            if let Some(e) = slot.last.take() {
                 e.wait().map_err(fail)?;
             }
-            parallel_copy(chunk, staging.half(k % 2, chunk.len()));
+            for (at, out) in slot.parts.drain(..) {
+                parallel_copy(out, staging.range(h, at, out.len()));
+            }
+            Ok(())
+        };
+        let (mut h, mut cursor) = (0usize, 0usize);
+        for piece in pieces.iter_mut() {
+            prefer_huge_pages(piece.out);
+            let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.src));
+            let mut rest: &mut [MaybeUninit<u8>] = piece.out;
+            let mut offset = piece.offset;
+            while !rest.is_empty() {
+                if cursor == STAGING_SLOT {
+                    // The next slot holds the oldest reads: copy them out while the device
+                    // fills the others.
+                    h = (h + 1) % STAGING_SLOTS;
+                    cursor = 0;
+                    drain(&mut slots[h], h)?;
+                }
+                let n = rest.len().min(STAGING_SLOT - cursor);
+                let (now, later) = std::mem::take(&mut rest).split_at_mut(n);
+                // SAFETY: the source holds the range (Download::new checked it); this part of
+                // the staging slot is read only after the slot's last read completes.
+                let event = unsafe {
+                    self.queue.enqueue_read_buffer(
+                        &source,
+                        opencl3::types::CL_NON_BLOCKING,
+                        offset,
+                        staging.range(h, cursor, n),
+                        &[],
+                    )
+                }
+                .map_err(fail)?;
+                slots[h].last = Some(event);
+                slots[h].parts.push((cursor, now));
+                offset += n;
+                cursor += n;
+                rest = later;
+            }
+        }
+        // Oldest first: the slots after the current one, then the current one.
+        for k in 1..=STAGING_SLOTS {
+            let slot = (h + k) % STAGING_SLOTS;
+            drain(&mut slots[slot], slot)?;
         }
         self.drained();
         Ok(())
@@ -509,6 +864,7 @@ impl Queue<'_> {
         program: &Program,
         name: &'static str,
     ) -> Result<Launch<'q>> {
+        let _span = tracing::debug_span!("kernel create", name).entered();
         let kernel =
             Kernel::create(program, name).map_err(|e| device_error(format!("kernel {name}"), e))?;
         Ok(Launch {
@@ -519,6 +875,9 @@ impl Queue<'_> {
         })
     }
 }
+
+/// Work-group size of one-dimensional launches that do not ask for one.
+const DEFAULT_WG: usize = 128;
 
 /// Kernel arguments set in order, checked against the kernel's declared count before running.
 pub(crate) struct Launch<'q> {
@@ -599,6 +958,15 @@ impl Launch<'_> {
         if global.contains(&0) {
             return Ok(());
         }
+        // Without a work-group size NVIDIA's OpenCL picks a divisor of the global size, which
+        // for a prime one is 1: esc_reduce over 8 386 817 entries took 5 ms instead of 0.1.
+        // One-dimensional launches therefore get a fixed size and a rounded-up global size
+        // (every kernel checks its index against its bounds).
+        let default_local = [DEFAULT_WG];
+        let local = match local {
+            None if global.len() == 1 => Some(&default_local[..]),
+            other => other,
+        };
         let rounded: Vec<usize> = match local {
             Some(l) => global
                 .iter()
@@ -623,5 +991,22 @@ impl Launch<'_> {
             self.queue.launched.borrow_mut().push((self.name, event));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_classes_are_powers_of_two_within_bounds() {
+        assert_eq!(pool_class(1), Some(POOL_MIN_BUFFER));
+        assert_eq!(pool_class(POOL_MIN_BUFFER + 1), Some(2 * POOL_MIN_BUFFER));
+        assert_eq!(pool_class(3 << 20), Some(4 << 20));
+        assert_eq!(pool_class(POOL_MAX_BUFFER), Some(POOL_MAX_BUFFER));
+        assert_eq!(pool_class(POOL_MAX_BUFFER + 1), None);
+        // Small devices keep less.
+        assert_eq!(BufferPool::new(1 << 30).limit, 64 << 20);
+        assert_eq!(BufferPool::new(80 << 30).limit, POOL_LIMIT);
     }
 }
