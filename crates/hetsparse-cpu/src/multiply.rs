@@ -1,6 +1,7 @@
 //! SpMV and SpMM: a sparse matrix of any format times a vector or a dense matrix.
 //!
-//! SpMV is SpMM with one column. Formats that can list the entries of a range of rows (CSR,
+//! SpMV is SpMM with one column, except on CSR, whose SpMV has its own kernel
+//! ([`csr_spmv`]). Formats that can list the entries of a range of rows (CSR,
 //! DIA, ELLPACK-R, BSR, CSPR, and COO when its triplets are in row order) run
 //! [`rows_times_dense`]: blocks of rows in parallel, each accumulated in a small buffer that
 //! stays in cache, with inner loops over contiguous data. CSC and unordered COO have no row
@@ -12,6 +13,7 @@ use std::ops::Range;
 use hetsparse_core::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseRef};
 use hetsparse_core::{Error, Result, Scalar, Semiring};
 
+use crate::csr_spmv::csr_spmv;
 use crate::memory::{filled, reserved};
 use rayon::prelude::*;
 
@@ -83,6 +85,7 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
         layout,
     };
     Ok(match a {
+        SparseRef::Csr(m) if n == 1 => csr_spmv::<T, S>(m, b, serial)?,
         SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
         SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
         SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
@@ -215,7 +218,7 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
 
 /// Whether this processor runs the 256-bit instantiation of the kernels (the crate is built
 /// for the baseline x86-64, whose vectors hold two f64).
-fn wide_vectors() -> bool {
+pub(crate) fn wide_vectors() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
