@@ -9,9 +9,10 @@
 //!   blocks of a fixed count left the 512-row matrix on one thread);
 //! - each row is summed in registers and written to `y` once, straight into the uninitialised
 //!   result: no zeroing pass, no staging buffer;
-//! - every row asks for A's values and column indices [`prefetch_distance`] entries ahead:
-//!   the hardware prefetcher alone kept one core at about two thirds of the speed on the
-//!   streamed classes (banded, uniform, road);
+//! - when A is larger than the cache, every row (and in the f64 kernel every step of a long
+//!   row) asks for A's values and column indices 8 KiB ahead ([`prefetch_ahead`]): the
+//!   hardware prefetcher alone kept one core at about two thirds of the speed on the streamed
+//!   classes;
 //! - on x86-64 with AVX2, f64 plus-times (the common case) sums four entries per step, and the
 //!   last 0 to 4 entries of a row as one step whose extra lanes are masked off: a road
 //!   network's rows hold 2 to 5 entries in no pattern, and a loop over each row's remainder
@@ -74,9 +75,12 @@ pub(crate) fn csr_spmv<T: Scalar, S: Semiring<T>>(
         rest = tail;
         start = end;
     }
-    let wide = wide_vectors();
+    let kernel = Kernel {
+        wide: wide_vectors(),
+        ahead: prefetch_ahead::<T>(a.nnz()),
+    };
     let run = |(rows, out): (Range<usize>, &mut [MaybeUninit<T>])| {
-        rows_dot::<T, S>(a, x, rows, out, wide);
+        rows_dot::<T, S>(a, x, rows, out, kernel);
     };
     if pieces.len() == 1 {
         pieces.into_iter().for_each(run);
@@ -109,12 +113,13 @@ fn rows_dot<T: Scalar, S: Semiring<T>>(
     x: &[T],
     rows: Range<usize>,
     out: &mut [MaybeUninit<T>],
-    wide: bool,
+    kernel: Kernel,
 ) {
     let offsets = &a.row_offsets()[rows.start..=rows.end];
     let (cols, vals) = (a.col_indices(), a.values());
+    let ahead = kernel.ahead;
     #[cfg(target_arch = "x86_64")]
-    if wide {
+    if kernel.wide {
         if TypeId::of::<T>() == TypeId::of::<f64>()
             && TypeId::of::<S>() == TypeId::of::<PlusTimes>()
         {
@@ -127,16 +132,15 @@ fn rows_dot<T: Scalar, S: Semiring<T>>(
                     out.as_mut_ptr().cast::<MaybeUninit<f64>>(),
                     out.len(),
                 );
-                f64_rows_avx2(offsets, cols, vals, x, out);
+                f64_rows_avx2(offsets, cols, vals, x, out, ahead);
             }
             return;
         }
         // SAFETY: the processor has AVX2 and FMA (`wide`).
-        unsafe { rows_dot_avx2::<T, S>(offsets, cols, vals, x, out) };
+        unsafe { rows_dot_avx2::<T, S>(offsets, cols, vals, x, out, ahead) };
         return;
     }
-    let _ = wide;
-    rows_dot_generic::<T, S>(offsets, cols, vals, x, out);
+    rows_dot_generic::<T, S>(offsets, cols, vals, x, out, ahead);
 }
 
 /// [`rows_dot_generic`] compiled for AVX2 and FMA (other scalar types and semirings).
@@ -148,8 +152,9 @@ unsafe fn rows_dot_avx2<T: Scalar, S: Semiring<T>>(
     vals: &[T],
     x: &[T],
     out: &mut [MaybeUninit<T>],
+    ahead: Option<usize>,
 ) {
-    rows_dot_generic::<T, S>(offsets, cols, vals, x, out);
+    rows_dot_generic::<T, S>(offsets, cols, vals, x, out, ahead);
 }
 
 /// Each row of `offsets` (`out.len() + 1` row offsets) summed in registers: four running sums
@@ -161,13 +166,15 @@ fn rows_dot_generic<T: Scalar, S: Semiring<T>>(
     vals: &[T],
     x: &[T],
     out: &mut [MaybeUninit<T>],
+    ahead: Option<usize>,
 ) {
     // SAFETY (every `get_unchecked` below): column indices are below `ncols == x.len()`.
     let load = |k: u32| unsafe { *x.get_unchecked(k as usize) };
-    let distance = prefetch_distance::<T>();
     for (slot, ends) in out.iter_mut().zip(offsets.windows(2)) {
         let (s, e) = (ends[0] as usize, ends[1] as usize);
-        prefetch(cols, vals, e + distance);
+        if let Some(ahead) = ahead {
+            prefetch(cols, vals, e + ahead);
+        }
         let (cols, vals) = (&cols[s..e], &vals[s..e]);
         let mut sum = S::zero();
         if cols.len() >= 4 {
@@ -201,6 +208,7 @@ unsafe fn f64_rows_avx2(
     vals: &[f64],
     x: &[f64],
     out: &mut [MaybeUninit<f64>],
+    ahead: Option<usize>,
 ) {
     use std::arch::x86_64::*;
     /// `MASKS[r]` keeps the first `r` of four lanes.
@@ -221,10 +229,11 @@ unsafe fn f64_rows_avx2(
             _mm256_setr_pd(x_at(0), x_at(1), x_at(2), x_at(3)),
         )
     };
-    let distance = prefetch_distance::<f64>();
     for (slot, ends) in out.iter_mut().zip(offsets.windows(2)) {
         let (s, e) = (ends[0] as usize, ends[1] as usize);
-        prefetch(cols, vals, e + distance);
+        if let Some(ahead) = ahead {
+            prefetch(cols, vals, e + ahead);
+        }
         let sum = if e + 4 <= nnz {
             // Whole steps of four, then the last 0 to 4 entries as a step whose extra lanes
             // (entries of the next rows, valid indices) are masked off: no branch depends on
@@ -232,6 +241,11 @@ unsafe fn f64_rows_avx2(
             let (mut a0, mut a1) = (_mm256_setzero_pd(), _mm256_setzero_pd());
             let mut j = s;
             while j + 8 < e {
+                // A step reads one cache line of values: long rows prefetch every step,
+                // the row's own prefetch covering only one line.
+                if let Some(ahead) = ahead {
+                    prefetch(cols, vals, j + ahead);
+                }
                 a0 = _mm256_add_pd(a0, products(j));
                 a1 = _mm256_add_pd(a1, products(j + 4));
                 j += 8;
@@ -255,11 +269,33 @@ unsafe fn f64_rows_avx2(
     }
 }
 
-/// How many entries ahead of the current row the kernels ask for A's values and column
-/// indices: 8 KiB of values. The hardware prefetcher alone left a core at a third of the
-/// memory bandwidth it reaches with this (banded, uniform and road classes, one thread).
-fn prefetch_distance<T>() -> usize {
-    8192 / std::mem::size_of::<T>().max(1)
+/// A's stored entries (values and column indices) above which the kernels prefetch: smaller
+/// matrices stay in the last-level cache from one call to the next (32 MiB on the development
+/// machine), where the prefetches cost more than they save (dense and stencil3d classes 8%
+/// slower with them).
+const PREFETCH_MIN_BYTES: u64 = 16 << 20;
+
+/// Bytes of A's values the kernels ask for ahead of the entry they are at.
+const PREFETCH_BYTES: usize = 8 << 10;
+
+/// The kernels' choices for one product.
+#[derive(Clone, Copy)]
+struct Kernel {
+    /// The processor runs AVX2 and FMA.
+    wide: bool,
+    /// How many entries ahead A's values and column indices are prefetched, if they are.
+    ahead: Option<usize>,
+}
+
+/// How far ahead the kernels prefetch A's values and column indices for `nnz` entries of
+/// `T`: [`PREFETCH_BYTES`] of values when A is larger than [`PREFETCH_MIN_BYTES`], where the
+/// hardware prefetcher alone kept a core at about two thirds of the speed on the streamed
+/// classes (banded, uniform, road; LP and skewed, whose long rows need a prefetch per step,
+/// by a third more).
+fn prefetch_ahead<T>(nnz: u64) -> Option<usize> {
+    let size = std::mem::size_of::<T>();
+    let bytes = nnz.saturating_mul(size as u64 + 4);
+    (bytes >= PREFETCH_MIN_BYTES).then(|| PREFETCH_BYTES / size.max(1))
 }
 
 /// Asks for the cache lines of entry `j` of `cols` and `vals`, when there is one.
