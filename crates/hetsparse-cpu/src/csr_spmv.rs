@@ -234,6 +234,9 @@ unsafe fn f64_rows_avx2(
         if let Some(ahead) = ahead {
             prefetch(cols, vals, e + ahead);
         }
+        // A step of eight reads one cache line of values, and the row's own prefetch covers
+        // about one line: rows of more than two lines prefetch every step as well.
+        let step_ahead = ahead.filter(|_| e - s > 16);
         let sum = if e + 4 <= nnz {
             // Whole steps of four, then the last 0 to 4 entries as a step whose extra lanes
             // (entries of the next rows, valid indices) are masked off: no branch depends on
@@ -241,9 +244,7 @@ unsafe fn f64_rows_avx2(
             let (mut a0, mut a1) = (_mm256_setzero_pd(), _mm256_setzero_pd());
             let mut j = s;
             while j + 8 < e {
-                // A step reads one cache line of values: long rows prefetch every step,
-                // the row's own prefetch covering only one line.
-                if let Some(ahead) = ahead {
+                if let Some(ahead) = step_ahead {
                     prefetch(cols, vals, j + ahead);
                 }
                 a0 = _mm256_add_pd(a0, products(j));
@@ -298,16 +299,19 @@ fn prefetch_ahead<T>(nnz: u64) -> Option<usize> {
     (bytes >= PREFETCH_MIN_BYTES).then(|| PREFETCH_BYTES / size.max(1))
 }
 
-/// Asks for the cache lines of entry `j` of `cols` and `vals`, when there is one.
+/// Asks for the cache lines of entry `j` of `cols` and `vals`. `j` may lie past their ends:
+/// a prefetch never faults, so no bounds are checked (the checks cost more than the few
+/// useless prefetches at the end of the arrays).
 #[inline(always)]
 fn prefetch<T>(cols: &[u32], vals: &[T], j: usize) {
     #[cfg(target_arch = "x86_64")]
-    if j < vals.len() && j < cols.len() {
+    {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: prefetching is a hint that never faults, and `j` is inside both arrays.
+        // SAFETY: prefetching is a hint that never faults; `wrapping_add` only computes an
+        // address, which is never dereferenced.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(vals.as_ptr().add(j).cast());
-            _mm_prefetch::<_MM_HINT_T0>(cols.as_ptr().add(j).cast());
+            _mm_prefetch::<_MM_HINT_T0>(vals.as_ptr().wrapping_add(j).cast());
+            _mm_prefetch::<_MM_HINT_T0>(cols.as_ptr().wrapping_add(j).cast());
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
