@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 mod bsr;
+mod csr_spmv;
 mod dia;
 mod memory;
 mod multiply;
