@@ -3,8 +3,8 @@
 // are the rows of C.
 
 // Setup (Alg. 1): the row of every entry of A (A in coordinate form) and the number of products
-// it makes, nnz(B row k); the host then turns a_prods into its exclusive prefix sum, whose last
-// element is the expansion size.
+// it makes, nnz(B row k); the host then turns a_prods into its exclusive prefix sum, which the
+// expansion searches. (The host computes the expansion size itself, without a synchronisation.)
 __kernel void esc_setup(ulong nnz_a, ulong nrows_a, __global const ulong* a_offsets,
                         __global const uint* a_index, __global const ulong* b_offsets,
                         __global uint* a_rows, __global ulong* a_prods) {
@@ -14,19 +14,6 @@ __kernel void esc_setup(ulong nnz_a, ulong nrows_a, __global const ulong* a_offs
     a_rows[e] = (uint)search_binary(a_offsets, nrows_a, e);
     uint k = a_index[e];
     a_prods[e] = b_offsets[k + 1] - b_offsets[k];
-}
-
-// After the scan of a_prods: the expansion size into info[0] and the length of the longest row
-// of the expansion (a segment of the sort; clamped to UINT_MAX) into the uint at info[1], which
-// the host zeroed. Both come back in the first host synchronisation; the longest row tells the
-// sort how many global merge passes it needs.
-__kernel void esc_sizes(ulong nrows_a, ulong nnz_a, __global const ulong* a_offsets,
-                        __global const ulong* a_prods, __global ulong* info) {
-    ulong r = get_global_id(0);
-    if (r == 0) info[0] = a_prods[nnz_a];
-    if (r >= nrows_a) return;
-    ulong len = a_prods[a_offsets[r + 1]] - a_prods[a_offsets[r]];
-    if (len > 0) atomic_max((volatile __global uint*)(info + 1), (uint)min(len, (ulong)UINT_MAX));
 }
 
 // Expansion (Alg. 2 l. 19-38), perfectly balanced: every work-group computes the same number of

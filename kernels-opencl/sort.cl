@@ -183,3 +183,40 @@ void compress(__global const ulong* keys, ulong n, __global const ulong* block_o
         }
     }
 }
+
+// Checks the product's arrays where they lie, so that the host need not walk them again: any
+// violation of the CSR invariants sets flag[0] (the host zeroed it; every writer stores the same
+// value). Work-item i checks offset i (the ends, monotone) and entry i. An entry's row comes from
+// the key at the start of its run, but only as a hint: the entry must then lie inside that row's
+// offsets, and since monotone offsets give every position exactly one row, the hint is that row.
+// Within it, the column must be in bounds and below the next entry's column (sorted, no repeats).
+__kernel void check_product(__global const ulong* keys, ulong n, __global const ulong* run_start,
+                            ulong nnz_c, ulong nrows, ulong ncols,
+                            __global const ulong* c_offsets, __global const uint* c_index,
+                            __global uint* flag) {
+    ulong i = get_global_id(0);
+    uint bad = 0;
+    if (i <= nrows) {
+        ulong o = c_offsets[i];
+        if (i == 0 && o != 0) bad = 1;
+        if (i == nrows && o != nnz_c) bad = 1;
+        if (i < nrows && o > c_offsets[i + 1]) bad = 1;
+    }
+    if (i < nnz_c) {
+        ulong at = run_start[i];
+        if (at >= n) {
+            bad = 1;
+        } else {
+            ulong row = keys[at] >> 32;
+            if (row >= nrows) {
+                bad = 1;
+            } else {
+                ulong s = c_offsets[row], e = c_offsets[row + 1];
+                uint col = c_index[i];
+                if (i < s || i >= e || (ulong)col >= ncols) bad = 1;
+                else if (i + 1 < e && i + 1 < nnz_c && c_index[i + 1] <= col) bad = 1;
+            }
+        }
+    }
+    if (bad) flag[0] = 1;
+}

@@ -1,6 +1,7 @@
 //! ESC SpGEMM (Polok, Ila, Smrz): setup, perfectly balanced expansion, segmented sort,
-//! compression — with the two host synchronisations of the paper (the expansion size, then the
-//! size of the product) — and column slicing of B when the expansion exceeds the memory budget.
+//! compression — with one host synchronisation (the size of the product; the paper's first, the
+//! expansion size, is computed on the host while the operands upload) — and column slicing of B
+//! when the expansion exceeds the memory budget.
 //!
 //! The same pipeline multiplies block matrices: then the expansion carries the indices of the two
 //! operand blocks instead of a value, and the blocks are multiplied during compression.
@@ -10,7 +11,7 @@ use std::ops::Range;
 
 use opencl3::program::Program;
 
-use hetsparse_core::{Error, Result, Scalar};
+use hetsparse_core::{DeviceKind, Error, Result, Scalar};
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
 use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
@@ -200,18 +201,27 @@ impl EscJob<'_> {
         by_budget.min(self.state.description.max_buffer_bytes / widest)
     }
 
-    /// `C = A·B`, cutting B into column slices when the expansion does not fit.
+    /// `C = A·B`, cutting B into column slices when the expansion does not fit. The flag is
+    /// true when the device checked every CSR invariant of the returned arrays (one pipeline, no
+    /// column slices); the host must check the others.
     pub(crate) fn product<T: Scalar>(
         &self,
         a: &Compressed<'_, T>,
         b: &Compressed<'_, T>,
-    ) -> Result<Compressed<'static, T>> {
+    ) -> Result<(Compressed<'static, T>, bool)> {
         let block = self.entry_values();
         if a.nnz() == 0 || b.nnz() == 0 {
-            return Ok(Compressed::empty(a.nrows, b.ncols, block));
+            return Ok((Compressed::empty(a.nrows, b.ncols, block), false));
         }
         let q = self.state.queue()?;
-        let a_dev = upload(&q, a, "A")?;
+        // The expansion's size and longest row, on another thread while A goes to the device.
+        let mut sizes = None;
+        let a_dev = rayon::in_place_scope(|s| {
+            s.spawn(|_| sizes = Some(expansion_sizes(a, b)));
+            upload(&q, a, "A")
+        })?;
+        let sizes =
+            sizes.ok_or_else(|| Error::InvalidArgument("expansion sizes not run".into()))?;
         // A·A (the papers' usual benchmark, and squaring in general): B is already there.
         let same = a.same_as(b);
         let operands = if same {
@@ -228,8 +238,8 @@ impl EscJob<'_> {
                 b_own = upload(&q, b, "B")?;
                 &b_own
             };
-            if let Some(c) = self.pipeline(&q, &a_dev, b_dev, b.ncols, limit)? {
-                return Ok(c);
+            if let Some((c, checked)) = self.pipeline(&q, (&a_dev, b_dev), b.ncols, sizes, limit)? {
+                return Ok((c, checked));
             }
         }
         let slices = column_slices(a, b, limit, self.bytes_per_product::<T>())?;
@@ -238,29 +248,47 @@ impl EscJob<'_> {
         for range in slices {
             let panel = b.column_panel(&range);
             let b_dev = upload(&q, &panel, "B column slice")?;
-            let part = self
-                .pipeline(&q, &a_dev, &b_dev, panel.ncols, u64::MAX)?
+            let sizes = expansion_sizes(a, &panel);
+            let (part, _) = self
+                .pipeline(&q, (&a_dev, &b_dev), panel.ncols, sizes, u64::MAX)?
                 .ok_or_else(|| Error::InvalidArgument("unreachable: unlimited slice".into()))?;
             parts.push((range.start, part));
         }
-        Ok(Compressed::hstack(a.nrows, b.ncols, block, &parts))
+        // Assembled on the host: checked there again.
+        Ok((Compressed::hstack(a.nrows, b.ncols, block, &parts), false))
     }
 
     /// The whole pipeline for one pair of device operands; `None` when the expansion has more
-    /// than `limit` products (known after the first synchronisation).
+    /// than `limit` products (`sizes`: the expansion size and its longest row, from the host).
+    /// The flag says whether the device checked the CSR invariants of the result (false for
+    /// an empty product, built on the host, and on CPU devices).
     fn pipeline<T: Scalar>(
         &self,
         q: &Queue<'_>,
-        a: &DeviceOperand,
-        b: &DeviceOperand,
+        (a, b): (&DeviceOperand, &DeviceOperand),
         ncols: usize,
+        sizes: (u64, u64),
         limit: u64,
-    ) -> Result<Option<Compressed<'static, T>>> {
+    ) -> Result<Option<(Compressed<'static, T>, bool)>> {
         let prog = self.program;
         let nnz_a = a.nnz as usize;
 
-        // Setup (Alg. 1): a_rows, and a_prods scanned in place; its last element is the size.
-        let (a_rows, a_prods, exp, longest) = {
+        let (exp, longest) = sizes;
+        if exp == 0 {
+            return Ok(Some((
+                Compressed::empty(a.nrows, ncols, self.entry_values()),
+                false,
+            )));
+        }
+        if exp > limit {
+            tracing::info!(exp, limit, "expansion exceeds the memory budget");
+            return Ok(None);
+        }
+        // Setup (Alg. 1): a_rows, and a_prods scanned in place. The paper's first host
+        // synchronisation (reading back the expansion size) is not needed: the host computed
+        // the size and the longest row while the operands were uploading, so everything up to
+        // the size of the product is queued without a wait.
+        let (a_rows, a_prods) = {
             let _span = tracing::info_span!("setup", nnz_a).entered();
             let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
             let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
@@ -274,34 +302,8 @@ impl EscJob<'_> {
                 .arg(a_prods.arg())?
                 .run(&[nnz_a.max(1)], None)?;
             exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
-            let mut info = q.alloc::<u64>(2, "expansion sizes")?;
-            q.zero(&mut info, "expansion sizes")?;
-            q.kernel(prog, "esc_sizes")?
-                .arg(a.nrows as u64)?
-                .arg(a.nnz)?
-                .arg(a.offsets.arg())?
-                .arg(a_prods.arg())?
-                .arg(info.arg())?
-                .run(&[a.nrows.max(1)], None)?;
-            // Host synchronisation 1: the expansion size, to allocate the expansion, and its
-            // longest row, to plan the sort.
-            let mut sizes = [0u64; 2];
-            q.read_all(
-                &mut [info.download_into(&mut sizes, "expansion sizes")?],
-                "expansion sizes",
-            )?;
-            // The longest row is a uint in the first half of the second word.
-            let b = sizes[1].to_ne_bytes();
-            let longest = u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-            (a_rows, a_prods, sizes[0], longest)
+            (a_rows, a_prods)
         };
-        if exp == 0 {
-            return Ok(Some(Compressed::empty(a.nrows, ncols, self.entry_values())));
-        }
-        if exp > limit {
-            tracing::info!(exp, limit, "expansion exceeds the memory budget");
-            return Ok(None);
-        }
         let exp_len = usize::try_from(exp).map_err(|_| Error::TooLarge {
             what: "the expansion".into(),
             needed: exp,
@@ -345,7 +347,7 @@ impl EscJob<'_> {
             .arg(block_offsets.arg())?
             .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
         exclusive_scan(q, prog, &block_offsets, nb + 1)?;
-        // Host synchronisation 2: the size of the product, to allocate it.
+        // The only host synchronisation: the size of the product, to allocate it.
         let nnz_c = q.download_at(&block_offsets, nb, 1, "product size")?[0];
         let nnz_c_len = nnz_c as usize;
         let nrows = a.nrows;
@@ -362,6 +364,27 @@ impl EscJob<'_> {
             .arg(c_index.arg())?
             .arg(c_offsets.arg())?
             .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
+        // The CSR invariants of C, checked on the device: its flag comes back with C, so a
+        // wrong product is still refused, without walking C again on the host (0.7 ms of the
+        // road class's 3.9 ms call on the H100's host). Not on CPU devices: there the device is
+        // the host's own cores, and the kernel took 40 ms of PoCL's road call where the host's
+        // check of the same arrays takes a few.
+        let device_check = self.state.description.kind != DeviceKind::Cpu;
+        let mut flag = q.alloc::<u32>(1, "check flag")?;
+        if device_check {
+            q.zero(&mut flag, "check flag")?;
+            q.kernel(prog, "check_product")?
+                .arg(keys.arg())?
+                .arg(exp)?
+                .arg(run_start.arg())?
+                .arg(nnz_c)?
+                .arg(nrows as u64)?
+                .arg(ncols as u64)?
+                .arg(c_offsets.arg())?
+                .arg(c_index.arg())?
+                .arg(flag.arg())?
+                .run(&[nnz_c_len.max(nrows + 1)], None)?;
+        }
 
         let per_entry = self.entry_values();
         let value_bytes = std::mem::size_of::<T>();
@@ -393,15 +416,26 @@ impl EscJob<'_> {
         let mut offsets = Incoming::<u64>::new(nrows + 1);
         let mut index = Incoming::<u32>::new(nnz_c_len);
         let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
-        // One pipeline for the three arrays of C.
-        q.read_all(
-            &mut [
-                offsets.piece_of(&c_offsets, "C row offsets")?,
-                index.piece_of(&c_index, "C column indices")?,
-                values.piece_of_bytes(&c_vals, "C values")?,
-            ],
-            "the product",
-        )?;
+        let mut bad = [0u32];
+        // One pipeline for the three arrays of C and the check's flag.
+        let mut pieces = vec![
+            offsets.piece_of(&c_offsets, "C row offsets")?,
+            index.piece_of(&c_index, "C column indices")?,
+            values.piece_of_bytes(&c_vals, "C values")?,
+        ];
+        if device_check {
+            // Last, so that the large arrays start at aligned places in staging.
+            pieces.push(flag.download_into(&mut bad, "check flag")?);
+        }
+        q.read_all(&mut pieces, "the product")?;
+        drop(pieces);
+        if bad[0] != 0 {
+            return Err(crate::runtime::device_error(
+                "ESC SpGEMM",
+                "the product computed on the device breaks the CSR invariants (offsets, \
+                 column bounds or order); it was not returned",
+            ));
+        }
         // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
         // and the device scalar types (checked by piece_of_bytes) are plain data.
         let (offsets, index, values) = unsafe {
@@ -411,14 +445,17 @@ impl EscJob<'_> {
                 values.assume_filled(),
             )
         };
-        Ok(Some(Compressed {
-            nrows,
-            ncols,
-            offsets: offsets.into(),
-            index: index.into(),
-            values: values.into(),
-            block: per_entry,
-        }))
+        Ok(Some((
+            Compressed {
+                nrows,
+                ncols,
+                offsets: offsets.into(),
+                index: index.into(),
+                values: values.into(),
+                block: per_entry,
+            },
+            device_check,
+        )))
     }
 
     /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
@@ -476,6 +513,29 @@ impl EscJob<'_> {
         }
         Ok(from)
     }
+}
+
+/// The size of the expansion of `A·B` (Σ over A's entries (i, k) of the length of B's row k) and
+/// its longest row (the sort's longest segment), from the host's copies of the operands. Counts
+/// saturate at `u64::MAX`, which no budget admits. The operands were checked (columns of A
+/// index rows of B).
+fn expansion_sizes<T: Scalar>(a: &Compressed<'_, T>, b: &Compressed<'_, T>) -> (u64, u64) {
+    use rayon::prelude::*;
+    let row = |i: usize| -> u64 {
+        let (s, e) = (a.offsets[i] as usize, a.offsets[i + 1] as usize);
+        a.index[s..e].iter().fold(0u64, |sum, &k| {
+            let k = k as usize;
+            sum.saturating_add(b.offsets[k + 1] - b.offsets[k])
+        })
+    };
+    (0..a.nrows)
+        .into_par_iter()
+        .with_min_len(4096)
+        .map(|i| {
+            let n = row(i);
+            (n, n)
+        })
+        .reduce(|| (0, 0), |x, y| (x.0.saturating_add(y.0), x.1.max(y.1)))
 }
 
 /// Exclusive prefix sum of `data[..n]` in place (recursive over block sums).

@@ -264,15 +264,22 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
-        let c = job.product(&compressed(a), &compressed(b))?;
-        let _assemble = tracing::debug_span!("assemble").entered();
-        Ok(Csr::try_new(
-            c.nrows,
-            c.ncols,
+        let (c, checked) = job.product(&compressed(a), &compressed(b))?;
+        let _assemble = tracing::debug_span!("assemble", checked).entered();
+        let (offsets, index, values) = (
             c.offsets.into_owned(),
             c.index.into_owned(),
             c.values.into_owned(),
-        )?)
+        );
+        if checked && values.len() == index.len() && offsets.len() == c.nrows + 1 {
+            // SAFETY: the device's check_product kernel verified the offsets (length, ends,
+            // monotone) and every column (bounds, strictly increasing within its row) of exactly
+            // these arrays, and the pipeline refuses the product when it flags anything; the
+            // lengths are checked just above.
+            Ok(unsafe { Csr::from_parts_unchecked(c.nrows, c.ncols, offsets, index, values) })
+        } else {
+            Ok(Csr::try_new(c.nrows, c.ncols, offsets, index, values)?)
+        }
     }
 
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
@@ -331,7 +338,8 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             Multiply::Block { r, k, s },
             kernels::BLOCK_PAYLOAD_BYTES,
         );
-        let c = job.product(&block(a), &block(b))?;
+        // Bsr::try_new checks again on the host (the block path is not on a measured hot path).
+        let (c, _) = job.product(&block(a), &block(b))?;
         Ok(Bsr::try_new(
             (r, s),
             c.nrows,
@@ -421,5 +429,113 @@ mod tests {
         // Tiles fit two key and payload buffers in 48 KiB of local memory, less 4 KiB.
         assert_eq!(kernels::sort_tile(&d, 16), 512);
         assert_eq!(kernels::sort_tile(&d, 8), 1024);
+    }
+
+    /// Runs `check_product` on hand-made arrays of C (each entry its own run of one product,
+    /// whose key names `rows[k]`) and returns whether it flagged them.
+    fn device_flags(
+        backend: &OpenClBackend,
+        (nrows, ncols): (usize, usize),
+        offsets: &[u64],
+        index: &[u32],
+        rows: &[u64],
+        run_start: &[u64],
+    ) -> bool {
+        let program = backend
+            .program::<f32>(Operation::Spgemm(SpgemmAlgorithm::Esc), false)
+            .expect("program");
+        let q = backend.state.queue().expect("queue");
+        let keys: Vec<u64> = rows
+            .iter()
+            .zip(index)
+            .map(|(&r, &c)| (r << 32) | u64::from(c))
+            .collect();
+        let d_keys = q.upload(&keys, "keys").expect("keys");
+        let d_runs = q.upload(run_start, "run starts").expect("runs");
+        let d_offsets = q.upload(offsets, "offsets").expect("offsets");
+        let d_index = q.upload(index, "index").expect("index");
+        let mut flag = q.alloc::<u32>(1, "flag").expect("flag");
+        q.zero(&mut flag, "flag").expect("zero");
+        q.kernel(&program, "check_product")
+            .expect("kernel")
+            .arg(d_keys.arg())
+            .and_then(|k| k.arg(keys.len() as u64))
+            .and_then(|k| k.arg(d_runs.arg()))
+            .and_then(|k| k.arg(index.len() as u64))
+            .and_then(|k| k.arg(nrows as u64))
+            .and_then(|k| k.arg(ncols as u64))
+            .and_then(|k| k.arg(d_offsets.arg()))
+            .and_then(|k| k.arg(d_index.arg()))
+            .and_then(|k| k.arg(flag.arg()))
+            .expect("args")
+            .run(&[index.len().max(nrows + 1)], None)
+            .expect("launch");
+        q.download_at(&flag, 0, 1, "flag").expect("flag back")[0] != 0
+    }
+
+    #[test]
+    fn the_device_check_refuses_every_broken_invariant_of_c() {
+        let Some(b) =
+            hetsparse_core::conformance::obtain("opencl check", OpenClBackend::from_env())
+        else {
+            return;
+        };
+        // 3×5: row 0 holds columns 1 and 3, row 1 is empty, row 2 holds 0, 2 and 4.
+        let shape = (3, 5);
+        let offsets = [0u64, 2, 2, 5];
+        let index = [1u32, 3, 0, 2, 4];
+        let rows = [0u64, 0, 2, 2, 2];
+        let runs = [0u64, 1, 2, 3, 4, 5];
+        assert!(!device_flags(&b, shape, &offsets, &index, &rows, &runs));
+        let bad_index: [(&str, [u32; 5]); 3] = [
+            ("unsorted row", [1, 3, 0, 4, 2]),
+            ("repeated column", [1, 3, 0, 2, 2]),
+            ("column out of bounds", [1, 3, 0, 2, 5]),
+        ];
+        for (what, idx) in bad_index {
+            assert!(
+                device_flags(&b, shape, &offsets, &idx, &rows, &runs),
+                "{what}"
+            );
+        }
+        let bad_offsets: [(&str, [u64; 4]); 4] = [
+            ("last offset short of nnz", [0, 2, 2, 4]),
+            ("first offset not 0", [1, 2, 2, 5]),
+            ("offsets not monotone", [0, 3, 2, 5]),
+            // Row 0 swallows entry 2 (column 0 after 3): only the keys' rows show it.
+            ("row boundary moved", [0, 3, 3, 5]),
+        ];
+        for (what, off) in bad_offsets {
+            assert!(
+                device_flags(&b, shape, &off, &index, &rows, &runs),
+                "{what}"
+            );
+        }
+        // Keys naming rows the offsets do not place the entries in, or no row at all.
+        assert!(device_flags(
+            &b,
+            shape,
+            &offsets,
+            &index,
+            &[0, 0, 1, 2, 2],
+            &runs
+        ));
+        assert!(device_flags(
+            &b,
+            shape,
+            &offsets,
+            &index,
+            &[0, 0, 2, 2, 3],
+            &runs
+        ));
+        // A run starting beyond the expansion.
+        assert!(device_flags(
+            &b,
+            shape,
+            &offsets,
+            &index,
+            &rows,
+            &[0, 1, 2, 3, 9, 5]
+        ));
     }
 }
