@@ -1,8 +1,9 @@
 //! Per-thread scratch memory of the SpGEMM kernels, reused across rows and ranges.
 //!
 //! Each rayon thread owns one [`Scratch`] for the duration of a product: accumulators grow to
-//! the largest row they have seen and are never freed or zeroed between rows (the dense marker
-//! uses generation stamps), so no row allocates.
+//! the largest row they have seen and are never freed between rows. The column set is left
+//! empty by every row that uses it, and the dense values need no clearing (a column's first
+//! product is stored, not added), so no row allocates or clears more than it touched.
 
 use std::sync::Mutex;
 
@@ -14,11 +15,10 @@ pub(super) const EMPTY: u32 = u32::MAX;
 
 /// The scratch of one thread.
 pub(crate) struct Scratch<A> {
-    /// Dense marker: `stamps[j] == generation` when column `j` (of the current panel) has been
-    /// touched by the current row.
-    pub stamps: Vec<u32>,
-    generation: u32,
-    /// Dense accumulator, indexed like `stamps`.
+    /// Which columns (of the current window) the current row has touched.
+    pub set: ColumnSet,
+    /// Dense accumulator, indexed like `set`; an entry is meaningful only while its column is
+    /// in the set.
     pub dense: Vec<A>,
     /// Open-addressing hash accumulator: keys ([`EMPTY`] when free) and values.
     pub keys: Vec<u32>,
@@ -34,8 +34,7 @@ pub(crate) struct Scratch<A> {
 impl<A: Accumulator> Scratch<A> {
     fn new() -> Self {
         Scratch {
-            stamps: Vec::new(),
-            generation: 0,
+            set: ColumnSet::default(),
             dense: Vec::new(),
             keys: Vec::new(),
             values: Vec::new(),
@@ -45,20 +44,13 @@ impl<A: Accumulator> Scratch<A> {
         }
     }
 
-    /// Makes the dense marker and accumulator at least `width` long and starts a new row:
-    /// returns the generation that marks this row's columns.
-    pub fn dense_row(&mut self, width: usize) -> u32 {
-        if self.stamps.len() < width {
-            self.stamps.resize(width, 0);
+    /// Makes the column set cover `width` columns, and with `values` the dense accumulator
+    /// too.
+    pub fn dense_row(&mut self, width: usize, values: bool) {
+        self.set.cover(width);
+        if values && self.dense.len() < width {
             self.dense.resize(width, A::ZERO);
         }
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            // After 2^32 - 1 rows a stale stamp could match again: clear once and restart.
-            self.stamps.fill(0);
-            self.generation = 1;
-        }
-        self.generation
     }
 
     /// Empties a hash table of at least `2 * entries` slots (a power of two) and returns its
@@ -71,6 +63,69 @@ impl<A: Accumulator> Scratch<A> {
         }
         self.keys[..capacity].fill(EMPTY);
         capacity - 1
+    }
+}
+
+/// A set of columns as a two-level bitmap: bit `j` of `words` holds column `j`, and bit `w` of
+/// `summary` says that word `w` is not zero. Inserting costs two OR operations and no branch;
+/// listing the set in order costs `O(width / 4096 + words touched + entries)`, so a row of C
+/// comes out sorted without a comparison sort and without scanning the whole width. Every row
+/// leaves the set empty.
+#[derive(Default)]
+pub(crate) struct ColumnSet {
+    words: Vec<u64>,
+    summary: Vec<u64>,
+    /// Summary words of the current window.
+    active: usize,
+}
+
+impl ColumnSet {
+    /// Covers columns `0..width` (growing with zeros when needed).
+    pub fn cover(&mut self, width: usize) {
+        let words = width.div_ceil(64);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+            self.summary.resize(words.div_ceil(64), 0);
+        }
+        self.active = words.div_ceil(64);
+    }
+
+    /// Adds column `j`; returns whether it was new.
+    #[inline(always)]
+    pub fn insert(&mut self, j: usize) -> bool {
+        let (w, bit) = (j >> 6, 1u64 << (j & 63));
+        let word = self.words[w];
+        self.words[w] = word | bit;
+        self.summary[w >> 6] |= 1u64 << (w & 63);
+        word & bit == 0
+    }
+
+    /// Calls `f` on every column of the set in increasing order, emptying it.
+    #[inline(always)]
+    pub fn drain(&mut self, mut f: impl FnMut(usize)) {
+        for s in 0..self.active {
+            let mut summary = std::mem::take(&mut self.summary[s]);
+            while summary != 0 {
+                let w = s * 64 + summary.trailing_zeros() as usize;
+                summary &= summary - 1;
+                let mut word = std::mem::take(&mut self.words[w]);
+                while word != 0 {
+                    f(w * 64 + word.trailing_zeros() as usize);
+                    word &= word - 1;
+                }
+            }
+        }
+    }
+
+    /// Empties the set without listing it.
+    pub fn clear(&mut self) {
+        for s in 0..self.active {
+            let mut summary = std::mem::take(&mut self.summary[s]);
+            while summary != 0 {
+                self.words[s * 64 + summary.trailing_zeros() as usize] = 0;
+                summary &= summary - 1;
+            }
+        }
     }
 }
 
@@ -104,5 +159,31 @@ impl<A: Accumulator> ScratchPool<A> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&mut scratch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_sets_list_in_order_and_end_empty() {
+        let mut set = ColumnSet::default();
+        set.cover(10_000);
+        let columns = [9_999, 0, 63, 64, 4_095, 4_096, 5_000, 63, 9_999];
+        let new: Vec<bool> = columns.iter().map(|&j| set.insert(j)).collect();
+        assert_eq!(
+            new,
+            [true, true, true, true, true, true, true, false, false]
+        );
+        let mut listed = Vec::new();
+        set.drain(|j| listed.push(j));
+        assert_eq!(listed, [0, 63, 64, 4_095, 4_096, 5_000, 9_999]);
+        assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
+        // A narrower window afterwards, then a clear.
+        set.cover(100);
+        assert!(set.insert(99));
+        set.clear();
+        assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
     }
 }
