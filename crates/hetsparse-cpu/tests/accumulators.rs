@@ -98,6 +98,10 @@ fn sparse_rows_of_wide_products_use_the_hash_accumulator() {
     let a = generate::uniform::<Complex<f32>>(100, 60, 10, 3);
     let b = generate::uniform::<Complex<f32>>(60, 200_000, 20, 4);
     check_product(&a, &b, "hash c32");
+    // Wider than the column bitmap: the keys are sorted instead.
+    let b = generate::uniform::<f64>(60, 3_000_000, 20, 24);
+    let a = generate::uniform::<f64>(50, 60, 10, 25);
+    check_product(&a, &b, "hash sorted f64");
 }
 
 #[test]

@@ -231,7 +231,9 @@ pub(super) fn write_merged<T: Scalar, S: Semiring<T>>(
     out.written()
 }
 
-/// Open addressing (linear probing) in a table of at least twice `entries` slots.
+/// Open addressing (linear probing) in a table of at least twice `entries` slots. The
+/// numeric phase lists the row in order through the column bitmap when C is narrow enough for
+/// one (a bit set per new column, a walk of the set's words), else by sorting the keys.
 fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
@@ -242,6 +244,9 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
 ) -> usize {
     let mask = s.hash_table(entries);
     let (keys, values) = (&mut s.keys, &mut s.values);
+    let ordered = NUMERIC && ops.width() <= COUNT_BITMAP_COLUMNS;
+    let mut set = s.set.cover(if ordered { ops.width() } else { 0 });
+    let lo = ops.lo;
     let mut n = 0;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
@@ -261,6 +266,9 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                     if NUMERIC {
                         values[h] = S::mul(av, bv);
                     }
+                    if ordered {
+                        set.insert_new((j - lo) as usize);
+                    }
                     n += 1;
                     break;
                 }
@@ -269,25 +277,34 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             if n > entries {
                 // More columns than the symbolic phase counted: a bug, which the caller
                 // reports; stop before the table fills up.
+                set.clear();
                 return n;
             }
         }
     }
     if !NUMERIC || n != out.len() {
+        set.clear();
         return n;
     }
-    // Sorting the bare columns and probing again for each value is cheaper than sorting
-    // (column, value) pairs.
-    let columns = &mut s.columns;
-    columns.clear();
-    columns.extend(keys[..=mask].iter().filter(|&&key| key != EMPTY));
-    columns.sort_unstable();
-    for &j in columns.iter() {
+    let value = |j: u32| {
         let mut h = hash(j, mask);
         while keys[h] != j {
             h = (h + 1) & mask;
         }
-        out.push(j - ops.lo, T::from_acc(values[h]));
+        T::from_acc(values[h])
+    };
+    if ordered {
+        set.drain(|j| out.push(j as u32, value(j as u32 + lo)));
+    } else {
+        // Sorting the bare columns and probing again for each value is cheaper than sorting
+        // (column, value) pairs.
+        let columns = &mut s.columns;
+        columns.clear();
+        columns.extend(keys[..=mask].iter().filter(|&&key| key != EMPTY));
+        columns.sort_unstable();
+        for &j in columns.iter() {
+            out.push(j - lo, value(j));
+        }
     }
     out.written()
 }
@@ -302,8 +319,7 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     s: &mut Scratch<T::Acc>,
     out: &mut RowOut<'_, T>,
 ) -> usize {
-    s.dense_row(window.len(), NUMERIC);
-    let (set, dense) = (&mut s.set, &mut s.dense);
+    let (mut set, dense) = s.dense_row(window.len(), NUMERIC, S::zero());
     let lo = ops.lo + window.start as u32;
     let mut n = 0;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
@@ -312,7 +328,8 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         if NUMERIC {
             for (&j, &bv) in b_cols.iter().zip(b_vals) {
                 let j = (j - lo) as usize;
-                accumulate::<T, S>(set.insert(j), &mut dense[j], av, bv);
+                dense[j] = S::add(dense[j], S::mul(av, bv));
+                set.insert_new(j);
             }
         } else {
             for &j in b_cols {
@@ -325,20 +342,14 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         return n;
     }
     let base = window.start as u32;
-    set.drain(|j| out.push(base + j as u32, T::from_acc(dense[j])));
+    set.drain(|j| {
+        let acc = std::mem::replace(&mut dense[j], S::zero());
+        out.push(base + j as u32, T::from_acc(acc));
+    });
     out.written()
 }
 
-/// Adds `av · bv` to a dense slot, or stores it there when the slot's column is `new` to the
-/// row (its old content is stale). A select rather than a branch: whether a column is new is
-/// as good as random.
-#[inline(always)]
-fn accumulate<T: Scalar, S: Semiring<T>>(new: bool, slot: &mut T::Acc, av: T, bv: T) {
-    let p = S::mul(av, bv);
-    *slot = if new { p } else { S::add(*slot, p) };
-}
-
-/// A row of C known to fill every column: a dense accumulator with no marker, and every
+/// A row of C known to fill every column: a dense accumulator with no bitmap, and every
 /// column written in order.
 fn full_row<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
@@ -348,9 +359,7 @@ fn full_row<T: Scalar, S: Semiring<T>>(
     out: &mut RowOut<'_, T>,
 ) -> usize {
     let width = ops.width();
-    s.dense_row(width, true);
-    let dense = &mut s.dense[..width];
-    dense.fill(S::zero());
+    let (_, dense) = s.dense_row(width, true, S::zero());
     let lo = ops.lo;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
@@ -367,8 +376,8 @@ fn full_row<T: Scalar, S: Semiring<T>>(
             }
         }
     }
-    for (j, &acc) in dense.iter().enumerate() {
-        out.push(j as u32, T::from_acc(acc));
+    for (j, acc) in dense.iter_mut().enumerate() {
+        out.push(j as u32, T::from_acc(std::mem::replace(acc, S::zero())));
     }
     out.written()
 }
@@ -384,24 +393,26 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     out: &mut RowOut<'_, T>,
 ) -> usize {
     let panel = dense_columns::<T::Acc>();
-    s.cursors.clear();
-    s.cursors.resize(a_cols.len(), 0);
+    // Taken out of the scratch for the row, which lends its set and values panel by panel.
+    let mut cursors = std::mem::take(&mut s.cursors);
+    cursors.clear();
+    cursors.resize(a_cols.len(), 0);
     let mut n = 0;
     let mut start = window.start;
     while start < window.end {
         let end = (start + panel).min(window.end);
-        s.dense_row(end - start, NUMERIC);
-        let (set, dense) = (&mut s.set, &mut s.dense);
+        let (mut set, dense) = s.dense_row(end - start, NUMERIC, S::zero());
         // Columns `start..end` of the chunk's window are `lo..` of B.
         let lo = ops.lo as usize + start;
         let stop = ops.lo as usize + end;
-        for ((&k, &av), cursor) in a_cols.iter().zip(a_vals).zip(s.cursors.iter_mut()) {
+        for ((&k, &av), cursor) in a_cols.iter().zip(a_vals).zip(cursors.iter_mut()) {
             let (b_cols, b_vals) = ops.b_row(k);
             let mut p = *cursor;
             while p < b_cols.len() && (b_cols[p] as usize) < stop {
                 let j = b_cols[p] as usize - lo;
                 if NUMERIC {
-                    accumulate::<T, S>(set.insert(j), &mut dense[j], av, b_vals[p]);
+                    dense[j] = S::add(dense[j], S::mul(av, b_vals[p]));
+                    set.insert_new(j);
                 } else {
                     n += usize::from(set.insert(j));
                 }
@@ -411,12 +422,16 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         }
         if NUMERIC {
             let base = start as u32;
-            set.drain(|j| out.push(base + j as u32, T::from_acc(dense[j])));
+            set.drain(|j| {
+                let acc = std::mem::replace(&mut dense[j], S::zero());
+                out.push(base + j as u32, T::from_acc(acc));
+            });
         } else {
             set.clear();
         }
         start = end;
     }
+    s.cursors = cursors;
     if NUMERIC {
         out.written()
     } else {

@@ -1,9 +1,9 @@
 //! Per-thread scratch memory of the SpGEMM kernels, reused across rows and ranges.
 //!
 //! Each rayon thread owns one [`Scratch`] for the duration of a product: accumulators grow to
-//! the largest row they have seen and are never freed between rows. The column set is left
-//! empty by every row that uses it, and the dense values need no clearing (a column's first
-//! product is stored, not added), so no row allocates or clears more than it touched.
+//! the largest row they have seen and are never freed between rows. Every row leaves the
+//! column set empty and the dense values zero, resetting only what it touched, so no row
+//! allocates or clears more than it used.
 
 use std::sync::Mutex;
 
@@ -17,8 +17,10 @@ pub(super) const EMPTY: u32 = u32::MAX;
 pub(crate) struct Scratch<A> {
     /// Which columns (of the current window) the current row has touched.
     pub set: ColumnSet,
-    /// Dense accumulator, indexed like `set`; an entry is meaningful only while its column is
-    /// in the set.
+    /// Dense accumulator, indexed like `set`. It holds the semiring's zero between rows
+    /// (kernels reset each slot as they read it out), so products are always added, with no
+    /// branch on whether a column is new. One product uses one semiring, so the zero
+    /// it is grown with never changes.
     pub dense: Vec<A>,
     /// Open-addressing hash accumulator: keys ([`EMPTY`] when free) and values.
     pub keys: Vec<u32>,
@@ -44,13 +46,18 @@ impl<A: Accumulator> Scratch<A> {
         }
     }
 
-    /// Makes the column set cover `width` columns, and with `values` the dense accumulator
-    /// too.
-    pub fn dense_row(&mut self, width: usize, values: bool) {
-        self.set.cover(width);
-        if values && self.dense.len() < width {
-            self.dense.resize(width, A::ZERO);
-        }
+    /// The column set over `width` columns and the dense accumulator's first `width` slots
+    /// (empty unless `values`), which hold `zero` wherever the set is empty.
+    pub fn dense_row(&mut self, width: usize, values: bool, zero: A) -> (Columns<'_>, &mut [A]) {
+        let dense = if values {
+            if self.dense.len() < width {
+                self.dense.resize(width, zero);
+            }
+            &mut self.dense[..width]
+        } else {
+            &mut []
+        };
+        (self.set.cover(width), dense)
     }
 
     /// Empties a hash table of at least `2 * entries` slots (a power of two) and returns its
@@ -75,21 +82,31 @@ impl<A: Accumulator> Scratch<A> {
 pub(crate) struct ColumnSet {
     words: Vec<u64>,
     summary: Vec<u64>,
-    /// Summary words of the current window.
-    active: usize,
 }
 
 impl ColumnSet {
-    /// Covers columns `0..width` (growing with zeros when needed).
-    pub fn cover(&mut self, width: usize) {
+    /// The (empty) set over columns `0..width`, growing it with zeros when needed.
+    pub fn cover(&mut self, width: usize) -> Columns<'_> {
         let words = width.div_ceil(64);
         if self.words.len() < words {
             self.words.resize(words, 0);
             self.summary.resize(words.div_ceil(64), 0);
         }
-        self.active = words.div_ceil(64);
+        Columns {
+            words: &mut self.words[..words],
+            summary: &mut self.summary[..words.div_ceil(64)],
+        }
     }
+}
 
+/// A [`ColumnSet`] over one window, borrowed as plain slices so that the kernels' loops keep
+/// them in registers.
+pub(crate) struct Columns<'s> {
+    words: &'s mut [u64],
+    summary: &'s mut [u64],
+}
+
+impl Columns<'_> {
     /// Adds column `j`; returns whether it was new.
     #[inline(always)]
     pub fn insert(&mut self, j: usize) -> bool {
@@ -100,14 +117,22 @@ impl ColumnSet {
         word & bit == 0
     }
 
+    /// Adds column `j`, which the caller knows to be new (as a hash table does).
+    #[inline(always)]
+    pub fn insert_new(&mut self, j: usize) {
+        let w = j >> 6;
+        self.words[w] |= 1u64 << (j & 63);
+        self.summary[w >> 6] |= 1u64 << (w & 63);
+    }
+
     /// Calls `f` on every column of the set in increasing order, emptying it.
     #[inline(always)]
     pub fn drain(&mut self, mut f: impl FnMut(usize)) {
-        for s in 0..self.active {
-            let mut summary = std::mem::take(&mut self.summary[s]);
-            while summary != 0 {
-                let w = s * 64 + summary.trailing_zeros() as usize;
-                summary &= summary - 1;
+        for (s, summary) in self.summary.iter_mut().enumerate() {
+            let mut bits = std::mem::take(summary);
+            while bits != 0 {
+                let w = s * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
                 let mut word = std::mem::take(&mut self.words[w]);
                 while word != 0 {
                     f(w * 64 + word.trailing_zeros() as usize);
@@ -119,11 +144,11 @@ impl ColumnSet {
 
     /// Empties the set without listing it.
     pub fn clear(&mut self) {
-        for s in 0..self.active {
-            let mut summary = std::mem::take(&mut self.summary[s]);
-            while summary != 0 {
-                self.words[s * 64 + summary.trailing_zeros() as usize] = 0;
-                summary &= summary - 1;
+        for (s, summary) in self.summary.iter_mut().enumerate() {
+            let mut bits = std::mem::take(summary);
+            while bits != 0 {
+                self.words[s * 64 + bits.trailing_zeros() as usize] = 0;
+                bits &= bits - 1;
             }
         }
     }
@@ -169,21 +194,24 @@ mod tests {
     #[test]
     fn column_sets_list_in_order_and_end_empty() {
         let mut set = ColumnSet::default();
-        set.cover(10_000);
-        let columns = [9_999, 0, 63, 64, 4_095, 4_096, 5_000, 63, 9_999];
-        let new: Vec<bool> = columns.iter().map(|&j| set.insert(j)).collect();
+        let mut columns = set.cover(10_000);
+        let new: Vec<bool> = [9_999, 0, 63, 64, 4_095, 4_096, 5_000, 63, 9_999]
+            .iter()
+            .map(|&j| columns.insert(j))
+            .collect();
         assert_eq!(
             new,
             [true, true, true, true, true, true, true, false, false]
         );
+        columns.insert_new(7_000);
         let mut listed = Vec::new();
-        set.drain(|j| listed.push(j));
-        assert_eq!(listed, [0, 63, 64, 4_095, 4_096, 5_000, 9_999]);
+        columns.drain(|j| listed.push(j));
+        assert_eq!(listed, [0, 63, 64, 4_095, 4_096, 5_000, 7_000, 9_999]);
         assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
         // A narrower window afterwards, then a clear.
-        set.cover(100);
-        assert!(set.insert(99));
-        set.clear();
+        let mut columns = set.cover(100);
+        assert!(columns.insert(99));
+        columns.clear();
         assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
     }
 }
