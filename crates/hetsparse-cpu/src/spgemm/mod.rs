@@ -41,8 +41,7 @@ pub(crate) struct Operands<'a, T> {
     hi: u32,
     /// Whether the window is all of B, so rows need no trimming.
     whole_width: bool,
-    /// How far B's entries lie from the diagonal, when C is too wide for a dense accumulator
-    /// (see [`reach`]).
+    /// How far B's entries lie from the diagonal (see [`reach`]); `None` when B is empty.
     reach: Option<Reach>,
 }
 
@@ -84,7 +83,6 @@ const PREFETCH_OFFSETS_AHEAD: usize = 12;
 
 impl<'a, T: Scalar> Operands<'a, T> {
     fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
-        let width = chunk.cols.len();
         Operands {
             a,
             b,
@@ -94,11 +92,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
             lo: chunk.cols.start as u32,
             hi: chunk.cols.end as u32,
             whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
-            reach: if width > row_row::dense_columns::<T::Acc>() {
-                reach(b)
-            } else {
-                None
-            },
+            reach: reach(b),
         }
     }
 

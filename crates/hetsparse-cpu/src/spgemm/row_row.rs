@@ -36,6 +36,11 @@ const DENSE_BYTES: usize = 512 * 1024;
 /// counted by the numeric phase's accumulator.
 const COUNT_BITMAP_COLUMNS: usize = 1 << 21;
 
+/// Dense rows with at least this many products per entry of C test columns before marking
+/// them (see [`dense_row`]); measured between banded rows (6 products per entry, faster
+/// unconditional) and stencil rows (17, faster tested).
+const REVISITS: u64 = 8;
+
 /// A row walks its A entries once per panel; panels pay off when each entry of A brings at
 /// least this many products per panel on average.
 const PANEL_MIN_PRODUCTS_PER_PASS: u64 = 4;
@@ -62,15 +67,20 @@ pub(super) enum Kind {
 }
 
 /// Picks the accumulator of a row from its product count, A's row length and the width of
-/// its window of C.
-pub(super) fn choose<A>(products: u64, a_len: usize, width: usize) -> Kind {
+/// its window of C, `narrowed` when B's reach made that window narrower than C.
+///
+/// Short rows are sorted, unless their window was narrowed and fits a dense accumulator: such
+/// windows slide along with the row (grids, bands), so consecutive rows keep reusing the same
+/// cached slots, where short rows scattered over C would touch a cold line per product.
+pub(super) fn choose<A>(products: u64, a_len: usize, width: usize, narrowed: bool) -> Kind {
     let panel = dense_columns::<A>();
+    let short = products <= SORT_MAX_PRODUCTS;
     if a_len == 1 {
         Kind::Scale
-    } else if products <= SORT_MAX_PRODUCTS {
-        Kind::Sort
-    } else if width <= panel {
+    } else if width <= panel && (narrowed || !short) {
         Kind::Dense
+    } else if short {
+        Kind::Sort
     } else if products.saturating_mul(HASH_SPARSITY) <= width as u64 {
         Kind::Hash
     } else if (a_len * width.div_ceil(panel)) as u64 * PANEL_MIN_PRODUCTS_PER_PASS <= products {
@@ -146,7 +156,8 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         return full_row::<T, S>(ops, a_cols, a_vals, s, out);
     }
     let (start, end) = ops.row_window(a_cols);
-    let mut kind = choose::<T::Acc>(products, a_cols.len(), end - start);
+    let narrowed = end - start < ops.width();
+    let mut kind = choose::<T::Acc>(products, a_cols.len(), end - start, narrowed);
     if !NUMERIC
         && matches!(kind, Kind::Hash | Kind::Panels | Kind::Dense)
         && end - start <= COUNT_BITMAP_COLUMNS
@@ -173,7 +184,9 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             };
             hash_row::<T, S, NUMERIC>(ops, a_cols, a_vals, entries, s, out)
         }
-        Kind::Dense => dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, start..end, s, out),
+        Kind::Dense => {
+            dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, products, start..end, s, out)
+        }
         Kind::Panels => panel_row::<T, S, NUMERIC>(ops, a_cols, a_vals, start..end, s, out),
     }
 }
@@ -311,35 +324,46 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
 
 /// A dense accumulator over `window` (columns of C relative to the chunk's window), which the
 /// row's products stay within; the symbolic phase uses only its column bitmap.
+///
+/// Rows whose products mostly revisit columns (stencils: many times more products than
+/// entries) test each column's bit before setting it in the numeric phase, a branch that is
+/// then nearly always predicted; other rows, and the symbolic phase (which does not know the
+/// row's entries yet), set bits unconditionally, a run of B's row at a time.
 fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
+    products: u64,
     window: Range<usize>,
     s: &mut Scratch<T::Acc>,
     out: &mut RowOut<'_, T>,
 ) -> usize {
+    let revisits = NUMERIC && products >= REVISITS * out.len() as u64;
     let (mut set, dense) = s.dense_row(window.len(), NUMERIC, S::zero());
     let lo = ops.lo + window.start as u32;
-    let mut n = 0;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
-        if NUMERIC {
+        if revisits {
             for (&j, &bv) in b_cols.iter().zip(b_vals) {
                 let j = (j - lo) as usize;
-                dense[j] = S::add(dense[j], S::mul(av, bv));
-                set.insert_new(j);
+                if NUMERIC {
+                    dense[j] = S::add(dense[j], S::mul(av, bv));
+                }
+                set.insert_checked(j);
             }
         } else {
-            for &j in b_cols {
-                n += usize::from(set.insert((j - lo) as usize));
+            if NUMERIC {
+                for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                    let j = (j - lo) as usize;
+                    dense[j] = S::add(dense[j], S::mul(av, bv));
+                }
             }
+            set.insert_sorted(b_cols, lo);
         }
     }
     if !NUMERIC {
-        set.clear();
-        return n;
+        return set.clear();
     }
     let base = window.start as u32;
     set.drain(|j| {
@@ -407,17 +431,16 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         let stop = ops.lo as usize + end;
         for ((&k, &av), cursor) in a_cols.iter().zip(a_vals).zip(cursors.iter_mut()) {
             let (b_cols, b_vals) = ops.b_row(k);
-            let mut p = *cursor;
+            let first = *cursor;
+            let mut p = first;
             while p < b_cols.len() && (b_cols[p] as usize) < stop {
-                let j = b_cols[p] as usize - lo;
                 if NUMERIC {
+                    let j = b_cols[p] as usize - lo;
                     dense[j] = S::add(dense[j], S::mul(av, b_vals[p]));
-                    set.insert_new(j);
-                } else {
-                    n += usize::from(set.insert(j));
                 }
                 p += 1;
             }
+            set.insert_sorted(&b_cols[first..p], lo as u32);
             *cursor = p;
         }
         if NUMERIC {
@@ -427,7 +450,7 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                 out.push(base + j as u32, T::from_acc(acc));
             });
         } else {
-            set.clear();
+            n += set.clear();
         }
         start = end;
     }
@@ -446,27 +469,33 @@ mod tests {
     #[test]
     fn accumulators_follow_the_row_shape() {
         let dense = dense_columns::<f64>();
-        assert_eq!(choose::<f64>(100, 1, 1 << 20), Kind::Scale);
-        assert_eq!(choose::<f64>(20, 5, 1 << 20), Kind::Sort);
-        assert_eq!(choose::<f64>(1000, 50, dense), Kind::Dense);
+        assert_eq!(choose::<f64>(100, 1, 1 << 20, false), Kind::Scale);
+        assert_eq!(choose::<f64>(20, 5, 1 << 20, false), Kind::Sort);
+        assert_eq!(choose::<f64>(20, 5, 1000, false), Kind::Sort);
         assert_eq!(
-            choose::<f64>(40, 5, 32_768),
+            choose::<f64>(20, 5, 1000, true),
+            Kind::Dense,
+            "short rows in a narrowed window reuse the slots of the rows before"
+        );
+        assert_eq!(choose::<f64>(1000, 50, dense, false), Kind::Dense);
+        assert_eq!(
+            choose::<f64>(40, 5, 32_768, false),
             Kind::Dense,
             "rows of a window that fits the cache are dense, however sparse"
         );
-        assert_eq!(choose::<f64>(1000, 50, 1 << 24), Kind::Hash);
+        assert_eq!(choose::<f64>(1000, 50, 1 << 24, false), Kind::Hash);
         assert_eq!(
-            choose::<f64>(1 << 24, 100, 1 << 20),
+            choose::<f64>(1 << 24, 100, 1 << 20, false),
             Kind::Panels,
             "wide and dense rows go panel by panel"
         );
         assert_eq!(
-            choose::<f64>(dense as u64 + 1, 10_000, 1 << 18),
+            choose::<f64>(dense as u64 + 1, 10_000, 1 << 18, false),
             Kind::Dense,
             "long rows of A with few products each are not worth panels"
         );
         assert_eq!(
-            choose::<f64>(30_000, 100, 1 << 18),
+            choose::<f64>(30_000, 100, 1 << 18, false),
             Kind::Panels,
             "rows filling a good part of a wide C are not hashed"
         );
