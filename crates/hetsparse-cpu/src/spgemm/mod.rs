@@ -81,6 +81,10 @@ fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
 const PREFETCH_ROWS_AHEAD: usize = 6;
 const PREFETCH_OFFSETS_AHEAD: usize = 12;
 
+/// Rows of B prefetched for the start of the next row of A: only the first few, since this
+/// runs for every row and short rows (banded, road) lose more to it than they gain.
+const PREFETCH_NEXT_ROWS: usize = 2;
+
 impl<'a, T: Scalar> Operands<'a, T> {
     fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
         Operands {
@@ -153,18 +157,18 @@ impl<'a, T: Scalar> Operands<'a, T> {
         }
     }
 
-    /// The same across rows, called when row `i` of the chunk starts: the first rows of B of
-    /// row `i + 1` and the first offsets of row `i + 2`, which the in-row look-ahead of
-    /// [`Operands::prefetch`] does not reach.
+    /// The same across rows, called when row `i` of the chunk starts: the first
+    /// [`PREFETCH_NEXT_ROWS`] rows of B of row `i + 1` and twice as many offsets of row `i + 2`,
+    /// which the in-row look-ahead of [`Operands::prefetch`] does not reach.
     #[inline(always)]
     fn prefetch_next_rows(&self, i: usize) {
         if i + 1 < self.nrows {
-            for &k in self.a_row(i + 1).0.iter().take(PREFETCH_ROWS_AHEAD) {
+            for &k in self.a_row(i + 1).0.iter().take(PREFETCH_NEXT_ROWS) {
                 self.prefetch_b_row(k);
             }
         }
         if i + 2 < self.nrows {
-            for &k in self.a_row(i + 2).0.iter().take(PREFETCH_OFFSETS_AHEAD) {
+            for &k in self.a_row(i + 2).0.iter().take(2 * PREFETCH_NEXT_ROWS) {
                 self.prefetch_offsets(k);
             }
         }

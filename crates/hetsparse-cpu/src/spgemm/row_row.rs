@@ -36,10 +36,18 @@ const DENSE_BYTES: usize = 512 * 1024;
 /// counted by the numeric phase's accumulator.
 const COUNT_BITMAP_COLUMNS: usize = 1 << 21;
 
+/// Whether a row of `entries` products or entries over `width` columns is worth a column
+/// bitmap rather than hashing and sorting: the bitmap fits [`COUNT_BITMAP_COLUMNS`], and
+/// walking its summary (a word per 4096 columns, read for every row) costs less than the row
+/// itself.
+fn bitmap_pays(entries: u64, width: usize) -> bool {
+    width <= COUNT_BITMAP_COLUMNS && width.div_ceil(4096) as u64 <= entries
+}
+
 /// Dense rows with at least this many products per entry of C test columns before marking
-/// them (see [`dense_row`]); measured between banded rows (6 products per entry, faster
-/// unconditional) and stencil rows (17, faster tested).
-const REVISITS: u64 = 8;
+/// them (see [`dense_row`]): banded rows (6 products per entry) and stencil rows (17) measured
+/// faster tested, scattered rows (power-law, LP: under 2) faster unconditional.
+const REVISITS: u64 = 4;
 
 /// A row walks its A entries once per panel; panels pay off when each entry of A brings at
 /// least this many products per panel on average.
@@ -160,7 +168,7 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     let mut kind = choose::<T::Acc>(products, a_cols.len(), end - start, narrowed);
     if !NUMERIC
         && matches!(kind, Kind::Hash | Kind::Panels | Kind::Dense)
-        && end - start <= COUNT_BITMAP_COLUMNS
+        && bitmap_pays(products, end - start)
     {
         kind = Kind::Dense;
     }
@@ -245,8 +253,8 @@ pub(super) fn write_merged<T: Scalar, S: Semiring<T>>(
 }
 
 /// Open addressing (linear probing) in a table of at least twice `entries` slots. The
-/// numeric phase lists the row in order through the column bitmap when C is narrow enough for
-/// one (a bit set per new column, a walk of the set's words), else by sorting the keys.
+/// numeric phase lists the row in order through the column bitmap where that pays (a bit set
+/// per new column, a walk of the set's words), else by sorting the keys.
 fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
@@ -257,7 +265,7 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
 ) -> usize {
     let mask = s.hash_table(entries);
     let (keys, values) = (&mut s.keys, &mut s.values);
-    let ordered = NUMERIC && ops.width() <= COUNT_BITMAP_COLUMNS;
+    let ordered = NUMERIC && bitmap_pays(entries as u64, ops.width());
     let mut set = s.set.cover(if ordered { ops.width() } else { 0 });
     let lo = ops.lo;
     let mut n = 0;
@@ -311,9 +319,16 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     } else {
         // Sorting the bare columns and probing again for each value is cheaper than sorting
         // (column, value) pairs.
+        // Half the slots are empty, at random: compacting without a branch on each one.
         let columns = &mut s.columns;
         columns.clear();
-        columns.extend(keys[..=mask].iter().filter(|&&key| key != EMPTY));
+        columns.resize(mask + 1, 0);
+        let mut m = 0;
+        for &key in &keys[..=mask] {
+            columns[m] = key;
+            m += usize::from(key != EMPTY);
+        }
+        let columns = &mut columns[..m];
         columns.sort_unstable();
         for &j in columns.iter() {
             out.push(j - lo, value(j));
