@@ -78,12 +78,10 @@ fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
 /// Entries of A ahead of the current one whose row of B is prefetched, and whose offsets into
 /// B are. The rows of B are read in random order; a miss to memory costs the time of tens of
 /// products, so the look-ahead has to cover several short rows of B.
-const PREFETCH_ROWS_AHEAD: usize = 6;
-const PREFETCH_OFFSETS_AHEAD: usize = 12;
-
-/// Rows of B prefetched for the start of the next row of A: only the first few, since this
-/// runs for every row and short rows (banded, road) lose more to it than they gain.
-const PREFETCH_NEXT_ROWS: usize = 2;
+/// [`Operands::prefetch_next_rows`] covers the first entries of the next rows, up to where
+/// the in-row look-ahead starts; more would cost short rows (banded, road) more than it saves.
+const PREFETCH_ROWS_AHEAD: usize = 4;
+const PREFETCH_OFFSETS_AHEAD: usize = 8;
 
 impl<'a, T: Scalar> Operands<'a, T> {
     fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
@@ -157,18 +155,18 @@ impl<'a, T: Scalar> Operands<'a, T> {
         }
     }
 
-    /// The same across rows, called when row `i` of the chunk starts: the first
-    /// [`PREFETCH_NEXT_ROWS`] rows of B of row `i + 1` and twice as many offsets of row `i + 2`,
-    /// which the in-row look-ahead of [`Operands::prefetch`] does not reach.
+    /// The same across rows, called when row `i` of the chunk starts: the first rows of B of
+    /// row `i + 1` and the first offsets of row `i + 2`, which the in-row look-ahead of
+    /// [`Operands::prefetch`] does not reach.
     #[inline(always)]
     fn prefetch_next_rows(&self, i: usize) {
         if i + 1 < self.nrows {
-            for &k in self.a_row(i + 1).0.iter().take(PREFETCH_NEXT_ROWS) {
+            for &k in self.a_row(i + 1).0.iter().take(PREFETCH_ROWS_AHEAD) {
                 self.prefetch_b_row(k);
             }
         }
         if i + 2 < self.nrows {
-            for &k in self.a_row(i + 2).0.iter().take(2 * PREFETCH_NEXT_ROWS) {
+            for &k in self.a_row(i + 2).0.iter().take(PREFETCH_OFFSETS_AHEAD) {
                 self.prefetch_offsets(k);
             }
         }
