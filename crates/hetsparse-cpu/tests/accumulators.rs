@@ -98,6 +98,31 @@ fn sparse_rows_of_wide_products_use_the_hash_accumulator() {
     let a = generate::uniform::<Complex<f32>>(100, 60, 10, 3);
     let b = generate::uniform::<Complex<f32>>(60, 200_000, 20, 4);
     check_product(&a, &b, "hash c32");
+    // Wider than the column bitmap: the keys are sorted instead.
+    let b = generate::uniform::<f64>(60, 3_000_000, 20, 24);
+    let a = generate::uniform::<f64>(50, 60, 10, 25);
+    check_product(&a, &b, "hash sorted f64");
+}
+
+#[test]
+fn banded_rows_of_wide_products_use_a_dense_window() {
+    // 11 entries per row, 121 products per row, over 120 000 columns: too wide for one dense
+    // accumulator, but every row of C lies within 10 columns of the diagonal.
+    let a = generate::banded::<f64>(120_000, 11, 21);
+    check_product(&a, &a, "banded window f64");
+    // B's band is shifted 20 000 columns left of its diagonal, and C is rectangular.
+    let b = a.column_panel(20_000..120_000).expect("panel");
+    let a = a.rows(0..90_000).expect("rows");
+    check_product(&a, &b, "shifted window f64");
+}
+
+#[test]
+fn scattered_rows_of_a_cache_sized_product_use_the_column_bitmap() {
+    // Power-law rows from a few to thousands of products over 16 384 columns.
+    let a = generate::rmat::<f64>(14, 8, 22);
+    check_product(&a, &a, "bitmap f64");
+    let a = generate::rmat::<Complex<f64>>(12, 8, 23);
+    check_product(&a, &a, "bitmap c64");
 }
 
 #[test]

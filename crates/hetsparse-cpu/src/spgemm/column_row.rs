@@ -34,9 +34,9 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
     let mut start = range.start;
     while start < range.end {
         if products[start] > EXPANSION_BUDGET {
-            let (cols, vals) = out.row(start);
-            let expected = cols.len();
-            let written = row::<T, S, true>(ops, start, products[start], s, cols, vals);
+            let mut row_out = out.row(start);
+            let expected = row_out.len();
+            let written = row::<T, S, true>(ops, start, products[start], s, &mut row_out);
             if written != expected {
                 return Err(count_mismatch(ops.row_base + start, expected, written));
             }
@@ -109,10 +109,10 @@ fn block<T: Scalar, S: Semiring<T>>(
         let segment_end = segment_start + products[i] as usize;
         let segment = &mut pairs[segment_start..segment_end];
         segment.sort_unstable_by_key(|p| p.0);
-        let (cols, vals) = out.row(i);
-        let written = write_merged::<T, S>(segment, ops.lo, cols, vals);
-        if written != cols.len() {
-            return Err(count_mismatch(ops.row_base + i, cols.len(), written));
+        let mut row_out = out.row(i);
+        let written = write_merged::<T, S>(segment, ops.lo, &mut row_out);
+        if written != row_out.len() {
+            return Err(count_mismatch(ops.row_base + i, row_out.len(), written));
         }
         segment_start = segment_end;
     }

@@ -9,19 +9,22 @@
 //! 3. **numeric**: each row computed straight into its place in the result, by Row-Row
 //!    (Gustavson, [`row_row`]) or Column-Row (outer products, [`column_row`]).
 //!
-//! Both phases use the same per-row accumulators, so they agree on every row's structure.
+//! Both phases choose each row's accumulator by the same rule; the symbolic phase only counts
+//! (with a column bitmap wherever C's row window is narrow enough for one), and the numeric
+//! phase checks that every row writes exactly the entries counted.
 
 mod column_row;
 mod row_row;
 mod scratch;
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use hetsparse_core::format::Csr;
 use hetsparse_core::{Error, ProductChunk, Result, Scalar, Semiring, SpgemmAlgorithm};
 use rayon::prelude::*;
 
-use crate::memory::filled;
+use crate::memory::reserved;
 use crate::plan::{self, split_mut};
 use scratch::ScratchPool;
 
@@ -38,7 +41,47 @@ pub(crate) struct Operands<'a, T> {
     hi: u32,
     /// Whether the window is all of B, so rows need no trimming.
     whole_width: bool,
+    /// How far B's entries lie from the diagonal (see [`reach`]); `None` when B is empty.
+    reach: Option<Reach>,
 }
+
+/// Bounds on `j - k` over the entries `(k, j)` of B: row `i` of C then lies within columns
+/// `first(A_i) + below ..= last(A_i) + above`, known without reading any row of B. Banded,
+/// stencil and grid-like products thus get a narrow window per row, where a dense accumulator
+/// stays in cache however wide C is; for scattered matrices the bounds span all of C and cost
+/// nothing per row.
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    below: i64,
+    above: i64,
+}
+
+/// [`Reach`] of B, from the first and last entry of each row.
+fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
+    (0..b.nrows())
+        .into_par_iter()
+        .with_min_len(4096)
+        .filter_map(|k| {
+            let cols = slice_row(b, k).0;
+            let (&first, &last) = (cols.first()?, cols.last()?);
+            Some(Reach {
+                below: i64::from(first) - k as i64,
+                above: i64::from(last) - k as i64,
+            })
+        })
+        .reduce_with(|x, y| Reach {
+            below: x.below.min(y.below),
+            above: x.above.max(y.above),
+        })
+}
+
+/// Entries of A ahead of the current one whose row of B is prefetched, and whose offsets into
+/// B are. The rows of B are read in random order; a miss to memory costs the time of tens of
+/// products, so the look-ahead has to cover several short rows of B.
+/// [`Operands::prefetch_next_rows`] covers the first entries of the next rows, up to where
+/// the in-row look-ahead starts; more would cost short rows (banded, road) more than it saves.
+const PREFETCH_ROWS_AHEAD: usize = 4;
+const PREFETCH_OFFSETS_AHEAD: usize = 8;
 
 impl<'a, T: Scalar> Operands<'a, T> {
     fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
@@ -51,6 +94,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
             lo: chunk.cols.start as u32,
             hi: chunk.cols.end as u32,
             whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
+            reach: reach(b),
         }
     }
 
@@ -58,6 +102,25 @@ impl<'a, T: Scalar> Operands<'a, T> {
     #[inline]
     fn width(&self) -> usize {
         (self.hi - self.lo) as usize
+    }
+
+    /// Columns of C (relative to the window) that the row of C whose row of A has columns
+    /// `a_cols` can reach: all of them, or a narrower range from B's [`Reach`].
+    #[inline]
+    fn row_window(&self, a_cols: &[u32]) -> (usize, usize) {
+        let width = self.width();
+        let (Some(r), Some(&first), Some(&last)) = (self.reach, a_cols.first(), a_cols.last())
+        else {
+            return (0, width);
+        };
+        let (lo, hi) = (i64::from(self.lo), i64::from(self.hi));
+        let start = (i64::from(first) + r.below).max(lo);
+        let end = (i64::from(last) + r.above + 1).min(hi);
+        if start < end {
+            ((start - lo) as usize, (end - lo) as usize)
+        } else {
+            (0, width)
+        }
     }
 
     /// Row `i` of the chunk (row `row_base + i` of A).
@@ -79,15 +142,15 @@ impl<'a, T: Scalar> Operands<'a, T> {
     }
 
     /// Asks the cache for what the kernels will read a few entries of A ahead: the row
-    /// offsets of B for entry `e + 4` of `a_cols`, and the row of B of entry `e + 2` (whose
-    /// offsets were asked for two entries earlier). Rows of B are read in random order, and
-    /// without this each one waits for memory in turn.
+    /// offsets of B for entry `e + PREFETCH_OFFSETS_AHEAD` of `a_cols`, and the row of B of
+    /// entry `e + PREFETCH_ROWS_AHEAD` (whose offsets were asked for earlier). Without this
+    /// each row of B waits for memory in turn.
     #[inline(always)]
     fn prefetch(&self, a_cols: &[u32], e: usize) {
-        if let Some(&k) = a_cols.get(e + 4) {
+        if let Some(&k) = a_cols.get(e + PREFETCH_OFFSETS_AHEAD) {
             self.prefetch_offsets(k);
         }
-        if let Some(&k) = a_cols.get(e + 2) {
+        if let Some(&k) = a_cols.get(e + PREFETCH_ROWS_AHEAD) {
             self.prefetch_b_row(k);
         }
     }
@@ -98,12 +161,12 @@ impl<'a, T: Scalar> Operands<'a, T> {
     #[inline(always)]
     fn prefetch_next_rows(&self, i: usize) {
         if i + 1 < self.nrows {
-            for &k in self.a_row(i + 1).0.iter().take(2) {
+            for &k in self.a_row(i + 1).0.iter().take(PREFETCH_ROWS_AHEAD) {
                 self.prefetch_b_row(k);
             }
         }
         if i + 2 < self.nrows {
-            for &k in self.a_row(i + 2).0.iter().take(4) {
+            for &k in self.a_row(i + 2).0.iter().take(PREFETCH_OFFSETS_AHEAD) {
                 self.prefetch_offsets(k);
             }
         }
@@ -202,25 +265,23 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         _ => None,
     };
 
-    let row_nnz = {
+    // The symbolic phase writes each row's count at its row's end offset; a prefix sum then
+    // turns the counts into offsets in place.
+    let mut offsets = vec![0u64; ops.nrows + 1];
+    {
         let _s = tracing::debug_span!("symbolic", rows = ops.nrows).entered();
-        let mut row_nnz = vec![0u64; ops.nrows];
-        let parts = split_mut(&mut row_nnz, &ranges);
+        let parts = split_mut(&mut offsets[1..], &ranges);
         parts
             .into_par_iter()
             .zip(ranges.par_iter())
             .for_each(|(counts, range)| {
                 pool.with(|s| row_row::count_rows(&ops, range.clone(), &products, counts, s))
             });
-        row_nnz
-    };
-
-    let mut offsets = Vec::with_capacity(ops.nrows + 1);
-    offsets.push(0u64);
+    }
     let mut nnz = 0u64;
-    for &n in &row_nnz {
-        nnz += n;
-        offsets.push(nnz);
+    for offset in &mut offsets[1..] {
+        nnz += *offset;
+        *offset = nnz;
     }
     let len = usize::try_from(nnz).map_err(|_| Error::TooLarge {
         what: "SpGEMM result".into(),
@@ -228,8 +289,10 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         limit: usize::MAX as u64,
         unit: "entries",
     })?;
-    let mut cols = filled(len, 0u32, "column indices of C")?;
-    let mut vals = filled(len, T::zero(), "values of C")?;
+    // Not filled: the numeric phase writes every entry once, so its threads are also the first
+    // to touch (and place) each page.
+    let mut cols = reserved::<u32>(len, "column indices of C")?;
+    let mut vals = reserved::<T>(len, "values of C")?;
 
     {
         let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
@@ -237,8 +300,8 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
             .iter()
             .map(|r| offsets[r.start] as usize..offsets[r.end] as usize)
             .collect();
-        let col_parts = split_mut(&mut cols, &entry_ranges);
-        let val_parts = split_mut(&mut vals, &entry_ranges);
+        let col_parts = split_mut(&mut cols.spare_capacity_mut()[..len], &entry_ranges);
+        let val_parts = split_mut(&mut vals.spare_capacity_mut()[..len], &entry_ranges);
         let result: Result<()> = col_parts
             .into_par_iter()
             .zip(val_parts)
@@ -259,29 +322,85 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
             });
         result?;
     }
-    // SAFETY: every row was written sorted and without repeats (the accumulators sort their
-    // output), with columns inside the window, and offsets come from the exact counts.
+    // SAFETY: the ranges tile the rows and their entry ranges tile `0..len`; every row wrote
+    // exactly as many entries as its slots, through `RowOut::push` (which writes slot `n` and
+    // then counts it), or the numeric phase returned an error above. So all `len` slots are
+    // written.
+    unsafe {
+        cols.set_len(len);
+        vals.set_len(len);
+    }
+    // SAFETY: every row was written sorted and without repeats (the accumulators emit their
+    // columns in order), with columns inside the window, and offsets come from the exact
+    // counts.
     Ok(unsafe { Csr::from_parts_unchecked(ops.nrows, ops.width(), offsets, cols, vals) })
 }
 
-/// Where a range of rows writes its part of C: `cols`/`vals` start at row `first_row`.
+/// Where a range of rows writes its part of C: `cols`/`vals` start at row `first_row`. The
+/// slots start uninitialised.
 pub(crate) struct Output<'o, T> {
     offsets: &'o [u64],
     first_row: usize,
-    cols: &'o mut [u32],
-    vals: &'o mut [T],
+    cols: &'o mut [MaybeUninit<u32>],
+    vals: &'o mut [MaybeUninit<T>],
 }
 
 impl<T> Output<'_, T> {
     /// The slots of row `i` (a row of the chunk).
     #[inline]
-    fn row(&mut self, i: usize) -> (&mut [u32], &mut [T]) {
+    fn row(&mut self, i: usize) -> RowOut<'_, T> {
         let base = self.offsets[self.first_row];
         let (s, e) = (
             (self.offsets[i] - base) as usize,
             (self.offsets[i + 1] - base) as usize,
         );
-        (&mut self.cols[s..e], &mut self.vals[s..e])
+        RowOut {
+            cols: &mut self.cols[s..e],
+            vals: &mut self.vals[s..e],
+            n: 0,
+        }
+    }
+}
+
+/// The slots of one row of C, written in order from the first.
+pub(crate) struct RowOut<'r, T> {
+    cols: &'r mut [MaybeUninit<u32>],
+    vals: &'r mut [MaybeUninit<T>],
+    /// Entries pushed so far (may exceed the slots if the row disagrees with its count).
+    n: usize,
+}
+
+impl<'r, T> RowOut<'r, T> {
+    /// No slots: the symbolic phase, which only counts.
+    fn none() -> Self {
+        RowOut {
+            cols: &mut [],
+            vals: &mut [],
+            n: 0,
+        }
+    }
+
+    /// Slots of the row.
+    #[inline]
+    fn len(&self) -> usize {
+        self.cols.len()
+    }
+
+    /// Writes the next entry (column relative to the window); entries beyond the slots are
+    /// counted, not written, so that the caller can report the mismatch.
+    #[inline(always)]
+    fn push(&mut self, j: u32, v: T) {
+        if let (Some(c), Some(x)) = (self.cols.get_mut(self.n), self.vals.get_mut(self.n)) {
+            c.write(j);
+            x.write(v);
+        }
+        self.n += 1;
+    }
+
+    /// Entries pushed.
+    #[inline]
+    fn written(&self) -> usize {
+        self.n
     }
 }
 

@@ -1,37 +1,62 @@
 //! Row-Row (Gustavson) rows: row `i` of C accumulates `A[i, k] · B[k, :]` over the entries of
 //! row `i` of A, in an accumulator chosen for that row.
 //!
-//! The same kernel runs the symbolic phase (`NUMERIC = false`: distinct columns are counted,
+//! The same kernels run the symbolic phase (`NUMERIC = false`: distinct columns are counted,
 //! no value is touched) and the numeric phase (`NUMERIC = true`: values are accumulated and the
-//! row is written sorted), so the two phases cannot disagree on a row's structure.
-
-use std::ops::Range;
+//! row is written sorted). Rows that the numeric phase accumulates densely or in a hash table
+//! are counted in a column bitmap when their window of C is narrow enough (a bit per column,
+//! no values, no probing); the numeric phase checks every row against its count.
+//!
+//! Dense accumulators pair the values with a [`ColumnSet`](super::scratch::ColumnSet), whose
+//! two-level bitmap lists the touched columns in order: rows come out sorted with no sort, at
+//! a cost that grows with the row's entries and not with C's width.
 
 use hetsparse_core::{PlusTimes, Result, Scalar, Semiring};
 
 use super::scratch::{hash, Scratch, EMPTY};
-use super::{count_mismatch, Operands, Output};
+use super::{count_mismatch, Operands, Output, RowOut};
+use std::ops::Range;
 
 /// Rows with at most this many products are sorted and merged: for so few, a sort of a
 /// register-sized array beats touching any table.
 const SORT_MAX_PRODUCTS: u64 = 32;
 
-/// A row of a wide product is hashed when C is at least this many times wider than its
-/// products: its table (two slots per product) is then far smaller than a dense array, and its
-/// few entries are cheaper to sort than a marker is to scan. Denser rows go to dense panels,
-/// where neither probing nor sorting is needed.
+/// A row is hashed when its window of C is wider than a dense accumulator allows and at least
+/// this many times wider than its products: its table (two slots per product) is then far
+/// smaller than a dense array, and its few entries are cheaper to sort than a bitmap is to
+/// walk. Denser rows go to dense panels, where neither probing nor sorting is needed.
 const HASH_SPARSITY: u64 = 16;
 
-/// Bytes of dense accumulator (values + marker) that should stay in a core's L2 cache.
-const PANEL_BYTES: usize = 256 * 1024;
+/// Bytes of dense values that should stay in a core's L2 cache (the bitmap adds a bit per
+/// column). Rows whose window of C is at most this wide are accumulated densely in one pass;
+/// wider ones by hashing or panel by panel.
+const DENSE_BYTES: usize = 512 * 1024;
+
+/// Widest window the symbolic phase counts in a bitmap (256 KiB of bits): beyond it, rows are
+/// counted by the numeric phase's accumulator.
+const COUNT_BITMAP_COLUMNS: usize = 1 << 21;
+
+/// Whether a row of `entries` products or entries over `width` columns is worth a column
+/// bitmap rather than hashing and sorting: the bitmap fits [`COUNT_BITMAP_COLUMNS`], and
+/// walking its summary (a word per 4096 columns, read for every row) costs less than the row
+/// itself.
+fn bitmap_pays(entries: u64, width: usize) -> bool {
+    width <= COUNT_BITMAP_COLUMNS && width.div_ceil(4096) as u64 <= entries
+}
+
+/// Dense rows with at least this many products per entry of C test columns before marking
+/// them (see [`dense_row`]): banded rows (6 products per entry) and stencil rows (17) measured
+/// faster tested, scattered rows (power-law, LP: under 2) faster unconditional.
+const REVISITS: u64 = 4;
 
 /// A row walks its A entries once per panel; panels pay off when each entry of A brings at
 /// least this many products per panel on average.
 const PANEL_MIN_PRODUCTS_PER_PASS: u64 = 4;
 
-/// Columns of a cache-sized dense panel for accumulator type `A`.
-pub(super) fn panel_columns<A>() -> usize {
-    PANEL_BYTES / (std::mem::size_of::<A>() + std::mem::size_of::<u32>())
+/// Columns of a cache-sized dense accumulator (a whole window, or one panel) for accumulator
+/// type `A`.
+pub(super) fn dense_columns<A>() -> usize {
+    DENSE_BYTES / std::mem::size_of::<A>()
 }
 
 /// How a row is accumulated.
@@ -43,21 +68,27 @@ pub(super) enum Kind {
     Sort,
     /// Few products for C's width: open addressing sized from the row.
     Hash,
-    /// A dense array over all of C's columns with a generation marker.
+    /// A dense array over the row's whole window, with a column bitmap.
     Dense,
-    /// A dense array over one cache-sized panel of C's columns at a time.
+    /// A dense array over one cache-sized panel of the window at a time.
     Panels,
 }
 
-/// Picks the accumulator of a row from its product count, A's row length and C's width.
-pub(super) fn choose<A>(products: u64, a_len: usize, width: usize) -> Kind {
-    let panel = panel_columns::<A>();
+/// Picks the accumulator of a row from its product count, A's row length and the width of
+/// its window of C, `narrowed` when B's reach made that window narrower than C.
+///
+/// Short rows are sorted, unless their window was narrowed and fits a dense accumulator: such
+/// windows slide along with the row (grids, bands), so consecutive rows keep reusing the same
+/// cached slots, where short rows scattered over C would touch a cold line per product.
+pub(super) fn choose<A>(products: u64, a_len: usize, width: usize, narrowed: bool) -> Kind {
+    let panel = dense_columns::<A>();
+    let short = products <= SORT_MAX_PRODUCTS;
     if a_len == 1 {
         Kind::Scale
-    } else if products <= SORT_MAX_PRODUCTS {
-        Kind::Sort
-    } else if width <= panel {
+    } else if width <= panel && (narrowed || !short) {
         Kind::Dense
+    } else if short {
+        Kind::Sort
     } else if products.saturating_mul(HASH_SPARSITY) <= width as u64 {
         Kind::Hash
     } else if (a_len * width.div_ceil(panel)) as u64 * PANEL_MIN_PRODUCTS_PER_PASS <= products {
@@ -82,7 +113,7 @@ pub(super) fn count_rows<T: Scalar>(
         *count = if p >= width as u64 && reaches_full_row(ops, i) {
             width as u64
         } else {
-            row::<T, PlusTimes, false>(ops, i, p, s, &mut [], &mut []) as u64
+            row::<T, PlusTimes, false>(ops, i, p, s, &mut RowOut::none()) as u64
         };
     }
 }
@@ -106,9 +137,9 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
 ) -> Result<()> {
     for i in range {
         ops.prefetch_next_rows(i);
-        let (cols, vals) = out.row(i);
-        let expected = cols.len();
-        let written = row::<T, S, true>(ops, i, products[i], s, cols, vals);
+        let mut row_out = out.row(i);
+        let expected = row_out.len();
+        let written = row::<T, S, true>(ops, i, products[i], s, &mut row_out);
         if written != expected {
             return Err(count_mismatch(ops.row_base + i, expected, written));
         }
@@ -117,58 +148,54 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
 }
 
 /// Row `i` of C: returns its number of entries, and with `NUMERIC` writes them, sorted, into
-/// `cols` and `vals` (which must have room for exactly that many).
+/// `out` (which must have room for exactly that many).
 pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     i: usize,
     products: u64,
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
     if products == 0 {
         return 0;
     }
     let (a_cols, a_vals) = ops.a_row(i);
-    if NUMERIC && cols.len() == ops.width() && a_cols.len() > 1 {
-        return full_row::<T, S>(ops, a_cols, a_vals, s, cols, vals);
+    if NUMERIC && out.len() == ops.width() && a_cols.len() > 1 {
+        return full_row::<T, S>(ops, a_cols, a_vals, s, out);
     }
-    let kind = choose::<T::Acc>(products, a_cols.len(), ops.width());
-    if matches!(kind, Kind::Hash | Kind::Dense | Kind::Panels) {
-        // Rows whose columns lie close together (banded, stencil, road-like matrices) use a
-        // dense accumulator over just their span, which stays in cache however wide C is.
-        let (first, last) = column_span(ops, a_cols);
-        if last - first < panel_columns::<T::Acc>() {
-            return dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, first, last + 1, s, cols, vals);
-        }
+    let (start, end) = ops.row_window(a_cols);
+    let narrowed = end - start < ops.width();
+    let mut kind = choose::<T::Acc>(products, a_cols.len(), end - start, narrowed);
+    if !NUMERIC
+        && matches!(kind, Kind::Hash | Kind::Panels | Kind::Dense)
+        && bitmap_pays(products, end - start)
+    {
+        kind = Kind::Dense;
     }
     match kind {
         Kind::Scale => {
             let (b_cols, b_vals) = ops.b_row(a_cols[0]);
             if NUMERIC {
                 let (av, lo) = (a_vals[0], ops.lo);
-                for (((c, v), &j), &bv) in
-                    cols.iter_mut().zip(vals.iter_mut()).zip(b_cols).zip(b_vals)
-                {
-                    *c = j - lo;
-                    *v = T::from_acc(S::mul(av, bv));
+                for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                    out.push(j - lo, T::from_acc(S::mul(av, bv)));
                 }
             }
             b_cols.len()
         }
-        Kind::Sort => sort_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, cols, vals),
+        Kind::Sort => sort_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, out),
         Kind::Hash => {
             let entries = if NUMERIC {
-                cols.len()
+                out.len()
             } else {
                 products as usize
             };
-            hash_row::<T, S, NUMERIC>(ops, a_cols, a_vals, entries, s, cols, vals)
+            hash_row::<T, S, NUMERIC>(ops, a_cols, a_vals, entries, s, out)
         }
         Kind::Dense => {
-            dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, 0, ops.width(), s, cols, vals)
+            dense_row::<T, S, NUMERIC>(ops, a_cols, a_vals, products, start..end, s, out)
         }
-        Kind::Panels => panel_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, cols, vals),
+        Kind::Panels => panel_row::<T, S, NUMERIC>(ops, a_cols, a_vals, start..end, s, out),
     }
 }
 
@@ -178,8 +205,7 @@ fn sort_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     a_cols: &[u32],
     a_vals: &[T],
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
     if !NUMERIC {
         let columns = &mut s.columns;
@@ -204,18 +230,15 @@ fn sort_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         );
     }
     pairs.sort_unstable_by_key(|p| p.0);
-    write_merged::<T, S>(pairs, ops.lo, cols, vals)
+    write_merged::<T, S>(pairs, ops.lo, out)
 }
 
-/// Writes sorted (column, value) pairs, summing equal columns; returns the entries written
-/// (stopping at the room in `cols`).
+/// Writes sorted (column, value) pairs, summing equal columns; returns the entries written.
 pub(super) fn write_merged<T: Scalar, S: Semiring<T>>(
     pairs: &[(u32, T::Acc)],
     lo: u32,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
-    let mut n = 0;
     let mut p = 0;
     while p < pairs.len() {
         let (j, mut acc) = pairs[p];
@@ -224,27 +247,27 @@ pub(super) fn write_merged<T: Scalar, S: Semiring<T>>(
             acc = S::add(acc, pairs[p].1);
             p += 1;
         }
-        if n < cols.len() {
-            cols[n] = j - lo;
-            vals[n] = T::from_acc(acc);
-        }
-        n += 1;
+        out.push(j - lo, T::from_acc(acc));
     }
-    n
+    out.written()
 }
 
-/// Open addressing (linear probing) in a table of at least twice `entries` slots.
+/// Open addressing (linear probing) in a table of at least twice `entries` slots. The
+/// numeric phase lists the row in order through the column bitmap where that pays (a bit set
+/// per new column, a walk of the set's words), else by sorting the keys.
 fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
     entries: usize,
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
     let mask = s.hash_table(entries);
     let (keys, values) = (&mut s.keys, &mut s.values);
+    let ordered = NUMERIC && bitmap_pays(entries as u64, ops.width());
+    let mut set = s.set.cover(if ordered { ops.width() } else { 0 });
+    let lo = ops.lo;
     let mut n = 0;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
@@ -264,6 +287,9 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                     if NUMERIC {
                         values[h] = S::mul(av, bv);
                     }
+                    if ordered {
+                        set.insert_new((j - lo) as usize);
+                    }
                     n += 1;
                     break;
                 }
@@ -272,161 +298,107 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             if n > entries {
                 // More columns than the symbolic phase counted: a bug, which the caller
                 // reports; stop before the table fills up.
+                set.clear();
                 return n;
             }
         }
     }
-    if NUMERIC && n == cols.len() {
+    if !NUMERIC || n != out.len() {
+        set.clear();
+        return n;
+    }
+    let value = |j: u32| {
+        let mut h = hash(j, mask);
+        while keys[h] != j {
+            h = (h + 1) & mask;
+        }
+        T::from_acc(values[h])
+    };
+    if ordered {
+        set.drain(|j| out.push(j as u32, value(j as u32 + lo)));
+    } else {
         // Sorting the bare columns and probing again for each value is cheaper than sorting
         // (column, value) pairs.
-        let mut p = 0;
+        // Half the slots are empty, at random: compacting without a branch on each one.
+        let columns = &mut s.columns;
+        columns.clear();
+        columns.resize(mask + 1, 0);
+        let mut m = 0;
         for &key in &keys[..=mask] {
-            if key != EMPTY {
-                cols[p] = key;
-                p += 1;
-            }
+            columns[m] = key;
+            m += usize::from(key != EMPTY);
         }
-        cols.sort_unstable();
-        for (c, v) in cols.iter_mut().zip(vals.iter_mut()) {
-            let mut h = hash(*c, mask);
-            while keys[h] != *c {
-                h = (h + 1) & mask;
-            }
-            *v = T::from_acc(values[h]);
-            *c -= ops.lo;
+        let columns = &mut columns[..m];
+        columns.sort_unstable();
+        for &j in columns.iter() {
+            out.push(j - lo, value(j));
         }
     }
-    n
+    out.written()
 }
 
-/// The smallest and largest column (relative to the window) the row's products reach; the
-/// rows of B are sorted, so only their ends are read.
-fn column_span<T: Scalar>(ops: &Operands<'_, T>, a_cols: &[u32]) -> (usize, usize) {
-    let (mut first, mut last) = (u32::MAX, 0u32);
-    for &k in a_cols {
-        let b_cols = ops.b_row(k).0;
-        if let (Some(&f), Some(&l)) = (b_cols.first(), b_cols.last()) {
-            first = first.min(f);
-            last = last.max(l);
-        }
-    }
-    ((first - ops.lo) as usize, (last - ops.lo) as usize)
-}
-
-/// A dense accumulator over columns `start..end` of C, which the row's products stay within.
-#[allow(clippy::too_many_arguments)]
+/// A dense accumulator over `window` (columns of C relative to the chunk's window), which the
+/// row's products stay within; the symbolic phase uses only its column bitmap.
+///
+/// Rows whose products mostly revisit columns (stencils: many times more products than
+/// entries) test each column's bit before setting it in the numeric phase, a branch that is
+/// then nearly always predicted; other rows, and the symbolic phase (which does not know the
+/// row's entries yet), set bits unconditionally, a run of B's row at a time.
 fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
-    start: usize,
-    end: usize,
+    products: u64,
+    window: Range<usize>,
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
-    let width = end - start;
-    let generation = s.dense_row(width);
-    let (stamps, dense) = (&mut s.stamps[..width], &mut s.dense[..width]);
-    let lo = ops.lo + start as u32;
-    let mut n = 0;
+    let revisits = NUMERIC && products >= REVISITS * out.len() as u64;
+    let (mut set, dense) = s.dense_row(window.len(), NUMERIC, S::zero());
+    let lo = ops.lo + window.start as u32;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
         let (b_cols, b_vals) = ops.b_row(k);
-        for (&j, &bv) in b_cols.iter().zip(b_vals) {
-            n += marked_add::<T, S, NUMERIC>(
-                stamps,
-                dense,
-                generation,
-                (j - lo) as usize,
-                av,
-                bv,
-                n,
-                cols,
-            );
-        }
-    }
-    if NUMERIC && n == cols.len() {
-        emit_dense(stamps, dense, generation, start, cols, vals);
-    }
-    n
-}
-
-/// Adds `av · bv` at column `j` of a dense accumulator with a generation marker; returns 1
-/// when `j` is new to the row (and, with `NUMERIC`, records it as entry `n` of `cols`).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn marked_add<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
-    stamps: &mut [u32],
-    dense: &mut [T::Acc],
-    generation: u32,
-    j: usize,
-    av: T,
-    bv: T,
-    n: usize,
-    cols: &mut [u32],
-) -> usize {
-    if stamps[j] != generation {
-        stamps[j] = generation;
-        if NUMERIC {
-            dense[j] = S::mul(av, bv);
-            if n < cols.len() {
-                cols[n] = j as u32;
+        if revisits {
+            for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                let j = (j - lo) as usize;
+                if NUMERIC {
+                    dense[j] = S::add(dense[j], S::mul(av, bv));
+                }
+                set.insert_checked(j);
             }
-        }
-        1
-    } else {
-        if NUMERIC {
-            dense[j] = S::add(dense[j], S::mul(av, bv));
-        }
-        0
-    }
-}
-
-/// Writes the touched columns of a dense accumulator covering columns `base..` of C, sorted:
-/// by scanning the marker when the row fills much of it, else by sorting the touched columns
-/// (already in `cols`).
-fn emit_dense<T: Scalar>(
-    stamps: &[u32],
-    dense: &[T::Acc],
-    generation: u32,
-    base: usize,
-    cols: &mut [u32],
-    vals: &mut [T],
-) {
-    let n = cols.len();
-    if n * 16 >= stamps.len() {
-        let mut p = 0;
-        for (j, (&stamp, &acc)) in stamps.iter().zip(dense).enumerate() {
-            if stamp == generation {
-                cols[p] = (base + j) as u32;
-                vals[p] = T::from_acc(acc);
-                p += 1;
+        } else {
+            if NUMERIC {
+                for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                    let j = (j - lo) as usize;
+                    dense[j] = S::add(dense[j], S::mul(av, bv));
+                }
             }
-        }
-    } else {
-        cols.sort_unstable();
-        for (c, v) in cols.iter_mut().zip(vals.iter_mut()) {
-            *v = T::from_acc(dense[*c as usize]);
-            *c += base as u32;
+            set.insert_sorted(b_cols, lo);
         }
     }
+    if !NUMERIC {
+        return set.clear();
+    }
+    let base = window.start as u32;
+    set.drain(|j| {
+        let acc = std::mem::replace(&mut dense[j], S::zero());
+        out.push(base + j as u32, T::from_acc(acc));
+    });
+    out.written()
 }
 
-/// A row of C known to fill every column: a dense accumulator with no marker, and every
+/// A row of C known to fill every column: a dense accumulator with no bitmap, and every
 /// column written in order.
 fn full_row<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
     let width = ops.width();
-    s.dense_row(width);
-    let dense = &mut s.dense[..width];
-    dense.fill(S::zero());
+    let (_, dense) = s.dense_row(width, true, S::zero());
     let lo = ops.lo;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
         ops.prefetch(a_cols, e);
@@ -443,75 +415,66 @@ fn full_row<T: Scalar, S: Semiring<T>>(
             }
         }
     }
-    for (j, ((c, v), &acc)) in cols
-        .iter_mut()
-        .zip(vals.iter_mut())
-        .zip(dense.iter())
-        .enumerate()
-    {
-        *c = j as u32;
-        *v = T::from_acc(acc);
+    for (j, acc) in dense.iter_mut().enumerate() {
+        out.push(j as u32, T::from_acc(std::mem::replace(acc, S::zero())));
     }
-    width
+    out.written()
 }
 
-/// A dense accumulator over one cache-sized panel of C's columns at a time; each entry of A
+/// A dense accumulator over one cache-sized panel of `window` at a time; each entry of A
 /// keeps a cursor into its row of B, so every product is still visited once.
 fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     a_cols: &[u32],
     a_vals: &[T],
+    window: Range<usize>,
     s: &mut Scratch<T::Acc>,
-    cols: &mut [u32],
-    vals: &mut [T],
+    out: &mut RowOut<'_, T>,
 ) -> usize {
-    let width = ops.width();
-    let panel = panel_columns::<T::Acc>();
-    let lo = ops.lo as usize;
-    s.cursors.clear();
-    s.cursors.resize(a_cols.len(), 0);
+    let panel = dense_columns::<T::Acc>();
+    // Taken out of the scratch for the row, which lends its set and values panel by panel.
+    let mut cursors = std::mem::take(&mut s.cursors);
+    cursors.clear();
+    cursors.resize(a_cols.len(), 0);
     let mut n = 0;
-    let mut start = 0;
-    while start < width {
-        let end = (start + panel).min(width);
-        let generation = s.dense_row(panel);
-        let (stamps, dense) = (&mut s.stamps[..end - start], &mut s.dense[..end - start]);
-        let first = n;
-        for ((&k, &av), cursor) in a_cols.iter().zip(a_vals).zip(s.cursors.iter_mut()) {
+    let mut start = window.start;
+    while start < window.end {
+        let end = (start + panel).min(window.end);
+        let (mut set, dense) = s.dense_row(end - start, NUMERIC, S::zero());
+        // Columns `start..end` of the chunk's window are `lo..` of B.
+        let lo = ops.lo as usize + start;
+        let stop = ops.lo as usize + end;
+        for ((&k, &av), cursor) in a_cols.iter().zip(a_vals).zip(cursors.iter_mut()) {
             let (b_cols, b_vals) = ops.b_row(k);
-            let mut p = *cursor;
-            while p < b_cols.len() {
-                let j = b_cols[p] as usize - lo;
-                if j >= end {
-                    break;
+            let first = *cursor;
+            let mut p = first;
+            while p < b_cols.len() && (b_cols[p] as usize) < stop {
+                if NUMERIC {
+                    let j = b_cols[p] as usize - lo;
+                    dense[j] = S::add(dense[j], S::mul(av, b_vals[p]));
                 }
-                n += marked_add::<T, S, NUMERIC>(
-                    stamps,
-                    dense,
-                    generation,
-                    j - start,
-                    av,
-                    b_vals[p],
-                    n,
-                    cols,
-                );
                 p += 1;
             }
+            set.insert_sorted(&b_cols[first..p], lo as u32);
             *cursor = p;
         }
-        if NUMERIC && n <= cols.len() {
-            emit_dense(
-                stamps,
-                dense,
-                generation,
-                start,
-                &mut cols[first..n],
-                &mut vals[first..n],
-            );
+        if NUMERIC {
+            let base = start as u32;
+            set.drain(|j| {
+                let acc = std::mem::replace(&mut dense[j], S::zero());
+                out.push(base + j as u32, T::from_acc(acc));
+            });
+        } else {
+            n += set.clear();
         }
         start = end;
     }
-    n
+    s.cursors = cursors;
+    if NUMERIC {
+        out.written()
+    } else {
+        n
+    }
 }
 
 #[cfg(test)]
@@ -520,25 +483,36 @@ mod tests {
 
     #[test]
     fn accumulators_follow_the_row_shape() {
-        let panel = panel_columns::<f64>();
-        assert_eq!(choose::<f64>(100, 1, 1 << 20), Kind::Scale);
-        assert_eq!(choose::<f64>(20, 5, 1 << 20), Kind::Sort);
-        assert_eq!(choose::<f64>(1000, 50, panel), Kind::Dense);
-        assert_eq!(choose::<f64>(1000, 50, 1 << 24), Kind::Hash);
+        let dense = dense_columns::<f64>();
+        assert_eq!(choose::<f64>(100, 1, 1 << 20, false), Kind::Scale);
+        assert_eq!(choose::<f64>(20, 5, 1 << 20, false), Kind::Sort);
+        assert_eq!(choose::<f64>(20, 5, 1000, false), Kind::Sort);
         assert_eq!(
-            choose::<f64>(1 << 24, 100, 1 << 20),
+            choose::<f64>(20, 5, 1000, true),
+            Kind::Dense,
+            "short rows in a narrowed window reuse the slots of the rows before"
+        );
+        assert_eq!(choose::<f64>(1000, 50, dense, false), Kind::Dense);
+        assert_eq!(
+            choose::<f64>(40, 5, 32_768, false),
+            Kind::Dense,
+            "rows of a window that fits the cache are dense, however sparse"
+        );
+        assert_eq!(choose::<f64>(1000, 50, 1 << 24, false), Kind::Hash);
+        assert_eq!(
+            choose::<f64>(1 << 24, 100, 1 << 20, false),
             Kind::Panels,
             "wide and dense rows go panel by panel"
         );
         assert_eq!(
-            choose::<f64>(panel as u64 + 1, 10_000, 1 << 16),
+            choose::<f64>(dense as u64 + 1, 10_000, 1 << 18, false),
             Kind::Dense,
             "long rows of A with few products each are not worth panels"
         );
         assert_eq!(
-            choose::<f64>(3000, 100, 32_768),
+            choose::<f64>(30_000, 100, 1 << 18, false),
             Kind::Panels,
-            "rows filling a good part of C are not hashed"
+            "rows filling a good part of a wide C are not hashed"
         );
     }
 }

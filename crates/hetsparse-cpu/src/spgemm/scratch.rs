@@ -1,8 +1,9 @@
 //! Per-thread scratch memory of the SpGEMM kernels, reused across rows and ranges.
 //!
 //! Each rayon thread owns one [`Scratch`] for the duration of a product: accumulators grow to
-//! the largest row they have seen and are never freed or zeroed between rows (the dense marker
-//! uses generation stamps), so no row allocates.
+//! the largest row they have seen and are never freed between rows. Every row leaves the
+//! column set empty and the dense values zero, resetting only what it touched, so no row
+//! allocates or clears more than it used.
 
 use std::sync::Mutex;
 
@@ -14,11 +15,12 @@ pub(super) const EMPTY: u32 = u32::MAX;
 
 /// The scratch of one thread.
 pub(crate) struct Scratch<A> {
-    /// Dense marker: `stamps[j] == generation` when column `j` (of the current panel) has been
-    /// touched by the current row.
-    pub stamps: Vec<u32>,
-    generation: u32,
-    /// Dense accumulator, indexed like `stamps`.
+    /// Which columns (of the current window) the current row has touched.
+    pub set: ColumnSet,
+    /// Dense accumulator, indexed like `set`. It holds the semiring's zero between rows
+    /// (kernels reset each slot as they read it out), so products are always added, with no
+    /// branch on whether a column is new. One product uses one semiring, so the zero
+    /// it is grown with never changes.
     pub dense: Vec<A>,
     /// Open-addressing hash accumulator: keys ([`EMPTY`] when free) and values.
     pub keys: Vec<u32>,
@@ -34,8 +36,7 @@ pub(crate) struct Scratch<A> {
 impl<A: Accumulator> Scratch<A> {
     fn new() -> Self {
         Scratch {
-            stamps: Vec::new(),
-            generation: 0,
+            set: ColumnSet::default(),
             dense: Vec::new(),
             keys: Vec::new(),
             values: Vec::new(),
@@ -45,20 +46,18 @@ impl<A: Accumulator> Scratch<A> {
         }
     }
 
-    /// Makes the dense marker and accumulator at least `width` long and starts a new row:
-    /// returns the generation that marks this row's columns.
-    pub fn dense_row(&mut self, width: usize) -> u32 {
-        if self.stamps.len() < width {
-            self.stamps.resize(width, 0);
-            self.dense.resize(width, A::ZERO);
-        }
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            // After 2^32 - 1 rows a stale stamp could match again: clear once and restart.
-            self.stamps.fill(0);
-            self.generation = 1;
-        }
-        self.generation
+    /// The column set over `width` columns and the dense accumulator's first `width` slots
+    /// (empty unless `values`), which hold `zero` wherever the set is empty.
+    pub fn dense_row(&mut self, width: usize, values: bool, zero: A) -> (Columns<'_>, &mut [A]) {
+        let dense = if values {
+            if self.dense.len() < width {
+                self.dense.resize(width, zero);
+            }
+            &mut self.dense[..width]
+        } else {
+            &mut []
+        };
+        (self.set.cover(width), dense)
     }
 
     /// Empties a hash table of at least `2 * entries` slots (a power of two) and returns its
@@ -71,6 +70,123 @@ impl<A: Accumulator> Scratch<A> {
         }
         self.keys[..capacity].fill(EMPTY);
         capacity - 1
+    }
+}
+
+/// A set of columns as a two-level bitmap: bit `j` of `words` holds column `j`, and bit `w` of
+/// `summary` says that word `w` is not zero. Inserting costs OR operations and no branch on the
+/// data; listing the set in order costs `O(width / 4096 + words touched + entries)`, so a row of C
+/// comes out sorted without a comparison sort and without scanning the whole width. Every row
+/// leaves the set empty.
+#[derive(Default)]
+pub(crate) struct ColumnSet {
+    words: Vec<u64>,
+    summary: Vec<u64>,
+}
+
+impl ColumnSet {
+    /// The (empty) set over columns `0..width`, growing it with zeros when needed.
+    pub fn cover(&mut self, width: usize) -> Columns<'_> {
+        let words = width.div_ceil(64);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+            self.summary.resize(words.div_ceil(64), 0);
+        }
+        Columns {
+            words: &mut self.words[..words],
+            summary: &mut self.summary[..words.div_ceil(64)],
+        }
+    }
+}
+
+/// A [`ColumnSet`] over one window, borrowed as plain slices so that the kernels' loops keep
+/// them in registers.
+pub(crate) struct Columns<'s> {
+    words: &'s mut [u64],
+    summary: &'s mut [u64],
+}
+
+impl Columns<'_> {
+    /// Adds the columns `c - offset` for `c` in `sorted` (increasing, as in a row of B), a
+    /// word at a time.
+    ///
+    /// A row of B often holds runs of nearby columns (stencils, bands). Setting their bits one
+    /// by one would chain every product on the previous one's store to the same word; OR-ing
+    /// each run in a register first leaves one read-modify-write per word the row touches.
+    #[inline(always)]
+    pub fn insert_sorted(&mut self, sorted: &[u32], offset: u32) {
+        let Some((&first, rest)) = sorted.split_first() else {
+            return;
+        };
+        let j = (first - offset) as usize;
+        let (mut w, mut bits) = (j >> 6, 1u64 << (j & 63));
+        for &c in rest {
+            let j = (c - offset) as usize;
+            if j >> 6 != w {
+                self.or_word(w, bits);
+                (w, bits) = (j >> 6, 0);
+            }
+            bits |= 1u64 << (j & 63);
+        }
+        self.or_word(w, bits);
+    }
+
+    /// Adds column `j`, testing it first: for rows where most products land on columns
+    /// already in the set, a well-predicted branch that skips the store is cheaper than
+    /// always setting the bit.
+    #[inline(always)]
+    pub fn insert_checked(&mut self, j: usize) {
+        let (w, bit) = (j >> 6, 1u64 << (j & 63));
+        if self.words[w] & bit == 0 {
+            self.or_word(w, bit);
+        }
+    }
+
+    /// Sets `bits` in word `w`.
+    #[inline(always)]
+    fn or_word(&mut self, w: usize, bits: u64) {
+        self.words[w] |= bits;
+        self.summary[w >> 6] |= 1u64 << (w & 63);
+    }
+
+    /// Adds column `j`, which the caller knows to be new (as a hash table does).
+    #[inline(always)]
+    pub fn insert_new(&mut self, j: usize) {
+        let w = j >> 6;
+        self.words[w] |= 1u64 << (j & 63);
+        self.summary[w >> 6] |= 1u64 << (w & 63);
+    }
+
+    /// Calls `f` on every column of the set in increasing order, emptying it.
+    #[inline(always)]
+    pub fn drain(&mut self, mut f: impl FnMut(usize)) {
+        for (s, summary) in self.summary.iter_mut().enumerate() {
+            let mut bits = std::mem::take(summary);
+            while bits != 0 {
+                let w = s * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mut word = std::mem::take(&mut self.words[w]);
+                while word != 0 {
+                    f(w * 64 + word.trailing_zeros() as usize);
+                    word &= word - 1;
+                }
+            }
+        }
+    }
+
+    /// Empties the set without listing it; returns how many columns it held (counted once
+    /// per word here, not per insertion).
+    pub fn clear(&mut self) -> usize {
+        let mut count = 0;
+        for (s, summary) in self.summary.iter_mut().enumerate() {
+            let mut bits = std::mem::take(summary);
+            while bits != 0 {
+                let word = std::mem::take(&mut self.words[s * 64 + bits.trailing_zeros() as usize]);
+                count += word.count_ones() as usize;
+                bits &= bits - 1;
+            }
+        }
+        count
     }
 }
 
@@ -104,5 +220,33 @@ impl<A: Accumulator> ScratchPool<A> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&mut scratch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_sets_list_in_order_and_end_empty() {
+        let mut set = ColumnSet::default();
+        let mut columns = set.cover(10_000);
+        // Columns offset by 10, as a row of B's columns relative to a window.
+        columns.insert_sorted(&[10, 73, 74, 4_105, 4_106, 5_010], 10);
+        columns.insert_sorted(&[73, 74, 75, 10_009], 10);
+        columns.insert_sorted(&[], 10);
+        columns.insert_new(7_000);
+        columns.insert_checked(65);
+        columns.insert_checked(65);
+        let mut listed = Vec::new();
+        columns.drain(|j| listed.push(j));
+        assert_eq!(listed, [0, 63, 64, 65, 4_095, 4_096, 5_000, 7_000, 9_999]);
+        assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
+        // A narrower window afterwards, then a clear.
+        let mut columns = set.cover(100);
+        columns.insert_sorted(&[99, 99], 0);
+        columns.insert_sorted(&[0, 98, 99], 0);
+        assert_eq!(columns.clear(), 3);
+        assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
     }
 }
