@@ -40,6 +40,45 @@ pub use semiring::{PlusTimes, Semiring};
 pub use half::{bf16, f16};
 pub use num_complex::Complex;
 
+/// Asks the operating system to back the whole pages inside `buffer` with transparent huge
+/// pages, for backends about to write a large result into fresh memory: faulting it in 2 MiB
+/// pages rather than 4 KiB ones costs a fraction of the page faults (and of the TLB misses
+/// afterwards). Linux only (`madvise(MADV_HUGEPAGE)`, which matters where the system leaves
+/// huge pages to the program); buffers under 4 MiB are left alone. Only advice: when it is
+/// refused nothing changes but speed.
+pub fn advise_huge_pages<X>(buffer: &mut [X]) {
+    const MIN_BYTES: usize = 4 << 20;
+    let bytes = std::mem::size_of_val(buffer);
+    if bytes < MIN_BYTES {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|&p| p > 0)
+            .unwrap_or(4096);
+        let start = buffer.as_mut_ptr() as usize;
+        let first = start.next_multiple_of(page);
+        let last = (start + bytes) / page * page;
+        if last > first {
+            // SAFETY: the range lies inside `buffer`, memory this process owns; MADV_HUGEPAGE
+            // changes how pages are backed, never their contents.
+            let rc = unsafe {
+                libc::madvise(
+                    first as *mut libc::c_void,
+                    last - first,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
+            if rc != 0 {
+                tracing::trace!("madvise(MADV_HUGEPAGE) refused; small pages");
+            }
+        }
+    }
+}
+
 /// Physical memory of the host in bytes, from `/proc/meminfo` where there is one, else 0.
 pub fn host_memory_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")

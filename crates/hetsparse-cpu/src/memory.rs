@@ -7,9 +7,6 @@ use rayon::prelude::*;
 /// Buffers of more elements are filled in parallel.
 const PARALLEL_FILL_MIN: usize = 1 << 15;
 
-/// Buffers at least this large ask for transparent huge pages.
-const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
-
 /// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`] when the host cannot
 /// provide them. `what` names the buffer in the error.
 pub(crate) fn filled<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
@@ -41,33 +38,6 @@ pub(crate) fn reserved<X>(len: usize, what: &str) -> Result<Vec<X>> {
         needed_bytes: (len as u64).saturating_mul(std::mem::size_of::<X>() as u64),
         available_bytes: hetsparse_core::host_memory_bytes(),
     })?;
-    advise_huge_pages(v.spare_capacity_mut());
+    hetsparse_core::advise_huge_pages(v.spare_capacity_mut());
     Ok(v)
-}
-
-/// Asks the kernel to back the whole 4 KiB pages inside `buffer` with huge pages (a hint: it
-/// may refuse, and nothing changes but speed).
-fn advise_huge_pages<X>(buffer: &mut [X]) {
-    let bytes = std::mem::size_of_val(buffer);
-    if bytes < HUGE_PAGE_MIN_BYTES {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        let start = buffer.as_mut_ptr() as usize;
-        let first = start.next_multiple_of(PAGE);
-        let last = (start + bytes) / PAGE * PAGE;
-        if last > first {
-            // SAFETY: the range lies inside memory this process owns (`buffer`); MADV_HUGEPAGE
-            // changes no contents, only how the pages are backed.
-            unsafe {
-                libc::madvise(
-                    first as *mut libc::c_void,
-                    last - first,
-                    libc::MADV_HUGEPAGE,
-                );
-            }
-        }
-    }
 }

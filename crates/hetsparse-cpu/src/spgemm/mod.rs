@@ -51,13 +51,14 @@ pub(crate) struct Operands<'a, T> {
 /// stays in cache however wide C is; for scattered matrices the bounds span all of C and cost
 /// nothing per row.
 #[derive(Clone, Copy, Debug)]
-struct Reach {
+pub(crate) struct Reach {
     below: i64,
     above: i64,
 }
 
-/// [`Reach`] of B, from the first and last entry of each row.
-fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
+/// [`Reach`] of B, from the first and last entry of each row: computed once per call of the
+/// backend and shared by all of its chunks, since it reads every row of B.
+pub(crate) fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
     (0..b.nrows())
         .into_par_iter()
         .with_min_len(4096)
@@ -84,7 +85,7 @@ const PREFETCH_ROWS_AHEAD: usize = 4;
 const PREFETCH_OFFSETS_AHEAD: usize = 8;
 
 impl<'a, T: Scalar> Operands<'a, T> {
-    fn new(a: &'a Csr<T>, b: &'a Csr<T>, chunk: &ProductChunk) -> Self {
+    fn new(a: &'a Csr<T>, b: &'a Csr<T>, b_reach: Option<Reach>, chunk: &ProductChunk) -> Self {
         Operands {
             a,
             b,
@@ -94,7 +95,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
             lo: chunk.cols.start as u32,
             hi: chunk.cols.end as u32,
             whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
-            reach: reach(b),
+            reach: b_reach,
         }
     }
 
@@ -217,15 +218,16 @@ fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
     (&m.col_indices()[s..e], &m.values()[s..e])
 }
 
-/// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`.
-/// The chunk must lie inside the product (the caller checks).
+/// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`;
+/// `b_reach` is [`reach`]`(b)`. The chunk must lie inside the product (the caller checks).
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     a: &Csr<T>,
     b: &Csr<T>,
+    b_reach: Option<Reach>,
     chunk: &ProductChunk,
     algorithm: SpgemmAlgorithm,
 ) -> Result<Csr<T>> {
-    let ops = Operands::new(a, b, chunk);
+    let ops = Operands::new(a, b, b_reach, chunk);
     let span = tracing::debug_span!(
         "cpu_spgemm",
         ?algorithm,

@@ -152,9 +152,7 @@ impl Columns<'_> {
     /// Adds column `j`, which the caller knows to be new (as a hash table does).
     #[inline(always)]
     pub fn insert_new(&mut self, j: usize) {
-        let w = j >> 6;
-        self.words[w] |= 1u64 << (j & 63);
-        self.summary[w >> 6] |= 1u64 << (w & 63);
+        self.or_word(j >> 6, 1u64 << (j & 63));
     }
 
     /// Calls `f` on every column of the set in increasing order, emptying it.
