@@ -16,6 +16,11 @@ const MIN_RANGE_COST: u64 = 1 << 14;
 
 /// Splits `0..costs.len()` into contiguous ranges of about equal total cost, in order.
 pub(crate) fn balanced_ranges(costs: &[u64]) -> Vec<Range<usize>> {
+    balanced_ranges_per_thread(costs, RANGES_PER_THREAD)
+}
+
+/// [`balanced_ranges`] with about `per_thread` ranges for each thread of the pool.
+pub(crate) fn balanced_ranges_per_thread(costs: &[u64], per_thread: usize) -> Vec<Range<usize>> {
     let n = costs.len();
     if n == 0 {
         return Vec::new();
@@ -28,7 +33,7 @@ pub(crate) fn balanced_ranges(costs: &[u64]) -> Vec<Range<usize>> {
         total = total.saturating_add(c.saturating_add(1));
         prefix.push(total);
     }
-    let parts = (rayon::current_num_threads() * RANGES_PER_THREAD)
+    let parts = (rayon::current_num_threads() * per_thread.max(1))
         .min(usize::try_from(total / MIN_RANGE_COST).unwrap_or(usize::MAX))
         .max(1);
     let mut ranges = Vec::with_capacity(parts);

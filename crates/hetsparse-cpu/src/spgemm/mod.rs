@@ -1,21 +1,22 @@
-//! SpGEMM on CSR operands: plan, symbolic phase, numeric phase.
+//! SpGEMM on CSR operands: plan, then one pass (Row-Row) or a symbolic and a numeric phase.
 //!
-//! One product (or one chunk of it: rows of A × a column panel of B) runs in three passes over
-//! the same ranges of rows:
-//! 1. **plan**: intermediate products per row, and ranges of rows holding equal numbers of them
-//!    ([`crate::plan`]);
-//! 2. **symbolic**: the exact number of entries of each row of C, hence C's row offsets (u64)
-//!    and one allocation of the result;
-//! 3. **numeric**: each row computed straight into its place in the result, by Row-Row
-//!    (Gustavson, [`row_row`]) or Column-Row (outer products, [`column_row`]).
-//!
-//! Both phases choose each row's accumulator by the same rule; the symbolic phase only counts
-//! (with a column bitmap wherever C's row window is narrow enough for one), and the numeric
-//! phase checks that every row writes exactly the entries counted.
+//! One product (or one chunk of it: rows of A × a column panel of B) starts with the **plan**:
+//! intermediate products per row, and ranges of rows holding equal numbers of them
+//! ([`crate::plan`]). Then:
+//! - **Row-Row** (Gustavson, [`row_row`]) computes each row once ([`staged`]): C is reserved at
+//!   an upper bound of its size, rows are computed into per-thread staging and copied into
+//!   place as soon as the ranges before them have counted their entries;
+//! - **Column-Row** (outer products, [`column_row`]), and Row-Row when C's bound cannot be
+//!   reserved, run two phases: **symbolic**, the exact number of entries of each row (hence
+//!   C's row offsets, u64, and one exact allocation), then **numeric**, each row computed
+//!   straight into its place. Both phases choose each row's accumulator by the same rule; the
+//!   symbolic phase only counts (with a column bitmap wherever C's row window is narrow enough
+//!   for one), and the numeric phase checks that every row writes exactly the entries counted.
 
 mod column_row;
 mod row_row;
 mod scratch;
+mod staged;
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -238,22 +239,38 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     );
     let _enter = span.enter();
 
-    let (products, ranges) = {
+    let products: Vec<u64> = {
         let _s = tracing::debug_span!("analysis", rows = ops.nrows).entered();
         let products: Vec<u64> = (0..ops.nrows)
             .into_par_iter()
             .with_min_len(512)
             .map(|i| ops.row_products(i))
             .collect();
-        let ranges = plan::balanced_ranges(&products);
-        tracing::debug!(
-            total_products = products.iter().sum::<u64>(),
-            ranges = ranges.len(),
-            "planned"
-        );
-        (products, ranges)
+        tracing::debug!(total_products = products.iter().sum::<u64>(), "planned");
+        products
     };
     let pool = ScratchPool::<T::Acc>::new();
+    if algorithm != SpgemmAlgorithm::ColumnRow {
+        if let Some(c) = staged::multiply::<T, S>(&ops, &products, &pool)? {
+            return Ok(c);
+        }
+        tracing::debug!("C's upper bound cannot be reserved: counting first");
+    }
+    multiply_counted::<T, S>(&ops, &products, &pool, chunk, algorithm)
+}
+
+/// The two-phase product: the symbolic phase counts every row, C is allocated exactly, and the
+/// numeric phase writes it (Column-Row, and Row-Row when C's upper bound is too large to
+/// reserve).
+fn multiply_counted<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    products: &[u64],
+    pool: &ScratchPool<T::Acc>,
+    chunk: &ProductChunk,
+    algorithm: SpgemmAlgorithm,
+) -> Result<Csr<T>> {
+    let a = ops.a;
+    let ranges = plan::balanced_ranges(products);
     // Column-Row reads A by columns: the transpose of the chunk's rows.
     let a_columns = match algorithm {
         SpgemmAlgorithm::ColumnRow => {
@@ -277,7 +294,7 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
             .into_par_iter()
             .zip(ranges.par_iter())
             .for_each(|(counts, range)| {
-                pool.with(|s| row_row::count_rows(&ops, range.clone(), &products, counts, s))
+                pool.with(|s| row_row::count_rows(ops, range.clone(), products, counts, s))
             });
     }
     let mut nnz = 0u64;
@@ -317,9 +334,9 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
                 };
                 pool.with(|s| match &a_columns {
                     Some(at) => {
-                        column_row::compute_rows::<T, S>(&ops, at, range.clone(), &products, out, s)
+                        column_row::compute_rows::<T, S>(ops, at, range.clone(), products, out, s)
                     }
-                    None => row_row::compute_rows::<T, S>(&ops, range.clone(), &products, out, s),
+                    None => row_row::compute_rows::<T, S>(ops, range.clone(), products, out, s),
                 })
             });
         result?;
@@ -360,6 +377,8 @@ impl<T> Output<'_, T> {
             cols: &mut self.cols[s..e],
             vals: &mut self.vals[s..e],
             n: 0,
+            exact: true,
+            hint: e - s,
         }
     }
 }
@@ -370,6 +389,12 @@ pub(crate) struct RowOut<'r, T> {
     vals: &'r mut [MaybeUninit<T>],
     /// Entries pushed so far (may exceed the slots if the row disagrees with its count).
     n: usize,
+    /// Whether the slots are exactly the row's entries, as the symbolic phase counted them;
+    /// otherwise they are an upper bound (one-pass products, see [`staged`]).
+    exact: bool,
+    /// The row's likely number of entries: the slots when exact, else an estimate (the row
+    /// before it), which only steers the accumulator's strategy.
+    hint: usize,
 }
 
 impl<'r, T> RowOut<'r, T> {
@@ -379,6 +404,23 @@ impl<'r, T> RowOut<'r, T> {
             cols: &mut [],
             vals: &mut [],
             n: 0,
+            exact: true,
+            hint: 0,
+        }
+    }
+
+    /// At most `cols.len()` entries, probably about `hint`.
+    fn bounded(
+        cols: &'r mut [MaybeUninit<u32>],
+        vals: &'r mut [MaybeUninit<T>],
+        hint: usize,
+    ) -> Self {
+        RowOut {
+            cols,
+            vals,
+            n: 0,
+            exact: false,
+            hint,
         }
     }
 
@@ -386,6 +428,22 @@ impl<'r, T> RowOut<'r, T> {
     #[inline]
     fn len(&self) -> usize {
         self.cols.len()
+    }
+
+    /// Whether the row is known to fill every one of `width` columns.
+    #[inline]
+    fn counted_full(&self, width: usize) -> bool {
+        self.exact && self.cols.len() == width
+    }
+
+    /// The row's entries as far as known before computing it (see `hint`).
+    #[inline]
+    fn expected(&self) -> usize {
+        if self.exact {
+            self.cols.len()
+        } else {
+            self.hint
+        }
     }
 
     /// Writes the next entry (column relative to the window); entries beyond the slots are
@@ -415,5 +473,95 @@ fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
         message: format!(
             "the numeric phase produced {written} entries, the symbolic phase counted {counted}"
         ),
+    }
+}
+
+/// The error when a row of a one-pass product has more entries than its products or C's
+/// width allow: a bug, reported instead of returning a wrong matrix.
+fn bound_exceeded(row: usize, bound: usize, written: usize) -> Error {
+    Error::Device {
+        backend: "cpu".into(),
+        context: format!("SpGEMM row {row}"),
+        message: format!("the row produced {written} entries, more than its bound of {bound}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::generate::{self, MatrixClass};
+    use hetsparse_core::PlusTimes;
+
+    /// The one-pass product (what every Row-Row call runs) and the counted one (its fallback
+    /// when C's bound cannot be reserved) give the same matrix.
+    fn both_ways(a: &Csr<f64>, b: &Csr<f64>, what: &str) {
+        let chunk = ProductChunk {
+            rows: 0..a.nrows(),
+            cols: 0..b.ncols(),
+        };
+        let pool_threads = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        pool_threads.install(|| {
+            let ops = Operands::new(a, b, reach(b), &chunk);
+            let products: Vec<u64> = (0..ops.nrows).map(|i| ops.row_products(i)).collect();
+            let pool = ScratchPool::<f64>::new();
+            let staged = staged::multiply::<f64, PlusTimes>(&ops, &products, &pool)
+                .expect("one pass")
+                .expect("bound reserved");
+            let counted = multiply_counted::<f64, PlusTimes>(
+                &ops,
+                &products,
+                &pool,
+                &chunk,
+                SpgemmAlgorithm::RowRow,
+            )
+            .expect("counted");
+            let expected =
+                hetsparse_core::reference::spgemm::<f64, PlusTimes>(a, b).expect("reference");
+            for (c, how) in [(&staged, "one pass"), (&counted, "counted")] {
+                assert_eq!(c.row_offsets(), expected.row_offsets(), "{what} {how}");
+                assert_eq!(c.col_indices(), expected.col_indices(), "{what} {how}");
+                for (x, y) in c.values().iter().zip(expected.values()) {
+                    assert!((x - y).abs() <= 1e-9 * (1.0 + y.abs()), "{what} {how}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn one_pass_and_counted_products_agree() {
+        for class in [
+            MatrixClass::Stencil3d,
+            MatrixClass::Banded,
+            MatrixClass::PowerLaw,
+            MatrixClass::Road,
+            MatrixClass::Skewed,
+            MatrixClass::LpRectangular,
+            MatrixClass::Dense,
+        ] {
+            let (a, b) = generate::product_operands::<f64>(class, 3000, 5);
+            both_ways(&a, &b, &class.to_string());
+        }
+    }
+
+    #[test]
+    fn hashed_rows_longer_than_the_row_before_are_redone() {
+        // Over 2^20 columns every row is hashed; rows alternate between 1 and 40 entries of A
+        // (products 20 and 800), so the long rows outgrow the table guessed from the short
+        // row before them.
+        let b = generate::uniform::<f64>(400, 1 << 20, 20, 7);
+        let wide = generate::uniform::<f64>(64, 400, 40, 8);
+        let short = generate::uniform::<f64>(64, 400, 2, 9);
+        let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+        for i in 0..64 {
+            let (c, v) = if i % 2 == 0 { &short } else { &wide }.row(i);
+            cols.extend_from_slice(c);
+            vals.extend_from_slice(v);
+            offsets.push(cols.len() as u64);
+        }
+        let a = Csr::try_new(64, 400, offsets, cols, vals).expect("rows");
+        both_ways(&a, &b, "alternating hash rows");
     }
 }

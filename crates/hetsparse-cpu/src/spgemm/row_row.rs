@@ -14,7 +14,8 @@
 use hetsparse_core::{PlusTimes, Result, Scalar, Semiring};
 
 use super::scratch::{hash, Scratch, EMPTY};
-use super::{count_mismatch, Operands, Output, RowOut};
+use super::{bound_exceeded, count_mismatch, Operands, Output, RowOut};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Rows with at most this many products are sorted and merged: for so few, a sort of a
@@ -26,6 +27,9 @@ const SORT_MAX_PRODUCTS: u64 = 32;
 /// smaller than a dense array, and its few entries are cheaper to sort than a bitmap is to
 /// walk. Denser rows go to dense panels, where neither probing nor sorting is needed.
 const HASH_SPARSITY: u64 = 16;
+
+/// Smallest guess of a one-pass hash row's length (see [`row`]).
+const HASH_MIN_GUESS: usize = 64;
 
 /// Bytes of dense values that should stay in a core's L2 cache (the bitmap adds a bit per
 /// column). Rows whose window of C is at most this wide are accumulated densely in one pass;
@@ -147,8 +151,54 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
     Ok(())
 }
 
+/// One-pass numeric phase over `range` (see [`super::staged`]): rows written one after the
+/// other into `cols`/`vals`, each given at most `min(products, width)` slots, and each row's
+/// number of entries into `counts`. Returns the entries written; `cols` and `vals` must hold
+/// the range's bound ([`super::staged::row_bound`] summed over it).
+pub(super) fn compute_rows_staged<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    range: Range<usize>,
+    products: &[u64],
+    cols: &mut [MaybeUninit<u32>],
+    vals: &mut [MaybeUninit<T>],
+    counts: &mut [u64],
+    s: &mut Scratch<T::Acc>,
+) -> Result<usize> {
+    let width = ops.width();
+    let mut written = 0;
+    // Neighbouring rows have similar shapes (that is what the estimate is for): the row before
+    // gives the entries per product; the first row of a range has none before it.
+    let mut previous: Option<(usize, u64)> = None;
+    for (count, i) in counts.iter_mut().zip(range) {
+        ops.prefetch_next_rows(i);
+        let p = products[i];
+        let bound = super::staged::row_bound(p, width);
+        let hint = match previous {
+            Some((entries, products)) if products > 0 => {
+                let scaled = (entries as u128 * u128::from(p)).div_ceil(u128::from(products));
+                usize::try_from(scaled).unwrap_or(bound).min(bound)
+            }
+            _ => bound,
+        };
+        let mut out = RowOut::bounded(
+            &mut cols[written..written + bound],
+            &mut vals[written..written + bound],
+            hint,
+        );
+        let n = row::<T, S, true>(ops, i, p, s, &mut out);
+        if n > bound {
+            return Err(bound_exceeded(ops.row_base + i, bound, n));
+        }
+        written += n;
+        *count = n as u64;
+        previous = Some((n, p));
+    }
+    Ok(written)
+}
+
 /// Row `i` of C: returns its number of entries, and with `NUMERIC` writes them, sorted, into
-/// `out` (which must have room for exactly that many).
+/// `out` (which must have room for exactly that many, or, when its slots are only a bound, for
+/// at least that many).
 pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     i: usize,
@@ -160,7 +210,12 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         return 0;
     }
     let (a_cols, a_vals) = ops.a_row(i);
-    if NUMERIC && out.len() == ops.width() && a_cols.len() > 1 {
+    let full = if out.exact {
+        out.counted_full(ops.width())
+    } else {
+        products >= ops.width() as u64 && reaches_full_row(ops, i)
+    };
+    if NUMERIC && full && a_cols.len() > 1 {
         return full_row::<T, S>(ops, a_cols, a_vals, s, out);
     }
     let (start, end) = ops.row_window(a_cols);
@@ -184,6 +239,20 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             b_cols.len()
         }
         Kind::Sort => sort_row::<T, S, NUMERIC>(ops, a_cols, a_vals, s, out),
+        Kind::Hash if NUMERIC && !out.exact => {
+            // The table is sized from the row's likely length, not its bound: rows with many
+            // products per entry would otherwise probe a table several times too large. A
+            // row that outgrows the guess stops early, having written nothing, and is redone
+            // with a table for its bound.
+            let guess = (2 * out.expected()).max(HASH_MIN_GUESS);
+            if guess < out.len() {
+                let n = hash_row::<T, S, true>(ops, a_cols, a_vals, guess, s, out);
+                if n <= guess {
+                    return n;
+                }
+            }
+            hash_row::<T, S, true>(ops, a_cols, a_vals, out.len(), s, out)
+        }
         Kind::Hash => {
             let entries = if NUMERIC {
                 out.len()
@@ -303,7 +372,7 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             }
         }
     }
-    if !NUMERIC || n != out.len() {
+    if !NUMERIC || (out.exact && n != out.len()) {
         set.clear();
         return n;
     }
@@ -353,7 +422,7 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     s: &mut Scratch<T::Acc>,
     out: &mut RowOut<'_, T>,
 ) -> usize {
-    let revisits = NUMERIC && products >= REVISITS * out.len() as u64;
+    let revisits = NUMERIC && products >= REVISITS * out.expected() as u64;
     let (mut set, dense) = s.dense_row(window.len(), NUMERIC, S::zero());
     let lo = ops.lo + window.start as u32;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
