@@ -17,8 +17,9 @@ With several counts (`--threads 1,16`), MKL and GraphBLAS run once per count, na
 
 Every peer runs with N threads (MKL_NUM_THREADS, OMP_NUM_THREADS, GraphBLAS nthreads) and is
 timed like `hetsparse-bench time` times our backends (benches/src/timing.rs): one checked
-warm-up run, then repeated runs until at least 5 runs and 2 s (quick: 3 runs and 0.2 s), at
-most 200 (quick: 1000); the median is reported. The flop counts come from the manifest, so both
+warm-up run and untimed runs until 1 s has passed (quick: 0.1 s), then repeated runs until at
+least 5 runs and 2 s (quick: 3 runs and 0.2 s), at most 200 (quick: 1000); the median is
+reported. The flop counts come from the manifest, so both
 sides of a ratio divide the same numbers. SpGEMM results are checked against the manifest's
 nnz(C): cuSPARSE (CUDA 13) returns an empty product once A·B has more than 2^31 intermediate
 products, and such a run must not post a time.
@@ -95,13 +96,18 @@ def dense_operand(np, rows):
 class Budget:
     def __init__(self, quick):
         self.min_runs, self.min_time, self.max_runs = (3, 0.2, 1000) if quick else (5, 2.0, 200)
+        self.warm_up = 0.1 if quick else 1.0
 
     def measure(self, run, check):
         """One warm-up run whose result `check` validates (it returns an error text or None),
-        then timed runs; returns (median seconds, note)."""
+        untimed runs until `warm_up` seconds have passed, then timed runs; returns (median
+        seconds, note)."""
+        warming = time.perf_counter()
         problem = check(run())
         if problem:
             return None, problem
+        while time.perf_counter() - warming < self.warm_up:
+            run()
         seconds = []
         started = time.perf_counter()
         while len(seconds) < self.max_runs and (

@@ -4,7 +4,7 @@
 //! hetsparse-bench list   [--quick]                        shapes and costs of every case
 //! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
 //! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
-//!                        [--budget quick|full] [--suffix S] [--out FILE]
+//!                        [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
 //! hetsparse-bench report FILE...                          markdown table of result files
 //! ```
 //!
@@ -14,6 +14,7 @@
 //!   measured once per count and its name gets `@N` (a scaling run);
 //! - `--ops spgemm,spmv`: only these operations (names as in the table: `spgemm` is the
 //!   backend's default algorithm, `spgemm:RowRow` one chosen algorithm, `spmm32`, `spmv`);
+//! - `--classes road,banded`: only these matrix classes (names as in the table);
 //! - `--budget quick`: the quick scale's repetitions at any size (for short device leases);
 //! - `--suffix S`: appended to every implementation name.
 
@@ -31,7 +32,7 @@ use hetsparse_core::{Error, Result};
 const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench export --dir DIR [--quick]
        hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
-                            [--budget quick|full] [--suffix S] [--out FILE]
+                            [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
        hetsparse-bench report FILE...";
 
 fn main() -> ExitCode {
@@ -53,6 +54,7 @@ struct Options {
     out: Option<PathBuf>,
     threads: Vec<usize>,
     ops: Vec<String>,
+    classes: Vec<String>,
     budget: Option<Scale>,
     reference: bool,
     suffix: String,
@@ -84,6 +86,12 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             "--ops" => o.ops.extend(
                 value("--ops")?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            ),
+            "--classes" => o.classes.extend(
+                value("--classes")?
                     .split(',')
                     .filter(|s| !s.is_empty())
                     .map(String::from),
@@ -227,7 +235,10 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     }
     let wanted = |op: Measured| o.ops.is_empty() || o.ops.iter().any(|w| *w == op.to_string());
     let budget = Budget::for_scale(o.budget.unwrap_or(scale));
-    for case in cases(scale) {
+    let classes = cases(scale)
+        .into_iter()
+        .filter(|c| o.classes.is_empty() || o.classes.iter().any(|w| *w == c.class.name()));
+    for case in classes {
         eprintln!("generating {}", case.stem());
         let ops = case.generate()?;
         for (suffix, ready) in &sets {

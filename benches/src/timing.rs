@@ -17,6 +17,10 @@ pub struct Budget {
     pub min_time: Duration,
     /// ... but never more than this many times.
     pub max_runs: usize,
+    /// Untimed runs repeat until this long after the checked warm-up run started: memory a
+    /// run touches for the first time can stay slow for a second or two on virtual machines
+    /// (the host backs it lazily), which would otherwise bias whichever variant runs first.
+    pub warm_up: Duration,
 }
 
 impl Budget {
@@ -29,11 +33,13 @@ impl Budget {
                 min_runs: 5,
                 min_time: Duration::from_secs(2),
                 max_runs: 200,
+                warm_up: Duration::from_secs(1),
             },
             Scale::Quick => Budget {
                 min_runs: 3,
                 min_time: Duration::from_millis(200),
                 max_runs: 1000,
+                warm_up: Duration::from_millis(100),
             },
         }
     }
@@ -60,14 +66,19 @@ impl Sample {
     }
 }
 
-/// Calls `warm_up` once, then `run` repeatedly within `budget`, timing each call of `run`.
-/// The first error of either stops the measurement and is returned.
+/// Calls `warm_up` once and `run` untimed until `budget.warm_up` has passed, then `run`
+/// repeatedly within `budget`, timing each call. The first error stops the measurement and is
+/// returned.
 pub fn measure(
     budget: Budget,
     warm_up: impl FnOnce() -> Result<()>,
     mut run: impl FnMut() -> Result<()>,
 ) -> Result<Sample> {
+    let warming = Instant::now();
     warm_up()?;
+    while warming.elapsed() < budget.warm_up {
+        run()?;
+    }
     let mut seconds = Vec::new();
     let started = Instant::now();
     while seconds.len() < budget.max_runs.max(1)
@@ -104,6 +115,7 @@ mod tests {
             min_runs: 4,
             min_time: Duration::ZERO,
             max_runs: 10,
+            warm_up: Duration::ZERO,
         };
         let mut calls = 0;
         let s = measure(
@@ -121,6 +133,7 @@ mod tests {
             min_runs: 1,
             min_time: Duration::from_secs(3600),
             max_runs: 7,
+            warm_up: Duration::ZERO,
         };
         assert_eq!(
             measure(capped, || Ok(()), || Ok(())).unwrap().seconds.len(),

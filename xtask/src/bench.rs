@@ -192,13 +192,24 @@ fn run_peers(
     status(with_threads(&mut peers, threads), "peers.py")
 }
 
-/// The same thread count for rayon, OpenMP (GraphBLAS, MKL) and MKL itself.
+/// The same environment for our timings and the peers': one thread count for rayon, OpenMP
+/// (GraphBLAS, MKL) and MKL itself, and glibc's allocator keeping freed memory.
+///
+/// Every timed run allocates its result anew and the harness frees it. By default glibc hands
+/// large blocks back to the kernel, so each run first-touches fresh pages; on virtual machines
+/// that return freed memory to the host (free page reporting, as on the development machine)
+/// that costs up to 3 s per GB and varies from run to run, swamping the products being timed.
+/// With no `mmap` and no trimming, each run reuses the pages of the run before, for every
+/// implementation alike.
 fn with_threads(cmd: &mut Command, threads: usize) -> &mut Command {
     let n = threads.to_string();
     for var in ["RAYON_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
         cmd.env(var, &n);
     }
-    cmd
+    cmd.env(
+        "GLIBC_TUNABLES",
+        "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+    )
 }
 
 fn status(cmd: &mut Command, what: &str) -> Result<(), String> {
