@@ -2,15 +2,16 @@
 //!
 //! The two-phase product computes each row twice, once to count it and once to write it; on
 //! short rows (roads, bands) the count costs nearly as much as the row. Here C is reserved at
-//! an upper bound (each row at most `min(products, width)` entries) that the kernel's address
-//! space holds without touching it, and each range of rows is computed into a per-thread
-//! staging buffer. Ranges are taken in order; a range learns where its entries start once the
-//! range before it has counted its own (a chain of prefix sums, so no thread waits for another
-//! one's copy), then copies its staged rows into place. C's untouched tail is handed back at
-//! the end. Ranges are small, so staging stays in cache and a thread rarely waits.
+//! an upper bound (each row at most `min(products, width)` entries) that the address space
+//! holds without touching it, and ranges of rows, taken in order, are computed into staging
+//! buffers. A range's place in C is known once every range before it has been counted; the
+//! thread whose count completes such a prefix copies the staged ranges it places. No thread
+//! waits for another: a range finished early stays staged until the ranges before it are
+//! done. Ranges are small, so staging stays in cache. C's untouched tail is handed back at
+//! the end.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use hetsparse_core::format::Csr;
@@ -22,12 +23,9 @@ use super::Operands;
 use crate::memory::reserved;
 use crate::plan;
 
-/// Ranges per thread: many, so that a range's staging stays in cache and the wait for the
-/// range before it (at most its spread in finishing time) stays short.
+/// Ranges per thread: many, so that a range's staging stays in cache and few ranges wait,
+/// staged, for a slow one before them.
 const RANGES_PER_THREAD: usize = 64;
-
-/// A base offset not published yet.
-const UNKNOWN: u64 = u64::MAX;
 
 /// Slots a row of `products` intermediate products may need in C of `width` columns.
 #[inline]
@@ -67,67 +65,85 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     let mut offsets = vec![0u64; ops.nrows + 1];
 
     let _s = tracing::debug_span!("one_pass", rows = ops.nrows, ranges = ranges.len()).entered();
-    let chain = Chain::new(ranges.len());
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    // Each range's row counts, handed to whichever thread takes the range.
-    let count_parts: Vec<Mutex<&mut [u64]>> = plan::split_mut(&mut offsets[1..], &ranges)
+    let frontier = Mutex::new(Frontier {
+        next: 0,
+        base: 0,
+        counts: vec![None; ranges.len()],
+    });
+    // Each range's row counts (then offsets), and its staged entries until they are copied.
+    let parts: Vec<Mutex<Part<'_, T>>> = plan::split_mut(&mut offsets[1..], &ranges)
         .into_iter()
-        .map(Mutex::new)
+        .map(|counts| {
+            Mutex::new(Part {
+                counts,
+                staged: None,
+            })
+        })
         .collect();
+    let spare: Mutex<Vec<Staging<T>>> = Mutex::new(Vec::new());
     let c_cols = SharedSlots::new(cols.spare_capacity_mut());
     let c_vals = SharedSlots::new(vals.spare_capacity_mut());
 
     rayon::broadcast(|_| {
-        let _unwinding = FailOnUnwind(&chain.failed);
-        let mut staged_cols: Vec<MaybeUninit<u32>> = Vec::new();
-        let mut staged_vals: Vec<MaybeUninit<T>> = Vec::new();
         loop {
             let r = next.fetch_add(1, Ordering::Relaxed);
-            if r >= ranges.len() || chain.failed.load(Ordering::Relaxed) {
+            if r >= ranges.len() || failed.load(Ordering::Relaxed) {
                 return;
             }
             let result = (|| -> Result<()> {
                 let bound = bounds[r] as usize;
-                grow(&mut staged_cols, bound, "staged column indices of C")?;
-                grow(&mut staged_vals, bound, "staged values of C")?;
-                let mut counts = count_parts[r]
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                let written = pool.with(|s| {
-                    row_row::compute_rows_staged::<T, S>(
-                        ops,
-                        ranges[r].clone(),
-                        products,
-                        &mut staged_cols[..bound],
-                        &mut staged_vals[..bound],
-                        &mut counts[..],
-                        s,
-                    )
-                })?;
-                let Some(base) = chain.publish(r, written as u64) else {
-                    return Ok(());
+                let mut staging = lock(&spare).pop().unwrap_or_default();
+                grow(&mut staging.cols, bound, "staged column indices of C")?;
+                grow(&mut staging.vals, bound, "staged values of C")?;
+                let written = {
+                    let mut part = lock(&parts[r]);
+                    let written = pool.with(|s| {
+                        row_row::compute_rows_staged::<T, S>(
+                            ops,
+                            ranges[r].clone(),
+                            products,
+                            &mut staging.cols[..bound],
+                            &mut staging.vals[..bound],
+                            &mut part.counts[..],
+                            s,
+                        )
+                    })?;
+                    staging.len = written;
+                    part.staged = Some(staging);
+                    written
                 };
-                // SAFETY: `base..base + written` is this range's own part of C: the chain
-                // gives every range the sum of the entries of the ranges before it, and each
-                // range's entries are at most its bound, whose sum over all is C's length.
-                unsafe {
-                    c_cols.copy_in(base as usize, &staged_cols[..written]);
-                    c_vals.copy_in(base as usize, &staged_vals[..written]);
-                }
-                let mut end = base;
-                for count in counts.iter_mut() {
-                    end += *count;
-                    *count = end;
+                // Ranges whose place in C became known: this one and any finished ones after
+                // it, when the ranges before are all counted; else a later range's thread
+                // copies this one.
+                let placed = lock(&frontier).count(r, written as u64);
+                for (q, base) in placed {
+                    let mut part = lock(&parts[q]);
+                    let Some(staged) = part.staged.take() else {
+                        continue;
+                    };
+                    // SAFETY: `base..base + staged.len` is range `q`'s own part of C: each
+                    // range is placed once, at the sum of the entries of the ranges before it,
+                    // and each range's entries are at most its bound, whose sum is C's length.
+                    unsafe {
+                        c_cols.copy_in(base as usize, &staged.cols[..staged.len]);
+                        c_vals.copy_in(base as usize, &staged.vals[..staged.len]);
+                    }
+                    let mut end = base;
+                    for count in part.counts.iter_mut() {
+                        end += *count;
+                        *count = end;
+                    }
+                    drop(part);
+                    lock(&spare).push(staged);
                 }
                 Ok(())
             })();
             if let Err(e) = result {
-                chain.failed.store(true, Ordering::Relaxed);
-                let mut slot = first_error
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                slot.get_or_insert(e);
+                failed.store(true, Ordering::Relaxed);
+                lock(&first_error).get_or_insert(e);
                 return;
             }
         }
@@ -138,19 +154,24 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     {
         return Err(e);
     }
-    if chain.failed.load(Ordering::Relaxed) {
+    drop(parts);
+    let frontier = frontier
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if frontier.next != ranges.len() {
         return Err(Error::Device {
             backend: "cpu".into(),
             context: "SpGEMM".into(),
-            message: "a worker thread stopped before finishing its rows".into(),
+            message: format!(
+                "only {} of {} ranges of rows were placed in C",
+                frontier.next,
+                ranges.len()
+            ),
         });
     }
-    drop(count_parts);
-    let nnz = chain.bases[ranges.len()].load(Ordering::Acquire);
-    // Every range published (none failed), so the last base is C's entry count, at most
-    // `total`.
-    let len = nnz as usize;
-    // SAFETY: the ranges' parts of C tile `0..len` and each range wrote all of its part.
+    // Every range was placed, so the frontier's base is C's entry count, at most `total`.
+    let len = frontier.base as usize;
+    // SAFETY: the ranges' parts of C tile `0..len` and each range's part was copied in.
     unsafe {
         cols.set_len(len);
         vals.set_len(len);
@@ -164,6 +185,12 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     }))
 }
 
+/// Locks `m`; a poisoned lock (a panicking worker) still holds consistent data here, because
+/// the panic is re-raised by rayon once every worker has returned.
+fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Grows `v` to at least `len` (uninitialised) slots.
 fn grow<X>(v: &mut Vec<MaybeUninit<X>>, len: usize, what: &str) -> Result<()> {
     if v.len() < len {
@@ -175,58 +202,51 @@ fn grow<X>(v: &mut Vec<MaybeUninit<X>>, len: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Where each range's entries start in C: `bases[r]` is published by range `r - 1` once it
-/// has counted its entries.
-struct Chain {
-    bases: Vec<AtomicU64>,
-    failed: AtomicBool,
+/// A range's entries computed ahead of knowing where they go in C; reused across ranges.
+struct Staging<T> {
+    cols: Vec<MaybeUninit<u32>>,
+    vals: Vec<MaybeUninit<T>>,
+    /// Entries staged.
+    len: usize,
 }
 
-impl Chain {
-    fn new(ranges: usize) -> Self {
-        let bases = (0..=ranges)
-            .map(|r| AtomicU64::new(if r == 0 { 0 } else { UNKNOWN }))
-            .collect();
-        Chain {
-            bases,
-            failed: AtomicBool::new(false),
+impl<T> Default for Staging<T> {
+    fn default() -> Self {
+        Staging {
+            cols: Vec::new(),
+            vals: Vec::new(),
+            len: 0,
         }
-    }
-
-    /// Waits for range `r`'s base, publishes range `r + 1`'s as `base + entries`, and returns
-    /// `r`'s; `None` when another range failed (its base will never come).
-    fn publish(&self, r: usize, entries: u64) -> Option<u64> {
-        let mut spins = 0u32;
-        let base = loop {
-            let base = self.bases[r].load(Ordering::Acquire);
-            if base != UNKNOWN {
-                break base;
-            }
-            if self.failed.load(Ordering::Relaxed) {
-                return None;
-            }
-            // The range before is being computed by another thread and is due about now.
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        };
-        self.bases[r + 1].store(base + entries, Ordering::Release);
-        Some(base)
     }
 }
 
-/// Marks the product failed when a worker unwinds, so that no other worker waits for a base
-/// the unwinding one would have published.
-struct FailOnUnwind<'f>(&'f AtomicBool);
+/// One range of rows: its rows' entry counts (offsets once placed) and its staged entries.
+struct Part<'o, T> {
+    counts: &'o mut [u64],
+    staged: Option<Staging<T>>,
+}
 
-impl Drop for FailOnUnwind<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::Relaxed);
+/// The first range not yet placed in C, and where it starts.
+struct Frontier {
+    next: usize,
+    base: u64,
+    /// Entries of each finished range.
+    counts: Vec<Option<u64>>,
+}
+
+impl Frontier {
+    /// Records that range `r` has `entries` entries; returns the ranges this places, with
+    /// their first entry in C: every finished range from the frontier up to the first one
+    /// still being computed.
+    fn count(&mut self, r: usize, entries: u64) -> Vec<(usize, u64)> {
+        self.counts[r] = Some(entries);
+        let mut placed = Vec::new();
+        while let Some(&Some(n)) = self.counts.get(self.next) {
+            placed.push((self.next, self.base));
+            self.base += n;
+            self.next += 1;
         }
+        placed
     }
 }
 
@@ -258,5 +278,25 @@ impl<X: Copy> SharedSlots<X> {
         unsafe {
             std::ptr::copy_nonoverlapping(from.as_ptr(), self.ptr.add(at), from.len());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_placed_in_order_whatever_order_they_finish_in() {
+        let mut f = Frontier {
+            next: 0,
+            base: 0,
+            counts: vec![None; 5],
+        };
+        assert_eq!(f.count(2, 7), []);
+        assert_eq!(f.count(1, 0), []);
+        assert_eq!(f.count(0, 4), [(0, 0), (1, 4), (2, 4)]);
+        assert_eq!(f.count(4, 1), []);
+        assert_eq!(f.count(3, 2), [(3, 11), (4, 13)]);
+        assert_eq!((f.next, f.base), (5, 14));
     }
 }
