@@ -11,7 +11,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: device-scaling.sh OUTDIR [--quick] [--reference]}
 # As `cargo xtask bench`: glibc keeps freed memory, so runs reuse pages (see xtask/src/bench.rs).
-export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
+export GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
 shift
 quick=() reference=() scale=full
 for arg in "$@"; do

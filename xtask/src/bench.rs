@@ -199,8 +199,9 @@ fn run_peers(
 /// large blocks back to the kernel, so each run first-touches fresh pages; on virtual machines
 /// that return freed memory to the host (free page reporting, as on the development machine)
 /// that costs up to 3 s per GB and varies from run to run, swamping the products being timed.
-/// With no `mmap` and no trimming, each run reuses the pages of the run before, for every
-/// implementation alike.
+/// With one arena (so that allocations on worker threads, such as the CPU backend's pool,
+/// follow the same rules), no `mmap` and no trimming, each run reuses the pages of the run
+/// before, for every implementation alike.
 fn with_threads(cmd: &mut Command, threads: usize) -> &mut Command {
     let n = threads.to_string();
     for var in ["RAYON_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
@@ -208,7 +209,7 @@ fn with_threads(cmd: &mut Command, threads: usize) -> &mut Command {
     }
     cmd.env(
         "GLIBC_TUNABLES",
-        "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+        "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
     )
 }
 
