@@ -2,7 +2,7 @@
 """Times the peers of hetsparse on the operands that `hetsparse-bench export` wrote.
 
     peers.py --manifest DIR/<scale>/manifest.tsv --threads N[,N...] --out FILE [--quick]
-             [--only scipy,mkl,graphblas,cusparse] [--suffix S]
+             [--only scipy,mkl,graphblas,cusparse] [--classes road,banded] [--suffix S]
 
 Peers: scipy (single-threaded SpGEMM), Intel MKL through sparse_dot_mkl (PyPI `mkl` +
 `sparse-dot-mkl`), SuiteSparse:GraphBLAS through python-graphblas, and cuSPARSE through CuPy
@@ -45,6 +45,7 @@ def parse_args():
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=",".join(PEERS))
+    p.add_argument("--classes", default="", help="only these classes of the manifest")
     p.add_argument("--suffix", default="")
     args = p.parse_args()
     try:
@@ -54,6 +55,7 @@ def parse_args():
     if min(args.threads) < 1:
         p.error("--threads must be positive")
     args.only = [n for n in args.only.split(",") if n]
+    args.classes = [c for c in args.classes.split(",") if c]
     unknown = [n for n in args.only if n not in PEERS]
     if unknown:
         p.error(f"unknown peers {unknown}; known: {PEERS}")
@@ -237,7 +239,8 @@ def main():
 
     budget = Budget(args.quick)
     folder = os.path.dirname(os.path.abspath(args.manifest))
-    cases = read_manifest(args.manifest)
+    cases = [c for c in read_manifest(args.manifest)
+             if not args.classes or c["class"] in args.classes]
     counts = ",".join(map(str, args.threads))
     lines = [f"# peers: threads {counts}, {'quick' if args.quick else 'full'} timing"]
     records = []

@@ -145,7 +145,12 @@ fn run(args: &[String]) -> Result<()> {
                     Error::InvalidArgument(format!("cannot read {}: {e}", f.display()))
                 })?;
                 records.extend(parse_tsv(&text, &f.display().to_string())?);
-                setup.extend(comments(&text));
+                // Files of several classes or rounds repeat the same setup lines.
+                for line in comments(&text) {
+                    if !setup.contains(&line) {
+                        setup.push(line);
+                    }
+                }
             }
             print!("{}", report::markdown(&records));
             if !setup.is_empty() {

@@ -67,9 +67,12 @@ impl<'a> Table<'a> {
                 rows.push(key);
             }
             let cell = (name, key.0, key.1);
+            // A cell measured in several rounds shows its best round; it fails only if every
+            // round failed.
             match r.gflops() {
                 Some(g) => {
-                    gflops.insert(cell, g);
+                    let best = gflops.entry(cell).or_insert(g);
+                    *best = best.max(g);
                 }
                 None => {
                     failed.insert(cell, ());
@@ -298,10 +301,10 @@ impl<'a> Table<'a> {
     fn write_notes(&self, out: &mut String, records: &[Record]) {
         let mut notes: Vec<String> = Vec::new();
         for r in records {
-            if r.class == "*" {
-                notes.push(format!("{} missing: {}", r.implementation, r.note));
+            let note = if r.class == "*" {
+                format!("{} missing: {}", r.implementation, r.note)
             } else if r.seconds.is_none() || !r.note.is_empty() {
-                notes.push(format!(
+                format!(
                     "{} {} {}: {}",
                     r.implementation,
                     r.operation,
@@ -311,7 +314,13 @@ impl<'a> Table<'a> {
                     } else {
                         &r.note
                     }
-                ));
+                )
+            } else {
+                continue;
+            };
+            // Several classes or rounds repeat the same note (a missing peer).
+            if !notes.contains(&note) {
+                notes.push(note);
             }
         }
         if !notes.is_empty() {
@@ -474,6 +483,24 @@ graphblas@1\tbanded\tspgemm\t2.0\t1000000000\t
         );
         assert_eq!(split_threads("cpu:RowRow@16"), ("cpu:RowRow", Some(16)));
         assert_eq!(split_threads("me@home"), ("me@home", None));
+    }
+
+    #[test]
+    fn rounds_show_their_best_and_fail_only_together() {
+        let text = "\
+cpu\tbanded\tspgemm\t2.0\t1000000000\t
+cpu\tbanded\tspgemm\t1.0\t1000000000\t
+cpu\tbanded\tspgemm\t4.0\t1000000000\t
+cpu\troad\tspgemm\t\t1000000000\tout of memory
+cpu\troad\tspgemm\t0.5\t1000000000\t
+cpu\tdense\tspgemm\t\t1000000000\tout of memory
+cpu\tdense\tspgemm\t\t1000000000\tout of memory
+";
+        let md = markdown(&parse_tsv(text, "t").unwrap());
+        assert!(md.contains("| spgemm | banded | 1.00 |"), "{md}");
+        assert!(md.contains("| spgemm | road | 2.00 |"), "{md}");
+        assert!(md.contains("| spgemm | dense | fail |"), "{md}");
+        assert_eq!(md.matches("dense: out of memory").count(), 1, "{md}");
     }
 
     #[test]

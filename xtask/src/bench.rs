@@ -1,19 +1,23 @@
 //! `cargo xtask bench`: our backends and the peers on the same matrices, one markdown table.
 //!
 //! Steps: build the `hetsparse-bench` tool in release mode; export the generated operands as
-//! Matrix Market files into `target/bench-matrices/<scale>/` (kept between runs); time our
-//! backends; with `--peers`, time scipy, Intel MKL, SuiteSparse:GraphBLAS and cuSPARSE on those
-//! files with `benches/peers/peers.py`; print the table and save it with the raw results in
+//! Matrix Market files into `target/bench-matrices/<scale>/` (kept between runs); then class by
+//! class, time our backends and, with `--peers`, scipy, Intel MKL, SuiteSparse:GraphBLAS and
+//! cuSPARSE on those files with `benches/peers/peers.py`, so that both sides of a ratio are
+//! measured within the same minute; with `--rounds N` all of it N times, each cell showing its
+//! best round. Print the table and save it with the raw results in
 //! `target/bench-results/<scale>/`. Every program gets the same thread count.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
+const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--rounds N] [--features LIST] [--reference] [--python PATH]
   --quick          small matrices (a smoke run of a minute)
   --peers          also time scipy, MKL, GraphBLAS and cuSPARSE (benches/peers/peers.py);
                    missing ones are reported as missing
   --threads N      threads for everybody (default: all cores)
+  --rounds N       time every class N times, ours and the peers' in turn; the table shows
+                   each cell's best round (default 1)
   --features LIST  bench-crate features beside the default `cpu`: cuda, opencl
   --reference      also time the serial reference kernels
   --python PATH    Python of the peers (default: $HETSPARSE_PEERS_PYTHON, else python3)";
@@ -23,6 +27,7 @@ struct Options {
     quick: bool,
     peers: bool,
     threads: Option<usize>,
+    rounds: Option<usize>,
     features: Vec<String>,
     reference: bool,
     python: Option<String>,
@@ -48,6 +53,15 @@ fn parse(args: &[String]) -> Result<Options, String> {
                         .ok()
                         .filter(|&n| n > 0)
                         .ok_or_else(|| format!("--threads `{v}` is not a positive count"))?,
+                );
+            }
+            "--rounds" => {
+                let v = value("--rounds")?;
+                o.rounds = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("--rounds `{v}` is not a positive count"))?,
                 );
             }
             "--features" => o.features.extend(
@@ -92,25 +106,42 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .args(scale_flag);
     status(&mut export, "hetsparse-bench export")?;
 
-    eprintln!("== timing hetsparse with {threads} threads");
-    let ours = results.join("hetsparse.tsv");
-    let mut time = Command::new(&tool);
-    time.arg("time")
-        .args(scale_flag)
-        .args(["--threads", &threads.to_string(), "--out"])
-        .arg(&ours);
-    if o.reference {
-        time.arg("--reference");
-    }
-    status(with_threads(&mut time, threads), "hetsparse-bench time")?;
-
-    let mut files = vec![ours];
-    if o.peers {
-        let peers = results.join("peers.tsv");
-        match run_peers(&root, &o, threads, &matrices.join(scale), &peers) {
-            Ok(()) => files.push(peers),
-            // Peers are optional: say why they are absent and print our numbers anyway.
-            Err(e) => eprintln!("peers not measured: {e}"),
+    let folder = matrices.join(scale);
+    let classes = manifest_classes(&folder.join("manifest.tsv"))?;
+    let rounds = o.rounds.unwrap_or(1);
+    let mut files = Vec::new();
+    let mut peers = o.peers;
+    for round in 1..=rounds {
+        for class in &classes {
+            eprintln!("== round {round} of {rounds}, {class}: hetsparse with {threads} threads");
+            let ours = results.join(format!("hetsparse-{round}-{class}.tsv"));
+            let mut time = Command::new(&tool);
+            time.arg("time")
+                .args(scale_flag)
+                .args([
+                    "--threads",
+                    &threads.to_string(),
+                    "--classes",
+                    class,
+                    "--out",
+                ])
+                .arg(&ours);
+            if o.reference {
+                time.arg("--reference");
+            }
+            status(with_threads(&mut time, threads), "hetsparse-bench time")?;
+            files.push(ours);
+            if peers {
+                let out = results.join(format!("peers-{round}-{class}.tsv"));
+                match run_peers(&root, &o, threads, &folder, class, &out) {
+                    Ok(()) => files.push(out),
+                    // Peers are optional: say why they are absent and print our numbers anyway.
+                    Err(e) => {
+                        eprintln!("peers not measured: {e}");
+                        peers = false;
+                    }
+                }
+            }
         }
     }
 
@@ -166,11 +197,29 @@ fn build_tool(root: &Path, target: &Path, features: &[String]) -> Result<PathBuf
         .join(format!("hetsparse-bench{}", std::env::consts::EXE_SUFFIX)))
 }
 
+/// The classes of an exported manifest, in its order.
+fn manifest_classes(manifest: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let classes: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split('\t').next())
+        .filter(|class| !class.is_empty())
+        .map(String::from)
+        .collect();
+    if classes.is_empty() {
+        return Err(format!("{} lists no class", manifest.display()));
+    }
+    Ok(classes)
+}
+
 fn run_peers(
     root: &Path,
     o: &Options,
     threads: usize,
     folder: &Path,
+    class: &str,
     out: &Path,
 ) -> Result<(), String> {
     let python = o
@@ -178,13 +227,19 @@ fn run_peers(
         .clone()
         .or_else(|| std::env::var("HETSPARSE_PEERS_PYTHON").ok())
         .unwrap_or_else(|| "python3".into());
-    eprintln!("== timing the peers with {python}, {threads} threads");
+    eprintln!("== {class}: the peers with {python}, {threads} threads");
     let mut peers = Command::new(&python);
     peers
         .arg(root.join("benches/peers/peers.py"))
         .arg("--manifest")
         .arg(folder.join("manifest.tsv"))
-        .args(["--threads", &threads.to_string(), "--out"])
+        .args([
+            "--threads",
+            &threads.to_string(),
+            "--classes",
+            class,
+            "--out",
+        ])
         .arg(out);
     if o.quick {
         peers.arg("--quick");
@@ -235,7 +290,7 @@ mod tests {
     #[test]
     fn parses_every_flag() {
         let o = parse(&args(
-            "--quick --peers --threads 4 --features cuda,opencl --reference --python /v/bin/python",
+            "--quick --peers --threads 4 --rounds 2 --features cuda,opencl --reference --python /v/bin/python",
         ))
         .unwrap();
         assert_eq!(
@@ -244,6 +299,7 @@ mod tests {
                 quick: true,
                 peers: true,
                 threads: Some(4),
+                rounds: Some(2),
                 features: vec!["cuda".into(), "opencl".into()],
                 reference: true,
                 python: Some("/v/bin/python".into()),
