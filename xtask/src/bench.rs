@@ -46,24 +46,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--quick" => o.quick = true,
             "--peers" => o.peers = true,
             "--reference" => o.reference = true,
-            "--threads" => {
-                let v = value("--threads")?;
-                o.threads = Some(
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| format!("--threads `{v}` is not a positive count"))?,
-                );
-            }
-            "--rounds" => {
-                let v = value("--rounds")?;
-                o.rounds = Some(
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| format!("--rounds `{v}` is not a positive count"))?,
-                );
-            }
+            "--threads" => o.threads = Some(positive("--threads", &value("--threads")?)?),
+            "--rounds" => o.rounds = Some(positive("--rounds", &value("--rounds")?)?),
             "--features" => o.features.extend(
                 value("--features")?
                     .split(',')
@@ -76,6 +60,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
     }
     Ok(o)
+}
+
+/// The value of `flag`, a count of at least one.
+fn positive(flag: &str, v: &str) -> Result<usize, String> {
+    v.parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{flag} `{v}` is not a positive count"))
 }
 
 /// Runs `cargo xtask bench ARGS`.
@@ -313,6 +305,9 @@ mod tests {
         assert!(parse(&args("--threads 0"))
             .unwrap_err()
             .contains("positive"));
+        assert!(parse(&args("--rounds x"))
+            .unwrap_err()
+            .contains("--rounds `x` is not a positive count"));
         assert!(parse(&args("--threads"))
             .unwrap_err()
             .contains("needs a value"));
