@@ -3,10 +3,14 @@
 //! [`CpuBackend`] implements [`Device`] and [`Backend<T>`] for every scalar type (f16 and bf16
 //! accumulate in f32) and passes the conformance suite.
 //!
-//! - **SpGEMM** Row-Row (Gustavson, Matam et al. §II.A) in two phases: a symbolic pass counts
-//!   the exact entries of each row of C, then the numeric pass writes every row straight into
-//!   the preallocated result. Work is split into ranges of rows holding equal numbers of
-//!   intermediate products, so power-law and skewed matrices keep every core busy. Each row
+//! - **SpGEMM** Row-Row (Gustavson, Matam et al. §II.A) computes every row of C once: C is
+//!   reserved at an upper bound of its size (untouched memory costs nothing), ranges of rows
+//!   are computed into per-thread staging and copied into place as soon as the ranges before
+//!   them are counted. Where that bound cannot be reserved it runs in two phases (Xia Alg. 1):
+//!   a symbolic pass counts the exact entries of each row, then the numeric pass writes every
+//!   row straight into the exactly sized result. Work is split into ranges of rows holding
+//!   equal numbers of intermediate products, so power-law and skewed matrices keep every core
+//!   busy. Each row
 //!   picks its accumulator from its product count and B's width: sort and merge for very short
 //!   rows, open-addressing hash for sparse rows of wide products, a dense array for the rest
 //!   (B's columns cut into cache-sized panels where the product is wide). Column-Row (outer
