@@ -392,8 +392,8 @@ pub(crate) struct RowOut<'r, T> {
     /// Whether the slots are exactly the row's entries, as the symbolic phase counted them;
     /// otherwise they are an upper bound (one-pass products, see [`staged`]).
     exact: bool,
-    /// The row's likely number of entries: the slots when exact, else an estimate (the row
-    /// before it), which only steers the accumulator's strategy.
+    /// The row's likely number of entries: the slots when exact, else an estimate (from the
+    /// row before it), which only steers the accumulator's strategy.
     hint: usize,
 }
 
@@ -439,11 +439,7 @@ impl<'r, T> RowOut<'r, T> {
     /// The row's entries as far as known before computing it (see `hint`).
     #[inline]
     fn expected(&self) -> usize {
-        if self.exact {
-            self.cols.len()
-        } else {
-            self.hint
-        }
+        self.hint
     }
 
     /// Writes the next entry (column relative to the window); entries beyond the slots are

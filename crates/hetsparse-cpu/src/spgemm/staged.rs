@@ -122,7 +122,13 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                 for (q, base) in placed {
                     let mut part = lock(&parts[q]);
                     let Some(staged) = part.staged.take() else {
-                        continue;
+                        // Ranges are staged before they are counted, so this is a bug; C
+                        // would keep a hole.
+                        return Err(Error::Device {
+                            backend: "cpu".into(),
+                            context: "SpGEMM".into(),
+                            message: format!("range {q} of rows was placed but not staged"),
+                        });
                     };
                     // SAFETY: `base..base + staged.len` is range `q`'s own part of C: each
                     // range is placed once, at the sum of the entries of the ranges before it,
