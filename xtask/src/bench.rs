@@ -110,13 +110,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let mut time = Command::new(&tool);
             time.arg("time")
                 .args(scale_flag)
-                .args([
-                    "--threads",
-                    &threads.to_string(),
-                    "--classes",
-                    class,
-                    "--out",
-                ])
+                .args(class_args(threads, class))
                 .arg(&ours);
             if o.reference {
                 time.arg("--reference");
@@ -189,6 +183,18 @@ fn build_tool(root: &Path, target: &Path, features: &[String]) -> Result<PathBuf
         .join(format!("hetsparse-bench{}", std::env::consts::EXE_SUFFIX)))
 }
 
+/// The arguments our tool and the peers' script share for one class: threads, class, and
+/// `--out`, whose file follows.
+fn class_args(threads: usize, class: &str) -> [String; 5] {
+    [
+        "--threads".into(),
+        threads.to_string(),
+        "--classes".into(),
+        class.into(),
+        "--out".into(),
+    ]
+}
+
 /// The classes of an exported manifest, in its order.
 fn manifest_classes(manifest: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(manifest)
@@ -225,13 +231,7 @@ fn run_peers(
         .arg(root.join("benches/peers/peers.py"))
         .arg("--manifest")
         .arg(folder.join("manifest.tsv"))
-        .args([
-            "--threads",
-            &threads.to_string(),
-            "--classes",
-            class,
-            "--out",
-        ])
+        .args(class_args(threads, class))
         .arg(out);
     if o.quick {
         peers.arg("--quick");

@@ -173,10 +173,11 @@ pub(super) fn compute_rows_staged<T: Scalar, S: Semiring<T>>(
         ops.prefetch_next_rows(i);
         let p = products[i];
         let bound = super::staged::row_bound(p, width);
+        // In floating point: a hint needs no exact ceiling, and an integer division of this
+        // width would be a library call on every row.
         let hint = match previous {
             Some((entries, products)) if products > 0 => {
-                let scaled = (entries as u128 * u128::from(p)).div_ceil(u128::from(products));
-                usize::try_from(scaled).unwrap_or(bound).min(bound)
+                ((entries as f64 * p as f64 / products as f64).ceil() as usize).min(bound)
             }
             _ => bound,
         };
