@@ -175,7 +175,9 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             rows: 0..a.nrows(),
             cols: 0..b.ncols(),
         };
-        self.install(|| spgemm::multiply::<T, PlusTimes>(a, b, spgemm::reach(b), &full, algorithm))
+        self.install(|| {
+            spgemm::multiply::<T, PlusTimes>(a, b, spgemm::shape_of_b(b), &full, algorithm)
+        })
     }
 
     fn spgemm_chunks(
@@ -189,13 +191,13 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         self.algorithm_supported::<T>(algorithm)?;
         check::spgemm(a, b)?;
         check::chunks(a, b, chunks)?;
-        let b_reach = self.install(|| spgemm::reach(b));
+        let b_shape = self.install(|| spgemm::shape_of_b(b));
         for (index, chunk) in chunks.iter().enumerate() {
             // A's rows and B's column panel are read in place: each chunk costs its own
             // products plus a binary search per B row it touches, never a copy of B (only
             // Column-Row copies the chunk's rows of A, to read them by columns).
             let product =
-                self.install(|| spgemm::multiply::<T, PlusTimes>(a, b, b_reach, chunk, algorithm))?;
+                self.install(|| spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, algorithm))?;
             sink(ChunkProduct {
                 index,
                 chunk: chunk.clone(),

@@ -21,18 +21,31 @@ pub(crate) fn balanced_ranges(costs: &[u64]) -> Vec<Range<usize>> {
 
 /// [`balanced_ranges`] with about `per_thread` ranges for each thread of the pool.
 pub(crate) fn balanced_ranges_per_thread(costs: &[u64], per_thread: usize) -> Vec<Range<usize>> {
-    let n = costs.len();
-    if n == 0 {
-        return Vec::new();
-    }
     // Prefix sums of cost + 1 per row; u64 because products can exceed 2^32.
-    let mut prefix = Vec::with_capacity(n + 1);
+    let mut prefix = Vec::with_capacity(costs.len() + 1);
     prefix.push(0u64);
     let mut total = 0u64;
     for &c in costs {
         total = total.saturating_add(c.saturating_add(1));
         prefix.push(total);
     }
+    split_prefix(costs.len(), |i| prefix[i], per_thread)
+}
+
+/// Splits rows `0..n` into contiguous ranges of about equal total cost, in order, about
+/// `per_thread` for each thread of the pool. `prefix(i)` is the total cost of rows `0..i`,
+/// counting each row's cost plus one (so that empty rows still count), for `i` in `0..=n`;
+/// it must not decrease. Where the prefix sums already exist (a CSR matrix's row offsets),
+/// no per-row cost array is needed.
+pub(crate) fn split_prefix(
+    n: usize,
+    prefix: impl Fn(usize) -> u64,
+    per_thread: usize,
+) -> Vec<Range<usize>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let total = prefix(n);
     let parts = (rayon::current_num_threads() * per_thread.max(1))
         .min(usize::try_from(total / MIN_RANGE_COST).unwrap_or(usize::MAX))
         .max(1);
@@ -41,12 +54,13 @@ pub(crate) fn balanced_ranges_per_thread(costs: &[u64], per_thread: usize) -> Ve
     for p in 1..=parts {
         // The first row whose prefix reaches the p-th share ends the range.
         let target = ((u128::from(total) * p as u128) / parts as u128) as u64;
-        let end = prefix.partition_point(|&s| s < target).clamp(start, n);
+        let end = first_reaching(start, n, |i| prefix(i) >= target);
         let end = if p == parts { n } else { end };
         if end > start {
             // A row heavier than a share goes alone, not with the light rows before it.
             let last = end - 1;
-            if last > start && costs[last] >= total / parts as u64 {
+            let last_cost = prefix(end) - prefix(last) - 1;
+            if last > start && last_cost >= total / parts as u64 {
                 ranges.push(start..last);
                 start = last;
             }
@@ -58,6 +72,20 @@ pub(crate) fn balanced_ranges_per_thread(costs: &[u64], per_thread: usize) -> Ve
         ranges.push(start..n);
     }
     ranges
+}
+
+/// The first `i` in `lo..=hi` with `reached(i)`, or `hi`; `reached` must be monotone (false,
+/// then true).
+fn first_reaching(mut lo: usize, mut hi: usize, reached: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if reached(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// Sum of `costs` over each range, in parallel.

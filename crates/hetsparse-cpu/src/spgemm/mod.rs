@@ -42,9 +42,36 @@ pub(crate) struct Operands<'a, T> {
     hi: u32,
     /// Whether the window is all of B, so rows need no trimming.
     whole_width: bool,
-    /// How far B's entries lie from the diagonal (see [`reach`]); `None` when B is empty.
+    /// How far B's entries lie from the diagonal (see [`Reach`]); `None` when B is empty.
     reach: Option<Reach>,
+    /// Entries of B's longest row (in all of B, not only the window).
+    longest_b_row: usize,
+    /// Rows of B on either side of a row's diagonal that stay in cache while rows of A near
+    /// the diagonal are computed in turn (see [`Operands::near_diagonal`]).
+    near_rows: i64,
+    /// Whether the kernels prefetch B's rows ([`Operands::quiet`] turns it off).
+    prefetch: bool,
 }
+
+/// Bytes of B's rows that a core's L2 cache keeps around the current row (half on each
+/// side) while rows near the diagonal are computed in turn.
+const NEAR_DIAGONAL_BYTES: u64 = 1 << 20;
+
+/// What the kernels need to know of B as a whole: computed once per call of the backend by
+/// [`shape_of_b`] and shared by all of its chunks, since it reads every row of B.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShapeOfB {
+    /// See [`Reach`]; `None` when B is empty.
+    reach: Option<Reach>,
+    /// Entries of B's longest row.
+    longest_row: usize,
+}
+
+/// B's rows count as even when the longest holds at most this many times the mean (or, for
+/// B with fewer entries than rows, this many entries): a row of A then carries at most this
+/// many times its share of products for its entries, so ranges cut by A's entries hold about
+/// equal work, and an upper bound of C follows from A's row offsets alone.
+const EVEN_B_ROWS: u64 = 4;
 
 /// Bounds on `j - k` over the entries `(k, j)` of B: row `i` of C then lies within columns
 /// `first(A_i) + below ..= last(A_i) + above`, known without reading any row of B. Banded,
@@ -57,24 +84,40 @@ pub(crate) struct Reach {
     above: i64,
 }
 
-/// [`Reach`] of B, from the first and last entry of each row: computed once per call of the
-/// backend and shared by all of its chunks, since it reads every row of B.
-pub(crate) fn reach<T: Scalar>(b: &Csr<T>) -> Option<Reach> {
-    (0..b.nrows())
+/// [`ShapeOfB`] of `b`: the [`Reach`] from the first and last entry of each row, and the
+/// longest row.
+pub(crate) fn shape_of_b<T: Scalar>(b: &Csr<T>) -> ShapeOfB {
+    /// Rows per task: the loop over them is a few instructions a row.
+    const ROWS_PER_TASK: usize = 1 << 16;
+    let (offsets, cols) = (b.row_offsets(), b.col_indices());
+    // Over every row at once: (least first - k, greatest last - k, longest row), with
+    // i64::MAX / i64::MIN where no row has entries.
+    let rows = |start: usize| {
+        let end = (start + ROWS_PER_TASK).min(b.nrows());
+        let (mut below, mut above, mut longest) = (i64::MAX, i64::MIN, 0u64);
+        for k in start..end {
+            let (s, e) = (offsets[k], offsets[k + 1]);
+            longest = longest.max(e - s);
+            if s < e {
+                below = below.min(i64::from(cols[s as usize]) - k as i64);
+                above = above.max(i64::from(cols[e as usize - 1]) - k as i64);
+            }
+        }
+        (below, above, longest)
+    };
+    let (below, above, longest) = (0..b.nrows())
         .into_par_iter()
-        .with_min_len(4096)
-        .filter_map(|k| {
-            let cols = slice_row(b, k).0;
-            let (&first, &last) = (cols.first()?, cols.last()?);
-            Some(Reach {
-                below: i64::from(first) - k as i64,
-                above: i64::from(last) - k as i64,
-            })
-        })
-        .reduce_with(|x, y| Reach {
-            below: x.below.min(y.below),
-            above: x.above.max(y.above),
-        })
+        .step_by(ROWS_PER_TASK)
+        .map(rows)
+        .reduce(
+            || (i64::MAX, i64::MIN, 0),
+            |x, y| (x.0.min(y.0), x.1.max(y.1), x.2.max(y.2)),
+        );
+    ShapeOfB {
+        reach: (below <= above).then_some(Reach { below, above }),
+        // At most nnz(B), which is a usize.
+        longest_row: longest as usize,
+    }
 }
 
 /// Entries of A ahead of the current one whose row of B is prefetched, and whose offsets into
@@ -86,7 +129,7 @@ const PREFETCH_ROWS_AHEAD: usize = 4;
 const PREFETCH_OFFSETS_AHEAD: usize = 8;
 
 impl<'a, T: Scalar> Operands<'a, T> {
-    fn new(a: &'a Csr<T>, b: &'a Csr<T>, b_reach: Option<Reach>, chunk: &ProductChunk) -> Self {
+    fn new(a: &'a Csr<T>, b: &'a Csr<T>, b_shape: ShapeOfB, chunk: &ProductChunk) -> Self {
         Operands {
             a,
             b,
@@ -96,8 +139,58 @@ impl<'a, T: Scalar> Operands<'a, T> {
             lo: chunk.cols.start as u32,
             hi: chunk.cols.end as u32,
             whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
-            reach: b_reach,
+            reach: b_shape.reach,
+            longest_b_row: b_shape.longest_row,
+            near_rows: near_rows::<T>(b),
+            prefetch: true,
         }
+    }
+
+    /// The same operands with prefetching off, for rows [`Operands::near_diagonal`].
+    fn quiet(&self) -> Self {
+        Operands {
+            prefetch: false,
+            ..*self
+        }
+    }
+
+    /// The operands to compute row `i` with: these, or `quiet` (these, [`Operands::quiet`])
+    /// for a row [`Operands::near_diagonal`].
+    #[inline]
+    fn for_row<'s>(&'s self, quiet: &'s Self, i: usize) -> &'s Self {
+        if self.near_diagonal(i) {
+            quiet
+        } else {
+            self
+        }
+    }
+
+    /// Whether row `i` of the chunk takes only rows of B near the diagonal (see
+    /// [`NEAR_DIAGONAL_BYTES`]). Consecutive such rows read B in a sliding window, which stays
+    /// in cache and which the hardware prefetchers follow; software prefetches would only add
+    /// instructions (a tenth of the time of road products). Other rows read B's rows from all
+    /// over memory, and prefetching them is what keeps the kernels from waiting on each.
+    #[inline]
+    fn near_diagonal(&self, i: usize) -> bool {
+        let cols = self.a_row(i).0;
+        let (Some(&first), Some(&last)) = (cols.first(), cols.last()) else {
+            return true;
+        };
+        let row = (self.row_base + i) as i64;
+        i64::from(first) >= row - self.near_rows && i64::from(last) <= row + self.near_rows
+    }
+
+    /// Whether B's rows are of even length (see [`EVEN_B_ROWS`]).
+    fn even_b_rows(&self) -> bool {
+        let (rows, nnz) = (self.b.nrows() as u128, self.b.nnz() as u128);
+        self.longest_b_row as u128 * rows <= u128::from(EVEN_B_ROWS) * nnz.max(rows)
+    }
+
+    /// Offset of row `i` of the chunk in A's entries, counted from the chunk's first row.
+    #[inline]
+    fn a_offset(&self, i: usize) -> u64 {
+        let offsets = self.a.row_offsets();
+        offsets[self.row_base + i] - offsets[self.row_base]
     }
 
     /// Width of the column window: the number of columns of C.
@@ -149,6 +242,9 @@ impl<'a, T: Scalar> Operands<'a, T> {
     /// each row of B waits for memory in turn.
     #[inline(always)]
     fn prefetch(&self, a_cols: &[u32], e: usize) {
+        if !self.prefetch {
+            return;
+        }
         if let Some(&k) = a_cols.get(e + PREFETCH_OFFSETS_AHEAD) {
             self.prefetch_offsets(k);
         }
@@ -162,6 +258,9 @@ impl<'a, T: Scalar> Operands<'a, T> {
     /// [`Operands::prefetch`] does not reach.
     #[inline(always)]
     fn prefetch_next_rows(&self, i: usize) {
+        if !self.prefetch {
+            return;
+        }
         if i + 1 < self.nrows {
             for &k in self.a_row(i + 1).0.iter().take(PREFETCH_ROWS_AHEAD) {
                 self.prefetch_b_row(k);
@@ -211,6 +310,14 @@ impl<'a, T: Scalar> Operands<'a, T> {
     }
 }
 
+/// Rows of B on either side of the diagonal that [`NEAR_DIAGONAL_BYTES`] hold, from B's mean
+/// row (its entries and its offset).
+fn near_rows<T: Scalar>(b: &Csr<T>) -> i64 {
+    let entry = (std::mem::size_of::<u32>() + std::mem::size_of::<T>()) as u64;
+    let row_bytes = (b.nnz() as u64).saturating_mul(entry) / (b.nrows() as u64).max(1) + 8;
+    (NEAR_DIAGONAL_BYTES / 2 / row_bytes) as i64
+}
+
 /// Row `i` of `m` (as [`Csr::row`], inlined into the kernels' loops).
 #[inline(always)]
 fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
@@ -220,15 +327,16 @@ fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
 }
 
 /// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`;
-/// `b_reach` is [`reach`]`(b)`. The chunk must lie inside the product (the caller checks).
+/// `b_shape` is [`shape_of_b`]`(b)`. The chunk must lie inside the product (the caller
+/// checks).
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     a: &Csr<T>,
     b: &Csr<T>,
-    b_reach: Option<Reach>,
+    b_shape: ShapeOfB,
     chunk: &ProductChunk,
     algorithm: SpgemmAlgorithm,
 ) -> Result<Csr<T>> {
-    let ops = Operands::new(a, b, b_reach, chunk);
+    let ops = Operands::new(a, b, b_shape, chunk);
     let span = tracing::debug_span!(
         "cpu_spgemm",
         ?algorithm,
@@ -239,6 +347,17 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     );
     let _enter = span.enter();
 
+    let pool = ScratchPool::<T::Acc>::new();
+    // With B's rows of even length, the one-pass product needs no products per row up front:
+    // ranges are cut by A's entries and each row counts its products as it starts, saving a
+    // pass over every entry of A (a tenth of the time of short-row products such as roads).
+    let one_pass = algorithm != SpgemmAlgorithm::ColumnRow;
+    let even = one_pass && ops.even_b_rows();
+    if even {
+        if let Some(c) = staged::multiply::<T, S>(&ops, None, &pool)? {
+            return Ok(c);
+        }
+    }
     let products: Vec<u64> = {
         let _s = tracing::debug_span!("analysis", rows = ops.nrows).entered();
         let products: Vec<u64> = (0..ops.nrows)
@@ -249,11 +368,12 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         tracing::debug!(total_products = products.iter().sum::<u64>(), "planned");
         products
     };
-    let pool = ScratchPool::<T::Acc>::new();
-    if algorithm != SpgemmAlgorithm::ColumnRow {
-        if let Some(c) = staged::multiply::<T, S>(&ops, &products, &pool)? {
+    if one_pass && !even {
+        if let Some(c) = staged::multiply::<T, S>(&ops, Some(&products), &pool)? {
             return Ok(c);
         }
+    }
+    if one_pass {
         tracing::debug!("C's upper bound cannot be reserved: counting first");
     }
     multiply_counted::<T, S>(&ops, &products, &pool, chunk, algorithm)
@@ -373,13 +493,12 @@ impl<T> Output<'_, T> {
             (self.offsets[i] - base) as usize,
             (self.offsets[i + 1] - base) as usize,
         );
-        RowOut {
-            cols: &mut self.cols[s..e],
-            vals: &mut self.vals[s..e],
-            n: 0,
-            exact: true,
-            hint: e - s,
-        }
+        RowOut::slots(
+            &mut self.cols[s..e],
+            &mut self.vals[s..e],
+            true,
+            Like::Counted,
+        )
     }
 }
 
@@ -392,9 +511,19 @@ pub(crate) struct RowOut<'r, T> {
     /// Whether the slots are exactly the row's entries, as the symbolic phase counted them;
     /// otherwise they are an upper bound (one-pass products, see [`staged`]).
     exact: bool,
-    /// The row's likely number of entries: the slots when exact, else an estimate (from the
-    /// row before it), which only steers the accumulator's strategy.
-    hint: usize,
+    /// What the row's number of entries is likely to be, which only steers the accumulator's
+    /// strategy.
+    like: Like,
+}
+
+/// What a row's number of entries is likely to be before it is computed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Like {
+    /// Exactly its slots (counted by the symbolic phase).
+    Counted,
+    /// As many per product as a neighbouring row had: `entries` of `products`. Kept as the
+    /// pair rather than a quotient, so that the common uses need no division on every row.
+    Ratio { entries: u64, products: u64 },
 }
 
 impl<'r, T> RowOut<'r, T> {
@@ -405,22 +534,34 @@ impl<'r, T> RowOut<'r, T> {
             vals: &mut [],
             n: 0,
             exact: true,
-            hint: 0,
+            like: Like::Counted,
         }
     }
 
-    /// At most `cols.len()` entries, probably about `hint`.
+    /// At most `cols.len()` entries, probably as many per product as `like` says.
     fn bounded(
         cols: &'r mut [MaybeUninit<u32>],
         vals: &'r mut [MaybeUninit<T>],
-        hint: usize,
+        like: Like,
     ) -> Self {
+        RowOut::slots(cols, vals, false, like)
+    }
+
+    /// Column and value slots cut to the same length, which [`RowOut::push`] relies on.
+    #[inline]
+    fn slots(
+        cols: &'r mut [MaybeUninit<u32>],
+        vals: &'r mut [MaybeUninit<T>],
+        exact: bool,
+        like: Like,
+    ) -> Self {
+        let len = cols.len().min(vals.len());
         RowOut {
-            cols,
-            vals,
+            cols: &mut cols[..len],
+            vals: &mut vals[..len],
             n: 0,
-            exact: false,
-            hint,
+            exact,
+            like,
         }
     }
 
@@ -436,19 +577,45 @@ impl<'r, T> RowOut<'r, T> {
         self.exact && self.cols.len() == width
     }
 
-    /// The row's entries as far as known before computing it (see `hint`).
+    /// The row's likely number of entries, for a row of `products` products (see `like`).
+    fn expected(&self, products: u64) -> usize {
+        match self.like {
+            Like::Counted => self.len(),
+            Like::Ratio {
+                entries,
+                products: of,
+            } if of > 0 => {
+                let e = (u128::from(entries) * u128::from(products)).div_ceil(u128::from(of));
+                usize::try_from(e).map_or(self.len(), |e| e.min(self.len()))
+            }
+            Like::Ratio { .. } => self.len(),
+        }
+    }
+
+    /// Whether the row's `products` products likely land at least `times` times on each of its
+    /// entries: `products >= times * expected(products)`, without the division.
     #[inline]
-    fn expected(&self) -> usize {
-        self.hint
+    fn revisits(&self, products: u64, times: u64) -> bool {
+        match self.like {
+            Like::Ratio {
+                entries,
+                products: of,
+            } if of > 0 => of >= times.saturating_mul(entries),
+            _ => products >= times.saturating_mul(self.len() as u64),
+        }
     }
 
     /// Writes the next entry (column relative to the window); entries beyond the slots are
     /// counted, not written, so that the caller can report the mismatch.
     #[inline(always)]
     fn push(&mut self, j: u32, v: T) {
-        if let (Some(c), Some(x)) = (self.cols.get_mut(self.n), self.vals.get_mut(self.n)) {
-            c.write(j);
-            x.write(v);
+        if self.n < self.cols.len() {
+            // SAFETY: `n` is below the slots of both, which have the same length (the
+            // constructors cut them so), so one test covers both.
+            unsafe {
+                self.cols.get_unchecked_mut(self.n).write(j);
+                self.vals.get_unchecked_mut(self.n).write(v);
+            }
         }
         self.n += 1;
     }
@@ -500,11 +667,15 @@ mod tests {
             .build()
             .expect("pool");
         pool_threads.install(|| {
-            let ops = Operands::new(a, b, reach(b), &chunk);
+            let ops = Operands::new(a, b, shape_of_b(b), &chunk);
             let products: Vec<u64> = (0..ops.nrows).map(|i| ops.row_products(i)).collect();
             let pool = ScratchPool::<f64>::new();
-            let staged = staged::multiply::<f64, PlusTimes>(&ops, &products, &pool)
+            let staged = staged::multiply::<f64, PlusTimes>(&ops, Some(&products), &pool)
                 .expect("one pass")
+                .expect("bound reserved");
+            // The same with products counted row by row, as for B of even rows.
+            let unplanned = staged::multiply::<f64, PlusTimes>(&ops, None, &pool)
+                .expect("one pass, unplanned")
                 .expect("bound reserved");
             let counted = multiply_counted::<f64, PlusTimes>(
                 &ops,
@@ -516,7 +687,11 @@ mod tests {
             .expect("counted");
             let expected =
                 hetsparse_core::reference::spgemm::<f64, PlusTimes>(a, b).expect("reference");
-            for (c, how) in [(&staged, "one pass"), (&counted, "counted")] {
+            for (c, how) in [
+                (&staged, "one pass"),
+                (&unplanned, "one pass, unplanned"),
+                (&counted, "counted"),
+            ] {
                 assert_eq!(c.row_offsets(), expected.row_offsets(), "{what} {how}");
                 assert_eq!(c.col_indices(), expected.col_indices(), "{what} {how}");
                 for (x, y) in c.values().iter().zip(expected.values()) {

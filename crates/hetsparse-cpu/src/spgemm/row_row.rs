@@ -14,7 +14,7 @@
 use hetsparse_core::{PlusTimes, Result, Scalar, Semiring};
 
 use super::scratch::{hash, Scratch, EMPTY};
-use super::{bound_exceeded, count_mismatch, Operands, Output, RowOut};
+use super::{bound_exceeded, count_mismatch, Like, Operands, Output, RowOut};
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -111,7 +111,9 @@ pub(super) fn count_rows<T: Scalar>(
     s: &mut Scratch<T::Acc>,
 ) {
     let width = ops.width();
+    let quiet = ops.quiet();
     for (count, i) in counts.iter_mut().zip(range) {
+        let ops = ops.for_row(&quiet, i);
         ops.prefetch_next_rows(i);
         let p = products[i];
         *count = if p >= width as u64 && reaches_full_row(ops, i) {
@@ -139,7 +141,9 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
     mut out: Output<'_, T>,
     s: &mut Scratch<T::Acc>,
 ) -> Result<()> {
+    let quiet = ops.quiet();
     for i in range {
+        let ops = ops.for_row(&quiet, i);
         ops.prefetch_next_rows(i);
         let mut row_out = out.row(i);
         let expected = row_out.len();
@@ -154,11 +158,14 @@ pub(super) fn compute_rows<T: Scalar, S: Semiring<T>>(
 /// One-pass numeric phase over `range` (see [`super::staged`]): rows written one after the
 /// other into `cols`/`vals`, each given at most `min(products, width)` slots, and each row's
 /// number of entries into `counts`. Returns the entries written; `cols` and `vals` must hold
-/// the range's bound ([`super::staged::row_bound`] summed over it).
+/// the range's bound ([`super::staged::row_bound`] summed over it). Each row's products come
+/// from `products`; without it (B of even rows, see [`Operands::even_b_rows`]) each row takes
+/// the bound of its entries times B's longest row in their place, which the range's bound
+/// then covers.
 pub(super) fn compute_rows_staged<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     range: Range<usize>,
-    products: &[u64],
+    products: Option<&[u64]>,
     cols: &mut [MaybeUninit<u32>],
     vals: &mut [MaybeUninit<T>],
     counts: &mut [u64],
@@ -168,23 +175,29 @@ pub(super) fn compute_rows_staged<T: Scalar, S: Semiring<T>>(
     let mut written = 0;
     // Neighbouring rows have similar shapes (that is what the estimate is for): the row before
     // gives the entries per product; the first row of a range has none before it.
-    let mut previous: Option<(usize, u64)> = None;
+    let mut previous: Option<(u64, u64)> = None;
+    let quiet = ops.quiet();
     for (count, i) in counts.iter_mut().zip(range) {
+        let ops = ops.for_row(&quiet, i);
         ops.prefetch_next_rows(i);
-        let p = products[i];
+        // The bound steers the accumulators about as well as the exact count, which would cost
+        // a read of B's offsets for every entry of A (a tenth of the time of road products).
+        let p = products.map_or_else(
+            || ops.a_row(i).0.len() as u64 * ops.longest_b_row as u64,
+            |products| products[i],
+        );
         let bound = super::staged::row_bound(p, width);
-        // In floating point: a hint needs no exact ceiling, and an integer division of this
-        // width would be a library call on every row.
-        let hint = match previous {
-            Some((entries, products)) if products > 0 => {
-                ((entries as f64 * p as f64 / products as f64).ceil() as usize).min(bound)
-            }
-            _ => bound,
+        let like = match previous {
+            Some((entries, products)) if products > 0 => Like::Ratio { entries, products },
+            _ => Like::Ratio {
+                entries: bound as u64,
+                products: p,
+            },
         };
         let mut out = RowOut::bounded(
             &mut cols[written..written + bound],
             &mut vals[written..written + bound],
-            hint,
+            like,
         );
         let n = row::<T, S, true>(ops, i, p, s, &mut out);
         if n > bound {
@@ -192,14 +205,15 @@ pub(super) fn compute_rows_staged<T: Scalar, S: Semiring<T>>(
         }
         written += n;
         *count = n as u64;
-        previous = Some((n, p));
+        previous = Some((n as u64, p));
     }
     Ok(written)
 }
 
 /// Row `i` of C: returns its number of entries, and with `NUMERIC` writes them, sorted, into
 /// `out` (which must have room for exactly that many, or, when its slots are only a bound, for
-/// at least that many).
+/// at least that many). `products` is the row's number of intermediate products, or for a
+/// one-pass row (whose slots are a bound) possibly only an upper bound of it.
 pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     ops: &Operands<'_, T>,
     i: usize,
@@ -245,7 +259,7 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             // products per entry would otherwise probe a table several times too large. A
             // row that outgrows the guess stops early, having written nothing, and is redone
             // with a table for its bound.
-            let guess = (2 * out.expected()).max(HASH_MIN_GUESS);
+            let guess = (2 * out.expected(products)).max(HASH_MIN_GUESS);
             if guess < out.len() {
                 let n = hash_row::<T, S, true>(ops, a_cols, a_vals, guess, s, out);
                 if n <= guess {
@@ -423,7 +437,7 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     s: &mut Scratch<T::Acc>,
     out: &mut RowOut<'_, T>,
 ) -> usize {
-    let revisits = NUMERIC && products >= REVISITS * out.expected() as u64;
+    let revisits = NUMERIC && out.revisits(products, REVISITS);
     let (mut set, dense) = s.dense_row(window.len(), NUMERIC, S::zero());
     let lo = ops.lo + window.start as u32;
     for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {

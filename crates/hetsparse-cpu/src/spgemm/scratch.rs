@@ -86,16 +86,25 @@ pub(crate) struct ColumnSet {
 
 impl ColumnSet {
     /// The (empty) set over columns `0..width`, growing it with zeros when needed.
+    #[inline]
     pub fn cover(&mut self, width: usize) -> Columns<'_> {
         let words = width.div_ceil(64);
         if self.words.len() < words {
-            self.words.resize(words, 0);
-            self.summary.resize(words.div_ceil(64), 0);
+            self.grow(words);
         }
         Columns {
             words: &mut self.words[..words],
             summary: &mut self.summary[..words.div_ceil(64)],
         }
+    }
+}
+
+impl ColumnSet {
+    /// Room for `words` words of bits (zero), out of the per-row path.
+    #[cold]
+    fn grow(&mut self, words: usize) {
+        self.words.resize(words, 0);
+        self.summary.resize(words.div_ceil(64), 0);
     }
 }
 
@@ -110,9 +119,10 @@ impl Columns<'_> {
     /// Adds the columns `c - offset` for `c` in `sorted` (increasing, as in a row of B), a
     /// word at a time.
     ///
-    /// A row of B often holds runs of nearby columns (stencils, bands). Setting their bits one
-    /// by one would chain every product on the previous one's store to the same word; OR-ing
-    /// each run in a register first leaves one read-modify-write per word the row touches.
+    /// A row of B often holds runs of nearby columns (stencils, bands, grids). Setting their
+    /// bits one by one would chain every product on the previous one's store to the same
+    /// word; OR-ing each run in a register first leaves one read-modify-write per word the
+    /// row touches, and likewise one per summary word rather than one per word.
     #[inline(always)]
     pub fn insert_sorted(&mut self, sorted: &[u32], offset: u32) {
         let Some((&first, rest)) = sorted.split_first() else {
@@ -120,15 +130,22 @@ impl Columns<'_> {
         };
         let j = (first - offset) as usize;
         let (mut w, mut bits) = (j >> 6, 1u64 << (j & 63));
+        let (mut s, mut marks) = (w >> 6, 0u64);
         for &c in rest {
             let j = (c - offset) as usize;
             if j >> 6 != w {
-                self.or_word(w, bits);
+                self.words[w] |= bits;
+                marks |= 1u64 << (w & 63);
                 (w, bits) = (j >> 6, 0);
+                if w >> 6 != s {
+                    self.summary[s] |= marks;
+                    (s, marks) = (w >> 6, 0);
+                }
             }
             bits |= 1u64 << (j & 63);
         }
-        self.or_word(w, bits);
+        self.words[w] |= bits;
+        self.summary[s] |= marks | 1u64 << (w & 63);
     }
 
     /// Adds column `j`, testing it first: for rows where most products land on columns

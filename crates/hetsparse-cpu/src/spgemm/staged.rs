@@ -11,6 +11,7 @@
 //! the end.
 
 use std::mem::MaybeUninit;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -36,23 +37,48 @@ pub(super) fn row_bound(products: u64, width: usize) -> usize {
 
 /// `C = A · B` over `ops` in one pass, or `Ok(None)` when the upper bound of C cannot be
 /// reserved (the caller then counts first and allocates C exactly).
+///
+/// With each row's intermediate `products`, ranges hold equal numbers of them and C's bound
+/// is tight. Without (for B of even rows, see [`Operands::even_b_rows`]), ranges hold equal
+/// numbers of A's entries, each row counts its products when it starts, and the bound takes
+/// every entry of A to bring a row of B of the longest length.
 pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
-    products: &[u64],
+    products: Option<&[u64]>,
     pool: &ScratchPool<T::Acc>,
 ) -> Result<Option<Csr<T>>> {
     let width = ops.width();
-    let ranges = plan::balanced_ranges_per_thread(products, RANGES_PER_THREAD);
-    let bounds: Vec<u64> = ranges
-        .iter()
-        .map(|r| {
-            products[r.clone()]
+    let (ranges, bounds): (Vec<Range<usize>>, Vec<u64>) = match products {
+        Some(products) => {
+            let ranges = plan::balanced_ranges_per_thread(products, RANGES_PER_THREAD);
+            let bounds = ranges
                 .iter()
-                .map(|&p| row_bound(p, width) as u64)
-                .sum()
-        })
-        .collect();
-    let total: u64 = bounds.iter().sum();
+                .map(|r| {
+                    products[r.clone()]
+                        .iter()
+                        .map(|&p| row_bound(p, width) as u64)
+                        .sum()
+                })
+                .collect();
+            (ranges, bounds)
+        }
+        None => {
+            let ranges =
+                plan::split_prefix(ops.nrows, |i| ops.a_offset(i) + i as u64, RANGES_PER_THREAD);
+            let longest = ops.longest_b_row as u64;
+            let bounds = ranges
+                .iter()
+                .map(|r| {
+                    let entries = ops.a_offset(r.end) - ops.a_offset(r.start);
+                    entries
+                        .saturating_mul(longest)
+                        .min((r.len() as u64).saturating_mul(width as u64))
+                })
+                .collect();
+            (ranges, bounds)
+        }
+    };
+    let total = bounds.iter().fold(0u64, |t, &b| t.saturating_add(b));
     let Ok(total) = usize::try_from(total) else {
         return Ok(None);
     };
