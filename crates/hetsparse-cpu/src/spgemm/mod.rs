@@ -314,7 +314,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
 /// row (its entries and its offset).
 fn near_rows<T: Scalar>(b: &Csr<T>) -> i64 {
     let entry = (std::mem::size_of::<u32>() + std::mem::size_of::<T>()) as u64;
-    let row_bytes = (b.nnz() as u64).saturating_mul(entry) / (b.nrows() as u64).max(1) + 8;
+    let row_bytes = b.nnz().saturating_mul(entry) / (b.nrows() as u64).max(1) + 8;
     (NEAR_DIAGONAL_BYTES / 2 / row_bytes) as i64
 }
 
