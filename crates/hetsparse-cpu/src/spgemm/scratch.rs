@@ -48,16 +48,23 @@ impl<A: Accumulator> Scratch<A> {
 
     /// The column set over `width` columns and the dense accumulator's first `width` slots
     /// (empty unless `values`), which hold `zero` wherever the set is empty.
+    #[inline]
     pub fn dense_row(&mut self, width: usize, values: bool, zero: A) -> (Columns<'_>, &mut [A]) {
         let dense = if values {
             if self.dense.len() < width {
-                self.dense.resize(width, zero);
+                self.grow_dense(width, zero);
             }
             &mut self.dense[..width]
         } else {
             &mut []
         };
         (self.set.cover(width), dense)
+    }
+
+    /// Room for `width` dense values (`zero`), out of the per-row path.
+    #[cold]
+    fn grow_dense(&mut self, width: usize, zero: A) {
+        self.dense.resize(width, zero);
     }
 
     /// Empties a hash table of at least `2 * entries` slots (a power of two) and returns its

@@ -28,6 +28,10 @@ use crate::plan;
 /// staged, for a slow one before them.
 const RANGES_PER_THREAD: usize = 64;
 
+/// How many times its entries C's unwritten reserved tail may be and still be kept (see
+/// [`multiply`]).
+const KEPT_TAIL: usize = 3;
+
 /// Slots a row of `products` intermediate products may need in C of `width` columns.
 #[inline]
 pub(super) fn row_bound(products: u64, width: usize) -> usize {
@@ -208,8 +212,15 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
         cols.set_len(len);
         vals.set_len(len);
     }
-    cols.shrink_to_fit();
-    vals.shrink_to_fit();
+    // C's tail past `len` was reserved but never written: address space, no memory. Handing
+    // it back splits the allocator's block, and the next product's C then lands partly on
+    // memory never touched, whose first write costs a page fault and the zeroing of a page (a
+    // tenth of the time of road products on the development machine). So a tail of at most
+    // `KEPT_TAIL` times the entries stays; a larger one is handed back.
+    if total - len > KEPT_TAIL * len {
+        cols.shrink_to_fit();
+        vals.shrink_to_fit();
+    }
     // SAFETY: rows were written sorted and without repeats by the Row-Row accumulators, with
     // columns inside the window; offsets are the prefix sums of the rows' entries.
     Ok(Some(unsafe {
