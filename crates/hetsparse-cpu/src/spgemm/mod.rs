@@ -2,7 +2,8 @@
 //!
 //! One product (or one chunk of it: rows of A × a column panel of B) starts with the **plan**:
 //! intermediate products per row, and ranges of rows holding equal numbers of them
-//! ([`crate::plan`]). Then:
+//! ([`crate::plan`]); for B of even rows ([`Operands::even_b_rows`]) the one-pass product cuts
+//! ranges by A's entries instead and counts no products up front. Then:
 //! - **Row-Row** (Gustavson, [`row_row`]) computes each row once ([`staged`]): C is reserved at
 //!   an upper bound of its size, rows are computed into per-thread staging and copied into
 //!   place as soon as the ranges before them have counted their entries;
@@ -729,6 +730,26 @@ mod tests {
         ] {
             let (a, b) = generate::product_operands::<f64>(class, 3000, 5);
             both_ways(&a, &b, &class.to_string());
+        }
+    }
+
+    #[test]
+    fn only_b_of_even_rows_skips_counting_products() {
+        for (class, even) in [
+            (MatrixClass::Road, true),
+            (MatrixClass::Banded, true),
+            (MatrixClass::Uniform, true),
+            (MatrixClass::Stencil3d, true),
+            (MatrixClass::PowerLaw, false),
+            (MatrixClass::Skewed, false),
+        ] {
+            let (a, b) = generate::product_operands::<f64>(class, 3000, 5);
+            let chunk = ProductChunk {
+                rows: 0..a.nrows(),
+                cols: 0..b.ncols(),
+            };
+            let ops = Operands::new(&a, &b, shape_of_b(&b), &chunk);
+            assert_eq!(ops.even_b_rows(), even, "{class}");
         }
     }
 

@@ -44,8 +44,8 @@ pub(super) fn row_bound(products: u64, width: usize) -> usize {
 ///
 /// With each row's intermediate `products`, ranges hold equal numbers of them and C's bound
 /// is tight. Without (for B of even rows, see [`Operands::even_b_rows`]), ranges hold equal
-/// numbers of A's entries, each row counts its products when it starts, and the bound takes
-/// every entry of A to bring a row of B of the longest length.
+/// numbers of A's entries, and the bounds, of each row and of C, take every entry of A to
+/// bring a row of B of the longest length.
 pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     products: Option<&[u64]>,
@@ -67,9 +67,18 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
             (ranges, bounds)
         }
         None => {
-            let ranges =
-                plan::split_prefix(ops.nrows, |i| ops.a_offset(i) + i as u64, RANGES_PER_THREAD);
             let longest = ops.longest_b_row as u64;
+            // Entries of A weighted by B's longest row: costs on the scale of products, which
+            // is what the plan's smallest range is measured in.
+            let ranges = plan::split_prefix(
+                ops.nrows,
+                |i| {
+                    ops.a_offset(i)
+                        .saturating_mul(longest)
+                        .saturating_add(i as u64)
+                },
+                RANGES_PER_THREAD,
+            );
             let bounds = ranges
                 .iter()
                 .map(|r| {
@@ -217,7 +226,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     // memory never touched, whose first write costs a page fault and the zeroing of a page (a
     // tenth of the time of road products on the development machine). So a tail of at most
     // `KEPT_TAIL` times the entries stays; a larger one is handed back.
-    if total - len > KEPT_TAIL * len {
+    if total - len > KEPT_TAIL.saturating_mul(len) {
         cols.shrink_to_fit();
         vals.shrink_to_fit();
     }
