@@ -740,6 +740,8 @@ mod tests {
             (MatrixClass::Banded, true),
             (MatrixClass::Uniform, true),
             (MatrixClass::Stencil3d, true),
+            (MatrixClass::LpRectangular, true),
+            (MatrixClass::Dense, true),
             (MatrixClass::PowerLaw, false),
             (MatrixClass::Skewed, false),
         ] {
