@@ -11,9 +11,10 @@
 //!   row straight into the exactly sized result. Work is split into ranges of rows holding
 //!   equal numbers of intermediate products, so power-law and skewed matrices keep every core
 //!   busy; where B's rows are of even length, equal numbers of A's entries stand in for them
-//!   and no pass counts products up front. Each row picks its accumulator from its product count and B's width: sort and
-//!   merge for very short rows, open-addressing hash for sparse rows of wide products, a dense
-//!   array for the rest (B's columns cut into cache-sized panels where the product is wide).
+//!   and no pass counts products up front. Each row picks its accumulator from its product
+//!   count and B's width: sort and merge for very short rows, open-addressing hash for sparse
+//!   rows of wide products, a dense array for the rest (B's columns cut into cache-sized
+//!   panels where the product is wide).
 //!   Column-Row (outer products, Matam Alg. 2), DIA×DIA (Matam Alg. 3) and BSR×BSR are native
 //!   kernels too.
 //! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.

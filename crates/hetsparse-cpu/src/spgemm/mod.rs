@@ -365,11 +365,10 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
 
     let pool = ScratchPool::<T::Acc>::new();
     // With B's rows of even length, the one-pass product needs no products per row up front:
-    // ranges are cut by A's entries and each row counts its products as it starts, saving a
-    // pass over every entry of A (a tenth of the time of short-row products such as roads).
+    // ranges are cut by A's entries and rows are bounded by them, saving a pass over every
+    // entry of A (a tenth of the time of short-row products such as roads).
     let one_pass = algorithm != SpgemmAlgorithm::ColumnRow;
-    let even = one_pass && ops.even_b_rows();
-    if even {
+    if one_pass && ops.even_b_rows() {
         if let Some(c) = staged::multiply::<T, S>(&ops, None, &pool)? {
             return Ok(c);
         }
@@ -384,12 +383,11 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         tracing::debug!(total_products = products.iter().sum::<u64>(), "planned");
         products
     };
-    if one_pass && !even {
+    if one_pass {
+        // Also after the even-rows path failed to reserve its looser bound.
         if let Some(c) = staged::multiply::<T, S>(&ops, Some(&products), &pool)? {
             return Ok(c);
         }
-    }
-    if one_pass {
         tracing::debug!("C's upper bound cannot be reserved: counting first");
     }
     multiply_counted::<T, S>(&ops, &products, &pool, chunk, algorithm)

@@ -104,9 +104,7 @@ impl ColumnSet {
             summary: &mut self.summary[..words.div_ceil(64)],
         }
     }
-}
 
-impl ColumnSet {
     /// Room for `words` words of bits (zero), out of the per-row path.
     #[cold]
     fn grow(&mut self, words: usize) {
