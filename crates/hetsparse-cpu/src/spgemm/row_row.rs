@@ -456,13 +456,11 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                 }
                 set.insert_checked(j);
             }
+        } else if NUMERIC {
+            set.insert_sorted_each(b_cols, b_vals, lo, |j, bv| {
+                dense[j] = S::add(dense[j], S::mul(av, bv));
+            });
         } else {
-            if NUMERIC {
-                for (&j, &bv) in b_cols.iter().zip(b_vals) {
-                    let j = (j - lo) as usize;
-                    dense[j] = S::add(dense[j], S::mul(av, bv));
-                }
-            }
             set.insert_sorted(b_cols, lo);
         }
     }

@@ -130,14 +130,31 @@ impl Columns<'_> {
     /// row touches, and likewise one per summary word rather than one per word.
     #[inline(always)]
     pub fn insert_sorted(&mut self, sorted: &[u32], offset: u32) {
-        let Some((&first, rest)) = sorted.split_first() else {
+        self.insert_sorted_each(sorted, sorted, offset, |_, _| {});
+    }
+
+    /// [`Columns::insert_sorted`] over the columns `c` of `sorted` that have an entry `v` in
+    /// `payload` (of the same length), calling `each(c - offset, v)` on the way: one walk of
+    /// a row of B both accumulates and marks it.
+    #[inline(always)]
+    pub fn insert_sorted_each<V: Copy>(
+        &mut self,
+        sorted: &[u32],
+        payload: &[V],
+        offset: u32,
+        mut each: impl FnMut(usize, V),
+    ) {
+        let mut entries = sorted.iter().zip(payload);
+        let Some((&first, &v)) = entries.next() else {
             return;
         };
         let j = (first - offset) as usize;
+        each(j, v);
         let (mut w, mut bits) = (j >> 6, 1u64 << (j & 63));
         let (mut s, mut marks) = (w >> 6, 0u64);
-        for &c in rest {
+        for (&c, &v) in entries {
             let j = (c - offset) as usize;
+            each(j, v);
             if j >> 6 != w {
                 self.words[w] |= bits;
                 marks |= 1u64 << (w & 63);
@@ -255,12 +272,18 @@ mod tests {
         columns.insert_sorted(&[10, 73, 74, 4_105, 4_106, 5_010], 10);
         columns.insert_sorted(&[73, 74, 75, 10_009], 10);
         columns.insert_sorted(&[], 10);
+        let mut visited = Vec::new();
+        columns.insert_sorted_each(&[20, 8_010], &[1.5, 2.5], 10, |j, v| visited.push((j, v)));
+        assert_eq!(visited, [(10, 1.5), (8_000, 2.5)]);
         columns.insert_new(7_000);
         columns.insert_checked(65);
         columns.insert_checked(65);
         let mut listed = Vec::new();
         columns.drain(|j| listed.push(j));
-        assert_eq!(listed, [0, 63, 64, 65, 4_095, 4_096, 5_000, 7_000, 9_999]);
+        assert_eq!(
+            listed,
+            [0, 10, 63, 64, 65, 4_095, 4_096, 5_000, 7_000, 8_000, 9_999]
+        );
         assert!(set.words.iter().chain(&set.summary).all(|&w| w == 0));
         // A narrower window afterwards, then a clear.
         let mut columns = set.cover(100);
