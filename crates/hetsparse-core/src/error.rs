@@ -215,7 +215,120 @@ pub enum Error {
         context: String,
         /// What the driver or runtime said.
         message: String,
+        /// What kind of failure it was: whether the work may succeed elsewhere.
+        fault: DeviceFault,
+        /// The driver's or runtime's own error, where there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// The run was cancelled through its [`RunControl`](crate::RunControl).
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// A resident matrix or plan was handed to a backend on another memory.
+    #[error("{what} lives in {found}, this backend computes in {expected}")]
+    WrongDevice {
+        /// What was handed over.
+        what: String,
+        /// Where it lives.
+        found: String,
+        /// Where the backend computes.
+        expected: String,
+    },
+    /// A plan was executed with an operand of another sparsity pattern.
+    #[error("SpGEMM plan: operand {operand} does not have the planned pattern: {detail}")]
+    PatternMismatch {
+        /// `A` or `B` (or `A·B` for a product outside the planned structure).
+        operand: &'static str,
+        /// What differs.
+        detail: String,
+    },
+    /// A bug in hetsparse: an invariant of the backend failed. Please report it.
+    #[error("{backend}: internal error (a bug, please report it): {what}")]
+    Internal {
+        /// The backend's name.
+        backend: String,
+        /// The invariant that failed.
+        what: String,
+    },
+    /// The computation of one chunk of a product failed.
+    #[error("chunk {index}: {source}")]
+    InChunk {
+        /// Position of the chunk in the list asked for.
+        index: usize,
+        /// Why it failed.
+        source: Box<Error>,
+    },
+}
+
+/// The kinds of device failure, for a scheduler deciding whether to retry elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceFault {
+    /// A kernel failed to launch or aborted (too many resources, a trap, a timeout).
+    LaunchFailed,
+    /// The device or its context is gone (reset, unplugged, an unrecoverable fault).
+    DeviceLost,
+    /// Any other driver or runtime failure.
+    Other,
+}
+
+impl Error {
+    /// A device failure of kind [`DeviceFault::Other`] with no source error.
+    pub fn device(
+        backend: impl Into<String>,
+        context: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Error {
+        Error::Device {
+            backend: backend.into(),
+            context: context.into(),
+            message: message.into(),
+            fault: DeviceFault::Other,
+            source: None,
+        }
+    }
+
+    /// This error, said to have happened in chunk `index`.
+    pub fn in_chunk(self, index: usize) -> Error {
+        match self {
+            e @ (Error::InChunk { .. } | Error::Cancelled) => e,
+            e => Error::InChunk {
+                index,
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// Whether the same work may succeed when tried again, on this device later or on another:
+    /// out of memory, a failed launch, a lost device. Caller errors (shapes, formats,
+    /// arguments, wrong handles), cancellation and internal bugs are not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::OutOfMemory { .. } => true,
+            Error::Device { fault, .. } => {
+                matches!(fault, DeviceFault::LaunchFailed | DeviceFault::DeviceLost)
+            }
+            Error::InChunk { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// Whether the caller asked for something invalid (operands, arguments, handles, plans,
+    /// an operation the backend does not offer).
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            Error::Format(_)
+            | Error::MatrixMarket(_)
+            | Error::ShapeMismatch { .. }
+            | Error::Unsupported { .. }
+            | Error::InvalidArgument(_)
+            | Error::TooLarge { .. }
+            | Error::WrongDevice { .. }
+            | Error::PatternMismatch { .. } => true,
+            Error::InChunk { source, .. } => source.is_caller_error(),
+            _ => false,
+        }
+    }
 }
 
 /// `Result` with hetsparse's [`Error`].

@@ -27,10 +27,12 @@ pub mod scalar;
 pub mod semiring;
 
 pub use backend::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, Device, DeviceInfo, DeviceKind, Operation,
-    ProductChunk, SpgemmAlgorithm,
+    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
+    DeviceInfo, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace, Operation, PatternId,
+    ProductChunk, Progress, Reservation, ResidentCsr, ResidentDense, RunControl, SparseOperand,
+    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
-pub use error::{Error, FormatError, MatrixMarketError, Result};
+pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};

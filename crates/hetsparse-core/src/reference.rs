@@ -3,7 +3,9 @@
 //! [`ReferenceBackend`] wraps them in the [`Backend`] trait and passes the conformance suite.
 
 use crate::backend::{
-    check, Backend, Capabilities, Device, DeviceInfo, DeviceKind, Operation, SpgemmAlgorithm,
+    check, Backend, Capabilities, CsrOperand, DenseOperand, Device, DeviceInfo, DeviceKind,
+    Operation, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 use crate::error::Result;
 use crate::format::{Csr, Dense, SparseFormat, SparseRef};
@@ -110,20 +112,53 @@ impl Device for ReferenceBackend {
 }
 
 impl<T: Scalar> Backend<T> for ReferenceBackend {
-    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        spgemm::<T, PlusTimes>(a, b)
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        check::spgemm(a, b)?;
+        run.checkpoint()?;
+        let products = if run.is_watched() {
+            crate::analysis::total_products(a, b)?
+        } else {
+            0
+        };
+        run.add_planned(products);
+        let c = spgemm::<T, PlusTimes>(a, b)?;
+        run.add_done(products);
+        Ok(c)
     }
 
-    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        _options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let (a, b) = (check::sparse_operand(self, a)?, check::dense_operand(self, b)?);
         check::supported::<T>(self, Operation::Spmm(a.format()))?;
         check::spmm(&a, b)?;
+        run.checkpoint()?;
         spmm::<T, PlusTimes>(&a.to_csr(), b)
     }
 
-    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        _options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let (a, x) = (check::sparse_operand(self, a)?, check::vector_operand(self, x)?);
         check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
+        run.checkpoint()?;
         spmv::<T, PlusTimes>(&a.to_csr(), x)
     }
 }

@@ -1,0 +1,706 @@
+//! The Backend trait: what a device can tell about itself and the operations it runs.
+//!
+//! Two traits, split so that the scheduler can hold a run-time list of backends:
+//! [`Device`] (information, capabilities and memory, independent of the scalar type) and
+//! [`Backend<T>`] (the operations over one scalar type). Both are object safe, so
+//! `Vec<Box<dyn Backend<f64>>>` can mix CPU, CUDA and OpenCL backends.
+//!
+//! Data flows through the submodules in order: operands on the host or [`resident`] in a
+//! backend's memory, the operation's [`options`], a [`plan`] with its [`memory`] requirement,
+//! and a [`run`] that can be cancelled and watched.
+//!
+//! Operations that can be built from others have defaults: residency keeps matrices in host
+//! memory (what a backend that computes there needs), resident results go through the host
+//! result, plans through one product and [`plan::numeric`], every format's SpMV and SpMM
+//! through CSR, DIA×DIA and BSR×BSR through CSR SpGEMM, and the chunk entry point through
+//! [`Backend::spgemm_with`] on slices. A device backend overrides residency and what it runs
+//! natively.
+
+pub mod memory;
+pub mod options;
+pub mod plan;
+pub mod resident;
+pub mod run;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::ops::Range;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
+use crate::scalar::{Scalar, ScalarType};
+use crate::semiring::PlusTimes;
+
+pub use memory::{MemoryPool, MemoryRequirement, Reservation};
+pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
+pub use plan::SpgemmPlan;
+pub use resident::{
+    CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
+    VectorOperand,
+};
+pub use run::{ChunkTiming, Progress, RunControl};
+
+/// What kind of processor a backend runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// CPU cores of the host.
+    Cpu,
+    /// A GPU.
+    Gpu,
+    /// Another accelerator.
+    Accelerator,
+}
+
+/// A backend's description of its device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The backend's short name: `reference`, `cpu`, `cuda`, `opencl`, ...
+    pub backend: String,
+    /// The device's name as its driver reports it.
+    pub name: String,
+    /// Processor kind.
+    pub kind: DeviceKind,
+    /// Memory the device can use for operands and results, in bytes (after any budget the caller
+    /// set). For the CPU, the host's memory.
+    pub memory_bytes: u64,
+    /// Parallel units: threads for a CPU, multiprocessors or compute units for a GPU.
+    pub compute_units: u32,
+}
+
+/// The SpGEMM algorithms a backend may offer, named after the papers' methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SpgemmAlgorithm {
+    /// The backend's own choice from the operands' analysis.
+    Auto,
+    /// Row-Row (Gustavson): row `i` of C from the rows of B that row `i` of A selects
+    /// (Matam et al. §II.A, Alg. 1).
+    RowRow,
+    /// Column-Row: C as the sum of outer products of A's columns and B's rows (Matam Alg. 2).
+    ColumnRow,
+    /// Expansion, sorting, compression (Polok et al. Alg. 1–3).
+    Esc,
+    /// Rows binned by their product count, each bin with its own accumulator (hash, dense, or
+    /// global memory for the longest rows): the production path of GPU backends.
+    Adaptive,
+}
+
+impl SpgemmAlgorithm {
+    /// Every algorithm.
+    pub const ALL: [SpgemmAlgorithm; 5] = [
+        SpgemmAlgorithm::Auto,
+        SpgemmAlgorithm::RowRow,
+        SpgemmAlgorithm::ColumnRow,
+        SpgemmAlgorithm::Esc,
+        SpgemmAlgorithm::Adaptive,
+    ];
+}
+
+/// An operation a backend may support, for capability queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operation {
+    /// CSR × CSR with the given algorithm.
+    Spgemm(SpgemmAlgorithm),
+    /// DIA × DIA.
+    DiaSpgemm,
+    /// BSR × BSR.
+    BsrSpgemm,
+    /// Sparse (of the given format) × dense.
+    Spmm(SparseFormat),
+    /// Sparse (of the given format) × vector.
+    Spmv(SparseFormat),
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operation::Spgemm(a) => write!(f, "SpGEMM ({a:?})"),
+            Operation::DiaSpgemm => f.write_str("DIA×DIA SpGEMM"),
+            Operation::BsrSpgemm => f.write_str("BSR×BSR SpGEMM"),
+            Operation::Spmm(fmt_) => write!(f, "{fmt_}×dense SpMM"),
+            Operation::Spmv(fmt_) => write!(f, "{fmt_} SpMV"),
+        }
+    }
+}
+
+/// The set of (operation, scalar type) pairs a backend supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    entries: BTreeSet<(Operation, ScalarType)>,
+}
+
+impl Capabilities {
+    /// No operations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds `op` for each of `scalars`.
+    pub fn with(mut self, op: Operation, scalars: &[ScalarType]) -> Self {
+        self.entries.extend(scalars.iter().map(|&s| (op, s)));
+        self
+    }
+    /// Adds each of `ops` for each of `scalars`.
+    pub fn with_all(mut self, ops: &[Operation], scalars: &[ScalarType]) -> Self {
+        for &op in ops {
+            self = self.with(op, scalars);
+        }
+        self
+    }
+    /// Whether `op` is supported for `scalar`.
+    pub fn supports(&self, op: Operation, scalar: ScalarType) -> bool {
+        self.entries.contains(&(op, scalar))
+    }
+    /// The operations supported for `scalar`.
+    pub fn operations(&self, scalar: ScalarType) -> Vec<Operation> {
+        self.entries
+            .iter()
+            .filter(|(_, s)| *s == scalar)
+            .map(|(op, _)| *op)
+            .collect()
+    }
+    /// Every (operation, scalar type) pair.
+    pub fn iter(&self) -> impl Iterator<Item = (Operation, ScalarType)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+/// Part of a product: rows `rows` of A times columns `cols` of B.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProductChunk {
+    /// Rows of A (and of C).
+    pub rows: Range<usize>,
+    /// Columns of B (and of C).
+    pub cols: Range<usize>,
+}
+
+/// One computed chunk: `product` is `rows.len() × cols.len()`, its column indices relative to
+/// `chunk.cols.start`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkProduct<T> {
+    /// Position of the chunk in the list that was asked for.
+    pub index: usize,
+    /// Which part of C this is.
+    pub chunk: ProductChunk,
+    /// The values of that part.
+    pub product: Csr<T>,
+    /// What computing it cost.
+    pub timing: ChunkTiming,
+}
+
+/// Receives computed chunks as they complete, in any order; an error stops the run.
+pub type ChunkSink<'a, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'a;
+
+/// What a backend is and can do, independent of the scalar type.
+pub trait Device: Send + Sync {
+    /// The device this backend runs on.
+    fn info(&self) -> DeviceInfo;
+    /// The operations and scalar types it runs. Computed once per backend: callers may ask on
+    /// every call.
+    fn capabilities(&self) -> Capabilities;
+    /// The memory its resident matrices live in. Backends on the same memory share handles.
+    /// The default, [`MemorySpace::Host`], is right for backends that compute in host memory.
+    fn memory_space(&self) -> MemorySpace {
+        MemorySpace::Host
+    }
+    /// The pool its device memory is reserved from, for backends with one: its limit is the
+    /// device memory the backend may use, and its peak what calls actually held.
+    fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
+        None
+    }
+}
+
+/// The operations of a backend over scalar type `T`.
+///
+/// Every operation validates its operands' shapes and returns [`Error::Unsupported`] for what
+/// [`Device::capabilities`] does not list. Results are canonical. SpGEMM keeps every entry the
+/// product's structure creates, also where values cancel to zero, so the result's structure
+/// depends only on the operands' structures.
+///
+/// Operands are host matrices or [`ResidentCsr`] / [`ResidentDense`] handles of this backend's
+/// [`Device::memory_space`] (a handle from another memory is [`Error::WrongDevice`]). Each
+/// operation comes as `*_with` (result on the host) and `*_resident` (result left in the
+/// backend's memory); `spgemm`, `spmm` and `spmv` are the host-in, host-out conveniences.
+///
+/// ```
+/// use hetsparse_core::{Backend, Csr, ReferenceBackend, RunControl, SpgemmOptions};
+/// let backend = ReferenceBackend;
+/// let a = Csr::<f64>::identity(3)?;
+/// let a_res = backend.upload(&a)?;                       // into the backend's memory
+/// let run = RunControl::new();
+/// let c = backend.spgemm_resident((&a_res).into(), (&a_res).into(), &SpgemmOptions::new(), &run)?;
+/// let cc = backend.spgemm_resident((&c).into(), (&a_res).into(), &SpgemmOptions::new(), &run)?;
+/// assert_eq!(backend.download(&cc)?, a);                   // the only copy to the host
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub trait Backend<T: Scalar>: Device {
+    /// `C = A · B`, the result on the host.
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>>;
+
+    /// `C = A · B` for a sparse A of any format (CSR if resident) and a dense B; C has B's
+    /// layout and is returned on the host.
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>>;
+
+    /// `y = A · x` for a sparse A of any format (CSR if resident), `y` on the host.
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>>;
+
+    // --- Residency -----------------------------------------------------------------------
+
+    /// Copies `m` into the backend's memory.
+    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+        self.upload_owned(m.clone())
+    }
+
+    /// Takes `m` into the backend's memory; a backend that computes in host memory keeps it
+    /// where it is, copying nothing.
+    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+        let space = check::host_space(self, "upload_owned")?;
+        let pattern = PatternId::of(&m);
+        Ok(ResidentCsr::from_host(space, m, pattern))
+    }
+
+    /// A resident matrix with `pattern`'s structure and new `values` (one per stored entry):
+    /// only the values are copied, and the result keeps `pattern`'s identity, so plans made
+    /// for it accept it.
+    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        let host = check::host_csr(self, pattern, "upload_values")?;
+        let (nrows, ncols, offsets, cols, _) = host.clone().into_parts();
+        check::value_count(pattern.nnz(), values.len())?;
+        // SAFETY: the structure is that of a valid matrix; only the values change.
+        let m =
+            unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, cols, values.to_vec()) };
+        Ok(ResidentCsr::from_host(
+            pattern.space().clone(),
+            m,
+            pattern.pattern(),
+        ))
+    }
+
+    /// Copies a resident matrix to the host.
+    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        Ok(check::host_csr(self, m, "download")?.clone())
+    }
+
+    /// Copies a dense matrix into the backend's memory.
+    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+        let space = check::host_space(self, "upload_dense")?;
+        Ok(ResidentDense::from_host(space, d.clone()))
+    }
+
+    /// Copies a vector into the backend's memory, as a one-column dense matrix.
+    fn upload_vector(&self, x: &[T]) -> Result<ResidentDense<T>> {
+        let column = Dense::try_new(x.len(), 1, Layout::ColMajor, x.to_vec())?;
+        self.upload_dense(&column)
+    }
+
+    /// Copies a resident dense matrix to the host.
+    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        Ok(check::host_dense(self, d, "download_dense")?.clone())
+    }
+
+    // --- Results left resident -------------------------------------------------------------
+
+    /// `C = A · B`, the result left in the backend's memory with pattern identity
+    /// [`PatternId::of_product`] of the operands'.
+    fn spgemm_resident(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let space = check::host_space(self, "spgemm_resident")?;
+        let c = self.spgemm_with(a, b, options, run)?;
+        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        Ok(ResidentCsr::from_host(space, c, pattern))
+    }
+
+    /// SpMM with the result left in the backend's memory.
+    fn spmm_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let space = check::host_space(self, "spmm_resident")?;
+        Ok(ResidentDense::from_host(space, self.spmm_with(a, b, options, run)?))
+    }
+
+    /// SpMV with the result left in the backend's memory (one column).
+    fn spmv_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let space = check::host_space(self, "spmv_resident")?;
+        let y = self.spmv_with(a, x, options, run)?;
+        let column = Dense::try_new(y.len(), 1, Layout::ColMajor, y)?;
+        Ok(ResidentDense::from_host(space, column))
+    }
+
+    // --- Plans and requirements --------------------------------------------------------------
+
+    /// The symbolic part of `A · B`: the product's structure and what executing it needs.
+    fn plan_spgemm(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let products = crate::analysis::total_products(ha, hb)?;
+        let structure = plan::HostStructure::of(&c);
+        let mut requirement = MemoryRequirement::default();
+        requirement.output_bytes =
+            memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
+        requirement.work_bytes = structure.bytes();
+        Ok(SpgemmPlan::from_state(
+            self.memory_space(),
+            options.clone(),
+            plan::OperandPattern::of(&a),
+            plan::OperandPattern::of(&b),
+            c.nnz(),
+            products,
+            requirement,
+            structure,
+        ))
+    }
+
+    /// Runs `plan` with `a` and `b` (the planned patterns, any values): only the numeric
+    /// phase. The result is left in the backend's memory.
+    fn execute_spgemm(
+        &self,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let space = self.memory_space();
+        plan.check_operands(&space, &a, &b)?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let structure = plan
+            .state::<plan::HostStructure>()
+            .ok_or_else(|| Error::Internal {
+                backend: self.info().backend,
+                what: "the plan holds no host structure".into(),
+            })?;
+        run.checkpoint()?;
+        run.add_planned(plan.products());
+        let c = plan::numeric::<T, PlusTimes>(structure, ha, hb, run)?;
+        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+    }
+
+    /// What `A · B` with these options needs in memory, before anything runs. The output is
+    /// bounded by the intermediate products (each creates at most one entry); a plan's
+    /// [`SpgemmPlan::requirement`] is exact.
+    fn spgemm_requirement(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<MemoryRequirement> {
+        let _ = options;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let bound = check::output_bound(ha, hb)?;
+        let mut requirement = MemoryRequirement::default();
+        requirement.output_bytes = memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>());
+        Ok(requirement)
+    }
+
+    // --- Chunks ----------------------------------------------------------------------------
+
+    /// Computes the listed chunks of `A · B`, handing each to `sink` as it completes. A GPU
+    /// backend pipelines them, overlapping transfers with computation; results need not fit in
+    /// device memory together. `run` is checked between chunks; an error names its chunk.
+    fn spgemm_chunks(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
+            let compute = || -> Result<Csr<T>> {
+                let rows = ha.rows(chunk.rows.clone())?;
+                let panel = hb.column_panel(chunk.cols.clone())?;
+                self.spgemm_with((&rows).into(), (&panel).into(), options, run)
+            };
+            let product = compute().map_err(|e| e.in_chunk(index))?;
+            sink(ChunkProduct {
+                index,
+                chunk: chunk.clone(),
+                product,
+                timing: ChunkTiming::host(start.elapsed()),
+            })?;
+        }
+        Ok(())
+    }
+
+    // --- Host conveniences ---------------------------------------------------------------------
+
+    /// `C = A · B` with the given algorithm, host in, host out.
+    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
+        self.spgemm_with(a.into(), b.into(), &algorithm.into(), &RunControl::unwatched())
+    }
+
+    /// `C = A · B` for a sparse A of any format and a dense B; C has B's layout.
+    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+        self.spmm_with(a.into(), b.into(), &SpmmOptions::new(), &RunControl::unwatched())
+    }
+
+    /// `y = A · x` for a sparse A of any format.
+    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+        self.spmv_with(a.into(), x.into(), &SpmvOptions::new(), &RunControl::unwatched())
+    }
+
+    /// `C = A · B` for band matrices in DIA format.
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        let c = self.spgemm(&a.to_csr(), &b.to_csr(), SpgemmAlgorithm::Auto)?;
+        Ok(Dia::from_csr(&c, u64::MAX)?)
+    }
+
+    /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns.
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        check::bsr_spgemm(a, b)?;
+        let c = self.spgemm(&a.to_csr(), &b.to_csr(), SpgemmAlgorithm::Auto)?;
+        Ok(Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))?)
+    }
+}
+
+/// Operand checks shared by every backend, so that each returns the same errors.
+pub mod check {
+    use super::*;
+
+    /// `left` × `right` must agree on the inner dimension.
+    pub fn shapes(op: &'static str, left: (usize, usize), right: (usize, usize)) -> Result<()> {
+        if left.1 != right.0 {
+            return Err(Error::ShapeMismatch {
+                op,
+                left_rows: left.0 as u64,
+                left_cols: left.1 as u64,
+                right_rows: right.0 as u64,
+                right_cols: right.1 as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// SpGEMM operands.
+    pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<()> {
+        shapes("SpGEMM", a.shape(), b.shape())
+    }
+
+    /// BSR SpGEMM operands: shapes and matching inner block size.
+    pub fn bsr_spgemm<T: Scalar>(a: &Bsr<T>, b: &Bsr<T>) -> Result<()> {
+        shapes("BSR×BSR SpGEMM", a.shape(), b.shape())?;
+        if a.block_shape().1 != b.block_shape().0 {
+            return Err(Error::InvalidArgument(format!(
+                "BSR×BSR SpGEMM: blocks of {:?} and {:?} do not chain (inner sizes {} and {})",
+                a.block_shape(),
+                b.block_shape(),
+                a.block_shape().1,
+                b.block_shape().0
+            )));
+        }
+        Ok(())
+    }
+
+    /// SpMV operands.
+    pub fn spmv<T: Scalar>(a: &SparseRef<'_, T>, x: &[T]) -> Result<()> {
+        shapes("SpMV", a.shape(), (x.len(), 1))
+    }
+
+    /// SpMM operands.
+    pub fn spmm<T: Scalar>(a: &SparseRef<'_, T>, b: &Dense<T>) -> Result<()> {
+        shapes("SpMM", a.shape(), b.shape())
+    }
+
+    /// Chunks must lie inside the `a.0 × b.1` product.
+    pub fn chunks(a: (usize, usize), b: (usize, usize), chunks: &[ProductChunk]) -> Result<()> {
+        for (k, c) in chunks.iter().enumerate() {
+            if c.rows.start > c.rows.end
+                || c.rows.end > a.0
+                || c.cols.start > c.cols.end
+                || c.cols.end > b.1
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "chunk {k} (rows {:?}, columns {:?}) is outside the {}×{} product",
+                    c.rows, c.cols, a.0, b.1
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Error::Unsupported`] unless `device` lists `op` for `T`.
+    pub fn supported<T: Scalar>(device: &(impl Device + ?Sized), op: Operation) -> Result<()> {
+        if device.capabilities().supports(op, T::TYPE) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                backend: device.info().backend,
+                op,
+                scalar: T::TYPE,
+            })
+        }
+    }
+
+    /// [`Error::WrongDevice`] unless `space` is `device`'s memory.
+    pub fn same_space(
+        device: &(impl Device + ?Sized),
+        space: &MemorySpace,
+        what: &str,
+    ) -> Result<()> {
+        let own = device.memory_space();
+        if &own != space {
+            return Err(Error::WrongDevice {
+                what: what.into(),
+                found: space.to_string(),
+                expected: own.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `device`'s memory when it is the host's; for the defaults that keep results there.
+    pub fn host_space(device: &(impl Device + ?Sized), method: &str) -> Result<MemorySpace> {
+        let space = device.memory_space();
+        if space != MemorySpace::Host {
+            return Err(Error::Internal {
+                backend: device.info().backend,
+                what: format!("a backend computing in {space} must implement `{method}`"),
+            });
+        }
+        Ok(space)
+    }
+
+    /// The host matrix behind a handle of `device`'s memory held in host storage.
+    pub fn host_csr<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: &'a ResidentCsr<T>,
+        what: &str,
+    ) -> Result<&'a Csr<T>> {
+        same_space(device, m.space(), "a resident matrix")?;
+        m.host().ok_or_else(|| Error::Internal {
+            backend: device.info().backend,
+            what: format!("{what}: a resident matrix of this backend is not in host storage"),
+        })
+    }
+
+    /// The host matrix behind a dense handle of `device`'s memory held in host storage.
+    pub fn host_dense<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        d: &'a ResidentDense<T>,
+        what: &str,
+    ) -> Result<&'a Dense<T>> {
+        same_space(device, d.space(), "a resident dense matrix")?;
+        d.host().ok_or_else(|| Error::Internal {
+            backend: device.info().backend,
+            what: format!("{what}: a resident dense matrix of this backend is not in host storage"),
+        })
+    }
+
+    /// A SpGEMM operand as a host matrix: itself, or a host-stored handle of `device`'s memory.
+    pub fn csr_operand<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: CsrOperand<'a, T>,
+    ) -> Result<&'a Csr<T>> {
+        match m {
+            CsrOperand::Host(m) => Ok(m),
+            CsrOperand::Resident(r) => host_csr(device, r, "operand"),
+        }
+    }
+
+    /// A SpMV/SpMM sparse operand as a host matrix of any format.
+    pub fn sparse_operand<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: SparseOperand<'a, T>,
+    ) -> Result<SparseRef<'a, T>> {
+        match m {
+            SparseOperand::Host(m) => Ok(m),
+            SparseOperand::Resident(r) => Ok(SparseRef::Csr(host_csr(device, r, "operand")?)),
+        }
+    }
+
+    /// A SpMM dense operand as a host matrix.
+    pub fn dense_operand<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        d: DenseOperand<'a, T>,
+    ) -> Result<&'a Dense<T>> {
+        match d {
+            DenseOperand::Host(d) => Ok(d),
+            DenseOperand::Resident(r) => host_dense(device, r, "operand"),
+        }
+    }
+
+    /// A SpMV vector as a host slice; a resident one must have one column.
+    pub fn vector_operand<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        x: VectorOperand<'a, T>,
+    ) -> Result<&'a [T]> {
+        match x {
+            VectorOperand::Host(x) => Ok(x),
+            VectorOperand::Resident(r) => {
+                let d = host_dense(device, r, "operand")?;
+                if d.ncols() != 1 {
+                    return Err(Error::InvalidArgument(format!(
+                        "SpMV: the resident vector is a {}×{} matrix, not one column",
+                        d.nrows(),
+                        d.ncols()
+                    )));
+                }
+                Ok(d.data())
+            }
+        }
+    }
+
+    /// `values` must hold one value per stored entry.
+    pub fn value_count(nnz: u64, values: usize) -> Result<()> {
+        if values as u64 != nnz {
+            return Err(Error::InvalidArgument(format!(
+                "new values: {values} given for a pattern of {nnz} entries"
+            )));
+        }
+        Ok(())
+    }
+
+    /// An upper bound of nnz(A·B): each row holds at most its intermediate products and at
+    /// most B's columns.
+    pub fn output_bound<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<u64> {
+        let per_row = crate::analysis::row_products(a, b)?;
+        let width = b.ncols() as u64;
+        Ok(per_row.iter().map(|&p| p.min(width)).sum())
+    }
+}

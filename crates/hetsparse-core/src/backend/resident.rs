@@ -1,0 +1,472 @@
+//! Matrices held in a backend's memory, behind opaque handles, and the operands that may be
+//! either on the host or resident.
+//!
+//! A backend's [`upload`](super::Backend::upload) takes a host matrix into its memory and
+//! returns a [`ResidentCsr`] (or [`ResidentDense`]); operations accept host or resident operands
+//! ([`CsrOperand`], [`SparseOperand`], [`DenseOperand`], [`VectorOperand`], all `From` the
+//! matrices and handles) and can leave their result resident; only
+//! [`download`](super::Backend::download) brings it back. A handle names its [`MemorySpace`]:
+//! backends on the same memory accept each other's handles, any other backend answers
+//! [`Error::WrongDevice`](crate::Error::WrongDevice).
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::format::{Csr, Dense, Layout, SparseRef};
+use crate::scalar::Scalar;
+
+/// The memory a resident matrix lives in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemorySpace {
+    /// The host's memory, shared by every backend that computes there (reference, CPU).
+    Host,
+    /// One device's memory as one kind of backend holds it: backends of that kind on that
+    /// device share handles.
+    Device {
+        /// The backend kind (`cuda`, `opencl`, ...).
+        backend: &'static str,
+        /// Which device, in the backend's own numbering.
+        id: u64,
+    },
+}
+
+impl fmt::Display for MemorySpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemorySpace::Host => f.write_str("host memory"),
+            MemorySpace::Device { backend, id } => write!(f, "{backend} device {id}"),
+        }
+    }
+}
+
+/// The identity of a sparsity pattern: plans check their operands against it.
+///
+/// Uploaded matrices get a hash of their shape, offsets and column indices; a product's result
+/// gets [`PatternId::of_product`] of its operands' identities, so a chain with new values keeps
+/// its identities from one step to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PatternId(u64);
+
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
+fn mix(h: u64, x: u64) -> u64 {
+    (h.rotate_left(5) ^ x).wrapping_mul(MIX)
+}
+
+fn hash_words(words: impl Iterator<Item = u64>, seed: u64) -> u64 {
+    words.fold(seed, mix)
+}
+
+impl PatternId {
+    /// The pattern of a host matrix (a parallel pass over its offsets and column indices).
+    pub fn of<T: Scalar>(m: &Csr<T>) -> PatternId {
+        const PIECE: usize = 1 << 16;
+        let offsets: u64 = m
+            .row_offsets()
+            .par_chunks(PIECE)
+            .map(|p| hash_words(p.iter().copied(), 1))
+            .collect::<Vec<u64>>()
+            .into_iter()
+            .fold(mix(m.nrows() as u64, m.ncols() as u64), mix);
+        let cols: u64 = m
+            .col_indices()
+            .par_chunks(PIECE)
+            .map(|p| hash_words(p.iter().map(|&c| u64::from(c)), 2))
+            .collect::<Vec<u64>>()
+            .into_iter()
+            .fold(offsets, mix);
+        PatternId(mix(cols, m.nnz()))
+    }
+    /// The pattern of `A·B` given those of `A` and `B`.
+    pub fn of_product(a: PatternId, b: PatternId) -> PatternId {
+        PatternId(mix(mix(0x5eed, a.0), b.0))
+    }
+    /// The raw value, for logs.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+}
+
+type Storage = Arc<dyn Any + Send + Sync>;
+
+/// A sparse matrix (CSR) held in a backend's memory.
+///
+/// Opaque to users: its shape, entry count, memory space and pattern identity are public, its
+/// storage belongs to the backend that made it. Cloning shares the storage (the matrix is
+/// immutable). Dropping the last clone frees the memory, ordered after any work that uses it.
+pub struct ResidentCsr<T> {
+    space: MemorySpace,
+    nrows: usize,
+    ncols: usize,
+    nnz: u64,
+    pattern: PatternId,
+    storage: Storage,
+    _scalar: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ResidentCsr<T> {
+    fn clone(&self) -> Self {
+        ResidentCsr {
+            space: self.space.clone(),
+            nrows: self.nrows,
+            ncols: self.ncols,
+            nnz: self.nnz,
+            pattern: self.pattern,
+            storage: Arc::clone(&self.storage),
+            _scalar: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ResidentCsr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResidentCsr")
+            .field("space", &self.space)
+            .field("shape", &(self.nrows, self.ncols))
+            .field("nnz", &self.nnz)
+            .field("pattern", &self.pattern)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Scalar> ResidentCsr<T> {
+    /// For backends: a handle over `storage`, the backend's own representation of a
+    /// `shape.0 × shape.1` matrix with `nnz` entries and pattern `pattern` in `space`.
+    pub fn from_storage<S: Any + Send + Sync>(
+        space: MemorySpace,
+        shape: (usize, usize),
+        nnz: u64,
+        pattern: PatternId,
+        storage: S,
+    ) -> Self {
+        ResidentCsr {
+            space,
+            nrows: shape.0,
+            ncols: shape.1,
+            nnz,
+            pattern,
+            storage: Arc::new(storage),
+            _scalar: PhantomData,
+        }
+    }
+    /// For backends that compute in host memory: `m` itself as the storage, not copied.
+    pub fn from_host(space: MemorySpace, m: Csr<T>, pattern: PatternId) -> Self {
+        let (shape, nnz) = (m.shape(), m.nnz());
+        Self::from_storage(space, shape, nnz, pattern, m)
+    }
+    /// The memory it lives in.
+    pub fn space(&self) -> &MemorySpace {
+        &self.space
+    }
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.nrows, self.ncols)
+    }
+    /// Rows.
+    pub fn nrows(&self) -> usize {
+        self.nrows
+    }
+    /// Columns.
+    pub fn ncols(&self) -> usize {
+        self.ncols
+    }
+    /// Stored entries.
+    pub fn nnz(&self) -> u64 {
+        self.nnz
+    }
+    /// The identity of its sparsity pattern.
+    pub fn pattern(&self) -> PatternId {
+        self.pattern
+    }
+    /// For backends: the storage, if it is of type `S`.
+    pub fn storage<S: Any>(&self) -> Option<&S> {
+        self.storage.downcast_ref::<S>()
+    }
+    /// The matrix itself when it is held in host memory (no copy).
+    pub fn host(&self) -> Option<&Csr<T>> {
+        self.storage::<Csr<T>>()
+    }
+    /// The matrix, moved out when it is held in host memory and this is the only handle;
+    /// otherwise the handle back.
+    pub fn into_host(self) -> Result<Csr<T>, Self> {
+        if self.host().is_none() {
+            return Err(self);
+        }
+        let ResidentCsr {
+            space,
+            nrows,
+            ncols,
+            nnz,
+            pattern,
+            storage,
+            _scalar,
+        } = self;
+        let typed = storage
+            .downcast::<Csr<T>>()
+            .unwrap_or_else(|_| unreachable!("checked to be host storage above"));
+        Arc::try_unwrap(typed).map_err(|shared| ResidentCsr {
+            space,
+            nrows,
+            ncols,
+            nnz,
+            pattern,
+            storage: shared,
+            _scalar,
+        })
+    }
+}
+
+/// A dense matrix (or a vector, one column) held in a backend's memory.
+pub struct ResidentDense<T> {
+    space: MemorySpace,
+    nrows: usize,
+    ncols: usize,
+    layout: Layout,
+    storage: Storage,
+    _scalar: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ResidentDense<T> {
+    fn clone(&self) -> Self {
+        ResidentDense {
+            space: self.space.clone(),
+            nrows: self.nrows,
+            ncols: self.ncols,
+            layout: self.layout,
+            storage: Arc::clone(&self.storage),
+            _scalar: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ResidentDense<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResidentDense")
+            .field("space", &self.space)
+            .field("shape", &(self.nrows, self.ncols))
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Scalar> ResidentDense<T> {
+    /// For backends: a handle over `storage`, the backend's own representation of a dense
+    /// `shape.0 × shape.1` matrix in `layout` in `space`.
+    pub fn from_storage<S: Any + Send + Sync>(
+        space: MemorySpace,
+        shape: (usize, usize),
+        layout: Layout,
+        storage: S,
+    ) -> Self {
+        ResidentDense {
+            space,
+            nrows: shape.0,
+            ncols: shape.1,
+            layout,
+            storage: Arc::new(storage),
+            _scalar: PhantomData,
+        }
+    }
+    /// For backends that compute in host memory: `d` itself as the storage.
+    pub fn from_host(space: MemorySpace, d: Dense<T>) -> Self {
+        let (shape, layout) = (d.shape(), d.layout());
+        Self::from_storage(space, shape, layout, d)
+    }
+    /// The memory it lives in.
+    pub fn space(&self) -> &MemorySpace {
+        &self.space
+    }
+    /// `(rows, columns)`; a vector has one column.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.nrows, self.ncols)
+    }
+    /// Rows.
+    pub fn nrows(&self) -> usize {
+        self.nrows
+    }
+    /// Columns.
+    pub fn ncols(&self) -> usize {
+        self.ncols
+    }
+    /// Row- or column-major.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+    /// For backends: the storage, if it is of type `S`.
+    pub fn storage<S: Any>(&self) -> Option<&S> {
+        self.storage.downcast_ref::<S>()
+    }
+    /// The matrix itself when it is held in host memory (no copy).
+    pub fn host(&self) -> Option<&Dense<T>> {
+        self.storage::<Dense<T>>()
+    }
+}
+
+/// A SpGEMM operand: a host CSR matrix or a resident one.
+#[derive(Debug)]
+pub enum CsrOperand<'a, T> {
+    /// In host memory.
+    Host(&'a Csr<T>),
+    /// In a backend's memory.
+    Resident(&'a ResidentCsr<T>),
+}
+
+/// The sparse operand of SpMV and SpMM: a host matrix of any format or a resident CSR one.
+#[derive(Debug)]
+pub enum SparseOperand<'a, T> {
+    /// In host memory, any format.
+    Host(SparseRef<'a, T>),
+    /// In a backend's memory.
+    Resident(&'a ResidentCsr<T>),
+}
+
+/// The dense operand of SpMM.
+#[derive(Debug)]
+pub enum DenseOperand<'a, T> {
+    /// In host memory.
+    Host(&'a Dense<T>),
+    /// In a backend's memory.
+    Resident(&'a ResidentDense<T>),
+}
+
+/// The vector of SpMV: a host slice or a resident one-column dense matrix.
+#[derive(Debug)]
+pub enum VectorOperand<'a, T> {
+    /// In host memory.
+    Host(&'a [T]),
+    /// In a backend's memory (one column).
+    Resident(&'a ResidentDense<T>),
+}
+
+macro_rules! copy_operand {
+    ($($ty:ident),*) => {$(
+        impl<T: Copy> Clone for $ty<'_, T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T: Copy> Copy for $ty<'_, T> {}
+    )*};
+}
+copy_operand!(CsrOperand, SparseOperand, DenseOperand, VectorOperand);
+
+impl<'a, T> From<&'a Csr<T>> for CsrOperand<'a, T> {
+    fn from(m: &'a Csr<T>) -> Self {
+        CsrOperand::Host(m)
+    }
+}
+impl<'a, T> From<&'a ResidentCsr<T>> for CsrOperand<'a, T> {
+    fn from(m: &'a ResidentCsr<T>) -> Self {
+        CsrOperand::Resident(m)
+    }
+}
+impl<'a, T> From<SparseRef<'a, T>> for SparseOperand<'a, T> {
+    fn from(m: SparseRef<'a, T>) -> Self {
+        SparseOperand::Host(m)
+    }
+}
+impl<'a, T> From<&'a Csr<T>> for SparseOperand<'a, T> {
+    fn from(m: &'a Csr<T>) -> Self {
+        SparseOperand::Host(SparseRef::Csr(m))
+    }
+}
+impl<'a, T> From<&'a ResidentCsr<T>> for SparseOperand<'a, T> {
+    fn from(m: &'a ResidentCsr<T>) -> Self {
+        SparseOperand::Resident(m)
+    }
+}
+impl<'a, T> From<CsrOperand<'a, T>> for SparseOperand<'a, T> {
+    fn from(m: CsrOperand<'a, T>) -> Self {
+        match m {
+            CsrOperand::Host(m) => SparseOperand::Host(SparseRef::Csr(m)),
+            CsrOperand::Resident(m) => SparseOperand::Resident(m),
+        }
+    }
+}
+impl<'a, T> From<&'a Dense<T>> for DenseOperand<'a, T> {
+    fn from(m: &'a Dense<T>) -> Self {
+        DenseOperand::Host(m)
+    }
+}
+impl<'a, T> From<&'a ResidentDense<T>> for DenseOperand<'a, T> {
+    fn from(m: &'a ResidentDense<T>) -> Self {
+        DenseOperand::Resident(m)
+    }
+}
+impl<'a, T> From<&'a [T]> for VectorOperand<'a, T> {
+    fn from(x: &'a [T]) -> Self {
+        VectorOperand::Host(x)
+    }
+}
+impl<'a, T> From<&'a Vec<T>> for VectorOperand<'a, T> {
+    fn from(x: &'a Vec<T>) -> Self {
+        VectorOperand::Host(x)
+    }
+}
+impl<'a, T> From<&'a ResidentDense<T>> for VectorOperand<'a, T> {
+    fn from(x: &'a ResidentDense<T>) -> Self {
+        VectorOperand::Resident(x)
+    }
+}
+
+impl<T: Scalar> CsrOperand<'_, T> {
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            CsrOperand::Host(m) => m.shape(),
+            CsrOperand::Resident(m) => m.shape(),
+        }
+    }
+    /// Stored entries.
+    pub fn nnz(&self) -> u64 {
+        match self {
+            CsrOperand::Host(m) => m.nnz(),
+            CsrOperand::Resident(m) => m.nnz(),
+        }
+    }
+    /// The identity of its pattern (hashed for a host matrix: a pass over its indices).
+    pub fn pattern(&self) -> PatternId {
+        match self {
+            CsrOperand::Host(m) => PatternId::of(m),
+            CsrOperand::Resident(m) => m.pattern(),
+        }
+    }
+}
+
+impl<T: Scalar> SparseOperand<'_, T> {
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            SparseOperand::Host(m) => m.shape(),
+            SparseOperand::Resident(m) => m.shape(),
+        }
+    }
+}
+
+impl<T: Scalar> DenseOperand<'_, T> {
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            DenseOperand::Host(m) => m.shape(),
+            DenseOperand::Resident(m) => m.shape(),
+        }
+    }
+}
+
+impl<T: Scalar> VectorOperand<'_, T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            VectorOperand::Host(x) => x.len(),
+            VectorOperand::Resident(x) => x.nrows(),
+        }
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,148 @@
+//! Run control: cancelling a run, watching its progress, and what each computed chunk cost.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Cancellation and progress of one run, shared between the caller and the backend.
+///
+/// Clones share the same state: keep one, hand another to the operation, call
+/// [`cancel`](RunControl::cancel) from any thread. Backends check it between batches of work
+/// (row ranges, chunks, kernel batches), so a run stops within one batch and returns
+/// [`Error::Cancelled`]; nothing it produced so far is returned. Progress counts intermediate
+/// products (the work of a SpGEMM; entries of A times columns of the dense operand for SpMM
+/// and SpMV): [`Progress::planned`] grows when the backend has analysed what it will do,
+/// [`Progress::done`] as batches complete.
+///
+/// ```
+/// use hetsparse_core::RunControl;
+/// let run = RunControl::new();
+/// let handle = run.clone();
+/// handle.cancel();
+/// assert!(run.is_cancelled());
+/// assert!(run.checkpoint().is_err());
+/// ```
+#[derive(Clone, Debug)]
+pub struct RunControl {
+    state: Arc<RunState>,
+    watched: bool,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        RunControl {
+            state: Arc::default(),
+            watched: true,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    cancelled: AtomicBool,
+    planned: AtomicU64,
+    done: AtomicU64,
+}
+
+/// Products done of products planned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Intermediate products computed so far.
+    pub done: u64,
+    /// Intermediate products the run will compute (known once the backend has analysed it).
+    pub planned: u64,
+}
+
+impl Progress {
+    /// `done / planned`, 1 when nothing is planned.
+    pub fn fraction(&self) -> f64 {
+        if self.planned == 0 {
+            1.0
+        } else {
+            self.done as f64 / self.planned as f64
+        }
+    }
+}
+
+impl RunControl {
+    /// A run that is not cancelled and has no progress yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A run nobody watches (what the host conveniences such as
+    /// [`Backend::spgemm`](crate::Backend::spgemm) pass): backends may skip counting the
+    /// products they plan, where that would cost a pass of its own.
+    pub fn unwatched() -> Self {
+        RunControl {
+            state: Arc::default(),
+            watched: false,
+        }
+    }
+    /// Whether someone may read the progress (false only for [`unwatched`](Self::unwatched)).
+    pub fn is_watched(&self) -> bool {
+        self.watched
+    }
+    /// Asks the run to stop at its next checkpoint.
+    pub fn cancel(&self) {
+        self.state.cancelled.store(true, Ordering::Release);
+    }
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.state.cancelled.load(Ordering::Acquire)
+    }
+    /// [`Error::Cancelled`] once the run was cancelled: backends call it between batches.
+    pub fn checkpoint(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+    /// Products done and planned so far.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            done: self.state.done.load(Ordering::Acquire),
+            planned: self.state.planned.load(Ordering::Acquire),
+        }
+    }
+    /// For backends: `products` more will be computed.
+    pub fn add_planned(&self, products: u64) {
+        self.state.planned.fetch_add(products, Ordering::AcqRel);
+    }
+    /// For backends: `products` more were computed.
+    pub fn add_done(&self, products: u64) {
+        self.state.done.fetch_add(products, Ordering::AcqRel);
+    }
+}
+
+/// What computing one chunk cost: what the scheduler calibrates device speeds from (Matam's
+/// Heuristic II reads t_c and t_g from these).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ChunkTiming {
+    /// From the chunk's start to its result being ready for the sink.
+    pub wall: Duration,
+    /// Time in kernels (measured with device events on a GPU; the computation's time on a CPU).
+    pub kernel: Duration,
+    /// Time copying host to device.
+    pub h2d: Duration,
+    /// Time copying device to host.
+    pub d2h: Duration,
+    /// Bytes copied host to device.
+    pub h2d_bytes: u64,
+    /// Bytes copied device to host.
+    pub d2h_bytes: u64,
+}
+
+impl ChunkTiming {
+    /// A chunk computed in host memory: all of `wall` is computation, nothing moved.
+    pub fn host(wall: Duration) -> Self {
+        ChunkTiming {
+            wall,
+            kernel: wall,
+            ..Self::default()
+        }
+    }
+}
