@@ -54,7 +54,7 @@ pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
 }
 
 /// Device memory one output buffer takes at most; its pinned twin is as large.
-const MAX_SLOT_BYTES: u64 = 64 << 20;
+pub(super) const MAX_SLOT_BYTES: u64 = 64 << 20;
 
 type Done<'d, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd;
 
