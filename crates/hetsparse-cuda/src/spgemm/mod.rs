@@ -19,6 +19,7 @@ mod tiled;
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
@@ -26,7 +27,7 @@ use hetsparse_core::{
     SpgemmAlgorithm,
 };
 
-use crate::context::{Gpu, LaunchConfig, Stream};
+use crate::context::{Event, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
 use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 use crate::resident::{DeviceCsr, Held};
@@ -469,8 +470,18 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     )
     .entered();
     let stream = Stream::new()?;
+    let uploaded = Event::new(true)?;
+    uploaded.record(&stream)?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
     let (db, b_host) = b.place(gpu, &stream, "B")?;
+    let placed = Event::new(true)?;
+    placed.record(&stream)?;
+    let host_bytes = |m: Operand<'_, T>| match m {
+        Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
+        Operand::Device(_) => 0,
+    };
+    // The operands' upload, charged to the first chunk.
+    let mut upload = Some(host_bytes(a) + host_bytes(b));
     let max_rows = chunks.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u64;
     let tracker = gpu.memory();
     let bound = match method {
@@ -485,7 +496,9 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let mut chunk_arena = DeviceArena::new(tracker, chunk_bytes, "per-chunk row arrays")?;
     let rest = tracker.available();
     let mut scratch = Scratch::new(scratch_cap(rest).min(bound));
-    let mut output = OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2)?;
+    let mut output =
+        OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2, !matches!(method, Method::Esc))?;
+    let (k0, k1) = (Event::new(true)?, Event::new(true)?);
     // Errors of the sink are the caller's, not a chunk's.
     let sink_failed = std::cell::Cell::new(false);
     let mut sink = |c: ChunkProduct<T>| done(c).inspect_err(|_| sink_failed.set(true));
@@ -498,6 +511,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     };
     for (index, chunk) in chunks.iter().enumerate() {
         run.checkpoint()?;
+        let started = Instant::now();
         chunk_arena.reset();
         let job = Job {
             gpu,
@@ -511,13 +525,18 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
             col_hi: chunk.cols.end as u32,
         };
         let mut one = || -> Result<()> {
-            if !output.begin_chunk(index, chunk.clone(), job.width(), &mut sink)? {
+            if !output.begin_chunk(index, chunk.clone(), job.width(), started, &mut sink)? {
                 return Ok(());
             }
-            let mut out = ToHost {
-                pipeline: &mut output,
-                done: &mut sink,
+            let (h2d, h2d_bytes) = match upload.take() {
+                Some(bytes) => {
+                    placed.synchronize()?;
+                    (pipeline::elapsed(&uploaded, &placed)?, bytes)
+                }
+                None => (Duration::ZERO, 0),
             };
+            output.charge(Duration::ZERO, h2d, h2d_bytes);
+            k0.record(&stream)?;
             let products = match method {
                 Method::Esc => {
                     let products = if run.is_watched() {
@@ -526,12 +545,30 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                         0
                     };
                     run.add_planned(products);
-                    esc::chunk(&job, &mut scratch, &mut out)?;
+                    {
+                        let mut out = ToHost {
+                            pipeline: &mut output,
+                            done: &mut sink,
+                        };
+                        esc::chunk(&job, &mut scratch, &mut out)?;
+                    }
+                    // ESC's kernels run before and inside its batches: timed as a whole.
+                    k1.record(&stream)?;
+                    k1.synchronize()?;
+                    output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
                     products
                 }
                 _ => {
                     let (counts, products) =
                         symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
+                    // The symbolic phase ends with its counts copied back: its events are done.
+                    k1.record(&stream)?;
+                    k1.synchronize()?;
+                    output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
+                    let mut out = ToHost {
+                        pipeline: &mut output,
+                        done: &mut sink,
+                    };
                     let c_off = offsets(&counts);
                     let c_off_dev = chunk_arena.upload(&stream, &c_off, "row offsets of C")?;
                     numeric_batches(
