@@ -30,7 +30,11 @@ fn v2(c: &mut Criterion) {
     for u in &unavailable {
         eprintln!("skipping backend {}: {}", u.name, u.reason);
     }
-    let classes = [MatrixClass::Stencil3d, MatrixClass::PowerLaw, MatrixClass::Road];
+    let classes = [
+        MatrixClass::Stencil3d,
+        MatrixClass::PowerLaw,
+        MatrixClass::Road,
+    ];
     for case in cases(Scale::from_env())
         .into_iter()
         .filter(|c| classes.contains(&c.class))

@@ -123,12 +123,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
-        let products = if run.is_watched() {
-            crate::analysis::total_products(a, b)?
-        } else {
-            0
-        };
-        run.add_planned(products);
+        let products = run.plan_product(a, b)?;
         let c = spgemm::<T, PlusTimes>(a, b)?;
         run.add_done(products);
         Ok(c)

@@ -141,17 +141,6 @@ impl CpuBackend {
     }
 }
 
-/// Products a SpGEMM of `a`'s rows will compute, counted (and added to `run`'s plan) only
-/// when someone watches the run: the one-pass product needs no count of its own.
-fn planned_products<T: Scalar>(a: &Csr<T>, b: &Csr<T>, run: &RunControl) -> Result<u64> {
-    if !run.is_watched() {
-        return Ok(0);
-    }
-    let products = hetsparse_core::analysis::total_products(a, b)?;
-    run.add_planned(products);
-    Ok(products)
-}
-
 /// The processor's model name from `/proc/cpuinfo`, where there is one.
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
@@ -203,7 +192,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             cols: 0..b.ncols(),
         };
         self.install(|| {
-            let products = planned_products(a, b, run)?;
+            let products = run.plan_product(a, b)?;
             let c = spgemm::multiply::<T, PlusTimes>(
                 a,
                 b,
@@ -306,7 +295,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             let product = self
                 .install(|| {
                     let rows = a.rows(chunk.rows.clone())?;
-                    let products = planned_products(&rows, b, run)?;
+                    let products = run.plan_product(&rows, b)?;
                     let c =
                         spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, options.algorithm)?;
                     run.add_done(products);

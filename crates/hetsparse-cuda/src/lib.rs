@@ -145,7 +145,10 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
         run.checkpoint()?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        spgemm::multiply(&self.gpu, a, b, options.algorithm)
+        let products = run.plan_product(a, b)?;
+        let c = spgemm::multiply(&self.gpu, a, b, options.algorithm)?;
+        run.add_done(products);
+        Ok(c)
     }
 
     fn spmm_with(

@@ -272,11 +272,13 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             .in_scope(|| check::shapes("SpGEMM", a.shape(), b.shape()))?;
         run.checkpoint()?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let products = run.plan_product(a, b)?;
         let program = self.program::<T>(op, false)?;
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
         let (c, checked) = job.product(&compressed(a), &compressed(b))?;
+        run.add_done(products);
         let _assemble = tracing::debug_span!("assemble", checked).entered();
         let (offsets, index, values) = (
             c.offsets.into_owned(),
