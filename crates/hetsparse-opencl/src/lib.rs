@@ -49,10 +49,13 @@ use std::sync::Arc;
 use opencl3::program::Program;
 
 use hetsparse_core::backend::check;
+use hetsparse_core::backend::{
+    CsrOperand, DenseOperand, SparseOperand, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+};
 use hetsparse_core::format::{Bsr, Csr, Dense, SparseFormat, SparseRef};
 use hetsparse_core::{
-    Backend, Capabilities, Device, DeviceInfo, DeviceKind, Error, Operation, Result, Scalar,
-    ScalarType, SpgemmAlgorithm,
+    Backend, Capabilities, Device, DeviceInfo, DeviceKind, Error, Operation, Result, RunControl,
+    Scalar, ScalarType, SpgemmAlgorithm,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -256,15 +259,26 @@ fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
 }
 
 impl<T: Scalar> Backend<T> for OpenClBackend {
-    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        let op = Operation::Spgemm(algorithm);
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let op = Operation::Spgemm(options.algorithm);
         check::supported::<T>(self, op)?;
-        tracing::debug_span!("check operands").in_scope(|| check::spgemm(a, b))?;
+        tracing::debug_span!("check operands")
+            .in_scope(|| check::shapes("SpGEMM", a.shape(), b.shape()))?;
+        run.checkpoint()?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let products = run.plan_product(a, b)?;
         let program = self.program::<T>(op, false)?;
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
         let (c, checked) = job.product(&compressed(a), &compressed(b))?;
+        run.add_done(products);
         let _assemble = tracing::debug_span!("assemble", checked).entered();
         let (offsets, index, values) = (
             c.offsets.into_owned(),
@@ -282,10 +296,20 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
     }
 
-    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let _ = options;
+        let a = check::sparse_operand(self, a)?;
+        let b = check::dense_operand(self, b)?;
         let op = Operation::Spmm(a.format());
         check::supported::<T>(self, op)?;
         check::spmm(&a, b)?;
+        run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         let (m, n) = (a.shape().0, b.ncols());
         if m == 0 || n == 0 || b.nrows() == 0 {
@@ -298,10 +322,20 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
     }
 
-    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let _ = options;
+        let a = check::sparse_operand(self, a)?;
+        let x = check::vector_operand(self, x)?;
         let op = Operation::Spmv(a.format());
         check::supported::<T>(self, op)?;
         check::spmv(&a, x)?;
+        run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         if a.shape().0 == 0 || x.is_empty() {
             return Ok(vec![T::zero(); a.shape().0]);
@@ -354,6 +388,23 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The device under test, or `None` when there is none and none is required
+    /// (`HETSPARSE_REQUIRE_DEVICE=1` makes a missing device fail).
+    pub(crate) fn device_backend(what: &str) -> Option<OpenClBackend> {
+        match OpenClBackend::from_env() {
+            Ok(b) => Some(b),
+            Err(e @ Error::NoDevice { .. }) => {
+                assert_ne!(
+                    std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref(),
+                    Ok("1"),
+                    "{what}: {e}"
+                );
+                None
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 
     /// A GPU with 48 KiB of local memory, with or without fp64.
     fn gpu(fp64: bool) -> DeviceDescription {
@@ -475,9 +526,7 @@ mod tests {
 
     #[test]
     fn the_device_check_refuses_every_broken_invariant_of_c() {
-        let Some(b) =
-            hetsparse_core::conformance::obtain("opencl check", OpenClBackend::from_env())
-        else {
+        let Some(b) = device_backend("opencl check") else {
             return;
         };
         // 3×5: row 0 holds columns 1 and 3, row 1 is empty, row 2 holds 0, 2 and 4.

@@ -17,7 +17,7 @@ use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
-use hetsparse_core::{Error, Result, ScalarType};
+use hetsparse_core::{DeviceFault, Error, Result, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -94,11 +94,83 @@ impl BufferPool {
 unsafe impl Send for DeviceState {}
 unsafe impl Sync for DeviceState {}
 
+/// A device failure of kind [`DeviceFault::Other`] without an OpenCL code.
 pub(crate) fn device_error(context: impl Into<String>, e: impl std::fmt::Display) -> Error {
+    Error::device(BACKEND, context, e.to_string())
+}
+
+/// An OpenCL status code, kept as the source of [`Error::Device`].
+#[derive(Debug, thiserror::Error)]
+#[error("OpenCL status {code} ({text})")]
+pub(crate) struct ClStatus {
+    code: i32,
+    text: String,
+}
+
+/// Whether an OpenCL status says the device or its context is gone (a queue or context no
+/// longer valid, the device unavailable, or commands aborted by an earlier fault).
+fn device_lost(code: i32) -> bool {
+    use opencl3::error_codes::{
+        CL_DEVICE_NOT_AVAILABLE, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
+        CL_INVALID_COMMAND_QUEUE, CL_INVALID_CONTEXT,
+    };
+    matches!(
+        code,
+        CL_INVALID_COMMAND_QUEUE
+            | CL_INVALID_CONTEXT
+            | CL_DEVICE_NOT_AVAILABLE
+            | CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+    )
+}
+
+/// Whether an OpenCL status says memory ran out on the device.
+fn out_of_memory(code: i32) -> bool {
+    use opencl3::error_codes::{CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES};
+    matches!(code, CL_OUT_OF_RESOURCES | CL_MEM_OBJECT_ALLOCATION_FAILURE)
+}
+
+fn status_error(context: String, e: ClError, fault: DeviceFault) -> Error {
+    let fault = if device_lost(e.0) {
+        DeviceFault::DeviceLost
+    } else {
+        fault
+    };
     Error::Device {
         backend: BACKEND.into(),
-        context: context.into(),
+        context,
         message: e.to_string(),
+        fault,
+        source: Some(Box::new(ClStatus {
+            code: e.0,
+            text: e.to_string(),
+        })),
+    }
+}
+
+/// A failed OpenCL call: [`DeviceFault::DeviceLost`] for a lost queue, context or device,
+/// [`DeviceFault::Other`] otherwise.
+pub(crate) fn cl_error(context: impl Into<String>, e: ClError) -> Error {
+    status_error(context.into(), e, DeviceFault::Other)
+}
+
+/// A failed kernel launch: [`DeviceFault::LaunchFailed`] unless the device is gone.
+pub(crate) fn launch_error(context: impl Into<String>, e: ClError) -> Error {
+    status_error(context.into(), e, DeviceFault::LaunchFailed)
+}
+
+/// A failed allocation of `needed` bytes: [`Error::OutOfMemory`] when the device ran out
+/// (`available`: what the device may still have), a device error otherwise (a size above the
+/// device's largest buffer, ...).
+pub(crate) fn alloc_error(what: &str, needed: u64, available: u64, e: ClError) -> Error {
+    if out_of_memory(e.0) {
+        Error::OutOfMemory {
+            backend: BACKEND.into(),
+            what: format!("{what} ({e})"),
+            needed_bytes: needed,
+            available_bytes: available,
+        }
+    } else {
+        cl_error(format!("allocating {needed} bytes for {what}"), e)
     }
 }
 
@@ -117,7 +189,7 @@ pub(crate) fn device_state(
         return Ok(s.clone());
     }
     let context = Context::from_device(&ClDevice::new(id))
-        .map_err(|e| device_error(format!("creating a context on {}", description.name), e))?;
+        .map_err(|e| cl_error(format!("creating a context on {}", description.name), e))?;
     let memory = description.global_memory_bytes;
     let state = Arc::new(DeviceState {
         description,
@@ -177,13 +249,14 @@ impl DeviceState {
         };
         #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
         let queue = CommandQueue::create_default(&self.context, properties)
-            .map_err(|e| device_error("creating a command queue", e))?;
+            .map_err(|e| cl_error("creating a command queue", e))?;
         Ok(Queue {
             queue,
             context: &self.context,
             staging: &self.staging,
             pool: &self.pool,
             pooled: std::cell::RefCell::new(Vec::new()),
+            free_estimate: self.description.global_memory_bytes,
             retired: std::cell::RefCell::new(Vec::new()),
             profile,
             launched: std::cell::RefCell::new(Vec::new()),
@@ -221,7 +294,7 @@ impl Staging {
     }
 
     fn new(context: &Context) -> Result<Staging> {
-        let fail = |e| device_error("allocating pinned staging memory", e);
+        let fail = |e| cl_error("allocating pinned staging memory", e);
         #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
         let queue = CommandQueue::create_default(context, 0).map_err(fail)?;
         // SAFETY: no host pointer is passed; the runtime allocates pinned memory.
@@ -317,6 +390,8 @@ pub(crate) struct Queue<'a> {
     /// A reference to every pooled buffer this queue handed out, with its capacity: returned to
     /// the pool when the queue ends (after its commands finished) if nothing else holds it.
     pooled: std::cell::RefCell<Vec<(usize, Buffer<u8>)>>,
+    /// What the device may still have free, for out-of-memory errors.
+    free_estimate: u64,
     /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
     /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
     /// buffers that queued kernels still used crashed under load; these references keep them
@@ -558,19 +633,14 @@ impl Queue<'_> {
                 None => unsafe {
                     Buffer::<u8>::create(self.context, CL_MEM_READ_WRITE, class, ptr::null_mut())
                 }
-                .map_err(|e| Error::OutOfMemory {
-                    backend: BACKEND.into(),
-                    what: format!("{what} ({e})"),
-                    needed_bytes: class as u64,
-                    available_bytes: 0,
-                })?,
+                .map_err(|e| alloc_error(what, class as u64, self.free_estimate, e))?,
             };
             // Three references to one cl_mem: the DeviceBuffer's, the queue's retired list's
             // (see `retired`), and the queue's pooled list's, which goes back to the pool.
             for _ in 0..2 {
                 // SAFETY: a valid buffer; each retain is matched by the drop of a wrapper below.
                 unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
-                    .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
+                    .map_err(|e| cl_error(format!("retaining {what}"), ClError(e)))?;
             }
             self.retired.borrow_mut().push(Buffer::new(buffer.get()));
             let typed = Buffer::<T>::new(buffer.get());
@@ -584,15 +654,10 @@ impl Queue<'_> {
         let buffer = unsafe {
             Buffer::<T>::create(self.context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut())
         }
-        .map_err(|e| Error::OutOfMemory {
-            backend: BACKEND.into(),
-            what: format!("{what} ({e})"),
-            needed_bytes: bytes,
-            available_bytes: 0,
-        })?;
+        .map_err(|e| alloc_error(what, bytes, self.free_estimate, e))?;
         // SAFETY: a valid buffer; the matching release is the drop of the wrapper pushed here.
         unsafe { opencl3::memory::retain_mem_object(buffer.get()) }
-            .map_err(|e| device_error(format!("retaining {what}"), ClError(e)))?;
+            .map_err(|e| cl_error(format!("retaining {what}"), ClError(e)))?;
         self.retired.borrow_mut().push(Buffer::new(buffer.get()));
         Ok(DeviceBuffer {
             buffer: std::mem::ManuallyDrop::new(buffer),
@@ -667,9 +732,8 @@ impl Queue<'_> {
             return Ok(());
         }
         let _span = tracing::debug_span!("write", pieces = pieces.len()).entered();
-        let fail = |e: opencl3::error_codes::ClError| {
-            device_error(format!("copying {what} to the device"), e)
-        };
+        let fail =
+            |e: opencl3::error_codes::ClError| cl_error(format!("copying {what} to the device"), e);
         let mut guard = self
             .staging
             .lock()
@@ -739,7 +803,7 @@ impl Queue<'_> {
         }
         let _span = tracing::debug_span!("read", pieces = pieces.len()).entered();
         let fail = |e: opencl3::error_codes::ClError| {
-            device_error(format!("copying {what} from the device"), e)
+            cl_error(format!("copying {what} from the device"), e)
         };
         let mut guard = self
             .staging
@@ -825,7 +889,7 @@ impl Queue<'_> {
             self.queue
                 .enqueue_fill_buffer(&mut bytes_view, &[0u8], 0, bytes, &[])
         }
-        .map_err(|e| device_error(format!("zeroing {what}"), e))?;
+        .map_err(|e| cl_error(format!("zeroing {what}"), e))?;
         Ok(())
     }
 
@@ -837,7 +901,7 @@ impl Queue<'_> {
     ) -> Result<Launch<'q>> {
         let _span = tracing::debug_span!("kernel create", name).entered();
         let kernel =
-            Kernel::create(program, name).map_err(|e| device_error(format!("kernel {name}"), e))?;
+            Kernel::create(program, name).map_err(|e| cl_error(format!("kernel {name}"), e))?;
         Ok(Launch {
             queue: self,
             kernel,
@@ -902,7 +966,7 @@ impl Launch<'_> {
         let status =
             unsafe { opencl3::kernel::set_kernel_arg(self.kernel.get(), self.next, size, ptr) };
         status.map_err(|e| {
-            device_error(
+            cl_error(
                 format!("argument {} of kernel {}", self.next, self.name),
                 ClError(e),
             )
@@ -916,15 +980,15 @@ impl Launch<'_> {
         let declared = self
             .kernel
             .num_args()
-            .map_err(|e| device_error(format!("kernel {}", self.name), e))?;
+            .map_err(|e| cl_error(format!("kernel {}", self.name), e))?;
         if declared != self.next {
-            return Err(device_error(
-                format!("kernel {}", self.name),
-                format!(
-                    "{} arguments set, the kernel declares {declared}",
-                    self.next
+            return Err(Error::Internal {
+                backend: BACKEND.into(),
+                what: format!(
+                    "kernel {}: {} arguments set, the kernel declares {declared}",
+                    self.name, self.next
                 ),
-            ));
+            });
         }
         if global.contains(&0) {
             return Ok(());
@@ -957,7 +1021,7 @@ impl Launch<'_> {
                 &[],
             )
         }
-        .map_err(|e| device_error(format!("launching kernel {}", self.name), e))?;
+        .map_err(|e| launch_error(format!("launching kernel {}", self.name), e))?;
         if self.queue.profile {
             self.queue.launched.borrow_mut().push((self.name, event));
         }

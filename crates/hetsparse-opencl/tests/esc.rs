@@ -2,6 +2,8 @@
 //! interpolation and binary search agreeing, large expansions that need the global merge
 //! passes, and device choice errors.
 
+mod common;
+
 use hetsparse_core::format::{Bsr, Csr};
 use hetsparse_core::generate::{self, MatrixClass};
 use hetsparse_core::{reference, Backend, Device, DeviceKind, Error, PlusTimes, SpgemmAlgorithm};
@@ -10,7 +12,7 @@ use hetsparse_opencl::{list_devices, ExpansionSearch, OpenClBackend};
 /// The backend the suite uses, or `None` (with a note) when there is no OpenCL device and the
 /// device is not required.
 fn backend() -> Option<OpenClBackend> {
-    hetsparse_core::conformance::obtain("opencl esc tests", OpenClBackend::from_env())
+    common::backend("opencl esc tests")
 }
 
 fn assert_same_structure(c: &Csr<f64>, e: &Csr<f64>, what: &str) {

@@ -245,7 +245,11 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
     let use_map = ncols <= POSITION_MAP_MAX_COLS;
     pieces.into_par_iter().try_for_each_init(
         || {
-            let map = if use_map { vec![0u32; ncols] } else { Vec::new() };
+            let map = if use_map {
+                vec![0u32; ncols]
+            } else {
+                Vec::new()
+            };
             (map, Vec::<T::Acc>::new())
         },
         |(map, acc), (first, piece)| -> Result<()> {

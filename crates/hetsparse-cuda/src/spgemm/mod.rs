@@ -420,12 +420,18 @@ pub(crate) fn requirement<T: DeviceScalar>(
         Operand::Host(h) => h.nnz(),
         Operand::Device(d) => d.nnz(),
     };
-    let pipeline = 2 * pipeline_entries::<T>(bound) * entry_bytes::<T>();
+    // ESC sizes its output buffers by the products of a chunk, the others by its entries.
+    let method = Method::of(algorithm);
+    let batch = match method {
+        Method::Esc => per_row.iter().sum(),
+        _ => bound,
+    };
+    let pipeline = 2 * pipeline_entries::<T>(batch) * entry_bytes::<T>();
     let mut r = MemoryRequirement::default();
     r.operand_bytes = operand(a) + operand(b);
     r.work_bytes = footprint(&[(8, n)])
         + footprint(&[(8, n), (8, n), (8, n + 1)])
-        + work_bound::<T>(Method::of(algorithm), &per_row, width, a_nnz);
+        + work_bound::<T>(method, &per_row, width, a_nnz);
     r.output_bytes = csr_bytes(n as usize, bound, value).max(pipeline);
     r.pinned_host_bytes = pipeline;
     Ok(r)
@@ -501,7 +507,12 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let (k0, k1) = (Event::new(true)?, Event::new(true)?);
     // Errors of the sink are the caller's, not a chunk's.
     let sink_failed = std::cell::Cell::new(false);
-    let mut sink = |c: ChunkProduct<T>| done(c).inspect_err(|_| sink_failed.set(true));
+    // A run cancelled (from the sink, say) delivers no further chunk, also where the pipeline
+    // has several finished ones to hand out at once.
+    let mut sink = |c: ChunkProduct<T>| {
+        run.checkpoint()?;
+        done(c).inspect_err(|_| sink_failed.set(true))
+    };
     let tag = |e: Error, index: usize| {
         if sink_failed.get() {
             e
