@@ -71,7 +71,7 @@ use hetsparse_core::{
     SpmvOptions, VectorOperand,
 };
 
-use resident::{DeviceCsr, DeviceDense};
+use resident::{DeviceCsr, DeviceDense, Kept};
 use spmm::{DenseIn, SparseIn};
 use spmv::VecIn;
 
@@ -169,14 +169,16 @@ impl CudaBackend {
     /// The device storage behind a resident matrix of this device.
     fn csr<'a, T: DeviceScalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a DeviceCsr<T>> {
         check::same_space(self, m.space(), "a resident matrix")?;
-        m.storage::<DeviceCsr<T>>()
+        m.storage::<Kept<DeviceCsr<T>>>()
+            .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a resident matrix"))
     }
 
     /// The device storage behind a resident dense matrix of this device.
     fn dense<'a, T: DeviceScalar>(&self, d: &'a ResidentDense<T>) -> Result<&'a DeviceDense<T>> {
         check::same_space(self, d.space(), "a resident dense matrix")?;
-        d.storage::<DeviceDense<T>>()
+        d.storage::<Kept<DeviceDense<T>>>()
+            .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a resident dense matrix"))
     }
 
@@ -224,7 +226,7 @@ impl CudaBackend {
 
     fn wrap_csr<T: DeviceScalar>(&self, m: DeviceCsr<T>, pattern: PatternId) -> ResidentCsr<T> {
         let (shape, nnz) = ((m.nrows, m.ncols), m.nnz());
-        ResidentCsr::from_storage(self.space(), shape, nnz, pattern, m)
+        ResidentCsr::from_storage(self.space(), shape, nnz, pattern, Kept::new(m, &self.gpu))
     }
 
     fn wrap_dense<T: DeviceScalar>(
@@ -233,7 +235,8 @@ impl CudaBackend {
         shape: (usize, usize),
         layout: Layout,
     ) -> ResidentDense<T> {
-        ResidentDense::from_storage(self.space(), shape, layout, DeviceDense::<T> { data })
+        let dense = Kept::new(DeviceDense::<T> { data }, &self.gpu);
+        ResidentDense::from_storage(self.space(), shape, layout, dense)
     }
 }
 
@@ -410,7 +413,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
             nnz,
             structure.products,
             requirement,
-            structure,
+            Kept::new(structure, &self.gpu),
         ))
     }
 
@@ -423,7 +426,8 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     ) -> Result<ResidentCsr<T>> {
         plan.check_operands(&self.space(), &a, &b)?;
         let structure = plan
-            .state::<spgemm::Structure>()
+            .state::<Kept<spgemm::Structure>>()
+            .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a SpGEMM plan"))?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;

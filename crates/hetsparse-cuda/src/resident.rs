@@ -140,3 +140,20 @@ impl<X> std::ops::Deref for Held<'_, X> {
         }
     }
 }
+
+/// What a handle or plan stores: the device data, and the device it lives on, kept alive (its
+/// context and the memory in it) for as long as the handle, also past the backend.
+pub(crate) struct Kept<S> {
+    pub data: S,
+    // Dropped after `data`: the memory is freed while the context still exists.
+    _gpu: Arc<Gpu>,
+}
+
+impl<S> Kept<S> {
+    pub fn new(data: S, gpu: &Arc<Gpu>) -> Self {
+        Kept {
+            data,
+            _gpu: Arc::clone(gpu),
+        }
+    }
+}
