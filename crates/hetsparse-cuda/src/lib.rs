@@ -6,7 +6,7 @@
 //! is enough; see the README). At run time the driver JIT-compiles the PTX for the GPU.
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
-//! [`Error::NoDevice`](hetsparse_core::Error::NoDevice).
+//! [`Error::NoDevice`].
 //!
 //! ```no_run
 //! use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
@@ -28,9 +28,38 @@
 //! - [`SpgemmAlgorithm::ColumnRow`]: Matam et al. Alg. 2, a block per part of A;
 //! - [`SpgemmAlgorithm::Esc`]: Polok et al., expansion, sorting, compression.
 //!
-//! Results are produced in row batches copied to pinned host buffers while the next batch
-//! computes (two buffers), so the product may be larger than device memory; only A and B
-//! must fit, with room for the work buffers.
+//! Host results (`spgemm_with`, `spgemm_chunks`) are produced in row batches copied to
+//! pinned host buffers while the next batch computes (two buffers), so the product may be
+//! larger than device memory; only A and B must fit, with room for the work buffers.
+//!
+//! # Native residency
+//!
+//! Resident matrices live in this GPU's memory ([`MemorySpace::Device`] `{ backend: "cuda",
+//! id: ordinal }`; handles of another memory are [`Error::WrongDevice`]): CSR matrices as three
+//! device arrays (offsets and column indices shared between matrices of one pattern, so
+//! [`Backend::upload_values`] copies values only) plus their row offsets on the host, dense
+//! matrices in their layout. Operations use resident operands in place:
+//! - SpMV and SpMM run their kernels on the resident buffers; `spmv_resident` and
+//!   `spmm_resident` leave the result on the device. (SpMM of a host matrix in a format without
+//!   an SpMM kernel of its own — COO, CSC, CSPR, DIA, BSR — by a row-major resident dense
+//!   matrix is the one case that goes through the host.)
+//! - SpGEMM reads what it needs of resident operands on the device (row products by the
+//!   analysis kernel; the row offsets kept on the host). `spgemm_resident` runs the symbolic
+//!   phase (exact entries per row), allocates C once and writes the numeric phase straight
+//!   into it. ESC plans its batches from A's column indices, which it copies back for a
+//!   resident A (4 bytes per entry), and for a column window of a resident B its columns too.
+//! - [`Backend::plan_spgemm`] keeps C's structure (offsets and columns) on the device;
+//!   [`Backend::execute_spgemm`] runs only the numeric phase into a new value array and
+//!   shares the structure with the plan.
+//!
+//! Every device allocation reserves its bytes in the backend's [`MemoryPool`]
+//! ([`Device::memory_pool`]); [`Backend::spgemm_requirement`] and plan requirements bound
+//! what the calls reserve (the calls cap their work memory at the bound they report). Driver
+//! failures become [`Error::Device`] with a [`DeviceFault`](hetsparse_core::DeviceFault)
+//! (launch failures 701, 702, 719: `LaunchFailed`; faults that leave the context unusable,
+//! such as 700, ECC errors, a destroyed context or 999: `DeviceLost`) and the code in the
+//! message. Chunks of [`Backend::spgemm_chunks`] carry their
+//! [`ChunkTiming`](hetsparse_core::ChunkTiming), measured with device events.
 //!
 //! Writing an operation on this backend (what `spgemm/` does):
 //! 1. [`Gpu::bind`] first (the context is current per thread), then a [`Stream`];
@@ -104,7 +133,7 @@ impl CudaBackend {
     /// Limits the device memory this backend allocates to `bytes` (operands, work buffers and
     /// result batches together). Products larger than the budget are still computed, in more
     /// batches; operations whose operands do not fit return
-    /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory).
+    /// [`Error::OutOfMemory`].
     pub fn with_memory_budget(self, bytes: u64) -> Self {
         self.gpu
             .memory()
