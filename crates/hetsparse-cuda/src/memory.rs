@@ -62,9 +62,24 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             _memory: PhantomData,
         }
     }
-    /// Copies `host` into the start of the slice, queued on `stream`. Pageable host memory
-    /// is staged by the driver before the call returns, so `host` may be reused at once.
+    /// Copies `host` into the start of the slice, queued on `stream`; `host` may be reused as
+    /// soon as this returns. Pageable host memory is staged by the driver before the call
+    /// returns; from page-locked memory the copy is truly asynchronous, so the stream is
+    /// waited for (use [`DeviceSlice::upload_async`] to overlap such a copy).
     pub fn upload(&self, stream: &Stream, host: &[T]) -> Result<()> {
+        // SAFETY: the copy is over, or has staged `host`, before it is handed back.
+        unsafe { self.upload_async(stream, host)? };
+        if !host.is_empty() && is_page_locked(host.as_ptr() as *const c_void) {
+            stream.synchronize()?;
+        }
+        Ok(())
+    }
+    /// Queues a copy of `host` into the start of the slice on `stream`.
+    ///
+    /// # Safety
+    /// If `host` is page-locked the copy runs after this returns: `host` must be neither
+    /// written nor freed until `stream` has passed this point.
+    pub unsafe fn upload_async(&self, stream: &Stream, host: &[T]) -> Result<()> {
         assert!(
             host.len() <= self.len,
             "upload larger than the device slice"
@@ -72,7 +87,8 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         if host.is_empty() {
             return Ok(());
         }
-        // SAFETY: both ranges are valid for `host.len()` elements.
+        // SAFETY: both ranges are valid for `host.len()` elements; `host`'s lifetime by the
+        // caller's contract.
         check(
             unsafe {
                 ffi::cuMemcpyHtoDAsync_v2(
@@ -265,6 +281,21 @@ impl<T> Drop for DeviceBuffer<T> {
         }
         // The reservation is released after the free.
     }
+}
+
+/// Whether the driver knows `ptr` as page-locked host memory (copies from it are
+/// asynchronous). Memory it does not know (pageable) is an error of the query: not locked.
+fn is_page_locked(ptr: *const c_void) -> bool {
+    let mut kind: u32 = 0;
+    // SAFETY: a query into a local; the driver reads no memory at `ptr`.
+    let code = unsafe {
+        ffi::cuPointerGetAttribute(
+            &mut kind as *mut u32 as *mut c_void,
+            ffi::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as CUdeviceptr,
+        )
+    };
+    code == ffi::CUDA_SUCCESS && kind == ffi::CU_MEMORYTYPE_HOST
 }
 
 /// Free device memory as the driver reports it for the current context (0 if it cannot say).

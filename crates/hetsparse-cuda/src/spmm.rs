@@ -340,7 +340,10 @@ fn stream_panels<T: DeviceScalar>(
         let b_panel = slot.b_dev.slice().sub(0, inner * pw);
         {
             let _h = tracing::debug_span!("H2D", bytes = inner * pw * size_of::<T>()).entered();
-            b_panel.upload(&slot.stream, &slot.b_host[..inner * pw])?;
+            // SAFETY: `b_host` is written again only after `unpack_finished` has synchronised
+            // the slot's stream (every panel leaves a pending C copy behind it), and on an
+            // error `spmm` synchronises every slot's stream before the staging is dropped.
+            unsafe { b_panel.upload_async(&slot.stream, &slot.b_host[..inner * pw])? };
         }
         {
             let _k = tracing::debug_span!("kernel", ?method, columns = pw).entered();
