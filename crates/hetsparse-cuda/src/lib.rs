@@ -46,8 +46,9 @@
 //! - SpGEMM reads what it needs of resident operands on the device (row products by the
 //!   analysis kernel; the row offsets kept on the host). `spgemm_resident` runs the symbolic
 //!   phase (exact entries per row), allocates C once and writes the numeric phase straight
-//!   into it. ESC plans its batches from A's column indices, which it copies back for a
-//!   resident A (4 bytes per entry), and for a column window of a resident B its columns too.
+//!   into it. ESC plans its batches on the host from A's column indices, which it copies back
+//!   once per call for a resident A (4 bytes per entry), and, where a chunk has a column
+//!   window, B's too; the other algorithms read nothing back.
 //! - [`Backend::plan_spgemm`] keeps C's structure (offsets and columns) on the device;
 //!   [`Backend::execute_spgemm`] runs only the numeric phase into a new value array and
 //!   shares the structure with the plan.

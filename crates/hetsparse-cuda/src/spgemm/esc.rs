@@ -4,9 +4,7 @@
 //! host synchronisations, as in the paper: the entry counts before compression, and the
 //! output copy.
 
-use std::borrow::Cow;
-
-use hetsparse_core::Result;
+use hetsparse_core::{Error, Result};
 
 use crate::context::{Arg, LaunchConfig};
 use crate::error::out_of_memory;
@@ -17,21 +15,12 @@ use super::{acc_bytes, footprint, offsets, Job, Output, Scratch};
 /// Products each expansion thread forms (the balanced split of Polok's Alg. 1).
 const PER_THREAD: u64 = 4;
 
-/// The column indices of A's entries `e0..e1`: the host matrix's, or copied from the device
-/// for a resident A (4 bytes per entry of the chunk's rows).
-fn a_columns<'j, T: DeviceScalar>(
-    job: &Job<'j, T>,
-    e0: usize,
-    e1: usize,
-) -> Result<Cow<'j, [u32]>> {
-    Ok(match job.a_host {
-        Some(a) => Cow::Borrowed(&a.col_indices()[e0..e1]),
-        None => {
-            let _span = tracing::debug_span!("D2H", what = "ESC: columns of A", entries = e1 - e0)
-                .entered();
-            Cow::Owned(job.a.cols.slice().sub(e0, e1 - e0).to_vec(job.stream)?)
-        }
-    })
+/// The error for host structure ESC was not given (a bug of the caller in this crate).
+fn missing(what: &str) -> Error {
+    Error::Internal {
+        backend: crate::error::BACKEND.into(),
+        what: format!("ESC was not given {what} on the host"),
+    }
 }
 
 /// Work memory a batch of `rows` rows with `entries` entries of A and `products` products
@@ -56,16 +45,12 @@ pub(super) fn chunk<T: DeviceScalar>(
     let b_off = job.b.host_offsets.as_slice();
     let e0 = a_off[job.rows.start] as usize;
     let e1 = a_off[job.rows.end] as usize;
-    let a_col = a_columns(job, e0, e1)?;
-    // A column window inside B's rows needs B's columns: the host matrix's, or (resident B)
-    // a copy of them. The whole width needs only B's offsets.
-    let b_cols: Option<Cow<'_, [u32]>> = match (job.full_width(), job.b_host) {
-        (true, _) => None,
-        (false, Some(b)) => Some(Cow::Borrowed(b.col_indices())),
-        (false, None) => {
-            let _span = tracing::debug_span!("D2H", what = "ESC: columns of B").entered();
-            Some(Cow::Owned(job.b.cols.slice().to_vec(job.stream)?))
-        }
+    let a_col = &job.a_cols.ok_or_else(|| missing("A's column indices"))?[e0..e1];
+    // A column window inside B's rows needs B's columns; the whole width only B's offsets.
+    let b_cols = if job.full_width() {
+        None
+    } else {
+        Some(job.b_cols.ok_or_else(|| missing("B's column indices"))?)
     };
     // Per nonzero of A: its products inside the window and where they start in B.
     let mut b_start = Vec::with_capacity(e1 - e0);

@@ -17,6 +17,7 @@ mod esc;
 mod pipeline;
 mod tiled;
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,16 +55,16 @@ pub(crate) fn entry_bytes<T: DeviceScalar>() -> u64 {
     4 + std::mem::size_of::<T>() as u64
 }
 
-/// One chunk's operands and window: rows `rows` of A, columns `cols` of B. The host
-/// matrices are there when the operands came from the host (ESC plans its batches from their
-/// structure; resident operands lend it from the device instead).
+/// One chunk's operands and window: rows `rows` of A, columns `cols` of B. ESC plans its
+/// batches on the host from A's column indices (and B's, for a column window): those are
+/// `a_cols` and `b_cols` where it runs.
 pub(crate) struct Job<'a, T: DeviceScalar> {
     pub gpu: &'a Gpu,
     pub stream: &'a Stream,
     pub a: &'a DeviceCsr<T>,
     pub b: &'a DeviceCsr<T>,
-    pub a_host: Option<&'a Csr<T>>,
-    pub b_host: Option<&'a Csr<T>>,
+    pub a_cols: Option<&'a [u32]>,
+    pub b_cols: Option<&'a [u32]>,
     pub rows: Range<usize>,
     pub col_lo: u32,
     pub col_hi: u32,
@@ -301,6 +302,26 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
     }
 }
 
+/// A matrix's column indices on the host where `needed`: the host matrix's own, or for a
+/// resident one a copy from the device (4 bytes per entry, once per call).
+fn esc_columns<'a, T: DeviceScalar>(
+    stream: &Stream,
+    dev: &DeviceCsr<T>,
+    host: Option<&'a Csr<T>>,
+    needed: bool,
+) -> Result<Option<Cow<'a, [u32]>>> {
+    Ok(match (needed, host) {
+        (false, _) => None,
+        (true, Some(h)) => Some(Cow::Borrowed(h.col_indices())),
+        (true, None) => {
+            let _span =
+                tracing::debug_span!("D2H", what = "ESC: column indices", entries = dev.nnz())
+                    .entered();
+            Some(Cow::Owned(dev.cols.slice().to_vec(stream)?))
+        }
+    })
+}
+
 /// The index limits of the kernels: 32-bit column indices (one value reserved) and row lists.
 fn check_limits(a: (usize, usize), b: (usize, usize)) -> Result<()> {
     if b.1 > u32::MAX as usize {
@@ -371,8 +392,8 @@ fn all_row_products<T: DeviceScalar>(
         stream,
         a,
         b,
-        a_host: None,
-        b_host: None,
+        a_cols: None,
+        b_cols: None,
         rows: 0..a.nrows,
         col_lo: 0,
         col_hi: b.ncols as u32,
@@ -482,6 +503,12 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let (db, b_host) = b.place(gpu, &stream, "B")?;
     let placed = Event::new(true)?;
     placed.record(&stream)?;
+    let esc = matches!(method, Method::Esc);
+    let windowed = chunks
+        .iter()
+        .any(|c| c.cols.start != 0 || c.cols.end != db.ncols);
+    let a_cols = esc_columns(&stream, &da, a_host, esc)?;
+    let b_cols = esc_columns(&stream, &db, b_host, esc && windowed)?;
     let host_bytes = |m: Operand<'_, T>| match m {
         Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
         Operand::Device(_) => 0,
@@ -529,8 +556,8 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
             stream: &stream,
             a: &da,
             b: &db,
-            a_host,
-            b_host,
+            a_cols: a_cols.as_deref(),
+            b_cols: b_cols.as_deref(),
             rows: chunk.rows.clone(),
             col_lo: chunk.cols.start as u32,
             col_hi: chunk.cols.end as u32,
@@ -792,15 +819,16 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     .entered();
     let stream = Stream::new()?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
-    let (db, b_host) = b.place(gpu, &stream, "B")?;
+    let (db, _) = b.place(gpu, &stream, "B")?;
     let tracker = gpu.memory();
+    let a_cols = esc_columns(&stream, &da, a_host, matches!(method, Method::Esc))?;
     let job = Job {
         gpu,
         stream: &stream,
         a: &da,
         b: &db,
-        a_host,
-        b_host,
+        a_cols: a_cols.as_deref(),
+        b_cols: None,
         rows: 0..nrows,
         col_lo: 0,
         col_hi: ncols as u32,
