@@ -306,7 +306,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
                     DenseIn::Device { layout, .. } => *layout,
                 };
                 let c = spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto)?;
-                let data = spmv::download_vec::<T>(&c)?;
+                let data = spmv::download_vec::<T>(&self.gpu, &c)?;
                 Ok(Dense::try_new(nrows, ncols, layout, data)?)
             }
         }
@@ -323,7 +323,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
         let y = spmv::spmv_device(&self.gpu, a, x, SpmvKernel::Auto)?;
-        spmv::download_vec::<T>(&y)
+        spmv::download_vec::<T>(&self.gpu, &y)
     }
 
     fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
@@ -351,7 +351,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
         let dev = self.csr(m)?;
         self.gpu.bind()?;
-        dev.download(&Stream::new()?)
+        dev.download(&self.gpu, &Stream::new()?)
     }
 
     fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
@@ -365,7 +365,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         let dev = self.dense(d)?;
         self.gpu.bind()?;
-        dev.download(&Stream::new()?, d.shape(), d.layout())
+        dev.download(&self.gpu, &Stream::new()?, d.shape(), d.layout())
     }
 
     fn spgemm_resident(

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use cust::memory::{DeviceCopy, LockedBuffer};
 use hetsparse_core::{MemoryPool, Reservation, Result};
 
-use crate::context::{Arg, Stream};
+use crate::context::{Arg, Event, Stream};
 use crate::error::{check, from_cust, out_of_memory};
 use crate::ffi::{self, CUcontext, CUdeviceptr};
 
@@ -116,6 +116,57 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         let mut v = vec![T::default(); self.len];
         self.download(stream, &mut v)?;
         Ok(v)
+    }
+    /// Downloads the whole slice into a new vector through page-locked staging buffers from
+    /// `pool` (copies into pageable memory run at a fifth of the speed): pieces of
+    /// [`STAGE_BYTES`] alternate between two buffers, so one piece is copied out on the host
+    /// while the next one comes in. Small slices go directly.
+    pub fn to_vec_staged(&self, stream: &Stream, pool: &PinnedPool) -> Result<Vec<T>>
+    where
+        T: DeviceCopy + Default,
+    {
+        let size = size_of::<T>().max(1);
+        if self.bytes() < STAGE_MIN_BYTES {
+            return self.to_vec(stream);
+        }
+        let piece = (STAGE_BYTES as usize / size).max(1);
+        let mut out = vec![T::default(); self.len];
+        let mut stage = [
+            pool.take(piece * size, "pinned download staging")?,
+            pool.take(piece * size, "pinned download staging")?,
+        ];
+        let landed = [Event::new(false)?, Event::new(false)?];
+        let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+        let result = (|| -> Result<()> {
+            for (k, start) in (0..self.len).step_by(piece).enumerate() {
+                let i = k % 2;
+                if let Some((at, n)) = pending[i].take() {
+                    landed[i].synchronize()?;
+                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
+                }
+                let n = piece.min(self.len - start);
+                // SAFETY: the staging buffer is page-locked, and read (above) or returned to
+                // the pool (below) only after its event has been waited for.
+                unsafe {
+                    self.sub(start, n)
+                        .download_unchecked(stream, stage[i].typed_mut::<T>(n))?
+                };
+                landed[i].record(stream)?;
+                pending[i] = Some((start, n));
+            }
+            for i in [0, 1] {
+                if let Some((at, n)) = pending[i].take() {
+                    landed[i].synchronize()?;
+                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            // Copies may still be queued into the staging buffers, which go back to the pool.
+            let _ = stream.synchronize();
+        }
+        result.map(|()| out)
     }
     /// Queues a copy of `len` elements into `host[host_start..]` (pinned, so truly
     /// asynchronous).
@@ -309,6 +360,11 @@ pub(crate) fn free_device_memory() -> u64 {
         0
     }
 }
+
+/// Bytes of one piece of a staged download ([`DeviceSlice::to_vec_staged`]).
+pub const STAGE_BYTES: u64 = 16 << 20;
+/// From this size downloads are staged through page-locked memory.
+const STAGE_MIN_BYTES: u64 = 1 << 20;
 
 /// Alignment of arena allocations (the driver's own is 256 bytes).
 const ARENA_ALIGN: u64 = 256;

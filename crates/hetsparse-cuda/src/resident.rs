@@ -72,11 +72,11 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         }
     }
 
-    /// Copies the matrix to the host, waiting for `stream` first.
-    pub fn download(&self, stream: &Stream) -> Result<Csr<T>> {
+    /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
+    pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
-        let cols = self.cols.slice().to_vec(stream)?;
-        let vals = self.vals.slice().to_vec(stream)?;
+        let cols = self.cols.slice().to_vec_staged(stream, gpu.pinned_pool())?;
+        let vals = self.vals.slice().to_vec_staged(stream, gpu.pinned_pool())?;
         Csr::try_new(
             self.nrows,
             self.ncols,
@@ -106,16 +106,17 @@ impl<T: DeviceScalar> DeviceDense<T> {
         })
     }
 
-    /// Copies the matrix to the host, waiting for `stream` first.
+    /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
     pub fn download(
         &self,
+        gpu: &Gpu,
         stream: &Stream,
         shape: (usize, usize),
         layout: Layout,
     ) -> Result<Dense<T>> {
         let _span = tracing::debug_span!("D2H", what = "dense matrix", elements = self.data.len())
             .entered();
-        let data = self.data.slice().to_vec(stream)?;
+        let data = self.data.slice().to_vec_staged(stream, gpu.pinned_pool())?;
         Ok(Dense::try_new(
             shape.0,
             shape.1,

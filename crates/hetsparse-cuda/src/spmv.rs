@@ -559,14 +559,17 @@ pub(crate) fn spmv<T: DeviceScalar>(
 ) -> Result<Vec<T>> {
     check::spmv(&a, x)?;
     let y = spmv_device(gpu, SparseIn::Host(a), VecIn::Host(x), kernel)?;
-    download_vec::<T>(&y)
+    download_vec::<T>(gpu, &y)
 }
 
 /// Copies a device vector to the host.
-pub(crate) fn download_vec<T: DeviceScalar>(y: &DeviceBuffer<T::Device>) -> Result<Vec<T>> {
+pub(crate) fn download_vec<T: DeviceScalar>(
+    gpu: &Gpu,
+    y: &DeviceBuffer<T::Device>,
+) -> Result<Vec<T>> {
     let stream = Stream::new()?;
     let _d = tracing::debug_span!("D2H", bytes = y.len() * size_of::<T>()).entered();
-    let out = y.slice().to_vec(&stream)?;
+    let out = y.slice().to_vec_staged(&stream, gpu.pinned_pool())?;
     Ok(from_device::<T>(&out).to_vec())
 }
 
