@@ -554,7 +554,10 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
                 panel_columns: None,
             },
         )?;
-        return DeviceBuffer::from_host(gpu.memory(), &stream, as_device(c.data()), "SpMM C");
+        let c_dev = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(c.data()), "SpMM C")?;
+        // The result is handed out (and may be read on any stream) once its copy has landed.
+        stream.synchronize()?;
+        return Ok(c_dev);
     }
     let uploaded;
     let b_dev = match b {
