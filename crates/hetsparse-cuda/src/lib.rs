@@ -170,12 +170,16 @@ impl Device for CudaBackend {
         Some(Arc::clone(self.gpu.memory()))
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
-            .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
-            .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
-            .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
+    fn capabilities(&self) -> &Capabilities {
+        // The same on every GPU the PTX loads on: computed once.
+        static CAPABILITIES: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
+        CAPABILITIES.get_or_init(|| {
+            Capabilities::new()
+                .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
+                .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
+                .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
+                .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
+        })
     }
 }
 

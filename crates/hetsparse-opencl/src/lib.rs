@@ -79,6 +79,7 @@ pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 #[derive(Clone)]
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
+    capabilities: Arc<Capabilities>,
     budget_bytes: Option<u64>,
     search: ExpansionSearch,
 }
@@ -129,8 +130,10 @@ impl OpenClBackend {
         let devices = device::enumerate()?;
         let (id, description) = device::pick(&devices, selector)?;
         tracing::info!(device = %description, "OpenCL device chosen");
+        let capabilities = Arc::new(capabilities_of(&description));
         Ok(OpenClBackend {
             state: runtime::device_state(id, description)?,
+            capabilities,
             budget_bytes: None,
             search: ExpansionSearch::default(),
         })
@@ -218,8 +221,8 @@ impl Device for OpenClBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        capabilities_of(&self.state.description)
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 }
 

@@ -196,9 +196,9 @@ pub type ChunkSink<'a, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'a;
 pub trait Device: Send + Sync {
     /// The device this backend runs on.
     fn info(&self) -> DeviceInfo;
-    /// The operations and scalar types it runs. Computed once per backend: callers may ask on
-    /// every call.
-    fn capabilities(&self) -> Capabilities;
+    /// The operations and scalar types it runs: computed once when the backend is made, so
+    /// that operations can check it on every call.
+    fn capabilities(&self) -> &Capabilities;
     /// The memory its resident matrices live in. Backends on the same memory share handles.
     /// The default, [`MemorySpace::Host`], is right for backends that compute in host memory.
     fn memory_space(&self) -> MemorySpace {
@@ -375,9 +375,11 @@ pub trait Backend<T: Scalar>: Device {
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         let products = crate::analysis::total_products(ha, hb)?;
         let structure = plan::HostStructure::of(&c);
-        let mut requirement = MemoryRequirement::default();
-        requirement.output_bytes = memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
-        requirement.work_bytes = structure.bytes();
+        let requirement = MemoryRequirement {
+            output_bytes: memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>()),
+            work_bytes: structure.bytes(),
+            ..MemoryRequirement::default()
+        };
         Ok(SpgemmPlan::from_state(
             self.memory_space(),
             options.clone(),
@@ -427,9 +429,10 @@ pub trait Backend<T: Scalar>: Device {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         let bound = check::output_bound(ha, hb)?;
-        let mut requirement = MemoryRequirement::default();
-        requirement.output_bytes = memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>());
-        Ok(requirement)
+        Ok(MemoryRequirement {
+            output_bytes: memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>()),
+            ..MemoryRequirement::default()
+        })
     }
 
     // --- Chunks ----------------------------------------------------------------------------
