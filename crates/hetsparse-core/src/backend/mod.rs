@@ -283,13 +283,10 @@ pub trait Backend<T: Scalar>: Device {
     /// for it accept it.
     fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
         let host = check::host_csr(self, pattern, "upload_values")?;
-        let (nrows, ncols, offsets, cols, _) = host.clone().into_parts();
         check::value_count(pattern.nnz(), values.len())?;
-        // SAFETY: the structure is that of a valid matrix; only the values change.
-        let m = unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, cols, values.to_vec()) };
         Ok(ResidentCsr::from_host(
             pattern.space().clone(),
-            m,
+            host.with_values(values.to_vec())?,
             pattern.pattern(),
         ))
     }

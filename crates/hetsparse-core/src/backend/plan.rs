@@ -117,7 +117,8 @@ impl<T: Scalar> SpgemmPlan<T> {
     pub fn products(&self) -> u64 {
         self.products
     }
-    /// What one execution needs in memory, resident operands assumed.
+    /// What one execution needs in memory beyond what the plan holds (C's structure may live
+    /// in the plan and be shared by every result), resident operands assumed.
     pub fn requirement(&self) -> MemoryRequirement {
         self.requirement
     }
@@ -171,20 +172,22 @@ impl<T: Scalar> SpgemmPlan<T> {
 
 /// The product's structure in host memory: the plan state of backends that compute there.
 /// Made only from a valid matrix, so it is always canonical.
+/// Every result of the plan shares it: an execution writes only values.
 #[derive(Debug)]
 pub struct HostStructure {
     ncols: usize,
-    row_offsets: Vec<u64>,
-    col_indices: Vec<u32>,
+    row_offsets: Arc<Vec<u64>>,
+    col_indices: Arc<Vec<u32>>,
 }
 
 impl HostStructure {
-    /// The structure of a computed product.
+    /// The structure of a computed product (shared with it, not copied).
     pub fn of<T: Scalar>(c: &Csr<T>) -> Self {
+        let (row_offsets, col_indices) = c.shared_structure();
         HostStructure {
             ncols: c.ncols(),
-            row_offsets: c.row_offsets().to_vec(),
-            col_indices: c.col_indices().to_vec(),
+            row_offsets,
+            col_indices,
         }
     }
     /// Bytes it holds.
@@ -233,7 +236,7 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
     }
     let nnz = structure.col_indices.len();
     // Every value is written exactly once below, so C's values start uninitialised (no pass
-    // to zero them), and its structure is copied in parallel.
+    // to zero them); the structure is the plan's own, shared.
     let mut values: Vec<T> = Vec::with_capacity(nnz);
     crate::advise_huge_pages(values.spare_capacity_mut());
     let mut pieces: Vec<(usize, &mut [MaybeUninit<T>])> =
@@ -303,11 +306,15 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
     )?;
     // SAFETY: the batches tile C's entries and each row wrote every value of its range.
     unsafe { values.set_len(nnz) };
-    let mut row_offsets = Vec::with_capacity(nrows + 1);
-    row_offsets.par_extend(structure.row_offsets.par_iter().copied());
-    let mut col_indices = Vec::with_capacity(nnz);
-    col_indices.par_extend(structure.col_indices.par_iter().copied());
     // SAFETY: the structure is that of a canonical product (sorted, in bounds: it was made
     // from a valid matrix of these dimensions, checked above); every value was written.
-    Ok(unsafe { Csr::from_parts_unchecked(nrows, ncols, row_offsets, col_indices, values) })
+    Ok(unsafe {
+        Csr::from_shared_parts_unchecked(
+            nrows,
+            ncols,
+            Arc::clone(&structure.row_offsets),
+            Arc::clone(&structure.col_indices),
+            values,
+        )
+    })
 }

@@ -1,4 +1,5 @@
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::{
     check_len, check_shape, sort_and_sum_lines, validate_compressed, CompressedNames, Coo, Dense,
@@ -31,12 +32,16 @@ const CSC: CompressedNames = CompressedNames {
 /// assert_eq!(a.get(0, 2), Some(2.0));
 /// # Ok::<(), hetsparse_core::FormatError>(())
 /// ```
+///
+/// The structure (offsets and column indices) is reference-counted: matrices of one pattern
+/// with different values (a plan's results, `Backend::upload_values` on the host) share it, and
+/// cloning copies only the values.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Csr<T> {
     nrows: usize,
     ncols: usize,
-    row_offsets: Vec<u64>,
-    col_indices: Vec<u32>,
+    row_offsets: Arc<Vec<u64>>,
+    col_indices: Arc<Vec<u32>>,
     values: Vec<T>,
 }
 
@@ -53,8 +58,8 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         })
     }
@@ -81,8 +86,8 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         })
     }
@@ -106,8 +111,8 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows,
             ncols,
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         }
     }
@@ -137,8 +142,8 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets: vec![0; nrows + 1],
-            col_indices: Vec::new(),
+            row_offsets: Arc::new(vec![0; nrows + 1]),
+            col_indices: Arc::new(Vec::new()),
             values: Vec::new(),
         })
     }
@@ -149,8 +154,8 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: n,
             ncols: n,
-            row_offsets: (0..=n as u64).collect(),
-            col_indices: (0..n as u32).collect(),
+            row_offsets: Arc::new((0..=n as u64).collect()),
+            col_indices: Arc::new((0..n as u32).collect()),
             values: vec![T::from_f64(1.0); n],
         })
     }
@@ -207,13 +212,65 @@ impl<T: Scalar> Csr<T> {
         let (cols, vals) = self.row(i);
         cols.binary_search(&(j as u32)).ok().map(|k| vals[k])
     }
+    /// This matrix's structure with other `values` (one per stored entry), sharing the
+    /// structure instead of copying it.
+    ///
+    /// ```
+    /// use hetsparse_core::format::Csr;
+    /// let a = Csr::try_new(2, 2, vec![0, 1, 2], vec![1, 0], vec![1.0, 2.0])?;
+    /// let b = a.with_values(vec![5.0, 6.0])?;
+    /// assert_eq!(b.get(0, 1), Some(5.0));
+    /// assert!(a.with_values(vec![1.0]).is_err());
+    /// # Ok::<(), hetsparse_core::FormatError>(())
+    /// ```
+    pub fn with_values(&self, values: Vec<T>) -> Result<Csr<T>, FormatError> {
+        check_len(
+            CSR.format,
+            "values",
+            self.col_indices.len() as u64,
+            values.len(),
+        )?;
+        Ok(Csr {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            row_offsets: Arc::clone(&self.row_offsets),
+            col_indices: Arc::clone(&self.col_indices),
+            values,
+        })
+    }
+
+    /// The structure, shared.
+    pub(crate) fn shared_structure(&self) -> (Arc<Vec<u64>>, Arc<Vec<u32>>) {
+        (Arc::clone(&self.row_offsets), Arc::clone(&self.col_indices))
+    }
+
+    /// A matrix over a shared structure.
+    ///
+    /// # Safety
+    /// The structure must be canonical for `nrows × ncols` and `values` as long as its indices.
+    pub(crate) unsafe fn from_shared_parts_unchecked(
+        nrows: usize,
+        ncols: usize,
+        row_offsets: Arc<Vec<u64>>,
+        col_indices: Arc<Vec<u32>>,
+        values: Vec<T>,
+    ) -> Self {
+        Csr {
+            nrows,
+            ncols,
+            row_offsets,
+            col_indices,
+            values,
+        }
+    }
+
     /// `(nrows, ncols, row_offsets, col_indices, values)`.
     pub fn into_parts(self) -> (usize, usize, Vec<u64>, Vec<u32>, Vec<T>) {
         (
             self.nrows,
             self.ncols,
-            self.row_offsets,
-            self.col_indices,
+            Arc::try_unwrap(self.row_offsets).unwrap_or_else(|shared| (*shared).clone()),
+            Arc::try_unwrap(self.col_indices).unwrap_or_else(|shared| (*shared).clone()),
             self.values,
         )
     }
@@ -234,11 +291,13 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: range.len(),
             ncols: self.ncols,
-            row_offsets: self.row_offsets[range.start..=range.end]
-                .iter()
-                .map(|o| o - base)
-                .collect(),
-            col_indices: self.col_indices[s..e].to_vec(),
+            row_offsets: Arc::new(
+                self.row_offsets[range.start..=range.end]
+                    .iter()
+                    .map(|o| o - base)
+                    .collect(),
+            ),
+            col_indices: Arc::new(self.col_indices[s..e].to_vec()),
             values: self.values[s..e].to_vec(),
         })
     }
@@ -270,8 +329,8 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: self.nrows,
             ncols: range.len(),
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         })
     }
@@ -280,7 +339,7 @@ impl<T: Scalar> Csr<T> {
     pub fn transpose(&self) -> Self {
         let nnz = self.col_indices.len();
         let mut counts = vec![0u64; self.ncols + 1];
-        for &j in &self.col_indices {
+        for &j in self.col_indices.iter() {
             counts[j as usize + 1] += 1;
         }
         for j in 0..self.ncols {
@@ -302,8 +361,8 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows: self.ncols,
             ncols: self.nrows,
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         }
     }
@@ -328,8 +387,8 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows: self.nrows,
             ncols: self.ncols,
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         }
     }
@@ -344,7 +403,7 @@ impl<T: Scalar> Csr<T> {
             self.nrows,
             self.ncols,
             rows,
-            self.col_indices.clone(),
+            self.col_indices.to_vec(),
             self.values.clone(),
         )
     }
@@ -381,8 +440,8 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows: d.nrows(),
             ncols: d.ncols(),
-            row_offsets,
-            col_indices,
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
             values,
         }
     }
@@ -428,8 +487,8 @@ impl<T: Scalar> Csc<T> {
             transposed: Csr {
                 nrows: ncols,
                 ncols: nrows,
-                row_offsets: col_offsets,
-                col_indices: row_indices,
+                row_offsets: Arc::new(col_offsets),
+                col_indices: Arc::new(row_indices),
                 values,
             },
         })
@@ -457,8 +516,8 @@ impl<T: Scalar> Csc<T> {
             transposed: Csr {
                 nrows: ncols,
                 ncols: nrows,
-                row_offsets: col_offsets,
-                col_indices: row_indices,
+                row_offsets: Arc::new(col_offsets),
+                col_indices: Arc::new(row_indices),
                 values,
             },
         })
