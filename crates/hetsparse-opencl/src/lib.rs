@@ -5,7 +5,7 @@
 //! once per device and scalar type (the compiled programs are cached for the process).
 //!
 //! ```
-//! use hetsparse_core::{format::Csr, Backend, SpgemmAlgorithm};
+//! use hetsparse_core::{format::Csr, Backend, RunControl, SpgemmAlgorithm, SpgemmOptions};
 //! use hetsparse_opencl::OpenClBackend;
 //!
 //! let backend = match OpenClBackend::new() {
@@ -15,6 +15,14 @@
 //! let a = Csr::<f32>::identity(4)?;
 //! let c = backend.spgemm(&a, &a, SpgemmAlgorithm::Esc)?;
 //! assert_eq!(c, a);
+//!
+//! // Resident: A goes to the device once, A·A and (A·A)·A stay there.
+//! let ra = backend.upload(&a)?;
+//! let run = RunControl::new();
+//! let opts = SpgemmOptions::new();
+//! let aa = backend.spgemm_resident((&ra).into(), (&ra).into(), &opts, &run)?;
+//! let aaa = backend.spgemm_resident((&aa).into(), (&ra).into(), &opts, &run)?;
+//! assert_eq!(backend.download(&aaa)?, a);
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
 //!
@@ -25,6 +33,28 @@
 //! | DIA × DIA | through CSR SpGEMM (the trait's default) |
 //! | SpMV | CSR scalar or vector (by mean row length), ELLR-T, CSPR with atomic row sums; CSC, COO, DIA and BSR converted to CSR on the host |
 //! | SpMM | csrmm, ELLR-T; CSC, COO, DIA, CSPR and BSR converted to CSR on the host |
+//!
+//! ## Residency
+//!
+//! Resident matrices ([`Backend::upload`], results of the `*_resident` operations) live in
+//! device buffers of one OpenCL context: [`Device::memory_space`] is `opencl` device *n*, *n*
+//! numbering the contexts of the process. Every backend made for a device (and every clone)
+//! shares that device's context, so they share handles; [`OpenClBackend::with_own_context`]
+//! makes a separate space. Handles of another space are [`Error::WrongDevice`]. A CSR matrix is
+//! its row offsets, column indices and values; [`Backend::upload_values`] shares the structure.
+//! SpMV, SpMM and SpGEMM run their kernels on resident operands where they lie (host operands
+//! are copied for the call); a resident SpGEMM counts its expansion on the device (one
+//! synchronisation more than from host operands, where the host counts it during the upload).
+//! Only when the expansion does not fit the memory left do resident operands go through the
+//! host, which cuts B into column slices. Plans keep the product's structure on the device;
+//! executing one recomputes the values only (a kernel per row of C over the planned
+//! structure). Chunks run one by one on a profiling queue (kernel and transfer times from
+//! OpenCL events), resident operands brought to the host once to be cut there.
+//!
+//! [`Device::memory_pool`] accounts for device memory: its limit is the device's global
+//! memory, or [`OpenClBackend::with_memory_budget`]; resident matrices hold reservations for
+//! their bytes, each call for what it allocates, and [`Backend::spgemm_requirement`] bounds a
+//! product's peak.
 //!
 //! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
 //! f32 on every device.

@@ -120,10 +120,7 @@ impl OpenClBackend {
         match (op, up) {
             (_, Some(u)) => Ok(u.view()),
             (CsrOperand::Resident(r), None) => Ok(self.csr_storage(r)?.operand()),
-            (CsrOperand::Host(_), None) => Err(Error::Internal {
-                backend: BACKEND.into(),
-                what: "a host operand was not uploaded".into(),
-            }),
+            (CsrOperand::Host(_), None) => Err(not_uploaded()),
         }
     }
 
@@ -451,24 +448,27 @@ impl OpenClBackend {
         x: VectorOperand<'_, T>,
         keep: bool,
     ) -> Result<(DeviceBuffer<u8>, usize, Reservation)> {
-        let rows_host;
-        let owned_csr;
-        let (rows, uploaded) = match a {
-            SparseOperand::Resident(r) => (self.csr_storage(r)?.rows(), 0),
-            SparseOperand::Host(m) => {
-                rows_host = match m {
-                    SparseRef::Ellr(e) => RowOperand::Ellr(e),
-                    SparseRef::Csr(c) => RowOperand::Csr(c),
-                    other => {
-                        owned_csr = other.to_csr();
-                        RowOperand::Csr(&owned_csr)
-                    }
-                };
-                let bytes = rows_host.bytes();
-                (rows_host.upload(q)?, bytes)
-            }
+        let mut owned = None;
+        let host_rows = match a {
+            SparseOperand::Resident(_) => None,
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
         };
         let n = a.shape().0;
+        // Reserved before anything is allocated: what is copied for the call, and y.
+        let copied = host_rows.as_ref().map_or(0, RowOperand::bytes)
+            + match x {
+                VectorOperand::Host(v) => resident::value_bytes::<T>(v.len() as u64),
+                VectorOperand::Resident(_) => 0,
+            };
+        let _work = self.pool.reserve(copied, "SpMV operands")?;
+        let y_reservation = self
+            .pool
+            .reserve(resident::value_bytes::<T>(n as u64), "SpMV result")?;
+        let rows = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => self.csr_storage(r)?.rows(),
+            (_, Some(h)) => h.upload(q)?,
+            (SparseOperand::Host(_), None) => return Err(not_uploaded()),
+        };
         let x_up;
         let x_dev: &DeviceBuffer<u8> = match x {
             VectorOperand::Resident(d) => &self.dense_storage(d)?.data,
@@ -477,14 +477,6 @@ impl OpenClBackend {
                 &x_up
             }
         };
-        let x_bytes = match x {
-            VectorOperand::Host(v) => resident::value_bytes::<T>(v.len() as u64),
-            VectorOperand::Resident(_) => 0,
-        };
-        let _work = self.pool.reserve(uploaded + x_bytes, "SpMV operands")?;
-        let y_reservation = self
-            .pool
-            .reserve(resident::value_bytes::<T>(n as u64), "SpMV result")?;
         let y = multiply::spmv_device::<T>(q, program, &rows, x_dev, keep)?;
         Ok((y, n, y_reservation))
     }
@@ -500,43 +492,41 @@ impl OpenClBackend {
         b: DenseOperand<'_, T>,
         keep: bool,
     ) -> Result<(DeviceBuffer<u8>, (usize, usize), Layout, Reservation)> {
-        let rows_host;
-        let owned_csr;
-        let (rows, uploaded) = match a {
-            SparseOperand::Resident(r) => (self.csr_storage(r)?.rows(), 0),
-            SparseOperand::Host(m) => {
-                rows_host = match m {
-                    SparseRef::Ellr(e) => RowOperand::Ellr(e),
-                    SparseRef::Csr(c) => RowOperand::Csr(c),
-                    other => {
-                        owned_csr = other.to_csr();
-                        RowOperand::Csr(&owned_csr)
-                    }
-                };
-                let bytes = rows_host.bytes();
-                (rows_host.upload(q)?, bytes)
-            }
+        let mut owned = None;
+        let host_rows = match a {
+            SparseOperand::Resident(_) => None,
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
         };
-        let b_up;
-        let (b_in, b_bytes) = match b {
-            DenseOperand::Resident(d) => (self.dense_storage(d)?.input(), 0),
-            DenseOperand::Host(d) => {
-                b_up = q.upload(bytes_of(d.data()), "B")?;
-                let input = DenseIn {
-                    data: &b_up,
-                    nrows: d.nrows(),
-                    ncols: d.ncols(),
-                    layout: d.layout(),
-                };
-                (input, resident::value_bytes::<T>(d.data().len() as u64))
-            }
-        };
-        let (m, n) = (a.shape().0, b_in.ncols);
-        let _work = self.pool.reserve(uploaded + b_bytes, "SpMM operands")?;
+        let (m, n) = (a.shape().0, b.shape().1);
+        // Reserved before anything is allocated: what is copied for the call, and C.
+        let copied = host_rows.as_ref().map_or(0, RowOperand::bytes)
+            + match b {
+                DenseOperand::Host(d) => resident::value_bytes::<T>(d.data().len() as u64),
+                DenseOperand::Resident(_) => 0,
+            };
+        let _work = self.pool.reserve(copied, "SpMM operands")?;
         let c_reservation = self.pool.reserve(
             resident::value_bytes::<T>((m as u64).saturating_mul(n as u64)),
             "SpMM result",
         )?;
+        let rows = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => self.csr_storage(r)?.rows(),
+            (_, Some(h)) => h.upload(q)?,
+            (SparseOperand::Host(_), None) => return Err(not_uploaded()),
+        };
+        let b_up;
+        let b_in = match b {
+            DenseOperand::Resident(d) => self.dense_storage(d)?.input(),
+            DenseOperand::Host(d) => {
+                b_up = q.upload(bytes_of(d.data()), "B")?;
+                DenseIn {
+                    data: &b_up,
+                    nrows: d.nrows(),
+                    ncols: d.ncols(),
+                    layout: d.layout(),
+                }
+            }
+        };
         let layout = b_in.layout;
         let c = multiply::spmm_device::<T>(q, program, &rows, &b_in, keep)?;
         Ok((c, (m, n), layout, c_reservation))
@@ -575,6 +565,26 @@ impl OpenClBackend {
             multiply::download_values::<T>(q, data, len)?
         };
         Ok(Dense::try_new(nrows, ncols, layout, values)?)
+    }
+}
+
+/// A host matrix as an operand of the row kernels: ELLPACK-R and CSR as they are, other formats
+/// converted to CSR into `owned`.
+fn row_operand<'o, T: Scalar>(
+    m: SparseRef<'o, T>,
+    owned: &'o mut Option<Csr<T>>,
+) -> RowOperand<'o, T> {
+    match m {
+        SparseRef::Ellr(e) => RowOperand::Ellr(e),
+        SparseRef::Csr(c) => RowOperand::Csr(c),
+        other => RowOperand::Csr(owned.insert(other.to_csr().into_owned())),
+    }
+}
+
+fn not_uploaded() -> Error {
+    Error::Internal {
+        backend: BACKEND.into(),
+        what: "a host operand was not uploaded".into(),
     }
 }
 

@@ -295,7 +295,7 @@ impl DeviceState {
             staging: &self.staging,
             pool: &self.pool,
             pooled: std::cell::RefCell::new(Vec::new()),
-            free_estimate: self.description.global_memory_bytes,
+            free_estimate: self.memory.available(),
             timing: std::cell::Cell::new(Timing::default()),
             transfers: std::cell::RefCell::new(Vec::new()),
             retired: std::cell::RefCell::new(Vec::new()),
@@ -431,7 +431,8 @@ pub(crate) struct Queue<'a> {
     /// A reference to every pooled buffer this queue handed out, with its capacity: returned to
     /// the pool when the queue ends (after its commands finished) if nothing else holds it.
     pooled: std::cell::RefCell<Vec<(usize, Buffer<u8>)>>,
-    /// What the device may still have free, for out-of-memory errors.
+    /// What the device may still have free (its shared pool's view when the queue was made),
+    /// for out-of-memory errors.
     free_estimate: u64,
     /// Device times (when profiling) and bytes of the commands that completed.
     timing: std::cell::Cell<Timing>,
@@ -1188,6 +1189,55 @@ impl Launch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opencl3::error_codes::{
+        CL_INVALID_BUFFER_SIZE, CL_INVALID_COMMAND_QUEUE, CL_INVALID_KERNEL_ARGS,
+        CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES,
+    };
+
+    fn fault(e: &Error) -> Option<DeviceFault> {
+        match e {
+            Error::Device { fault, source, .. } => {
+                assert!(source.is_some(), "the OpenCL status is kept as the source");
+                Some(*fault)
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn opencl_statuses_map_to_fault_kinds() {
+        let lost = cl_error("finishing", ClError(CL_INVALID_COMMAND_QUEUE));
+        assert_eq!(fault(&lost), Some(DeviceFault::DeviceLost));
+        assert!(lost.is_retryable());
+        let launch = launch_error("launching", ClError(CL_INVALID_KERNEL_ARGS));
+        assert_eq!(fault(&launch), Some(DeviceFault::LaunchFailed));
+        assert!(
+            launch.to_string().contains("CL_INVALID_KERNEL_ARGS"),
+            "{launch}"
+        );
+        // A lost queue stays a lost device even during a launch.
+        let launch_lost = launch_error("launching", ClError(CL_INVALID_COMMAND_QUEUE));
+        assert_eq!(fault(&launch_lost), Some(DeviceFault::DeviceLost));
+        let other = cl_error("reading", ClError(CL_INVALID_BUFFER_SIZE));
+        assert_eq!(fault(&other), Some(DeviceFault::Other));
+        assert!(!other.is_retryable());
+        for code in [CL_OUT_OF_RESOURCES, CL_MEM_OBJECT_ALLOCATION_FAILURE] {
+            match alloc_error("keys", 1 << 20, 4096, ClError(code)) {
+                Error::OutOfMemory {
+                    needed_bytes,
+                    available_bytes,
+                    what,
+                    ..
+                } => {
+                    assert_eq!((needed_bytes, available_bytes), (1 << 20, 4096));
+                    assert!(what.contains("keys"), "{what}");
+                }
+                e => panic!("{code}: expected OutOfMemory, got {e:?}"),
+            }
+        }
+        let too_big = alloc_error("keys", 1 << 40, 0, ClError(CL_INVALID_BUFFER_SIZE));
+        assert_eq!(fault(&too_big), Some(DeviceFault::Other));
+    }
 
     #[test]
     fn pool_classes_are_powers_of_two_within_bounds() {
