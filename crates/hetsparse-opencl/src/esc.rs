@@ -460,18 +460,18 @@ impl EscJob<'_> {
         let (a_rows, a_prods) = self.setup(q, (a, b))?;
         let (exp, longest) = match sizes {
             Some(s) => s,
-            None => {
-                let s = device_sizes(q, prog, a, &a_prods)?;
-                run.add_planned(s.0);
-                s
-            }
+            None => device_sizes(q, prog, a, &a_prods)?,
         };
-        if exp == 0 {
-            return self.empty_product(q, nrows, ncols, keep).map(Some);
-        }
         if exp > limit {
+            // The caller goes another way, which plans these products itself.
             tracing::info!(exp, limit, "expansion exceeds the memory budget");
             return Ok(None);
+        }
+        if sizes.is_none() {
+            run.add_planned(exp);
+        }
+        if exp == 0 {
+            return self.empty_product(q, nrows, ncols, keep).map(Some);
         }
         let (work, output) = self.expansion_bytes::<T>(a.nnz, nrows, ncols, exp);
         let _work = self
