@@ -25,7 +25,14 @@ use std::fmt::Debug;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::backend::{Backend, Operation, ProductChunk, SpgemmAlgorithm};
+use std::mem::size_of;
+
+use crate::backend::memory::csr_bytes;
+use crate::backend::{
+    Backend, CsrOperand, DenseOperand, MemorySpace, Operation, PatternId, ProductChunk,
+    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions,
+    SpmmOptions, SpmvOptions, VectorOperand,
+};
 use crate::error::Error;
 use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
 use crate::generate::{self, MatrixClass, Rng};
@@ -81,8 +88,19 @@ macro_rules! conformance_suite {
             $crate::conformance_suite!(@tests
                 capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
                 spgemm_random, spgemm_chunks, spgemm_rejects_bad_operands, spmv_every_format,
-                spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic
+                spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
+                resident_round_trips, mixed_host_and_resident_operands, resident_chain,
+                plan_reuse_with_new_values, foreign_handles_are_errors,
+                cancellation_and_progress, concurrent_calls
             );
+
+            /// On a backend of its own, so that no other test's memory is counted.
+            #[test]
+            fn requirement_bounds_allocation() {
+                if let Some(b) = $crate::conformance::obtain(stringify!($s), $make) {
+                    $crate::conformance::requirement_bounds_allocation::<T, _>(&b);
+                }
+            }
         }
     };
     (@tests $($check:ident),+) => {
@@ -532,30 +550,45 @@ pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         }
         let mut seen = vec![false; chunks.len()];
         let mut coo = Coo::new(m, n).expect("shape");
-        b.spgemm_chunks(&x, &y, &chunks, alg, &mut |part| {
-            assert!(!seen[part.index], "chunk {} delivered twice", part.index);
-            seen[part.index] = true;
-            assert_eq!(part.chunk, chunks[part.index]);
-            assert_eq!(
-                part.product.shape(),
-                (part.chunk.rows.len(), part.chunk.cols.len()),
-                "chunk {} has the wrong shape",
-                part.index
-            );
-            for i in 0..part.product.nrows() {
-                let (cols, vals) = part.product.row(i);
-                for (&j, &v) in cols.iter().zip(vals) {
-                    coo.try_push(
-                        part.chunk.rows.start + i,
-                        part.chunk.cols.start + j as usize,
-                        v,
-                    )
-                    .expect("chunk entry inside C");
+        let run = RunControl::new();
+        b.spgemm_chunks(
+            (&x).into(),
+            (&y).into(),
+            &chunks,
+            &alg.into(),
+            &run,
+            &mut |part| {
+                assert!(!seen[part.index], "chunk {} delivered twice", part.index);
+                seen[part.index] = true;
+                assert_eq!(part.chunk, chunks[part.index]);
+                assert_eq!(
+                    part.product.shape(),
+                    (part.chunk.rows.len(), part.chunk.cols.len()),
+                    "chunk {} has the wrong shape",
+                    part.index
+                );
+                for i in 0..part.product.nrows() {
+                    let (cols, vals) = part.product.row(i);
+                    for (&j, &v) in cols.iter().zip(vals) {
+                        coo.try_push(
+                            part.chunk.rows.start + i,
+                            part.chunk.cols.start + j as usize,
+                            v,
+                        )
+                        .expect("chunk entry inside C");
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
         .unwrap_or_else(|err| panic!("{} {alg:?} chunks: {err}", name(b)));
+        let progress = run.progress();
+        assert_eq!(
+            progress.done,
+            progress.planned,
+            "{} {alg:?}: a finished run of chunks reports {progress:?}",
+            name(b)
+        );
         assert!(
             seen.iter().all(|&s| s),
             "{}: a chunk was never delivered",
@@ -568,10 +601,17 @@ pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
 
         let mut calls = 0;
         let err = b
-            .spgemm_chunks(&x, &y, &chunks, alg, &mut |_| {
-                calls += 1;
-                Err(Error::InvalidArgument("sink refuses".into()))
-            })
+            .spgemm_chunks(
+                (&x).into(),
+                (&y).into(),
+                &chunks,
+                &alg.into(),
+                &RunControl::new(),
+                &mut |_| {
+                    calls += 1;
+                    Err(Error::InvalidArgument("sink refuses".into()))
+                },
+            )
             .expect_err("a sink error must stop the run");
         assert!(
             err.to_string().contains("sink refuses"),
@@ -608,7 +648,14 @@ pub fn spgemm_rejects_bad_operands<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             rows: 0..4,
             cols: 0..1,
         }];
-        let r = b.spgemm_chunks(&x, &y, &outside, alg, &mut |_| Ok(()));
+        let r = b.spgemm_chunks(
+            (&x).into(),
+            (&y).into(),
+            &outside,
+            &alg.into(),
+            &RunControl::new(),
+            &mut |_| Ok(()),
+        );
         assert!(
             matches!(r, Err(Error::InvalidArgument(_))),
             "{} {alg:?}: chunk outside C gave {r:?}",
@@ -875,6 +922,682 @@ pub fn unclaimed_operations_never_panic<T: Scalar, B: Backend<T> + ?Sized>(b: &B
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Residency, plans, run control
+
+#[track_caller]
+fn ok<R>(b: &str, what: &str, r: Result<R, Error>) -> R {
+    r.unwrap_or_else(|err| panic!("{b} {what}: {err}"))
+}
+
+/// The same pattern with other values, for plan reuse.
+fn revalued<T: Scalar>(m: &Csr<T>) -> Vec<T> {
+    m.values()
+        .iter()
+        .enumerate()
+        .map(|(k, v)| {
+            let (re, im) = v.to_parts();
+            T::from_parts_lossy(-1.5 * re + 0.25 * ((k % 7) as f64), im + 0.5)
+        })
+        .collect()
+}
+
+fn with_values<T: Scalar>(m: &Csr<T>, values: Vec<T>) -> Csr<T> {
+    Csr::try_new(
+        m.nrows(),
+        m.ncols(),
+        m.row_offsets().to_vec(),
+        m.col_indices().to_vec(),
+        values,
+    )
+    .expect("same structure")
+}
+
+/// Matrices and dense operands go into the backend's memory and come back unchanged; new
+/// values keep the pattern's identity and leave the original handle as it was.
+pub fn resident_round_trips<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let space = b.memory_space();
+    let mut operands: Vec<(&str, Csr<T>)> = edge_cases::<T>()
+        .into_iter()
+        .map(|(l, x, _)| (l, x))
+        .collect();
+    operands.push(("skewed", class_operands::<T>(MatrixClass::Skewed).0));
+    for (label, x) in operands {
+        let r = ok(&nm, "upload", b.upload(&x));
+        assert_eq!(r.space(), &space, "{nm} {label}: handle space");
+        assert_eq!((r.shape(), r.nnz()), (x.shape(), x.nnz()), "{nm} {label}");
+        assert_eq!(r.pattern(), PatternId::of(&x), "{nm} {label}: pattern id");
+        assert_eq!(
+            ok(&nm, "download", b.download(&r)),
+            x,
+            "{nm} {label}: round trip"
+        );
+        let owned = ok(&nm, "upload_owned", b.upload_owned(x.clone()));
+        assert_eq!(
+            ok(&nm, "download", b.download(&owned)),
+            x,
+            "{nm} {label}: owned"
+        );
+
+        let values = revalued(&x);
+        let r2 = ok(&nm, "upload_values", b.upload_values(&r, &values));
+        assert_eq!(
+            r2.pattern(),
+            r.pattern(),
+            "{nm} {label}: new values keep the pattern"
+        );
+        assert_eq!(
+            ok(&nm, "download", b.download(&r2)),
+            with_values(&x, values.clone()),
+            "{nm} {label}: new values"
+        );
+        assert_eq!(
+            ok(&nm, "download", b.download(&r)),
+            x,
+            "{nm} {label}: old handle"
+        );
+        let mut wrong = values;
+        wrong.push(T::zero());
+        assert!(
+            matches!(b.upload_values(&r, &wrong), Err(Error::InvalidArgument(_))),
+            "{nm} {label}: one value too many must be an error"
+        );
+    }
+    for (rows, cols, layout) in [
+        (5, 3, Layout::RowMajor),
+        (4, 6, Layout::ColMajor),
+        (0, 2, Layout::RowMajor),
+    ] {
+        let d = Dense::try_new(rows, cols, layout, vector::<T>(rows * cols, 7)).expect("dense");
+        let r = ok(&nm, "upload_dense", b.upload_dense(&d));
+        assert_eq!(
+            (r.shape(), r.layout()),
+            ((rows, cols), layout),
+            "{nm} dense handle"
+        );
+        assert_eq!(
+            ok(&nm, "download_dense", b.download_dense(&r)),
+            d,
+            "{nm} dense round trip"
+        );
+    }
+    let v = vector::<T>(17, 3);
+    let r = ok(&nm, "upload_vector", b.upload_vector(&v));
+    assert_eq!(r.shape(), (17, 1), "{nm} vector handle");
+    assert_eq!(
+        ok(&nm, "download_dense", b.download_dense(&r)).data(),
+        &v[..],
+        "{nm} vector"
+    );
+}
+
+/// Every operation with host and resident operands in every combination, results on the host
+/// and left resident.
+pub fn mixed_host_and_resident_operands<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let space = b.memory_space();
+    let (x, y) = class_operands::<T>(MatrixClass::PowerLaw);
+    let e = expected_product(&x, &y);
+    let (rx, ry) = (
+        ok(&nm, "upload", b.upload(&x)),
+        ok(&nm, "upload", b.upload(&y)),
+    );
+    let product_pattern = PatternId::of_product(rx.pattern(), ry.pattern());
+    for alg in spgemm_algorithms(b) {
+        let options = SpgemmOptions::from(alg);
+        let combos: [(&str, CsrOperand<'_, T>, CsrOperand<'_, T>); 4] = [
+            ("host·host", (&x).into(), (&y).into()),
+            ("resident·host", (&rx).into(), (&y).into()),
+            ("host·resident", (&x).into(), (&ry).into()),
+            ("resident·resident", (&rx).into(), (&ry).into()),
+        ];
+        for (label, l, r) in combos {
+            let what = format!("{alg:?} SpGEMM {label}");
+            let c = ok(
+                &nm,
+                &what,
+                b.spgemm_with(l, r, &options, &RunControl::new()),
+            );
+            check(compare_structural(&c, &e), || format!("{nm} {what}"));
+            let c = ok(
+                &nm,
+                &what,
+                b.spgemm_resident(l, r, &options, &RunControl::new()),
+            );
+            assert_eq!(c.space(), &space, "{nm} {what}: result space");
+            assert_eq!(
+                (c.shape(), c.nnz()),
+                (e.c.shape(), e.c.nnz()),
+                "{nm} {what}"
+            );
+            assert_eq!(
+                c.pattern(),
+                product_pattern,
+                "{nm} {what}: result pattern id"
+            );
+            let c = ok(&nm, "download", b.download(&c));
+            check(compare_structural(&c, &e), || {
+                format!("{nm} {what}, resident")
+            });
+        }
+    }
+
+    let a = &x;
+    if claims(b, Operation::Spmv(SparseFormat::Csr)) {
+        let v = vector::<T>(a.ncols(), 31);
+        let expected = reference::spmv::<T, PlusTimes>(a, &v).expect("reference");
+        let mv: Vec<f64> = v.iter().map(|t| t.magnitude()).collect();
+        let magnitude = reference::spmv::<f64, PlusTimes>(&magnitudes(a), &mv).expect("mag");
+        let rv = ok(&nm, "upload_vector", b.upload_vector(&v));
+        let combos: [(&str, SparseOperand<'_, T>, VectorOperand<'_, T>); 4] = [
+            ("host·host", a.into(), (&v).into()),
+            ("resident·host", (&rx).into(), (&v).into()),
+            ("host·resident", a.into(), (&rv).into()),
+            ("resident·resident", (&rx).into(), (&rv).into()),
+        ];
+        for (label, m, xv) in combos {
+            let what = format!("SpMV {label}");
+            let y = ok(
+                &nm,
+                &what,
+                b.spmv_with(m, xv, &SpmvOptions::new(), &RunControl::new()),
+            );
+            check(
+                compare_dense(&y, &expected, &magnitude, &row_terms(a), "y"),
+                || format!("{nm} {what}"),
+            );
+            let y = ok(
+                &nm,
+                &what,
+                b.spmv_resident(m, xv, &SpmvOptions::new(), &RunControl::new()),
+            );
+            assert_eq!(
+                (y.space(), y.shape()),
+                (&space, (a.nrows(), 1)),
+                "{nm} {what}"
+            );
+            let y = ok(&nm, "download_dense", b.download_dense(&y));
+            check(
+                compare_dense(y.data(), &expected, &magnitude, &row_terms(a), "y"),
+                || format!("{nm} {what}, resident"),
+            );
+        }
+    }
+    if claims(b, Operation::Spmm(SparseFormat::Csr)) {
+        for layout in [Layout::RowMajor, Layout::ColMajor] {
+            let d = Dense::try_new(a.ncols(), 5, layout, vector::<T>(a.ncols() * 5, 41))
+                .expect("dense");
+            let expected = reference::spmm::<T, PlusTimes>(a, &d).expect("reference");
+            let md = Dense::try_new(
+                d.nrows(),
+                d.ncols(),
+                layout,
+                d.data().iter().map(|t| t.magnitude()).collect(),
+            )
+            .expect("dense");
+            let magnitude = reference::spmm::<f64, PlusTimes>(&magnitudes(a), &md).expect("mag");
+            let terms: Vec<u64> = (0..expected.data().len())
+                .map(|k| {
+                    let i = match layout {
+                        Layout::RowMajor => k / 5,
+                        Layout::ColMajor => k % a.nrows().max(1),
+                    };
+                    a.row_nnz(i)
+                })
+                .collect();
+            let rd = ok(&nm, "upload_dense", b.upload_dense(&d));
+            let combos: [(&str, SparseOperand<'_, T>, DenseOperand<'_, T>); 4] = [
+                ("host·host", a.into(), (&d).into()),
+                ("resident·host", (&rx).into(), (&d).into()),
+                ("host·resident", a.into(), (&rd).into()),
+                ("resident·resident", (&rx).into(), (&rd).into()),
+            ];
+            for (label, m, dd) in combos {
+                let what = format!("SpMM {label} {layout:?}");
+                let c = ok(
+                    &nm,
+                    &what,
+                    b.spmm_with(m, dd, &SpmmOptions::new(), &RunControl::new()),
+                );
+                assert_eq!(
+                    (c.shape(), c.layout()),
+                    (expected.shape(), layout),
+                    "{nm} {what}"
+                );
+                check(
+                    compare_dense(c.data(), expected.data(), magnitude.data(), &terms, "C"),
+                    || format!("{nm} {what}"),
+                );
+                let c = ok(
+                    &nm,
+                    &what,
+                    b.spmm_resident(m, dd, &SpmmOptions::new(), &RunControl::new()),
+                );
+                assert_eq!(c.space(), &space, "{nm} {what}: result space");
+                let c = ok(&nm, "download_dense", b.download_dense(&c));
+                assert_eq!(
+                    (c.shape(), c.layout()),
+                    (expected.shape(), layout),
+                    "{nm} {what}"
+                );
+                check(
+                    compare_dense(c.data(), expected.data(), magnitude.data(), &terms, "C"),
+                    || format!("{nm} {what}, resident"),
+                );
+            }
+        }
+    }
+}
+
+/// `A·A·A` with the intermediate left resident: each step is right for the operands it had.
+pub fn resident_chain<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    for class in [MatrixClass::Stencil3d, MatrixClass::Road] {
+        let (x, _) = class_operands::<T>(class);
+        let rx = ok(&nm, "upload", b.upload(&x));
+        let run = RunControl::new();
+        let options = SpgemmOptions::new();
+        let c1 = ok(
+            &nm,
+            "A·A",
+            b.spgemm_resident((&rx).into(), (&rx).into(), &options, &run),
+        );
+        let c2 = ok(
+            &nm,
+            "(A·A)·A",
+            b.spgemm_resident((&c1).into(), (&rx).into(), &options, &run),
+        );
+        let h1 = ok(&nm, "download", b.download(&c1));
+        check(compare_structural(&h1, &expected_product(&x, &x)), || {
+            format!("{nm} {class:?} A·A")
+        });
+        let h2 = ok(&nm, "download", b.download(&c2));
+        check(compare_structural(&h2, &expected_product(&h1, &x)), || {
+            format!("{nm} {class:?} (A·A)·A")
+        });
+        assert_eq!(
+            c2.pattern(),
+            PatternId::of_product(
+                PatternId::of_product(rx.pattern(), rx.pattern()),
+                rx.pattern()
+            ),
+            "{nm} {class:?}: chained pattern id"
+        );
+    }
+}
+
+/// A plan made once is executed with new values of the same patterns; operands of another
+/// pattern are an error.
+pub fn plan_reuse_with_new_values<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    for alg in spgemm_algorithms(b) {
+        for class in [
+            MatrixClass::Stencil3d,
+            MatrixClass::PowerLaw,
+            MatrixClass::Road,
+        ] {
+            let what = format!("{alg:?} {class:?} plan");
+            let (x, y) = class_operands::<T>(class);
+            let (rx, ry) = (
+                ok(&nm, "upload", b.upload(&x)),
+                ok(&nm, "upload", b.upload(&y)),
+            );
+            let options = SpgemmOptions::from(alg);
+            let plan = ok(
+                &nm,
+                &what,
+                b.plan_spgemm((&rx).into(), (&ry).into(), &options),
+            );
+            let e = expected_product(&x, &y);
+            assert_eq!(plan.c_nnz(), e.c.nnz(), "{nm} {what}: planned entries");
+            assert_eq!(plan.shape(), e.c.shape(), "{nm} {what}: shape");
+            assert!(
+                plan.requirement().output_bytes
+                    >= csr_bytes(e.c.nrows(), e.c.nnz(), size_of::<T>()),
+                "{nm} {what}: the requirement {:?} does not hold the result",
+                plan.requirement()
+            );
+            let c = ok(
+                &nm,
+                &what,
+                b.execute_spgemm(&plan, (&rx).into(), (&ry).into(), &RunControl::new()),
+            );
+            assert_eq!(
+                c.pattern(),
+                plan.c_pattern(),
+                "{nm} {what}: result pattern id"
+            );
+            check(
+                compare_structural(&ok(&nm, "download", b.download(&c)), &e),
+                || format!("{nm} {what}, first execution"),
+            );
+
+            // New values, resident (only values uploaded) and on the host.
+            let (x2, y2) = (with_values(&x, revalued(&x)), with_values(&y, revalued(&y)));
+            let e2 = expected_product(&x2, &y2);
+            let rx2 = ok(&nm, "upload_values", b.upload_values(&rx, x2.values()));
+            let ry2 = ok(&nm, "upload_values", b.upload_values(&ry, y2.values()));
+            let run = RunControl::new();
+            let c2 = ok(
+                &nm,
+                &what,
+                b.execute_spgemm(&plan, (&rx2).into(), (&ry2).into(), &run),
+            );
+            check(
+                compare_structural(&ok(&nm, "download", b.download(&c2)), &e2),
+                || format!("{nm} {what}, new resident values"),
+            );
+            let progress = run.progress();
+            assert!(
+                progress.done == progress.planned && progress.planned == plan.products(),
+                "{nm} {what}: progress {progress:?}, {} products planned",
+                plan.products()
+            );
+            let c3 = ok(
+                &nm,
+                &what,
+                b.execute_spgemm(&plan, (&x2).into(), (&ry2).into(), &RunControl::new()),
+            );
+            check(
+                compare_structural(&ok(&nm, "download", b.download(&c3)), &e2),
+                || format!("{nm} {what}, new host values"),
+            );
+
+            // Another pattern: a structural entry dropped from A.
+            let (m, n, mut off, mut cols, mut vals) = x.clone().into_parts();
+            if let Some(last) = (0..m).rev().find(|&i| off[i + 1] > off[i]) {
+                let at = off[last + 1] as usize - 1;
+                cols.remove(at);
+                vals.remove(at);
+                for o in &mut off[last + 1..] {
+                    *o -= 1;
+                }
+                let other = Csr::try_new(m, n, off, cols, vals).expect("csr");
+                let r = b.execute_spgemm(&plan, (&other).into(), (&ry).into(), &RunControl::new());
+                assert!(
+                    matches!(r, Err(Error::PatternMismatch { operand: "A", .. })),
+                    "{nm} {what}: another pattern of A gave {r:?}"
+                );
+            }
+            if rx.pattern() != ry.pattern() {
+                let r = b.execute_spgemm(&plan, (&ry).into(), (&rx).into(), &RunControl::new());
+                assert!(
+                    matches!(r, Err(Error::PatternMismatch { .. })),
+                    "{nm} {what}: swapped operands gave {r:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Handles of another memory are [`Error::WrongDevice`], never a panic or a wrong result.
+pub fn foreign_handles_are_errors<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let foreign = MemorySpace::Device {
+        backend: "conformance-foreign",
+        id: 7,
+    };
+    let x = random_csr::<T>(6, 6, 0.4, 21);
+    let rx =
+        ResidentCsr::<T>::from_storage(foreign.clone(), x.shape(), x.nnz(), PatternId::of(&x), ());
+    let d = Dense::try_new(6, 2, Layout::RowMajor, vector::<T>(12, 5)).expect("dense");
+    let rd = ResidentDense::<T>::from_storage(foreign.clone(), (6, 2), Layout::RowMajor, ());
+    let rv = ResidentDense::<T>::from_storage(foreign, (6, 1), Layout::ColMajor, ());
+    let v = vector::<T>(6, 9);
+    let wrong = |what: &str, r: Result<(), Error>| {
+        assert!(
+            matches!(r, Err(Error::WrongDevice { .. })),
+            "{nm} {what} with a handle of another device gave {r:?}"
+        );
+    };
+    let run = RunControl::new();
+    let options = SpgemmOptions::new();
+    wrong("download", b.download(&rx).map(drop));
+    wrong("download_dense", b.download_dense(&rd).map(drop));
+    wrong("upload_values", b.upload_values(&rx, x.values()).map(drop));
+    wrong(
+        "SpGEMM",
+        b.spgemm_with((&rx).into(), (&x).into(), &options, &run)
+            .map(drop),
+    );
+    wrong(
+        "SpGEMM",
+        b.spgemm_with((&x).into(), (&rx).into(), &options, &run)
+            .map(drop),
+    );
+    wrong(
+        "resident SpGEMM",
+        b.spgemm_resident((&rx).into(), (&x).into(), &options, &run)
+            .map(drop),
+    );
+    wrong(
+        "plan",
+        b.plan_spgemm((&x).into(), (&rx).into(), &options).map(drop),
+    );
+    if claims(b, Operation::Spmv(SparseFormat::Csr)) {
+        wrong(
+            "SpMV",
+            b.spmv_with((&rx).into(), (&v).into(), &SpmvOptions::new(), &run)
+                .map(drop),
+        );
+        wrong(
+            "SpMV",
+            b.spmv_with((&x).into(), (&rv).into(), &SpmvOptions::new(), &run)
+                .map(drop),
+        );
+    }
+    if claims(b, Operation::Spmm(SparseFormat::Csr)) {
+        wrong(
+            "SpMM",
+            b.spmm_with((&rx).into(), (&d).into(), &SpmmOptions::new(), &run)
+                .map(drop),
+        );
+        wrong(
+            "SpMM",
+            b.spmm_with((&x).into(), (&rd).into(), &SpmmOptions::new(), &run)
+                .map(drop),
+        );
+    }
+}
+
+/// A cancelled run returns [`Error::Cancelled`]: cancelled before it starts, and cancelled
+/// from the sink after the first chunk (no chunk is delivered after it). A finished run has
+/// done all it planned.
+pub fn cancellation_and_progress<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let (x, y) = class_operands::<T>(MatrixClass::Uniform);
+    let options = SpgemmOptions::new();
+    let cancelled = RunControl::new();
+    cancelled.cancel();
+    let r = b.spgemm_with((&x).into(), (&y).into(), &options, &cancelled);
+    assert!(
+        matches!(r, Err(Error::Cancelled)),
+        "{nm}: cancelled SpGEMM gave {r:?}"
+    );
+    let r = b.spgemm_resident((&x).into(), (&y).into(), &options, &cancelled);
+    assert!(
+        matches!(r, Err(Error::Cancelled)),
+        "{nm}: cancelled resident SpGEMM gave {r:?}"
+    );
+    let plan = ok(
+        &nm,
+        "plan",
+        b.plan_spgemm((&x).into(), (&y).into(), &options),
+    );
+    let r = b.execute_spgemm(&plan, (&x).into(), (&y).into(), &cancelled);
+    assert!(
+        matches!(r, Err(Error::Cancelled)),
+        "{nm}: cancelled execution gave {r:?}"
+    );
+    if claims(b, Operation::Spmv(SparseFormat::Csr)) {
+        let v = vector::<T>(x.ncols(), 2);
+        let r = b.spmv_with((&x).into(), (&v).into(), &SpmvOptions::new(), &cancelled);
+        assert!(
+            matches!(r, Err(Error::Cancelled)),
+            "{nm}: cancelled SpMV gave {r:?}"
+        );
+    }
+
+    let run = RunControl::new();
+    let chunks: Vec<ProductChunk> = (0..4)
+        .map(|k| ProductChunk {
+            rows: k * x.nrows() / 4..(k + 1) * x.nrows() / 4,
+            cols: 0..y.ncols(),
+        })
+        .collect();
+    let mut delivered = 0;
+    let r = b.spgemm_chunks(
+        (&x).into(),
+        (&y).into(),
+        &chunks,
+        &options,
+        &run,
+        &mut |_| {
+            delivered += 1;
+            run.cancel();
+            Ok(())
+        },
+    );
+    assert!(
+        matches!(r, Err(Error::Cancelled)),
+        "{nm}: chunks cancelled from the sink gave {r:?}"
+    );
+    assert_eq!(
+        delivered, 1,
+        "{nm}: chunks were delivered after the run was cancelled"
+    );
+
+    let run = RunControl::new();
+    ok(
+        &nm,
+        "SpGEMM",
+        b.spgemm_with((&x).into(), (&y).into(), &options, &run),
+    );
+    let products = crate::analysis::total_products(&x, &y).expect("products");
+    let progress = run.progress();
+    assert!(
+        progress.planned == products && progress.done == products,
+        "{nm}: a finished SpGEMM of {products} products reports {progress:?}"
+    );
+}
+
+/// One backend called from 8 threads at once, with shared resident operands: every result is
+/// right.
+pub fn concurrent_calls<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let (x, y) = class_operands::<T>(MatrixClass::Road);
+    let e = expected_product(&x, &y);
+    let (rx, ry) = (
+        ok(&nm, "upload", b.upload(&x)),
+        ok(&nm, "upload", b.upload(&y)),
+    );
+    let v = vector::<T>(x.ncols(), 13);
+    let ev = reference::spmv::<T, PlusTimes>(&x, &v).expect("reference");
+    let mv: Vec<f64> = v.iter().map(|t| t.magnitude()).collect();
+    let magnitude = reference::spmv::<f64, PlusTimes>(&magnitudes(&x), &mv).expect("mag");
+    let spmv = claims(b, Operation::Spmv(SparseFormat::Csr));
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let (nm, e, rx, ry, x, v, ev, magnitude) = (&nm, &e, &rx, &ry, &x, &v, &ev, &magnitude);
+            scope.spawn(move || {
+                for round in 0..3 {
+                    let what = format!("thread {t} round {round}");
+                    let run = RunControl::new();
+                    let c = if (t + round) % 2 == 0 {
+                        ok(
+                            nm,
+                            &what,
+                            b.spgemm_with(rx.into(), ry.into(), &SpgemmOptions::new(), &run),
+                        )
+                    } else {
+                        let c = ok(
+                            nm,
+                            &what,
+                            b.spgemm_resident(x.into(), ry.into(), &SpgemmOptions::new(), &run),
+                        );
+                        ok(nm, "download", b.download(&c))
+                    };
+                    check(compare_structural(&c, e), || format!("{nm} {what} SpGEMM"));
+                    if spmv {
+                        let y = ok(
+                            nm,
+                            &what,
+                            b.spmv_with(rx.into(), v.into(), &SpmvOptions::new(), &run),
+                        );
+                        check(compare_dense(&y, ev, magnitude, &row_terms(x), "y"), || {
+                            format!("{nm} {what} SpMV")
+                        });
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// What a backend says a product needs bounds what it takes: the plan's output holds C, and on
+/// a backend with a memory pool, no call reserves more than its requirement.
+/// Takes its own backend, so that no other test's reservations are counted.
+pub fn requirement_bounds_allocation<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    for class in [
+        MatrixClass::Stencil3d,
+        MatrixClass::Skewed,
+        MatrixClass::PowerLaw,
+    ] {
+        let (x, y) = class_operands::<T>(class);
+        let e = expected_product(&x, &y);
+        let options = SpgemmOptions::new();
+        let need = ok(
+            &nm,
+            "requirement",
+            b.spgemm_requirement((&x).into(), (&y).into(), &options),
+        );
+        assert!(
+            need.output_bytes > 0 || e.c.nnz() == 0,
+            "{nm} {class:?}: a requirement {need:?} without output"
+        );
+        let Some(pool) = b.memory_pool() else {
+            continue;
+        };
+        pool.reset_peak();
+        let before = pool.reserved();
+        ok(
+            &nm,
+            "SpGEMM",
+            b.spgemm_with((&x).into(), (&y).into(), &options, &RunControl::new()),
+        );
+        let used = pool.peak() - before;
+        assert!(
+            used <= need.device_bytes(),
+            "{nm} {class:?}: the call reserved {used} bytes, its requirement said {need:?}"
+        );
+        let plan = ok(
+            &nm,
+            "plan",
+            b.plan_spgemm((&x).into(), (&y).into(), &options),
+        );
+        let (rx, ry) = (
+            ok(&nm, "upload", b.upload(&x)),
+            ok(&nm, "upload", b.upload(&y)),
+        );
+        pool.reset_peak();
+        let before = pool.reserved();
+        let c = ok(
+            &nm,
+            "execute",
+            b.execute_spgemm(&plan, (&rx).into(), (&ry).into(), &RunControl::new()),
+        );
+        let used = pool.peak() - before;
+        assert!(
+            used <= plan.requirement().device_bytes(),
+            "{nm} {class:?}: executing the plan reserved {used} bytes, it said {:?}",
+            plan.requirement()
+        );
+        drop(c);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The suite must fail for backends that are wrong in the ways backends go wrong.
@@ -908,13 +1631,14 @@ mod tests {
     }
 
     impl Backend<f64> for Faulty {
-        fn spgemm(
+        fn spgemm_with(
             &self,
-            a: &Csr<f64>,
-            b: &Csr<f64>,
-            alg: SpgemmAlgorithm,
+            a: CsrOperand<'_, f64>,
+            b: CsrOperand<'_, f64>,
+            options: &SpgemmOptions,
+            run: &RunControl,
         ) -> crate::Result<Csr<f64>> {
-            let c = ReferenceBackend.spgemm(a, b, alg)?;
+            let c = ReferenceBackend.spgemm_with(a, b, options, run)?;
             Ok(match self.0 {
                 Fault::DropsZeros => c.without_explicit_zeros(),
                 Fault::Perturbs => {
@@ -935,11 +1659,23 @@ mod tests {
                 _ => c,
             })
         }
-        fn spmm(&self, a: SparseRef<'_, f64>, b: &Dense<f64>) -> crate::Result<Dense<f64>> {
-            ReferenceBackend.spmm(a, b)
+        fn spmm_with(
+            &self,
+            a: SparseOperand<'_, f64>,
+            b: DenseOperand<'_, f64>,
+            options: &SpmmOptions,
+            run: &RunControl,
+        ) -> crate::Result<Dense<f64>> {
+            ReferenceBackend.spmm_with(a, b, options, run)
         }
-        fn spmv(&self, a: SparseRef<'_, f64>, x: &[f64]) -> crate::Result<Vec<f64>> {
-            let mut y = ReferenceBackend.spmv(a, x)?;
+        fn spmv_with(
+            &self,
+            a: SparseOperand<'_, f64>,
+            x: VectorOperand<'_, f64>,
+            options: &SpmvOptions,
+            run: &RunControl,
+        ) -> crate::Result<Vec<f64>> {
+            let mut y = ReferenceBackend.spmv_with(a, x, options, run)?;
             if let (Fault::SpmvOffByOne, Some(v)) = (self.0, y.last_mut()) {
                 *v += 1.0;
             }

@@ -4,8 +4,8 @@
 
 use crate::backend::{
     check, Backend, Capabilities, CsrOperand, DenseOperand, Device, DeviceInfo, DeviceKind,
-    Operation, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    Operation, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
+    VectorOperand,
 };
 use crate::error::Result;
 use crate::format::{Csr, Dense, SparseFormat, SparseRef};
@@ -123,12 +123,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
-        let products = if run.is_watched() {
-            crate::analysis::total_products(a, b)?
-        } else {
-            0
-        };
-        run.add_planned(products);
+        let products = run.plan_product(a, b)?;
         let c = spgemm::<T, PlusTimes>(a, b)?;
         run.add_done(products);
         Ok(c)
@@ -141,7 +136,10 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         _options: &SpmmOptions,
         run: &RunControl,
     ) -> Result<Dense<T>> {
-        let (a, b) = (check::sparse_operand(self, a)?, check::dense_operand(self, b)?);
+        let (a, b) = (
+            check::sparse_operand(self, a)?,
+            check::dense_operand(self, b)?,
+        );
         check::supported::<T>(self, Operation::Spmm(a.format()))?;
         check::spmm(&a, b)?;
         run.checkpoint()?;
@@ -155,7 +153,10 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         _options: &SpmvOptions,
         run: &RunControl,
     ) -> Result<Vec<T>> {
-        let (a, x) = (check::sparse_operand(self, a)?, check::vector_operand(self, x)?);
+        let (a, x) = (
+            check::sparse_operand(self, a)?,
+            check::vector_operand(self, x)?,
+        );
         check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
         run.checkpoint()?;

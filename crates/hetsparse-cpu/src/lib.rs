@@ -43,12 +43,16 @@ mod plan;
 mod spgemm;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use hetsparse_core::backend::check;
-use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat, SparseRef};
+use hetsparse_core::backend::plan::{self as symbolic, HostStructure, OperandPattern};
+use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, Device, DeviceInfo, DeviceKind, Error,
-    Operation, PlusTimes, ProductChunk, Result, Scalar, ScalarType, SpgemmAlgorithm,
+    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
+    DeviceInfo, DeviceKind, Error, Operation, PlusTimes, ProductChunk, ResidentCsr, Result,
+    RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 /// The SpGEMM algorithms this backend runs.
@@ -102,6 +106,8 @@ impl CpuBackend {
                 backend: "cpu".into(),
                 context: format!("starting a pool of {threads} threads"),
                 message: e.to_string(),
+                fault: hetsparse_core::DeviceFault::Other,
+                source: Some(Box::new(e)),
             })?;
         Ok(CpuBackend {
             pool: Some(Arc::new(pool)),
@@ -170,55 +176,174 @@ impl Device for CpuBackend {
 }
 
 impl<T: Scalar> Backend<T> for CpuBackend {
-    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        self.algorithm_supported::<T>(algorithm)?;
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        self.algorithm_supported::<T>(options.algorithm)?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
+        run.checkpoint()?;
         let full = ProductChunk {
             rows: 0..a.nrows(),
             cols: 0..b.ncols(),
         };
         self.install(|| {
-            spgemm::multiply::<T, PlusTimes>(a, b, spgemm::shape_of_b(b), &full, algorithm)
+            let products = run.plan_product(a, b)?;
+            let c = spgemm::multiply::<T, PlusTimes>(
+                a,
+                b,
+                spgemm::shape_of_b(b),
+                &full,
+                options.algorithm,
+            )?;
+            run.add_done(products);
+            Ok(c)
         })
+    }
+
+    fn plan_spgemm(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        self.algorithm_supported::<T>(options.algorithm)?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        check::spgemm(ha, hb)?;
+        let _span =
+            tracing::debug_span!("symbolic", nrows = ha.nrows(), ncols = hb.ncols()).entered();
+        // The symbolic pass is one product: its structure is what every execution fills.
+        let (c, products, patterns) = self.install(|| -> Result<_> {
+            let c =
+                <Self as Backend<T>>::spgemm_with(self, a, b, options, &RunControl::unwatched())?;
+            let products = hetsparse_core::analysis::total_products(ha, hb)?;
+            Ok((
+                c,
+                products,
+                (OperandPattern::of(&a), OperandPattern::of(&b)),
+            ))
+        })?;
+        let structure = HostStructure::of(&c);
+        let mut requirement = hetsparse_core::MemoryRequirement::default();
+        requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(
+            c.nrows(),
+            c.nnz(),
+            std::mem::size_of::<T>(),
+        );
+        // Each thread's position map and accumulator.
+        let per_thread = (hb.ncols() as u64) * 4 + (hb.ncols() as u64).min(c.nnz()) * 16;
+        requirement.work_bytes = per_thread.saturating_mul(self.threads as u64);
+        Ok(SpgemmPlan::from_state(
+            self.memory_space(),
+            options.clone(),
+            patterns.0,
+            patterns.1,
+            c.nnz(),
+            products,
+            requirement,
+            structure,
+        ))
+    }
+
+    fn execute_spgemm(
+        &self,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let space = self.memory_space();
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        self.install(|| plan.check_operands(&space, &a, &b))?;
+        let structure = plan
+            .state::<HostStructure>()
+            .ok_or_else(|| Error::Internal {
+                backend: "cpu".into(),
+                what: "a SpGEMM plan of host memory without its structure".into(),
+            })?;
+        run.checkpoint()?;
+        run.add_planned(plan.products());
+        let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
+        let c = self.install(|| symbolic::numeric::<T, PlusTimes>(structure, ha, hb, run))?;
+        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
     }
 
     fn spgemm_chunks(
         &self,
-        a: &Csr<T>,
-        b: &Csr<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
         chunks: &[ProductChunk],
-        algorithm: SpgemmAlgorithm,
+        options: &SpgemmOptions,
+        run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        self.algorithm_supported::<T>(algorithm)?;
+        self.algorithm_supported::<T>(options.algorithm)?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
-        check::chunks(a, b, chunks)?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
         let b_shape = self.install(|| spgemm::shape_of_b(b));
         for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
             // A's rows and B's column panel are read in place: each chunk costs its own
             // products plus a binary search per B row it touches, never a copy of B (only
             // Column-Row copies the chunk's rows of A, to read them by columns).
-            let product =
-                self.install(|| spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, algorithm))?;
+            let product = self
+                .install(|| {
+                    let rows = a.rows(chunk.rows.clone())?;
+                    let products = run.plan_product(&rows, b)?;
+                    let c =
+                        spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, options.algorithm)?;
+                    run.add_done(products);
+                    Ok(c)
+                })
+                .map_err(|e: Error| e.in_chunk(index))?;
             sink(ChunkProduct {
                 index,
                 chunk: chunk.clone(),
                 product,
+                timing: ChunkTiming::host(start.elapsed()),
             })?;
         }
         Ok(())
     }
 
-    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        _options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let (a, b) = (
+            check::sparse_operand(self, a)?,
+            check::dense_operand(self, b)?,
+        );
         check::spmm(&a, b)?;
+        run.checkpoint()?;
         if multiply::runs_serially(&a, b.ncols()) {
             return multiply::spmm::<T, PlusTimes>(a, b);
         }
         self.install(|| multiply::spmm::<T, PlusTimes>(a, b))
     }
 
-    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        _options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let (a, x) = (
+            check::sparse_operand(self, a)?,
+            check::vector_operand(self, x)?,
+        );
         check::spmv(&a, x)?;
+        run.checkpoint()?;
         if multiply::runs_serially(&a, 1) {
             return multiply::spmv::<T, PlusTimes>(a, x);
         }

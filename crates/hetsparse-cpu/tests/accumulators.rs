@@ -5,7 +5,8 @@
 use hetsparse_core::format::{Coo, Csr, Dense, Layout, SparseRef};
 use hetsparse_core::generate::{self, Rng};
 use hetsparse_core::{
-    reference, Backend, Complex, PlusTimes, ProductChunk, Scalar, ScalarType, SpgemmAlgorithm,
+    reference, Backend, Complex, PlusTimes, ProductChunk, RunControl, Scalar, ScalarType,
+    SpgemmAlgorithm,
 };
 use hetsparse_cpu::CpuBackend;
 
@@ -72,18 +73,25 @@ fn check_product<T: Scalar>(a: &Csr<T>, b: &Csr<T>, what: &str) {
     ];
     for alg in [SpgemmAlgorithm::RowRow, SpgemmAlgorithm::ColumnRow] {
         let mut delivered = 0;
-        cpu.spgemm_chunks(a, b, &chunks, alg, &mut |part| {
-            let rows = a.rows(part.chunk.rows.clone())?;
-            let panel = b.column_panel(part.chunk.cols.clone())?;
-            let expected = reference::spgemm::<T, PlusTimes>(&rows, &panel)?;
-            assert_matches(
-                &part.product,
-                &expected,
-                &format!("{what} {alg:?} chunk {}", part.index),
-            );
-            delivered += 1;
-            Ok(())
-        })
+        cpu.spgemm_chunks(
+            a.into(),
+            b.into(),
+            &chunks,
+            &alg.into(),
+            &RunControl::new(),
+            &mut |part| {
+                let rows = a.rows(part.chunk.rows.clone())?;
+                let panel = b.column_panel(part.chunk.cols.clone())?;
+                let expected = reference::spgemm::<T, PlusTimes>(&rows, &panel)?;
+                assert_matches(
+                    &part.product,
+                    &expected,
+                    &format!("{what} {alg:?} chunk {}", part.index),
+                );
+                delivered += 1;
+                Ok(())
+            },
+        )
         .expect("chunks");
         assert_eq!(delivered, chunks.len());
     }

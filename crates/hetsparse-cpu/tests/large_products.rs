@@ -8,7 +8,7 @@
 //! that do not go through any hetsparse kernel.
 
 use hetsparse_core::format::Csr;
-use hetsparse_core::{analysis, Backend, ProductChunk, SpgemmAlgorithm};
+use hetsparse_core::{analysis, Backend, ProductChunk, RunControl, SpgemmAlgorithm};
 use hetsparse_cpu::CpuBackend;
 
 const P: usize = 512;
@@ -80,14 +80,21 @@ fn more_than_two_to_the_32_products() {
         rows: 100..356,
         cols: 200..400,
     };
-    cpu.spgemm_chunks(&a, &b, &[chunk], SpgemmAlgorithm::RowRow, &mut |part| {
-        let (i, j) = (5, 17);
-        let expected: f64 = (0..K)
-            .map(|k| f64::from(a_value(100 + i, k)) * f64::from(b_value(k, 200 + j)))
-            .sum();
-        assert_eq!(part.product.nnz(), 256 * 200);
-        assert_eq!(f64::from(part.product.get(i, j).expect("entry")), expected);
-        Ok(())
-    })
+    cpu.spgemm_chunks(
+        (&a).into(),
+        (&b).into(),
+        &[chunk],
+        &SpgemmAlgorithm::RowRow.into(),
+        &RunControl::new(),
+        &mut |part| {
+            let (i, j) = (5, 17);
+            let expected: f64 = (0..K)
+                .map(|k| f64::from(a_value(100 + i, k)) * f64::from(b_value(k, 200 + j)))
+                .sum();
+            assert_eq!(part.product.nnz(), 256 * 200);
+            assert_eq!(f64::from(part.product.get(i, j).expect("entry")), expected);
+            Ok(())
+        },
+    )
     .expect("chunks");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hetsparse_core::generate;
 use hetsparse_core::{Csc, Cspr, Csr, Dense, Ellr, Layout, SparseRef};
-use hetsparse_cuda::{CudaBackend, SpmmKernel, SpmmOptions, SpmvKernel};
+use hetsparse_cuda::{CudaBackend, SpmmKernel, SpmmKernelOptions, SpmvKernel};
 
 fn gpu() -> Option<CudaBackend> {
     match CudaBackend::new() {
@@ -73,7 +73,10 @@ fn spmv(c: &mut Criterion) {
         }
         for (variant, m, kernel) in variants {
             group.bench_function(BenchmarkId::new(variant, name), |bench| {
-                bench.iter(|| gpu.spmv_with(m, &x, kernel).expect("SpMV on the GPU"))
+                bench.iter(|| {
+                    gpu.spmv_with_kernel(m, &x, kernel)
+                        .expect("SpMV on the GPU")
+                })
             });
         }
     }
@@ -89,11 +92,11 @@ fn spmm(c: &mut Criterion) {
     group.throughput(Throughput::Elements(a.nnz() * ncols as u64));
     for layout in [Layout::RowMajor, Layout::ColMajor] {
         let b = Dense::<f32>::from_fn(a.ncols(), ncols, layout, |i, j| ((i + j) % 7) as f32);
-        let whole = |kernel| SpmmOptions {
+        let whole = |kernel| SpmmKernelOptions {
             kernel,
             panel_columns: None,
         };
-        let mut variants: Vec<(String, SparseRef<'_, f32>, SpmmOptions)> = vec![(
+        let mut variants: Vec<(String, SparseRef<'_, f32>, SpmmKernelOptions)> = vec![(
             "csrmm_half_warp".into(),
             SparseRef::Csr(&a),
             whole(SpmmKernel::CsrHalfWarp),
@@ -111,14 +114,17 @@ fn spmm(c: &mut Criterion) {
         variants.push((
             "csrmm_panels_8x4".into(),
             SparseRef::Csr(&a),
-            SpmmOptions {
+            SpmmKernelOptions {
                 kernel: SpmmKernel::CsrHalfWarp,
                 panel_columns: Some(8),
             },
         ));
         for (variant, m, options) in variants {
             group.bench_function(BenchmarkId::new(variant, format!("{layout:?}")), |bench| {
-                bench.iter(|| gpu.spmm_with(m, &b, options).expect("SpMM on the GPU"))
+                bench.iter(|| {
+                    gpu.spmm_with_kernel(m, &b, options)
+                        .expect("SpMM on the GPU")
+                })
             });
         }
     }

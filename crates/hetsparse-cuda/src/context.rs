@@ -14,7 +14,8 @@ use hetsparse_core::{Error, Result};
 use crate::error::{check, from_code, from_cust, BACKEND};
 use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmodule, CUstream};
 use crate::kernels::MODULES;
-use crate::memory::{MemoryTracker, PinnedPool};
+use crate::memory::PinnedPool;
+use hetsparse_core::MemoryPool;
 
 /// One GPU: its primary context, properties and kernel modules.
 pub struct Gpu {
@@ -28,7 +29,7 @@ pub struct Gpu {
     max_shared_per_block: u32,
     max_shared_optin: u32,
     compute_capability: (i32, i32),
-    memory: Arc<MemoryTracker>,
+    memory: Arc<MemoryPool>,
     pinned: PinnedPool,
 }
 
@@ -105,9 +106,9 @@ fn device_attribute(device: CUdevice, attribute: c_int) -> Result<i32> {
 
 impl Gpu {
     /// Initialises the driver, retains device `ordinal`'s primary context and loads the
-    /// kernels. Without a driver, with the link stub or without such a device:
-    /// [`Error::NoDevice`].
-    pub fn new(ordinal: u32, memory: Arc<MemoryTracker>) -> Result<Self> {
+    /// kernels. Its memory pool's limit is the device's memory. Without a driver, with the
+    /// link stub or without such a device: [`Error::NoDevice`].
+    pub fn new(ordinal: u32) -> Result<Self> {
         // SAFETY: cuInit may be called any number of times.
         check(unsafe { ffi::cuInit(0) }, "initialising the CUDA driver")?;
         let mut count = 0;
@@ -161,7 +162,7 @@ impl Gpu {
             .map_err(|e| from_cust(e, "opening the device through cust"))?;
         let context = cust::context::Context::new(cust_device)
             .map_err(|e| from_cust(e, "retaining the primary context"))?;
-        memory.set_device_total(total as u64);
+        let memory = MemoryPool::new(BACKEND, total as u64);
         let mut gpu = Gpu {
             modules: Vec::new(),
             context,
@@ -241,8 +242,8 @@ impl Gpu {
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
     }
-    /// The device-memory accounting shared by every allocation.
-    pub fn memory(&self) -> &Arc<MemoryTracker> {
+    /// The device-memory pool every allocation reserves from.
+    pub fn memory(&self) -> &Arc<MemoryPool> {
         &self.memory
     }
 
@@ -257,10 +258,11 @@ impl Gpu {
             .modules
             .iter()
             .find(|(n, _)| *n == module)
-            .ok_or_else(|| Error::Device {
+            .ok_or_else(|| Error::Internal {
                 backend: BACKEND.into(),
-                context: format!("looking up kernel `{name}`"),
-                message: format!("no kernel module `{module}` is embedded"),
+                what: format!(
+                    "looking up kernel `{name}`: no kernel module `{module}` is embedded"
+                ),
             })?;
         let c_name = CString::new(name).map_err(|_| {
             Error::InvalidArgument(format!("kernel name `{name}` contains a NUL byte"))
@@ -339,10 +341,9 @@ impl Gpu {
 }
 
 fn load_module(name: &str, ptx: &str) -> Result<Module> {
-    let image = CString::new(ptx).map_err(|_| Error::Device {
+    let image = CString::new(ptx).map_err(|_| Error::Internal {
         backend: BACKEND.into(),
-        context: format!("loading kernel module `{name}`"),
-        message: "the embedded PTX contains a NUL byte".into(),
+        what: format!("loading kernel module `{name}`: the embedded PTX contains a NUL byte"),
     })?;
     let mut log = vec![0u8; 8192];
     let mut options = [
@@ -371,10 +372,14 @@ fn load_module(name: &str, ptx: &str) -> Result<Module> {
                 backend,
                 context,
                 message,
+                fault,
+                source,
             } if !jit_log.is_empty() => Error::Device {
                 backend,
                 context,
                 message: format!("{message}; JIT log: {jit_log}"),
+                fault,
+                source,
             },
             other => other,
         });

@@ -3,7 +3,7 @@
 //! Codes are mapped here, by number, and never formatted through cust's `Display` (which fails
 //! for codes it does not know, see `NOTES-gpu.md`).
 
-use hetsparse_core::Error;
+use hetsparse_core::{DeviceFault, Error};
 
 use crate::ffi::{CUresult, CUDA_SUCCESS};
 
@@ -23,8 +23,11 @@ pub(crate) fn describe(code: CUresult) -> &'static str {
         101 => "invalid device ordinal (CUDA_ERROR_INVALID_DEVICE)",
         200 => "invalid kernel image (CUDA_ERROR_INVALID_IMAGE)",
         201 => "invalid context (CUDA_ERROR_INVALID_CONTEXT)",
+        46 => "the device is unavailable (CUDA_ERROR_DEVICE_UNAVAILABLE)",
         209 => "no kernel image for this GPU (CUDA_ERROR_NO_BINARY_FOR_GPU)",
+        214 => "an uncorrectable ECC error was detected (CUDA_ERROR_ECC_UNCORRECTABLE)",
         218 => "the PTX failed to compile (CUDA_ERROR_INVALID_PTX)",
+        220 => "an uncorrectable NVLink error was detected (CUDA_ERROR_NVLINK_UNCORRECTABLE)",
         221 => "the driver's PTX JIT compiler is missing (CUDA_ERROR_JIT_COMPILER_NOT_FOUND)",
         222 => "the PTX ISA version is newer than this driver supports; update the driver (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)",
         400 => "invalid handle (CUDA_ERROR_INVALID_HANDLE)",
@@ -32,10 +35,13 @@ pub(crate) fn describe(code: CUresult) -> &'static str {
         700 => "a kernel accessed an illegal address (CUDA_ERROR_ILLEGAL_ADDRESS)",
         701 => "too many resources requested for the launch (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)",
         702 => "the kernel timed out (CUDA_ERROR_LAUNCH_TIMEOUT)",
+        709 => "the context was destroyed (CUDA_ERROR_CONTEXT_IS_DESTROYED)",
         710 => "a device-side assertion failed (CUDA_ERROR_ASSERT)",
         714 => "hardware stack error (CUDA_ERROR_HARDWARE_STACK_ERROR)",
         715 => "illegal instruction (CUDA_ERROR_ILLEGAL_INSTRUCTION)",
         716 => "misaligned address (CUDA_ERROR_MISALIGNED_ADDRESS)",
+        717 => "invalid address space (CUDA_ERROR_INVALID_ADDRESS_SPACE)",
+        718 => "invalid program counter (CUDA_ERROR_INVALID_PC)",
         719 => "the kernel launch failed (CUDA_ERROR_LAUNCH_FAILED)",
         800 => "operation not permitted (CUDA_ERROR_NOT_PERMITTED)",
         801 => "operation not supported (CUDA_ERROR_NOT_SUPPORTED)",
@@ -65,13 +71,35 @@ pub(crate) fn from_code(code: CUresult, what: &str) -> Error {
             backend: BACKEND.into(),
             what: what.into(),
             needed_bytes: 0,
-            available_bytes: 0,
+            available_bytes: crate::memory::free_device_memory(),
         },
         _ => Error::Device {
             backend: BACKEND.into(),
             context: what.into(),
             message: format!("{} [code {code}]", describe(code)),
+            fault: fault(code),
+            source: None,
         },
+    }
+}
+
+/// What kind of failure a driver status is, for a scheduler deciding whether to retry.
+///
+/// Launch failures (701, 702, 719) leave the context usable: the work may be retried, with
+/// other launch parameters or elsewhere. Faults a kernel leaves behind (700 and the other
+/// sticky 7xx codes), uncorrectable ECC or NVLink errors (214, 220), an unavailable device or
+/// destroyed context (46, 709) and unknown errors (999) leave the context unusable: the
+/// device is lost to this process.
+pub(crate) fn fault(code: CUresult) -> DeviceFault {
+    match code {
+        701 | 702 | 719 => DeviceFault::LaunchFailed,
+        // ILLEGAL_ADDRESS, ASSERT, HARDWARE_STACK_ERROR, ILLEGAL_INSTRUCTION,
+        // MISALIGNED_ADDRESS, INVALID_ADDRESS_SPACE, INVALID_PC: sticky, the context is gone.
+        700 | 710 | 714 | 715 | 716 | 717 | 718 => DeviceFault::DeviceLost,
+        // ECC_UNCORRECTABLE, NVLINK_UNCORRECTABLE, DEVICE_UNAVAILABLE, CONTEXT_IS_DESTROYED,
+        // UNKNOWN.
+        214 | 220 | 46 | 709 | 999 => DeviceFault::DeviceLost,
+        _ => DeviceFault::Other,
     }
 }
 
@@ -113,5 +141,25 @@ mod tests {
         assert!(from_code(123_456, "x").to_string().contains("123456"));
         let cust_unknown = from_cust(cust::error::CudaError::UnknownError, "y");
         assert!(cust_unknown.to_string().contains("999"));
+    }
+
+    #[test]
+    fn driver_codes_map_to_fault_kinds() {
+        let kind = |code| match from_code(code, "x") {
+            Error::Device { fault, message, .. } => {
+                assert!(message.contains(&format!("[code {code}]")), "{message}");
+                fault
+            }
+            other => panic!("code {code}: {other:?}"),
+        };
+        for code in [701, 702, 719] {
+            assert_eq!(kind(code), DeviceFault::LaunchFailed, "code {code}");
+        }
+        for code in [700, 214, 709, 999] {
+            assert_eq!(kind(code), DeviceFault::DeviceLost, "code {code}");
+        }
+        assert_eq!(kind(1), DeviceFault::Other);
+        assert!(from_code(719, "k").is_retryable());
+        assert!(!from_code(1, "k").is_retryable());
     }
 }

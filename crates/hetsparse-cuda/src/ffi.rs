@@ -42,6 +42,7 @@ extern "C" {
     pub fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CUdevice) -> CUresult;
     pub fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult;
     pub fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
+    pub fn cuCtxSynchronize() -> CUresult;
     pub fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult;
 
     pub fn cuModuleLoadDataEx(

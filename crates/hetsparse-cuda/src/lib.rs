@@ -62,16 +62,15 @@ use std::sync::Arc;
 
 use hetsparse_core::backend::check;
 use hetsparse_core::{
-    Backend, Bsr, Capabilities, ChunkSink, Csr, Dense, Device, DeviceInfo, DeviceKind, Dia,
-    Operation, ProductChunk, Result, ScalarType, SparseFormat, SparseRef, SpgemmAlgorithm,
+    Backend, Bsr, Capabilities, ChunkSink, Csr, CsrOperand, Dense, DenseOperand, Device,
+    DeviceInfo, DeviceKind, Dia, Operation, ProductChunk, Result, RunControl, ScalarType,
+    SparseFormat, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmvOptions, VectorOperand,
 };
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
-pub use memory::{
-    DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker, PinnedBuffer, PinnedPool, PooledPinned,
-};
+pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
 pub use scalar::DeviceScalar;
-pub use spmm::{SpmmKernel, SpmmOptions, STREAM_MIN_BYTES};
+pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
 pub use spmv::{ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
 
 /// The CUDA backend on one GPU. Cheap to clone (the device is shared) and usable from several
@@ -89,9 +88,8 @@ impl CudaBackend {
 
     /// The backend on device `ordinal`.
     pub fn with_device(ordinal: u32) -> Result<Self> {
-        let memory = Arc::new(MemoryTracker::new(None));
         Ok(CudaBackend {
-            gpu: Arc::new(Gpu::new(ordinal, memory)?),
+            gpu: Arc::new(Gpu::new(ordinal)?),
         })
     }
 
@@ -100,7 +98,9 @@ impl CudaBackend {
     /// batches; operations whose operands do not fit return
     /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory).
     pub fn with_memory_budget(self, bytes: u64) -> Self {
-        self.gpu.memory().set_budget(bytes);
+        self.gpu
+            .memory()
+            .set_limit(bytes.min(self.gpu.total_memory()));
         self
     }
 
@@ -134,32 +134,68 @@ impl Device for CudaBackend {
 }
 
 impl<T: DeviceScalar> Backend<T> for CudaBackend {
-    fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        check::spgemm(a, b)?;
-        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        spgemm::multiply(&self.gpu, a, b, algorithm)
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        run.checkpoint()?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let products = run.plan_product(a, b)?;
+        let c = spgemm::multiply(&self.gpu, a, b, options.algorithm)?;
+        run.add_done(products);
+        Ok(c)
+    }
+
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        _options: &hetsparse_core::SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        run.checkpoint()?;
+        let (a, b) = (
+            check::sparse_operand(self, a)?,
+            check::dense_operand(self, b)?,
+        );
+        spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default())
+    }
+
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        _options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        run.checkpoint()?;
+        let (a, x) = (
+            check::sparse_operand(self, a)?,
+            check::vector_operand(self, x)?,
+        );
+        spmv::spmv(&self.gpu, a, x, SpmvKernel::Auto)
     }
 
     fn spgemm_chunks(
         &self,
-        a: &Csr<T>,
-        b: &Csr<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
         chunks: &[ProductChunk],
-        algorithm: SpgemmAlgorithm,
+        options: &SpgemmOptions,
+        run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::spgemm(a, b)?;
-        check::chunks(a, b, chunks)?;
-        check::supported::<T>(self, Operation::Spgemm(algorithm))?;
-        spgemm::multiply_chunks(&self.gpu, a, b, chunks, algorithm, sink)
-    }
-
-    fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
-        spmm::spmm(&self.gpu, a, b, SpmmOptions::default())
-    }
-
-    fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
-        spmv::spmv(&self.gpu, a, x, SpmvKernel::Auto)
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        run.checkpoint()?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, sink)
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {

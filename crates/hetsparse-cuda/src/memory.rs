@@ -1,8 +1,9 @@
 //! Device memory: budgeted allocations, an arena for pipelined loops, transfers, pinned
 //! host staging.
 //!
-//! Every allocation goes through a [`MemoryTracker`], which enforces the budget the caller
-//! set with [`crate::CudaBackend::with_memory_budget`]. Loops that run many kernels (the
+//! Every allocation reserves its bytes in the device's [`MemoryPool`] (hetsparse-core's), whose
+//! limit is the device's memory or the budget the caller set with
+//! [`crate::CudaBackend::with_memory_budget`]; the reservation is held as long as the memory. Loops that run many kernels (the
 //! SpGEMM pipeline, chunked products) allocate one [`DeviceArena`] up front and carve it per
 //! step, so that nothing is allocated inside the loop (Xia et al. §IV.B).
 
@@ -10,74 +11,14 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::mem::size_of;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cust::memory::{DeviceCopy, LockedBuffer};
-use hetsparse_core::Result;
+use hetsparse_core::{MemoryPool, Reservation, Result};
 
 use crate::context::{Arg, Stream};
 use crate::error::{check, from_cust, out_of_memory};
 use crate::ffi::{self, CUcontext, CUdeviceptr};
-
-/// Device bytes in use and the limit they must stay under.
-#[derive(Debug)]
-pub struct MemoryTracker {
-    budget: AtomicU64,
-    device_total: AtomicU64,
-    used: AtomicU64,
-}
-
-impl MemoryTracker {
-    /// A tracker with an optional budget in bytes (`None`: the device's memory).
-    pub fn new(budget: Option<u64>) -> Self {
-        MemoryTracker {
-            budget: AtomicU64::new(budget.unwrap_or(u64::MAX)),
-            device_total: AtomicU64::new(u64::MAX),
-            used: AtomicU64::new(0),
-        }
-    }
-    pub(crate) fn set_device_total(&self, bytes: u64) {
-        self.device_total.store(bytes, Ordering::Relaxed);
-    }
-    pub(crate) fn set_budget(&self, bytes: u64) {
-        self.budget.store(bytes, Ordering::Relaxed);
-    }
-    /// The limit: the budget or the device's memory, whichever is smaller.
-    pub fn limit(&self) -> u64 {
-        self.budget
-            .load(Ordering::Relaxed)
-            .min(self.device_total.load(Ordering::Relaxed))
-    }
-    /// Bytes allocated now.
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
-    /// Bytes that may still be allocated under the budget (device memory may run out first).
-    pub fn available(&self) -> u64 {
-        self.limit().saturating_sub(self.used())
-    }
-    fn reserve(&self, bytes: u64, what: &str) -> Result<()> {
-        let limit = self.limit();
-        let mut used = self.used.load(Ordering::Relaxed);
-        loop {
-            let next = used.saturating_add(bytes);
-            if next > limit {
-                return Err(out_of_memory(what, bytes, limit.saturating_sub(used)));
-            }
-            match self
-                .used
-                .compare_exchange_weak(used, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(()),
-                Err(now) => used = now,
-            }
-        }
-    }
-    fn release(&self, bytes: u64) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
-    }
-}
 
 /// A typed view of device memory: a pointer and a length. It borrows the buffer or arena it
 /// came from, so it cannot outlive the memory.
@@ -161,8 +102,13 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         Ok(v)
     }
     /// Queues a copy of `len` elements into `host[host_start..]` (pinned, so truly
-    /// asynchronous); the host must not read them before the stream reaches this point.
-    pub fn download_async(
+    /// asynchronous).
+    ///
+    /// # Safety
+    /// The copy runs after this returns: `host` must be neither read, written nor dropped
+    /// until `stream` has passed this point (a [`Stream::synchronize`] or an event recorded
+    /// after it and waited for).
+    pub unsafe fn download_async(
         &self,
         stream: &Stream,
         host: &mut LockedBuffer<T>,
@@ -176,8 +122,8 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             host_start + len <= host.len(),
             "download past the pinned buffer"
         );
-        // SAFETY: a LockedBuffer is page-locked; callers wait for the stream before reading
-        // it, and it cannot be freed while borrowed here.
+        // SAFETY: a LockedBuffer is page-locked; the caller waits for the stream before
+        // touching or freeing it (this function's contract).
         unsafe { self.download_unchecked(stream, &mut host[host_start..host_start + len]) }
     }
 
@@ -225,13 +171,13 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     }
 }
 
-/// An owned device allocation of `len` elements of `T`, counted against the budget.
+/// An owned device allocation of `len` elements of `T`, reserved in the device's pool.
 pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     bytes: u64,
     context: CUcontext,
-    tracker: Arc<MemoryTracker>,
+    _reservation: Reservation,
     _type: PhantomData<T>,
 }
 
@@ -240,21 +186,24 @@ unsafe impl<T: Send> Send for DeviceBuffer<T> {}
 unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
 
 impl<T: Copy> DeviceBuffer<T> {
-    /// Allocates `len` uninitialised elements on the current context.
-    pub fn new(tracker: &Arc<MemoryTracker>, len: usize, what: &str) -> Result<Self> {
+    /// Allocates `len` uninitialised elements on the current context, reserving their bytes
+    /// in `pool` first: over the pool's limit, or when the device has too little free memory,
+    /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory) with the bytes needed and
+    /// available.
+    pub fn new(pool: &Arc<MemoryPool>, len: usize, what: &str) -> Result<Self> {
         let bytes = (len as u64)
             .checked_mul(size_of::<T>() as u64)
-            .ok_or_else(|| out_of_memory(what, u64::MAX, tracker.available()))?;
-        tracker.reserve(bytes, what)?;
+            .ok_or_else(|| out_of_memory(what, u64::MAX, pool.available()))?;
+        let reservation = pool.reserve(bytes, what)?;
         let mut ptr: CUdeviceptr = 0;
         let mut context: CUcontext = std::ptr::null_mut();
         if bytes > 0 {
             // SAFETY: allocation into a local.
             let code = unsafe { ffi::cuMemAlloc_v2(&mut ptr, bytes as usize) };
             if code != ffi::CUDA_SUCCESS {
-                tracker.release(bytes);
                 if code == 2 {
-                    return Err(out_of_memory(what, bytes, free_device_memory()));
+                    let available = free_device_memory().min(pool.available());
+                    return Err(out_of_memory(what, bytes, available));
                 }
                 check(code, what)?;
             }
@@ -266,13 +215,13 @@ impl<T: Copy> DeviceBuffer<T> {
             len,
             bytes,
             context,
-            tracker: tracker.clone(),
+            _reservation: reservation,
             _type: PhantomData,
         })
     }
     /// Allocates and fills from `host`.
     pub fn from_host(
-        tracker: &Arc<MemoryTracker>,
+        tracker: &Arc<MemoryPool>,
         stream: &Stream,
         host: &[T],
         what: &str,
@@ -303,21 +252,31 @@ impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if self.bytes > 0 {
             // SAFETY: allocated by cuMemAlloc on `context`, freed once; the context is made
-            // current first because the dropping thread may have another one.
+            // current first because the dropping thread may have another one. Work queued on
+            // any stream may still read or write the buffer (an operation that failed half way
+            // drops its buffers without waiting for its stream): the context is synchronised
+            // first, so the memory is returned only once nothing queued before the free can
+            // touch it.
             unsafe {
                 ffi::cuCtxSetCurrent(self.context);
+                ffi::cuCtxSynchronize();
                 ffi::cuMemFree_v2(self.ptr);
             }
         }
-        self.tracker.release(self.bytes);
+        // The reservation is released after the free.
     }
 }
 
-fn free_device_memory() -> u64 {
+/// Free device memory as the driver reports it for the current context (0 if it cannot say).
+pub(crate) fn free_device_memory() -> u64 {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: query into locals.
-    unsafe { ffi::cuMemGetInfo_v2(&mut free, &mut total) };
-    free as u64
+    let code = unsafe { ffi::cuMemGetInfo_v2(&mut free, &mut total) };
+    if code == ffi::CUDA_SUCCESS {
+        free as u64
+    } else {
+        0
+    }
 }
 
 /// Alignment of arena allocations (the driver's own is 256 bytes).
@@ -332,7 +291,7 @@ pub struct DeviceArena {
 
 impl DeviceArena {
     /// Allocates an arena of `bytes`.
-    pub fn new(tracker: &Arc<MemoryTracker>, bytes: u64, what: &str) -> Result<Self> {
+    pub fn new(tracker: &Arc<MemoryPool>, bytes: u64, what: &str) -> Result<Self> {
         Ok(DeviceArena {
             buffer: DeviceBuffer::new(tracker, bytes as usize, what)?,
             top: Cell::new(0),

@@ -53,7 +53,7 @@ pub enum SpmmKernel {
 
 /// How an SpMM runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SpmmOptions {
+pub struct SpmmKernelOptions {
     /// The kernel.
     pub kernel: SpmmKernel,
     /// `L_GPU`, the columns of B and C per transfer; `None` lets the backend choose from the
@@ -211,7 +211,7 @@ pub(crate) fn spmm<T: DeviceScalar>(
     gpu: &Gpu,
     a: SparseRef<'_, T>,
     b: &Dense<T>,
-    options: SpmmOptions,
+    options: SpmmKernelOptions,
 ) -> Result<Dense<T>> {
     check::spmm(&a, b)?;
     gpu.bind()?;
@@ -348,10 +348,15 @@ fn stream_panels<T: DeviceScalar>(
             run_panel(gpu, dev, method, panel_layout, slot, (inner, nrows, pw))?;
         }
         let _d = tracing::debug_span!("D2H", bytes = nrows * pw * size_of::<T>()).entered();
-        slot.c_dev
-            .out
-            .slice()
-            .download_async(&slot.stream, &mut slot.c_host, 0, nrows * pw)?;
+        // SAFETY: `c_host` is read only in `unpack_finished`, after the slot's stream is
+        // synchronised; on an error `spmm` synchronises every slot's stream before the
+        // staging buffers are dropped.
+        unsafe {
+            slot.c_dev
+                .out
+                .slice()
+                .download_async(&slot.stream, &mut slot.c_host, 0, nrows * pw)?;
+        }
         slot.pending = Some(cols.clone());
     }
     for slot in slots.iter_mut() {
@@ -485,26 +490,26 @@ impl crate::CudaBackend {
     ///
     /// ```no_run
     /// use hetsparse_core::{generate, Dense, Ellr, Layout, SparseRef};
-    /// use hetsparse_cuda::{CudaBackend, SpmmKernel, SpmmOptions};
+    /// use hetsparse_cuda::{CudaBackend, SpmmKernel, SpmmKernelOptions};
     ///
     /// # fn main() -> hetsparse_core::Result<()> {
     /// let gpu = CudaBackend::new()?;
     /// let a = Ellr::from_csr(&generate::banded::<f64>(1000, 9, 1), 1 << 20)?;
     /// let b = Dense::<f64>::zeros(1000, 64, Layout::RowMajor);
-    /// let options = SpmmOptions {
+    /// let options = SpmmKernelOptions {
     ///     kernel: SpmmKernel::EllrT { threads_per_row: 2, columns_per_pass: 8 },
     ///     panel_columns: Some(16), // four panels over two streams
     /// };
-    /// let c = gpu.spmm_with(SparseRef::Ellr(&a), &b, options)?;
+    /// let c = gpu.spmm_with_kernel(SparseRef::Ellr(&a), &b, options)?;
     /// assert_eq!(c.shape(), (1000, 64));
     /// # Ok(())
     /// # }
     /// ```
-    pub fn spmm_with<T: DeviceScalar>(
+    pub fn spmm_with_kernel<T: DeviceScalar>(
         &self,
         a: SparseRef<'_, T>,
         b: &Dense<T>,
-        options: SpmmOptions,
+        options: SpmmKernelOptions,
     ) -> Result<Dense<T>> {
         spmm(self.gpu(), a, b, options)
     }

@@ -558,12 +558,12 @@ impl crate::CudaBackend {
     /// let gpu = CudaBackend::new()?;
     /// let a = Ellr::from_csr(&generate::banded::<f32>(1000, 9, 1), 1 << 20)?;
     /// let x = vec![1.0f32; 1000];
-    /// let y = gpu.spmv_with(SparseRef::Ellr(&a), &x, SpmvKernel::EllrT { threads_per_row: 4 })?;
+    /// let y = gpu.spmv_with_kernel(SparseRef::Ellr(&a), &x, SpmvKernel::EllrT { threads_per_row: 4 })?;
     /// assert_eq!(y.len(), 1000);
     /// # Ok(())
     /// # }
     /// ```
-    pub fn spmv_with<T: DeviceScalar>(
+    pub fn spmv_with_kernel<T: DeviceScalar>(
         &self,
         a: SparseRef<'_, T>,
         x: &[T],

@@ -4,13 +4,15 @@
 //! reach the kernels' edges (rows longer than a warp, runs of a row across warps, partial passes).
 //! Without a GPU they skip, unless `HETSPARSE_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use hetsparse_core::generate::{self, Rng};
 use hetsparse_core::{bf16, f16, Complex};
 use hetsparse_core::{
     reference, Backend, Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Error, Layout, PlusTimes,
     Scalar, SparseRef,
 };
-use hetsparse_cuda::{CudaBackend, DeviceScalar, SpmmKernel, SpmmOptions, SpmvKernel};
+use hetsparse_cuda::{CudaBackend, DeviceScalar, SpmmKernel, SpmmKernelOptions, SpmvKernel};
 
 fn backend() -> Option<CudaBackend> {
     backend_with(None)
@@ -21,7 +23,7 @@ fn backend_with(budget: Option<u64>) -> Option<CudaBackend> {
         Some(bytes) => b.with_memory_budget(bytes),
         None => b,
     });
-    hetsparse_core::conformance::obtain("sparse_dense_kernels", made)
+    common::obtain("sparse_dense_kernels", made)
 }
 
 fn storage_eps<T: Scalar>() -> f64 {
@@ -79,7 +81,7 @@ fn check_spmv<T: DeviceScalar>(
     let scale = reference::spmv::<f64, PlusTimes>(&magnitudes(a), &mx).expect("scale");
     let terms = (0..a.nrows()).map(|i| a.row_nnz(i)).max().unwrap_or(0);
     let y = b
-        .spmv_with(sparse, &x, kernel)
+        .spmv_with_kernel(sparse, &x, kernel)
         .unwrap_or_else(|e| panic!("{what} {kernel:?}: {e}"));
     assert_close(
         &y,
@@ -187,7 +189,7 @@ fn check_spmm<T: DeviceScalar>(
     sparse: SparseRef<'_, T>,
     layout: Layout,
     ncols: usize,
-    options: SpmmOptions,
+    options: SpmmKernelOptions,
     what: &str,
 ) {
     let d =
@@ -203,7 +205,7 @@ fn check_spmm<T: DeviceScalar>(
     let scale = reference::spmm::<f64, PlusTimes>(&magnitudes(a), &md).expect("scale");
     let terms = (0..a.nrows()).map(|i| a.row_nnz(i)).max().unwrap_or(0);
     let c = b
-        .spmm_with(sparse, &d, options)
+        .spmm_with_kernel(sparse, &d, options)
         .unwrap_or_else(|e| panic!("{what} {options:?}: {e}"));
     assert_eq!(c.layout(), layout, "{what}: C takes B's layout");
     let (c, e, s) = (
@@ -222,7 +224,7 @@ fn check_spmm<T: DeviceScalar>(
 
 fn spmm_csr_half_warp<T: DeviceScalar>() {
     let Some(b) = backend() else { return };
-    let opts = SpmmOptions {
+    let opts = SpmmKernelOptions {
         kernel: SpmmKernel::CsrHalfWarp,
         panel_columns: None,
     };
@@ -250,12 +252,12 @@ fn spmm_ellr_t_and_lc<T: DeviceScalar>() {
                 SparseRef::Ellr(&e),
                 layout,
                 13,
-                SpmmOptions::default(),
+                SpmmKernelOptions::default(),
                 what,
             );
             for t in [1, 4, 32] {
                 for lc in [1, 2, 4, 8] {
-                    let opts = SpmmOptions {
+                    let opts = SpmmKernelOptions {
                         kernel: SpmmKernel::EllrT {
                             threads_per_row: t,
                             columns_per_pass: lc,
@@ -273,7 +275,7 @@ fn spmm_ellr_t_and_lc<T: DeviceScalar>() {
 fn spmm_other_formats<T: DeviceScalar>() {
     let Some(b) = backend() else { return };
     let a = generate::skewed::<T>(120, 4, 2, 2, 11);
-    let opts = SpmmOptions::default();
+    let opts = SpmmKernelOptions::default();
     for layout in [Layout::RowMajor, Layout::ColMajor] {
         check_spmm(
             &b,
@@ -309,7 +311,7 @@ fn spmm_streamed<T: DeviceScalar>() {
     let e = Ellr::from_csr(&a, 1 << 30).expect("ellr");
     let c = Cspr::from_csr(&a);
     for panel in [1, 3, 16] {
-        let opts = SpmmOptions {
+        let opts = SpmmKernelOptions {
             kernel: SpmmKernel::Auto,
             panel_columns: Some(panel),
         };
@@ -339,7 +341,7 @@ fn spmm_streamed<T: DeviceScalar>() {
                 sparse,
                 layout,
                 200,
-                SpmmOptions::default(),
+                SpmmKernelOptions::default(),
                 what,
             );
         }
@@ -347,7 +349,7 @@ fn spmm_streamed<T: DeviceScalar>() {
     // Room for A (offsets, columns, values) and half a kilobyte: not one column of B and C.
     let tiny = backend_with(Some(8 * 1025 + a.nnz() * (size + 4) + 512)).expect("backend");
     let d = Dense::<T>::zeros(a.ncols(), 8, Layout::RowMajor);
-    match tiny.spmm_with(SparseRef::Csr(&a), &d, SpmmOptions::default()) {
+    match tiny.spmm_with_kernel(SparseRef::Csr(&a), &d, SpmmKernelOptions::default()) {
         Err(Error::OutOfMemory { .. }) => {}
         other => panic!("SpMM beyond the budget: expected out of memory, got {other:?}"),
     }
@@ -422,12 +424,12 @@ fn kernel_choices_are_checked() {
         },
     ] {
         assert!(matches!(
-            b.spmv_with(SparseRef::Ellr(&e), &x, kernel),
+            b.spmv_with_kernel(SparseRef::Ellr(&e), &x, kernel),
             Err(Error::InvalidArgument(_))
         ));
     }
     assert!(matches!(
-        b.spmv_with(
+        b.spmv_with_kernel(
             SparseRef::Csr(&a),
             &x,
             SpmvKernel::EllrT { threads_per_row: 4 }
@@ -435,7 +437,7 @@ fn kernel_choices_are_checked() {
         Err(Error::InvalidArgument(_))
     ));
     let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor);
-    let bad_lc = SpmmOptions {
+    let bad_lc = SpmmKernelOptions {
         kernel: SpmmKernel::EllrT {
             threads_per_row: 4,
             columns_per_pass: 3,
@@ -443,15 +445,15 @@ fn kernel_choices_are_checked() {
         panel_columns: None,
     };
     assert!(matches!(
-        b.spmm_with(SparseRef::Ellr(&e), &d, bad_lc),
+        b.spmm_with_kernel(SparseRef::Ellr(&e), &d, bad_lc),
         Err(Error::InvalidArgument(_))
     ));
-    let no_panel = SpmmOptions {
+    let no_panel = SpmmKernelOptions {
         kernel: SpmmKernel::Auto,
         panel_columns: Some(0),
     };
     assert!(matches!(
-        b.spmm_with(SparseRef::Csr(&a), &d, no_panel),
+        b.spmm_with_kernel(SparseRef::Csr(&a), &d, no_panel),
         Err(Error::InvalidArgument(_))
     ));
 }

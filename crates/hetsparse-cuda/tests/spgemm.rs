@@ -3,13 +3,16 @@
 //! threads, device errors. Without a device every test skips (fails with
 //! HETSPARSE_REQUIRE_DEVICE=1).
 
-use hetsparse_core::conformance::obtain;
+mod common;
+
 use hetsparse_core::generate;
-use hetsparse_core::{Backend, Csr, Error, ProductChunk, ReferenceBackend, SpgemmAlgorithm};
+use hetsparse_core::{
+    Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl, SpgemmAlgorithm,
+};
 use hetsparse_cuda::CudaBackend;
 
 fn backend(test: &str) -> Option<CudaBackend> {
-    obtain(test, CudaBackend::new())
+    common::obtain(test, CudaBackend::new())
 }
 
 const EXPLICIT: [SpgemmAlgorithm; 4] = [
@@ -84,19 +87,27 @@ fn pipelined_chunks_under_a_memory_budget() {
     }
     for alg in EXPLICIT {
         let mut seen = vec![false; chunks.len()];
-        gpu.spgemm_chunks(&a, &b, &chunks, alg, &mut |c| {
-            assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
-            seen[c.index] = true;
-            let expected = ReferenceBackend
-                .spgemm(
-                    &a.rows(c.chunk.rows.clone())?,
-                    &b.column_panel(c.chunk.cols.clone())?,
-                    SpgemmAlgorithm::Auto,
-                )
-                .unwrap();
-            assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
-            Ok(())
-        })
+        let run = RunControl::new();
+        gpu.spgemm_chunks(
+            (&a).into(),
+            (&b).into(),
+            &chunks,
+            &alg.into(),
+            &run,
+            &mut |c| {
+                assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
+                seen[c.index] = true;
+                let expected = ReferenceBackend
+                    .spgemm(
+                        &a.rows(c.chunk.rows.clone())?,
+                        &b.column_panel(c.chunk.cols.clone())?,
+                        SpgemmAlgorithm::Auto,
+                    )
+                    .unwrap();
+                assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
+                Ok(())
+            },
+        )
         .unwrap();
         assert!(seen.iter().all(|&s| s), "{alg:?}: every chunk arrives");
     }

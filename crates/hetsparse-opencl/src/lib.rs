@@ -51,10 +51,10 @@
 //! structure). Chunks run one by one on a profiling queue (kernel and transfer times from
 //! OpenCL events), resident operands brought to the host once to be cut there.
 //!
-//! [`Device::memory_pool`] accounts for device memory: its limit is the device's global
-//! memory, or [`OpenClBackend::with_memory_budget`]; resident matrices hold reservations for
-//! their bytes, each call for what it allocates, and [`Backend::spgemm_requirement`] bounds a
-//! product's peak.
+//! [`Device::memory_pool`] accounts for the device memory a backend (and its clones) uses: its
+//! limit is the device's global memory, or [`OpenClBackend::with_memory_budget`]; resident
+//! matrices hold reservations for their bytes, each call for what it allocates, and
+//! [`Backend::spgemm_requirement`] bounds a product's peak.
 //!
 //! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
 //! f32 on every device.
@@ -110,8 +110,9 @@ pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 
 /// An OpenCL device running hetsparse's operations.
 ///
-/// Clones share the device state (context, programs) and the memory pool, and so each other's
-/// resident matrices.
+/// Clones share the device state (context, programs) and the memory pool; every backend on a
+/// device shares its context, and so each other's resident matrices, while each constructed
+/// backend accounts for its own memory (its pool).
 #[derive(Clone)]
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
@@ -168,7 +169,7 @@ impl OpenClBackend {
         tracing::info!(device = %description, "OpenCL device chosen");
         let state = runtime::device_state(id, description)?;
         Ok(OpenClBackend {
-            pool: Arc::clone(&state.memory),
+            pool: MemoryPool::new(BACKEND, state.description.global_memory_bytes),
             state,
             budget_bytes: None,
             search: ExpansionSearch::default(),
@@ -189,10 +190,8 @@ impl OpenClBackend {
                 reason: format!("{} is no longer listed", self.state.description),
             })?;
         let state = runtime::new_context(id, description)?;
-        let pool = match self.budget_bytes {
-            Some(b) => MemoryPool::new(BACKEND, b.min(state.description.global_memory_bytes)),
-            None => Arc::clone(&state.memory),
-        };
+        let global = state.description.global_memory_bytes;
+        let pool = MemoryPool::new(BACKEND, self.budget_bytes.map_or(global, |b| b.min(global)));
         Ok(OpenClBackend {
             state,
             pool,
@@ -202,9 +201,10 @@ impl OpenClBackend {
     }
 
     /// Limits the device memory this backend may use, in bytes (default: the device's global
-    /// memory): [`Device::memory_pool`] then has this limit, shared by this backend's clones
-    /// but not by other backends on the device. Resident matrices count against it while they
-    /// live; when an ESC expansion would exceed what is left, B is cut into column slices.
+    /// memory): [`Device::memory_pool`] is then a new pool with this limit, shared by the
+    /// clones made after. Resident matrices count against the pool of the backend that made
+    /// them while they live; when an ESC expansion would exceed what is left, B is cut into
+    /// column slices.
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.budget_bytes = Some(bytes);
         let limit = bytes.min(self.state.description.global_memory_bytes);

@@ -262,8 +262,9 @@ impl OpenClBackend {
             })
             .sum();
         requirement.work_bytes = numeric_work_bytes::<T>(nnz_c);
-        requirement.output_bytes = resident::value_bytes::<T>(nnz_c);
-        let _ = nrows;
+        // The product as a matrix (executions share the plan's structure and add values).
+        requirement.output_bytes =
+            hetsparse_core::backend::memory::csr_bytes(nrows, nnz_c, size::<T>());
         Ok(SpgemmPlan::from_state(
             self.state.space(),
             options.clone(),

@@ -19,7 +19,7 @@ use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::backend::MemorySpace;
-use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, ScalarType};
+use hetsparse_core::{ChunkTiming, DeviceFault, Error, Result, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -43,8 +43,6 @@ pub(crate) struct DeviceState {
     pub(crate) context: Context,
     /// Which context this is, unique in the process: the id of the memory space.
     pub(crate) serial: u64,
-    /// Device memory accounts for every backend on this context without a budget of its own.
-    pub(crate) memory: Arc<MemoryPool>,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
     pool: Mutex<BufferPool>,
@@ -218,7 +216,6 @@ pub(crate) fn new_context(
         id,
         context,
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        memory: MemoryPool::new(BACKEND, memory),
         programs: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
         pool: Mutex::new(BufferPool::new(memory)),
@@ -295,7 +292,7 @@ impl DeviceState {
             staging: &self.staging,
             pool: &self.pool,
             pooled: std::cell::RefCell::new(Vec::new()),
-            free_estimate: self.memory.available(),
+            free_estimate: self.description.global_memory_bytes,
             timing: std::cell::Cell::new(Timing::default()),
             transfers: std::cell::RefCell::new(Vec::new()),
             retired: std::cell::RefCell::new(Vec::new()),
@@ -431,8 +428,7 @@ pub(crate) struct Queue<'a> {
     /// A reference to every pooled buffer this queue handed out, with its capacity: returned to
     /// the pool when the queue ends (after its commands finished) if nothing else holds it.
     pooled: std::cell::RefCell<Vec<(usize, Buffer<u8>)>>,
-    /// What the device may still have free (its shared pool's view when the queue was made),
-    /// for out-of-memory errors.
+    /// What the device may have free at most, for out-of-memory errors.
     free_estimate: u64,
     /// Device times (when profiling) and bytes of the commands that completed.
     timing: std::cell::Cell<Timing>,

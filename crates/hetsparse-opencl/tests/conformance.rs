@@ -1,7 +1,5 @@
 //! The conformance suite on the OpenCL device chosen by `HETSPARSE_OPENCL_DEVICE` (a name
 //! substring, e.g. `NVIDIA`), else the first GPU, else the first device (PoCL in CI).
-//! Built with the crate's `conformance` feature.
-#![cfg(feature = "conformance")]
 
 hetsparse_core::conformance_suite! {
     backend: hetsparse_opencl::OpenClBackend::from_env(),

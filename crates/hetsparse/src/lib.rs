@@ -17,3 +17,8 @@ pub use hetsparse_cuda as cuda;
 pub use hetsparse_opencl as opencl;
 /// Schedulers that compose backends.
 pub use hetsparse_sched as sched;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

@@ -115,10 +115,12 @@ impl MemoryPool {
                     available_bytes: limit.saturating_sub(now),
                 });
             }
-            match self
-                .reserved
-                .compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.reserved.compare_exchange_weak(
+                now,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
                     self.peak.fetch_max(next, Ordering::AcqRel);
                     return Ok(Reservation {

@@ -286,8 +286,7 @@ pub trait Backend<T: Scalar>: Device {
         let (nrows, ncols, offsets, cols, _) = host.clone().into_parts();
         check::value_count(pattern.nnz(), values.len())?;
         // SAFETY: the structure is that of a valid matrix; only the values change.
-        let m =
-            unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, cols, values.to_vec()) };
+        let m = unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, cols, values.to_vec()) };
         Ok(ResidentCsr::from_host(
             pattern.space().clone(),
             m,
@@ -343,7 +342,10 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
     ) -> Result<ResidentDense<T>> {
         let space = check::host_space(self, "spmm_resident")?;
-        Ok(ResidentDense::from_host(space, self.spmm_with(a, b, options, run)?))
+        Ok(ResidentDense::from_host(
+            space,
+            self.spmm_with(a, b, options, run)?,
+        ))
     }
 
     /// SpMV with the result left in the backend's memory (one column).
@@ -373,10 +375,11 @@ pub trait Backend<T: Scalar>: Device {
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         let products = crate::analysis::total_products(ha, hb)?;
         let structure = plan::HostStructure::of(&c);
-        let mut requirement = MemoryRequirement::default();
-        requirement.output_bytes =
-            memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
-        requirement.work_bytes = structure.bytes();
+        let requirement = MemoryRequirement {
+            output_bytes: memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>()),
+            work_bytes: structure.bytes(),
+            ..MemoryRequirement::default()
+        };
         Ok(SpgemmPlan::from_state(
             self.memory_space(),
             options.clone(),
@@ -426,9 +429,10 @@ pub trait Backend<T: Scalar>: Device {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         let bound = check::output_bound(ha, hb)?;
-        let mut requirement = MemoryRequirement::default();
-        requirement.output_bytes = memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>());
-        Ok(requirement)
+        Ok(MemoryRequirement {
+            output_bytes: memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>()),
+            ..MemoryRequirement::default()
+        })
     }
 
     // --- Chunks ----------------------------------------------------------------------------
@@ -471,17 +475,32 @@ pub trait Backend<T: Scalar>: Device {
 
     /// `C = A · B` with the given algorithm, host in, host out.
     fn spgemm(&self, a: &Csr<T>, b: &Csr<T>, algorithm: SpgemmAlgorithm) -> Result<Csr<T>> {
-        self.spgemm_with(a.into(), b.into(), &algorithm.into(), &RunControl::unwatched())
+        self.spgemm_with(
+            a.into(),
+            b.into(),
+            &algorithm.into(),
+            &RunControl::unwatched(),
+        )
     }
 
     /// `C = A · B` for a sparse A of any format and a dense B; C has B's layout.
     fn spmm(&self, a: SparseRef<'_, T>, b: &Dense<T>) -> Result<Dense<T>> {
-        self.spmm_with(a.into(), b.into(), &SpmmOptions::new(), &RunControl::unwatched())
+        self.spmm_with(
+            a.into(),
+            b.into(),
+            &SpmmOptions::new(),
+            &RunControl::unwatched(),
+        )
     }
 
     /// `y = A · x` for a sparse A of any format.
     fn spmv(&self, a: SparseRef<'_, T>, x: &[T]) -> Result<Vec<T>> {
-        self.spmv_with(a.into(), x.into(), &SpmvOptions::new(), &RunControl::unwatched())
+        self.spmv_with(
+            a.into(),
+            x.into(),
+            &SpmvOptions::new(),
+            &RunControl::unwatched(),
+        )
     }
 
     /// `C = A · B` for band matrices in DIA format.

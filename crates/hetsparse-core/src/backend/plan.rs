@@ -10,6 +10,7 @@
 use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -194,8 +195,10 @@ impl HostStructure {
 
 /// Rows per unit of parallel work and per cancellation check in [`numeric`].
 const NUMERIC_ROWS: usize = 256;
-/// Above this many columns, [`numeric`] finds positions by binary search in C's row instead of
-/// a per-thread map of B's columns (which would no longer fit any cache).
+/// Rows of C up to this length find a product's position by binary search in the row (which
+/// sits in L1); longer rows through a per-thread map from B's columns to positions.
+const SEARCH_MAX_ROW: usize = 16;
+/// Above this many columns the map would no longer fit any cache: binary search everywhere.
 const POSITION_MAP_MAX_COLS: usize = 1 << 24;
 
 /// The numeric phase alone: `C = A·B` into `structure`, which must be the structure of the
@@ -229,10 +232,13 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
         });
     }
     let nnz = structure.col_indices.len();
-    let mut values = vec![T::zero(); nnz];
-    // Split C's values at batch boundaries so each batch writes its own rows.
-    let mut pieces: Vec<(usize, &mut [T])> = Vec::with_capacity(nrows.div_ceil(NUMERIC_ROWS));
-    let mut rest: &mut [T] = &mut values;
+    // Every value is written exactly once below, so C's values start uninitialised (no pass
+    // to zero them), and its structure is copied in parallel.
+    let mut values: Vec<T> = Vec::with_capacity(nnz);
+    crate::advise_huge_pages(values.spare_capacity_mut());
+    let mut pieces: Vec<(usize, &mut [MaybeUninit<T>])> =
+        Vec::with_capacity(nrows.div_ceil(NUMERIC_ROWS));
+    let mut rest = &mut values.spare_capacity_mut()[..nnz];
     let mut consumed = 0u64;
     for first in (0..nrows).step_by(NUMERIC_ROWS) {
         let last = (first + NUMERIC_ROWS).min(nrows);
@@ -242,29 +248,28 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
         rest = tail;
         consumed = end;
     }
-    let use_map = ncols <= POSITION_MAP_MAX_COLS;
+    let map_allowed = ncols <= POSITION_MAP_MAX_COLS;
     pieces.into_par_iter().try_for_each_init(
-        || {
-            let map = if use_map { vec![0u32; ncols] } else { Vec::new() };
-            (map, Vec::<T::Acc>::new())
-        },
+        || (Vec::<u32>::new(), Vec::<T::Acc>::new()),
         |(map, acc), (first, piece)| -> Result<()> {
             run.checkpoint()?;
             let last = (first + NUMERIC_ROWS).min(nrows);
             let base = structure.row_offsets[first];
             let mut products = 0u64;
             for i in first..last {
-                let lo = (structure.row_offsets[i] - base) as usize;
-                let hi = (structure.row_offsets[i + 1] - base) as usize;
-                let row_cols = &structure.col_indices
-                    [structure.row_offsets[i] as usize..structure.row_offsets[i + 1] as usize];
-                acc.clear();
-                acc.resize(hi - lo, S::zero());
+                let (lo, hi) = (structure.row_offsets[i], structure.row_offsets[i + 1]);
+                let row_cols = &structure.col_indices[lo as usize..hi as usize];
+                let use_map = map_allowed && row_cols.len() > SEARCH_MAX_ROW;
                 if use_map {
+                    if map.len() < ncols {
+                        map.resize(ncols, 0);
+                    }
                     for (k, &j) in row_cols.iter().enumerate() {
                         map[j as usize] = k as u32;
                     }
                 }
+                acc.clear();
+                acc.resize(row_cols.len(), S::zero());
                 let (acols, avals) = a.row(i);
                 for (&k, &av) in acols.iter().zip(avals) {
                     let (bcols, bvals) = b.row(k as usize);
@@ -287,23 +292,22 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
                         acc[at] = S::fma(acc[at], av, bv);
                     }
                 }
-                for (dst, &v) in piece[lo..hi].iter_mut().zip(acc.iter()) {
-                    *dst = T::from_acc(v);
+                let out = &mut piece[(lo - base) as usize..(hi - base) as usize];
+                for (dst, &v) in out.iter_mut().zip(acc.iter()) {
+                    dst.write(T::from_acc(v));
                 }
             }
             run.add_done(products);
             Ok(())
         },
     )?;
-    // SAFETY: the structure is that of a canonical product (sorted, in bounds), checked
-    // against A's rows above; values were written for every entry.
-    Ok(unsafe {
-        Csr::from_parts_unchecked(
-            nrows,
-            ncols,
-            structure.row_offsets.clone(),
-            structure.col_indices.clone(),
-            values,
-        )
-    })
+    // SAFETY: the batches tile C's entries and each row wrote every value of its range.
+    unsafe { values.set_len(nnz) };
+    let mut row_offsets = Vec::with_capacity(nrows + 1);
+    row_offsets.par_extend(structure.row_offsets.par_iter().copied());
+    let mut col_indices = Vec::with_capacity(nnz);
+    col_indices.par_extend(structure.col_indices.par_iter().copied());
+    // SAFETY: the structure is that of a canonical product (sorted, in bounds: it was made
+    // from a valid matrix of these dimensions, checked above); every value was written.
+    Ok(unsafe { Csr::from_parts_unchecked(nrows, ncols, row_offsets, col_indices, values) })
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::format::Csr;
+use crate::scalar::Scalar;
 
 /// Cancellation and progress of one run, shared between the caller and the backend.
 ///
@@ -106,6 +108,18 @@ impl RunControl {
             done: self.state.done.load(Ordering::Acquire),
             planned: self.state.planned.load(Ordering::Acquire),
         }
+    }
+    /// For backends: counts the intermediate products of `a · b` and adds them to the plan,
+    /// returning them (0, and no pass over the operands, when the run is
+    /// [`unwatched`](Self::unwatched)). Call [`add_done`](Self::add_done) with the count when
+    /// the product is computed.
+    pub fn plan_product<T: Scalar>(&self, a: &Csr<T>, b: &Csr<T>) -> Result<u64> {
+        if !self.watched {
+            return Ok(0);
+        }
+        let products = crate::analysis::total_products(a, b)?;
+        self.add_planned(products);
+        Ok(products)
     }
     /// For backends: `products` more will be computed.
     pub fn add_planned(&self, products: u64) {

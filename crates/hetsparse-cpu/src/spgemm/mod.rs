@@ -644,11 +644,10 @@ impl<'r, T> RowOut<'r, T> {
 /// The error when a row's numeric pass disagrees with its symbolic count: a bug, reported
 /// instead of returning a wrong matrix.
 fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
-    Error::Device {
-        backend: "cpu".into(),
-        context: format!("SpGEMM row {row}"),
-        message: format!(
-            "the numeric phase produced {written} entries, the symbolic phase counted {counted}"
+    Error::Internal {
+            backend: "cpu".into(),
+        what: format!(
+            "SpGEMM row {row}: the numeric phase produced {written} entries, the symbolic phase counted {counted}"
         ),
     }
 }
@@ -656,10 +655,11 @@ fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
 /// The error when a row of a one-pass product has more entries than its products or C's
 /// width allow: a bug, reported instead of returning a wrong matrix.
 fn bound_exceeded(row: usize, bound: usize, written: usize) -> Error {
-    Error::Device {
+    Error::Internal {
         backend: "cpu".into(),
-        context: format!("SpGEMM row {row}"),
-        message: format!("the row produced {written} entries, more than its bound of {bound}"),
+        what: format!(
+            "SpGEMM row {row}: the row produced {written} entries, more than its bound of {bound}"
+        ),
     }
 }
 

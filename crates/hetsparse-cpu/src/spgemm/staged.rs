@@ -163,10 +163,9 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                     let Some(staged) = part.staged.take() else {
                         // Ranges are staged before they are counted, so this is a bug; C
                         // would keep a hole.
-                        return Err(Error::Device {
+                        return Err(Error::Internal {
                             backend: "cpu".into(),
-                            context: "SpGEMM".into(),
-                            message: format!("range {q} of rows was placed but not staged"),
+                            what: format!("SpGEMM: range {q} of rows was placed but not staged"),
                         });
                     };
                     // SAFETY: `base..base + staged.len` is range `q`'s own part of C: each
@@ -204,11 +203,10 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     if frontier.next != ranges.len() {
-        return Err(Error::Device {
+        return Err(Error::Internal {
             backend: "cpu".into(),
-            context: "SpGEMM".into(),
-            message: format!(
-                "only {} of {} ranges of rows were placed in C",
+            what: format!(
+                "SpGEMM: only {} of {} ranges of rows were placed in C",
                 frontier.next,
                 ranges.len()
             ),

@@ -23,8 +23,9 @@ use hetsparse_core::{ChunkProduct, Csr, Error, ProductChunk, Result, SpgemmAlgor
 
 use crate::context::{Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice, MemoryTracker};
+use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 use crate::scalar::{as_device, DeviceScalar};
+use hetsparse_core::MemoryPool;
 
 use pipeline::OutputPipeline;
 
@@ -107,7 +108,7 @@ impl Scratch {
     /// (kernels queued earlier may still use it).
     pub fn get(
         &mut self,
-        tracker: &std::sync::Arc<MemoryTracker>,
+        tracker: &std::sync::Arc<MemoryPool>,
         stream: &Stream,
         bytes: u64,
         what: &str,

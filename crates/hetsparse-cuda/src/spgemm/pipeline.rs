@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use hetsparse_core::{ChunkProduct, Csr, ProductChunk, Result};
+use hetsparse_core::{ChunkProduct, ChunkTiming, Csr, ProductChunk, Result};
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
@@ -87,6 +87,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
                 index,
                 chunk,
                 product,
+                timing: ChunkTiming::default(),
             })?;
             return Ok(false);
         }
@@ -259,6 +260,7 @@ fn drain<T: DeviceScalar>(
             index: asm.index,
             chunk: asm.chunk,
             product,
+            timing: ChunkTiming::default(),
         })?;
     }
     Ok(())
