@@ -431,7 +431,8 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
                 let program = self.check_spmm(&a, &b)?;
                 run.checkpoint()?;
                 let q = self.state.queue()?;
-                let (c, shape, layout, _held) = self.spmm_on_device(&q, &program, a, b, false)?;
+                let (c, shape, layout, _held) =
+                    self.spmm_on_device(&q, &program, a, b, false, run)?;
                 return self.fetch_dense(&q, &c, shape, layout);
             }
         };
@@ -446,7 +447,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
         let q = self.state.queue()?;
         let (c, shape, layout, _held) =
-            self.spmm_on_device(&q, &program, SparseOperand::Host(a), b.into(), false)?;
+            self.spmm_on_device(&q, &program, SparseOperand::Host(a), b.into(), false, run)?;
         self.fetch_dense(&q, &c, shape, layout)
     }
 
@@ -464,7 +465,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
                 let program = self.check_spmv(&a, &x)?;
                 run.checkpoint()?;
                 let q = self.state.queue()?;
-                let (y, n, _held) = self.spmv_on_device(&q, &program, a, x, false)?;
+                let (y, n, _held) = self.spmv_on_device(&q, &program, a, x, false, run)?;
                 return Ok(self
                     .fetch_dense::<T>(&q, &y, (n, 1), Layout::ColMajor)?
                     .into_data());
@@ -481,11 +482,20 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let q = self.state.queue()?;
         match a {
             SparseRef::Cspr(c) if kernels::has_cspr_kernel(T::TYPE, &self.state.description) => {
-                multiply::spmv_cspr(&q, &program, c, x)
+                run.add_planned(c.nnz());
+                let y = multiply::spmv_cspr(&q, &program, c, x)?;
+                run.add_done(c.nnz());
+                Ok(y)
             }
             a => {
-                let (y, n, _held) =
-                    self.spmv_on_device(&q, &program, SparseOperand::Host(a), x.into(), false)?;
+                let (y, n, _held) = self.spmv_on_device(
+                    &q,
+                    &program,
+                    SparseOperand::Host(a),
+                    x.into(),
+                    false,
+                    run,
+                )?;
                 Ok(self
                     .fetch_dense::<T>(&q, &y, (n, 1), Layout::ColMajor)?
                     .into_data())
@@ -570,7 +580,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let program = self.check_spmm(&a, &b)?;
         run.checkpoint()?;
         let q = self.state.queue()?;
-        let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true)?;
+        let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true, run)?;
         Ok(self.keep_dense(c, shape, layout, held))
     }
 
@@ -585,7 +595,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let program = self.check_spmv(&a, &x)?;
         run.checkpoint()?;
         let q = self.state.queue()?;
-        let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true)?;
+        let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true, run)?;
         Ok(self.keep_dense(y, (n, 1), Layout::ColMajor, held))
     }
 

@@ -91,6 +91,14 @@ impl<T: Scalar> RowOperand<'_, T> {
         }
     }
 
+    /// Stored entries.
+    pub(crate) fn nnz(&self) -> u64 {
+        match self {
+            RowOperand::Csr(a) => a.nnz(),
+            RowOperand::Ellr(a) => a.nnz(),
+        }
+    }
+
     /// Copies it to the device.
     pub(crate) fn upload(&self, q: &Queue<'_>) -> Result<DeviceRows<'static>> {
         Ok(match self {

@@ -448,6 +448,7 @@ impl OpenClBackend {
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         keep: bool,
+        run: &RunControl,
     ) -> Result<(DeviceBuffer<u8>, usize, Reservation)> {
         let mut owned = None;
         let host_rows = match a {
@@ -478,7 +479,16 @@ impl OpenClBackend {
                 &x_up
             }
         };
+        // Progress: one product per entry of A.
+        let products = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => r.nnz(),
+            (_, Some(h)) => h.nnz(),
+            _ => 0,
+        };
+        run.add_planned(products);
         let y = multiply::spmv_device::<T>(q, program, &rows, x_dev, keep)?;
+        q.finish()?;
+        run.add_done(products);
         Ok((y, n, y_reservation))
     }
 
@@ -492,6 +502,7 @@ impl OpenClBackend {
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         keep: bool,
+        run: &RunControl,
     ) -> Result<(DeviceBuffer<u8>, (usize, usize), Layout, Reservation)> {
         let mut owned = None;
         let host_rows = match a {
@@ -529,7 +540,17 @@ impl OpenClBackend {
             }
         };
         let layout = b_in.layout;
+        // Progress: each entry of A times each column of B.
+        let products = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => r.nnz(),
+            (_, Some(h)) => h.nnz(),
+            _ => 0,
+        }
+        .saturating_mul(n as u64);
+        run.add_planned(products);
         let c = multiply::spmm_device::<T>(q, program, &rows, &b_in, keep)?;
+        q.finish()?;
+        run.add_done(products);
         Ok((c, (m, n), layout, c_reservation))
     }
 
@@ -614,5 +635,57 @@ pub(crate) fn assemble<T: Scalar>(c: Compressed<'static, T>, checked: bool) -> R
         Ok(unsafe { Csr::from_parts_unchecked(c.nrows, c.ncols, offsets, index, values) })
     } else {
         Ok(Csr::try_new(c.nrows, c.ncols, offsets, index, values)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::generate;
+    use hetsparse_core::{Backend, Device};
+
+    /// The numeric kernel itself refuses products outside the planned structure (operands
+    /// whose identities were forged to match the plan's: `check_operands` cannot see it).
+    #[test]
+    fn the_numeric_phase_flags_products_outside_the_structure() {
+        let Some(b) = crate::tests::device_backend("numeric flag") else {
+            return;
+        };
+        let run = RunControl::new();
+        let opts = SpgemmOptions::new();
+        let narrow = generate::banded::<f64>(40, 3, 1);
+        let wide = generate::banded::<f64>(40, 7, 1);
+        let rn = b.upload(&narrow).unwrap();
+        let plan = b.plan_spgemm((&rn).into(), (&rn).into(), &opts).unwrap();
+        // A plan claiming to be for wide·wide, holding narrow·narrow's structure.
+        let rw = b.upload(&wide).unwrap();
+        let state = ClPlan {
+            structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
+        };
+        let forged = SpgemmPlan::<f64>::from_state(
+            b.memory_space(),
+            opts.clone(),
+            OperandPattern::of(&(&rw).into()),
+            OperandPattern::of(&(&rw).into()),
+            plan.c_nnz(),
+            plan.products(),
+            plan.requirement(),
+            state,
+        );
+        let program = b
+            .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
+            .unwrap();
+        let err = b
+            .execute(&program, &forged, (&rw).into(), (&rw).into(), &run)
+            .unwrap_err();
+        assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
+        // The honest plan still runs.
+        let c = b
+            .execute_spgemm(&plan, (&rn).into(), (&rn).into(), &run)
+            .unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&narrow, &narrow)
+                .unwrap();
+        assert_eq!(b.download(&c).unwrap().col_indices(), e.col_indices());
     }
 }

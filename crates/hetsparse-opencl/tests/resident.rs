@@ -185,6 +185,18 @@ fn resident_spmv_and_spmm_equal_the_host_results() {
         reference::spmv::<f64, PlusTimes>(&a, &reference::spmv::<f64, PlusTimes>(&a, &x).unwrap())
             .unwrap();
     assert_values_close(&aax, &expected, "A·(A·x)");
+    // Progress counts a product per entry of A and column of the dense operand.
+    let watched = RunControl::new();
+    b.spmv_resident((&ra).into(), (&x).into(), &SpmvOptions::new(), &watched)
+        .unwrap();
+    assert_eq!(watched.progress().planned, a.nnz());
+    assert_eq!(watched.progress().done, a.nnz());
+    let watched = RunControl::new();
+    let d = dense(64, 3, Layout::ColMajor, 2);
+    b.spmm_with((&ra).into(), (&d).into(), &SpmmOptions::new(), &watched)
+        .unwrap();
+    assert_eq!(watched.progress().planned, 3 * a.nnz());
+    assert_eq!(watched.progress().done, 3 * a.nnz());
 }
 
 #[test]
