@@ -20,8 +20,9 @@ use crate::scalar::bytes_of;
 use crate::BACKEND;
 
 /// The structure of a resident CSR matrix.
+///
+/// Fields drop in order: the buffers before the state (and context) they belong to.
 pub(crate) struct ClStructure {
-    pub(crate) _state: Arc<DeviceState>,
     pub(crate) nrows: usize,
     pub(crate) ncols: usize,
     pub(crate) nnz: u64,
@@ -31,6 +32,7 @@ pub(crate) struct ClStructure {
     /// matrix, or checked on the device. Downloads check the others on the host.
     pub(crate) verified: bool,
     pub(crate) _reservation: Reservation,
+    pub(crate) _state: Arc<DeviceState>,
 }
 
 /// A resident CSR matrix: a structure and values of one scalar type.
@@ -42,12 +44,13 @@ pub(crate) struct ClCsr {
 
 /// A resident dense matrix (or vector, one column).
 pub(crate) struct ClDense {
-    pub(crate) _state: Arc<DeviceState>,
     pub(crate) nrows: usize,
     pub(crate) ncols: usize,
     pub(crate) layout: Layout,
     pub(crate) data: DeviceBuffer<u8>,
     pub(crate) _reservation: Reservation,
+    /// Last: dropped after the buffer.
+    pub(crate) _state: Arc<DeviceState>,
 }
 
 /// Bytes of the structure of a CSR matrix: 64-bit offsets, 32-bit columns.

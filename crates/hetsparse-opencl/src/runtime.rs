@@ -37,15 +37,17 @@ type ProgramSlot = Arc<OnceLock<std::result::Result<Arc<Program>, String>>>;
 ///
 /// Resident matrices hold an `Arc` of the state their buffers were made in: the context (and
 /// with it the memory space) lives as long as any of its buffers, whatever queue made them.
+///
+/// Fields drop in order: programs and buffers before the context they belong to.
 pub(crate) struct DeviceState {
     pub(crate) description: DeviceDescription,
     pub(crate) id: cl_device_id,
-    pub(crate) context: Context,
     /// Which context this is, unique in the process: the id of the memory space.
     pub(crate) serial: u64,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
     pool: Mutex<BufferPool>,
+    pub(crate) context: Context,
 }
 
 /// Device buffers kept between calls for reuse, by capacity. Creating and releasing the dozen
@@ -321,6 +323,23 @@ pub(crate) struct Staging {
 
 // SAFETY: the mapped pointer is only used under the device's staging mutex.
 unsafe impl Send for Staging {}
+
+impl Drop for Staging {
+    /// Unmaps the buffer before it is released (only states of a context of their own, see
+    /// [`new_context`], are ever dropped).
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is the mapping of `_buffer` made on `_queue`; nothing uses it after
+        // the state that owns the staging buffer is dropped.
+        let unmapped = unsafe {
+            self._queue
+                .enqueue_unmap_mem_object(self._buffer.get(), self.ptr.cast(), &[])
+        };
+        // Nothing to report an error to here; a failed unmap leaves the mapping to OpenCL.
+        if unmapped.is_ok() {
+            let _ = self._queue.finish();
+        }
+    }
+}
 
 impl Staging {
     fn get<'s>(slot: &'s mut Option<Staging>, context: &Context) -> Result<&'s Staging> {

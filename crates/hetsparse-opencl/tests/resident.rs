@@ -391,6 +391,13 @@ fn handles_of_other_memory_spaces_are_refused() {
             .map(drop),
         "plan of another context",
     );
+    // Handles keep their context alive past every backend of it, and are released after.
+    let survivor = other.clone().upload(&a).unwrap();
+    let kept = other.clone();
+    drop((other, theirs, plan));
+    assert_eq!(kept.download(&survivor).unwrap(), a);
+    drop(kept);
+    drop(survivor);
     // A handle claiming our space with storage of another backend is a bug report, not a
     // panic.
     let forged = ResidentCsr::from_host(b.memory_space(), a.clone(), host_a.pattern());
