@@ -163,3 +163,58 @@ __kernel void spgemm_numeric(ulong nrows, __global const ulong* a_offsets,
         }
     }
 }
+
+// Cutting resident matrices into the parts of a chunked product on the device.
+// Rows [r0, r0 + n) as a matrix of their own: offsets rebased to start at 0, and the entries
+// from base = offsets[r0] on copied (slice_entries).
+__kernel void slice_rows_offsets(ulong n, __global const ulong* offsets, ulong r0,
+                                 __global ulong* out) {
+    ulong i = get_global_id(0);
+    if (i > n) return;
+    out[i] = offsets[r0 + i] - offsets[r0];
+}
+
+__kernel void slice_entries(ulong n, ulong base, __global const uint* index,
+                            __global const STORE* vals, __global uint* out_index,
+                            __global STORE* out_vals) {
+    ulong e = get_global_id(0);
+    if (e >= n) return;
+    out_index[e] = index[base + e];
+    out_vals[e] = vals[base + e];
+}
+
+// First position in the sorted index[lo, hi) holding a column >= c.
+inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, uint c) {
+    while (lo < hi) {
+        ulong mid = lo + (hi - lo) / 2;
+        if (index[mid] < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// Columns [c0, c1) of each row: counts[i] entries (counts[nrows] = 0, for the exclusive scan
+// that turns the counts into the panel's offsets).
+__kernel void panel_count(ulong nrows, __global const ulong* offsets,
+                          __global const uint* index, uint c0, uint c1,
+                          __global ulong* counts) {
+    ulong i = get_global_id(0);
+    if (i == 0) counts[nrows] = 0;
+    if (i >= nrows) return;
+    ulong lo = offsets[i], hi = offsets[i + 1];
+    counts[i] = lower_bound_column(index, lo, hi, c1) - lower_bound_column(index, lo, hi, c0);
+}
+
+// The panel's entries, columns shifted to start at 0.
+__kernel void panel_copy(ulong nrows, __global const ulong* offsets, __global const uint* index,
+                         __global const STORE* vals, uint c0, __global const ulong* p_offsets,
+                         __global uint* p_index, __global STORE* p_vals) {
+    ulong i = get_global_id(0);
+    if (i >= nrows) return;
+    ulong from = lower_bound_column(index, offsets[i], offsets[i + 1], c0);
+    ulong to = p_offsets[i];
+    ulong n = p_offsets[i + 1] - to;
+    for (ulong k = 0; k < n; ++k) {
+        p_index[to + k] = index[from + k] - c0;
+        p_vals[to + k] = vals[from + k];
+    }
+}

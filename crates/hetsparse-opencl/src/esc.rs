@@ -163,6 +163,25 @@ pub(crate) struct Uploaded {
 }
 
 impl Uploaded {
+    /// Arrays made on the device for the call, under `reservation`.
+    pub(crate) fn from_parts(
+        nrows: usize,
+        nnz: u64,
+        offsets: DeviceBuffer<u64>,
+        index: DeviceBuffer<u32>,
+        values: DeviceBuffer<u8>,
+        reservation: Reservation,
+    ) -> Self {
+        Uploaded {
+            nrows,
+            nnz,
+            offsets,
+            index,
+            values,
+            _reservation: reservation,
+        }
+    }
+
     pub(crate) fn view(&self) -> DeviceOperand<'_> {
         DeviceOperand {
             nrows: self.nrows,

@@ -48,8 +48,9 @@
 //! Only when the expansion does not fit the memory left do resident operands go through the
 //! host, which cuts B into column slices. Plans keep the product's structure on the device;
 //! executing one recomputes the values only (a kernel per row of C over the planned
-//! structure). Chunks run one by one on a profiling queue (kernel and transfer times from
-//! OpenCL events), resident operands brought to the host once to be cut there.
+//! structure). Chunks run one by one, each on a profiling queue (kernel and transfer times
+//! from OpenCL events): host operands are cut on the host and their parts copied, resident ones
+//! cut on the device (kernels copying a range of rows of A or a panel of columns of B).
 //!
 //! [`Device::memory_pool`] accounts for the device memory a backend (and its clones) uses: its
 //! limit is the device's global memory, or [`OpenClBackend::with_memory_budget`]; resident
@@ -75,6 +76,7 @@ mod ops;
 mod resident;
 mod runtime;
 mod scalar;
+mod slice;
 
 use std::sync::Arc;
 

@@ -23,6 +23,7 @@ use crate::multiply::{self, DenseIn, RowOperand};
 use crate::resident::{self, ClCsr, ClDense, ClStructure};
 use crate::runtime::{DeviceBuffer, Queue};
 use crate::scalar::{bytes_of, is_device_scalar};
+use crate::slice;
 use crate::{compressed, OpenClBackend, BACKEND};
 
 /// A product computed on the device, or (when its expansion did not fit) on the host path
@@ -396,10 +397,10 @@ impl OpenClBackend {
         Ok(requirement)
     }
 
-    /// Each chunk on its own profiling queue: rows of A times a column panel of B through the
-    /// host path, timed by the queue's events. Resident operands come to the host once first
-    /// (chunks are cut there).
-    #[allow(clippy::too_many_arguments)]
+    /// Each chunk on its own profiling queue, timed by its events: from host operands, rows
+    /// of A times a column panel of B cut on the host and copied (the host path); with a
+    /// resident operand, its part cut on the device (kernels copying the rows or the panel)
+    /// and C computed there, then brought back.
     pub(crate) fn chunks<T: Scalar>(
         &self,
         program: &Program,
@@ -410,19 +411,20 @@ impl OpenClBackend {
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
         let _span = tracing::info_span!("spgemm chunks", count = chunks.len()).entered();
-        let (ha, hb) = {
-            let q = self.state.queue()?;
-            (self.host_view(&q, a)?, self.host_view(&q, b)?)
-        };
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
             let start = Instant::now();
             let _chunk = tracing::debug_span!("chunk", index).entered();
             let compute = || -> Result<(Csr<T>, crate::runtime::Timing)> {
                 let q = self.state.timed_queue()?;
-                let rows = ha.rows(chunk.rows.clone())?;
-                let panel = hb.column_panel(chunk.cols.clone())?;
-                let c = self.spgemm_host(&q, program, &rows, &panel, run)?;
+                let c = match (a, b) {
+                    (CsrOperand::Host(ha), CsrOperand::Host(hb)) => {
+                        let rows = ha.rows(chunk.rows.clone())?;
+                        let panel = hb.column_panel(chunk.cols.clone())?;
+                        self.spgemm_host(&q, program, &rows, &panel, run)?
+                    }
+                    _ => self.chunk_on_device(&q, program, a, b, chunk, run)?,
+                };
                 q.finish()?;
                 Ok((c, q.timing()))
             };
@@ -435,6 +437,59 @@ impl OpenClBackend {
             })?;
         }
         Ok(())
+    }
+
+    /// One chunk with a resident operand: its parts cut (resident) or copied (host) on the
+    /// device, C computed there; through the host path when its expansion does not fit.
+    fn chunk_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunk: &ProductChunk,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let a_part = match a {
+            CsrOperand::Host(m) => {
+                let rows = m.rows(chunk.rows.clone())?;
+                esc::upload(q, &self.pool, &compressed(&rows), "rows of A")?
+            }
+            CsrOperand::Resident(r) => slice::rows::<T>(
+                q,
+                program,
+                &self.pool,
+                self.csr_storage(r)?.operand(),
+                chunk.rows.clone(),
+            )?,
+        };
+        let b_part = match b {
+            CsrOperand::Host(m) => {
+                let panel = m.column_panel(chunk.cols.clone())?;
+                esc::upload(q, &self.pool, &compressed(&panel), "panel of B")?
+            }
+            CsrOperand::Resident(r) => slice::column_panel::<T>(
+                q,
+                program,
+                &self.pool,
+                self.csr_storage(r)?.operand(),
+                chunk.cols.clone(),
+            )?,
+        };
+        let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let width = chunk.cols.len();
+        match job.product_on_device::<T>(q, (a_part.view(), b_part.view()), width, run)? {
+            Some(c) => {
+                let (c, checked) = job.download::<T>(q, c)?;
+                assemble(c, checked)
+            }
+            None => {
+                let ha = resident::download_operand::<T>(q, a_part.view(), a.shape().1, false)?;
+                let hb = resident::download_operand::<T>(q, b_part.view(), width, false)?;
+                drop((a_part, b_part));
+                self.spgemm_host(q, program, &ha, &hb, run)
+            }
+        }
     }
 
     // --- SpMV and SpMM ---------------------------------------------------------------------

@@ -158,20 +158,31 @@ pub(crate) fn upload_values<T: Scalar>(
 /// verified them.
 pub(crate) fn download_csr<T: Scalar>(q: &Queue<'_>, c: &ClCsr) -> Result<Csr<T>> {
     let s = &c.structure;
-    let nnz = usize::try_from(s.nnz).map_err(|_| Error::TooLarge {
+    download_operand(q, c.operand(), s.ncols, s.verified)
+}
+
+/// Copies arrays of a CSR matrix on the device to the host; they are checked there unless
+/// `verified` says they are known to be valid.
+pub(crate) fn download_operand<T: Scalar>(
+    q: &Queue<'_>,
+    m: DeviceOperand<'_>,
+    ncols: usize,
+    verified: bool,
+) -> Result<Csr<T>> {
+    let nnz = usize::try_from(m.nnz).map_err(|_| Error::TooLarge {
         what: "a resident matrix on this host".into(),
-        needed: s.nnz,
+        needed: m.nnz,
         limit: usize::MAX as u64,
         unit: "entries",
     })?;
-    let _span = tracing::info_span!("download", nrows = s.nrows, nnz).entered();
-    let mut offsets = Incoming::<u64>::new(s.nrows + 1);
+    let _span = tracing::info_span!("download", nrows = m.nrows, nnz).entered();
+    let mut offsets = Incoming::<u64>::new(m.nrows + 1);
     let mut index = Incoming::<u32>::new(nnz);
     let mut values = Incoming::<T>::new(nnz);
     let mut pieces = vec![
-        offsets.piece_of(&s.offsets, "row offsets")?,
-        index.piece_of(&s.index, "column indices")?,
-        values.piece_of_bytes(&c.values, "values")?,
+        offsets.piece_of(m.offsets, "row offsets")?,
+        index.piece_of(m.index, "column indices")?,
+        values.piece_of_bytes(m.values, "values")?,
     ];
     q.read_all(&mut pieces, "a resident matrix")?;
     drop(pieces);
@@ -184,12 +195,12 @@ pub(crate) fn download_csr<T: Scalar>(q: &Queue<'_>, c: &ClCsr) -> Result<Csr<T>
             values.assume_filled(),
         )
     };
-    if s.verified {
-        // SAFETY: the structure was uploaded from a valid matrix or checked on the device
-        // (`verified`), and the lengths are those it was made with.
-        Ok(unsafe { Csr::from_parts_unchecked(s.nrows, s.ncols, offsets, index, values) })
+    if verified {
+        // SAFETY: the arrays were uploaded from a valid matrix or checked on the device
+        // (`verified`), and the lengths are those they were made with.
+        Ok(unsafe { Csr::from_parts_unchecked(m.nrows, ncols, offsets, index, values) })
     } else {
-        Ok(Csr::try_new(s.nrows, s.ncols, offsets, index, values)?)
+        Ok(Csr::try_new(m.nrows, ncols, offsets, index, values)?)
     }
 }
 

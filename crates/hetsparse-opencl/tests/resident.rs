@@ -526,47 +526,93 @@ fn chunks_are_timed_on_the_device_and_stop_when_cancelled() {
             cols: 0..y.ncols(),
         },
     ];
-    let rx = b.upload(&x).unwrap();
+    let (rx, ry) = (b.upload(&x).unwrap(), b.upload(&y).unwrap());
     let opts = SpgemmOptions::new();
-    for resident in [false, true] {
+    let products = hetsparse_core::analysis::total_products(&x, &y).unwrap();
+    for (a_resident, b_resident) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut got: Vec<ChunkProduct<f64>> = Vec::new();
-        let a = if resident { (&rx).into() } else { (&x).into() };
-        b.spgemm_chunks(
-            a,
-            (&y).into(),
-            &chunks,
-            &opts,
-            &RunControl::new(),
-            &mut |p| {
-                got.push(p);
-                Ok(())
-            },
-        )
+        let a = if a_resident {
+            (&rx).into()
+        } else {
+            (&x).into()
+        };
+        let bb = if b_resident {
+            (&ry).into()
+        } else {
+            (&y).into()
+        };
+        let run = RunControl::new();
+        b.spgemm_chunks(a, bb, &chunks, &opts, &run, &mut |p| {
+            got.push(p);
+            Ok(())
+        })
         .unwrap();
         assert_eq!(got.len(), chunks.len());
+        let progress = run.progress();
+        assert_eq!(progress.done, progress.planned);
+        assert!(
+            progress.done > 0 && progress.done <= products,
+            "{progress:?}"
+        );
         for p in &got {
             let expected = e
                 .rows(p.chunk.rows.clone())
                 .unwrap()
                 .column_panel(p.chunk.cols.clone())
                 .unwrap();
-            assert_csr_close(&p.product, &expected, &format!("chunk {}", p.index));
+            let what = format!("chunk {} ({a_resident}, {b_resident})", p.index);
+            assert_csr_close(&p.product, &expected, &what);
             if expected.nnz() > 0 {
                 let t = p.timing;
+                assert!(t.kernel > std::time::Duration::ZERO, "{what}: {t:?}");
                 assert!(
-                    t.kernel > std::time::Duration::ZERO,
-                    "chunk {}: {t:?}",
-                    p.index
+                    t.d2h_bytes > 0 && t.d2h > std::time::Duration::ZERO,
+                    "{what}: {t:?}"
                 );
-                assert!(
-                    t.h2d_bytes > 0 && t.d2h_bytes > 0,
-                    "chunk {}: {t:?}",
-                    p.index
-                );
-                assert!(t.wall >= t.kernel, "chunk {}: {t:?}", p.index);
+                // Host operands' parts are copied for the chunk; resident ones are cut there.
+                if !(a_resident && b_resident) {
+                    assert!(t.h2d_bytes > 0, "{what}: {t:?}");
+                }
+                assert!(t.wall >= t.kernel, "{what}: {t:?}");
             }
         }
     }
+    // Resident operands whose chunk does not fit what the budget leaves: the chunk goes through
+    // the host path, cut into column slices.
+    let operands = 12 * (x.nnz() + y.nnz()) + 8 * (x.nrows() + y.nrows()) as u64 + 16;
+    let need = b
+        .spgemm_requirement((&rx).into(), (&ry).into(), &opts)
+        .unwrap();
+    let expansion = need.work_bytes + need.output_bytes;
+    // The resident operands, their parts, and half the expansion: the chunk does not fit on
+    // the device; the host path (operands copied again) cuts B into slices.
+    let small = b.clone().with_memory_budget(3 * operands + expansion / 2);
+    let (sx, sy) = (small.upload(&x).unwrap(), small.upload(&y).unwrap());
+    // What the device has left beside the resident operands and the parts cut for the chunk.
+    let left = operands + expansion / 2;
+    assert!(
+        left < expansion,
+        "{operands} bytes of operands, {expansion} of expansion"
+    );
+    let whole = [ProductChunk {
+        rows: 0..x.nrows(),
+        cols: 0..y.ncols(),
+    }];
+    let mut got = Vec::new();
+    small
+        .spgemm_chunks(
+            (&sx).into(),
+            (&sy).into(),
+            &whole,
+            &opts,
+            &RunControl::new(),
+            &mut |p| {
+                got.push(p.product);
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_csr_close(&got[0], &e, "chunk through the host");
     // Cancelled between chunks.
     let run = RunControl::new();
     let mut seen = 0;
