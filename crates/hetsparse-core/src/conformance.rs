@@ -94,6 +94,17 @@ macro_rules! conformance_suite {
                 cancellation_and_progress, concurrent_calls
             );
 
+            /// Two backends made the same way run on the same memory and take each other's
+            /// handles.
+            #[test]
+            fn handles_are_shared_on_one_device() {
+                let first = $crate::conformance::obtain(stringify!($s), $make);
+                let second = $crate::conformance::obtain(stringify!($s), $make);
+                if let (Some(first), Some(second)) = (first, second) {
+                    $crate::conformance::handles_are_shared_on_one_device::<T, _>(&first, &second);
+                }
+            }
+
             /// On a backend of its own, so that no other test's memory is counted.
             #[test]
             fn requirement_bounds_allocation() {
@@ -1535,6 +1546,47 @@ pub fn concurrent_calls<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     });
 }
 
+/// Two backends on the same memory: a handle made by one is an operand of the other, and a
+/// result left resident by one downloads through the other.
+pub fn handles_are_shared_on_one_device<T: Scalar, B: Backend<T> + ?Sized>(first: &B, second: &B) {
+    let nm = name(first);
+    assert_eq!(
+        first.memory_space(),
+        second.memory_space(),
+        "{nm}: two backends made the same way compute in different memories"
+    );
+    let (x, y) = class_operands::<T>(MatrixClass::Skewed);
+    let e = expected_product(&x, &y);
+    let (rx, ry) = (
+        ok(&nm, "upload", first.upload(&x)),
+        ok(&nm, "upload", first.upload(&y)),
+    );
+    let options = SpgemmOptions::new();
+    let c = ok(
+        &nm,
+        "SpGEMM on the second backend",
+        second.spgemm_resident((&rx).into(), (&ry).into(), &options, &RunControl::new()),
+    );
+    check(
+        compare_structural(&ok(&nm, "download", first.download(&c)), &e),
+        || format!("{nm}: a product of the first backend's handles on the second"),
+    );
+    let plan = ok(
+        &nm,
+        "plan",
+        first.plan_spgemm((&rx).into(), (&ry).into(), &options),
+    );
+    let c = ok(
+        &nm,
+        "plan of the first backend run by the second",
+        second.execute_spgemm(&plan, (&rx).into(), (&ry).into(), &RunControl::new()),
+    );
+    check(
+        compare_structural(&ok(&nm, "download", second.download(&c)), &e),
+        || format!("{nm}: the first backend's plan executed by the second"),
+    );
+}
+
 /// What a backend says a product needs bounds what it takes: the plan's output holds C, and on
 /// a backend with a memory pool, no call reserves more than its requirement.
 /// Takes its own backend, so that no other test's reservations are counted.
@@ -1625,7 +1677,7 @@ mod tests {
         fn info(&self) -> DeviceInfo {
             ReferenceBackend.info()
         }
-        fn capabilities(&self) -> Capabilities {
+        fn capabilities(&self) -> &Capabilities {
             ReferenceBackend.capabilities()
         }
     }

@@ -333,3 +333,68 @@ impl Error {
 
 /// `Result` with hetsparse's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheduler_can_sort_errors() {
+        let oom = Error::OutOfMemory {
+            backend: "cuda".into(),
+            what: "C".into(),
+            needed_bytes: 10,
+            available_bytes: 4,
+        };
+        assert!(oom.is_retryable() && !oom.is_caller_error());
+        let lost = Error::Device {
+            backend: "cuda".into(),
+            context: "launch".into(),
+            message: "device lost".into(),
+            fault: DeviceFault::DeviceLost,
+            source: None,
+        };
+        assert!(lost.is_retryable());
+        assert!(!Error::device("cuda", "query", "odd").is_retryable());
+        let shape = Error::ShapeMismatch {
+            op: "SpGEMM",
+            left_rows: 1,
+            left_cols: 2,
+            right_rows: 3,
+            right_cols: 4,
+        };
+        assert!(shape.is_caller_error() && !shape.is_retryable());
+        let internal = Error::Internal {
+            backend: "cpu".into(),
+            what: "a hole in C".into(),
+        };
+        assert!(!internal.is_retryable() && !internal.is_caller_error());
+        assert!(!Error::Cancelled.is_retryable());
+
+        let in_chunk = oom.in_chunk(3);
+        assert!(in_chunk.is_retryable());
+        assert!(in_chunk
+            .to_string()
+            .starts_with("chunk 3: cuda: out of device memory"));
+        // Naming the chunk twice keeps the first name; cancellation names none.
+        assert!(matches!(
+            in_chunk.in_chunk(5),
+            Error::InChunk { index: 3, .. }
+        ));
+        assert!(matches!(Error::Cancelled.in_chunk(1), Error::Cancelled));
+    }
+
+    #[test]
+    fn a_driver_error_keeps_its_source() {
+        let io = std::io::Error::other("driver said no");
+        let e = Error::Device {
+            backend: "opencl".into(),
+            context: "enqueue".into(),
+            message: io.to_string(),
+            fault: DeviceFault::LaunchFailed,
+            source: Some(Box::new(io)),
+        };
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "driver said no");
+    }
+}

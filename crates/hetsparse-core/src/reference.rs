@@ -7,6 +7,8 @@ use crate::backend::{
     Operation, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
     VectorOperand,
 };
+use std::sync::OnceLock;
+
 use crate::error::Result;
 use crate::format::{Csr, Dense, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
@@ -98,16 +100,19 @@ impl Device for ReferenceBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        let mut ops = vec![
-            Operation::Spgemm(SpgemmAlgorithm::Auto),
-            Operation::Spgemm(SpgemmAlgorithm::RowRow),
-            Operation::DiaSpgemm,
-            Operation::BsrSpgemm,
-        ];
-        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
-        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
-        Capabilities::new().with_all(&ops, &ScalarType::ALL)
+    fn capabilities(&self) -> &Capabilities {
+        static CAPABILITIES: OnceLock<Capabilities> = OnceLock::new();
+        CAPABILITIES.get_or_init(|| {
+            let mut ops = vec![
+                Operation::Spgemm(SpgemmAlgorithm::Auto),
+                Operation::Spgemm(SpgemmAlgorithm::RowRow),
+                Operation::DiaSpgemm,
+                Operation::BsrSpgemm,
+            ];
+            ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
+            ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
+            Capabilities::new().with_all(&ops, &ScalarType::ALL)
+        })
     }
 }
 

@@ -72,6 +72,17 @@ pub struct CpuBackend {
     /// `None`: rayon's global pool.
     pool: Option<Arc<rayon::ThreadPool>>,
     threads: usize,
+    capabilities: Arc<Capabilities>,
+}
+
+/// Every SpGEMM algorithm of [`ALGORITHMS`], DIA×DIA, BSR×BSR, SpMV and SpMM in every format, for
+/// every scalar type.
+fn capabilities() -> Capabilities {
+    let mut ops: Vec<Operation> = ALGORITHMS.iter().map(|&a| Operation::Spgemm(a)).collect();
+    ops.extend([Operation::DiaSpgemm, Operation::BsrSpgemm]);
+    ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
+    ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
+    Capabilities::new().with_all(&ops, &ScalarType::ALL)
 }
 
 impl CpuBackend {
@@ -80,6 +91,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: None,
             threads: rayon::current_num_threads().max(1),
+            capabilities: Arc::new(capabilities()),
         })
     }
 
@@ -112,24 +124,13 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Some(Arc::new(pool)),
             threads,
+            capabilities: Arc::new(capabilities()),
         })
     }
 
     /// Number of threads operations run on.
     pub fn threads(&self) -> usize {
         self.threads
-    }
-
-    /// [`Error::Unsupported`] for the SpGEMM algorithms not in [`ALGORITHMS`]. Every other
-    /// operation is listed for every format and scalar type, so only the algorithm needs a
-    /// check, and this one costs nothing (building [`Device::capabilities`] on each call would
-    /// cost a small SpMV a tenth of its time).
-    fn algorithm_supported<T: Scalar>(&self, algorithm: SpgemmAlgorithm) -> Result<()> {
-        if ALGORITHMS.contains(&algorithm) {
-            Ok(())
-        } else {
-            check::supported::<T>(self, Operation::Spgemm(algorithm))
-        }
     }
 
     /// Runs `f` on this backend's threads.
@@ -166,12 +167,8 @@ impl Device for CpuBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        let mut ops: Vec<Operation> = ALGORITHMS.iter().map(|&a| Operation::Spgemm(a)).collect();
-        ops.extend([Operation::DiaSpgemm, Operation::BsrSpgemm]);
-        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
-        ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
-        Capabilities::new().with_all(&ops, &ScalarType::ALL)
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 }
 
@@ -183,7 +180,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        self.algorithm_supported::<T>(options.algorithm)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
@@ -211,7 +208,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<SpgemmPlan<T>> {
-        self.algorithm_supported::<T>(options.algorithm)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(ha, hb)?;
         let _span =
@@ -281,7 +278,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        self.algorithm_supported::<T>(options.algorithm)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         check::chunks(a.shape(), b.shape(), chunks)?;

@@ -30,6 +30,9 @@ pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
 pub const CU_EVENT_DEFAULT: c_uint = 0;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+
 pub const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
 pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 
@@ -44,6 +47,8 @@ extern "C" {
     pub fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
     pub fn cuCtxSynchronize() -> CUresult;
     pub fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult;
+    pub fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: CUdeviceptr)
+        -> CUresult;
 
     pub fn cuModuleLoadDataEx(
         module: *mut CUmodule,

@@ -6,7 +6,7 @@
 //! is enough; see the README). At run time the driver JIT-compiles the PTX for the GPU.
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
-//! [`Error::NoDevice`](hetsparse_core::Error::NoDevice).
+//! [`Error::NoDevice`].
 //!
 //! ```no_run
 //! use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
@@ -28,9 +28,39 @@
 //! - [`SpgemmAlgorithm::ColumnRow`]: Matam et al. Alg. 2, a block per part of A;
 //! - [`SpgemmAlgorithm::Esc`]: Polok et al., expansion, sorting, compression.
 //!
-//! Results are produced in row batches copied to pinned host buffers while the next batch
-//! computes (two buffers), so the product may be larger than device memory; only A and B
-//! must fit, with room for the work buffers.
+//! Host results (`spgemm_with`, `spgemm_chunks`) are produced in row batches copied to
+//! pinned host buffers while the next batch computes (two buffers), so the product may be
+//! larger than device memory; only A and B must fit, with room for the work buffers.
+//!
+//! # Native residency
+//!
+//! Resident matrices live in this GPU's memory ([`MemorySpace::Device`] `{ backend: "cuda",
+//! id: ordinal }`; handles of another memory are [`Error::WrongDevice`]): CSR matrices as three
+//! device arrays (offsets and column indices shared between matrices of one pattern, so
+//! [`Backend::upload_values`] copies values only) plus their row offsets on the host, dense
+//! matrices in their layout. Operations use resident operands in place:
+//! - SpMV and SpMM run their kernels on the resident buffers; `spmv_resident` and
+//!   `spmm_resident` leave the result on the device. (SpMM of a host matrix in a format without
+//!   an SpMM kernel of its own — COO, CSC, CSPR, DIA, BSR — by a row-major resident dense
+//!   matrix is the one case that goes through the host.)
+//! - SpGEMM reads what it needs of resident operands on the device (row products by the
+//!   analysis kernel; the row offsets kept on the host). `spgemm_resident` runs the symbolic
+//!   phase (exact entries per row), allocates C once and writes the numeric phase straight
+//!   into it. ESC plans its batches on the host from A's column indices, which it copies back
+//!   once per call for a resident A (4 bytes per entry), and, where a chunk has a column
+//!   window, B's too; the other algorithms read nothing back.
+//! - [`Backend::plan_spgemm`] keeps C's structure (offsets and columns) on the device;
+//!   [`Backend::execute_spgemm`] runs only the numeric phase into a new value array and
+//!   shares the structure with the plan.
+//!
+//! Every device allocation reserves its bytes in the backend's [`MemoryPool`]
+//! ([`Device::memory_pool`]); [`Backend::spgemm_requirement`] and plan requirements bound
+//! what the calls reserve (the calls cap their work memory at the bound they report). Driver
+//! failures become [`Error::Device`] with a [`DeviceFault`](hetsparse_core::DeviceFault)
+//! (launch failures 701, 702, 719: `LaunchFailed`; faults that leave the context unusable,
+//! such as 700, ECC errors, a destroyed context or 999: `DeviceLost`) and the code in the
+//! message. Chunks of [`Backend::spgemm_chunks`] carry their
+//! [`ChunkTiming`](hetsparse_core::ChunkTiming), measured with device events.
 //!
 //! Writing an operation on this backend (what `spgemm/` does):
 //! 1. [`Gpu::bind`] first (the context is current per thread), then a [`Stream`];
@@ -50,6 +80,7 @@ mod error;
 mod ffi;
 mod kernels;
 pub mod memory;
+mod resident;
 pub mod scalar;
 mod spgemm;
 
@@ -61,11 +92,18 @@ mod spmv;
 use std::sync::Arc;
 
 use hetsparse_core::backend::check;
+use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkSink, Csr, CsrOperand, Dense, DenseOperand, Device,
-    DeviceInfo, DeviceKind, Dia, Operation, ProductChunk, Result, RunControl, ScalarType,
-    SparseFormat, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmvOptions, VectorOperand,
+    DeviceInfo, DeviceKind, Dia, Error, Layout, MemoryPool, MemoryRequirement, MemorySpace,
+    Operation, PatternId, ProductChunk, ResidentCsr, ResidentDense, Result, RunControl, ScalarType,
+    SparseFormat, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
+
+use resident::{DeviceCsr, DeviceDense, Kept};
+use spmm::{DenseIn, SparseIn};
+use spmv::VecIn;
 
 pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
 pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
@@ -96,7 +134,7 @@ impl CudaBackend {
     /// Limits the device memory this backend allocates to `bytes` (operands, work buffers and
     /// result batches together). Products larger than the budget are still computed, in more
     /// batches; operations whose operands do not fit return
-    /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory).
+    /// [`Error::OutOfMemory`].
     pub fn with_memory_budget(self, bytes: u64) -> Self {
         self.gpu
             .memory()
@@ -124,12 +162,115 @@ impl Device for CudaBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
-            .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
-            .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
-            .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
+    fn memory_space(&self) -> MemorySpace {
+        self.space()
+    }
+
+    fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
+        Some(Arc::clone(self.gpu.memory()))
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        // The same on every GPU the PTX loads on: computed once.
+        static CAPABILITIES: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
+        CAPABILITIES.get_or_init(|| {
+            Capabilities::new()
+                .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
+                .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
+                .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
+                .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
+        })
+    }
+}
+
+/// The error for a resident handle of this device that this backend did not make.
+fn foreign_storage(what: &str) -> Error {
+    Error::Internal {
+        backend: error::BACKEND.into(),
+        what: format!("{what} of this CUDA device is not in this backend's storage"),
+    }
+}
+
+impl CudaBackend {
+    /// This device's memory.
+    fn space(&self) -> MemorySpace {
+        MemorySpace::Device {
+            backend: error::BACKEND,
+            id: u64::from(self.gpu.ordinal()),
+        }
+    }
+
+    /// The device storage behind a resident matrix of this device.
+    fn csr<'a, T: DeviceScalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a DeviceCsr<T>> {
+        check::same_space(self, m.space(), "a resident matrix")?;
+        m.storage::<Kept<DeviceCsr<T>>>()
+            .map(|k| &k.data)
+            .ok_or_else(|| foreign_storage("a resident matrix"))
+    }
+
+    /// The device storage behind a resident dense matrix of this device.
+    fn dense<'a, T: DeviceScalar>(&self, d: &'a ResidentDense<T>) -> Result<&'a DeviceDense<T>> {
+        check::same_space(self, d.space(), "a resident dense matrix")?;
+        d.storage::<Kept<DeviceDense<T>>>()
+            .map(|k| &k.data)
+            .ok_or_else(|| foreign_storage("a resident dense matrix"))
+    }
+
+    fn operand<'a, T: DeviceScalar>(&self, m: CsrOperand<'a, T>) -> Result<spgemm::Operand<'a, T>> {
+        Ok(match m {
+            CsrOperand::Host(m) => spgemm::Operand::Host(m),
+            CsrOperand::Resident(r) => spgemm::Operand::Device(self.csr(r)?),
+        })
+    }
+
+    fn sparse_in<'a, T: DeviceScalar>(&self, m: SparseOperand<'a, T>) -> Result<SparseIn<'a, T>> {
+        Ok(match m {
+            SparseOperand::Host(m) => SparseIn::Host(m),
+            SparseOperand::Resident(r) => SparseIn::Device(self.csr(r)?),
+        })
+    }
+
+    fn dense_in<'a, T: DeviceScalar>(&self, d: DenseOperand<'a, T>) -> Result<DenseIn<'a, T>> {
+        Ok(match d {
+            DenseOperand::Host(d) => DenseIn::Host(d),
+            DenseOperand::Resident(r) => DenseIn::Device {
+                data: self.dense(r)?.data.slice(),
+                shape: r.shape(),
+                layout: r.layout(),
+            },
+        })
+    }
+
+    fn vec_in<'a, T: DeviceScalar>(&self, x: VectorOperand<'a, T>) -> Result<VecIn<'a, T>> {
+        Ok(match x {
+            VectorOperand::Host(x) => VecIn::Host(x),
+            VectorOperand::Resident(r) => {
+                let storage = self.dense(r)?;
+                if r.ncols() != 1 {
+                    return Err(Error::InvalidArgument(format!(
+                        "SpMV: the resident vector is a {}×{} matrix, not one column",
+                        r.nrows(),
+                        r.ncols()
+                    )));
+                }
+                VecIn::Device(storage.data.slice())
+            }
+        })
+    }
+
+    fn wrap_csr<T: DeviceScalar>(&self, m: DeviceCsr<T>, pattern: PatternId) -> ResidentCsr<T> {
+        let (shape, nnz) = ((m.nrows, m.ncols), m.nnz());
+        ResidentCsr::from_storage(self.space(), shape, nnz, pattern, Kept::new(m, &self.gpu))
+    }
+
+    fn wrap_dense<T: DeviceScalar>(
+        &self,
+        data: DeviceBuffer<T::Device>,
+        shape: (usize, usize),
+        layout: Layout,
+    ) -> ResidentDense<T> {
+        let dense = Kept::new(DeviceDense::<T> { data }, &self.gpu);
+        ResidentDense::from_storage(self.space(), shape, layout, dense)
     }
 }
 
@@ -143,27 +284,36 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     ) -> Result<Csr<T>> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        let products = run.plan_product(a, b)?;
-        let c = spgemm::multiply(&self.gpu, a, b, options.algorithm)?;
-        run.add_done(products);
-        Ok(c)
+        spgemm::multiply(&self.gpu, a, b, options.algorithm, run)
     }
 
     fn spmm_with(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
-        _options: &hetsparse_core::SpmmOptions,
+        _options: &SpmmOptions,
         run: &RunControl,
     ) -> Result<Dense<T>> {
+        check::shapes("SpMM", a.shape(), b.shape())?;
+        let (nrows, ncols) = (a.shape().0, b.shape().1);
+        let (a, b) = (self.sparse_in(a)?, self.dense_in(b)?);
         run.checkpoint()?;
-        let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
-        );
-        spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default())
+        match (a, b) {
+            (SparseIn::Host(a), DenseIn::Host(b)) => {
+                spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default())
+            }
+            (a, b) => {
+                let layout = match &b {
+                    DenseIn::Host(d) => d.layout(),
+                    DenseIn::Device { layout, .. } => *layout,
+                };
+                let c = spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto)?;
+                let data = spmv::download_vec::<T>(&self.gpu, &c)?;
+                Ok(Dense::try_new(nrows, ncols, layout, data)?)
+            }
+        }
     }
 
     fn spmv_with(
@@ -173,12 +323,163 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         _options: &SpmvOptions,
         run: &RunControl,
     ) -> Result<Vec<T>> {
+        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
+        let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
-        let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
-        );
-        spmv::spmv(&self.gpu, a, x, SpmvKernel::Auto)
+        let y = spmv::spmv_device(&self.gpu, a, x, SpmvKernel::Auto)?;
+        spmv::download_vec::<T>(&self.gpu, &y)
+    }
+
+    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+        self.gpu.bind()?;
+        let stream = Stream::new()?;
+        let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
+        stream.synchronize()?;
+        Ok(self.wrap_csr(dev, PatternId::of(m)))
+    }
+
+    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+        self.upload(&m)
+    }
+
+    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        let dev = self.csr(pattern)?;
+        check::value_count(pattern.nnz(), values.len())?;
+        self.gpu.bind()?;
+        let stream = Stream::new()?;
+        let new = dev.with_values(&self.gpu, &stream, values)?;
+        stream.synchronize()?;
+        Ok(self.wrap_csr(new, pattern.pattern()))
+    }
+
+    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        let dev = self.csr(m)?;
+        self.gpu.bind()?;
+        dev.download(&self.gpu, &Stream::new()?)
+    }
+
+    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+        self.gpu.bind()?;
+        let stream = Stream::new()?;
+        let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
+        stream.synchronize()?;
+        Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
+    }
+
+    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        let dev = self.dense(d)?;
+        self.gpu.bind()?;
+        dev.download(&self.gpu, &Stream::new()?, d.shape(), d.layout())
+    }
+
+    fn spgemm_resident(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        run.checkpoint()?;
+        let (c, _) = spgemm::multiply_resident(&self.gpu, a, b, options.algorithm, None, run)?;
+        Ok(self.wrap_csr(c, pattern))
+    }
+
+    fn spmm_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        _options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        check::shapes("SpMM", a.shape(), b.shape())?;
+        let shape = (a.shape().0, b.shape().1);
+        let (a, b) = (self.sparse_in(a)?, self.dense_in(b)?);
+        let layout = match &b {
+            DenseIn::Host(d) => d.layout(),
+            DenseIn::Device { layout, .. } => *layout,
+        };
+        run.checkpoint()?;
+        let c = spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto)?;
+        Ok(self.wrap_dense(c, shape, layout))
+    }
+
+    fn spmv_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        _options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
+        let nrows = a.shape().0;
+        let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
+        run.checkpoint()?;
+        let y = spmv::spmv_device(&self.gpu, a, x, SpmvKernel::Auto)?;
+        Ok(self.wrap_dense(y, (nrows, 1), Layout::ColMajor))
+    }
+
+    fn plan_spgemm(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (pa, pb) = (OperandPattern::of(&a), OperandPattern::of(&b));
+        let (da, db) = (self.operand(a)?, self.operand(b)?);
+        // Watched, so that the plan learns the product count whatever the algorithm.
+        let run = RunControl::new();
+        let (c, structure) =
+            spgemm::multiply_resident(&self.gpu, da, db, options.algorithm, None, &run)?;
+        let nnz = c.nnz();
+        drop(c);
+        let requirement = spgemm::plan_requirement::<T>(&structure);
+        Ok(SpgemmPlan::from_state(
+            self.space(),
+            options.clone(),
+            pa,
+            pb,
+            nnz,
+            structure.products,
+            requirement,
+            Kept::new(structure, &self.gpu),
+        ))
+    }
+
+    fn execute_spgemm(
+        &self,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        plan.check_operands(&self.space(), &a, &b)?;
+        let structure = plan
+            .state::<Kept<spgemm::Structure>>()
+            .map(|k| &k.data)
+            .ok_or_else(|| foreign_storage("a SpGEMM plan"))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        run.checkpoint()?;
+        let (c, _) =
+            spgemm::multiply_resident(&self.gpu, a, b, structure.algorithm, Some(structure), run)?;
+        Ok(self.wrap_csr(c, plan.c_pattern()))
+    }
+
+    fn spgemm_requirement(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<MemoryRequirement> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        spgemm::requirement(&self.gpu, a, b, options.algorithm)
     }
 
     fn spgemm_chunks(
@@ -193,9 +494,9 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::chunks(a.shape(), b.shape(), chunks)?;
         check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, sink)
+        spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, sink)
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {

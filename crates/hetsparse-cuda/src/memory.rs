@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use cust::memory::{DeviceCopy, LockedBuffer};
 use hetsparse_core::{MemoryPool, Reservation, Result};
 
-use crate::context::{Arg, Stream};
+use crate::context::{Arg, Event, Stream};
 use crate::error::{check, from_cust, out_of_memory};
 use crate::ffi::{self, CUcontext, CUdeviceptr};
 
@@ -62,9 +62,24 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             _memory: PhantomData,
         }
     }
-    /// Copies `host` into the start of the slice, queued on `stream`. Pageable host memory
-    /// is staged by the driver before the call returns, so `host` may be reused at once.
+    /// Copies `host` into the start of the slice, queued on `stream`; `host` may be reused as
+    /// soon as this returns. Pageable host memory is staged by the driver before the call
+    /// returns; from page-locked memory the copy is truly asynchronous, so the stream is
+    /// waited for (use [`DeviceSlice::upload_async`] to overlap such a copy).
     pub fn upload(&self, stream: &Stream, host: &[T]) -> Result<()> {
+        // SAFETY: the copy is over, or has staged `host`, before it is handed back.
+        unsafe { self.upload_async(stream, host)? };
+        if !host.is_empty() && is_page_locked(host.as_ptr() as *const c_void) {
+            stream.synchronize()?;
+        }
+        Ok(())
+    }
+    /// Queues a copy of `host` into the start of the slice on `stream`.
+    ///
+    /// # Safety
+    /// If `host` is page-locked the copy runs after this returns: `host` must be neither
+    /// written nor freed until `stream` has passed this point.
+    pub unsafe fn upload_async(&self, stream: &Stream, host: &[T]) -> Result<()> {
         assert!(
             host.len() <= self.len,
             "upload larger than the device slice"
@@ -72,7 +87,8 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         if host.is_empty() {
             return Ok(());
         }
-        // SAFETY: both ranges are valid for `host.len()` elements.
+        // SAFETY: both ranges are valid for `host.len()` elements; `host`'s lifetime by the
+        // caller's contract.
         check(
             unsafe {
                 ffi::cuMemcpyHtoDAsync_v2(
@@ -100,6 +116,57 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         let mut v = vec![T::default(); self.len];
         self.download(stream, &mut v)?;
         Ok(v)
+    }
+    /// Downloads the whole slice into a new vector through page-locked staging buffers from
+    /// `pool` (copies into pageable memory run at a fifth of the speed): pieces of
+    /// [`STAGE_BYTES`] alternate between two buffers, so one piece is copied out on the host
+    /// while the next one comes in. Small slices go directly.
+    pub fn to_vec_staged(&self, stream: &Stream, pool: &PinnedPool) -> Result<Vec<T>>
+    where
+        T: DeviceCopy + Default,
+    {
+        let size = size_of::<T>().max(1);
+        if self.bytes() < STAGE_MIN_BYTES {
+            return self.to_vec(stream);
+        }
+        let piece = (STAGE_BYTES as usize / size).max(1);
+        let mut out = vec![T::default(); self.len];
+        let mut stage = [
+            pool.take(piece * size, "pinned download staging")?,
+            pool.take(piece * size, "pinned download staging")?,
+        ];
+        let landed = [Event::new(false)?, Event::new(false)?];
+        let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+        let result = (|| -> Result<()> {
+            for (k, start) in (0..self.len).step_by(piece).enumerate() {
+                let i = k % 2;
+                if let Some((at, n)) = pending[i].take() {
+                    landed[i].synchronize()?;
+                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
+                }
+                let n = piece.min(self.len - start);
+                // SAFETY: the staging buffer is page-locked, and read (above) or returned to
+                // the pool (below) only after its event has been waited for.
+                unsafe {
+                    self.sub(start, n)
+                        .download_unchecked(stream, stage[i].typed_mut::<T>(n))?
+                };
+                landed[i].record(stream)?;
+                pending[i] = Some((start, n));
+            }
+            for i in [0, 1] {
+                if let Some((at, n)) = pending[i].take() {
+                    landed[i].synchronize()?;
+                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            // Copies may still be queued into the staging buffers, which go back to the pool.
+            let _ = stream.synchronize();
+        }
+        result.map(|()| out)
     }
     /// Queues a copy of `len` elements into `host[host_start..]` (pinned, so truly
     /// asynchronous).
@@ -267,6 +334,21 @@ impl<T> Drop for DeviceBuffer<T> {
     }
 }
 
+/// Whether the driver knows `ptr` as page-locked host memory (copies from it are
+/// asynchronous). Memory it does not know (pageable) is an error of the query: not locked.
+fn is_page_locked(ptr: *const c_void) -> bool {
+    let mut kind: u32 = 0;
+    // SAFETY: a query into a local; the driver reads no memory at `ptr`.
+    let code = unsafe {
+        ffi::cuPointerGetAttribute(
+            &mut kind as *mut u32 as *mut c_void,
+            ffi::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as CUdeviceptr,
+        )
+    };
+    code == ffi::CUDA_SUCCESS && kind == ffi::CU_MEMORYTYPE_HOST
+}
+
 /// Free device memory as the driver reports it for the current context (0 if it cannot say).
 pub(crate) fn free_device_memory() -> u64 {
     let (mut free, mut total) = (0usize, 0usize);
@@ -278,6 +360,11 @@ pub(crate) fn free_device_memory() -> u64 {
         0
     }
 }
+
+/// Bytes of one piece of a staged download ([`DeviceSlice::to_vec_staged`]).
+pub const STAGE_BYTES: u64 = 16 << 20;
+/// From this size downloads are staged through page-locked memory.
+const STAGE_MIN_BYTES: u64 = 1 << 20;
 
 /// Alignment of arena allocations (the driver's own is 256 bytes).
 const ARENA_ALIGN: u64 = 256;

@@ -20,7 +20,8 @@ use hetsparse_core::{Dense, Error, Layout, Result, SparseRef};
 
 use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{pinned, DeviceBuffer, PinnedBuffer};
+use crate::memory::{pinned, DeviceBuffer, DeviceSlice, PinnedBuffer};
+use crate::resident::DeviceCsr;
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
 use crate::spmv::{
     check_threads_per_row, ellr_threads_per_row, DeviceSparse, SpmvKernel, SpmvOutput, BLOCK,
@@ -73,18 +74,16 @@ enum Method {
 
 impl Method {
     fn choose<T: DeviceScalar>(
-        a: &DeviceSparse<T>,
+        a: &DeviceSparse<'_, T>,
         kernel: SpmmKernel,
         layout: Layout,
         ncols: usize,
     ) -> Result<Self> {
         Ok(match (a, kernel) {
-            (DeviceSparse::Csr { .. }, SpmmKernel::Auto | SpmmKernel::CsrHalfWarp) => {
-                match layout {
-                    Layout::RowMajor => Method::CsrRowMajor,
-                    Layout::ColMajor => Method::CsrColMajor,
-                }
-            }
+            (DeviceSparse::Csr(_), SpmmKernel::Auto | SpmmKernel::CsrHalfWarp) => match layout {
+                Layout::RowMajor => Method::CsrRowMajor,
+                Layout::ColMajor => Method::CsrColMajor,
+            },
             (DeviceSparse::Ellr { mean_row, .. }, SpmmKernel::Auto) => Method::Ellr {
                 t: ellr_threads_per_row(*mean_row),
                 lc: [8, 4, 2, 1]
@@ -304,7 +303,7 @@ struct Shape {
 #[allow(clippy::too_many_arguments)]
 fn stream_panels<T: DeviceScalar>(
     gpu: &Gpu,
-    dev: &DeviceSparse<T>,
+    dev: &DeviceSparse<'_, T>,
     method: Method,
     shape: Shape,
     panels: &[Range<usize>],
@@ -341,11 +340,23 @@ fn stream_panels<T: DeviceScalar>(
         let b_panel = slot.b_dev.slice().sub(0, inner * pw);
         {
             let _h = tracing::debug_span!("H2D", bytes = inner * pw * size_of::<T>()).entered();
-            b_panel.upload(&slot.stream, &slot.b_host[..inner * pw])?;
+            // SAFETY: `b_host` is written again only after `unpack_finished` has synchronised
+            // the slot's stream (every panel leaves a pending C copy behind it), and on an
+            // error `spmm` synchronises every slot's stream before the staging is dropped.
+            unsafe { b_panel.upload_async(&slot.stream, &slot.b_host[..inner * pw])? };
         }
         {
             let _k = tracing::debug_span!("kernel", ?method, columns = pw).entered();
-            run_panel(gpu, dev, method, panel_layout, slot, (inner, nrows, pw))?;
+            run_panel(
+                gpu,
+                dev,
+                method,
+                panel_layout,
+                &slot.stream,
+                slot.b_dev.slice(),
+                &slot.c_dev,
+                (inner, nrows, pw),
+            )?;
         }
         let _d = tracing::debug_span!("D2H", bytes = nrows * pw * size_of::<T>()).entered();
         // SAFETY: `c_host` is read only in `unpack_finished`, after the slot's stream is
@@ -385,18 +396,21 @@ fn unpack_finished<T: DeviceScalar>(
     Ok(())
 }
 
-/// Queues the kernels for one panel of `pw` columns on `stream`.
+/// Queues the kernels for one panel of `pw` columns on `stream`: `b_panel` holds
+/// `inner × pw` values in `panel_layout`, `c_panel` room for `nrows × pw`.
+#[allow(clippy::too_many_arguments)]
 fn run_panel<T: DeviceScalar>(
     gpu: &Gpu,
-    a: &DeviceSparse<T>,
+    a: &DeviceSparse<'_, T>,
     method: Method,
     panel_layout: Layout,
-    slot: &Slot<T>,
+    stream: &Stream,
+    b_panel: DeviceSlice<'_, T::Device>,
+    c_panel: &SpmvOutput<T>,
     (inner, nrows, pw): (usize, usize, usize),
 ) -> Result<()> {
-    let stream = &slot.stream;
-    let b = slot.b_dev.slice().arg();
-    let c = slot.c_dev.out.slice().arg();
+    let b = b_panel.arg();
+    let c = c_panel.out.slice().arg();
     let launch = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
         let f = gpu.function("spmm", kernel_name::<T>(base))?;
         // SAFETY: the callers below pass the parameters of `base` in `spmm.cu`, in order; the
@@ -405,15 +419,7 @@ fn run_panel<T: DeviceScalar>(
     };
     let (n, w) = (nrows as u64, pw as u64);
     match (method, a) {
-        (
-            Method::CsrRowMajor | Method::CsrColMajor,
-            DeviceSparse::Csr {
-                offsets,
-                cols,
-                vals,
-                ..
-            },
-        ) => {
+        (Method::CsrRowMajor | Method::CsrColMajor, DeviceSparse::Csr(m)) => {
             let (base, ldb, ldc) = if method == Method::CsrRowMajor {
                 ("spmm_csr_rowmajor", w, w)
             } else {
@@ -425,9 +431,9 @@ fn run_panel<T: DeviceScalar>(
                 &[
                     Arg::U64(n),
                     Arg::U64(w),
-                    offsets.slice().arg(),
-                    cols.slice().arg(),
-                    vals.slice().arg(),
+                    m.offsets.slice().arg(),
+                    m.cols.slice().arg(),
+                    m.vals.slice().arg(),
                     b,
                     Arg::U64(ldb),
                     c,
@@ -470,17 +476,137 @@ fn run_panel<T: DeviceScalar>(
             )
         }
         (Method::ColumnSpmv(kernel), _) => {
-            slot.c_dev.prepare(stream)?;
+            c_panel.prepare(stream)?;
             for q in 0..pw {
-                let x = slot.b_dev.slice().sub(q * inner, inner).arg();
+                let x = b_panel.sub(q * inner, inner).arg();
                 // SAFETY: column q of the B panel holds `inner` values, the output `nrows`.
-                unsafe { a.launch(gpu, stream, kernel, x, slot.c_dev.target(q * nrows))? };
+                unsafe { a.launch(gpu, stream, kernel, x, c_panel.target(q * nrows))? };
             }
-            slot.c_dev.finish(gpu, stream, nrows * pw)
+            c_panel.finish(gpu, stream, nrows * pw)
         }
         _ => Err(Error::InvalidArgument(format!(
             "SpMM method {method:?} does not match the uploaded matrix"
         ))),
+    }
+}
+
+/// The dense operand of a device SpMM: a host matrix or a resident one (`data` in `layout`).
+pub(crate) enum DenseIn<'a, T: DeviceScalar> {
+    Host(&'a Dense<T>),
+    Device {
+        data: DeviceSlice<'a, T::Device>,
+        shape: (usize, usize),
+        layout: Layout,
+    },
+}
+
+/// `C = A·B` with C left on the device in B's layout (`nrows × ncols` values). A resident A
+/// and B are used in place; host operands are uploaded whole (no panels: C must fit anyway).
+/// The one combination whose kernel needs another layout than B's (a format without its own
+/// SpMM kernel, so column-by-column SpMV, and a row-major B) runs on the host path, with a
+/// resident B copied to the host first, and C uploaded.
+pub(crate) fn spmm_device<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: SparseIn<'_, T>,
+    b: DenseIn<'_, T>,
+    kernel: SpmmKernel,
+) -> Result<DeviceBuffer<T::Device>> {
+    gpu.bind()?;
+    let (nrows, inner) = a.shape();
+    let ((_, ncols), layout) = match &b {
+        DenseIn::Host(d) => (d.shape(), d.layout()),
+        DenseIn::Device { shape, layout, .. } => (*shape, *layout),
+    };
+    let _span = tracing::debug_span!("spmm_device", nrows, inner, ncols, ?layout).entered();
+    let stream = Stream::new()?;
+    let dev = a.place(gpu, &stream)?;
+    let method = Method::choose(&dev, kernel, layout, ncols.max(1))?;
+    if method.panel_layout(layout) != layout {
+        let host_a = match a {
+            SparseIn::Host(m) => m,
+            SparseIn::Device(_) => {
+                return Err(hetsparse_core::Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: "a resident CSR matrix has its own SpMM kernels".into(),
+                })
+            }
+        };
+        let downloaded;
+        let host_b = match b {
+            DenseIn::Host(d) => d,
+            DenseIn::Device {
+                data,
+                shape,
+                layout,
+            } => {
+                let values = data.to_vec(&stream)?;
+                downloaded =
+                    Dense::try_new(shape.0, shape.1, layout, from_device::<T>(&values).to_vec())?;
+                &downloaded
+            }
+        };
+        let c = spmm(
+            gpu,
+            host_a,
+            host_b,
+            SpmmKernelOptions {
+                kernel,
+                panel_columns: None,
+            },
+        )?;
+        let c_dev = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(c.data()), "SpMM C")?;
+        // The result is handed out (and may be read on any stream) once its copy has landed.
+        stream.synchronize()?;
+        return Ok(c_dev);
+    }
+    let uploaded;
+    let b_dev = match b {
+        DenseIn::Host(d) => {
+            let _h = tracing::debug_span!("H2D", what = "SpMM B").entered();
+            uploaded =
+                DeviceBuffer::from_host(gpu.memory(), &stream, as_device(d.data()), "SpMM B")?;
+            uploaded.slice()
+        }
+        DenseIn::Device { data, .. } => data,
+    };
+    let c = SpmvOutput::new(gpu, &dev, nrows * ncols)?;
+    if nrows > 0 && ncols > 0 {
+        let _k = tracing::debug_span!("kernel", ?method, columns = ncols).entered();
+        run_panel(
+            gpu,
+            &dev,
+            method,
+            layout,
+            &stream,
+            b_dev,
+            &c,
+            (inner, nrows, ncols),
+        )?;
+    }
+    stream.synchronize()?;
+    Ok(c.out)
+}
+
+/// The sparse operand of a device SpMV or SpMM: a host matrix of any format or a resident CSR.
+#[derive(Clone, Copy)]
+pub(crate) enum SparseIn<'a, T: DeviceScalar> {
+    Host(SparseRef<'a, T>),
+    Device(&'a DeviceCsr<T>),
+}
+
+impl<'a, T: DeviceScalar> SparseIn<'a, T> {
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        match self {
+            SparseIn::Host(m) => m.shape(),
+            SparseIn::Device(m) => (m.nrows, m.ncols),
+        }
+    }
+    /// The matrix on the device: uploaded on `stream`, or the resident one in place.
+    pub(crate) fn place(self, gpu: &Gpu, stream: &Stream) -> Result<DeviceSparse<'a, T>> {
+        match self {
+            SparseIn::Host(m) => DeviceSparse::upload(gpu, stream, m),
+            SparseIn::Device(m) => Ok(DeviceSparse::resident(m)),
+        }
     }
 }
 

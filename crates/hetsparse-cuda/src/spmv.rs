@@ -21,8 +21,10 @@ use hetsparse_core::backend::check;
 use hetsparse_core::{Error, Result, SparseFormat, SparseRef};
 
 use crate::context::{Arg, Gpu, LaunchConfig, Stream};
-use crate::memory::DeviceBuffer;
+use crate::memory::{DeviceBuffer, DeviceSlice};
+use crate::resident::{DeviceCsr, Held};
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
+use crate::spmm::SparseIn;
 
 /// Threads per block of every SpMV and SpMM launch.
 pub(crate) const BLOCK: u32 = 256;
@@ -72,15 +74,9 @@ pub(crate) fn check_threads_per_row(t: u32) -> Result<()> {
     Ok(())
 }
 
-/// A sparse matrix uploaded to the device in its own format.
-pub(crate) enum DeviceSparse<T: DeviceScalar> {
-    Csr {
-        nrows: usize,
-        mean_row: f64,
-        offsets: DeviceBuffer<u64>,
-        cols: DeviceBuffer<u32>,
-        vals: DeviceBuffer<T::Device>,
-    },
+/// A sparse matrix on the device in its own format: uploaded for the call, or (CSR) resident.
+pub(crate) enum DeviceSparse<'a, T: DeviceScalar> {
+    Csr(Held<'a, DeviceCsr<T>>),
     Csc {
         ncols: usize,
         offsets: DeviceBuffer<u64>,
@@ -130,20 +126,21 @@ fn mean(entries: u64, rows: usize) -> f64 {
     }
 }
 
-impl<T: DeviceScalar> DeviceSparse<T> {
+impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
+    /// A resident CSR matrix, used in place.
+    pub(crate) fn resident(m: &'a DeviceCsr<T>) -> Self {
+        DeviceSparse::Csr(Held::Borrowed(m))
+    }
+
     /// Copies `a`'s arrays to the device, queued on `stream`.
     pub(crate) fn upload(gpu: &Gpu, stream: &Stream, a: SparseRef<'_, T>) -> Result<Self> {
         let mem = gpu.memory();
         let (nrows, ncols) = a.shape();
         let _span = tracing::debug_span!("H2D", what = "sparse operand", format = %a.format(), nrows, ncols).entered();
         Ok(match a {
-            SparseRef::Csr(m) => DeviceSparse::Csr {
-                nrows,
-                mean_row: mean(m.nnz(), nrows),
-                offsets: DeviceBuffer::from_host(mem, stream, m.row_offsets(), "CSR offsets")?,
-                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "CSR columns")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSR values")?,
-            },
+            SparseRef::Csr(m) => {
+                DeviceSparse::Csr(Held::Owned(DeviceCsr::upload(gpu, stream, m, "CSR A")?))
+            }
             SparseRef::Csc(m) => DeviceSparse::Csc {
                 ncols,
                 offsets: DeviceBuffer::from_host(mem, stream, m.col_offsets(), "CSC offsets")?,
@@ -193,7 +190,7 @@ impl<T: DeviceScalar> DeviceSparse<T> {
 
     fn format(&self) -> SparseFormat {
         match self {
-            DeviceSparse::Csr { .. } => SparseFormat::Csr,
+            DeviceSparse::Csr(_) => SparseFormat::Csr,
             DeviceSparse::Csc { .. } => SparseFormat::Csc,
             DeviceSparse::Coo { .. } => SparseFormat::Coo,
             DeviceSparse::Dia { .. } => SparseFormat::Dia,
@@ -214,14 +211,14 @@ impl<T: DeviceScalar> DeviceSparse<T> {
     /// The kernel `kernel` resolves to for this matrix, checked against its format.
     pub(crate) fn resolve(&self, kernel: SpmvKernel) -> Result<SpmvKernel> {
         let resolved = match (self, kernel) {
-            (DeviceSparse::Csr { mean_row, .. }, SpmvKernel::Auto) => {
-                if *mean_row >= CSR_VECTOR_MIN_MEAN_ROW {
+            (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
+                if m.mean_row() >= CSR_VECTOR_MIN_MEAN_ROW {
                     SpmvKernel::CsrVector
                 } else {
                     SpmvKernel::CsrScalar
                 }
             }
-            (DeviceSparse::Csr { .. }, SpmvKernel::CsrScalar | SpmvKernel::CsrVector) => kernel,
+            (DeviceSparse::Csr(_), SpmvKernel::CsrScalar | SpmvKernel::CsrVector) => kernel,
             (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
                 threads_per_row: ellr_threads_per_row(*mean_row),
             },
@@ -260,24 +257,19 @@ impl<T: DeviceScalar> DeviceSparse<T> {
             unsafe { gpu.launch(f, LaunchConfig::for_threads(threads, BLOCK), stream, args) }
         };
         match self {
-            DeviceSparse::Csr {
-                nrows,
-                offsets,
-                cols,
-                vals,
-                ..
-            } => {
+            DeviceSparse::Csr(m) => {
+                let nrows = m.nrows as u64;
                 let args = [
-                    Arg::U64(*nrows as u64),
-                    offsets.slice().arg(),
-                    cols.slice().arg(),
-                    vals.slice().arg(),
+                    Arg::U64(nrows),
+                    m.offsets.slice().arg(),
+                    m.cols.slice().arg(),
+                    m.vals.slice().arg(),
                     x,
                     y,
                 ];
                 match kernel {
-                    SpmvKernel::CsrVector => run("spmv_csr_vector", *nrows as u64 * 32, &args),
-                    _ => run("spmv_csr_scalar", *nrows as u64, &args),
+                    SpmvKernel::CsrVector => run("spmv_csr_vector", nrows * 32, &args),
+                    _ => run("spmv_csr_scalar", nrows, &args),
                 }
             }
             DeviceSparse::Ellr {
@@ -449,7 +441,7 @@ pub(crate) struct SpmvOutput<T: DeviceScalar> {
 }
 
 impl<T: DeviceScalar> SpmvOutput<T> {
-    pub(crate) fn new(gpu: &Gpu, a: &DeviceSparse<T>, len: usize) -> Result<Self> {
+    pub(crate) fn new(gpu: &Gpu, a: &DeviceSparse<'_, T>, len: usize) -> Result<Self> {
         let atomic = a.sums_atomically();
         let acc = if atomic && accumulates_wider::<T>() {
             Some(DeviceBuffer::new(
@@ -468,7 +460,7 @@ impl<T: DeviceScalar> SpmvOutput<T> {
     }
 
     /// Device memory one output element needs, in bytes.
-    pub(crate) fn bytes_per_element(a: &DeviceSparse<T>) -> u64 {
+    pub(crate) fn bytes_per_element(a: &DeviceSparse<'_, T>) -> u64 {
         let acc = if a.sums_atomically() && accumulates_wider::<T>() {
             size_of::<T::Acc>()
         } else {
@@ -517,7 +509,48 @@ impl<T: DeviceScalar> SpmvOutput<T> {
     }
 }
 
-/// `y = A·x` on the device with the given kernel choice.
+/// `y = A·x` with `y` left on the device (`nrows` values). A resident A and x are used in
+/// place, host ones uploaded.
+pub(crate) fn spmv_device<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: SparseIn<'_, T>,
+    x: VecIn<'_, T>,
+    kernel: SpmvKernel,
+) -> Result<DeviceBuffer<T::Device>> {
+    gpu.bind()?;
+    let (nrows, ncols) = a.shape();
+    let _span = tracing::debug_span!("spmv_device", nrows, ncols).entered();
+    let stream = Stream::new()?;
+    let dev = a.place(gpu, &stream)?;
+    let kernel = dev.resolve(kernel)?;
+    let uploaded;
+    let x_dev = match x {
+        VecIn::Host(x) => {
+            uploaded = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(x), "SpMV x")?;
+            uploaded.slice()
+        }
+        VecIn::Device(x) => x,
+    };
+    let y = SpmvOutput::new(gpu, &dev, nrows)?;
+    y.prepare(&stream)?;
+    {
+        let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
+        // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type.
+        unsafe { dev.launch(gpu, &stream, kernel, x_dev.arg(), y.target(0))? };
+        y.finish(gpu, &stream, nrows)?;
+    }
+    stream.synchronize()?;
+    Ok(y.out)
+}
+
+/// The vector of a device SpMV: on the host or resident.
+#[derive(Clone, Copy)]
+pub(crate) enum VecIn<'a, T: DeviceScalar> {
+    Host(&'a [T]),
+    Device(DeviceSlice<'a, T::Device>),
+}
+
+/// `y = A·x` on the device with the given kernel choice, host in, host out.
 pub(crate) fn spmv<T: DeviceScalar>(
     gpu: &Gpu,
     a: SparseRef<'_, T>,
@@ -525,23 +558,18 @@ pub(crate) fn spmv<T: DeviceScalar>(
     kernel: SpmvKernel,
 ) -> Result<Vec<T>> {
     check::spmv(&a, x)?;
-    gpu.bind()?;
-    let (nrows, ncols) = a.shape();
-    let _span = tracing::debug_span!("spmv", format = %a.format(), nrows, ncols).entered();
+    let y = spmv_device(gpu, SparseIn::Host(a), VecIn::Host(x), kernel)?;
+    download_vec::<T>(gpu, &y)
+}
+
+/// Copies a device vector to the host.
+pub(crate) fn download_vec<T: DeviceScalar>(
+    gpu: &Gpu,
+    y: &DeviceBuffer<T::Device>,
+) -> Result<Vec<T>> {
     let stream = Stream::new()?;
-    let dev = DeviceSparse::upload(gpu, &stream, a)?;
-    let kernel = dev.resolve(kernel)?;
-    let x_dev = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(x), "SpMV x")?;
-    let y = SpmvOutput::new(gpu, &dev, nrows)?;
-    y.prepare(&stream)?;
-    {
-        let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
-        // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type.
-        unsafe { dev.launch(gpu, &stream, kernel, x_dev.slice().arg(), y.target(0))? };
-        y.finish(gpu, &stream, nrows)?;
-    }
-    let _d = tracing::debug_span!("D2H", bytes = nrows * size_of::<T>()).entered();
-    let out = y.out.slice().to_vec(&stream)?;
+    let _d = tracing::debug_span!("D2H", bytes = y.len() * size_of::<T>()).entered();
+    let out = y.slice().to_vec_staged(&stream, gpu.pinned_pool())?;
     Ok(from_device::<T>(&out).to_vec())
 }
 

@@ -119,6 +119,7 @@ pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
     pool: Arc<MemoryPool>,
+    capabilities: Arc<Capabilities>,
     budget_bytes: Option<u64>,
     search: ExpansionSearch,
 }
@@ -169,10 +170,12 @@ impl OpenClBackend {
         let devices = device::enumerate()?;
         let (id, description) = device::pick(&devices, selector)?;
         tracing::info!(device = %description, "OpenCL device chosen");
+        let capabilities = Arc::new(capabilities_of(&description));
         let state = runtime::device_state(id, description)?;
         Ok(OpenClBackend {
             pool: MemoryPool::new(BACKEND, state.description.global_memory_bytes),
             state,
+            capabilities,
             budget_bytes: None,
             search: ExpansionSearch::default(),
         })
@@ -197,6 +200,7 @@ impl OpenClBackend {
         Ok(OpenClBackend {
             state,
             pool,
+            capabilities: Arc::clone(&self.capabilities),
             budget_bytes: self.budget_bytes,
             search: self.search,
         })
@@ -341,8 +345,8 @@ impl Device for OpenClBackend {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
-        capabilities_of(&self.state.description)
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 
     /// `opencl` device *n*, where *n* numbers the OpenCL contexts of the process: backends

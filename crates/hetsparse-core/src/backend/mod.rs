@@ -196,9 +196,9 @@ pub type ChunkSink<'a, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'a;
 pub trait Device: Send + Sync {
     /// The device this backend runs on.
     fn info(&self) -> DeviceInfo;
-    /// The operations and scalar types it runs. Computed once per backend: callers may ask on
-    /// every call.
-    fn capabilities(&self) -> Capabilities;
+    /// The operations and scalar types it runs: computed once when the backend is made, so
+    /// that operations can check it on every call.
+    fn capabilities(&self) -> &Capabilities;
     /// The memory its resident matrices live in. Backends on the same memory share handles.
     /// The default, [`MemorySpace::Host`], is right for backends that compute in host memory.
     fn memory_space(&self) -> MemorySpace {

@@ -25,7 +25,7 @@ fn shared_table_bytes(gpu: &crate::Gpu) -> u64 {
 const GLOBAL_THREADS: u32 = 512;
 
 /// Slots of a table for `weight` distinct columns: a power of two, at most half full.
-fn table_size(weight: u64) -> u64 {
+pub(super) fn table_size(weight: u64) -> u64 {
     (2 * weight).max(32).next_power_of_two()
 }
 

@@ -4,43 +4,69 @@
 //! host synchronisations, as in the paper: the entry counts before compression, and the
 //! output copy.
 
-use hetsparse_core::{ChunkProduct, Result};
+use hetsparse_core::{Error, Result};
 
 use crate::context::{Arg, LaunchConfig};
 use crate::error::out_of_memory;
 use crate::scalar::{kernel_name, DeviceScalar};
 
-use super::pipeline::OutputPipeline;
-use super::{acc_bytes, footprint, offsets, Job, Scratch};
+use super::{acc_bytes, footprint, offsets, Job, Output, Scratch};
 
 /// Products each expansion thread forms (the balanced split of Polok's Alg. 1).
 const PER_THREAD: u64 = 4;
 
-/// Position range of row `k` of B inside the column window.
-fn window(job: &Job<'_, impl DeviceScalar>, k: usize) -> (u64, u64) {
-    let (cols, _) = job.b_host.row(k);
-    let start = job.b_host.row_offsets()[k];
-    let lo = cols.partition_point(|&c| c < job.col_lo) as u64;
-    let hi = cols.partition_point(|&c| c < job.col_hi) as u64;
-    (start + lo, start + hi)
+/// The error for host structure ESC was not given (a bug of the caller in this crate).
+fn missing(what: &str) -> Error {
+    Error::Internal {
+        backend: crate::error::BACKEND.into(),
+        what: format!("ESC was not given {what} on the host"),
+    }
 }
 
-/// Computes the chunk in batches of rows and hands them to the output pipeline.
+/// Work memory a batch of `rows` rows with `entries` entries of A and `products` products
+/// asks for at most: keys and values, a sort scratch as large again, and the per-entry and
+/// per-row arrays.
+pub(super) fn need(rows: u64, entries: u64, products: u64, acc: u64) -> u64 {
+    footprint(&[
+        (3 * (4 + acc), products),
+        (16, entries + 1),
+        (8, 3 * (rows + 1)),
+        (4, rows),
+    ]) + 16 * 1024 // alignment of the per-size sort lists
+}
+
+/// Computes the chunk in batches of rows and hands them to `output`.
 pub(super) fn chunk<T: DeviceScalar>(
     job: &Job<'_, T>,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<'_, T>,
-    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
+    output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a_host.row_offsets();
-    let a_col = job.a_host.col_indices();
+    let a_off = job.a.host_offsets.as_slice();
+    let b_off = job.b.host_offsets.as_slice();
     let e0 = a_off[job.rows.start] as usize;
     let e1 = a_off[job.rows.end] as usize;
+    let a_col = &job.a_cols.ok_or_else(|| missing("A's column indices"))?[e0..e1];
+    // A column window inside B's rows needs B's columns; the whole width only B's offsets.
+    let b_cols = if job.full_width() {
+        None
+    } else {
+        Some(job.b_cols.ok_or_else(|| missing("B's column indices"))?)
+    };
     // Per nonzero of A: its products inside the window and where they start in B.
     let mut b_start = Vec::with_capacity(e1 - e0);
     let mut per_entry = Vec::with_capacity(e1 - e0);
-    for &k in &a_col[e0..e1] {
-        let (lo, hi) = window(job, k as usize);
+    for &k in a_col.iter() {
+        let (start, end) = (b_off[k as usize], b_off[k as usize + 1]);
+        let (lo, hi) = match &b_cols {
+            None => (start, end),
+            Some(cols) => {
+                let row = &cols[start as usize..end as usize];
+                (
+                    start + row.partition_point(|&c| c < job.col_lo) as u64,
+                    start + row.partition_point(|&c| c < job.col_hi) as u64,
+                )
+            }
+        };
         b_start.push(lo);
         per_entry.push(hi - lo);
     }
@@ -51,17 +77,9 @@ pub(super) fn chunk<T: DeviceScalar>(
         .map(|r| entry_prefix[a_off[r + 1] as usize - e0] - entry_prefix[a_off[r] as usize - e0])
         .collect();
     let total: u64 = row_products.iter().sum();
-    let capacity = output.capacity_for(total, job.stream, done)?;
-    let per_product = 4 + acc_bytes::<T>();
-    let need = |rows: u64, entries: u64, products: u64| {
-        // keys and values, a sort scratch as large again, and the per-entry/per-row arrays
-        footprint(&[
-            (3 * per_product, products),
-            (16, entries + 1),
-            (8, 3 * (rows + 1)),
-            (4, rows),
-        ]) + 16 * 1024 // alignment of the per-size sort lists
-    };
+    let capacity = output.capacity_for(total, job.stream)?;
+    let need =
+        |rows: u64, entries: u64, products: u64| need(rows, entries, products, acc_bytes::<T>());
     let n = job.nrows();
     let mut start = 0usize;
     while start < n {
@@ -97,7 +115,6 @@ pub(super) fn chunk<T: DeviceScalar>(
             end == n,
             scratch,
             output,
-            done,
         )?;
         start = end;
     }
@@ -114,10 +131,9 @@ fn batch<T: DeviceScalar>(
     e0: usize,
     last: bool,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<'_, T>,
-    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
+    output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a_host.row_offsets();
+    let a_off = job.a.host_offsets.as_slice();
     let first = job.rows.start + rows.start;
     let nrows = rows.len();
     let be0 = a_off[first] as usize - e0;
@@ -279,7 +295,7 @@ fn batch<T: DeviceScalar>(
     let c_off_dev = arena.upload(stream, &c_off, "ESC row offsets")?;
     let len = c_off[nrows];
     let compress = gpu.function("spgemm", kernel_name::<T>("spgemm_esc_compress"))?;
-    output.batch(stream, &counts, len, last, done, |out_cols, out_vals| {
+    output.batch(stream, &counts, len, last, |out_cols, out_vals| {
         // SAFETY: arguments match spgemm_esc_compress; the output buffers hold `len` entries.
         unsafe {
             gpu.launch(

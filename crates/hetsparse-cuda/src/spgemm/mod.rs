@@ -17,15 +17,22 @@ mod esc;
 mod pipeline;
 mod tiled;
 
+use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use hetsparse_core::{ChunkProduct, Csr, Error, ProductChunk, Result, SpgemmAlgorithm};
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::{
+    ChunkProduct, Csr, Error, MemoryPool, MemoryRequirement, ProductChunk, Result, RunControl,
+    SpgemmAlgorithm,
+};
 
-use crate::context::{Gpu, LaunchConfig, Stream};
+use crate::context::{Event, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
 use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
-use crate::scalar::{as_device, DeviceScalar};
-use hetsparse_core::MemoryPool;
+use crate::resident::{DeviceCsr, Held};
+use crate::scalar::DeviceScalar;
 
 use pipeline::OutputPipeline;
 
@@ -48,33 +55,16 @@ pub(crate) fn entry_bytes<T: DeviceScalar>() -> u64 {
     4 + std::mem::size_of::<T>() as u64
 }
 
-/// A CSR matrix on the device.
-pub(crate) struct DeviceCsr<T: DeviceScalar> {
-    pub offsets: DeviceBuffer<u64>,
-    pub cols: DeviceBuffer<u32>,
-    pub vals: DeviceBuffer<T::Device>,
-}
-
-impl<T: DeviceScalar> DeviceCsr<T> {
-    fn upload(gpu: &Gpu, stream: &Stream, m: &Csr<T>, name: &str) -> Result<Self> {
-        let _span = tracing::debug_span!("H2D", matrix = name, nnz = m.nnz()).entered();
-        let mem = gpu.memory();
-        Ok(DeviceCsr {
-            offsets: DeviceBuffer::from_host(mem, stream, m.row_offsets(), name)?,
-            cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), name)?,
-            vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), name)?,
-        })
-    }
-}
-
-/// One chunk's operands and window: rows `rows` of A, columns `cols` of B.
+/// One chunk's operands and window: rows `rows` of A, columns `cols` of B. ESC plans its
+/// batches on the host from A's column indices (and B's, for a column window): those are
+/// `a_cols` and `b_cols` where it runs.
 pub(crate) struct Job<'a, T: DeviceScalar> {
     pub gpu: &'a Gpu,
     pub stream: &'a Stream,
     pub a: &'a DeviceCsr<T>,
     pub b: &'a DeviceCsr<T>,
-    pub a_host: &'a Csr<T>,
-    pub b_host: &'a Csr<T>,
+    pub a_cols: Option<&'a [u32]>,
+    pub b_cols: Option<&'a [u32]>,
     pub rows: Range<usize>,
     pub col_lo: u32,
     pub col_hi: u32,
@@ -86,6 +76,90 @@ impl<T: DeviceScalar> Job<'_, T> {
     }
     pub fn width(&self) -> u64 {
         u64::from(self.col_hi - self.col_lo)
+    }
+    /// Whether the window is all of B's columns.
+    pub fn full_width(&self) -> bool {
+        self.col_lo == 0 && self.col_hi as usize == self.b.ncols
+    }
+}
+
+/// Where the numeric phase writes C's rows: batches of entries, each written by a `launch`
+/// into the column and value slices it is given.
+pub(crate) trait Output<T: DeviceScalar> {
+    /// Entries one batch may hold, for a chunk of `wanted` entries.
+    fn capacity_for(&mut self, wanted: u64, stream: &Stream) -> Result<u64>;
+    /// Runs one batch of `len` entries (rows with `counts` entries each); `last` ends the chunk.
+    fn batch(
+        &mut self,
+        stream: &Stream,
+        counts: &[u64],
+        len: u64,
+        last: bool,
+        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+    ) -> Result<()>;
+}
+
+/// Batches through the double-buffered pipeline to the host, chunks handed to `done`.
+pub(crate) struct ToHost<'p, 'g, 'd, T: DeviceScalar> {
+    pub pipeline: &'p mut OutputPipeline<'g, T>,
+    pub done: &'p mut (dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd),
+}
+
+impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, T> {
+    fn capacity_for(&mut self, wanted: u64, stream: &Stream) -> Result<u64> {
+        self.pipeline.capacity_for(wanted, stream, self.done)
+    }
+    fn batch(
+        &mut self,
+        stream: &Stream,
+        counts: &[u64],
+        len: u64,
+        last: bool,
+        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+    ) -> Result<()> {
+        self.pipeline
+            .batch(stream, counts, len, last, self.done, launch)
+    }
+}
+
+/// Batches written one after another into C's arrays on the device.
+pub(crate) struct ToDevice<'c, T: DeviceScalar> {
+    pub cols: DeviceSlice<'c, u32>,
+    pub vals: DeviceSlice<'c, T::Device>,
+    pub at: u64,
+}
+
+impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
+    fn capacity_for(&mut self, _wanted: u64, _stream: &Stream) -> Result<u64> {
+        // C is allocated whole: a batch is limited by work memory only (`batch` checks that
+        // each one lands inside C).
+        Ok(u64::MAX)
+    }
+    fn batch(
+        &mut self,
+        _stream: &Stream,
+        counts: &[u64],
+        len: u64,
+        _last: bool,
+        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+    ) -> Result<()> {
+        let sum: u64 = counts.iter().sum();
+        let room = self.cols.len() as u64 - self.at;
+        if sum != len || len > room {
+            return Err(Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: format!(
+                    "SpGEMM batch of {len} entries (rows counting {sum}) at entry {} of a \
+                     product of {}",
+                    self.at,
+                    self.cols.len()
+                ),
+            });
+        }
+        let (at, n) = (self.at as usize, len as usize);
+        launch(self.cols.sub(at, n), self.vals.sub(at, n))?;
+        self.at += len;
+        Ok(())
     }
 }
 
@@ -179,6 +253,7 @@ fn row_products<T: DeviceScalar>(job: &Job<'_, T>, arena: &DeviceArena) -> Resul
 }
 
 /// How an algorithm computes a chunk.
+#[derive(Clone, Copy, Debug)]
 enum Method {
     Adaptive,
     RowRow,
@@ -197,32 +272,221 @@ impl Method {
     }
 }
 
-/// The listed chunks of `A · B`, handing each finished chunk to `done` in order. Chunks are
-/// pipelined: a chunk's copy to the host overlaps the next one's kernels.
-pub(crate) fn multiply_chunks<T: DeviceScalar>(
-    gpu: &Gpu,
-    a: &Csr<T>,
-    b: &Csr<T>,
-    chunks: &[ProductChunk],
-    algorithm: SpgemmAlgorithm,
-    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
-) -> Result<()> {
-    if b.ncols() > u32::MAX as usize {
+/// An operand on the device, and its host matrix where it came from the host.
+type Placed<'a, T> = (Held<'a, DeviceCsr<T>>, Option<&'a Csr<T>>);
+
+/// A SpGEMM operand: a host matrix (uploaded for the call) or a resident one.
+#[derive(Clone, Copy)]
+pub(crate) enum Operand<'a, T: DeviceScalar> {
+    Host(&'a Csr<T>),
+    Device(&'a DeviceCsr<T>),
+}
+
+impl<'a, T: DeviceScalar> Operand<'a, T> {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Operand::Host(m) => m.shape(),
+            Operand::Device(m) => (m.nrows, m.ncols),
+        }
+    }
+    /// The operand on the device (uploaded on `stream` if it is on the host), and the host
+    /// matrix where there is one.
+    fn place(self, gpu: &Gpu, stream: &Stream, name: &str) -> Result<Placed<'a, T>> {
+        Ok(match self {
+            Operand::Host(m) => (
+                Held::Owned(DeviceCsr::upload(gpu, stream, m, name)?),
+                Some(m),
+            ),
+            Operand::Device(m) => (Held::Borrowed(m), None),
+        })
+    }
+}
+
+/// A matrix's column indices on the host where `needed`: the host matrix's own, or for a
+/// resident one a copy from the device (4 bytes per entry, once per call).
+fn esc_columns<'a, T: DeviceScalar>(
+    stream: &Stream,
+    dev: &DeviceCsr<T>,
+    host: Option<&'a Csr<T>>,
+    needed: bool,
+) -> Result<Option<Cow<'a, [u32]>>> {
+    Ok(match (needed, host) {
+        (false, _) => None,
+        (true, Some(h)) => Some(Cow::Borrowed(h.col_indices())),
+        (true, None) => {
+            let _span =
+                tracing::debug_span!("D2H", what = "ESC: column indices", entries = dev.nnz())
+                    .entered();
+            Some(Cow::Owned(dev.cols.slice().to_vec(stream)?))
+        }
+    })
+}
+
+/// The index limits of the kernels: 32-bit column indices (one value reserved) and row lists.
+fn check_limits(a: (usize, usize), b: (usize, usize)) -> Result<()> {
+    if b.1 > u32::MAX as usize {
         return Err(Error::TooLarge {
             what: "columns of B on the CUDA backend (column indices are 32-bit, one value is reserved)".into(),
-            needed: b.ncols() as u64,
+            needed: b.1 as u64,
             limit: u64::from(u32::MAX),
             unit: "columns",
         });
     }
-    if a.nrows() > u32::MAX as usize {
+    if a.0 > u32::MAX as usize {
         return Err(Error::TooLarge {
             what: "rows of A on the CUDA backend (row lists are 32-bit)".into(),
-            needed: a.nrows() as u64,
+            needed: a.0 as u64,
             limit: u64::from(u32::MAX),
             unit: "rows",
         });
     }
+    Ok(())
+}
+
+/// Fractions of the memory left after the operands: work memory 5/8, the two output buffers
+/// of the host pipeline 3/16 each.
+pub(crate) fn scratch_cap(available: u64) -> u64 {
+    available / 8 * 5
+}
+
+/// The most work memory (the scratch arena) one call asks for, given the intermediate products
+/// of each row of the product (every chunk's rows and window need no more): Adaptive's row
+/// lists and hash tables as if every row's table were in global memory; ESC's expansion of all
+/// rows at once, and Adaptive's symbolic tables, which it borrows; the tiled algorithms use
+/// shared memory only. Calls cap their scratch arena at this, so it bounds what they reserve.
+fn work_bound<T: DeviceScalar>(method: Method, per_row: &[u64], width: u64, a_nnz: u64) -> u64 {
+    let n = per_row.len() as u64;
+    let acc = acc_bytes::<T>();
+    let slots: u64 = per_row
+        .iter()
+        .filter(|&&p| p > 0)
+        .map(|&p| adaptive::table_size(p.min(width)))
+        .sum();
+    let hash = |value_bytes: u64| {
+        footprint(&[(4, n), (8, n), (4, slots), (value_bytes, slots)]) + 64 * 256
+    };
+    match method {
+        Method::RowRow | Method::ColumnRow => 0,
+        Method::Adaptive => hash(acc),
+        Method::Esc => {
+            let products = per_row.iter().sum();
+            hash(0).max(esc::need(n, a_nnz, products, acc))
+        }
+    }
+}
+
+/// Intermediate products of every row of `A·B` (the whole product), by the analysis kernel.
+fn all_row_products<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Stream,
+    a: &DeviceCsr<T>,
+    b: &DeviceCsr<T>,
+) -> Result<Vec<u64>> {
+    let arena = DeviceArena::new(
+        gpu.memory(),
+        footprint(&[(8, a.nrows as u64)]),
+        "row analysis",
+    )?;
+    let job = Job {
+        gpu,
+        stream,
+        a,
+        b,
+        a_cols: None,
+        b_cols: None,
+        rows: 0..a.nrows,
+        col_lo: 0,
+        col_hi: b.ncols as u32,
+    };
+    row_products(&job, &arena)
+}
+
+/// Bytes of one entry of C in the host pipeline's buffers, and the entries one buffer holds
+/// at most.
+fn pipeline_entries<T: DeviceScalar>(bound: u64) -> u64 {
+    bound
+        .max(1)
+        .min(pipeline::MAX_SLOT_BYTES / entry_bytes::<T>())
+}
+
+/// What a SpGEMM call needs in device memory: the operands it uploads, the row analysis and
+/// arrays, the work memory bound ([`work_bound`]), and C (on the device) or the two output
+/// buffers it passes through to the host, whichever is larger; C's size is bounded by the
+/// products per row (each makes at most one entry) and B's width.
+pub(crate) fn requirement<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    algorithm: SpgemmAlgorithm,
+) -> Result<MemoryRequirement> {
+    check_limits(a.shape(), b.shape())?;
+    let value = std::mem::size_of::<T>();
+    let per_row = match (a, b) {
+        (Operand::Host(ha), Operand::Host(hb)) => hetsparse_core::analysis::row_products(ha, hb)?,
+        _ => {
+            gpu.bind()?;
+            let stream = Stream::new()?;
+            let (da, _) = a.place(gpu, &stream, "A")?;
+            let (db, _) = b.place(gpu, &stream, "B")?;
+            all_row_products(gpu, &stream, &da, &db)?
+        }
+    };
+    let (n, width) = (a.shape().0 as u64, b.shape().1 as u64);
+    let bound: u64 = per_row.iter().map(|&p| p.min(width)).sum();
+    let operand = |m: Operand<'_, T>| match m {
+        Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), value),
+        Operand::Device(_) => 0,
+    };
+    let a_nnz = match a {
+        Operand::Host(h) => h.nnz(),
+        Operand::Device(d) => d.nnz(),
+    };
+    // ESC sizes its output buffers by the products of a chunk, the others by its entries.
+    let method = Method::of(algorithm);
+    let batch = match method {
+        Method::Esc => per_row.iter().sum(),
+        _ => bound,
+    };
+    let pipeline = 2 * pipeline_entries::<T>(batch) * entry_bytes::<T>();
+    let mut r = MemoryRequirement::default();
+    r.operand_bytes = operand(a) + operand(b);
+    r.work_bytes = footprint(&[(8, n)])
+        + footprint(&[(8, n), (8, n), (8, n + 1)])
+        + work_bound::<T>(method, &per_row, width, a_nnz);
+    r.output_bytes = csr_bytes(n as usize, bound, value).max(pipeline);
+    r.pinned_host_bytes = pipeline;
+    Ok(r)
+}
+
+/// What executing a plan needs: C's values, the columns its numeric kernels write, its row
+/// arrays and work memory (operands resident).
+pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> MemoryRequirement {
+    let nnz = *structure.host_offsets.last().unwrap_or(&0);
+    let n = structure.counts.len() as u64;
+    let mut r = MemoryRequirement::default();
+    r.work_bytes = nnz * 4 + footprint(&[(8, n), (8, n)]) + structure.work_bound;
+    r.output_bytes = nnz * std::mem::size_of::<T>() as u64;
+    r
+}
+
+/// Intermediate products of the job's rows, summed.
+fn total_products<T: DeviceScalar>(job: &Job<'_, T>, arena: &DeviceArena) -> Result<u64> {
+    Ok(row_products(job, arena)?.iter().sum())
+}
+
+/// The listed chunks of `A · B`, handing each finished chunk to `done` as it completes.
+/// Chunks are pipelined: a chunk's copy to the host overlaps the next one's kernels. `run` is
+/// checked between chunks; an error names the chunk it happened in.
+pub(crate) fn multiply_chunks<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    chunks: &[ProductChunk],
+    algorithm: SpgemmAlgorithm,
+    run: &RunControl,
+    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
+) -> Result<()> {
+    check_limits(a.shape(), b.shape())?;
     gpu.bind()?;
     let method = Method::of(algorithm);
     let _span = tracing::info_span!(
@@ -233,65 +497,180 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     )
     .entered();
     let stream = Stream::new()?;
-    let da = DeviceCsr::upload(gpu, &stream, a, "A")?;
-    let db = DeviceCsr::upload(gpu, &stream, b, "B")?;
+    let uploaded = Event::new(true)?;
+    uploaded.record(&stream)?;
+    let (da, a_host) = a.place(gpu, &stream, "A")?;
+    let (db, b_host) = b.place(gpu, &stream, "B")?;
+    let placed = Event::new(true)?;
+    placed.record(&stream)?;
+    let esc = matches!(method, Method::Esc);
+    let windowed = chunks
+        .iter()
+        .any(|c| c.cols.start != 0 || c.cols.end != db.ncols);
+    let a_cols = esc_columns(&stream, &da, a_host, esc)?;
+    let b_cols = esc_columns(&stream, &db, b_host, esc && windowed)?;
+    let host_bytes = |m: Operand<'_, T>| match m {
+        Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
+        Operand::Device(_) => 0,
+    };
+    // The operands' upload, charged to the first chunk.
+    let mut upload = Some(host_bytes(a) + host_bytes(b));
     let max_rows = chunks.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u64;
     let tracker = gpu.memory();
+    let bound = match method {
+        Method::RowRow | Method::ColumnRow => 0,
+        _ => {
+            let per_row = all_row_products(gpu, &stream, &da, &db)?;
+            work_bound::<T>(method, &per_row, db.ncols as u64, da.nnz())
+        }
+    };
     // Per-chunk arrays: products, row counts and offsets.
     let chunk_bytes = footprint(&[(8, max_rows), (8, max_rows), (8, max_rows + 1)]);
     let mut chunk_arena = DeviceArena::new(tracker, chunk_bytes, "per-chunk row arrays")?;
     let rest = tracker.available();
-    // Work memory gets 5/8 of what is left, the two output buffers 3/8.
-    let mut scratch = Scratch::new(rest / 8 * 5);
-    let mut output = OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2)?;
+    let mut scratch = Scratch::new(scratch_cap(rest).min(bound));
+    let mut output =
+        OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2, !matches!(method, Method::Esc))?;
+    let (k0, k1) = (Event::new(true)?, Event::new(true)?);
+    // Errors of the sink are the caller's, not a chunk's.
+    let sink_failed = std::cell::Cell::new(false);
+    // A run cancelled (from the sink, say) delivers no further chunk, also where the pipeline
+    // has several finished ones to hand out at once.
+    let mut sink = |c: ChunkProduct<T>| {
+        run.checkpoint()?;
+        done(c).inspect_err(|_| sink_failed.set(true))
+    };
+    let tag = |e: Error, index: usize| {
+        if sink_failed.get() {
+            e
+        } else {
+            e.in_chunk(index)
+        }
+    };
     for (index, chunk) in chunks.iter().enumerate() {
+        run.checkpoint()?;
+        let started = Instant::now();
         chunk_arena.reset();
         let job = Job {
             gpu,
             stream: &stream,
             a: &da,
             b: &db,
-            a_host: a,
-            b_host: b,
+            a_cols: a_cols.as_deref(),
+            b_cols: b_cols.as_deref(),
             rows: chunk.rows.clone(),
             col_lo: chunk.cols.start as u32,
             col_hi: chunk.cols.end as u32,
         };
-        if !output.begin_chunk(index, chunk.clone(), job.width(), done)? {
-            continue;
-        }
-        match method {
-            Method::Esc => esc::chunk(&job, &mut scratch, &mut output, done)?,
-            _ => {
-                let counts = match method {
-                    Method::Adaptive => {
-                        let products = row_products(&job, &chunk_arena)?;
-                        adaptive::symbolic(&job, &products, &mut scratch, &chunk_arena)?
-                    }
-                    Method::RowRow => tiled::symbolic(&job, tiled::Tiling::RowRow, &chunk_arena)?,
-                    _ => tiled::symbolic(&job, tiled::Tiling::ColumnRow, &chunk_arena)?,
-                };
-                let c_off = offsets(&counts);
-                let c_off_dev = chunk_arena.upload(&stream, &c_off, "row offsets of C")?;
-                numeric_batches(
-                    &job,
-                    &method,
-                    &counts,
-                    &c_off,
-                    c_off_dev,
-                    &mut scratch,
-                    &mut output,
-                    done,
-                )?;
+        let mut one = || -> Result<()> {
+            if !output.begin_chunk(index, chunk.clone(), job.width(), started, &mut sink)? {
+                return Ok(());
             }
-        }
+            let (h2d, h2d_bytes) = match upload.take() {
+                Some(bytes) => {
+                    placed.synchronize()?;
+                    (pipeline::elapsed(&uploaded, &placed)?, bytes)
+                }
+                None => (Duration::ZERO, 0),
+            };
+            output.charge(Duration::ZERO, h2d, h2d_bytes);
+            k0.record(&stream)?;
+            let products = match method {
+                Method::Esc => {
+                    let products = if run.is_watched() {
+                        total_products(&job, &chunk_arena)?
+                    } else {
+                        0
+                    };
+                    run.add_planned(products);
+                    {
+                        let mut out = ToHost {
+                            pipeline: &mut output,
+                            done: &mut sink,
+                        };
+                        esc::chunk(&job, &mut scratch, &mut out)?;
+                    }
+                    // ESC's kernels run before and inside its batches: timed as a whole.
+                    k1.record(&stream)?;
+                    k1.synchronize()?;
+                    output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
+                    products
+                }
+                _ => {
+                    let (counts, products) =
+                        symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
+                    // The symbolic phase ends with its counts copied back: its events are done.
+                    k1.record(&stream)?;
+                    k1.synchronize()?;
+                    output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
+                    let mut out = ToHost {
+                        pipeline: &mut output,
+                        done: &mut sink,
+                    };
+                    let c_off = offsets(&counts);
+                    let c_off_dev = chunk_arena.upload(&stream, &c_off, "row offsets of C")?;
+                    numeric_batches(
+                        &job,
+                        &method,
+                        &counts,
+                        &c_off,
+                        c_off_dev,
+                        &mut scratch,
+                        &mut out,
+                    )?;
+                    products
+                }
+            };
+            run.add_done(products);
+            Ok(())
+        };
+        one().map_err(|e| tag(e, index))?;
     }
-    output.finish(done)
+    output.finish(&mut sink).map_err(|e| {
+        let last = chunks.len().saturating_sub(1);
+        tag(e, last)
+    })
 }
 
-/// Splits the chunk's rows into batches whose output fits one output buffer and runs the
-/// numeric phase of each into the pipeline.
-#[allow(clippy::too_many_arguments)]
+/// Entries per row of the job's rows, by the method's symbolic kernels (ESC, which counts
+/// inside its batches, borrows Adaptive's), and the job's intermediate products where they
+/// are known or watched (else 0).
+fn symbolic<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    method: &Method,
+    scratch: &mut Scratch,
+    chunk_arena: &DeviceArena,
+    run: &RunControl,
+) -> Result<(Vec<u64>, u64)> {
+    let (counts, products) = match method {
+        Method::Adaptive | Method::Esc => {
+            let per_row = row_products(job, chunk_arena)?;
+            let products = per_row.iter().sum();
+            run.add_planned(products);
+            (
+                adaptive::symbolic(job, &per_row, scratch, chunk_arena)?,
+                products,
+            )
+        }
+        Method::RowRow | Method::ColumnRow => {
+            let products = if run.is_watched() {
+                total_products(job, chunk_arena)?
+            } else {
+                0
+            };
+            run.add_planned(products);
+            let tiling = match method {
+                Method::RowRow => tiled::Tiling::RowRow,
+                _ => tiled::Tiling::ColumnRow,
+            };
+            (tiled::symbolic(job, tiling, chunk_arena)?, products)
+        }
+    };
+    Ok((counts, products))
+}
+
+/// Splits the chunk's rows into batches whose output fits one output batch and runs the
+/// numeric phase of each into `output`.
 fn numeric_batches<T: DeviceScalar>(
     job: &Job<'_, T>,
     method: &Method,
@@ -299,11 +678,10 @@ fn numeric_batches<T: DeviceScalar>(
     c_off: &[u64],
     c_off_dev: DeviceSlice<'_, u64>,
     scratch: &mut Scratch,
-    output: &mut OutputPipeline<'_, T>,
-    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
+    output: &mut impl Output<T>,
 ) -> Result<()> {
     let total = *c_off.last().unwrap_or(&0);
-    let capacity = output.capacity_for(total, job.stream, done)?;
+    let capacity = output.capacity_for(total, job.stream)?;
     let mut start = 0usize;
     let n = counts.len();
     while start < n {
@@ -315,7 +693,7 @@ fn numeric_batches<T: DeviceScalar>(
             return Err(out_of_memory(
                 &format!("row {} of C (output buffer)", job.rows.start + start),
                 counts[start] * entry_bytes::<T>(),
-                capacity * entry_bytes::<T>(),
+                capacity.saturating_mul(entry_bytes::<T>()),
             ));
         }
         let len = c_off[end] - c_off[start];
@@ -326,7 +704,6 @@ fn numeric_batches<T: DeviceScalar>(
             &counts[start..end],
             len,
             end == n,
-            done,
             |cols, vals| match method {
                 Method::Adaptive => adaptive::numeric(
                     job,
@@ -347,7 +724,7 @@ fn numeric_batches<T: DeviceScalar>(
                     cols,
                     vals,
                 ),
-                _ => tiled::numeric(
+                Method::ColumnRow => tiled::numeric(
                     job,
                     tiled::Tiling::ColumnRow,
                     start..end,
@@ -356,6 +733,10 @@ fn numeric_batches<T: DeviceScalar>(
                     cols,
                     vals,
                 ),
+                Method::Esc => Err(Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: "ESC has its own numeric batches".into(),
+                }),
             },
         )?;
         start = end;
@@ -363,16 +744,17 @@ fn numeric_batches<T: DeviceScalar>(
     Ok(())
 }
 
-/// `A · B` with `algorithm`.
+/// `A · B` with `algorithm`, the result on the host.
 pub(crate) fn multiply<T: DeviceScalar>(
     gpu: &Gpu,
-    a: &Csr<T>,
-    b: &Csr<T>,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
     algorithm: SpgemmAlgorithm,
+    run: &RunControl,
 ) -> Result<Csr<T>> {
     let whole = ProductChunk {
-        rows: 0..a.nrows(),
-        cols: 0..b.ncols(),
+        rows: 0..a.shape().0,
+        cols: 0..b.shape().1,
     };
     let mut result = None;
     multiply_chunks(
@@ -381,10 +763,184 @@ pub(crate) fn multiply<T: DeviceScalar>(
         b,
         std::slice::from_ref(&whole),
         algorithm,
+        run,
         &mut |c| {
             result = Some(c.product);
             Ok(())
         },
+    )
+    .map_err(|e| match e {
+        Error::InChunk { source, .. } => *source,
+        e => e,
+    })?;
+    result.ok_or_else(|| Error::Internal {
+        backend: crate::error::BACKEND.into(),
+        what: "SpGEMM produced no result".into(),
+    })
+}
+
+/// The structure of a product on the device and what its numeric phase needs again: the
+/// state of a plan.
+pub(crate) struct Structure {
+    pub algorithm: SpgemmAlgorithm,
+    pub counts: Vec<u64>,
+    pub host_offsets: Arc<Vec<u64>>,
+    pub offsets: Arc<DeviceBuffer<u64>>,
+    pub cols: Arc<DeviceBuffer<u32>>,
+    pub products: u64,
+    /// The work memory bound of the numeric phase.
+    pub work_bound: u64,
+}
+
+/// `A · B` with `algorithm`, the result left on the device: symbolic (exact row counts), C
+/// allocated once, numeric written straight into it. With `plan`, only the numeric phase runs,
+/// into `plan`'s structure (shared, not copied) and a new value array.
+pub(crate) fn multiply_resident<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    algorithm: SpgemmAlgorithm,
+    plan: Option<&Structure>,
+    run: &RunControl,
+) -> Result<(DeviceCsr<T>, Structure)> {
+    let (nrows, ncols) = (a.shape().0, b.shape().1);
+    check_limits(a.shape(), b.shape())?;
+    gpu.bind()?;
+    let algorithm = plan.map_or(algorithm, |p| p.algorithm);
+    let method = Method::of(algorithm);
+    let _span = tracing::info_span!(
+        "spgemm_resident",
+        backend = "cuda",
+        ?algorithm,
+        numeric_only = plan.is_some(),
+        nrows,
+        ncols
+    )
+    .entered();
+    let stream = Stream::new()?;
+    let (da, a_host) = a.place(gpu, &stream, "A")?;
+    let (db, _) = b.place(gpu, &stream, "B")?;
+    let tracker = gpu.memory();
+    let a_cols = esc_columns(&stream, &da, a_host, matches!(method, Method::Esc))?;
+    let job = Job {
+        gpu,
+        stream: &stream,
+        a: &da,
+        b: &db,
+        a_cols: a_cols.as_deref(),
+        b_cols: None,
+        rows: 0..nrows,
+        col_lo: 0,
+        col_hi: ncols as u32,
+    };
+    let n = nrows as u64;
+    let mut chunk_arena = DeviceArena::new(
+        tracker,
+        footprint(&[(8, n), (8, n)]),
+        "row arrays of SpGEMM",
     )?;
-    result.ok_or_else(|| Error::InvalidArgument("cuda: SpGEMM produced no result".into()))
+    run.checkpoint()?;
+    let (counts, products, host_offsets, bound) = match plan {
+        Some(p) => {
+            run.add_planned(p.products);
+            (
+                p.counts.clone(),
+                p.products,
+                Arc::clone(&p.host_offsets),
+                p.work_bound,
+            )
+        }
+        None => {
+            let bound = match method {
+                Method::RowRow | Method::ColumnRow => 0,
+                _ => {
+                    let per_row = all_row_products(gpu, &stream, &da, &db)?;
+                    work_bound::<T>(method, &per_row, ncols as u64, da.nnz())
+                }
+            };
+            let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
+            let (counts, products) = symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
+            let host_offsets = Arc::new(offsets(&counts));
+            (counts, products, host_offsets, bound)
+        }
+    };
+    chunk_arena.reset();
+    let nnz = *host_offsets.last().unwrap_or(&0);
+    let (c_offsets, c_cols) = match plan {
+        Some(p) => (Arc::clone(&p.offsets), Arc::clone(&p.cols)),
+        None => (
+            Arc::new(DeviceBuffer::from_host(
+                tracker,
+                &stream,
+                &host_offsets,
+                "row offsets of C",
+            )?),
+            Arc::new(DeviceBuffer::<u32>::new(
+                tracker,
+                nnz as usize,
+                "column indices of C",
+            )?),
+        ),
+    };
+    let c_vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
+    // A plan's structure is shared and immutable: the numeric kernels write the columns they
+    // compute into a buffer of their own.
+    let scratch_cols = match plan {
+        Some(_) => Some(DeviceBuffer::<u32>::new(
+            tracker,
+            nnz as usize,
+            "column indices of C (numeric phase)",
+        )?),
+        None => None,
+    };
+    let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
+    run.checkpoint()?;
+    let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
+    let mut out = ToDevice::<T> {
+        cols: cols_out,
+        vals: c_vals.slice(),
+        at: 0,
+    };
+    match method {
+        Method::Esc => esc::chunk(&job, &mut scratch, &mut out)?,
+        _ => numeric_batches(
+            &job,
+            &method,
+            &counts,
+            &host_offsets,
+            c_offsets.slice(),
+            &mut scratch,
+            &mut out,
+        )?,
+    }
+    if out.at != nnz {
+        return Err(Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: format!("SpGEMM wrote {} of the {nnz} entries of C", out.at),
+        });
+    }
+    // Everything queued must be done before the result is handed out and before the
+    // operands uploaded for the call are freed.
+    stream.synchronize()?;
+    run.add_done(products);
+    let structure = Structure {
+        algorithm,
+        counts,
+        host_offsets: Arc::clone(&host_offsets),
+        offsets: Arc::clone(&c_offsets),
+        cols: Arc::clone(&c_cols),
+        products,
+        work_bound: bound,
+    };
+    Ok((
+        DeviceCsr {
+            nrows,
+            ncols,
+            host_offsets,
+            offsets: c_offsets,
+            cols: c_cols,
+            vals: c_vals,
+        },
+        structure,
+    ))
 }

@@ -5,8 +5,9 @@
 //! it needs that buffer again, or at the end.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
-use hetsparse_core::{ChunkProduct, ChunkTiming, Csr, ProductChunk, Result};
+use hetsparse_core::{ChunkProduct, ChunkTiming, Csr, Error, ProductChunk, Result};
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
@@ -21,7 +22,10 @@ struct Slot<'g, T: DeviceScalar> {
     dev_vals: DeviceBuffer<T::Device>,
     host_cols: PooledPinned<'g>,
     host_vals: PooledPinned<'g>,
+    /// Timing events around the batch's kernels (compute stream) and its copy (copy stream).
+    launched: Event,
     computed: Event,
+    copy_started: Event,
     copied: Event,
     pending: Option<Pending>,
 }
@@ -41,6 +45,8 @@ struct Assembly<T> {
     counts: Vec<u64>,
     cols: Vec<u32>,
     vals: Vec<T>,
+    started: Instant,
+    timing: ChunkTiming,
 }
 
 /// The two output buffers, the copy stream and the chunks not yet handed out.
@@ -51,17 +57,20 @@ pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
     next: usize,
     copy: Stream,
     chunks: VecDeque<Assembly<T>>,
+    /// Whether each batch's kernels count as the chunk's kernel time (else the caller times
+    /// the chunk's kernels as a whole and [`OutputPipeline::charge`]s them).
+    batch_kernels: bool,
 }
 
 /// Device memory one output buffer takes at most; its pinned twin is as large.
-const MAX_SLOT_BYTES: u64 = 64 << 20;
+pub(super) const MAX_SLOT_BYTES: u64 = 64 << 20;
 
 type Done<'d, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd;
 
 impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
     /// A pipeline whose buffers may take up to `slot_bytes` of device memory each (capped at
     /// [`MAX_SLOT_BYTES`]: larger outputs take more batches).
-    pub fn new(gpu: &'g Gpu, slot_bytes: u64) -> Result<Self> {
+    pub fn new(gpu: &'g Gpu, slot_bytes: u64, batch_kernels: bool) -> Result<Self> {
         Ok(OutputPipeline {
             gpu,
             slot_bytes: slot_bytes.min(MAX_SLOT_BYTES),
@@ -69,25 +78,29 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             next: 0,
             copy: Stream::new()?,
             chunks: VecDeque::new(),
+            batch_kernels,
         })
     }
 
-    /// Starts collecting a chunk of `nrows` rows and `width` columns. A chunk without rows is
-    /// handed out at once.
+    /// Starts collecting a chunk of `nrows` rows and `width` columns, begun at `started`. A
+    /// chunk without rows is handed out at once.
     pub fn begin_chunk(
         &mut self,
         index: usize,
         chunk: ProductChunk,
         width: u64,
+        started: Instant,
         done: &mut Done<'_, T>,
     ) -> Result<bool> {
         if chunk.rows.is_empty() {
             let product = Csr::zeros(0, width as usize)?;
+            let mut timing = ChunkTiming::default();
+            timing.wall = started.elapsed();
             done(ChunkProduct {
                 index,
                 chunk,
                 product,
-                timing: ChunkTiming::default(),
+                timing,
             })?;
             return Ok(false);
         }
@@ -98,8 +111,20 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             counts: Vec::new(),
             cols: Vec::new(),
             vals: Vec::new(),
+            started,
+            timing: ChunkTiming::default(),
         });
         Ok(true)
+    }
+
+    /// Adds to the timing of the chunk begun last (its analysis and symbolic kernels, the
+    /// operands' upload).
+    pub fn charge(&mut self, kernel: Duration, h2d: Duration, h2d_bytes: u64) {
+        if let Some(asm) = self.chunks.back_mut() {
+            asm.timing.kernel += kernel;
+            asm.timing.h2d += h2d;
+            asm.timing.h2d_bytes += h2d_bytes;
+        }
     }
 
     /// Entries one buffer holds, after growing the buffers towards `wanted` entries (never
@@ -149,15 +174,25 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         if let Some(p) = self.slots[i].as_mut().and_then(|s| s.pending.take()) {
             let slot = self.slots[i].as_mut().expect("slot with a pending copy");
             slot.copied.synchronize()?;
-            drain(&mut self.chunks, slot, p, done)?;
+            drain(&mut self.chunks, slot, p, self.batch_kernels, done)?;
         }
         let slot = self.slots[i]
             .as_mut()
             .expect("capacity_for allocates the buffers before the first batch");
-        assert!(len <= slot.capacity, "batch larger than the output buffer");
+        if len > slot.capacity {
+            return Err(Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: format!(
+                    "SpGEMM batch of {len} entries for an output buffer of {}",
+                    slot.capacity
+                ),
+            });
+        }
+        slot.launched.record(compute)?;
         launch(slot.dev_cols.slice(), slot.dev_vals.slice())?;
         slot.computed.record(compute)?;
         self.copy.wait(&slot.computed)?;
+        slot.copy_started.record(&self.copy)?;
         let _span = tracing::debug_span!("D2H", entries = len).entered();
         let n = len as usize;
         // SAFETY: the host buffers are pinned and are read only after `copied` has happened
@@ -186,7 +221,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             if let Some(slot) = self.slots[i].as_mut() {
                 if let Some(p) = slot.pending.take() {
                     slot.copied.synchronize()?;
-                    drain(&mut self.chunks, slot, p, done)?;
+                    drain(&mut self.chunks, slot, p, self.batch_kernels, done)?;
                 }
             }
         }
@@ -215,8 +250,10 @@ impl<'g, T: DeviceScalar> Slot<'g, T> {
                 n * std::mem::size_of::<T>(),
                 "pinned SpGEMM output buffer (values)",
             )?,
-            computed: Event::new(false)?,
-            copied: Event::new(false)?,
+            launched: Event::new(true)?,
+            computed: Event::new(true)?,
+            copy_started: Event::new(true)?,
+            copied: Event::new(true)?,
             pending: None,
         })
     }
@@ -237,31 +274,53 @@ fn drain<T: DeviceScalar>(
     chunks: &mut VecDeque<Assembly<T>>,
     slot: &Slot<'_, T>,
     p: Pending,
+    batch_kernels: bool,
     done: &mut Done<'_, T>,
 ) -> Result<()> {
-    let asm = chunks
-        .front_mut()
-        .expect("a pending batch belongs to an unfinished chunk");
+    let asm = chunks.front_mut().ok_or_else(|| Error::Internal {
+        backend: crate::error::BACKEND.into(),
+        what: "a copied SpGEMM batch belongs to no chunk".into(),
+    })?;
+    // The copy has landed (its event was waited for): both event pairs are complete.
+    if batch_kernels {
+        asm.timing.kernel += elapsed(&slot.launched, &slot.computed)?;
+    }
+    asm.timing.d2h += elapsed(&slot.copy_started, &slot.copied)?;
+    asm.timing.d2h_bytes += p.len as u64 * entry_bytes::<T>();
     asm.cols
         .extend_from_slice(slot.host_cols.typed::<u32>(p.len));
     asm.vals
         .extend_from_slice(from_device::<T>(slot.host_vals.typed::<T::Device>(p.len)));
     asm.counts.extend_from_slice(&p.counts);
     if p.last_of_chunk {
-        let asm = chunks.pop_front().expect("checked above");
+        let Some(asm) = chunks.pop_front() else {
+            return Ok(());
+        };
         let product = Csr::try_new(
             asm.chunk.rows.len(),
             asm.width,
             offsets(&asm.counts),
             asm.cols,
             asm.vals,
-        )?;
+        )
+        .map_err(|e| Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
+        })?;
+        let mut timing = asm.timing;
+        timing.wall = asm.started.elapsed();
         done(ChunkProduct {
             index: asm.index,
             chunk: asm.chunk,
             product,
-            timing: ChunkTiming::default(),
+            timing,
         })?;
     }
     Ok(())
+}
+
+/// Time between two completed timing events.
+pub(super) fn elapsed(start: &Event, end: &Event) -> Result<Duration> {
+    let ms = end.elapsed_ms(start)?;
+    Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
 }

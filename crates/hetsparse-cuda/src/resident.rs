@@ -1,0 +1,160 @@
+//! Matrices resident in device memory: the storage behind this backend's
+//! [`ResidentCsr`](hetsparse_core::ResidentCsr) and [`ResidentDense`](hetsparse_core::ResidentDense)
+//! handles.
+//!
+//! A resident CSR matrix keeps its three arrays in device buffers and, on the host, only its
+//! row offsets (8 bytes per row): they are known wherever such a matrix is made (an upload has
+//! them, a product's symbolic phase computes them) and they are what the host needs to split
+//! work into row batches and chunks. Offsets and column indices are shared (`Arc`) between
+//! matrices of one pattern: [`upload_values`](hetsparse_core::Backend::upload_values) and plan
+//! executions copy or compute only values.
+
+use std::sync::Arc;
+
+use hetsparse_core::{Csr, Dense, Error, Layout, Result};
+
+use crate::context::{Gpu, Stream};
+use crate::error::BACKEND;
+use crate::memory::DeviceBuffer;
+use crate::scalar::{as_device, from_device, DeviceScalar};
+
+/// A CSR matrix in device memory (64-bit offsets, 32-bit column indices).
+pub(crate) struct DeviceCsr<T: DeviceScalar> {
+    pub nrows: usize,
+    pub ncols: usize,
+    /// The row offsets, also kept on the host.
+    pub host_offsets: Arc<Vec<u64>>,
+    pub offsets: Arc<DeviceBuffer<u64>>,
+    pub cols: Arc<DeviceBuffer<u32>>,
+    pub vals: DeviceBuffer<T::Device>,
+}
+
+impl<T: DeviceScalar> DeviceCsr<T> {
+    /// Copies `m` to the device, queued on `stream` (the copies read `m` before returning).
+    pub fn upload(gpu: &Gpu, stream: &Stream, m: &Csr<T>, name: &str) -> Result<Self> {
+        let _span = tracing::debug_span!("H2D", matrix = name, nnz = m.nnz()).entered();
+        let mem = gpu.memory();
+        Ok(DeviceCsr {
+            nrows: m.nrows(),
+            ncols: m.ncols(),
+            host_offsets: Arc::new(m.row_offsets().to_vec()),
+            offsets: Arc::new(DeviceBuffer::from_host(mem, stream, m.row_offsets(), name)?),
+            cols: Arc::new(DeviceBuffer::from_host(mem, stream, m.col_indices(), name)?),
+            vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), name)?,
+        })
+    }
+
+    /// This matrix's structure with new `values` (one per entry, checked by the caller).
+    pub fn with_values(&self, gpu: &Gpu, stream: &Stream, values: &[T]) -> Result<Self> {
+        let _span =
+            tracing::debug_span!("H2D", matrix = "new values", nnz = values.len()).entered();
+        Ok(DeviceCsr {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            host_offsets: Arc::clone(&self.host_offsets),
+            offsets: Arc::clone(&self.offsets),
+            cols: Arc::clone(&self.cols),
+            vals: DeviceBuffer::from_host(gpu.memory(), stream, as_device(values), "new values")?,
+        })
+    }
+
+    /// Stored entries.
+    pub fn nnz(&self) -> u64 {
+        self.host_offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Mean entries per row (0 without rows).
+    pub fn mean_row(&self) -> f64 {
+        if self.nrows == 0 {
+            0.0
+        } else {
+            self.nnz() as f64 / self.nrows as f64
+        }
+    }
+
+    /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
+    pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
+        let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
+        let cols = self.cols.slice().to_vec_staged(stream, gpu.pinned_pool())?;
+        let vals = self.vals.slice().to_vec_staged(stream, gpu.pinned_pool())?;
+        Csr::try_new(
+            self.nrows,
+            self.ncols,
+            self.host_offsets.as_ref().clone(),
+            cols,
+            from_device::<T>(&vals).to_vec(),
+        )
+        .map_err(|e| Error::Internal {
+            backend: BACKEND.into(),
+            what: format!("a resident matrix is not a valid CSR matrix: {e}"),
+        })
+    }
+}
+
+/// A dense matrix (or a one-column vector) in device memory, in the layout its handle names.
+pub(crate) struct DeviceDense<T: DeviceScalar> {
+    pub data: DeviceBuffer<T::Device>,
+}
+
+impl<T: DeviceScalar> DeviceDense<T> {
+    /// Copies `d` to the device in its layout.
+    pub fn upload(gpu: &Gpu, stream: &Stream, d: &Dense<T>) -> Result<Self> {
+        let _span =
+            tracing::debug_span!("H2D", what = "dense matrix", elements = d.data().len()).entered();
+        Ok(DeviceDense {
+            data: DeviceBuffer::from_host(gpu.memory(), stream, as_device(d.data()), "dense")?,
+        })
+    }
+
+    /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
+    pub fn download(
+        &self,
+        gpu: &Gpu,
+        stream: &Stream,
+        shape: (usize, usize),
+        layout: Layout,
+    ) -> Result<Dense<T>> {
+        let _span = tracing::debug_span!("D2H", what = "dense matrix", elements = self.data.len())
+            .entered();
+        let data = self.data.slice().to_vec_staged(stream, gpu.pinned_pool())?;
+        Ok(Dense::try_new(
+            shape.0,
+            shape.1,
+            layout,
+            from_device::<T>(&data).to_vec(),
+        )?)
+    }
+}
+
+/// A value the operation owns (uploaded for the call) or borrows (resident).
+pub(crate) enum Held<'a, X> {
+    Owned(X),
+    Borrowed(&'a X),
+}
+
+impl<X> std::ops::Deref for Held<'_, X> {
+    type Target = X;
+    fn deref(&self) -> &X {
+        match self {
+            Held::Owned(x) => x,
+            Held::Borrowed(x) => x,
+        }
+    }
+}
+
+/// What a handle or plan stores: the device data, and the device it lives on, kept alive (its
+/// context and the memory in it) for as long as the handle, also past the backend.
+pub(crate) struct Kept<S> {
+    pub data: S,
+    // Dropped after `data`: the memory is freed while the context still exists.
+    _gpu: Arc<Gpu>,
+}
+
+impl<S> Kept<S> {
+    pub fn new(data: S, gpu: &Arc<Gpu>) -> Self {
+        Kept {
+            data,
+            _gpu: Arc::clone(gpu),
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Native residency on the GPU beyond the conformance suite: handles in device memory, the
+//! paths that use resident operands in place, requirements of every algorithm against what
+//! the calls reserve, chunk timings, handles that outlive their backend. Without a device
+//! every test skips (fails with HETSPARSE_REQUIRE_DEVICE=1).
+
+mod common;
+
+use hetsparse_core::generate;
+use hetsparse_core::{
+    Backend, Coo, Csr, Dense, Device, Error, Layout, MemorySpace, ProductChunk, ReferenceBackend,
+    RunControl, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions,
+};
+use hetsparse_cuda::CudaBackend;
+
+const ALGORITHMS: [SpgemmAlgorithm; 4] = [
+    SpgemmAlgorithm::Adaptive,
+    SpgemmAlgorithm::RowRow,
+    SpgemmAlgorithm::ColumnRow,
+    SpgemmAlgorithm::Esc,
+];
+
+fn backend(test: &str) -> Option<CudaBackend> {
+    common::obtain(test, CudaBackend::new())
+}
+
+fn assert_close(actual: &Csr<f64>, expected: &Csr<f64>, what: &str) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    assert_eq!(
+        actual.row_offsets(),
+        expected.row_offsets(),
+        "{what}: offsets"
+    );
+    assert_eq!(
+        actual.col_indices(),
+        expected.col_indices(),
+        "{what}: columns"
+    );
+    for (k, (x, y)) in actual.values().iter().zip(expected.values()).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+            "{what}: value {k}: {x} vs {y}"
+        );
+    }
+}
+
+fn reference(a: &Csr<f64>, b: &Csr<f64>) -> Csr<f64> {
+    ReferenceBackend
+        .spgemm(a, b, SpgemmAlgorithm::Auto)
+        .expect("reference product")
+}
+
+/// The backend names its device's memory, and its pool is the budget it was given.
+#[test]
+fn memory_space_and_pool() {
+    let Some(gpu) = backend("memory_space_and_pool") else {
+        return;
+    };
+    let gpu = gpu.with_memory_budget(123 << 20);
+    assert_eq!(
+        Device::memory_space(&gpu),
+        MemorySpace::Device {
+            backend: "cuda",
+            id: 0
+        }
+    );
+    let pool = Device::memory_pool(&gpu).expect("a device backend has a pool");
+    assert_eq!(pool.limit(), 123 << 20);
+    let a = generate::uniform::<f64>(300, 300, 5, 1);
+    let before = pool.reserved();
+    let r = gpu.upload(&a).unwrap();
+    assert!(
+        pool.reserved() >= before + a.nnz() * 12,
+        "a resident matrix holds its memory in the pool"
+    );
+    drop(r);
+    assert_eq!(pool.reserved(), before, "dropping the handle gives it back");
+}
+
+/// Every algorithm, every combination of host and resident operands, results left resident
+/// and used again as operands (a chain), on a matrix with long rows (global-memory tables,
+/// long ESC segments).
+#[test]
+fn resident_products_of_every_algorithm() {
+    let Some(gpu) = backend("resident_products_of_every_algorithm") else {
+        return;
+    };
+    let mut a = generate::uniform::<f64>(600, 600, 6, 2);
+    // A dense first row: 600 × 6 products in row 0 of A·A.
+    let mut rows: Vec<(usize, usize, f64)> = (0..600).map(|j| (0, j, 1.0 + j as f64)).collect();
+    for i in 1..600 {
+        let (c, v) = a.row(i);
+        rows.extend(c.iter().zip(v).map(|(&j, &x)| (i, j as usize, x)));
+    }
+    let mut coo = Coo::new(600, 600).unwrap();
+    for (i, j, v) in rows {
+        coo.try_push(i, j, v).unwrap();
+    }
+    a = coo.to_csr();
+    let expected = reference(&a, &a);
+    let expected2 = reference(&expected, &a);
+    let ra = gpu.upload(&a).unwrap();
+    for alg in ALGORITHMS {
+        let options = SpgemmOptions::from(alg);
+        let run = RunControl::new();
+        let c = gpu
+            .spgemm_resident((&ra).into(), (&ra).into(), &options, &run)
+            .unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &expected, &format!("{alg:?}"));
+        let p = run.progress();
+        assert_eq!(p.done, p.planned, "{alg:?}: progress {p:?}");
+        let c2 = gpu
+            .spgemm_resident((&c).into(), (&a).into(), &options, &run)
+            .unwrap();
+        assert_close(
+            &gpu.download(&c2).unwrap(),
+            &expected2,
+            &format!("{alg:?} chain"),
+        );
+        let host = gpu
+            .spgemm_with((&a).into(), (&c).into(), &options, &run)
+            .unwrap();
+        assert_close(&host, &reference(&a, &expected), &format!("{alg:?} mixed"));
+    }
+}
+
+/// A plan of every algorithm executed with new values: only the numeric phase runs, into the
+/// plan's structure; another pattern is refused.
+#[test]
+fn plans_of_every_algorithm() {
+    let Some(gpu) = backend("plans_of_every_algorithm") else {
+        return;
+    };
+    let a = generate::uniform::<f64>(700, 500, 7, 3);
+    let b = generate::uniform::<f64>(500, 800, 5, 4);
+    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    let mut a2 = a.clone();
+    for v in a2.values_mut() {
+        *v = 1.5 - *v;
+    }
+    let ra2 = gpu.upload_values(&ra, a2.values()).unwrap();
+    for alg in ALGORITHMS {
+        let plan = gpu
+            .plan_spgemm((&ra).into(), (&rb).into(), &alg.into())
+            .unwrap();
+        let c = gpu
+            .execute_spgemm(&plan, (&ra2).into(), (&rb).into(), &RunControl::new())
+            .unwrap();
+        assert_close(
+            &gpu.download(&c).unwrap(),
+            &reference(&a2, &b),
+            &format!("{alg:?} plan, new values"),
+        );
+        let other = generate::uniform::<f64>(700, 500, 7, 99);
+        assert!(
+            matches!(
+                gpu.execute_spgemm(&plan, (&other).into(), (&rb).into(), &RunControl::new()),
+                Err(Error::PatternMismatch { .. })
+            ),
+            "{alg:?}: another pattern must be refused"
+        );
+    }
+}
+
+/// For every algorithm, what `spgemm_with`, `spgemm_resident` and a plan's execution reserve
+/// stays within what the requirement queries said.
+#[test]
+fn requirements_bound_every_algorithm() {
+    let Some(gpu) = backend("requirements_bound_every_algorithm") else {
+        return;
+    };
+    let pool = Device::memory_pool(&gpu).unwrap();
+    let a = generate::rmat::<f64>(11, 8, 5);
+    let b = generate::uniform::<f64>(a.ncols(), 3000, 6, 6);
+    for alg in ALGORITHMS {
+        let options = SpgemmOptions::from(alg);
+        let need = gpu
+            .spgemm_requirement((&a).into(), (&b).into(), &options)
+            .unwrap();
+        for resident in [false, true] {
+            pool.reset_peak();
+            let before = pool.reserved();
+            let run = RunControl::new();
+            if resident {
+                let c = gpu
+                    .spgemm_resident((&a).into(), (&b).into(), &options, &run)
+                    .unwrap();
+                let used = pool.peak() - before;
+                assert!(
+                    used <= need.device_bytes(),
+                    "{alg:?} resident: reserved {used}, requirement {need:?}"
+                );
+                drop(c);
+            } else {
+                gpu.spgemm_with((&a).into(), (&b).into(), &options, &run)
+                    .unwrap();
+                let used = pool.peak() - before;
+                assert!(
+                    used <= need.device_bytes(),
+                    "{alg:?}: reserved {used}, requirement {need:?}"
+                );
+            }
+        }
+        let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+        let resident_need = gpu
+            .spgemm_requirement((&ra).into(), (&rb).into(), &options)
+            .unwrap();
+        assert_eq!(resident_need.operand_bytes, 0, "{alg:?}: resident operands");
+        let plan = gpu
+            .plan_spgemm((&ra).into(), (&rb).into(), &options)
+            .unwrap();
+        pool.reset_peak();
+        let before = pool.reserved();
+        let c = gpu
+            .execute_spgemm(&plan, (&ra).into(), (&rb).into(), &RunControl::new())
+            .unwrap();
+        let used = pool.peak() - before;
+        assert!(
+            used <= plan.requirement().device_bytes(),
+            "{alg:?} plan: reserved {used}, requirement {:?}",
+            plan.requirement()
+        );
+        assert_eq!(c.nnz(), plan.c_nnz());
+    }
+}
+
+/// Chunks carry their timing: kernel time from device events, the bytes copied back, the
+/// operands' upload charged to the first chunk (nothing for resident operands).
+#[test]
+fn chunk_timings() {
+    let Some(gpu) = backend("chunk_timings") else {
+        return;
+    };
+    let a = generate::uniform::<f64>(1200, 1000, 8, 7);
+    let b = generate::uniform::<f64>(1000, 900, 8, 8);
+    let chunks: Vec<ProductChunk> = [0..500, 500..1200]
+        .into_iter()
+        .flat_map(|rows| {
+            [0..450, 450..900].map(|cols| ProductChunk {
+                rows: rows.clone(),
+                cols,
+            })
+        })
+        .collect();
+    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    for alg in ALGORITHMS {
+        for resident in [false, true] {
+            let mut timings = Vec::new();
+            let run = RunControl::new();
+            let (l, r) = if resident {
+                ((&ra).into(), (&rb).into())
+            } else {
+                ((&a).into(), (&b).into())
+            };
+            gpu.spgemm_chunks(l, r, &chunks, &alg.into(), &run, &mut |c| {
+                let expected = reference(
+                    &a.rows(c.chunk.rows.clone()).unwrap(),
+                    &b.column_panel(c.chunk.cols.clone()).unwrap(),
+                );
+                assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
+                timings.push((c.index, c.product.nnz(), c.timing));
+                Ok(())
+            })
+            .unwrap();
+            timings.sort_by_key(|t| t.0);
+            assert_eq!(timings.len(), chunks.len());
+            let h2d: u64 = timings.iter().map(|t| t.2.h2d_bytes).sum();
+            let operands = if resident {
+                0
+            } else {
+                (a.nrows() as u64 + 1) * 8
+                    + a.nnz() * 12
+                    + (b.nrows() as u64 + 1) * 8
+                    + b.nnz() * 12
+            };
+            assert_eq!(h2d, operands, "{alg:?} resident={resident}: upload bytes");
+            for (index, nnz, t) in &timings {
+                let what = format!("{alg:?} resident={resident} chunk {index}");
+                assert_eq!(t.d2h_bytes, nnz * 12, "{what}: bytes copied back");
+                assert!(t.kernel > std::time::Duration::ZERO, "{what}: {t:?}");
+                assert!(t.wall >= t.d2h, "{what}: {t:?}");
+            }
+        }
+    }
+}
+
+/// ESC over chunks with column windows on resident operands (it reads their structure from
+/// the device), and a host matrix in COO times a resident row-major dense matrix (the one SpMM
+/// combination that runs on the host path).
+#[test]
+fn paths_that_read_back_structure() {
+    let Some(gpu) = backend("paths_that_read_back_structure") else {
+        return;
+    };
+    let a = generate::uniform::<f64>(400, 300, 6, 9);
+    let b = generate::uniform::<f64>(300, 500, 6, 10);
+    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    let chunks = [
+        ProductChunk {
+            rows: 0..400,
+            cols: 100..350,
+        },
+        ProductChunk {
+            rows: 17..230,
+            cols: 0..500,
+        },
+    ];
+    gpu.spgemm_chunks(
+        (&ra).into(),
+        (&rb).into(),
+        &chunks,
+        &SpgemmAlgorithm::Esc.into(),
+        &RunControl::new(),
+        &mut |c| {
+            let expected = reference(
+                &a.rows(c.chunk.rows.clone()).unwrap(),
+                &b.column_panel(c.chunk.cols.clone()).unwrap(),
+            );
+            assert_close(&c.product, &expected, &format!("ESC chunk {}", c.index));
+            Ok(())
+        },
+    )
+    .unwrap();
+
+    let coo = a.to_coo();
+    let d = Dense::from_fn(300, 4, Layout::RowMajor, |i, j| (i * 4 + j) as f64 * 0.01);
+    let rd = gpu.upload_dense(&d).unwrap();
+    let expected = ReferenceBackend.spmm(SparseRef::Csr(&a), &d).unwrap();
+    for resident_result in [false, true] {
+        let c = if resident_result {
+            let r = gpu
+                .spmm_resident(
+                    SparseRef::Coo(&coo).into(),
+                    (&rd).into(),
+                    &SpmmOptions::new(),
+                    &RunControl::new(),
+                )
+                .unwrap();
+            gpu.download_dense(&r).unwrap()
+        } else {
+            gpu.spmm_with(
+                SparseRef::Coo(&coo).into(),
+                (&rd).into(),
+                &SpmmOptions::new(),
+                &RunControl::new(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            (c.shape(), c.layout()),
+            (expected.shape(), Layout::RowMajor)
+        );
+        for (x, y) in c.data().iter().zip(expected.data()) {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{x} vs {y}");
+        }
+    }
+}
+
+/// A resident matrix outlives the backend that made it, and another backend on the same
+/// device uses it; a budget too small for an upload is out of memory with the sizes.
+#[test]
+fn handles_outlive_their_backend() {
+    let Some(first) = backend("handles_outlive_their_backend") else {
+        return;
+    };
+    let a = generate::uniform::<f64>(200, 200, 4, 11);
+    let r = first.upload(&a).unwrap();
+    drop(first);
+    let second = CudaBackend::new().unwrap();
+    assert_eq!(second.download(&r).unwrap(), a);
+    let c = second
+        .spgemm_resident(
+            (&r).into(),
+            (&r).into(),
+            &SpgemmOptions::new(),
+            &RunControl::new(),
+        )
+        .unwrap();
+    assert_close(&second.download(&c).unwrap(), &reference(&a, &a), "product");
+    drop(second);
+    drop(r);
+
+    let tiny = CudaBackend::new().unwrap().with_memory_budget(1000);
+    match tiny.upload(&a) {
+        Err(Error::OutOfMemory {
+            needed_bytes,
+            available_bytes,
+            ..
+        }) => assert!(
+            needed_bytes > available_bytes,
+            "{needed_bytes} {available_bytes}"
+        ),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+}
