@@ -476,6 +476,13 @@ impl EscJob<'_> {
         // first host synchronisation (reading back the expansion size) is not needed: the host
         // computed the size and the longest row while the operands were uploading, so
         // everything up to the size of the product is queued without a wait.
+        if let Some((exp, _)) = sizes {
+            if exp > limit {
+                tracing::info!(exp, limit, "expansion exceeds the memory budget");
+                return Ok(None);
+            }
+        }
+        let _setup = self.pool.reserve(setup_bytes(a.nnz), "ESC SpGEMM setup")?;
         let (a_rows, a_prods) = self.setup(q, (a, b))?;
         let (exp, longest) = match sizes {
             Some(s) => s,
@@ -492,10 +499,10 @@ impl EscJob<'_> {
         if exp == 0 {
             return self.empty_product(q, nrows, ncols, keep).map(Some);
         }
+        // The rest of the expansion's bytes (the setup arrays are held above).
         let (work, output) = self.expansion_bytes::<T>(a.nnz, nrows, ncols, exp);
-        let _work = self
-            .pool
-            .reserve(work.saturating_add(output), "ESC SpGEMM expansion")?;
+        let rest = (work - setup_bytes(a.nnz)).saturating_add(output);
+        let _work = self.pool.reserve(rest, "ESC SpGEMM expansion")?;
         run.checkpoint()?;
         let exp_len = usize::try_from(exp).map_err(|_| too_large("the expansion", exp))?;
 
@@ -645,6 +652,7 @@ impl EscJob<'_> {
         if a.nnz == 0 || b.nnz == 0 {
             return Ok((0, 0));
         }
+        let _setup = self.pool.reserve(setup_bytes(a.nnz), "ESC SpGEMM setup")?;
         let (_rows, a_prods) = self.setup(q, (a, b))?;
         device_sizes(q, self.program, a, &a_prods)
     }
