@@ -49,8 +49,9 @@
 //! host, which cuts B into column slices. Plans keep the product's structure on the device;
 //! executing one recomputes the values only (a kernel per row of C over the planned
 //! structure). Chunks run one by one, each on a profiling queue (kernel and transfer times
-//! from OpenCL events): host operands are cut on the host and their parts copied, resident ones
-//! cut on the device (kernels copying a range of rows of A or a panel of columns of B).
+//! from OpenCL events): host operands are cut on the host (the next chunk's parts on another
+//! thread while the device computes this one) and their parts copied, resident ones cut on the
+//! device (kernels copying a range of rows of A or a panel of columns of B).
 //!
 //! [`Device::memory_pool`] accounts for the device memory a backend (and its clones) uses: its
 //! limit is the device's global memory, or [`OpenClBackend::with_memory_budget`]; resident

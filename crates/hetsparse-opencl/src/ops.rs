@@ -411,20 +411,16 @@ impl OpenClBackend {
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
         let _span = tracing::info_span!("spgemm chunks", count = chunks.len()).entered();
+        if let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (a, b) {
+            return self.host_chunks(program, (ha, hb), chunks, run, sink);
+        }
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
             let start = Instant::now();
             let _chunk = tracing::debug_span!("chunk", index).entered();
             let compute = || -> Result<(Csr<T>, crate::runtime::Timing)> {
                 let q = self.state.timed_queue()?;
-                let c = match (a, b) {
-                    (CsrOperand::Host(ha), CsrOperand::Host(hb)) => {
-                        let rows = ha.rows(chunk.rows.clone())?;
-                        let panel = hb.column_panel(chunk.cols.clone())?;
-                        self.spgemm_host(&q, program, &rows, &panel, run)?
-                    }
-                    _ => self.chunk_on_device(&q, program, a, b, chunk, run)?,
-                };
+                let c = self.chunk_on_device(&q, program, a, b, chunk, run)?;
                 q.finish()?;
                 Ok((c, q.timing()))
             };
@@ -437,6 +433,75 @@ impl OpenClBackend {
             })?;
         }
         Ok(())
+    }
+
+    /// Chunks of host operands: the parts of the next chunk (rows of A, a panel of B) are cut
+    /// on another thread while the device computes this one. A chunk's wall time is its own
+    /// cutting plus its computation.
+    fn host_chunks<T: Scalar>(
+        &self,
+        program: &Program,
+        (ha, hb): (&Csr<T>, &Csr<T>),
+        chunks: &[ProductChunk],
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        type Parts<T> = Result<(Csr<T>, Csr<T>, std::time::Duration)>;
+        let cut = |chunk: &ProductChunk| -> Parts<T> {
+            let start = Instant::now();
+            let _span = tracing::debug_span!("cut chunk").entered();
+            let rows = ha.rows(chunk.rows.clone())?;
+            let panel = hb.column_panel(chunk.cols.clone())?;
+            Ok((rows, panel, start.elapsed()))
+        };
+        let cut = &cut;
+        std::thread::scope(|s| -> Result<()> {
+            let spawn = |k: usize| {
+                std::thread::Builder::new()
+                    .name("hetsparse-opencl chunk cutter".into())
+                    .spawn_scoped(s, move || cut(&chunks[k]))
+                    .map_err(|e| Error::Internal {
+                        backend: BACKEND.into(),
+                        what: format!("no thread to cut chunks on: {e}"),
+                    })
+            };
+            let mut next = if chunks.is_empty() {
+                None
+            } else {
+                Some(spawn(0)?)
+            };
+            for (index, chunk) in chunks.iter().enumerate() {
+                let Some(cutting) = next.take() else {
+                    break;
+                };
+                let parts = cutting.join().map_err(|_| Error::Internal {
+                    backend: BACKEND.into(),
+                    what: format!("the thread cutting chunk {index} panicked"),
+                })?;
+                run.checkpoint()?;
+                if index + 1 < chunks.len() {
+                    next = Some(spawn(index + 1)?);
+                }
+                let _chunk = tracing::debug_span!("chunk", index).entered();
+                let compute =
+                    || -> Result<(Csr<T>, crate::runtime::Timing, std::time::Duration)> {
+                        let (rows, panel, cutting) = parts?;
+                        let start = Instant::now();
+                        let q = self.state.timed_queue()?;
+                        let c = self.spgemm_host(&q, program, &rows, &panel, run)?;
+                        q.finish()?;
+                        Ok((c, q.timing(), cutting + start.elapsed()))
+                    };
+                let (product, timing, wall) = compute().map_err(|e| e.in_chunk(index))?;
+                sink(ChunkProduct {
+                    index,
+                    chunk: chunk.clone(),
+                    product,
+                    timing: timing.chunk(wall),
+                })?;
+            }
+            Ok(())
+        })
     }
 
     /// One chunk with a resident operand: its parts cut (resident) or copied (host) on the
