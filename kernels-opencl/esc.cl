@@ -91,3 +91,130 @@ __kernel void esc_reduce(ulong nnz_c, __global const ulong* run_start,
     for (ulong p = run_start[c]; p < run_start[c + 1]; ++p) acc = ADD(acc, ex_vals[p]);
     STORE_AT(c_vals, c, acc);
 }
+
+// The expansion's longest row for operands already on the device (the host cannot count it
+// there): row i of C has a_prods[a_offsets[i+1]] - a_prods[a_offsets[i]] products (a_prods
+// scanned). Each work-group reduces SCAN_BLOCK rows to their maximum; max_blocks reduces the
+// block maxima further until one is left.
+inline void group_max(__local ulong* m, uint lid, ulong v, __global ulong* out) {
+    m[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint off = SCAN_WG / 2; off > 0; off >>= 1) {
+        if (lid < off) m[lid] = max(m[lid], m[lid + off]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) out[get_group_id(0)] = m[0];
+}
+
+__kernel __attribute__((reqd_work_group_size(SCAN_WG, 1, 1)))
+void row_products_max(ulong nrows, __global const ulong* a_offsets,
+                      __global const ulong* a_prods, __global ulong* block_max) {
+    __local ulong m[SCAN_WG];
+    uint lid = get_local_id(0);
+    ulong base = (ulong)get_group_id(0) * SCAN_BLOCK + lid;
+    ulong v = 0;
+    for (uint k = 0; k < SCAN_ITEMS; ++k) {
+        ulong i = base + (ulong)k * SCAN_WG;
+        if (i < nrows) v = max(v, a_prods[a_offsets[i + 1]] - a_prods[a_offsets[i]]);
+    }
+    group_max(m, lid, v, block_max);
+}
+
+__kernel __attribute__((reqd_work_group_size(SCAN_WG, 1, 1)))
+void max_blocks(__global const ulong* in, ulong n, __global ulong* block_max) {
+    __local ulong m[SCAN_WG];
+    uint lid = get_local_id(0);
+    ulong base = (ulong)get_group_id(0) * SCAN_BLOCK + lid;
+    ulong v = 0;
+    for (uint k = 0; k < SCAN_ITEMS; ++k) {
+        ulong i = base + (ulong)k * SCAN_WG;
+        if (i < n) v = max(v, in[i]);
+    }
+    group_max(m, lid, v, block_max);
+}
+
+// The numeric phase of a planned product: C's structure is known, only its values are
+// computed. One work-item per row of C walks row i of A and, for each entry A[i,k], row k of B,
+// finding each product's column in C's row by bisection and adding it to that entry's
+// accumulator (the work-item owns the row, so no atomics). A product whose column is not in the
+// planned row sets *flag (operands of another pattern); acc_to_store then rounds to storage.
+__kernel void spgemm_numeric(ulong nrows, __global const ulong* a_offsets,
+                             __global const uint* a_index, __global const STORE* a_vals,
+                             __global const ulong* b_offsets, __global const uint* b_index,
+                             __global const STORE* b_vals, __global const ulong* c_offsets,
+                             __global const uint* c_index, __global ACC* c_acc,
+                             __global uint* flag) {
+    ulong i = get_global_id(0);
+    if (i >= nrows) return;
+    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
+    for (ulong p = lo; p < hi; ++p) c_acc[p] = ZERO;
+    for (ulong ea = a_offsets[i]; ea < a_offsets[i + 1]; ++ea) {
+        uint k = a_index[ea];
+        ACC av = LOAD(a_vals, ea);
+        for (ulong eb = b_offsets[k]; eb < b_offsets[k + 1]; ++eb) {
+            uint j = b_index[eb];
+            ulong b0 = lo, e0 = hi;
+            while (b0 < e0) {
+                ulong mid = b0 + (e0 - b0) / 2;
+                if (c_index[mid] < j) b0 = mid + 1; else e0 = mid;
+            }
+            if (b0 == hi || c_index[b0] != j) { *flag = 1; continue; }
+            c_acc[b0] = ADD(c_acc[b0], MUL(av, LOAD(b_vals, eb)));
+        }
+    }
+}
+
+// Cutting resident matrices into the parts of a chunked product on the device.
+// Rows [r0, r0 + n) as a matrix of their own: offsets rebased to start at 0, and the entries
+// from base = offsets[r0] on copied (slice_entries).
+__kernel void slice_rows_offsets(ulong n, __global const ulong* offsets, ulong r0,
+                                 __global ulong* out) {
+    ulong i = get_global_id(0);
+    if (i > n) return;
+    out[i] = offsets[r0 + i] - offsets[r0];
+}
+
+__kernel void slice_entries(ulong n, ulong base, __global const uint* index,
+                            __global const STORE* vals, __global uint* out_index,
+                            __global STORE* out_vals) {
+    ulong e = get_global_id(0);
+    if (e >= n) return;
+    out_index[e] = index[base + e];
+    out_vals[e] = vals[base + e];
+}
+
+// First position in the sorted index[lo, hi) holding a column >= c.
+inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, uint c) {
+    while (lo < hi) {
+        ulong mid = lo + (hi - lo) / 2;
+        if (index[mid] < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// Columns [c0, c1) of each row: counts[i] entries (counts[nrows] = 0, for the exclusive scan
+// that turns the counts into the panel's offsets).
+__kernel void panel_count(ulong nrows, __global const ulong* offsets,
+                          __global const uint* index, uint c0, uint c1,
+                          __global ulong* counts) {
+    ulong i = get_global_id(0);
+    if (i == 0) counts[nrows] = 0;
+    if (i >= nrows) return;
+    ulong lo = offsets[i], hi = offsets[i + 1];
+    counts[i] = lower_bound_column(index, lo, hi, c1) - lower_bound_column(index, lo, hi, c0);
+}
+
+// The panel's entries, columns shifted to start at 0.
+__kernel void panel_copy(ulong nrows, __global const ulong* offsets, __global const uint* index,
+                         __global const STORE* vals, uint c0, __global const ulong* p_offsets,
+                         __global uint* p_index, __global STORE* p_vals) {
+    ulong i = get_global_id(0);
+    if (i >= nrows) return;
+    ulong from = lower_bound_column(index, offsets[i], offsets[i + 1], c0);
+    ulong to = p_offsets[i];
+    ulong n = p_offsets[i + 1] - to;
+    for (ulong k = 0; k < n; ++k) {
+        p_index[to + k] = index[from + k] - c0;
+        p_vals[to + k] = vals[from + k];
+    }
+}

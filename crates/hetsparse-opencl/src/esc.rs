@@ -11,7 +11,9 @@ use std::ops::Range;
 
 use opencl3::program::Program;
 
-use hetsparse_core::{DeviceKind, Error, Result, Scalar};
+use std::sync::Arc;
+
+use hetsparse_core::{DeviceKind, Error, MemoryPool, Reservation, Result, RunControl, Scalar};
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
 use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
@@ -133,31 +135,92 @@ pub(crate) struct EscJob<'a> {
     pub state: &'a DeviceState,
     pub program: &'a Program,
     pub search: ExpansionSearch,
-    /// Device memory the product may use, in bytes.
-    pub budget_bytes: u64,
+    /// The device memory accounts the product reserves its buffers in.
+    pub pool: &'a Arc<MemoryPool>,
     /// Bytes each product carries through the sort besides its 8-byte key.
     pub payload_bytes: usize,
     pub multiply: Multiply,
 }
 
-/// Operand arrays on the device.
-struct DeviceOperand {
+/// Operand arrays on the device, borrowed from an upload or a resident matrix.
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceOperand<'a> {
+    pub nrows: usize,
+    pub nnz: u64,
+    pub offsets: &'a DeviceBuffer<u64>,
+    pub index: &'a DeviceBuffer<u32>,
+    pub values: &'a DeviceBuffer<u8>,
+}
+
+/// Operand arrays copied to the device for one call, with their reservation.
+pub(crate) struct Uploaded {
     nrows: usize,
     nnz: u64,
     offsets: DeviceBuffer<u64>,
     index: DeviceBuffer<u32>,
     values: DeviceBuffer<u8>,
+    _reservation: Reservation,
 }
 
-fn upload<T: Scalar>(q: &Queue<'_>, m: &Compressed<'_, T>, name: &str) -> Result<DeviceOperand> {
+impl Uploaded {
+    /// Arrays made on the device for the call, under `reservation`.
+    pub(crate) fn from_parts(
+        nrows: usize,
+        nnz: u64,
+        offsets: DeviceBuffer<u64>,
+        index: DeviceBuffer<u32>,
+        values: DeviceBuffer<u8>,
+        reservation: Reservation,
+    ) -> Self {
+        Uploaded {
+            nrows,
+            nnz,
+            offsets,
+            index,
+            values,
+            _reservation: reservation,
+        }
+    }
+
+    pub(crate) fn view(&self) -> DeviceOperand<'_> {
+        DeviceOperand {
+            nrows: self.nrows,
+            nnz: self.nnz,
+            offsets: &self.offsets,
+            index: &self.index,
+            values: &self.values,
+        }
+    }
+}
+
+/// A product's arrays on the device, and the flag of its device check when it ran.
+pub(crate) struct DeviceProduct {
+    pub nrows: usize,
+    pub ncols: usize,
+    pub nnz: u64,
+    pub offsets: DeviceBuffer<u64>,
+    pub index: DeviceBuffer<u32>,
+    pub values: DeviceBuffer<u8>,
+    pub flag: Option<DeviceBuffer<u32>>,
+}
+
+/// Copies a host operand to the device, reserving its bytes in `pool`.
+pub(crate) fn upload<T: Scalar>(
+    q: &Queue<'_>,
+    pool: &Arc<MemoryPool>,
+    m: &Compressed<'_, T>,
+    name: &str,
+) -> Result<Uploaded> {
     let _span = tracing::debug_span!("h2d", operand = name, nnz = m.nnz()).entered();
+    let reservation = pool.reserve(operand_bytes(m), &format!("ESC SpGEMM operand {name}"))?;
     let values = bytes_of(&m.values);
-    let d = DeviceOperand {
+    let d = Uploaded {
         nrows: m.nrows,
         nnz: m.nnz(),
         offsets: q.alloc(m.offsets.len(), name)?,
         index: q.alloc(m.index.len(), name)?,
         values: q.alloc(values.len(), name)?,
+        _reservation: reservation,
     };
     // One pipeline for the three arrays: small ones share a staging slot, and copying one part
     // into pinned memory overlaps the transfer of the parts before.
@@ -178,10 +241,16 @@ fn operand_bytes<T: Clone>(m: &Compressed<'_, T>) -> u64 {
         + (m.values.len() * std::mem::size_of::<T>()) as u64
 }
 
+/// Device bytes of the setup arrays for `nnz_a` entries of A: the row and the scanned
+/// product count of each.
+fn setup_bytes(nnz_a: u64) -> u64 {
+    nnz_a.saturating_mul(4) + (nnz_a + 1).saturating_mul(8)
+}
+
 impl EscJob<'_> {
     /// Device bytes per product: key and payload, their merge copies, the run starts, and the
     /// product's entry (at most one per product).
-    fn bytes_per_product<T>(&self) -> u64 {
+    pub(crate) fn bytes_per_product<T>(&self) -> u64 {
         let entry = 4 + std::mem::size_of::<T>() * self.entry_values();
         (2 * (8 + self.payload_bytes) + 8 + entry) as u64
     }
@@ -193,123 +262,249 @@ impl EscJob<'_> {
         }
     }
 
-    /// Most products one expansion may hold: the budget left after the operands, and the
-    /// device's largest buffer.
-    fn max_products<T>(&self, operands: u64) -> u64 {
-        let by_budget = self.budget_bytes.saturating_sub(operands) / self.bytes_per_product::<T>();
+    /// Most products one expansion may hold: what the pool has left after the setup arrays of
+    /// A (`nnz_a` entries, `nrows` rows), C's offsets and `more` bytes still to be reserved,
+    /// and the device's largest buffer.
+    fn max_products<T>(&self, nnz_a: u64, nrows: usize, more: u64) -> u64 {
+        let (fixed, _) = self.expansion_bytes::<T>(nnz_a, nrows, 0, 0);
+        let left = self
+            .pool
+            .available()
+            .saturating_sub(fixed)
+            .saturating_sub(8 * (nrows as u64 + 1))
+            .saturating_sub(more);
+        // One byte more per product covers the scan's block sums (16 bytes per 1024).
+        let by_budget = left / (self.bytes_per_product::<T>() + 1);
         let widest = 8.max(self.payload_bytes) as u64;
         by_budget.min(self.state.description.max_buffer_bytes / widest)
     }
 
-    /// `C = A·B`, cutting B into column slices when the expansion does not fit. The flag is
-    /// true when the device checked every CSR invariant of the returned arrays (one pipeline, no
-    /// column slices); the host must check the others.
+    /// Device bytes an expansion of `exp` products needs beside its operands, as (work,
+    /// output): the setup arrays of A's `nnz_a` entries, keys and payloads with their merge
+    /// copies, run starts, the scans' block sums and the check flag; and C (`nrows` rows),
+    /// with at most one entry per product and `ncols` per row.
+    pub(crate) fn expansion_bytes<T>(
+        &self,
+        nnz_a: u64,
+        nrows: usize,
+        ncols: usize,
+        exp: u64,
+    ) -> (u64, u64) {
+        let entry = (4 + std::mem::size_of::<T>() * self.entry_values()) as u64;
+        let per_product = self.bytes_per_product::<T>() - entry;
+        let blocks = (exp / SCAN_BLOCK as u64 + 2).saturating_mul(16);
+        let work = setup_bytes(nnz_a)
+            .saturating_add(exp.saturating_mul(per_product))
+            .saturating_add(blocks)
+            .saturating_add(12);
+        let entries = exp.min((nrows as u64).saturating_mul(ncols as u64));
+        let output = (nrows as u64 + 1)
+            .saturating_mul(8)
+            .saturating_add(entries.saturating_mul(entry));
+        (work, output)
+    }
+
+    /// `C = A·B` from host operands, C on the host, cutting B into column slices when the
+    /// expansion does not fit. The flag is true when the device checked every CSR invariant of
+    /// the returned arrays (one pipeline, no column slices); the host must check the others.
     pub(crate) fn product<T: Scalar>(
         &self,
+        q: &Queue<'_>,
         a: &Compressed<'_, T>,
         b: &Compressed<'_, T>,
+        run: &RunControl,
     ) -> Result<(Compressed<'static, T>, bool)> {
         let block = self.entry_values();
         if a.nnz() == 0 || b.nnz() == 0 {
             return Ok((Compressed::empty(a.nrows, b.ncols, block), false));
         }
-        let q = self.state.queue()?;
         // The expansion's size and longest row, on another thread while A goes to the device.
         let mut sizes = None;
         let a_dev = rayon::in_place_scope(|s| {
             s.spawn(|_| sizes = Some(expansion_sizes(a, b)));
-            upload(&q, a, "A")
+            upload(q, self.pool, a, "A")
         })?;
-        let sizes =
-            sizes.ok_or_else(|| Error::InvalidArgument("expansion sizes not run".into()))?;
+        let sizes = sizes.ok_or_else(|| Error::Internal {
+            backend: BACKEND.into(),
+            what: "the expansion sizes were not computed".into(),
+        })?;
+        run.add_planned(sizes.0);
+        run.checkpoint()?;
         // A·A (the papers' usual benchmark, and squaring in general): B is already there.
         let same = a.same_as(b);
-        let operands = if same {
-            operand_bytes(a)
-        } else {
-            operand_bytes(a) + operand_bytes(b)
-        };
-        let limit = self.max_products::<T>(operands);
         {
             let b_own;
             let b_dev = if same {
-                &a_dev
+                a_dev.view()
             } else {
-                b_own = upload(&q, b, "B")?;
-                &b_own
+                b_own = upload(q, self.pool, b, "B")?;
+                b_own.view()
             };
-            if let Some((c, checked)) = self.pipeline(&q, (&a_dev, b_dev), b.ncols, sizes, limit)? {
-                return Ok((c, checked));
+            let limit = self.max_products::<T>(a.nnz(), a.nrows, 0);
+            let done = self.pipeline::<T>(
+                q,
+                (a_dev.view(), b_dev),
+                b.ncols,
+                Some(sizes),
+                limit,
+                false,
+                run,
+            )?;
+            if let Some(c) = done {
+                return self.download(q, c);
             }
         }
+        // Each slice of B is copied while A stays: it takes at most B's bytes.
+        let limit = self.max_products::<T>(a.nnz(), a.nrows, operand_bytes(b));
         let slices = column_slices(a, b, limit, self.bytes_per_product::<T>())?;
         let _span = tracing::info_span!("column slices", count = slices.len()).entered();
         let mut parts = Vec::with_capacity(slices.len());
         for range in slices {
+            run.checkpoint()?;
             let panel = b.column_panel(&range);
-            let b_dev = upload(&q, &panel, "B column slice")?;
+            let b_dev = upload(q, self.pool, &panel, "B column slice")?;
             let sizes = expansion_sizes(a, &panel);
-            let (part, _) = self
-                .pipeline(&q, (&a_dev, &b_dev), panel.ncols, sizes, u64::MAX)?
-                .ok_or_else(|| Error::InvalidArgument("unreachable: unlimited slice".into()))?;
+            let part = self
+                .pipeline::<T>(
+                    q,
+                    (a_dev.view(), b_dev.view()),
+                    panel.ncols,
+                    Some(sizes),
+                    u64::MAX,
+                    false,
+                    run,
+                )?
+                .ok_or_else(|| Error::Internal {
+                    backend: BACKEND.into(),
+                    what: "a column slice without a limit was refused".into(),
+                })?;
+            let (part, _) = self.download(q, part)?;
             parts.push((range.start, part));
         }
         // Assembled on the host: checked there again.
         Ok((Compressed::hstack(a.nrows, b.ncols, block, &parts), false))
     }
 
+    /// `C = A·B` from operands on the device, C left there (its buffers of exact sizes);
+    /// `None` when the expansion does not fit what the pool has left (the caller then goes
+    /// through the host, which cuts B into column slices). The expansion's size and longest
+    /// row are computed on the device: one synchronisation more than from host operands.
+    pub(crate) fn product_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        (a, b): (DeviceOperand<'_>, DeviceOperand<'_>),
+        ncols: usize,
+        run: &RunControl,
+    ) -> Result<Option<DeviceProduct>> {
+        run.checkpoint()?;
+        let limit = self.max_products::<T>(a.nnz, a.nrows, 0);
+        self.pipeline::<T>(q, (a, b), ncols, None, limit, true, run)
+    }
+
+    /// Copies a product to the host, refusing it when the device check flagged it.
+    pub(crate) fn download<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        c: DeviceProduct,
+    ) -> Result<(Compressed<'static, T>, bool)> {
+        let per_entry = self.entry_values();
+        let nnz_c_len = usize::try_from(c.nnz).map_err(|_| too_large("the product", c.nnz))?;
+        let _span = tracing::info_span!("d2h", nnz_c = c.nnz).entered();
+        let mut offsets = Incoming::<u64>::new(c.nrows + 1);
+        let mut index = Incoming::<u32>::new(nnz_c_len);
+        let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
+        let mut bad = [0u32];
+        // One pipeline for the three arrays of C and the check's flag.
+        let mut pieces = vec![
+            offsets.piece_of(&c.offsets, "C row offsets")?,
+            index.piece_of(&c.index, "C column indices")?,
+            values.piece_of_bytes(&c.values, "C values")?,
+        ];
+        if let Some(flag) = &c.flag {
+            // Last, so that the large arrays start at aligned places in staging.
+            pieces.push(flag.download_into(&mut bad, "check flag")?);
+        }
+        q.read_all(&mut pieces, "the product")?;
+        drop(pieces);
+        if bad[0] != 0 {
+            return Err(refused());
+        }
+        // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
+        // and the device scalar types (checked by piece_of_bytes) are plain data.
+        let (offsets, index, values) = unsafe {
+            (
+                offsets.assume_filled(),
+                index.assume_filled(),
+                values.assume_filled(),
+            )
+        };
+        Ok((
+            Compressed {
+                nrows: c.nrows,
+                ncols: c.ncols,
+                offsets: offsets.into(),
+                index: index.into(),
+                values: values.into(),
+                block: per_entry,
+            },
+            c.flag.is_some(),
+        ))
+    }
+
     /// The whole pipeline for one pair of device operands; `None` when the expansion has more
-    /// than `limit` products (`sizes`: the expansion size and its longest row, from the host).
-    /// The flag says whether the device checked the CSR invariants of the result (false for
-    /// an empty product, built on the host, and on CPU devices).
+    /// than `limit` products. `sizes` (the expansion size and its longest row) come from the
+    /// host, or are computed on the device when `None`. `keep`: C's buffers are allocated at
+    /// their exact sizes outside the reuse pool, to stay on the device. The product's device
+    /// check runs on GPUs (its flag is returned with C), not on CPU devices.
+    #[allow(clippy::too_many_arguments)]
     fn pipeline<T: Scalar>(
         &self,
         q: &Queue<'_>,
-        (a, b): (&DeviceOperand, &DeviceOperand),
+        (a, b): (DeviceOperand<'_>, DeviceOperand<'_>),
         ncols: usize,
-        sizes: (u64, u64),
+        sizes: Option<(u64, u64)>,
         limit: u64,
-    ) -> Result<Option<(Compressed<'static, T>, bool)>> {
+        keep: bool,
+        run: &RunControl,
+    ) -> Result<Option<DeviceProduct>> {
         let prog = self.program;
-        let nnz_a = a.nnz as usize;
-
-        let (exp, longest) = sizes;
-        if exp == 0 {
-            return Ok(Some((
-                Compressed::empty(a.nrows, ncols, self.entry_values()),
-                false,
-            )));
+        let nrows = a.nrows;
+        if sizes == Some((0, 0)) || a.nnz == 0 || b.nnz == 0 {
+            return self.empty_product(q, nrows, ncols, keep).map(Some);
         }
+        // Setup (Alg. 1): a_rows, and a_prods scanned in place. With host operands the paper's
+        // first host synchronisation (reading back the expansion size) is not needed: the host
+        // computed the size and the longest row while the operands were uploading, so
+        // everything up to the size of the product is queued without a wait.
+        if let Some((exp, _)) = sizes {
+            if exp > limit {
+                tracing::info!(exp, limit, "expansion exceeds the memory budget");
+                return Ok(None);
+            }
+        }
+        let _setup = self.pool.reserve(setup_bytes(a.nnz), "ESC SpGEMM setup")?;
+        let (a_rows, a_prods) = self.setup(q, (a, b))?;
+        let (exp, longest) = match sizes {
+            Some(s) => s,
+            None => device_sizes(q, prog, a, &a_prods)?,
+        };
         if exp > limit {
+            // The caller goes another way, which plans these products itself.
             tracing::info!(exp, limit, "expansion exceeds the memory budget");
             return Ok(None);
         }
-        // Setup (Alg. 1): a_rows, and a_prods scanned in place. The paper's first host
-        // synchronisation (reading back the expansion size) is not needed: the host computed
-        // the size and the longest row while the operands were uploading, so everything up to
-        // the size of the product is queued without a wait.
-        let (a_rows, a_prods) = {
-            let _span = tracing::info_span!("setup", nnz_a).entered();
-            let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
-            let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
-            q.kernel(prog, "esc_setup")?
-                .arg(a.nnz)?
-                .arg(a.nrows as u64)?
-                .arg(a.offsets.arg())?
-                .arg(a.index.arg())?
-                .arg(b.offsets.arg())?
-                .arg(a_rows.arg())?
-                .arg(a_prods.arg())?
-                .run(&[nnz_a.max(1)], None)?;
-            exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
-            (a_rows, a_prods)
-        };
-        let exp_len = usize::try_from(exp).map_err(|_| Error::TooLarge {
-            what: "the expansion".into(),
-            needed: exp,
-            limit: usize::MAX as u64,
-            unit: "products",
-        })?;
+        if sizes.is_none() {
+            run.add_planned(exp);
+        }
+        if exp == 0 {
+            return self.empty_product(q, nrows, ncols, keep).map(Some);
+        }
+        // The rest of the expansion's bytes (the setup arrays are held above).
+        let (work, output) = self.expansion_bytes::<T>(a.nnz, nrows, ncols, exp);
+        let rest = (work - setup_bytes(a.nnz)).saturating_add(output);
+        let _work = self.pool.reserve(rest, "ESC SpGEMM expansion")?;
+        run.checkpoint()?;
+        let exp_len = usize::try_from(exp).map_err(|_| too_large("the expansion", exp))?;
 
         // Expansion (Alg. 2 l. 15-38).
         let keys = q.alloc::<u64>(exp_len, "expansion keys")?;
@@ -347,13 +542,13 @@ impl EscJob<'_> {
             .arg(block_offsets.arg())?
             .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
         exclusive_scan(q, prog, &block_offsets, nb + 1)?;
-        // The only host synchronisation: the size of the product, to allocate it.
+        // The only host synchronisation with host operands: the size of the product, to
+        // allocate it.
         let nnz_c = q.download_at(&block_offsets, nb, 1, "product size")?[0];
-        let nnz_c_len = nnz_c as usize;
-        let nrows = a.nrows;
+        let nnz_c_len = usize::try_from(nnz_c).map_err(|_| too_large("the product", nnz_c))?;
         let run_start = q.alloc::<u64>(nnz_c_len + 1, "run starts")?;
-        let c_index = q.alloc::<u32>(nnz_c_len, "C column indices")?;
-        let c_offsets = q.alloc::<u64>(nrows + 1, "C row offsets")?;
+        let c_index = q.alloc_in::<u32>(nnz_c_len, "C column indices", !keep)?;
+        let c_offsets = q.alloc_in::<u64>(nrows + 1, "C row offsets", !keep)?;
         q.kernel(prog, "compress")?
             .arg(keys.arg())?
             .arg(exp)?
@@ -369,9 +564,8 @@ impl EscJob<'_> {
         // road class's 3.9 ms call on the H100's host). Not on CPU devices: there the device is
         // the host's own cores, and the kernel took 40 ms of PoCL's road call where the host's
         // check of the same arrays takes a few.
-        let device_check = self.state.description.kind != DeviceKind::Cpu;
-        let mut flag = q.alloc::<u32>(1, "check flag")?;
-        if device_check {
+        let flag = if self.state.description.kind != DeviceKind::Cpu {
+            let mut flag = q.alloc::<u32>(1, "check flag")?;
             q.zero(&mut flag, "check flag")?;
             q.kernel(prog, "check_product")?
                 .arg(keys.arg())?
@@ -384,11 +578,14 @@ impl EscJob<'_> {
                 .arg(c_index.arg())?
                 .arg(flag.arg())?
                 .run(&[nnz_c_len.max(nrows + 1)], None)?;
-        }
+            Some(flag)
+        } else {
+            None
+        };
 
         let per_entry = self.entry_values();
         let value_bytes = std::mem::size_of::<T>();
-        let c_vals = q.alloc::<u8>(nnz_c_len * per_entry * value_bytes, "C values")?;
+        let c_vals = q.alloc_in::<u8>(nnz_c_len * per_entry * value_bytes, "C values", !keep)?;
         match self.multiply {
             Multiply::Scalar => q
                 .kernel(prog, "esc_reduce")?
@@ -410,52 +607,75 @@ impl EscJob<'_> {
                 .arg(c_vals.arg())?
                 .run(&[nnz_c_len * per_entry], None)?,
         }
-        drop(_span);
+        run.add_done(exp);
+        Ok(Some(DeviceProduct {
+            nrows,
+            ncols,
+            nnz: nnz_c,
+            offsets: c_offsets,
+            index: c_index,
+            values: c_vals,
+            flag,
+        }))
+    }
 
-        let _span = tracing::info_span!("d2h", nnz_c).entered();
-        let mut offsets = Incoming::<u64>::new(nrows + 1);
-        let mut index = Incoming::<u32>::new(nnz_c_len);
-        let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
-        let mut bad = [0u32];
-        // One pipeline for the three arrays of C and the check's flag.
-        let mut pieces = vec![
-            offsets.piece_of(&c_offsets, "C row offsets")?,
-            index.piece_of(&c_index, "C column indices")?,
-            values.piece_of_bytes(&c_vals, "C values")?,
-        ];
-        if device_check {
-            // Last, so that the large arrays start at aligned places in staging.
-            pieces.push(flag.download_into(&mut bad, "check flag")?);
+    /// Setup (Alg. 1): the row of each entry of A and its number of products, scanned.
+    fn setup(
+        &self,
+        q: &Queue<'_>,
+        (a, b): (DeviceOperand<'_>, DeviceOperand<'_>),
+    ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u64>)> {
+        let prog = self.program;
+        let nnz_a = a.nnz as usize;
+        let _span = tracing::info_span!("setup", nnz_a).entered();
+        let a_rows = q.alloc::<u32>(nnz_a, "row of each entry of A")?;
+        let a_prods = q.alloc::<u64>(nnz_a + 1, "products per entry of A")?;
+        q.kernel(prog, "esc_setup")?
+            .arg(a.nnz)?
+            .arg(a.nrows as u64)?
+            .arg(a.offsets.arg())?
+            .arg(a.index.arg())?
+            .arg(b.offsets.arg())?
+            .arg(a_rows.arg())?
+            .arg(a_prods.arg())?
+            .run(&[nnz_a.max(1)], None)?;
+        exclusive_scan(q, prog, &a_prods, nnz_a + 1)?;
+        Ok((a_rows, a_prods))
+    }
+
+    /// The expansion's size and longest row for operands on the device, counted there.
+    pub(crate) fn sizes_on_device(
+        &self,
+        q: &Queue<'_>,
+        (a, b): (DeviceOperand<'_>, DeviceOperand<'_>),
+    ) -> Result<(u64, u64)> {
+        if a.nnz == 0 || b.nnz == 0 {
+            return Ok((0, 0));
         }
-        q.read_all(&mut pieces, "the product")?;
-        drop(pieces);
-        if bad[0] != 0 {
-            return Err(crate::runtime::device_error(
-                "ESC SpGEMM",
-                "the product computed on the device breaks the CSR invariants (offsets, \
-                 column bounds or order); it was not returned",
-            ));
-        }
-        // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
-        // and the device scalar types (checked by piece_of_bytes) are plain data.
-        let (offsets, index, values) = unsafe {
-            (
-                offsets.assume_filled(),
-                index.assume_filled(),
-                values.assume_filled(),
-            )
-        };
-        Ok(Some((
-            Compressed {
-                nrows,
-                ncols,
-                offsets: offsets.into(),
-                index: index.into(),
-                values: values.into(),
-                block: per_entry,
-            },
-            device_check,
-        )))
+        let _setup = self.pool.reserve(setup_bytes(a.nnz), "ESC SpGEMM setup")?;
+        let (_rows, a_prods) = self.setup(q, (a, b))?;
+        device_sizes(q, self.program, a, &a_prods)
+    }
+
+    /// An `nrows × ncols` product without entries, on the device.
+    fn empty_product(
+        &self,
+        q: &Queue<'_>,
+        nrows: usize,
+        ncols: usize,
+        keep: bool,
+    ) -> Result<DeviceProduct> {
+        let mut offsets = q.alloc_in::<u64>(nrows + 1, "C row offsets", !keep)?;
+        q.zero(&mut offsets, "C row offsets")?;
+        Ok(DeviceProduct {
+            nrows,
+            ncols,
+            nnz: 0,
+            offsets,
+            index: q.alloc_in::<u32>(0, "C column indices", !keep)?,
+            values: q.alloc_in::<u8>(0, "C values", !keep)?,
+            flag: None,
+        })
     }
 
     /// Sorts each row's run of (column, payload) pairs: tiles in local memory, then global
@@ -519,7 +739,10 @@ impl EscJob<'_> {
 /// its longest row (the sort's longest segment), from the host's copies of the operands. Counts
 /// saturate at `u64::MAX`, which no budget admits. The operands were checked (columns of A
 /// index rows of B).
-fn expansion_sizes<T: Scalar>(a: &Compressed<'_, T>, b: &Compressed<'_, T>) -> (u64, u64) {
+pub(crate) fn expansion_sizes<T: Scalar>(
+    a: &Compressed<'_, T>,
+    b: &Compressed<'_, T>,
+) -> (u64, u64) {
     use rayon::prelude::*;
     let row = |i: usize| -> u64 {
         let (s, e) = (a.offsets[i] as usize, a.offsets[i + 1] as usize);
@@ -536,6 +759,60 @@ fn expansion_sizes<T: Scalar>(a: &Compressed<'_, T>, b: &Compressed<'_, T>) -> (
             (n, n)
         })
         .reduce(|| (0, 0), |x, y| (x.0.saturating_add(y.0), x.1.max(y.1)))
+}
+
+/// The expansion's size and longest row, on the device, from the scanned products per entry
+/// of A: the size is the scan's last element, the longest row the largest difference of the
+/// scan at A's row offsets (reduced over blocks of rows).
+fn device_sizes(
+    q: &Queue<'_>,
+    prog: &Program,
+    a: DeviceOperand<'_>,
+    a_prods: &DeviceBuffer<u64>,
+) -> Result<(u64, u64)> {
+    let _span = tracing::info_span!("expansion size", nrows = a.nrows).entered();
+    let nb = a.nrows.div_ceil(SCAN_BLOCK).max(1);
+    let mut maxima = q.alloc::<u64>(nb, "longest row per block")?;
+    q.kernel(prog, "row_products_max")?
+        .arg(a.nrows as u64)?
+        .arg(a.offsets.arg())?
+        .arg(a_prods.arg())?
+        .arg(maxima.arg())?
+        .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
+    let mut n = nb;
+    while n > 1 {
+        let next = n.div_ceil(SCAN_BLOCK);
+        let reduced = q.alloc::<u64>(next, "longest row per block")?;
+        q.kernel(prog, "max_blocks")?
+            .arg(maxima.arg())?
+            .arg(n as u64)?
+            .arg(reduced.arg())?
+            .run(&[next * SCAN_WG], Some(&[SCAN_WG]))?;
+        maxima = reduced;
+        n = next;
+    }
+    let exp = q.download_at(a_prods, a.nnz as usize, 1, "expansion size")?[0];
+    let longest = q.download_at(&maxima, 0, 1, "longest row")?[0];
+    Ok((exp, longest))
+}
+
+/// [`Error::TooLarge`] for `what` of `n` products or entries on this host.
+fn too_large(what: &str, n: u64) -> Error {
+    Error::TooLarge {
+        what: what.into(),
+        needed: n,
+        limit: usize::MAX as u64,
+        unit: "entries",
+    }
+}
+
+/// The product computed on the device breaks the CSR invariants: refused.
+pub(crate) fn refused() -> Error {
+    crate::runtime::device_error(
+        "ESC SpGEMM",
+        "the product computed on the device breaks the CSR invariants (offsets, column bounds \
+         or order); it was not returned",
+    )
 }
 
 /// Exclusive prefix sum of `data[..n]` in place (recursive over block sums).

@@ -5,7 +5,7 @@
 //! once per device and scalar type (the compiled programs are cached for the process).
 //!
 //! ```
-//! use hetsparse_core::{format::Csr, Backend, SpgemmAlgorithm};
+//! use hetsparse_core::{format::Csr, Backend, RunControl, SpgemmAlgorithm, SpgemmOptions};
 //! use hetsparse_opencl::OpenClBackend;
 //!
 //! let backend = match OpenClBackend::new() {
@@ -15,6 +15,14 @@
 //! let a = Csr::<f32>::identity(4)?;
 //! let c = backend.spgemm(&a, &a, SpgemmAlgorithm::Esc)?;
 //! assert_eq!(c, a);
+//!
+//! // Resident: A goes to the device once, A·A and (A·A)·A stay there.
+//! let ra = backend.upload(&a)?;
+//! let run = RunControl::new();
+//! let opts = SpgemmOptions::new();
+//! let aa = backend.spgemm_resident((&ra).into(), (&ra).into(), &opts, &run)?;
+//! let aaa = backend.spgemm_resident((&aa).into(), (&ra).into(), &opts, &run)?;
+//! assert_eq!(backend.download(&aaa)?, a);
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
 //!
@@ -25,6 +33,30 @@
 //! | DIA × DIA | through CSR SpGEMM (the trait's default) |
 //! | SpMV | CSR scalar or vector (by mean row length), ELLR-T, CSPR with atomic row sums; CSC, COO, DIA and BSR converted to CSR on the host |
 //! | SpMM | csrmm, ELLR-T; CSC, COO, DIA, CSPR and BSR converted to CSR on the host |
+//!
+//! ## Residency
+//!
+//! Resident matrices ([`Backend::upload`], results of the `*_resident` operations) live in
+//! device buffers of one OpenCL context: [`Device::memory_space`] is `opencl` device *n*, *n*
+//! numbering the contexts of the process. Every backend made for a device (and every clone)
+//! shares that device's context, so they share handles; [`OpenClBackend::with_own_context`]
+//! makes a separate space. Handles of another space are [`Error::WrongDevice`]. A CSR matrix is
+//! its row offsets, column indices and values; [`Backend::upload_values`] shares the structure.
+//! SpMV, SpMM and SpGEMM run their kernels on resident operands where they lie (host operands
+//! are copied for the call); a resident SpGEMM counts its expansion on the device (one
+//! synchronisation more than from host operands, where the host counts it during the upload).
+//! Only when the expansion does not fit the memory left do resident operands go through the
+//! host, which cuts B into column slices. Plans keep the product's structure on the device;
+//! executing one recomputes the values only (a kernel per row of C over the planned
+//! structure). Chunks run one by one, each on a profiling queue (kernel and transfer times
+//! from OpenCL events): host operands are cut on the host (the next chunk's parts on another
+//! thread while the device computes this one) and their parts copied, resident ones cut on the
+//! device (kernels copying a range of rows of A or a panel of columns of B).
+//!
+//! [`Device::memory_pool`] accounts for the device memory a backend (and its clones) uses: its
+//! limit is the device's global memory, or [`OpenClBackend::with_memory_budget`]; resident
+//! matrices hold reservations for their bytes, each call for what it allocates, and
+//! [`Backend::spgemm_requirement`] bounds a product's peak.
 //!
 //! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
 //! f32 on every device.
@@ -41,8 +73,11 @@ mod device;
 mod esc;
 mod kernels;
 mod multiply;
+mod ops;
+mod resident;
 mod runtime;
 mod scalar;
+mod slice;
 
 use std::sync::Arc;
 
@@ -50,9 +85,11 @@ use opencl3::program::Program;
 
 use hetsparse_core::backend::check;
 use hetsparse_core::backend::{
-    CsrOperand, DenseOperand, SparseOperand, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    ChunkSink, CsrOperand, DenseOperand, MemoryPool, MemoryRequirement, MemorySpace, PatternId,
+    ProductChunk, ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, VectorOperand,
 };
-use hetsparse_core::format::{Bsr, Csr, Dense, SparseFormat, SparseRef};
+use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
     Backend, Capabilities, Device, DeviceInfo, DeviceKind, Error, Operation, Result, RunControl,
     Scalar, ScalarType, SpgemmAlgorithm,
@@ -65,7 +102,6 @@ pub use runtime::KERNEL_TIMES;
 use device::Selector;
 use esc::{Compressed, EscJob, Multiply};
 use kernels::KernelSemiring;
-use multiply::RowOperand;
 use runtime::{DeviceState, Variant};
 
 /// The backend's name in [`DeviceInfo`] and errors.
@@ -76,9 +112,14 @@ pub(crate) const BACKEND: &str = "opencl";
 pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 
 /// An OpenCL device running hetsparse's operations.
+///
+/// Clones share the device state (context, programs) and the memory pool; every backend on a
+/// device shares its context, and so each other's resident matrices, while each constructed
+/// backend accounts for its own memory (its pool).
 #[derive(Clone)]
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
+    pool: Arc<MemoryPool>,
     capabilities: Arc<Capabilities>,
     budget_bytes: Option<u64>,
     search: ExpansionSearch,
@@ -131,18 +172,50 @@ impl OpenClBackend {
         let (id, description) = device::pick(&devices, selector)?;
         tracing::info!(device = %description, "OpenCL device chosen");
         let capabilities = Arc::new(capabilities_of(&description));
+        let state = runtime::device_state(id, description)?;
         Ok(OpenClBackend {
-            state: runtime::device_state(id, description)?,
+            pool: MemoryPool::new(BACKEND, state.description.global_memory_bytes),
+            state,
             capabilities,
             budget_bytes: None,
             search: ExpansionSearch::default(),
         })
     }
 
-    /// Limits the device memory one product may use, in bytes (default: the device's global
-    /// memory). When an ESC expansion would exceed it, B is cut into column slices.
+    /// A backend on the same device with an OpenCL context of its own: a memory space of its
+    /// own too, so resident matrices of either are refused by the other
+    /// ([`Error::WrongDevice`]). Programs are compiled again for the new context.
+    pub fn with_own_context(&self) -> Result<Self> {
+        let devices = device::enumerate()?;
+        let (id, description) = devices
+            .iter()
+            .find(|(_, d)| *d == self.state.description)
+            .cloned()
+            .ok_or_else(|| Error::NoDevice {
+                backend: BACKEND.into(),
+                reason: format!("{} is no longer listed", self.state.description),
+            })?;
+        let state = runtime::new_context(id, description)?;
+        let global = state.description.global_memory_bytes;
+        let pool = MemoryPool::new(BACKEND, self.budget_bytes.map_or(global, |b| b.min(global)));
+        Ok(OpenClBackend {
+            state,
+            pool,
+            capabilities: Arc::clone(&self.capabilities),
+            budget_bytes: self.budget_bytes,
+            search: self.search,
+        })
+    }
+
+    /// Limits the device memory this backend may use, in bytes (default: the device's global
+    /// memory): [`Device::memory_pool`] is then a new pool with this limit, shared by the
+    /// clones made after. Resident matrices count against the pool of the backend that made
+    /// them while they live; when an ESC expansion would exceed what is left, B is cut into
+    /// column slices.
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.budget_bytes = Some(bytes);
+        let limit = bytes.min(self.state.description.global_memory_bytes);
+        self.pool = MemoryPool::new(BACKEND, limit);
         self
     }
 
@@ -163,8 +236,7 @@ impl OpenClBackend {
     }
 
     fn memory_bytes(&self) -> u64 {
-        let global = self.state.description.global_memory_bytes;
-        self.budget_bytes.map_or(global, |b| b.min(global))
+        self.pool.limit()
     }
 
     /// Unsupported for types the device cannot run (saying why), the compiled program otherwise.
@@ -197,12 +269,65 @@ impl OpenClBackend {
         }
     }
 
+    /// Checks SpMV operands whose either side is resident (A of those is CSR): handles,
+    /// capabilities, shapes; the program.
+    fn check_spmv<T: Scalar>(
+        &self,
+        a: &SparseOperand<'_, T>,
+        x: &VectorOperand<'_, T>,
+    ) -> Result<Arc<Program>> {
+        let format = match a {
+            SparseOperand::Host(m) => m.format(),
+            SparseOperand::Resident(r) => {
+                self.csr_storage(r)?;
+                SparseFormat::Csr
+            }
+        };
+        if let VectorOperand::Resident(d) = x {
+            self.dense_storage(d)?;
+            if d.ncols() != 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "SpMV: the resident vector is a {}×{} matrix, not one column",
+                    d.nrows(),
+                    d.ncols()
+                )));
+            }
+        }
+        let op = Operation::Spmv(format);
+        check::supported::<T>(self, op)?;
+        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
+        self.program::<T>(op, false)
+    }
+
+    /// Checks SpMM operands whose either side is resident: handles, capabilities, shapes; the
+    /// program.
+    fn check_spmm<T: Scalar>(
+        &self,
+        a: &SparseOperand<'_, T>,
+        b: &DenseOperand<'_, T>,
+    ) -> Result<Arc<Program>> {
+        let format = match a {
+            SparseOperand::Host(m) => m.format(),
+            SparseOperand::Resident(r) => {
+                self.csr_storage(r)?;
+                SparseFormat::Csr
+            }
+        };
+        if let DenseOperand::Resident(d) = b {
+            self.dense_storage(d)?;
+        }
+        let op = Operation::Spmm(format);
+        check::supported::<T>(self, op)?;
+        check::shapes("SpMM", a.shape(), b.shape())?;
+        self.program::<T>(op, false)
+    }
+
     fn job<'a>(&'a self, program: &'a Program, multiply: Multiply, payload: usize) -> EscJob<'a> {
         EscJob {
             state: &self.state,
             program,
             search: self.search,
-            budget_bytes: self.memory_bytes(),
+            pool: &self.pool,
             payload_bytes: payload,
             multiply,
         }
@@ -223,6 +348,17 @@ impl Device for OpenClBackend {
 
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    /// `opencl` device *n*, where *n* numbers the OpenCL contexts of the process: backends
+    /// made for one device share its context (and clones share it), so they share handles;
+    /// [`OpenClBackend::with_own_context`] makes another space.
+    fn memory_space(&self) -> MemorySpace {
+        self.state.space()
+    }
+
+    fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
+        Some(Arc::clone(&self.pool))
     }
 }
 
@@ -270,32 +406,21 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         run: &RunControl,
     ) -> Result<Csr<T>> {
         let op = Operation::Spgemm(options.algorithm);
-        check::supported::<T>(self, op)?;
-        tracing::debug_span!("check operands")
-            .in_scope(|| check::shapes("SpGEMM", a.shape(), b.shape()))?;
+        tracing::debug_span!("check operands").in_scope(|| -> Result<()> {
+            self.check_csr(&a)?;
+            self.check_csr(&b)?;
+            check::supported::<T>(self, op)?;
+            check::shapes("SpGEMM", a.shape(), b.shape())
+        })?;
         run.checkpoint()?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        let products = run.plan_product(a, b)?;
         let program = self.program::<T>(op, false)?;
-        let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
-            .entered();
-        let job = self.job(&program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
-        let (c, checked) = job.product(&compressed(a), &compressed(b))?;
-        run.add_done(products);
-        let _assemble = tracing::debug_span!("assemble", checked).entered();
-        let (offsets, index, values) = (
-            c.offsets.into_owned(),
-            c.index.into_owned(),
-            c.values.into_owned(),
-        );
-        if checked && values.len() == index.len() && offsets.len() == c.nrows + 1 {
-            // SAFETY: the device's check_product kernel verified the offsets (length, ends,
-            // monotone) and every column (bounds, strictly increasing within its row) of exactly
-            // these arrays, and the pipeline refuses the product when it flags anything; the
-            // lengths are checked just above.
-            Ok(unsafe { Csr::from_parts_unchecked(c.nrows, c.ncols, offsets, index, values) })
-        } else {
-            Ok(Csr::try_new(c.nrows, c.ncols, offsets, index, values)?)
+        let q = self.state.queue()?;
+        match (a, b) {
+            (CsrOperand::Host(a), CsrOperand::Host(b)) => self.spgemm_host(&q, &program, a, b, run),
+            _ => {
+                let c = self.spgemm_on_device(&q, &program, a, b, run)?;
+                self.fetch(&q, &program, c)
+            }
         }
     }
 
@@ -307,8 +432,17 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         run: &RunControl,
     ) -> Result<Dense<T>> {
         let _ = options;
-        let a = check::sparse_operand(self, a)?;
-        let b = check::dense_operand(self, b)?;
+        let (a, b) = match (a, b) {
+            (SparseOperand::Host(a), DenseOperand::Host(b)) => (a, b),
+            (a, b) => {
+                let program = self.check_spmm(&a, &b)?;
+                run.checkpoint()?;
+                let q = self.state.queue()?;
+                let (c, shape, layout, _held) =
+                    self.spmm_on_device(&q, &program, a, b, false, run)?;
+                return self.fetch_dense(&q, &c, shape, layout);
+            }
+        };
         let op = Operation::Spmm(a.format());
         check::supported::<T>(self, op)?;
         check::spmm(&a, b)?;
@@ -319,10 +453,9 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             return Ok(Dense::zeros(m, n, b.layout()));
         }
         let q = self.state.queue()?;
-        match a {
-            SparseRef::Ellr(e) => multiply::spmm(&q, &program, RowOperand::Ellr(e), b),
-            other => multiply::spmm(&q, &program, RowOperand::Csr(&other.to_csr()), b),
-        }
+        let (c, shape, layout, _held) =
+            self.spmm_on_device(&q, &program, SparseOperand::Host(a), b.into(), false, run)?;
+        self.fetch_dense(&q, &c, shape, layout)
     }
 
     fn spmv_with(
@@ -333,8 +466,18 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         run: &RunControl,
     ) -> Result<Vec<T>> {
         let _ = options;
-        let a = check::sparse_operand(self, a)?;
-        let x = check::vector_operand(self, x)?;
+        let (a, x) = match (a, x) {
+            (SparseOperand::Host(a), VectorOperand::Host(x)) => (a, x),
+            (a, x) => {
+                let program = self.check_spmv(&a, &x)?;
+                run.checkpoint()?;
+                let q = self.state.queue()?;
+                let (y, n, _held) = self.spmv_on_device(&q, &program, a, x, false, run)?;
+                return Ok(self
+                    .fetch_dense::<T>(&q, &y, (n, 1), Layout::ColMajor)?
+                    .into_data());
+            }
+        };
         let op = Operation::Spmv(a.format());
         check::supported::<T>(self, op)?;
         check::spmv(&a, x)?;
@@ -345,12 +488,187 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
         let q = self.state.queue()?;
         match a {
-            SparseRef::Ellr(e) => multiply::spmv_rows(&q, &program, RowOperand::Ellr(e), x),
             SparseRef::Cspr(c) if kernels::has_cspr_kernel(T::TYPE, &self.state.description) => {
-                multiply::spmv_cspr(&q, &program, c, x)
+                run.add_planned(c.nnz());
+                let y = multiply::spmv_cspr(&q, &program, c, x)?;
+                run.add_done(c.nnz());
+                Ok(y)
             }
-            other => multiply::spmv_rows(&q, &program, RowOperand::Csr(&other.to_csr()), x),
+            a => {
+                let (y, n, _held) = self.spmv_on_device(
+                    &q,
+                    &program,
+                    SparseOperand::Host(a),
+                    x.into(),
+                    false,
+                    run,
+                )?;
+                Ok(self
+                    .fetch_dense::<T>(&q, &y, (n, 1), Layout::ColMajor)?
+                    .into_data())
+            }
         }
+    }
+
+    // --- Residency ---------------------------------------------------------------------------
+
+    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+        let q = self.state.queue()?;
+        let c = self.upload_csr(&q, m)?;
+        Ok(self.wrap_csr(c, PatternId::of(m)))
+    }
+
+    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+        Backend::upload(self, &m)
+    }
+
+    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        let storage = self.csr_storage(pattern)?;
+        check::value_count(pattern.nnz(), values.len())?;
+        self.holds::<T>()?;
+        let _span = tracing::info_span!("upload values", nnz = pattern.nnz()).entered();
+        let q = self.state.queue()?;
+        let c = resident::upload_values(&self.pool, &q, Arc::clone(&storage.structure), values)?;
+        Ok(self.wrap_csr(c, pattern.pattern()))
+    }
+
+    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        let storage = self.csr_storage(m)?;
+        self.holds::<T>()?;
+        let q = self.state.queue()?;
+        resident::download_csr(&q, storage)
+    }
+
+    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+        self.holds::<T>()?;
+        let _span = tracing::info_span!("upload dense", shape = ?d.shape()).entered();
+        let q = self.state.queue()?;
+        let stored = resident::upload_dense(&self.state, &self.pool, &q, d)?;
+        Ok(self.wrap_dense(stored))
+    }
+
+    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        let storage = self.dense_storage(d)?;
+        self.holds::<T>()?;
+        let q = self.state.queue()?;
+        resident::download_dense(&q, storage)
+    }
+
+    // --- Results left resident -----------------------------------------------------------------
+
+    fn spgemm_resident(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        run.checkpoint()?;
+        let program = self.program::<T>(op, false)?;
+        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        let q = self.state.queue()?;
+        let c = self.spgemm_on_device(&q, &program, a, b, run)?;
+        self.keep(&q, c, pattern)
+    }
+
+    fn spmm_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let _ = options;
+        let program = self.check_spmm(&a, &b)?;
+        run.checkpoint()?;
+        let q = self.state.queue()?;
+        let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true, run)?;
+        Ok(self.keep_dense(c, shape, layout, held))
+    }
+
+    fn spmv_resident(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let _ = options;
+        let program = self.check_spmv(&a, &x)?;
+        run.checkpoint()?;
+        let q = self.state.queue()?;
+        let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true, run)?;
+        Ok(self.keep_dense(y, (n, 1), Layout::ColMajor, held))
+    }
+
+    // --- Plans and requirements ------------------------------------------------------------------
+
+    fn plan_spgemm(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let program = self.program::<T>(op, false)?;
+        self.plan(&program, a, b, options)
+    }
+
+    fn execute_spgemm(
+        &self,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        plan.check_operands(&self.memory_space(), &a, &b)?;
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        let program = self.program::<T>(Operation::Spgemm(plan.options().algorithm), false)?;
+        self.execute(&program, plan, a, b, run)
+    }
+
+    fn spgemm_requirement(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<MemoryRequirement> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let program = self.program::<T>(op, false)?;
+        self.requirement(&program, a, b)
+    }
+
+    fn spgemm_chunks(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        let program = self.program::<T>(op, false)?;
+        self.chunks(&program, a, b, chunks, run, sink)
     }
 
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
@@ -376,7 +694,8 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             kernels::BLOCK_PAYLOAD_BYTES,
         );
         // Bsr::try_new checks again on the host (the block path is not on a measured hot path).
-        let (c, _) = job.product(&block(a), &block(b))?;
+        let q = self.state.queue()?;
+        let (c, _) = job.product(&q, &block(a), &block(b), &RunControl::unwatched())?;
         Ok(Bsr::try_new(
             (r, s),
             c.nrows,

@@ -1,9 +1,14 @@
 //! SpMV and SpMM: CSR scalar and vector, ELLR-T, CSPR with atomic row sums, csrmm. Formats
 //! without a kernel of their own (CSC, COO, DIA, BSR) are converted to CSR on the host.
+//!
+//! The kernels run on device buffers, whether copied for the call or resident; the result
+//! stays on the device for the caller to read back or keep.
+
+use std::ops::Deref;
 
 use opencl3::program::Program;
 
-use hetsparse_core::format::{Cspr, Csr, Dense, Ellr, Layout};
+use hetsparse_core::format::{Cspr, Csr, Ellr, Layout};
 use hetsparse_core::{Result, Scalar};
 
 use crate::kernels::{ELL_LC, ELL_T, LANE_WG, VEC_LANES};
@@ -14,14 +19,35 @@ use crate::scalar::{bytes_of, bytes_of_mut};
 /// the lanes that share its loads on shorter ones).
 const VECTOR_MIN_ROW: u64 = 16;
 
-fn download_values<T: Scalar>(q: &Queue<'_>, b: &DeviceBuffer<u8>, len: usize) -> Result<Vec<T>> {
+/// Reads `len` values of `T` from the start of `b`.
+pub(crate) fn download_values<T: Scalar>(
+    q: &Queue<'_>,
+    b: &DeviceBuffer<u8>,
+    len: usize,
+) -> Result<Vec<T>> {
     let mut out = vec![T::zero(); len];
     q.download_bytes(b, bytes_of_mut(&mut out), "result")?;
     Ok(out)
 }
 
-/// A sparse operand with a row-wise kernel: CSR (csrmm, CSR scalar and vector) or ELLPACK-R
-/// (ELLR-T).
+/// A device buffer copied for the call or borrowed from a resident matrix.
+pub(crate) enum Buf<'a, T> {
+    Owned(DeviceBuffer<T>),
+    Borrowed(&'a DeviceBuffer<T>),
+}
+
+impl<T> Deref for Buf<'_, T> {
+    type Target = DeviceBuffer<T>;
+    fn deref(&self) -> &DeviceBuffer<T> {
+        match self {
+            Buf::Owned(b) => b,
+            Buf::Borrowed(b) => b,
+        }
+    }
+}
+
+/// A sparse operand with a row-wise kernel, on the host: CSR (csrmm, CSR scalar and vector) or
+/// ELLPACK-R (ELLR-T).
 #[derive(Clone, Copy)]
 pub(crate) enum RowOperand<'a, T> {
     Csr(&'a Csr<T>),
@@ -29,56 +55,106 @@ pub(crate) enum RowOperand<'a, T> {
 }
 
 /// A row operand's arrays on the device.
-enum DeviceRows {
+pub(crate) struct DeviceRows<'a> {
+    nrows: usize,
+    kind: RowsKind<'a>,
+}
+
+enum RowsKind<'a> {
     Csr {
-        offsets: DeviceBuffer<u64>,
-        index: DeviceBuffer<u32>,
-        vals: DeviceBuffer<u8>,
+        nnz: u64,
+        offsets: Buf<'a, u64>,
+        index: Buf<'a, u32>,
+        vals: Buf<'a, u8>,
     },
     Ellr {
         padded: u64,
-        lengths: DeviceBuffer<u32>,
-        index: DeviceBuffer<u32>,
-        vals: DeviceBuffer<u8>,
+        lengths: Buf<'a, u32>,
+        index: Buf<'a, u32>,
+        vals: Buf<'a, u8>,
     },
 }
 
 impl<T: Scalar> RowOperand<'_, T> {
-    fn nrows(&self) -> usize {
+    /// Device bytes its copy takes.
+    pub(crate) fn bytes(&self) -> u64 {
+        let value = std::mem::size_of::<T>() as u64;
         match self {
-            RowOperand::Csr(a) => a.nrows(),
-            RowOperand::Ellr(a) => a.nrows(),
+            RowOperand::Csr(a) => hetsparse_core::backend::memory::csr_bytes(
+                a.nrows(),
+                a.nnz(),
+                std::mem::size_of::<T>(),
+            ),
+            RowOperand::Ellr(a) => {
+                (a.row_lengths().len() as u64) * 4 + (a.col_indices().len() as u64) * (4 + value)
+            }
         }
     }
 
-    fn upload(&self, q: &Queue<'_>) -> Result<DeviceRows> {
+    /// Stored entries.
+    pub(crate) fn nnz(&self) -> u64 {
+        match self {
+            RowOperand::Csr(a) => a.nnz(),
+            RowOperand::Ellr(a) => a.nnz(),
+        }
+    }
+
+    /// Copies it to the device.
+    pub(crate) fn upload(&self, q: &Queue<'_>) -> Result<DeviceRows<'static>> {
         Ok(match self {
-            RowOperand::Csr(a) => DeviceRows::Csr {
-                offsets: q.upload(a.row_offsets(), "A row offsets")?,
-                index: q.upload(a.col_indices(), "A column indices")?,
-                vals: q.upload(bytes_of(a.values()), "A values")?,
+            RowOperand::Csr(a) => DeviceRows {
+                nrows: a.nrows(),
+                kind: RowsKind::Csr {
+                    nnz: a.nnz(),
+                    offsets: Buf::Owned(q.upload(a.row_offsets(), "A row offsets")?),
+                    index: Buf::Owned(q.upload(a.col_indices(), "A column indices")?),
+                    vals: Buf::Owned(q.upload(bytes_of(a.values()), "A values")?),
+                },
             },
-            RowOperand::Ellr(a) => DeviceRows::Ellr {
-                padded: a.padded_rows() as u64,
-                lengths: q.upload(a.row_lengths(), "A row lengths")?,
-                index: q.upload(a.col_indices(), "A column indices")?,
-                vals: q.upload(bytes_of(a.values()), "A values")?,
+            RowOperand::Ellr(a) => DeviceRows {
+                nrows: a.nrows(),
+                kind: RowsKind::Ellr {
+                    padded: a.padded_rows() as u64,
+                    lengths: Buf::Owned(q.upload(a.row_lengths(), "A row lengths")?),
+                    index: Buf::Owned(q.upload(a.col_indices(), "A column indices")?),
+                    vals: Buf::Owned(q.upload(bytes_of(a.values()), "A values")?),
+                },
             },
         })
     }
 }
 
-impl DeviceRows {
+impl<'a> DeviceRows<'a> {
+    /// A CSR matrix already on the device.
+    pub(crate) fn csr(
+        nrows: usize,
+        nnz: u64,
+        offsets: &'a DeviceBuffer<u64>,
+        index: &'a DeviceBuffer<u32>,
+        vals: &'a DeviceBuffer<u8>,
+    ) -> Self {
+        DeviceRows {
+            nrows,
+            kind: RowsKind::Csr {
+                nnz,
+                offsets: Buf::Borrowed(offsets),
+                index: Buf::Borrowed(index),
+                vals: Buf::Borrowed(vals),
+            },
+        }
+    }
+
     /// Appends the arguments every row kernel takes after its sizes: `[padded,] rows, index,
     /// values`.
     fn args<'q>(&self, launch: Launch<'q>) -> Result<Launch<'q>> {
-        match self {
-            DeviceRows::Csr {
+        match &self.kind {
+            RowsKind::Csr {
                 offsets,
                 index,
                 vals,
+                ..
             } => launch.arg(offsets.arg())?.arg(index.arg())?.arg(vals.arg()),
-            DeviceRows::Ellr {
+            RowsKind::Ellr {
                 padded,
                 lengths,
                 index,
@@ -92,30 +168,30 @@ impl DeviceRows {
     }
 }
 
-/// `y = A·x` by the ELLR-T kernel, or the CSR scalar or vector kernel (by mean row length).
-pub(crate) fn spmv_rows<T: Scalar>(
+/// `y = A·x` by the ELLR-T kernel, or the CSR scalar or vector kernel (by mean row length); y
+/// (A's rows) stays on the device, allocated outside the reuse pool when `keep`.
+pub(crate) fn spmv_device<T: Scalar>(
     q: &Queue<'_>,
     prog: &Program,
-    a: RowOperand<'_, T>,
-    x: &[T],
-) -> Result<Vec<T>> {
-    let n = a.nrows();
-    let (name, global, local) = match a {
-        RowOperand::Ellr(_) => ("spmv_ellr", n * ELL_T, Some(LANE_WG)),
-        RowOperand::Csr(c) if c.nnz() >= VECTOR_MIN_ROW * n as u64 => {
+    a: &DeviceRows<'_>,
+    x: &DeviceBuffer<u8>,
+    keep: bool,
+) -> Result<DeviceBuffer<u8>> {
+    let n = a.nrows;
+    let (name, global, local) = match a.kind {
+        RowsKind::Ellr { .. } => ("spmv_ellr", n * ELL_T, Some(LANE_WG)),
+        RowsKind::Csr { nnz, .. } if nnz >= VECTOR_MIN_ROW * n as u64 => {
             ("spmv_csr_vector", n * VEC_LANES, Some(LANE_WG))
         }
-        RowOperand::Csr(_) => ("spmv_csr_scalar", n, None),
+        RowsKind::Csr { .. } => ("spmv_csr_scalar", n, None),
     };
     let _span = tracing::info_span!("spmv", kernel = name, nrows = n).entered();
-    let rows = a.upload(q)?;
-    let xd = q.upload(bytes_of(x), "x")?;
-    let y = q.alloc::<u8>(n * std::mem::size_of::<T>(), "y")?;
-    rows.args(q.kernel(prog, name)?.arg(n as u64)?)?
-        .arg(xd.arg())?
+    let y = q.alloc_in::<u8>(n * std::mem::size_of::<T>(), "y", !keep)?;
+    a.args(q.kernel(prog, name)?.arg(n as u64)?)?
+        .arg(x.arg())?
         .arg(y.arg())?
         .run(&[global], local.as_ref().map(std::slice::from_ref))?;
-    download_values(q, &y, n)
+    Ok(y)
 }
 
 /// `y = A·x` by the CSPR kernel: a work-item per entry, atomic sums per row in the accumulator
@@ -151,48 +227,52 @@ pub(crate) fn spmv_cspr<T: Scalar>(
     download_values(q, &y, n)
 }
 
-/// Row and column strides of element (r, c) of a dense matrix: r·rs + c·cs.
-fn strides<T: Scalar>(d: &Dense<T>) -> (u64, u64) {
-    match d.layout() {
-        Layout::RowMajor => (d.ncols() as u64, 1),
-        Layout::ColMajor => (1, d.nrows() as u64),
+/// Row and column strides of element (r, c) of a dense `nrows × ncols` matrix: r·rs + c·cs.
+pub(crate) fn strides(layout: Layout, nrows: usize, ncols: usize) -> (u64, u64) {
+    match layout {
+        Layout::RowMajor => (ncols as u64, 1),
+        Layout::ColMajor => (1, nrows as u64),
     }
 }
 
-/// `C = A·B`, C in B's layout, by csrmm or ELLR-T.
-pub(crate) fn spmm<T: Scalar>(
+/// The dense operand of SpMM on the device: its buffer, shape and layout.
+pub(crate) struct DenseIn<'b> {
+    pub data: &'b DeviceBuffer<u8>,
+    pub nrows: usize,
+    pub ncols: usize,
+    pub layout: Layout,
+}
+
+/// `C = A·B` by csrmm or ELLR-T, C (A's rows × B's columns, in B's layout) left on the device,
+/// allocated outside the reuse pool when `keep`.
+pub(crate) fn spmm_device<T: Scalar>(
     q: &Queue<'_>,
     prog: &Program,
-    a: RowOperand<'_, T>,
-    b: &Dense<T>,
-) -> Result<Dense<T>> {
-    let (nrows, ncols) = (a.nrows(), b.ncols());
-    let c_strides = match b.layout() {
-        Layout::RowMajor => (ncols as u64, 1),
-        Layout::ColMajor => (1, nrows as u64),
-    };
-    let b_strides = strides(b);
-    let (name, global, local) = match a {
-        RowOperand::Csr(_) => ("spmm_csr", [ncols, nrows], None),
-        RowOperand::Ellr(_) => (
+    a: &DeviceRows<'_>,
+    b: &DenseIn<'_>,
+    keep: bool,
+) -> Result<DeviceBuffer<u8>> {
+    let (nrows, ncols) = (a.nrows, b.ncols);
+    let c_strides = strides(b.layout, nrows, ncols);
+    let b_strides = strides(b.layout, b.nrows, b.ncols);
+    let (name, global, local) = match a.kind {
+        RowsKind::Csr { .. } => ("spmm_csr", [ncols, nrows], None),
+        RowsKind::Ellr { .. } => (
             "spmm_ellr",
             [nrows * ELL_T, ncols.div_ceil(ELL_LC)],
             Some([LANE_WG, 1]),
         ),
     };
     let _span = tracing::info_span!("spmm", kernel = name, nrows, ncols).entered();
-    let rows = a.upload(q)?;
-    let bd = q.upload(bytes_of(b.data()), "B")?;
-    let c = q.alloc::<u8>(nrows * ncols * std::mem::size_of::<T>(), "C")?;
+    let c = q.alloc_in::<u8>(nrows * ncols * std::mem::size_of::<T>(), "C", !keep)?;
     let launch = q.kernel(prog, name)?.arg(nrows as u64)?.arg(ncols as u64)?;
-    rows.args(launch)?
-        .arg(bd.arg())?
+    a.args(launch)?
+        .arg(b.data.arg())?
         .arg(b_strides.0)?
         .arg(b_strides.1)?
         .arg(c.arg())?
         .arg(c_strides.0)?
         .arg(c_strides.1)?
         .run(&global, local.as_ref().map(|l| &l[..]))?;
-    let data = download_values(q, &c, nrows * ncols)?;
-    Ok(Dense::try_new(nrows, ncols, b.layout(), data)?)
+    Ok(c)
 }

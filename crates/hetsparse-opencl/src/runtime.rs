@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use opencl3::command_queue::CommandQueue;
@@ -17,7 +18,8 @@ use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
-use hetsparse_core::{DeviceFault, Error, Result, ScalarType};
+use hetsparse_core::backend::MemorySpace;
+use hetsparse_core::{ChunkTiming, DeviceFault, Error, Result, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -32,13 +34,20 @@ pub(crate) enum Variant {
 type ProgramSlot = Arc<OnceLock<std::result::Result<Arc<Program>, String>>>;
 
 /// A device with its context and program cache, shared by every backend on that device.
+///
+/// Resident matrices hold an `Arc` of the state their buffers were made in: the context (and
+/// with it the memory space) lives as long as any of its buffers, whatever queue made them.
+///
+/// Fields drop in order: programs and buffers before the context they belong to.
 pub(crate) struct DeviceState {
     pub(crate) description: DeviceDescription,
     pub(crate) id: cl_device_id,
-    pub(crate) context: Context,
+    /// Which context this is, unique in the process: the id of the memory space.
+    pub(crate) serial: u64,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
     pool: Mutex<BufferPool>,
+    pub(crate) context: Context,
 }
 
 /// Device buffers kept between calls for reuse, by capacity. Creating and releasing the dozen
@@ -188,19 +197,31 @@ pub(crate) fn device_state(
     if let Some(s) = states.get(&(id as usize)) {
         return Ok(s.clone());
     }
+    let state = new_context(crate::device::DeviceId(id), description)?;
+    states.insert(id as usize, state.clone());
+    Ok(state)
+}
+
+/// A state with a context of its own on device `id`, not shared through the registry: its
+/// buffers form a memory space of their own.
+pub(crate) fn new_context(
+    id: crate::device::DeviceId,
+    description: DeviceDescription,
+) -> Result<Arc<DeviceState>> {
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    let id = id.0;
     let context = Context::from_device(&ClDevice::new(id))
         .map_err(|e| cl_error(format!("creating a context on {}", description.name), e))?;
     let memory = description.global_memory_bytes;
-    let state = Arc::new(DeviceState {
+    Ok(Arc::new(DeviceState {
         description,
         id,
         context,
+        serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         programs: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
         pool: Mutex::new(BufferPool::new(memory)),
-    });
-    states.insert(id as usize, state.clone());
-    Ok(state)
+    }))
 }
 
 impl DeviceState {
@@ -237,11 +258,28 @@ impl DeviceState {
             .map_err(|msg| device_error(format!("compiling the {variant:?} kernels"), msg))
     }
 
+    /// The memory space of this context's buffers.
+    pub(crate) fn space(&self) -> MemorySpace {
+        MemorySpace::Device {
+            backend: BACKEND,
+            id: self.serial,
+        }
+    }
+
     /// A new in-order queue; each operation uses its own, so that threads do not wait on each
     /// other's work.
     pub(crate) fn queue(&self) -> Result<Queue<'_>> {
+        self.queue_with(false)
+    }
+
+    /// A new in-order queue with profiling on: [`Queue::timing`] tells what its commands cost.
+    pub(crate) fn timed_queue(&self) -> Result<Queue<'_>> {
+        self.queue_with(true)
+    }
+
+    fn queue_with(&self, timed: bool) -> Result<Queue<'_>> {
         let _span = tracing::debug_span!("queue create").entered();
-        let profile = tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
+        let profile = timed || tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
         let properties = if profile {
             opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
         } else {
@@ -257,6 +295,8 @@ impl DeviceState {
             pool: &self.pool,
             pooled: std::cell::RefCell::new(Vec::new()),
             free_estimate: self.description.global_memory_bytes,
+            timing: std::cell::Cell::new(Timing::default()),
+            transfers: std::cell::RefCell::new(Vec::new()),
             retired: std::cell::RefCell::new(Vec::new()),
             profile,
             launched: std::cell::RefCell::new(Vec::new()),
@@ -283,6 +323,23 @@ pub(crate) struct Staging {
 
 // SAFETY: the mapped pointer is only used under the device's staging mutex.
 unsafe impl Send for Staging {}
+
+impl Drop for Staging {
+    /// Unmaps the buffer before it is released (only states of a context of their own, see
+    /// [`new_context`], are ever dropped).
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is the mapping of `_buffer` made on `_queue`; nothing uses it after
+        // the state that owns the staging buffer is dropped.
+        let unmapped = unsafe {
+            self._queue
+                .enqueue_unmap_mem_object(self._buffer.get(), self.ptr.cast(), &[])
+        };
+        // Nothing to report an error to here; a failed unmap leaves the mapping to OpenCL.
+        if unmapped.is_ok() {
+            let _ = self._queue.finish();
+        }
+    }
+}
 
 impl Staging {
     fn get<'s>(slot: &'s mut Option<Staging>, context: &Context) -> Result<&'s Staging> {
@@ -390,8 +447,12 @@ pub(crate) struct Queue<'a> {
     /// A reference to every pooled buffer this queue handed out, with its capacity: returned to
     /// the pool when the queue ends (after its commands finished) if nothing else holds it.
     pooled: std::cell::RefCell<Vec<(usize, Buffer<u8>)>>,
-    /// What the device may still have free, for out-of-memory errors.
+    /// What the device may have free at most, for out-of-memory errors.
     free_estimate: u64,
+    /// Device times (when profiling) and bytes of the commands that completed.
+    timing: std::cell::Cell<Timing>,
+    /// Transfers whose device time is still to be read (when profiling).
+    transfers: std::cell::RefCell<Vec<(bool, opencl3::event::Event)>>,
     /// A second reference to every buffer allocated since the queue last drained. OpenCL defers
     /// the release of a buffer until the commands using it finish, but with PoCL 3.1 dropping
     /// buffers that queued kernels still used crashed under load; these references keep them
@@ -401,6 +462,39 @@ pub(crate) struct Queue<'a> {
     profile: bool,
     /// Kernels launched since the queue last drained, with their events, when profiling.
     launched: std::cell::RefCell<Vec<(&'static str, opencl3::event::Event)>>,
+}
+
+/// Device time of a completed command of a profiling queue.
+fn device_ns(e: &opencl3::event::Event) -> Option<u64> {
+    let start = e.profiling_command_start().ok()?;
+    let end = e.profiling_command_end().ok()?;
+    Some(end.saturating_sub(start))
+}
+
+/// What a queue's commands cost: device times in nanoseconds (from event profiling) and bytes
+/// copied each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Timing {
+    pub(crate) kernel_ns: u64,
+    pub(crate) h2d_ns: u64,
+    pub(crate) d2h_ns: u64,
+    pub(crate) h2d_bytes: u64,
+    pub(crate) d2h_bytes: u64,
+}
+
+impl Timing {
+    /// As a chunk's timing, with `wall` from the chunk's start to its result.
+    pub(crate) fn chunk(self, wall: std::time::Duration) -> ChunkTiming {
+        use std::time::Duration;
+        let mut t = ChunkTiming::default();
+        t.wall = wall;
+        t.kernel = Duration::from_nanos(self.kernel_ns);
+        t.h2d = Duration::from_nanos(self.h2d_ns);
+        t.d2h = Duration::from_nanos(self.d2h_ns);
+        t.h2d_bytes = self.h2d_bytes;
+        t.d2h_bytes = self.d2h_bytes;
+        t
+    }
 }
 
 /// Tracing target of the per-kernel device times (DEBUG events with fields `kernel` and
@@ -606,21 +700,88 @@ impl Queue<'_> {
     /// the kernels' device times are known.
     fn drained(&self) {
         self.retired.borrow_mut().clear();
+        let mut timing = self.timing.get();
         for (kernel, event) in self.launched.borrow_mut().drain(..) {
-            if let (Ok(start), Ok(end)) = (
-                event.profiling_command_start(),
-                event.profiling_command_end(),
-            ) {
-                tracing::debug!(target: KERNEL_TIMES, kernel, device_ns = end.saturating_sub(start));
+            if let Some(ns) = device_ns(&event) {
+                timing.kernel_ns += ns;
+                tracing::debug!(target: KERNEL_TIMES, kernel, device_ns = ns);
             }
         }
+        self.timing.set(timing);
+        self.account_transfers();
+    }
+
+    /// Waits for every command queued so far (and accounts their times).
+    pub(crate) fn finish(&self) -> Result<()> {
+        self.queue
+            .finish()
+            .map_err(|e| cl_error("waiting for the device", e))?;
+        self.drained();
+        Ok(())
+    }
+
+    /// Bytes moved so far, and the device times of the commands that completed (zero unless
+    /// the queue profiles: see [`DeviceState::timed_queue`]).
+    pub(crate) fn timing(&self) -> Timing {
+        self.timing.get()
+    }
+
+    fn count_bytes(&self, bytes: u64, h2d: bool) {
+        let mut t = self.timing.get();
+        if h2d {
+            t.h2d_bytes += bytes;
+        } else {
+            t.d2h_bytes += bytes;
+        }
+        self.timing.set(t);
+    }
+
+    /// Keeps a transfer's event to read its device time once it completed.
+    fn note_transfer(&self, e: opencl3::event::Event, h2d: bool) {
+        if self.profile {
+            self.transfers.borrow_mut().push((h2d, e));
+        }
+    }
+
+    /// Adds the device times of the noted transfers, which have all completed.
+    fn account_transfers(&self) {
+        let mut t = self.timing.get();
+        for (h2d, e) in self.transfers.borrow_mut().drain(..) {
+            let ns = device_ns(&e).unwrap_or(0);
+            if h2d {
+                t.h2d_ns += ns;
+            } else {
+                t.d2h_ns += ns;
+            }
+        }
+        self.timing.set(t);
     }
 
     /// An uninitialised buffer of `len` elements (at least one, as OpenCL refuses empty ones).
     pub(crate) fn alloc<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
+        self.alloc_in(len, what, true)
+    }
+
+    /// An uninitialised buffer of exactly `len` elements (at least one) outside the reuse
+    /// pool: for what outlives the call (resident matrices), so that it holds no more memory
+    /// than it needs.
+    pub(crate) fn alloc_kept<T: Plain>(&self, len: usize, what: &str) -> Result<DeviceBuffer<T>> {
+        self.alloc_in(len, what, false)
+    }
+
+    /// [`alloc`](Self::alloc) or [`alloc_kept`](Self::alloc_kept).
+    pub(crate) fn alloc_in<T: Plain>(
+        &self,
+        len: usize,
+        what: &str,
+        pooled: bool,
+    ) -> Result<DeviceBuffer<T>> {
         let _span = tracing::debug_span!("alloc", len).entered();
         let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-        let class = usize::try_from(bytes).ok().and_then(pool_class);
+        let class = usize::try_from(bytes)
+            .ok()
+            .and_then(pool_class)
+            .filter(|_| pooled);
         if let Some(class) = class {
             let reused = self
                 .pool
@@ -745,6 +906,7 @@ impl Queue<'_> {
             (0..STAGING_SLOTS).map(|_| None).collect();
         let (mut h, mut cursor) = (0usize, 0usize);
         for piece in pieces {
+            self.count_bytes(piece.data.len() as u64, true);
             let mut target = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.dst));
             let mut done = 0;
             while done < piece.data.len() {
@@ -753,6 +915,7 @@ impl Queue<'_> {
                     cursor = 0;
                     if let Some(e) = last[h].take() {
                         e.wait().map_err(fail)?;
+                        self.note_transfer(e, true);
                     }
                 }
                 let n = (piece.data.len() - done).min(STAGING_SLOT - cursor);
@@ -770,14 +933,19 @@ impl Queue<'_> {
                     )
                 }
                 .map_err(fail)?;
-                last[h] = Some(event);
+                if let Some(earlier) = last[h].replace(event) {
+                    self.note_transfer(earlier, true);
+                }
                 done += n;
                 cursor += n;
             }
         }
         for e in last.into_iter().flatten() {
             e.wait().map_err(fail)?;
+            self.note_transfer(e, true);
         }
+        // Every write of this call has completed.
+        self.account_transfers();
         Ok(())
     }
 
@@ -824,6 +992,7 @@ impl Queue<'_> {
         let drain = |slot: &mut Slot<'_>, h: usize| -> Result<()> {
             if let Some(e) = slot.last.take() {
                 e.wait().map_err(fail)?;
+                self.note_transfer(e, false);
             }
             for (at, out) in slot.parts.drain(..) {
                 parallel_copy(out, staging.range(h, at, out.len()));
@@ -835,6 +1004,7 @@ impl Queue<'_> {
             // The results land in fresh memory: faulted in 4 KiB at a time, the copies out of
             // staging ran at about 7 GB/s on 8 threads (power law: 2.2 GB in 308 ms).
             hetsparse_core::advise_huge_pages(piece.out);
+            self.count_bytes(piece.out.len() as u64, false);
             let source = std::mem::ManuallyDrop::new(Buffer::<u8>::new(piece.src));
             let mut rest: &mut [MaybeUninit<u8>] = piece.out;
             let mut offset = piece.offset;
@@ -860,7 +1030,9 @@ impl Queue<'_> {
                     )
                 }
                 .map_err(fail)?;
-                slots[h].last = Some(event);
+                if let Some(earlier) = slots[h].last.replace(event) {
+                    self.note_transfer(earlier, false);
+                }
                 slots[h].parts.push((cursor, now));
                 offset += n;
                 cursor += n;
@@ -1032,6 +1204,55 @@ impl Launch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opencl3::error_codes::{
+        CL_INVALID_BUFFER_SIZE, CL_INVALID_COMMAND_QUEUE, CL_INVALID_KERNEL_ARGS,
+        CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES,
+    };
+
+    fn fault(e: &Error) -> Option<DeviceFault> {
+        match e {
+            Error::Device { fault, source, .. } => {
+                assert!(source.is_some(), "the OpenCL status is kept as the source");
+                Some(*fault)
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn opencl_statuses_map_to_fault_kinds() {
+        let lost = cl_error("finishing", ClError(CL_INVALID_COMMAND_QUEUE));
+        assert_eq!(fault(&lost), Some(DeviceFault::DeviceLost));
+        assert!(lost.is_retryable());
+        let launch = launch_error("launching", ClError(CL_INVALID_KERNEL_ARGS));
+        assert_eq!(fault(&launch), Some(DeviceFault::LaunchFailed));
+        assert!(
+            launch.to_string().contains("CL_INVALID_KERNEL_ARGS"),
+            "{launch}"
+        );
+        // A lost queue stays a lost device even during a launch.
+        let launch_lost = launch_error("launching", ClError(CL_INVALID_COMMAND_QUEUE));
+        assert_eq!(fault(&launch_lost), Some(DeviceFault::DeviceLost));
+        let other = cl_error("reading", ClError(CL_INVALID_BUFFER_SIZE));
+        assert_eq!(fault(&other), Some(DeviceFault::Other));
+        assert!(!other.is_retryable());
+        for code in [CL_OUT_OF_RESOURCES, CL_MEM_OBJECT_ALLOCATION_FAILURE] {
+            match alloc_error("keys", 1 << 20, 4096, ClError(code)) {
+                Error::OutOfMemory {
+                    needed_bytes,
+                    available_bytes,
+                    what,
+                    ..
+                } => {
+                    assert_eq!((needed_bytes, available_bytes), (1 << 20, 4096));
+                    assert!(what.contains("keys"), "{what}");
+                }
+                e => panic!("{code}: expected OutOfMemory, got {e:?}"),
+            }
+        }
+        let too_big = alloc_error("keys", 1 << 40, 0, ClError(CL_INVALID_BUFFER_SIZE));
+        assert_eq!(fault(&too_big), Some(DeviceFault::Other));
+    }
 
     #[test]
     fn pool_classes_are_powers_of_two_within_bounds() {

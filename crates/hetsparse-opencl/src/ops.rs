@@ -1,0 +1,811 @@
+//! The operations on device buffers behind the [`Backend`](hetsparse_core::Backend) impl:
+//! operand resolution (host matrices copied for the call, resident ones used where they
+//! lie), SpGEMM, SpMV and SpMM with results left on the device, plans' numeric phase, and
+//! chunks.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use opencl3::program::Program;
+
+use hetsparse_core::backend::plan::OperandPattern;
+use hetsparse_core::backend::{
+    check, ChunkSink, CsrOperand, DenseOperand, MemoryRequirement, PatternId, ProductChunk,
+    ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand,
+};
+use hetsparse_core::format::{Csr, Dense, Layout, SparseRef};
+use hetsparse_core::{ChunkProduct, Error, Reservation, Result, RunControl, Scalar};
+
+use crate::esc::{self, Compressed, DeviceOperand, DeviceProduct, Multiply, Uploaded};
+use crate::kernels;
+use crate::multiply::{self, DenseIn, RowOperand};
+use crate::resident::{self, ClCsr, ClDense, ClStructure};
+use crate::runtime::{DeviceBuffer, Queue};
+use crate::scalar::{bytes_of, is_device_scalar};
+use crate::slice;
+use crate::{compressed, OpenClBackend, BACKEND};
+
+/// A product computed on the device, or (when its expansion did not fit) on the host path
+/// that cuts B into column slices.
+pub(crate) enum Product<T> {
+    Device(DeviceProduct),
+    Host(Csr<T>),
+}
+
+/// The plan state: the product's structure, resident.
+pub(crate) struct ClPlan {
+    structure: Arc<ClStructure>,
+}
+
+impl OpenClBackend {
+    /// [`Error::InvalidArgument`] unless `T` is one of the six scalar types whose bytes the
+    /// device holds.
+    pub(crate) fn holds<T: Scalar>(&self) -> Result<()> {
+        if is_device_scalar::<T>() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{BACKEND}: {} values of this Rust type cannot be held on the device (only the \
+                 six built-in scalar types)",
+                T::TYPE
+            )))
+        }
+    }
+
+    /// The storage of a resident CSR matrix: [`Error::WrongDevice`] for a handle of another
+    /// memory space.
+    pub(crate) fn csr_storage<'a, T: Scalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a ClCsr> {
+        check::same_space(self, m.space(), "a resident matrix")?;
+        m.storage::<ClCsr>()
+            .ok_or_else(|| resident::foreign_storage("a resident matrix"))
+    }
+
+    /// The storage of a resident dense matrix: [`Error::WrongDevice`] for a handle of another
+    /// memory space.
+    pub(crate) fn dense_storage<'a, T: Scalar>(
+        &self,
+        d: &'a ResidentDense<T>,
+    ) -> Result<&'a ClDense> {
+        check::same_space(self, d.space(), "a resident dense matrix")?;
+        d.storage::<ClDense>()
+            .ok_or_else(|| resident::foreign_storage("a resident dense matrix"))
+    }
+
+    /// Checks a SpGEMM operand's handle, if it is one.
+    pub(crate) fn check_csr<T: Scalar>(&self, m: &CsrOperand<'_, T>) -> Result<()> {
+        match m {
+            CsrOperand::Host(_) => Ok(()),
+            CsrOperand::Resident(r) => self.csr_storage(r).map(|_| ()),
+        }
+    }
+
+    pub(crate) fn wrap_csr<T: Scalar>(&self, c: ClCsr, pattern: PatternId) -> ResidentCsr<T> {
+        let s = &c.structure;
+        let (shape, nnz) = ((s.nrows, s.ncols), s.nnz);
+        ResidentCsr::from_storage(self.state.space(), shape, nnz, pattern, c)
+    }
+
+    pub(crate) fn wrap_dense<T: Scalar>(&self, d: ClDense) -> ResidentDense<T> {
+        let (shape, layout) = ((d.nrows, d.ncols), d.layout);
+        ResidentDense::from_storage(self.state.space(), shape, layout, d)
+    }
+
+    /// Copies `m` to the device, to stay.
+    pub(crate) fn upload_csr<T: Scalar>(&self, q: &Queue<'_>, m: &Csr<T>) -> Result<ClCsr> {
+        self.holds::<T>()?;
+        let _span = tracing::info_span!("upload", nrows = m.nrows(), nnz = m.nnz()).entered();
+        let structure = resident::upload_structure(&self.state, &self.pool, q, m)?;
+        resident::upload_values(&self.pool, q, structure, m.values())
+    }
+
+    /// A host operand copied to the device for the call (`None` for a resident one).
+    fn upload_operand<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        op: CsrOperand<'_, T>,
+        name: &str,
+    ) -> Result<Option<Uploaded>> {
+        match op {
+            CsrOperand::Host(m) => Ok(Some(esc::upload(q, &self.pool, &compressed(m), name)?)),
+            CsrOperand::Resident(_) => Ok(None),
+        }
+    }
+
+    /// An operand's arrays on the device: its upload or its resident storage.
+    fn device_view<'o, T: Scalar>(
+        &self,
+        op: CsrOperand<'o, T>,
+        up: &'o Option<Uploaded>,
+    ) -> Result<DeviceOperand<'o>> {
+        match (op, up) {
+            (_, Some(u)) => Ok(u.view()),
+            (CsrOperand::Resident(r), None) => Ok(self.csr_storage(r)?.operand()),
+            (CsrOperand::Host(_), None) => Err(not_uploaded()),
+        }
+    }
+
+    /// An operand on the host: itself, or a resident one downloaded.
+    fn host_view<'o, T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        op: CsrOperand<'o, T>,
+    ) -> Result<Cow<'o, Csr<T>>> {
+        Ok(match op {
+            CsrOperand::Host(m) => Cow::Borrowed(m),
+            CsrOperand::Resident(r) => Cow::Owned(resident::download_csr(q, self.csr_storage(r)?)?),
+        })
+    }
+
+    // --- SpGEMM --------------------------------------------------------------------------
+
+    /// The host path: both operands copied to the device for the call, C back on the host.
+    pub(crate) fn spgemm_host<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
+            .entered();
+        let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let (c, checked) = job.product(q, &compressed(a), &compressed(b), run)?;
+        assemble(c, checked)
+    }
+
+    /// `C = A·B` with any operand resident: C stays on the device unless its expansion does
+    /// not fit what the pool has left; then the operands go through the host path, which cuts
+    /// B into column slices, and C comes back on the host.
+    pub(crate) fn spgemm_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<Product<T>> {
+        let _span = tracing::info_span!(
+            "spgemm esc on device",
+            m = a.shape().0,
+            k = a.shape().1,
+            n = b.shape().1
+        )
+        .entered();
+        let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let on_device = {
+            let (a_up, b_up): (Option<Uploaded>, Option<Uploaded>);
+            a_up = match a {
+                CsrOperand::Host(m) => Some(esc::upload(q, &self.pool, &compressed(m), "A")?),
+                CsrOperand::Resident(_) => None,
+            };
+            let same =
+                matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if std::ptr::eq(x, y));
+            b_up = match b {
+                CsrOperand::Host(m) if !same => {
+                    Some(esc::upload(q, &self.pool, &compressed(m), "B")?)
+                }
+                _ => None,
+            };
+            let a_dev = self.device_view(a, &a_up)?;
+            let b_dev = if same {
+                a_dev
+            } else {
+                self.device_view(b, &b_up)?
+            };
+            job.product_on_device::<T>(q, (a_dev, b_dev), b.shape().1, run)?
+        };
+        if let Some(c) = on_device {
+            return Ok(Product::Device(c));
+        }
+        let (ha, hb) = (self.host_view(q, a)?, self.host_view(q, b)?);
+        Ok(Product::Host(self.spgemm_host(q, program, &ha, &hb, run)?))
+    }
+
+    /// A product kept on the device as a resident matrix with identity `pattern`.
+    pub(crate) fn keep<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        c: Product<T>,
+        pattern: PatternId,
+    ) -> Result<ResidentCsr<T>> {
+        let kept = match c {
+            Product::Device(c) => {
+                resident::keep_product(&self.state, &self.pool, q, c, std::mem::size_of::<T>())?
+            }
+            Product::Host(c) => self.upload_csr(q, &c)?,
+        };
+        Ok(self.wrap_csr(kept, pattern))
+    }
+
+    /// A product brought to the host.
+    pub(crate) fn fetch<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        c: Product<T>,
+    ) -> Result<Csr<T>> {
+        match c {
+            Product::Device(c) => {
+                let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+                let (c, checked) = job.download::<T>(q, c)?;
+                assemble(c, checked)
+            }
+            Product::Host(c) => Ok(c),
+        }
+    }
+
+    /// The plan of `A·B`: the product computed once on the device, its structure kept there.
+    pub(crate) fn plan<T: Scalar>(
+        &self,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        let _span = tracing::info_span!("plan spgemm").entered();
+        let run = RunControl::new();
+        let q = self.state.queue()?;
+        let c = self.spgemm_on_device(&q, program, a, b, &run)?;
+        let c = self.keep(&q, c, PatternId::of_product(a.pattern(), b.pattern()))?;
+        let storage = self.csr_storage(&c)?;
+        let structure = Arc::clone(&storage.structure);
+        let (nrows, nnz_c) = (structure.nrows, structure.nnz);
+        let mut requirement = MemoryRequirement::default();
+        requirement.operand_bytes = [a, b]
+            .iter()
+            .map(|m| match m {
+                CsrOperand::Host(m) => {
+                    hetsparse_core::backend::memory::csr_bytes(m.nrows(), m.nnz(), size::<T>())
+                }
+                CsrOperand::Resident(_) => 0,
+            })
+            .sum();
+        requirement.work_bytes = numeric_work_bytes::<T>(nnz_c);
+        // The product as a matrix (executions share the plan's structure and add values).
+        requirement.output_bytes =
+            hetsparse_core::backend::memory::csr_bytes(nrows, nnz_c, size::<T>());
+        Ok(SpgemmPlan::from_state(
+            self.state.space(),
+            options.clone(),
+            OperandPattern::of(&a),
+            OperandPattern::of(&b),
+            nnz_c,
+            run.progress().planned,
+            requirement,
+            ClPlan { structure },
+        ))
+    }
+
+    /// The numeric phase of `plan` on the device: C's values into the planned structure.
+    pub(crate) fn execute<T: Scalar>(
+        &self,
+        program: &Program,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let state = plan.state::<ClPlan>().ok_or_else(|| Error::Internal {
+            backend: BACKEND.into(),
+            what: "the SpGEMM plan holds no OpenCL structure".into(),
+        })?;
+        let s = &state.structure;
+        let _span =
+            tracing::info_span!("execute spgemm plan", nrows = s.nrows, nnz = s.nnz).entered();
+        run.checkpoint()?;
+        run.add_planned(plan.products());
+        let q = self.state.queue()?;
+        let (a_up, b_up) = (
+            self.upload_operand(&q, a, "A")?,
+            self.upload_operand(&q, b, "B")?,
+        );
+        let (a_dev, b_dev) = (self.device_view(a, &a_up)?, self.device_view(b, &b_up)?);
+        let nnz = usize::try_from(s.nnz).map_err(|_| Error::TooLarge {
+            what: "the planned product".into(),
+            needed: s.nnz,
+            limit: usize::MAX as u64,
+            unit: "entries",
+        })?;
+        let _work = self
+            .pool
+            .reserve(numeric_work_bytes::<T>(s.nnz), "SpGEMM numeric phase")?;
+        let values_reservation = self
+            .pool
+            .reserve(resident::value_bytes::<T>(s.nnz), "resident product values")?;
+        let acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
+        let mut flag = q.alloc::<u32>(1, "pattern flag")?;
+        q.zero(&mut flag, "pattern flag")?;
+        let values = q.alloc_kept::<u8>(nnz * size::<T>(), "C values")?;
+        q.kernel(program, "spgemm_numeric")?
+            .arg(s.nrows as u64)?
+            .arg(a_dev.offsets.arg())?
+            .arg(a_dev.index.arg())?
+            .arg(a_dev.values.arg())?
+            .arg(b_dev.offsets.arg())?
+            .arg(b_dev.index.arg())?
+            .arg(b_dev.values.arg())?
+            .arg(s.offsets.arg())?
+            .arg(s.index.arg())?
+            .arg(acc.arg())?
+            .arg(flag.arg())?
+            .run(&[s.nrows], None)?;
+        q.kernel(program, "acc_to_store")?
+            .arg(s.nnz)?
+            .arg(acc.arg())?
+            .arg(values.arg())?
+            .run(&[nnz], None)?;
+        if q.download_at(&flag, 0, 1, "pattern flag")?[0] != 0 {
+            return Err(Error::PatternMismatch {
+                operand: "A·B",
+                detail: "a product of the operands falls outside the planned structure".into(),
+            });
+        }
+        run.add_done(plan.products());
+        let c = ClCsr {
+            structure: Arc::clone(s),
+            values,
+            _reservation: values_reservation,
+        };
+        Ok(self.wrap_csr(c, plan.c_pattern()))
+    }
+
+    /// What `A·B` needs on the device: operands copied for the call, the expansion (setup
+    /// arrays, keys and payloads with their merge copies, run starts) and the product, at most
+    /// one entry per product and per column of B in each row. The expansion's size is counted
+    /// on the host for host operands, on the device (setup kernels and a reduction) otherwise.
+    pub(crate) fn requirement<T: Scalar>(
+        &self,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+    ) -> Result<MemoryRequirement> {
+        let _span = tracing::info_span!("spgemm requirement").entered();
+        let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let (nrows, ncols) = (a.shape().0, b.shape().1);
+        let host_bytes = |m: &CsrOperand<'_, T>| match m {
+            CsrOperand::Host(m) => {
+                hetsparse_core::backend::memory::csr_bytes(m.nrows(), m.nnz(), size::<T>())
+            }
+            CsrOperand::Resident(_) => 0,
+        };
+        let same =
+            matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if std::ptr::eq(x, y));
+        let operand_bytes = host_bytes(&a) + if same { 0 } else { host_bytes(&b) };
+        let exp = match (a, b) {
+            (CsrOperand::Host(ha), CsrOperand::Host(hb)) => {
+                esc::expansion_sizes(&compressed(ha), &compressed(hb)).0
+            }
+            _ => {
+                let q = self.state.queue()?;
+                let (a_up, b_up) = (
+                    self.upload_operand(&q, a, "A")?,
+                    self.upload_operand(&q, b, "B")?,
+                );
+                let views = (self.device_view(a, &a_up)?, self.device_view(b, &b_up)?);
+                job.sizes_on_device(&q, views)?.0
+            }
+        };
+        let mut requirement = MemoryRequirement::default();
+        requirement.operand_bytes = operand_bytes;
+        // What the pipeline reserves: the product is bounded by the expansion (and the
+        // product's cells), which is what it reserves for before C's size is known.
+        let (work, output) = job.expansion_bytes::<T>(a.nnz(), nrows, ncols, exp);
+        requirement.work_bytes = work;
+        requirement.output_bytes = output;
+        Ok(requirement)
+    }
+
+    /// Each chunk on its own profiling queue, timed by its events: from host operands, rows
+    /// of A times a column panel of B cut on the host and copied (the host path); with a
+    /// resident operand, its part cut on the device (kernels copying the rows or the panel)
+    /// and C computed there, then brought back.
+    pub(crate) fn chunks<T: Scalar>(
+        &self,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        let _span = tracing::info_span!("spgemm chunks", count = chunks.len()).entered();
+        if let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (a, b) {
+            return self.host_chunks(program, (ha, hb), chunks, run, sink);
+        }
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
+            let _chunk = tracing::debug_span!("chunk", index).entered();
+            let compute = || -> Result<(Csr<T>, crate::runtime::Timing)> {
+                let q = self.state.timed_queue()?;
+                let c = self.chunk_on_device(&q, program, a, b, chunk, run)?;
+                q.finish()?;
+                Ok((c, q.timing()))
+            };
+            let (product, timing) = compute().map_err(|e| e.in_chunk(index))?;
+            sink(ChunkProduct {
+                index,
+                chunk: chunk.clone(),
+                product,
+                timing: timing.chunk(start.elapsed()),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Chunks of host operands: the parts of the next chunk (rows of A, a panel of B) are cut
+    /// on another thread while the device computes this one. A chunk's wall time is its own
+    /// cutting plus its computation.
+    fn host_chunks<T: Scalar>(
+        &self,
+        program: &Program,
+        (ha, hb): (&Csr<T>, &Csr<T>),
+        chunks: &[ProductChunk],
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        type Parts<T> = Result<(Csr<T>, Csr<T>, std::time::Duration)>;
+        let cut = |chunk: &ProductChunk| -> Parts<T> {
+            let start = Instant::now();
+            let _span = tracing::debug_span!("cut chunk").entered();
+            let rows = ha.rows(chunk.rows.clone())?;
+            let panel = hb.column_panel(chunk.cols.clone())?;
+            Ok((rows, panel, start.elapsed()))
+        };
+        let cut = &cut;
+        std::thread::scope(|s| -> Result<()> {
+            let spawn = |k: usize| {
+                std::thread::Builder::new()
+                    .name("hetsparse-opencl chunk cutter".into())
+                    .spawn_scoped(s, move || cut(&chunks[k]))
+                    .map_err(|e| Error::Internal {
+                        backend: BACKEND.into(),
+                        what: format!("no thread to cut chunks on: {e}"),
+                    })
+            };
+            let mut next = if chunks.is_empty() {
+                None
+            } else {
+                Some(spawn(0)?)
+            };
+            for (index, chunk) in chunks.iter().enumerate() {
+                let Some(cutting) = next.take() else {
+                    break;
+                };
+                let parts = cutting.join().map_err(|_| Error::Internal {
+                    backend: BACKEND.into(),
+                    what: format!("the thread cutting chunk {index} panicked"),
+                })?;
+                run.checkpoint()?;
+                if index + 1 < chunks.len() {
+                    next = Some(spawn(index + 1)?);
+                }
+                let _chunk = tracing::debug_span!("chunk", index).entered();
+                let compute =
+                    || -> Result<(Csr<T>, crate::runtime::Timing, std::time::Duration)> {
+                        let (rows, panel, cutting) = parts?;
+                        let start = Instant::now();
+                        let q = self.state.timed_queue()?;
+                        let c = self.spgemm_host(&q, program, &rows, &panel, run)?;
+                        q.finish()?;
+                        Ok((c, q.timing(), cutting + start.elapsed()))
+                    };
+                let (product, timing, wall) = compute().map_err(|e| e.in_chunk(index))?;
+                sink(ChunkProduct {
+                    index,
+                    chunk: chunk.clone(),
+                    product,
+                    timing: timing.chunk(wall),
+                })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// One chunk with a resident operand: its parts cut (resident) or copied (host) on the
+    /// device, C computed there; through the host path when its expansion does not fit.
+    fn chunk_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunk: &ProductChunk,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let a_part = match a {
+            CsrOperand::Host(m) => {
+                let rows = m.rows(chunk.rows.clone())?;
+                esc::upload(q, &self.pool, &compressed(&rows), "rows of A")?
+            }
+            CsrOperand::Resident(r) => slice::rows::<T>(
+                q,
+                program,
+                &self.pool,
+                self.csr_storage(r)?.operand(),
+                chunk.rows.clone(),
+            )?,
+        };
+        let b_part = match b {
+            CsrOperand::Host(m) => {
+                let panel = m.column_panel(chunk.cols.clone())?;
+                esc::upload(q, &self.pool, &compressed(&panel), "panel of B")?
+            }
+            CsrOperand::Resident(r) => slice::column_panel::<T>(
+                q,
+                program,
+                &self.pool,
+                self.csr_storage(r)?.operand(),
+                chunk.cols.clone(),
+            )?,
+        };
+        let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
+        let width = chunk.cols.len();
+        match job.product_on_device::<T>(q, (a_part.view(), b_part.view()), width, run)? {
+            Some(c) => {
+                let (c, checked) = job.download::<T>(q, c)?;
+                assemble(c, checked)
+            }
+            None => {
+                let ha = resident::download_operand::<T>(q, a_part.view(), a.shape().1, false)?;
+                let hb = resident::download_operand::<T>(q, b_part.view(), width, false)?;
+                drop((a_part, b_part));
+                self.spgemm_host(q, program, &ha, &hb, run)
+            }
+        }
+    }
+
+    // --- SpMV and SpMM ---------------------------------------------------------------------
+
+    /// `y = A·x` on the device, y left there: its buffer, length and reservation. Host
+    /// operands are copied for the call (formats without a row kernel as CSR).
+    pub(crate) fn spmv_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        keep: bool,
+        run: &RunControl,
+    ) -> Result<(DeviceBuffer<u8>, usize, Reservation)> {
+        let mut owned = None;
+        let host_rows = match a {
+            SparseOperand::Resident(_) => None,
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
+        };
+        let n = a.shape().0;
+        // Reserved before anything is allocated: what is copied for the call, and y.
+        let copied = host_rows.as_ref().map_or(0, RowOperand::bytes)
+            + match x {
+                VectorOperand::Host(v) => resident::value_bytes::<T>(v.len() as u64),
+                VectorOperand::Resident(_) => 0,
+            };
+        let _work = self.pool.reserve(copied, "SpMV operands")?;
+        let y_reservation = self
+            .pool
+            .reserve(resident::value_bytes::<T>(n as u64), "SpMV result")?;
+        let rows = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => self.csr_storage(r)?.rows(),
+            (_, Some(h)) => h.upload(q)?,
+            (SparseOperand::Host(_), None) => return Err(not_uploaded()),
+        };
+        let x_up;
+        let x_dev: &DeviceBuffer<u8> = match x {
+            VectorOperand::Resident(d) => &self.dense_storage(d)?.data,
+            VectorOperand::Host(v) => {
+                x_up = q.upload(bytes_of(v), "x")?;
+                &x_up
+            }
+        };
+        // Progress: one product per entry of A.
+        let products = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => r.nnz(),
+            (_, Some(h)) => h.nnz(),
+            _ => 0,
+        };
+        run.add_planned(products);
+        let y = multiply::spmv_device::<T>(q, program, &rows, x_dev, keep)?;
+        q.finish()?;
+        run.add_done(products);
+        Ok((y, n, y_reservation))
+    }
+
+    /// `C = A·B` on the device, C (in B's layout) left there: its buffer, shape, layout and
+    /// reservation.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn spmm_on_device<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        keep: bool,
+        run: &RunControl,
+    ) -> Result<(DeviceBuffer<u8>, (usize, usize), Layout, Reservation)> {
+        let mut owned = None;
+        let host_rows = match a {
+            SparseOperand::Resident(_) => None,
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
+        };
+        let (m, n) = (a.shape().0, b.shape().1);
+        // Reserved before anything is allocated: what is copied for the call, and C.
+        let copied = host_rows.as_ref().map_or(0, RowOperand::bytes)
+            + match b {
+                DenseOperand::Host(d) => resident::value_bytes::<T>(d.data().len() as u64),
+                DenseOperand::Resident(_) => 0,
+            };
+        let _work = self.pool.reserve(copied, "SpMM operands")?;
+        let c_reservation = self.pool.reserve(
+            resident::value_bytes::<T>((m as u64).saturating_mul(n as u64)),
+            "SpMM result",
+        )?;
+        let rows = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => self.csr_storage(r)?.rows(),
+            (_, Some(h)) => h.upload(q)?,
+            (SparseOperand::Host(_), None) => return Err(not_uploaded()),
+        };
+        let b_up;
+        let b_in = match b {
+            DenseOperand::Resident(d) => self.dense_storage(d)?.input(),
+            DenseOperand::Host(d) => {
+                b_up = q.upload(bytes_of(d.data()), "B")?;
+                DenseIn {
+                    data: &b_up,
+                    nrows: d.nrows(),
+                    ncols: d.ncols(),
+                    layout: d.layout(),
+                }
+            }
+        };
+        let layout = b_in.layout;
+        // Progress: each entry of A times each column of B.
+        let products = match (a, &host_rows) {
+            (SparseOperand::Resident(r), _) => r.nnz(),
+            (_, Some(h)) => h.nnz(),
+            _ => 0,
+        }
+        .saturating_mul(n as u64);
+        run.add_planned(products);
+        let c = multiply::spmm_device::<T>(q, program, &rows, &b_in, keep)?;
+        q.finish()?;
+        run.add_done(products);
+        Ok((c, (m, n), layout, c_reservation))
+    }
+
+    /// A result of SpMV or SpMM kept on the device.
+    pub(crate) fn keep_dense<T: Scalar>(
+        &self,
+        data: DeviceBuffer<u8>,
+        (nrows, ncols): (usize, usize),
+        layout: Layout,
+        reservation: Reservation,
+    ) -> ResidentDense<T> {
+        self.wrap_dense(ClDense {
+            _state: Arc::clone(&self.state),
+            nrows,
+            ncols,
+            layout,
+            data,
+            _reservation: reservation,
+        })
+    }
+
+    /// A dense result brought to the host.
+    pub(crate) fn fetch_dense<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        data: &DeviceBuffer<u8>,
+        (nrows, ncols): (usize, usize),
+        layout: Layout,
+    ) -> Result<Dense<T>> {
+        let len = nrows * ncols;
+        let values = if len == 0 {
+            Vec::new()
+        } else {
+            multiply::download_values::<T>(q, data, len)?
+        };
+        Ok(Dense::try_new(nrows, ncols, layout, values)?)
+    }
+}
+
+/// A host matrix as an operand of the row kernels: ELLPACK-R and CSR as they are, other formats
+/// converted to CSR into `owned`.
+fn row_operand<'o, T: Scalar>(
+    m: SparseRef<'o, T>,
+    owned: &'o mut Option<Csr<T>>,
+) -> RowOperand<'o, T> {
+    match m {
+        SparseRef::Ellr(e) => RowOperand::Ellr(e),
+        SparseRef::Csr(c) => RowOperand::Csr(c),
+        other => RowOperand::Csr(owned.insert(other.to_csr().into_owned())),
+    }
+}
+
+fn not_uploaded() -> Error {
+    Error::Internal {
+        backend: BACKEND.into(),
+        what: "a host operand was not uploaded".into(),
+    }
+}
+
+fn size<T>() -> usize {
+    std::mem::size_of::<T>()
+}
+
+/// Device bytes of the numeric phase beside the result: an accumulator per entry and the flag.
+fn numeric_work_bytes<T: Scalar>(nnz_c: u64) -> u64 {
+    nnz_c.saturating_mul(kernels::acc_bytes(T::TYPE) as u64) + 4
+}
+
+/// A product's arrays as a matrix: trusted when the device checked them, checked otherwise.
+pub(crate) fn assemble<T: Scalar>(c: Compressed<'static, T>, checked: bool) -> Result<Csr<T>> {
+    let _assemble = tracing::debug_span!("assemble", checked).entered();
+    let (offsets, index, values) = (
+        c.offsets.into_owned(),
+        c.index.into_owned(),
+        c.values.into_owned(),
+    );
+    if checked && values.len() == index.len() && offsets.len() == c.nrows + 1 {
+        // SAFETY: the device's check_product kernel verified the offsets (length, ends,
+        // monotone) and every column (bounds, strictly increasing within its row) of exactly
+        // these arrays, and the pipeline refuses the product when it flags anything; the
+        // lengths are checked just above.
+        Ok(unsafe { Csr::from_parts_unchecked(c.nrows, c.ncols, offsets, index, values) })
+    } else {
+        Ok(Csr::try_new(c.nrows, c.ncols, offsets, index, values)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::generate;
+    use hetsparse_core::{Backend, Device};
+
+    /// The numeric kernel itself refuses products outside the planned structure (operands
+    /// whose identities were forged to match the plan's: `check_operands` cannot see it).
+    #[test]
+    fn the_numeric_phase_flags_products_outside_the_structure() {
+        let Some(b) = crate::tests::device_backend("numeric flag") else {
+            return;
+        };
+        let run = RunControl::new();
+        let opts = SpgemmOptions::new();
+        let narrow = generate::banded::<f64>(40, 3, 1);
+        let wide = generate::banded::<f64>(40, 7, 1);
+        let rn = b.upload(&narrow).unwrap();
+        let plan = b.plan_spgemm((&rn).into(), (&rn).into(), &opts).unwrap();
+        // A plan claiming to be for wide·wide, holding narrow·narrow's structure.
+        let rw = b.upload(&wide).unwrap();
+        let state = ClPlan {
+            structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
+        };
+        let forged = SpgemmPlan::<f64>::from_state(
+            b.memory_space(),
+            opts.clone(),
+            OperandPattern::of(&(&rw).into()),
+            OperandPattern::of(&(&rw).into()),
+            plan.c_nnz(),
+            plan.products(),
+            plan.requirement(),
+            state,
+        );
+        let program = b
+            .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
+            .unwrap();
+        let err = b
+            .execute(&program, &forged, (&rw).into(), (&rw).into(), &run)
+            .unwrap_err();
+        assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
+        // The honest plan still runs.
+        let c = b
+            .execute_spgemm(&plan, (&rn).into(), (&rn).into(), &run)
+            .unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&narrow, &narrow)
+                .unwrap();
+        assert_eq!(b.download(&c).unwrap().col_indices(), e.col_indices());
+    }
+}
