@@ -136,9 +136,11 @@ impl CudaBackend {
     /// batches; operations whose operands do not fit return
     /// [`Error::OutOfMemory`].
     pub fn with_memory_budget(self, bytes: u64) -> Self {
-        self.gpu
-            .memory()
-            .set_limit(bytes.min(self.gpu.total_memory()));
+        // Setting the driver pool's release threshold can only fail on a broken context,
+        // which the next operation reports; the limit itself is always set.
+        let _ = self
+            .gpu
+            .set_memory_limit(bytes.min(self.gpu.total_memory()));
         self
     }
 
@@ -234,7 +236,7 @@ impl CudaBackend {
         Ok(match d {
             DenseOperand::Host(d) => DenseIn::Host(d),
             DenseOperand::Resident(r) => DenseIn::Device {
-                data: self.dense(r)?.data.slice(),
+                data: &self.dense(r)?.data,
                 shape: r.shape(),
                 layout: r.layout(),
             },
@@ -253,7 +255,7 @@ impl CudaBackend {
                         r.ncols()
                     )));
                 }
-                VecIn::Device(storage.data.slice())
+                VecIn::Device(&storage.data)
             }
         })
     }
@@ -332,7 +334,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
 
     fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
         stream.synchronize()?;
         Ok(self.wrap_csr(dev, PatternId::of(m)))
@@ -346,7 +348,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let dev = self.csr(pattern)?;
         check::value_count(pattern.nnz(), values.len())?;
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let new = dev.with_values(&self.gpu, &stream, values)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(new, pattern.pattern()))
@@ -355,12 +357,12 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
         let dev = self.csr(m)?;
         self.gpu.bind()?;
-        dev.download(&self.gpu, &Stream::new()?)
+        dev.download(&self.gpu, &**self.gpu.stream()?)
     }
 
     fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
         stream.synchronize()?;
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
@@ -369,7 +371,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         let dev = self.dense(d)?;
         self.gpu.bind()?;
-        dev.download(&self.gpu, &Stream::new()?, d.shape(), d.layout())
+        dev.download(&self.gpu, &**self.gpu.stream()?, d.shape(), d.layout())
     }
 
     fn spgemm_resident(
