@@ -51,7 +51,15 @@
 //!   window, B's too; the other algorithms read nothing back.
 //! - [`Backend::plan_spgemm`] keeps C's structure (offsets and columns) on the device;
 //!   [`Backend::execute_spgemm`] runs only the numeric phase into a new value array and
-//!   shares the structure with the plan.
+//!   shares the structure with the plan (the hash kernels read the plan's columns to place
+//!   each value: no table sort, no columns written).
+//!
+//! `spmv_resident` and `spmm_resident` return without waiting for the GPU: the result comes
+//! from the device's stream-ordered pool (`cuMemAllocAsync` on a pooled stream; the pool keeps
+//! up to the budget of freed memory cached) and carries an event that later operations on
+//! other streams, and downloads, wait for; temporaries and dropped results are freed on their
+//! stream behind the events of every use. Operand reservations in the [`MemoryPool`] are held
+//! exactly as long as the buffers.
 //!
 //! Every device allocation reserves its bytes in the backend's [`MemoryPool`]
 //! ([`Device::memory_pool`]); [`Backend::spgemm_requirement`] and plan requirements bound
