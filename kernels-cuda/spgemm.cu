@@ -148,7 +148,7 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                              const u64* a_off, const u32* a_col, const void* a_val_,
                              const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
                              u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
-                             void* out_val_) {
+                             void* out_val_, const u32* known_col) {
     typedef typename S::acc A;
     unsigned char* smem = hs_smem;
     const T* a_val = (const T*)a_val_;
@@ -184,13 +184,30 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
             }
         }
         __syncthreads();
-        bitonic_sort(keys, vals, table_size);  // empty slots (all ones) sort last
         u64 i = r - row_base;
         u64 n = c_off[i + 1] - c_off[i];
         u64 dst = c_off[i] - out_base;
-        for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
-            out_col[dst + t] = keys[t] - col_lo;
-            out_val[dst + t] = S::store(vals[t]);
+        if (known_col) {
+            // A plan's execution: C's columns are known (and sorted), so each value is looked
+            // up under its column instead of sorting the table and writing the columns again.
+            // A column the table lacks (only if the plan does not match the operands) is 0;
+            // the probe ends at an empty slot, which a table at most half full always has.
+            for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
+                u32 c = known_col[dst + t] + col_lo;
+                u32 h = hash_slot(c, mask);
+                u32 k = keys[h];
+                while (k != c && k != HS_EMPTY) {
+                    h = (h + 1) & mask;
+                    k = keys[h];
+                }
+                out_val[dst + t] = S::store(k == c ? vals[h] : S::zero());
+            }
+        } else {
+            bitonic_sort(keys, vals, table_size);  // empty slots (all ones) sort last
+            for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
+                out_col[dst + t] = keys[t] - col_lo;
+                out_val[dst + t] = S::store(vals[t]);
+            }
         }
         __syncthreads();
     }
@@ -201,10 +218,11 @@ HS_INSTANTIATE(spgemm_hash_numeric,
                 const u64* table_offsets, u32* global_keys, void* global_vals, const u64* a_off,
                 const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,
                 const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,
-                u32* out_col, void* out_val),
+                u32* out_col, void* out_val, const u32* known_col),
                (hash_numeric<T, S>(rows, nlist, row_base, table_size, table_offsets,
                                    global_keys, global_vals, a_off, a_col, a_val, b_off, b_col,
-                                   b_val, col_lo, col_hi, c_off, out_base, out_col, out_val)))
+                                   b_val, col_lo, col_hi, c_off, out_base, out_col, out_val,
+                                   known_col)))
 
 // ---------------------------------------------------------------------------------------------
 // Row-Row, Matam et al. Alg. 1: a warp per row of A. The row of C is built TR_B columns at a

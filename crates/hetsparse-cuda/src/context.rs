@@ -4,22 +4,27 @@
 //! primary context current on the calling thread: the backend is shared between threads and the
 //! driver keeps the current context per thread.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
+use std::ops::Deref;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hetsparse_core::{Error, Result};
 
 use crate::error::{check, from_code, from_cust, BACKEND};
-use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmodule, CUstream};
+use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
 use crate::kernels::MODULES;
 use crate::memory::PinnedPool;
 use hetsparse_core::MemoryPool;
 
 /// One GPU: its primary context, properties and kernel modules.
 pub struct Gpu {
-    // Field order matters: modules are unloaded before the context is released.
+    // Field order matters: pooled streams are destroyed and modules unloaded before the
+    // context is released.
+    streams: Mutex<Vec<Arc<Stream>>>,
+    functions: Mutex<HashMap<(usize, &'static str), Function>>,
     modules: Vec<(&'static str, Module)>,
     context: cust::context::Context,
     ordinal: u32,
@@ -31,7 +36,21 @@ pub struct Gpu {
     compute_capability: (i32, i32),
     memory: Arc<MemoryPool>,
     pinned: PinnedPool,
+    /// The device's default stream-ordered memory pool, where the driver supports them.
+    mempool: Option<MemPool>,
 }
+
+/// A driver memory pool handle.
+#[derive(Clone, Copy)]
+pub(crate) struct MemPool(pub(crate) CUmemoryPool);
+
+// SAFETY: pool handles are process-wide driver objects, usable from any thread.
+unsafe impl Send for MemPool {}
+unsafe impl Sync for MemPool {}
+
+/// Streams a [`Gpu`] keeps for reuse (creating one costs microseconds, more than a small
+/// kernel); more are created when more operations run at once.
+const STREAM_POOL_KEEP: usize = 16;
 
 struct Module(CUmodule);
 
@@ -163,7 +182,22 @@ impl Gpu {
         let context = cust::context::Context::new(cust_device)
             .map_err(|e| from_cust(e, "retaining the primary context"))?;
         let memory = MemoryPool::new(BACKEND, total as u64);
+        let mempool =
+            if device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0 {
+                let mut pool: CUmemoryPool = ptr::null_mut();
+                // SAFETY: query into a local.
+                check(
+                    unsafe { ffi::cuDeviceGetDefaultMemPool(&mut pool, device) },
+                    "getting the device's memory pool",
+                )?;
+                Some(MemPool(pool))
+            } else {
+                None
+            };
         let mut gpu = Gpu {
+            streams: Mutex::new(Vec::new()),
+            functions: Mutex::new(HashMap::new()),
+            mempool,
             modules: Vec::new(),
             context,
             ordinal,
@@ -177,6 +211,7 @@ impl Gpu {
             pinned: PinnedPool::default(),
         };
         gpu.bind()?;
+        gpu.set_memory_limit(total as u64)?;
         for &(module, ptx) in MODULES {
             let loaded = load_module(module, ptx)?;
             gpu.modules.push((module, loaded));
@@ -191,6 +226,49 @@ impl Gpu {
             unsafe { ffi::cuCtxSetCurrent(self.context.as_raw() as *mut c_void) },
             "making the CUDA context current",
         )
+    }
+
+    /// Sets the memory pool's limit to `bytes`, and lets the driver's stream-ordered pool keep
+    /// that much freed memory cached for reuse (by default it returns everything to the
+    /// device at each synchronisation, which makes the next allocation a full cuMemAlloc):
+    /// what the driver caches never exceeds the budget.
+    pub(crate) fn set_memory_limit(&self, bytes: u64) -> Result<()> {
+        self.memory.set_limit(bytes);
+        if let Some(pool) = self.mempool {
+            let mut threshold = bytes;
+            // SAFETY: the attribute takes a pointer to a 64-bit value, read during the call.
+            check(
+                unsafe {
+                    ffi::cuMemPoolSetAttribute(
+                        pool.0,
+                        ffi::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                        &mut threshold as *mut u64 as *mut c_void,
+                    )
+                },
+                "setting the memory pool's release threshold",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The device's stream-ordered memory pool, if the driver supports one.
+    pub(crate) fn mempool(&self) -> Option<MemPool> {
+        self.mempool
+    }
+
+    /// A stream from the device's pool (a new one if all are in use), given back when the
+    /// lease is dropped. Work queued on it need not be over by then: the next user's work
+    /// simply queues behind it.
+    pub fn stream(&self) -> Result<StreamLease<'_>> {
+        let reused = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let stream = match reused {
+            Some(s) => s,
+            None => Arc::new(Stream::new()?),
+        };
+        Ok(StreamLease {
+            stream: Some(stream),
+            gpu: self,
+        })
     }
 
     /// The device ordinal.
@@ -254,10 +332,17 @@ impl Gpu {
 
     /// Kernel `name` of module `module` (a `kernels-cuda/*.cu` file's stem).
     pub fn function(&self, module: &str, name: &'static str) -> Result<Function> {
-        let (_, m) = self
-            .modules
-            .iter()
-            .find(|(n, _)| *n == module)
+        // Looked up once per kernel: every launch asks, and a lookup (a C string and a driver
+        // call) is a noticeable part of a small kernel's cost.
+        let index = self.modules.iter().position(|(n, _)| *n == module);
+        if let Some(i) = index {
+            let cache = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = cache.get(&(i, name)) {
+                return Ok(*f);
+            }
+        }
+        let (_, m) = index
+            .map(|i| &self.modules[i])
             .ok_or_else(|| Error::Internal {
                 backend: BACKEND.into(),
                 what: format!(
@@ -273,7 +358,14 @@ impl Gpu {
             unsafe { ffi::cuModuleGetFunction(&mut raw, m.0, c_name.as_ptr()) },
             &format!("looking up kernel `{name}` in module `{module}`"),
         )?;
-        Ok(Function { raw, name })
+        let function = Function { raw, name };
+        if let Some(i) = index {
+            self.functions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((i, name), function);
+        }
+        Ok(function)
     }
 
     /// Launches `function` on `stream`.
@@ -435,6 +527,30 @@ impl Drop for Stream {
     }
 }
 
+/// A stream on loan from a [`Gpu`]'s pool (see [`Gpu::stream`]).
+pub struct StreamLease<'g> {
+    stream: Option<Arc<Stream>>,
+    gpu: &'g Gpu,
+}
+
+impl Deref for StreamLease<'_> {
+    type Target = Arc<Stream>;
+    fn deref(&self) -> &Arc<Stream> {
+        self.stream.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for StreamLease<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            let mut free = self.gpu.streams.lock().unwrap_or_else(|p| p.into_inner());
+            if free.len() < STREAM_POOL_KEEP {
+                free.push(s);
+            }
+        }
+    }
+}
+
 /// A point in a stream that the host or other streams can wait for.
 pub struct Event {
     raw: CUevent,
@@ -475,6 +591,14 @@ impl Event {
             unsafe { ffi::cuEventSynchronize(self.raw) },
             "waiting for an event",
         )
+    }
+    /// Whether the work before the event has completed (an event never recorded has).
+    pub fn is_done(&self) -> bool {
+        // SAFETY: valid event.
+        unsafe { ffi::cuEventQuery(self.raw) != ffi::CUDA_ERROR_NOT_READY }
+    }
+    pub(crate) fn raw(&self) -> CUevent {
+        self.raw
     }
     /// Milliseconds between `start` and this event (both recorded with timing).
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {

@@ -16,6 +16,7 @@ pub type CUmodule = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUstream = *mut c_void;
 pub type CUevent = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 
@@ -24,6 +25,7 @@ pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
+pub const CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_int = 115;
 pub const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
@@ -32,6 +34,11 @@ pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 
 pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 
 pub const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
 pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
@@ -81,6 +88,16 @@ extern "C" {
 
     pub fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CUresult;
     pub fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult;
+    pub fn cuMemAllocAsync(ptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult;
+    pub fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult;
+    pub fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: CUdevice) -> CUresult;
+    pub fn cuMemPoolSetAttribute(
+        pool: CUmemoryPool,
+        attribute: c_int,
+        value: *mut c_void,
+    ) -> CUresult;
+    pub fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult;
+    pub fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult;
     pub fn cuMemcpyHtoDAsync_v2(
         dst: CUdeviceptr,
         src: *const c_void,
@@ -104,5 +121,6 @@ extern "C" {
     pub fn cuEventDestroy_v2(event: CUevent) -> CUresult;
     pub fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;
     pub fn cuEventSynchronize(event: CUevent) -> CUresult;
+    pub fn cuEventQuery(event: CUevent) -> CUresult;
     pub fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult;
 }

@@ -51,7 +51,15 @@
 //!   window, B's too; the other algorithms read nothing back.
 //! - [`Backend::plan_spgemm`] keeps C's structure (offsets and columns) on the device;
 //!   [`Backend::execute_spgemm`] runs only the numeric phase into a new value array and
-//!   shares the structure with the plan.
+//!   shares the structure with the plan (the hash kernels read the plan's columns to place
+//!   each value: no table sort, no columns written).
+//!
+//! `spmv_resident` and `spmm_resident` return without waiting for the GPU: the result comes
+//! from the device's stream-ordered pool (`cuMemAllocAsync` on a pooled stream; the pool keeps
+//! up to the budget of freed memory cached) and carries an event that later operations on
+//! other streams, and downloads, wait for; temporaries and dropped results are freed on their
+//! stream behind the events of every use. Operand reservations in the [`MemoryPool`] are held
+//! exactly as long as the buffers.
 //!
 //! Every device allocation reserves its bytes in the backend's [`MemoryPool`]
 //! ([`Device::memory_pool`]); [`Backend::spgemm_requirement`] and plan requirements bound
@@ -136,9 +144,11 @@ impl CudaBackend {
     /// batches; operations whose operands do not fit return
     /// [`Error::OutOfMemory`].
     pub fn with_memory_budget(self, bytes: u64) -> Self {
-        self.gpu
-            .memory()
-            .set_limit(bytes.min(self.gpu.total_memory()));
+        // Setting the driver pool's release threshold can only fail on a broken context,
+        // which the next operation reports; the limit itself is always set.
+        let _ = self
+            .gpu
+            .set_memory_limit(bytes.min(self.gpu.total_memory()));
         self
     }
 
@@ -234,7 +244,7 @@ impl CudaBackend {
         Ok(match d {
             DenseOperand::Host(d) => DenseIn::Host(d),
             DenseOperand::Resident(r) => DenseIn::Device {
-                data: self.dense(r)?.data.slice(),
+                data: &self.dense(r)?.data,
                 shape: r.shape(),
                 layout: r.layout(),
             },
@@ -253,7 +263,7 @@ impl CudaBackend {
                         r.ncols()
                     )));
                 }
-                VecIn::Device(storage.data.slice())
+                VecIn::Device(&storage.data)
             }
         })
     }
@@ -332,7 +342,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
 
     fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
         stream.synchronize()?;
         Ok(self.wrap_csr(dev, PatternId::of(m)))
@@ -346,7 +356,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let dev = self.csr(pattern)?;
         check::value_count(pattern.nnz(), values.len())?;
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let new = dev.with_values(&self.gpu, &stream, values)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(new, pattern.pattern()))
@@ -355,12 +365,12 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
         let dev = self.csr(m)?;
         self.gpu.bind()?;
-        dev.download(&self.gpu, &Stream::new()?)
+        dev.download(&self.gpu, &**self.gpu.stream()?)
     }
 
     fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.gpu.bind()?;
-        let stream = Stream::new()?;
+        let stream = self.gpu.stream()?;
         let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
         stream.synchronize()?;
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
@@ -369,7 +379,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         let dev = self.dense(d)?;
         self.gpu.bind()?;
-        dev.download(&self.gpu, &Stream::new()?, d.shape(), d.layout())
+        dev.download(&self.gpu, &**self.gpu.stream()?, d.shape(), d.layout())
     }
 
     fn spgemm_resident(

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use cust::memory::{DeviceCopy, LockedBuffer};
 use hetsparse_core::{MemoryPool, Reservation, Result};
 
-use crate::context::{Arg, Event, Stream};
+use crate::context::{Arg, Event, Gpu, Stream};
 use crate::error::{check, from_cust, out_of_memory};
 use crate::ffi::{self, CUcontext, CUdeviceptr};
 
@@ -239,18 +239,66 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
 }
 
 /// An owned device allocation of `len` elements of `T`, reserved in the device's pool.
+///
+/// Buffers made with [`DeviceBuffer::new`] come from `cuMemAlloc`; dropping one waits for the
+/// whole context before freeing it, so that no queued work on any stream can still touch it.
+/// Buffers the crate makes for one operation or for a resident result come from the device's
+/// stream-ordered pool instead (`cuMemAllocAsync` on a *home* stream): they are freed on that
+/// stream, after the events of their uses on other streams, without waiting on the host. Every
+/// use of such a buffer on a stream other than its home goes through
+/// [`DeviceBuffer::await_on`] before and [`DeviceBuffer::note_use`] after; the crate never hands
+/// one out where other code could queue work on it unseen.
 pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     bytes: u64,
     context: CUcontext,
+    order: Option<Box<Order>>,
     _reservation: Reservation,
     _type: PhantomData<T>,
 }
 
-// SAFETY: device memory is not tied to a host thread.
+/// How a stream-ordered buffer's lifetime is ordered with the device work that uses it.
+struct Order {
+    /// Allocated on, written by the operation that made it on, and freed on this stream.
+    home: Arc<Stream>,
+    /// Recorded on `home` after the writes of the operation that made the buffer: work on
+    /// other streams waits for it before reading.
+    ready: Option<Arc<Event>>,
+    /// The latest use on each other stream: the free waits for them. One entry per stream
+    /// (events on one stream complete in order), and completed ones are dropped, so the list
+    /// stays as short as the number of streams reading at once.
+    uses: Mutex<Vec<(Arc<Stream>, Arc<Event>)>>,
+}
+
+// SAFETY: device memory is not tied to a host thread; the use list is behind a mutex.
 unsafe impl<T: Send> Send for DeviceBuffer<T> {}
 unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
+
+/// Reserves `len` elements of `T` in `pool`.
+fn reserve<T>(pool: &Arc<MemoryPool>, len: usize, what: &str) -> Result<(u64, Reservation)> {
+    let bytes = (len as u64)
+        .checked_mul(size_of::<T>() as u64)
+        .ok_or_else(|| out_of_memory(what, u64::MAX, pool.available()))?;
+    Ok((bytes, pool.reserve(bytes, what)?))
+}
+
+/// Returns the memory the stream-ordered pool of the current context's device caches to the
+/// device, after waiting for the context (so that pending frees have happened): a plain
+/// `cuMemAlloc` cannot use what that pool holds.
+fn trim_cached_memory() {
+    let mut device = 0;
+    let mut pool: ffi::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: queries into locals; trimming frees only memory no allocation holds.
+    unsafe {
+        if ffi::cuCtxGetDevice(&mut device) == ffi::CUDA_SUCCESS
+            && ffi::cuDeviceGetDefaultMemPool(&mut pool, device) == ffi::CUDA_SUCCESS
+        {
+            ffi::cuCtxSynchronize();
+            ffi::cuMemPoolTrimTo(pool, 0);
+        }
+    }
+}
 
 impl<T: Copy> DeviceBuffer<T> {
     /// Allocates `len` uninitialised elements on the current context, reserving their bytes
@@ -258,17 +306,20 @@ impl<T: Copy> DeviceBuffer<T> {
     /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory) with the bytes needed and
     /// available.
     pub fn new(pool: &Arc<MemoryPool>, len: usize, what: &str) -> Result<Self> {
-        let bytes = (len as u64)
-            .checked_mul(size_of::<T>() as u64)
-            .ok_or_else(|| out_of_memory(what, u64::MAX, pool.available()))?;
-        let reservation = pool.reserve(bytes, what)?;
+        let (bytes, reservation) = reserve::<T>(pool, len, what)?;
         let mut ptr: CUdeviceptr = 0;
         let mut context: CUcontext = std::ptr::null_mut();
         if bytes > 0 {
             // SAFETY: allocation into a local.
-            let code = unsafe { ffi::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+            let mut code = unsafe { ffi::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+            if code == ffi::CUDA_ERROR_OUT_OF_MEMORY {
+                // Freed stream-ordered memory may be cached by the driver: return it, retry.
+                trim_cached_memory();
+                // SAFETY: allocation into a local.
+                code = unsafe { ffi::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+            }
             if code != ffi::CUDA_SUCCESS {
-                if code == 2 {
+                if code == ffi::CUDA_ERROR_OUT_OF_MEMORY {
                     let available = free_device_memory().min(pool.available());
                     return Err(out_of_memory(what, bytes, available));
                 }
@@ -282,10 +333,59 @@ impl<T: Copy> DeviceBuffer<T> {
             len,
             bytes,
             context,
+            order: None,
             _reservation: reservation,
             _type: PhantomData,
         })
     }
+
+    /// Allocates `len` uninitialised elements from `gpu`'s stream-ordered pool on `stream`,
+    /// their home (a plain [`DeviceBuffer::new`] where the driver has no such pool). The
+    /// memory may be used on `stream` from here on; on any other stream only between
+    /// [`DeviceBuffer::await_on`] and [`DeviceBuffer::note_use`].
+    pub(crate) fn new_on(gpu: &Gpu, stream: &Arc<Stream>, len: usize, what: &str) -> Result<Self> {
+        let pool = gpu.memory();
+        if gpu.mempool().is_none() {
+            return Self::new(pool, len, what);
+        }
+        let (bytes, reservation) = reserve::<T>(pool, len, what)?;
+        let mut ptr: CUdeviceptr = 0;
+        let mut context: CUcontext = std::ptr::null_mut();
+        if bytes > 0 {
+            // SAFETY: allocation into a local, ordered on a valid stream.
+            let mut code = unsafe { ffi::cuMemAllocAsync(&mut ptr, bytes as usize, stream.raw()) };
+            if code == ffi::CUDA_ERROR_OUT_OF_MEMORY {
+                // Frees queued on other streams may not have happened yet: wait for them and
+                // give the cache back, then retry once.
+                trim_cached_memory();
+                // SAFETY: as above.
+                code = unsafe { ffi::cuMemAllocAsync(&mut ptr, bytes as usize, stream.raw()) };
+            }
+            if code != ffi::CUDA_SUCCESS {
+                if code == ffi::CUDA_ERROR_OUT_OF_MEMORY {
+                    let available = free_device_memory().min(pool.available());
+                    return Err(out_of_memory(what, bytes, available));
+                }
+                check(code, what)?;
+            }
+            // SAFETY: query into a local.
+            unsafe { ffi::cuCtxGetCurrent(&mut context) };
+        }
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            bytes,
+            context,
+            order: Some(Box::new(Order {
+                home: Arc::clone(stream),
+                ready: None,
+                uses: Mutex::new(Vec::new()),
+            })),
+            _reservation: reservation,
+            _type: PhantomData,
+        })
+    }
+
     /// Allocates and fills from `host`.
     pub fn from_host(
         tracker: &Arc<MemoryPool>,
@@ -297,6 +397,19 @@ impl<T: Copy> DeviceBuffer<T> {
         b.slice().upload(stream, host)?;
         Ok(b)
     }
+
+    /// Allocates on `stream` ([`DeviceBuffer::new_on`]) and fills from `host`.
+    pub(crate) fn from_host_on(
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        host: &[T],
+        what: &str,
+    ) -> Result<Self> {
+        let b = Self::new_on(gpu, stream, host.len(), what)?;
+        b.slice().upload(stream, host)?;
+        Ok(b)
+    }
+
     /// The whole buffer as a slice.
     pub fn slice(&self) -> DeviceSlice<'_, T> {
         DeviceSlice {
@@ -315,22 +428,79 @@ impl<T: Copy> DeviceBuffer<T> {
     }
 }
 
+impl<T> DeviceBuffer<T> {
+    /// Marks the contents complete at `done`, an event recorded on the home stream after the
+    /// work that wrote them. Other streams wait for it in [`DeviceBuffer::await_on`].
+    pub(crate) fn set_ready(&mut self, done: &Arc<Event>) {
+        if let Some(order) = self.order.as_mut() {
+            order.ready = Some(Arc::clone(done));
+        }
+    }
+
+    /// Makes work queued on `stream` from here on wait until the contents are complete (and
+    /// nothing for a plain buffer, complete before it is handed out, or on the home stream).
+    pub(crate) fn await_on(&self, stream: &Stream) -> Result<()> {
+        match self.order.as_deref() {
+            Some(Order {
+                home,
+                ready: Some(ready),
+                ..
+            }) if home.raw() != stream.raw() => stream.wait(ready),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records that work on `stream` up to `done` (an event recorded on `stream` after it)
+    /// uses the buffer, so that the free waits for it.
+    pub(crate) fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
+        let Some(order) = self.order.as_deref() else {
+            return;
+        };
+        if Arc::ptr_eq(&order.home, stream) {
+            // The free is queued on this stream, behind the use.
+            return;
+        }
+        let mut uses = order.uses.lock().unwrap_or_else(|p| p.into_inner());
+        uses.retain(|(s, e)| !Arc::ptr_eq(s, stream) && !e.is_done());
+        uses.push((Arc::clone(stream), Arc::clone(done)));
+    }
+}
+
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if self.bytes > 0 {
+        if self.bytes == 0 {
+            return;
+        }
+        match self.order.take() {
+            // SAFETY: allocated by cuMemAllocAsync on `context`, freed once. The free is
+            // queued on the home stream, which is where the buffer was written; uses on other
+            // streams were noted with an event, which the home stream waits for first. The
+            // events stay valid for the waits: a destroyed event's pending wait completes.
+            Some(order) => unsafe {
+                ffi::cuCtxSetCurrent(self.context);
+                let uses = order.uses.into_inner().unwrap_or_else(|p| p.into_inner());
+                for (_, event) in &uses {
+                    if !event.is_done() {
+                        ffi::cuStreamWaitEvent(order.home.raw(), event.raw(), 0);
+                    }
+                }
+                ffi::cuMemFreeAsync(self.ptr, order.home.raw());
+            },
             // SAFETY: allocated by cuMemAlloc on `context`, freed once; the context is made
             // current first because the dropping thread may have another one. Work queued on
-            // any stream may still read or write the buffer (an operation that failed half way
-            // drops its buffers without waiting for its stream): the context is synchronised
-            // first, so the memory is returned only once nothing queued before the free can
-            // touch it.
-            unsafe {
+            // any stream may still read or write the buffer (an operation that failed half
+            // way drops its buffers without waiting for its stream): the context is
+            // synchronised first, so the memory is returned only once nothing queued before
+            // the free can touch it.
+            None => unsafe {
                 ffi::cuCtxSetCurrent(self.context);
                 ffi::cuCtxSynchronize();
                 ffi::cuMemFree_v2(self.ptr);
-            }
+            },
         }
-        // The reservation is released after the free.
+        // The reservation is released after the free is queued: the memory is the driver
+        // pool's again, reused by the next allocation, and what it caches is bounded by the
+        // pool's release threshold (the budget).
     }
 }
 

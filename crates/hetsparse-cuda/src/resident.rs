@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use hetsparse_core::{Csr, Dense, Error, Layout, Result};
 
-use crate::context::{Gpu, Stream};
+use crate::context::{Event, Gpu, Stream};
 use crate::error::BACKEND;
 use crate::memory::DeviceBuffer;
 use crate::scalar::{as_device, from_device, DeviceScalar};
@@ -32,16 +32,41 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
 impl<T: DeviceScalar> DeviceCsr<T> {
     /// Copies `m` to the device, queued on `stream` (the copies read `m` before returning).
     pub fn upload(gpu: &Gpu, stream: &Stream, m: &Csr<T>, name: &str) -> Result<Self> {
+        Self::upload_to(gpu, stream, None, m, name)
+    }
+
+    /// Copies `m` to the device, queued on `stream`, into plain buffers or, with `home`
+    /// (`stream` itself), stream-ordered ones (see [`put`]).
+    pub fn upload_to(
+        gpu: &Gpu,
+        stream: &Stream,
+        home: Option<&Arc<Stream>>,
+        m: &Csr<T>,
+        name: &str,
+    ) -> Result<Self> {
         let _span = tracing::debug_span!("H2D", matrix = name, nnz = m.nnz()).entered();
-        let mem = gpu.memory();
         Ok(DeviceCsr {
             nrows: m.nrows(),
             ncols: m.ncols(),
             host_offsets: Arc::new(m.row_offsets().to_vec()),
-            offsets: Arc::new(DeviceBuffer::from_host(mem, stream, m.row_offsets(), name)?),
-            cols: Arc::new(DeviceBuffer::from_host(mem, stream, m.col_indices(), name)?),
-            vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), name)?,
+            offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
+            cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
+            vals: put(gpu, stream, home, as_device(m.values()), name)?,
         })
+    }
+
+    /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
+    pub fn await_on(&self, stream: &Stream) -> Result<()> {
+        self.offsets.await_on(stream)?;
+        self.cols.await_on(stream)?;
+        self.vals.await_on(stream)
+    }
+
+    /// Notes a use of the arrays on `stream` up to `done` ([`DeviceBuffer::note_use`]).
+    pub fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
+        self.offsets.note_use(stream, done);
+        self.cols.note_use(stream, done);
+        self.vals.note_use(stream, done);
     }
 
     /// This matrix's structure with new `values` (one per entry, checked by the caller).
@@ -91,6 +116,25 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     }
 }
 
+/// `host` copied into a new device buffer on `stream`: a plain one, or with `home` (which
+/// must be `stream`) a stream-ordered one, for data that lives only as long as one operation
+/// queued on that stream.
+pub(crate) fn put<X: Copy>(
+    gpu: &Gpu,
+    stream: &Stream,
+    home: Option<&Arc<Stream>>,
+    host: &[X],
+    what: &str,
+) -> Result<DeviceBuffer<X>> {
+    match home {
+        Some(home) => {
+            debug_assert_eq!(home.raw(), stream.raw());
+            DeviceBuffer::from_host_on(gpu, home, host, what)
+        }
+        None => DeviceBuffer::from_host(gpu.memory(), stream, host, what),
+    }
+}
+
 /// A dense matrix (or a one-column vector) in device memory, in the layout its handle names.
 pub(crate) struct DeviceDense<T: DeviceScalar> {
     pub data: DeviceBuffer<T::Device>,
@@ -116,6 +160,9 @@ impl<T: DeviceScalar> DeviceDense<T> {
     ) -> Result<Dense<T>> {
         let _span = tracing::debug_span!("D2H", what = "dense matrix", elements = self.data.len())
             .entered();
+        // The copy waits for the operation that wrote the matrix, wherever it was queued; the
+        // staged download waits for its stream before returning, so no use is left to note.
+        self.data.await_on(stream)?;
         let data = self.data.slice().to_vec_staged(stream, gpu.pinned_pool())?;
         Ok(Dense::try_new(
             shape.0,

@@ -14,11 +14,12 @@
 
 use std::mem::size_of;
 use std::ops::Range;
+use std::sync::Arc;
 
 use hetsparse_core::backend::check;
 use hetsparse_core::{Dense, Error, Layout, Result, SparseRef};
 
-use crate::context::{Arg, Gpu, LaunchConfig, Stream};
+use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
 use crate::memory::{pinned, DeviceBuffer, DeviceSlice, PinnedBuffer};
 use crate::resident::DeviceCsr;
@@ -223,7 +224,7 @@ pub(crate) fn spmm<T: DeviceScalar>(
         return Ok(Dense::zeros(nrows, ncols, layout));
     }
     let first = Stream::new()?;
-    let dev = DeviceSparse::upload(gpu, &first, a)?;
+    let dev = DeviceSparse::upload(gpu, &first, None, a)?;
     let method = Method::choose(&dev, options.kernel, layout, ncols)?;
     let panel_layout = method.panel_layout(layout);
     let bytes_per_column =
@@ -494,7 +495,7 @@ fn run_panel<T: DeviceScalar>(
 pub(crate) enum DenseIn<'a, T: DeviceScalar> {
     Host(&'a Dense<T>),
     Device {
-        data: DeviceSlice<'a, T::Device>,
+        data: &'a DeviceBuffer<T::Device>,
         shape: (usize, usize),
         layout: Layout,
     },
@@ -505,6 +506,9 @@ pub(crate) enum DenseIn<'a, T: DeviceScalar> {
 /// The one combination whose kernel needs another layout than B's (a format without its own
 /// SpMM kernel, so column-by-column SpMV, and a row-major B) runs on the host path, with a
 /// resident B copied to the host first, and C uploaded.
+///
+/// As in [`crate::spmv::spmv_device`], nothing waits on the host except where B goes through
+/// the host: C is stream-ordered and marked ready by an event, operands note their use.
 pub(crate) fn spmm_device<T: DeviceScalar>(
     gpu: &Gpu,
     a: SparseIn<'_, T>,
@@ -512,14 +516,31 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
     kernel: SpmmKernel,
 ) -> Result<DeviceBuffer<T::Device>> {
     gpu.bind()?;
+    let stream = gpu.stream()?;
+    let queued = spmm_queue(gpu, &stream, a, b, kernel);
+    if queued.is_err() {
+        let _ = stream.synchronize();
+    }
+    queued
+}
+
+fn spmm_queue<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    a: SparseIn<'_, T>,
+    b: DenseIn<'_, T>,
+    kernel: SpmmKernel,
+) -> Result<DeviceBuffer<T::Device>> {
     let (nrows, inner) = a.shape();
     let ((_, ncols), layout) = match &b {
         DenseIn::Host(d) => (d.shape(), d.layout()),
         DenseIn::Device { shape, layout, .. } => (*shape, *layout),
     };
     let _span = tracing::debug_span!("spmm_device", nrows, inner, ncols, ?layout).entered();
-    let stream = Stream::new()?;
-    let dev = a.place(gpu, &stream)?;
+    if let SparseIn::Device(m) = a {
+        m.await_on(stream)?;
+    }
+    let dev = a.place_on(gpu, stream)?;
     let method = Method::choose(&dev, kernel, layout, ncols.max(1))?;
     if method.panel_layout(layout) != layout {
         let host_a = match a {
@@ -539,7 +560,9 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
                 shape,
                 layout,
             } => {
-                let values = data.to_vec(&stream)?;
+                // Waits for B's writer; `to_vec` waits for the copy.
+                data.await_on(stream)?;
+                let values = data.slice().to_vec(stream)?;
                 downloaded =
                     Dense::try_new(shape.0, shape.1, layout, from_device::<T>(&values).to_vec())?;
                 &downloaded
@@ -554,22 +577,25 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
                 panel_columns: None,
             },
         )?;
-        let c_dev = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(c.data()), "SpMM C")?;
-        // The result is handed out (and may be read on any stream) once its copy has landed.
-        stream.synchronize()?;
+        let mut c_dev = DeviceBuffer::from_host_on(gpu, stream, as_device(c.data()), "SpMM C")?;
+        let done = Arc::new(Event::new(false)?);
+        done.record(stream)?;
+        c_dev.set_ready(&done);
         return Ok(c_dev);
     }
     let uploaded;
     let b_dev = match b {
         DenseIn::Host(d) => {
             let _h = tracing::debug_span!("H2D", what = "SpMM B").entered();
-            uploaded =
-                DeviceBuffer::from_host(gpu.memory(), &stream, as_device(d.data()), "SpMM B")?;
-            uploaded.slice()
+            uploaded = DeviceBuffer::from_host_on(gpu, stream, as_device(d.data()), "SpMM B")?;
+            &uploaded
         }
-        DenseIn::Device { data, .. } => data,
+        DenseIn::Device { data, .. } => {
+            data.await_on(stream)?;
+            data
+        }
     };
-    let c = SpmvOutput::new(gpu, &dev, nrows * ncols)?;
+    let c = SpmvOutput::new_in(gpu, Some(stream), &dev, nrows * ncols)?;
     if nrows > 0 && ncols > 0 {
         let _k = tracing::debug_span!("kernel", ?method, columns = ncols).entered();
         run_panel(
@@ -577,14 +603,21 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
             &dev,
             method,
             layout,
-            &stream,
-            b_dev,
+            stream,
+            b_dev.slice(),
             &c,
             (inner, nrows, ncols),
         )?;
     }
-    stream.synchronize()?;
-    Ok(c.out)
+    let done = Arc::new(Event::new(false)?);
+    done.record(stream)?;
+    if let SparseIn::Device(m) = a {
+        m.note_use(stream, &done);
+    }
+    b_dev.note_use(stream, &done);
+    let mut out = c.out;
+    out.set_ready(&done);
+    Ok(out)
 }
 
 /// The sparse operand of a device SpMV or SpMM: a host matrix of any format or a resident CSR.
@@ -601,10 +634,11 @@ impl<'a, T: DeviceScalar> SparseIn<'a, T> {
             SparseIn::Device(m) => (m.nrows, m.ncols),
         }
     }
-    /// The matrix on the device: uploaded on `stream`, or the resident one in place.
-    pub(crate) fn place(self, gpu: &Gpu, stream: &Stream) -> Result<DeviceSparse<'a, T>> {
+    /// The matrix on the device: uploaded on `stream` into stream-ordered buffers freed on
+    /// it, or the resident one in place.
+    pub(crate) fn place_on(self, gpu: &Gpu, stream: &Arc<Stream>) -> Result<DeviceSparse<'a, T>> {
         match self {
-            SparseIn::Host(m) => DeviceSparse::upload(gpu, stream, m),
+            SparseIn::Host(m) => DeviceSparse::upload(gpu, stream, Some(stream), m),
             SparseIn::Device(m) => Ok(DeviceSparse::resident(m)),
         }
     }

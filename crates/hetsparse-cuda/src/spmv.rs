@@ -16,13 +16,14 @@
 //! precision is rounded once), which a last kernel rounds to the storage type.
 
 use std::mem::size_of;
+use std::sync::Arc;
 
 use hetsparse_core::backend::check;
 use hetsparse_core::{Error, Result, SparseFormat, SparseRef};
 
-use crate::context::{Arg, Gpu, LaunchConfig, Stream};
-use crate::memory::{DeviceBuffer, DeviceSlice};
-use crate::resident::{DeviceCsr, Held};
+use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
+use crate::memory::DeviceBuffer;
+use crate::resident::{put, DeviceCsr, Held};
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
 use crate::spmm::SparseIn;
 
@@ -132,58 +133,58 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         DeviceSparse::Csr(Held::Borrowed(m))
     }
 
-    /// Copies `a`'s arrays to the device, queued on `stream`.
-    pub(crate) fn upload(gpu: &Gpu, stream: &Stream, a: SparseRef<'_, T>) -> Result<Self> {
-        let mem = gpu.memory();
+    /// Copies `a`'s arrays to the device, queued on `stream`, into plain buffers or, with
+    /// `home` (`stream` itself), stream-ordered ones for the one operation on that stream.
+    pub(crate) fn upload(
+        gpu: &Gpu,
+        stream: &Stream,
+        home: Option<&Arc<Stream>>,
+        a: SparseRef<'_, T>,
+    ) -> Result<Self> {
         let (nrows, ncols) = a.shape();
         let _span = tracing::debug_span!("H2D", what = "sparse operand", format = %a.format(), nrows, ncols).entered();
         Ok(match a {
-            SparseRef::Csr(m) => {
-                DeviceSparse::Csr(Held::Owned(DeviceCsr::upload(gpu, stream, m, "CSR A")?))
-            }
+            SparseRef::Csr(m) => DeviceSparse::Csr(Held::Owned(DeviceCsr::upload_to(
+                gpu, stream, home, m, "CSR A",
+            )?)),
             SparseRef::Csc(m) => DeviceSparse::Csc {
                 ncols,
-                offsets: DeviceBuffer::from_host(mem, stream, m.col_offsets(), "CSC offsets")?,
-                rows: DeviceBuffer::from_host(mem, stream, m.row_indices(), "CSC rows")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSC values")?,
+                offsets: put(gpu, stream, home, m.col_offsets(), "CSC offsets")?,
+                rows: put(gpu, stream, home, m.row_indices(), "CSC rows")?,
+                vals: put(gpu, stream, home, as_device(m.values()), "CSC values")?,
             },
             SparseRef::Coo(m) => DeviceSparse::Coo {
                 nnz: m.nnz(),
-                rows: DeviceBuffer::from_host(mem, stream, m.row_indices(), "COO rows")?,
-                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "COO columns")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "COO values")?,
+                rows: put(gpu, stream, home, m.row_indices(), "COO rows")?,
+                cols: put(gpu, stream, home, m.col_indices(), "COO columns")?,
+                vals: put(gpu, stream, home, as_device(m.values()), "COO values")?,
             },
             SparseRef::Dia(m) => DeviceSparse::Dia {
                 nrows,
                 ncols,
-                offsets: DeviceBuffer::from_host(mem, stream, m.offsets(), "DIA offsets")?,
-                data: DeviceBuffer::from_host(mem, stream, as_device(m.data()), "DIA data")?,
+                offsets: put(gpu, stream, home, m.offsets(), "DIA offsets")?,
+                data: put(gpu, stream, home, as_device(m.data()), "DIA data")?,
             },
             SparseRef::Ellr(m) => DeviceSparse::Ellr {
                 nrows,
                 padded_rows: m.padded_rows(),
                 mean_row: mean(m.nnz(), nrows),
-                row_lengths: DeviceBuffer::from_host(
-                    mem,
-                    stream,
-                    m.row_lengths(),
-                    "ELLPACK-R row lengths",
-                )?,
-                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "ELLPACK-R J")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "ELLPACK-R E")?,
+                row_lengths: put(gpu, stream, home, m.row_lengths(), "ELLPACK-R row lengths")?,
+                cols: put(gpu, stream, home, m.col_indices(), "ELLPACK-R J")?,
+                vals: put(gpu, stream, home, as_device(m.values()), "ELLPACK-R E")?,
             },
             SparseRef::Cspr(m) => DeviceSparse::Cspr {
                 nnz: m.nnz(),
                 ncols,
-                indices: DeviceBuffer::from_host(mem, stream, m.indices(), "CSPR indices")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "CSPR values")?,
+                indices: put(gpu, stream, home, m.indices(), "CSPR indices")?,
+                vals: put(gpu, stream, home, as_device(m.values()), "CSPR values")?,
             },
             SparseRef::Bsr(m) => DeviceSparse::Bsr {
                 nrows,
                 block_shape: m.block_shape(),
-                offsets: DeviceBuffer::from_host(mem, stream, m.row_offsets(), "BSR offsets")?,
-                cols: DeviceBuffer::from_host(mem, stream, m.col_indices(), "BSR block columns")?,
-                vals: DeviceBuffer::from_host(mem, stream, as_device(m.values()), "BSR values")?,
+                offsets: put(gpu, stream, home, m.row_offsets(), "BSR offsets")?,
+                cols: put(gpu, stream, home, m.col_indices(), "BSR block columns")?,
+                vals: put(gpu, stream, home, as_device(m.values()), "BSR values")?,
             },
         })
     }
@@ -442,10 +443,32 @@ pub(crate) struct SpmvOutput<T: DeviceScalar> {
 
 impl<T: DeviceScalar> SpmvOutput<T> {
     pub(crate) fn new(gpu: &Gpu, a: &DeviceSparse<'_, T>, len: usize) -> Result<Self> {
+        Self::new_in(gpu, None, a, len)
+    }
+
+    /// The buffers in plain memory or, with `home`, stream-ordered on that stream.
+    pub(crate) fn new_in(
+        gpu: &Gpu,
+        home: Option<&Arc<Stream>>,
+        a: &DeviceSparse<'_, T>,
+        len: usize,
+    ) -> Result<Self> {
+        fn alloc<X: Copy>(
+            gpu: &Gpu,
+            home: Option<&Arc<Stream>>,
+            len: usize,
+            what: &str,
+        ) -> Result<DeviceBuffer<X>> {
+            match home {
+                Some(s) => DeviceBuffer::new_on(gpu, s, len, what),
+                None => DeviceBuffer::new(gpu.memory(), len, what),
+            }
+        }
         let atomic = a.sums_atomically();
         let acc = if atomic && accumulates_wider::<T>() {
-            Some(DeviceBuffer::new(
-                gpu.memory(),
+            Some(alloc(
+                gpu,
+                home,
                 len * size_of::<T::Acc>(),
                 "SpMV accumulators",
             )?)
@@ -453,7 +476,7 @@ impl<T: DeviceScalar> SpmvOutput<T> {
             None
         };
         Ok(SpmvOutput {
-            out: DeviceBuffer::new(gpu.memory(), len, "SpMV result")?,
+            out: alloc(gpu, home, len, "SpMV result")?,
             acc,
             atomic,
         })
@@ -511,6 +534,13 @@ impl<T: DeviceScalar> SpmvOutput<T> {
 
 /// `y = A·x` with `y` left on the device (`nrows` values). A resident A and x are used in
 /// place, host ones uploaded.
+///
+/// Nothing here waits on the host: `y` is stream-ordered, allocated on a pooled stream and
+/// marked ready by an event after the kernel, which a later use on another stream (or a
+/// download) waits for; temporaries are freed on that stream behind the kernel, and the
+/// resident operands note their use so that their own frees wait for it. The stream is waited
+/// for only when something fails after work was queued, so that no operand is released while
+/// a kernel may still read it.
 pub(crate) fn spmv_device<T: DeviceScalar>(
     gpu: &Gpu,
     a: SparseIn<'_, T>,
@@ -520,34 +550,63 @@ pub(crate) fn spmv_device<T: DeviceScalar>(
     gpu.bind()?;
     let (nrows, ncols) = a.shape();
     let _span = tracing::debug_span!("spmv_device", nrows, ncols).entered();
-    let stream = Stream::new()?;
-    let dev = a.place(gpu, &stream)?;
+    let stream = gpu.stream()?;
+    let queued = spmv_queue(gpu, &stream, a, x, kernel);
+    if queued.is_err() {
+        let _ = stream.synchronize();
+    }
+    queued
+}
+
+fn spmv_queue<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    a: SparseIn<'_, T>,
+    x: VecIn<'_, T>,
+    kernel: SpmvKernel,
+) -> Result<DeviceBuffer<T::Device>> {
+    let nrows = a.shape().0;
+    if let SparseIn::Device(m) = a {
+        m.await_on(stream)?;
+    }
+    let dev = a.place_on(gpu, stream)?;
     let kernel = dev.resolve(kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
-            uploaded = DeviceBuffer::from_host(gpu.memory(), &stream, as_device(x), "SpMV x")?;
-            uploaded.slice()
+            uploaded = DeviceBuffer::from_host_on(gpu, stream, as_device(x), "SpMV x")?;
+            &uploaded
         }
-        VecIn::Device(x) => x,
+        VecIn::Device(x) => {
+            x.await_on(stream)?;
+            x
+        }
     };
-    let y = SpmvOutput::new(gpu, &dev, nrows)?;
-    y.prepare(&stream)?;
+    let y = SpmvOutput::new_in(gpu, Some(stream), &dev, nrows)?;
+    y.prepare(stream)?;
     {
         let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
-        // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type.
-        unsafe { dev.launch(gpu, &stream, kernel, x_dev.arg(), y.target(0))? };
-        y.finish(gpu, &stream, nrows)?;
+        // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type;
+        // every buffer stays allocated until the stream has passed the kernel (module doc).
+        unsafe { dev.launch(gpu, stream, kernel, x_dev.slice().arg(), y.target(0))? };
+        y.finish(gpu, stream, nrows)?;
     }
-    stream.synchronize()?;
-    Ok(y.out)
+    let done = Arc::new(Event::new(false)?);
+    done.record(stream)?;
+    if let SparseIn::Device(m) = a {
+        m.note_use(stream, &done);
+    }
+    x_dev.note_use(stream, &done);
+    let mut out = y.out;
+    out.set_ready(&done);
+    Ok(out)
 }
 
 /// The vector of a device SpMV: on the host or resident.
 #[derive(Clone, Copy)]
 pub(crate) enum VecIn<'a, T: DeviceScalar> {
     Host(&'a [T]),
-    Device(DeviceSlice<'a, T::Device>),
+    Device(&'a DeviceBuffer<T::Device>),
 }
 
 /// `y = A·x` on the device with the given kernel choice, host in, host out.
@@ -567,8 +626,11 @@ pub(crate) fn download_vec<T: DeviceScalar>(
     gpu: &Gpu,
     y: &DeviceBuffer<T::Device>,
 ) -> Result<Vec<T>> {
-    let stream = Stream::new()?;
+    let stream = gpu.stream()?;
     let _d = tracing::debug_span!("D2H", bytes = y.len() * size_of::<T>()).entered();
+    // The copy waits for the operation that wrote `y`; the staged download waits for the
+    // stream before returning.
+    y.await_on(&stream)?;
     let out = y.slice().to_vec_staged(&stream, gpu.pinned_pool())?;
     Ok(from_device::<T>(&out).to_vec())
 }

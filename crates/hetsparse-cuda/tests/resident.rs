@@ -8,7 +8,7 @@ mod common;
 use hetsparse_core::generate;
 use hetsparse_core::{
     Backend, Coo, Csr, Dense, Device, Error, Layout, MemorySpace, ProductChunk, ReferenceBackend,
-    RunControl, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions,
+    RunControl, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
 };
 use hetsparse_cuda::CudaBackend;
 
@@ -390,5 +390,224 @@ fn handles_outlive_their_backend() {
             "{needed_bytes} {available_bytes}"
         ),
         other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+}
+
+/// `A·x` on the host, for checking device results.
+fn host_spmv(a: &Csr<f64>, x: &[f64]) -> Vec<f64> {
+    (0..a.nrows())
+        .map(|i| {
+            let (lo, hi) = (a.row_offsets()[i] as usize, a.row_offsets()[i + 1] as usize);
+            (lo..hi)
+                .map(|k| a.values()[k] * x[a.col_indices()[k] as usize])
+                .sum()
+        })
+        .collect()
+}
+
+fn assert_vec_close(actual: &[f64], expected: &[f64], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    for (k, (x, y)) in actual.iter().zip(expected).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-10 * (1.0 + y.abs()),
+            "{what}: element {k}: {x} vs {y}"
+        );
+    }
+}
+
+/// Resident SpMVs queued back to back from several threads, each result fed straight into the
+/// next call and dropped while that call may still be running: every result is right (a read
+/// before its writer finished, or memory freed and reused under a running kernel, shows as
+/// wrong values), and every reservation comes back.
+#[test]
+fn resident_spmv_chains_from_many_threads() {
+    let Some(gpu) = backend("resident_spmv_chains_from_many_threads") else {
+        return;
+    };
+    // Large enough that a kernel is still running when the next call is queued.
+    let a = generate::banded::<f64>(300_000, 7, 3);
+    let x: Vec<f64> = (0..a.ncols())
+        .map(|i| ((i % 17) as f64) * 0.125 - 1.0)
+        .collect();
+    let ax = host_spmv(&a, &x);
+    let aax = host_spmv(&a, &ax);
+    let pool = Device::memory_pool(&gpu).unwrap();
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let baseline = pool.reserved();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (gpu, ra, rx, opts, run) = (&gpu, &ra, &rx, &opts, &run);
+            let (ax, aax) = (&ax, &aax);
+            s.spawn(move || {
+                for i in 0..40 {
+                    let y = gpu.spmv_resident(ra.into(), rx.into(), opts, run).unwrap();
+                    let z = gpu
+                        .spmv_resident(ra.into(), (&y).into(), opts, run)
+                        .unwrap();
+                    drop(y);
+                    if i % 10 == t {
+                        let z = gpu.download_dense(&z).unwrap();
+                        assert_vec_close(z.data(), aax, &format!("thread {t}, call {i}: A·A·x"));
+                        let y = gpu.spmv_resident(ra.into(), rx.into(), opts, run).unwrap();
+                        let y = gpu.download_dense(&y).unwrap();
+                        assert_vec_close(y.data(), ax, &format!("thread {t}, call {i}: A·x"));
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(pool.reserved(), baseline, "reservations after the calls");
+}
+
+/// A resident result used right away by a second backend on the same device (its own streams,
+/// so the use is on another stream than the one that writes the result), then dropped at once:
+/// the second backend waits for the first's kernel, and the first's free waits for the second's.
+#[test]
+fn resident_results_used_on_another_stream_at_once() {
+    let Some(first) = backend("resident_results_used_on_another_stream_at_once") else {
+        return;
+    };
+    let second = CudaBackend::new().unwrap();
+    let a = generate::banded::<f64>(400_000, 9, 5);
+    let x: Vec<f64> = (0..a.ncols()).map(|i| 1.0 + (i % 5) as f64).collect();
+    let ax = host_spmv(&a, &x);
+    let aax = host_spmv(&a, &ax);
+    let ra = first.upload(&a).unwrap();
+    let rx = first.upload_vector(&x).unwrap();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    for round in 0..5 {
+        let y = first
+            .spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        let z = second
+            .spmv_resident((&ra).into(), (&y).into(), &opts, &run)
+            .unwrap();
+        drop(y);
+        // Reuses the memory `y` had once its free is reached, overwriting it.
+        let w = first
+            .spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        assert_vec_close(
+            first.download_dense(&z).unwrap().data(),
+            &aax,
+            &format!("round {round}: A·(A·x) on the second backend"),
+        );
+        assert_vec_close(
+            second.download_dense(&w).unwrap().data(),
+            &ax,
+            &format!("round {round}: A·x downloaded by the second backend"),
+        );
+    }
+
+    // SpMM: a resident dense result multiplied again by the other backend at once.
+    let b = Dense::try_new(
+        a.ncols(),
+        3,
+        Layout::RowMajor,
+        (0..a.ncols() * 3).map(|i| (i % 7) as f64 - 3.0).collect(),
+    )
+    .unwrap();
+    let rb = first.upload_dense(&b).unwrap();
+    let c = first
+        .spmm_resident((&ra).into(), (&rb).into(), &SpmmOptions::new(), &run)
+        .unwrap();
+    let d = second
+        .spmm_resident((&ra).into(), (&c).into(), &SpmmOptions::new(), &run)
+        .unwrap();
+    drop(c);
+    let d = first.download_dense(&d).unwrap();
+    for j in 0..3 {
+        let col: Vec<f64> = (0..a.ncols()).map(|i| b.data()[i * 3 + j]).collect();
+        let expected = host_spmv(&a, &host_spmv(&a, &col));
+        let got: Vec<f64> = (0..a.nrows()).map(|i| d.data()[i * 3 + j]).collect();
+        assert_vec_close(&got, &expected, &format!("A·(A·B), column {j}"));
+    }
+}
+
+/// Stream-ordered allocations still count against the budget: a result larger than what is
+/// left is refused, and dropping results gives their reservation back.
+#[test]
+fn resident_results_stay_within_the_budget() {
+    let Some(gpu) = backend("resident_results_stay_within_the_budget") else {
+        return;
+    };
+    let a = generate::banded::<f64>(100_000, 3, 9);
+    let x = vec![1.0; a.ncols()];
+    let gpu = gpu.with_memory_budget(8 << 20);
+    let pool = Device::memory_pool(&gpu).unwrap();
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    let mut kept = Vec::new();
+    let refused = loop {
+        match gpu.spmv_resident((&ra).into(), (&rx).into(), &opts, &run) {
+            Ok(y) => kept.push(y),
+            Err(e) => break e,
+        }
+        assert!(pool.reserved() <= pool.limit(), "reserved past the budget");
+        assert!(kept.len() < 100, "8 MiB cannot hold 100 results of 800 kB");
+    };
+    assert!(
+        matches!(refused, Error::OutOfMemory { .. }),
+        "expected OutOfMemory, got {refused:?}"
+    );
+    assert!(!kept.is_empty());
+    let expected = host_spmv(&a, &x);
+    let last = gpu.download_dense(kept.last().unwrap()).unwrap();
+    assert_vec_close(last.data(), &expected, "last result kept");
+    let with_results = pool.reserved();
+    kept.clear();
+    assert!(pool.reserved() < with_results);
+    // The memory freed is usable again.
+    let y = gpu
+        .spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+        .unwrap();
+    assert_vec_close(gpu.download_dense(&y).unwrap().data(), &expected, "after");
+}
+
+/// A plan's execution reads the plan's columns to place each value (the hash path no longer
+/// sorts or writes columns): right for rows of every table size, shared-memory bins and
+/// global-memory tables (rows of about 16 000 entries), with new values, and from two threads
+/// executing the same plan at once.
+#[test]
+fn plan_executions_place_values_under_known_columns() {
+    let Some(gpu) = backend("plan_executions_place_values_under_known_columns") else {
+        return;
+    };
+    // Dense rows of A over B's 200 rows of 100 entries each: every row of C has about 16 000
+    // columns, past any shared-memory table; B's own rows exercise the small bins below.
+    let a = generate::uniform::<f64>(40, 200, 200, 21);
+    let b = generate::uniform::<f64>(200, 40_000, 100, 22);
+    let small = generate::uniform::<f64>(300, 200, 3, 23);
+    let options = SpgemmOptions::from(SpgemmAlgorithm::Adaptive);
+    for (name, a) in [("long rows", &a), ("short rows", &small)] {
+        let (ra, rb) = (gpu.upload(a).unwrap(), gpu.upload(&b).unwrap());
+        let plan = gpu
+            .plan_spgemm((&ra).into(), (&rb).into(), &options)
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2u32 {
+                let (gpu, plan, ra, rb, b) = (&gpu, &plan, &ra, &rb, &b);
+                let mut a2 = a.clone();
+                for (k, v) in a2.values_mut().iter_mut().enumerate() {
+                    *v = f64::from(t + 1) * 0.5 - *v + (k % 3) as f64;
+                }
+                s.spawn(move || {
+                    let ra2 = gpu.upload_values(ra, a2.values()).unwrap();
+                    for round in 0..3 {
+                        let c = gpu
+                            .execute_spgemm(plan, (&ra2).into(), rb.into(), &RunControl::new())
+                            .unwrap();
+                        assert_close(
+                            &gpu.download(&c).unwrap(),
+                            &reference(&a2, b),
+                            &format!("{name}, thread {t}, round {round}"),
+                        );
+                    }
+                });
+            }
+        });
     }
 }

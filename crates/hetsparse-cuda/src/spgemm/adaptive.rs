@@ -243,6 +243,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
 }
 
 /// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first.
+/// With `known_cols`, `cols` already holds C's columns (a plan's structure): the kernel reads
+/// them to place each value, and neither sorts its tables nor writes a column.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn numeric<T: DeviceScalar>(
     job: &Job<'_, T>,
@@ -251,9 +253,15 @@ pub(super) fn numeric<T: DeviceScalar>(
     c_off: DeviceSlice<'_, u64>,
     base: u64,
     cols: DeviceSlice<'_, u32>,
+    known_cols: bool,
     vals: DeviceSlice<'_, T::Device>,
     scratch: &mut Scratch,
 ) -> Result<()> {
+    let (out_cols, read_cols) = if known_cols {
+        (Arg::U64(0), cols.arg())
+    } else {
+        (cols.arg(), Arg::U64(0))
+    };
     let bins = bin(
         &counts[range.clone()],
         job.rows.start + range.start,
@@ -283,8 +291,9 @@ pub(super) fn numeric<T: DeviceScalar>(
             Arg::U32(job.col_hi),
             c_off.arg(),
             Arg::U64(base),
-            cols.arg(),
+            out_cols,
             vals.arg(),
+            read_cols,
         ]
     };
     run_bins(job, &bins, acc_bytes::<T>(), scratch, f, &args)

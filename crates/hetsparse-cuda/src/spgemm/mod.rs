@@ -97,6 +97,11 @@ pub(crate) trait Output<T: DeviceScalar> {
         last: bool,
         launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
     ) -> Result<()>;
+    /// Whether the column slices handed to `launch` already hold C's columns, to be read
+    /// rather than written (a plan's execution into its shared structure).
+    fn known_cols(&self) -> bool {
+        false
+    }
 }
 
 /// Batches through the double-buffered pipeline to the host, chunks handed to `done`.
@@ -125,11 +130,16 @@ impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, T> {
 /// Batches written one after another into C's arrays on the device.
 pub(crate) struct ToDevice<'c, T: DeviceScalar> {
     pub cols: DeviceSlice<'c, u32>,
+    /// `cols` holds C's columns already: kernels that can read them do not write them.
+    pub known_cols: bool,
     pub vals: DeviceSlice<'c, T::Device>,
     pub at: u64,
 }
 
 impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
+    fn known_cols(&self) -> bool {
+        self.known_cols
+    }
     fn capacity_for(&mut self, _wanted: u64, _stream: &Stream) -> Result<u64> {
         // C is allocated whole: a batch is limited by work memory only (`batch` checks that
         // each one lands inside C).
@@ -462,11 +472,23 @@ pub(crate) fn requirement<T: DeviceScalar>(
 /// arrays and work memory (operands resident).
 pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> MemoryRequirement {
     let nnz = *structure.host_offsets.last().unwrap_or(&0);
-    let n = structure.counts.len() as u64;
     let mut r = MemoryRequirement::default();
-    r.work_bytes = nnz * 4 + footprint(&[(8, n), (8, n)]) + structure.work_bound;
+    // Columns computed again, where the kernels cannot read the plan's. (An execution has no
+    // symbolic phase, so no row arrays.)
+    let columns = if plan_reads_columns(&Method::of(structure.algorithm)) {
+        0
+    } else {
+        nnz * 4
+    };
+    r.work_bytes = columns + structure.work_bound;
     r.output_bytes = nnz * std::mem::size_of::<T>() as u64;
     r
+}
+
+/// Whether a plan's execution with `method` reads C's columns from the plan instead of
+/// writing them again (the hash kernels look each value up under its known column).
+fn plan_reads_columns(method: &Method) -> bool {
+    matches!(method, Method::Adaptive)
 }
 
 /// Intermediate products of the job's rows, summed.
@@ -682,6 +704,7 @@ fn numeric_batches<T: DeviceScalar>(
 ) -> Result<()> {
     let total = *c_off.last().unwrap_or(&0);
     let capacity = output.capacity_for(total, job.stream)?;
+    let known_cols = output.known_cols();
     let mut start = 0usize;
     let n = counts.len();
     while start < n {
@@ -712,6 +735,7 @@ fn numeric_batches<T: DeviceScalar>(
                     c_off_dev,
                     base,
                     cols,
+                    known_cols,
                     vals,
                     scratch,
                 ),
@@ -817,7 +841,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         ncols
     )
     .entered();
-    let stream = Stream::new()?;
+    let stream = gpu.stream()?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
     let (db, _) = b.place(gpu, &stream, "B")?;
     let tracker = gpu.memory();
@@ -834,11 +858,6 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         col_hi: ncols as u32,
     };
     let n = nrows as u64;
-    let mut chunk_arena = DeviceArena::new(
-        tracker,
-        footprint(&[(8, n), (8, n)]),
-        "row arrays of SpGEMM",
-    )?;
     run.checkpoint()?;
     let (counts, products, host_offsets, bound) = match plan {
         Some(p) => {
@@ -858,13 +877,18 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                     work_bound::<T>(method, &per_row, ncols as u64, da.nnz())
                 }
             };
+            // Row arrays of the symbolic phase only: a plan's execution needs none.
+            let chunk_arena = DeviceArena::new(
+                tracker,
+                footprint(&[(8, n), (8, n)]),
+                "row arrays of SpGEMM",
+            )?;
             let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
             let (counts, products) = symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
             let host_offsets = Arc::new(offsets(&counts));
             (counts, products, host_offsets, bound)
         }
     };
-    chunk_arena.reset();
     let nnz = *host_offsets.last().unwrap_or(&0);
     let (c_offsets, c_cols) = match plan {
         Some(p) => (Arc::clone(&p.offsets), Arc::clone(&p.cols)),
@@ -883,21 +907,23 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         ),
     };
     let c_vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
-    // A plan's structure is shared and immutable: the numeric kernels write the columns they
-    // compute into a buffer of their own.
+    // A plan's structure is shared and immutable. The hash kernels read its columns to place
+    // each value; the others write the columns they compute into a buffer of their own.
+    let known_cols = plan.is_some() && plan_reads_columns(&method);
     let scratch_cols = match plan {
-        Some(_) => Some(DeviceBuffer::<u32>::new(
+        Some(_) if !known_cols => Some(DeviceBuffer::<u32>::new(
             tracker,
             nnz as usize,
             "column indices of C (numeric phase)",
         )?),
-        None => None,
+        _ => None,
     };
     let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
     run.checkpoint()?;
     let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
     let mut out = ToDevice::<T> {
         cols: cols_out,
+        known_cols,
         vals: c_vals.slice(),
         at: 0,
     };
