@@ -60,3 +60,30 @@ inline ulong rank_local(__local const ulong* a, uint lo, uint hi, ulong x, int s
     }
     return b - lo;
 }
+
+#if HAS_ATOMICS
+// OpenCL 1.2 has no floating-point atomics: add by compare-and-swap on the bit pattern (64-bit
+// for double, which needs cl_khr_int64_base_atomics: without it the program has no atomics).
+inline void atomic_add_real(volatile __global REAL* p, REAL v) {
+#if REAL_IS_DOUBLE
+    volatile __global ulong* u = (volatile __global ulong*)p;
+    ulong old = *u, seen;
+    while ((seen = atom_cmpxchg(u, old, as_ulong(as_double(old) + v))) != old) old = seen;
+#else
+    volatile __global uint* u = (volatile __global uint*)p;
+    uint old = *u, seen;
+    while ((seen = atomic_cmpxchg(u, old, as_uint(as_float(old) + v))) != old) old = seen;
+#endif
+}
+
+// An accumulator added to atomically, each component of a complex value on its own.
+inline void atomic_add_acc(__global ACC* p, ACC v) {
+    volatile __global REAL* dst = (volatile __global REAL*)p;
+#if NCOMP == 1
+    atomic_add_real(dst, v);
+#else
+    atomic_add_real(dst, v.x);
+    atomic_add_real(dst + 1, v.y);
+#endif
+}
+#endif // HAS_ATOMICS

@@ -138,6 +138,39 @@ void max_blocks(__global const ulong* in, ulong n, __global ulong* block_max) {
 // finding each product's column in C's row by bisection and adding it to that entry's
 // accumulator (the work-item owns the row, so no atomics). A product whose column is not in the
 // planned row sets *flag (operands of another pattern); acc_to_store then rounds to storage.
+// Rows with many products serialise on their work-item: plans whose product has such rows
+// split them off at plan time (spgemm_row_products) to spgemm_numeric_long, and the other rows
+// run through spgemm_numeric_rows.
+
+// Position of column j in C's row [lo, hi), or hi when the row does not hold it.
+inline ulong planned_column(__global const uint* c_index, ulong lo, ulong hi, uint j) {
+    ulong b0 = lo, e0 = hi;
+    while (b0 < e0) {
+        ulong mid = b0 + (e0 - b0) / 2;
+        if (c_index[mid] < j) b0 = mid + 1; else e0 = mid;
+    }
+    return (b0 < hi && c_index[b0] == j) ? b0 : hi;
+}
+
+inline void numeric_row(ulong i, __global const ulong* a_offsets, __global const uint* a_index,
+                        __global const STORE* a_vals, __global const ulong* b_offsets,
+                        __global const uint* b_index, __global const STORE* b_vals,
+                        __global const ulong* c_offsets, __global const uint* c_index,
+                        __global ACC* c_acc, __global uint* flag) {
+    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
+    for (ulong p = lo; p < hi; ++p) c_acc[p] = ZERO;
+    for (ulong ea = a_offsets[i]; ea < a_offsets[i + 1]; ++ea) {
+        uint k = a_index[ea];
+        ACC av = LOAD(a_vals, ea);
+        for (ulong eb = b_offsets[k]; eb < b_offsets[k + 1]; ++eb) {
+            ulong c = planned_column(c_index, lo, hi, b_index[eb]);
+            if (c == hi) { *flag = 1; continue; }
+            c_acc[c] = ADD(c_acc[c], MUL(av, LOAD(b_vals, eb)));
+        }
+    }
+}
+
+// Every row of C.
 __kernel void spgemm_numeric(ulong nrows, __global const ulong* a_offsets,
                              __global const uint* a_index, __global const STORE* a_vals,
                              __global const ulong* b_offsets, __global const uint* b_index,
@@ -146,23 +179,76 @@ __kernel void spgemm_numeric(ulong nrows, __global const ulong* a_offsets,
                              __global uint* flag) {
     ulong i = get_global_id(0);
     if (i >= nrows) return;
-    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
-    for (ulong p = lo; p < hi; ++p) c_acc[p] = ZERO;
+    numeric_row(i, a_offsets, a_index, a_vals, b_offsets, b_index, b_vals, c_offsets, c_index,
+                c_acc, flag);
+}
+
+// The rows rows[0, n) of C, one work-item each.
+__kernel void spgemm_numeric_rows(ulong n, __global const uint* rows,
+                                  __global const ulong* a_offsets, __global const uint* a_index,
+                                  __global const STORE* a_vals, __global const ulong* b_offsets,
+                                  __global const uint* b_index, __global const STORE* b_vals,
+                                  __global const ulong* c_offsets, __global const uint* c_index,
+                                  __global ACC* c_acc, __global uint* flag) {
+    ulong t = get_global_id(0);
+    if (t >= n) return;
+    numeric_row(rows[t], a_offsets, a_index, a_vals, b_offsets, b_index, b_vals, c_offsets,
+                c_index, c_acc, flag);
+}
+
+// Products of each row of C, sum over row i of A of the lengths of the rows of B it selects
+// (saturated to uint): what the plan splits the rows by.
+__kernel void spgemm_row_products(ulong nrows, __global const ulong* a_offsets,
+                                  __global const uint* a_index, __global const ulong* b_offsets,
+                                  __global uint* counts) {
+    ulong i = get_global_id(0);
+    if (i >= nrows) return;
+    ulong n = 0;
     for (ulong ea = a_offsets[i]; ea < a_offsets[i + 1]; ++ea) {
         uint k = a_index[ea];
+        n += b_offsets[k + 1] - b_offsets[k];
+    }
+    counts[i] = (uint)min(n, (ulong)UINT_MAX);
+}
+
+#if HAS_ATOMICS
+// Long rows: work-group g computes row rows[first + g] of C. Its NUM_WG work-items split the
+// row's products: `lanes` consecutive work-items share an entry A[i,k] and stride over row k of
+// B, the groups of lanes stride over the entries of A's row (lanes: the largest power of two
+// that still gives every entry of A's row its lanes, so rows of few entries of A with long rows
+// of B use the whole group too). Products of one column may come from several work-items, so
+// they are added atomically (order of summation varies between runs), to accumulators the host
+// zeroed (a fill of all of them). No barrier: the kernel needs none (and PoCL ran work-items of
+// a version that zeroed the row itself between two barriers past the end of their loop).
+#define NUM_WG 256
+__kernel __attribute__((reqd_work_group_size(NUM_WG, 1, 1)))
+void spgemm_numeric_long(ulong n, ulong first, __global const uint* rows,
+                         __global const ulong* a_offsets, __global const uint* a_index,
+                         __global const STORE* a_vals, __global const ulong* b_offsets,
+                         __global const uint* b_index, __global const STORE* b_vals,
+                         __global const ulong* c_offsets, __global const uint* c_index,
+                         __global ACC* c_acc, __global uint* flag) {
+    ulong g = get_group_id(0);
+    if (g >= n) return;
+    uint lid = get_local_id(0);
+    ulong i = rows[first + g];
+    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
+    ulong a0 = a_offsets[i], a1 = a_offsets[i + 1];
+    ulong na = a1 - a0;
+    uint lanes = NUM_WG;
+    while (lanes > 1 && (ulong)lanes * na > NUM_WG) lanes >>= 1;
+    uint slot = lid / lanes, lane = lid % lanes, slots = NUM_WG / lanes;
+    for (ulong ea = a0 + slot; ea < a1; ea += slots) {
+        uint k = a_index[ea];
         ACC av = LOAD(a_vals, ea);
-        for (ulong eb = b_offsets[k]; eb < b_offsets[k + 1]; ++eb) {
-            uint j = b_index[eb];
-            ulong b0 = lo, e0 = hi;
-            while (b0 < e0) {
-                ulong mid = b0 + (e0 - b0) / 2;
-                if (c_index[mid] < j) b0 = mid + 1; else e0 = mid;
-            }
-            if (b0 == hi || c_index[b0] != j) { *flag = 1; continue; }
-            c_acc[b0] = ADD(c_acc[b0], MUL(av, LOAD(b_vals, eb)));
+        for (ulong eb = b_offsets[k] + lane; eb < b_offsets[k + 1]; eb += lanes) {
+            ulong c = planned_column(c_index, lo, hi, b_index[eb]);
+            if (c == hi) { *flag = 1; continue; }
+            atomic_add_acc(c_acc + c, MUL(av, LOAD(b_vals, eb)));
         }
     }
 }
+#endif // HAS_ATOMICS
 
 // Cutting resident matrices into the parts of a chunked product on the device.
 // Rows [r0, r0 + n) as a matrix of their own: offsets rebased to start at 0, and the entries

@@ -58,19 +58,6 @@ void spmv_ellr(ulong nrows, ulong padded, __global const uint* lengths,
 }
 
 #if HAS_ATOMICS
-// OpenCL 1.2 has no floating-point atomics: add by compare-and-swap on the bit pattern.
-inline void atomic_add_real(volatile __global REAL* p, REAL v) {
-#if REAL_IS_DOUBLE
-    volatile __global ulong* u = (volatile __global ulong*)p;
-    ulong old = *u, seen;
-    while ((seen = atom_cmpxchg(u, old, as_ulong(as_double(old) + v))) != old) old = seen;
-#else
-    volatile __global uint* u = (volatile __global uint*)p;
-    uint old = *u, seen;
-    while ((seen = atomic_cmpxchg(u, old, as_uint(as_float(old) + v))) != old) old = seen;
-#endif
-}
-
 // CSPR (Neelima & Raghavendra): one work-item per entry, the row and column decoded from the
 // linear index, the product added to its row atomically (each component of a complex value on
 // its own). y_acc starts at zero; acc_to_store rounds it to storage.
@@ -81,13 +68,7 @@ __kernel void spmv_cspr(ulong nnz, ulong ncols, __global const ulong* linear,
     if (e >= nnz) return;
     ulong l = linear[e];
     ACC v = MUL(LOAD(vals, e), LOAD(x, l % ncols));
-    volatile __global REAL* dst = (volatile __global REAL*)(y_acc + l / ncols);
-#if NCOMP == 1
-    atomic_add_real(dst, v);
-#else
-    atomic_add_real(dst, v.x);
-    atomic_add_real(dst + 1, v.y);
-#endif
+    atomic_add_acc(y_acc + l / ncols, v);
 }
 #endif // HAS_ATOMICS
 

@@ -30,6 +30,11 @@ pub(crate) const SCAN_WG: usize = 256;
 pub(crate) const EXP_WG: usize = 256;
 /// Products each expansion work-group makes (`EXP_CHUNK` in esc.cl).
 pub(crate) const EXP_CHUNK: usize = EXP_WG * 8;
+/// Work-group size of the numeric phase's long rows (`NUM_WG` in esc.cl): one group per row.
+pub(crate) const NUM_WG: usize = 256;
+/// Products above which a row of a planned product is long: its numeric phase runs on a
+/// work-group (`spgemm_numeric_long`) instead of one work-item.
+pub(crate) const LONG_ROW_PRODUCTS: u32 = 256;
 
 /// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -142,7 +147,7 @@ pub(crate) fn scalar_program(
     device: &DeviceDescription,
 ) -> String {
     let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
-    let atomics = !double || device.int64_atomics;
+    let atomics = has_atomics(ty, device);
     let mut s = type_defines(ty);
     if double && atomics {
         s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
@@ -164,6 +169,13 @@ pub(crate) fn scalar_program(
 
 /// Whether the scalar program of `ty` has the CSPR kernel on this device.
 pub(crate) fn has_cspr_kernel(ty: ScalarType, device: &DeviceDescription) -> bool {
+    has_atomics(ty, device)
+}
+
+/// Whether the scalar program of `ty` has atomic adds (`HAS_ATOMICS`) on this device, and with
+/// them the CSPR kernel and the numeric phase's long-row kernel: double needs 64-bit
+/// compare-and-swap (`cl_khr_int64_base_atomics`).
+pub(crate) fn has_atomics(ty: ScalarType, device: &DeviceDescription) -> bool {
     !matches!(ty, ScalarType::F64 | ScalarType::C64) || device.int64_atomics
 }
 
@@ -179,7 +191,7 @@ pub(crate) fn block_program(
     let mut s = type_defines(ty);
     s.push_str(semiring.defines(ty.is_complex()));
     s.push_str(&format!(
-        "#define PAYLOAD ulong2\n#define EXPAND_VALUE(ea, eb) ((ulong2)((ea), (eb)))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n",
+        "#define HAS_ATOMICS 0\n#define PAYLOAD ulong2\n#define EXPAND_VALUE(ea, eb) ((ulong2)((ea), (eb)))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n",
         sort_tile(device, BLOCK_PAYLOAD_BYTES)
     ));
     for part in [COMMON, SCAN, SORT, ESC, BSR] {

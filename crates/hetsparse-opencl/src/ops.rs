@@ -33,9 +33,42 @@ pub(crate) enum Product<T> {
     Host(Csr<T>),
 }
 
-/// The plan state: the product's structure, resident.
+/// The plan state: the product's structure, resident, and its rows split by product count.
+///
+/// Fields drop in order: the split's buffer before the structure (and the state it holds).
 pub(crate) struct ClPlan {
+    split: Option<RowSplit>,
     structure: Arc<ClStructure>,
+}
+
+/// The rows of a planned product with long rows (more than [`kernels::LONG_ROW_PRODUCTS`]
+/// products), for a program with atomics: `rows` holds the short rows, then the long ones.
+struct RowSplit {
+    rows: DeviceBuffer<u32>,
+    short: usize,
+    long: usize,
+    _reservation: Reservation,
+}
+
+/// The arguments the numeric kernels share after their own (`a_offsets` to `flag` in esc.cl).
+fn numeric_args<'q>(
+    launch: crate::runtime::Launch<'q>,
+    (a, b): (&DeviceOperand<'_>, &DeviceOperand<'_>),
+    s: &ClStructure,
+    acc: &DeviceBuffer<u8>,
+    flag: &DeviceBuffer<u32>,
+) -> Result<crate::runtime::Launch<'q>> {
+    launch
+        .arg(a.offsets.arg())?
+        .arg(a.index.arg())?
+        .arg(a.values.arg())?
+        .arg(b.offsets.arg())?
+        .arg(b.index.arg())?
+        .arg(b.values.arg())?
+        .arg(s.offsets.arg())?
+        .arg(s.index.arg())?
+        .arg(acc.arg())?
+        .arg(flag.arg())
 }
 
 impl OpenClBackend {
@@ -252,6 +285,11 @@ impl OpenClBackend {
         let storage = self.csr_storage(&c)?;
         let structure = Arc::clone(&storage.structure);
         let (nrows, nnz_c) = (structure.nrows, structure.nnz);
+        let split = if kernels::has_atomics(T::TYPE, &self.state.description) {
+            self.row_split(&q, program, a, b, nrows)?
+        } else {
+            None
+        };
         let mut requirement = MemoryRequirement::default();
         requirement.operand_bytes = [a, b]
             .iter()
@@ -274,8 +312,66 @@ impl OpenClBackend {
             nnz_c,
             run.progress().planned,
             requirement,
-            ClPlan { structure },
+            ClPlan { split, structure },
         ))
+    }
+
+    /// The rows of `A·B` split by their number of products: `None` when none is long.
+    fn row_split<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        nrows: usize,
+    ) -> Result<Option<RowSplit>> {
+        if nrows == 0 || u32::try_from(nrows).is_err() {
+            return Ok(None);
+        }
+        let counts: Vec<u32> = if let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (a, b) {
+            // Host operands are counted where they are (the plan's product copied them for
+            // its own call only).
+            (0..nrows)
+                .map(|i| {
+                    let n: u64 = ha.row(i).0.iter().map(|&k| hb.row_nnz(k as usize)).sum();
+                    u32::try_from(n).unwrap_or(u32::MAX)
+                })
+                .collect()
+        } else {
+            let (a_up, b_up) = (
+                self.upload_operand(q, a, "A")?,
+                self.upload_operand(q, b, "B")?,
+            );
+            let (a_dev, b_dev) = (self.device_view(a, &a_up)?, self.device_view(b, &b_up)?);
+            let _work = self.pool.reserve(4 * nrows as u64, "SpGEMM row products")?;
+            let counts = q.alloc::<u32>(nrows, "row products")?;
+            q.kernel(program, "spgemm_row_products")?
+                .arg(nrows as u64)?
+                .arg(a_dev.offsets.arg())?
+                .arg(a_dev.index.arg())?
+                .arg(b_dev.offsets.arg())?
+                .arg(counts.arg())?
+                .run(&[nrows], None)?;
+            q.download_at(&counts, 0, nrows, "row products")?
+        };
+        let is_long = |c: u32| c > kernels::LONG_ROW_PRODUCTS;
+        let long = counts.iter().filter(|&&c| is_long(c)).count();
+        if long == 0 {
+            return Ok(None);
+        }
+        let rows: Vec<u32> = (0..nrows as u32)
+            .filter(|&i| !is_long(counts[i as usize]))
+            .chain((0..nrows as u32).filter(|&i| is_long(counts[i as usize])))
+            .collect();
+        let reservation = self.pool.reserve(4 * nrows as u64, "SpGEMM plan rows")?;
+        let buffer = q.alloc_kept::<u32>(nrows, "plan rows")?;
+        q.write_all(&[buffer.upload_of(&rows, "plan rows")?], "plan rows")?;
+        Ok(Some(RowSplit {
+            rows: buffer,
+            short: nrows - long,
+            long,
+            _reservation: reservation,
+        }))
     }
 
     /// The numeric phase of `plan` on the device: C's values into the planned structure.
@@ -314,23 +410,34 @@ impl OpenClBackend {
         let values_reservation = self
             .pool
             .reserve(resident::value_bytes::<T>(s.nnz), "resident product values")?;
-        let acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
+        let mut acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
         let mut flag = q.alloc::<u32>(1, "pattern flag")?;
         q.zero(&mut flag, "pattern flag")?;
         let values = q.alloc_kept::<u8>(nnz * size::<T>(), "C values")?;
-        q.kernel(program, "spgemm_numeric")?
-            .arg(s.nrows as u64)?
-            .arg(a_dev.offsets.arg())?
-            .arg(a_dev.index.arg())?
-            .arg(a_dev.values.arg())?
-            .arg(b_dev.offsets.arg())?
-            .arg(b_dev.index.arg())?
-            .arg(b_dev.values.arg())?
-            .arg(s.offsets.arg())?
-            .arg(s.index.arg())?
-            .arg(acc.arg())?
-            .arg(flag.arg())?
-            .run(&[s.nrows], None)?;
+        let ops = (&a_dev, &b_dev);
+        match &state.split {
+            None => {
+                let launch = q.kernel(program, "spgemm_numeric")?.arg(s.nrows as u64)?;
+                numeric_args(launch, ops, s, &acc, &flag)?.run(&[s.nrows], None)?;
+            }
+            Some(split) => {
+                // Short rows one work-item each, as above; long rows one work-group each,
+                // adding to accumulators zeroed here.
+                q.zero(&mut acc, "C accumulators")?;
+                let launch = q
+                    .kernel(program, "spgemm_numeric_rows")?
+                    .arg(split.short as u64)?
+                    .arg(split.rows.arg())?;
+                numeric_args(launch, ops, s, &acc, &flag)?.run(&[split.short], None)?;
+                let launch = q
+                    .kernel(program, "spgemm_numeric_long")?
+                    .arg(split.long as u64)?
+                    .arg(split.short as u64)?
+                    .arg(split.rows.arg())?;
+                numeric_args(launch, ops, s, &acc, &flag)?
+                    .run(&[split.long * kernels::NUM_WG], Some(&[kernels::NUM_WG]))?;
+            }
+        }
         q.kernel(program, "acc_to_store")?
             .arg(s.nnz)?
             .arg(acc.arg())?
@@ -780,6 +887,7 @@ mod tests {
         // A plan claiming to be for wide·wide, holding narrow·narrow's structure.
         let rw = b.upload(&wide).unwrap();
         let state = ClPlan {
+            split: None,
             structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
         };
         let forged = SpgemmPlan::<f64>::from_state(
@@ -807,5 +915,85 @@ mod tests {
             hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&narrow, &narrow)
                 .unwrap();
         assert_eq!(b.download(&c).unwrap().col_indices(), e.col_indices());
+    }
+
+    /// Row 0 of `x·x` long (200 entries of A, 400 products), the others short; `extra` adds
+    /// column 500 to row 0, whose products fall outside `x·x`'s row 0.
+    fn one_long_row(extra: bool) -> Csr<f64> {
+        let n = 600;
+        let (mut offsets, mut index) = (vec![0u64], Vec::new());
+        for i in 0..n as u32 {
+            if i == 0 {
+                index.extend((0..400).step_by(2));
+                if extra {
+                    index.push(500);
+                }
+            } else {
+                index.extend((i..n as u32).take(2));
+            }
+            offsets.push(index.len() as u64);
+        }
+        let values = (0..index.len()).map(|k| 1.0 + (k % 3) as f64).collect();
+        Csr::try_new(n, n, offsets, index, values).unwrap()
+    }
+
+    /// The long-row kernel computes its rows and flags products outside the structure too.
+    #[test]
+    fn long_rows_run_on_work_groups_and_flag_products_outside_the_structure() {
+        let Some(b) = crate::tests::device_backend("numeric flag, long rows") else {
+            return;
+        };
+        let run = RunControl::new();
+        let opts = SpgemmOptions::new();
+        let (x, y) = (one_long_row(false), one_long_row(true));
+        let rx = b.upload(&x).unwrap();
+        let plan = b.plan_spgemm((&rx).into(), (&rx).into(), &opts).unwrap();
+        let atomics = kernels::has_atomics(<f64 as Scalar>::TYPE, &b.state.description);
+        let split = &plan.state::<ClPlan>().unwrap().split;
+        assert_eq!(
+            split.as_ref().map(|s| (s.short, s.long)),
+            atomics.then_some((599, 1))
+        );
+        let c = b
+            .execute_spgemm(&plan, (&rx).into(), (&rx).into(), &run)
+            .unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&x, &x).unwrap();
+        let c = b.download(&c).unwrap();
+        assert_eq!(c.col_indices(), e.col_indices());
+        for (u, v) in c.values().iter().zip(e.values()) {
+            assert!((u - v).abs() <= 1e-12 * (1.0 + v.abs()), "{u} vs {v}");
+        }
+        // A plan claiming to be for y·x, holding x·x's structure and y·x's split.
+        let program = b
+            .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
+            .unwrap();
+        let ry = b.upload(&y).unwrap();
+        let q = b.state.queue().unwrap();
+        let split = b
+            .row_split::<f64>(&q, &program, (&ry).into(), (&rx).into(), x.nrows())
+            .unwrap();
+        if !atomics {
+            return;
+        }
+        assert_eq!(split.as_ref().map(|s| (s.short, s.long)), Some((599, 1)));
+        let state = ClPlan {
+            split,
+            structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
+        };
+        let forged = SpgemmPlan::<f64>::from_state(
+            b.memory_space(),
+            opts.clone(),
+            OperandPattern::of(&(&ry).into()),
+            OperandPattern::of(&(&rx).into()),
+            plan.c_nnz(),
+            plan.products(),
+            plan.requirement(),
+            state,
+        );
+        let err = b
+            .execute(&program, &forged, (&ry).into(), (&rx).into(), &run)
+            .unwrap_err();
+        assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
     }
 }

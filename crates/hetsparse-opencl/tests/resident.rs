@@ -453,6 +453,116 @@ fn plans_recompute_values_into_the_planned_structure() {
     assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
 }
 
+/// Products of the longest row of `x·x`.
+fn longest_row_products(x: &Csr<f64>) -> u64 {
+    (0..x.nrows())
+        .map(|i| {
+            x.row(i)
+                .0
+                .iter()
+                .map(|&k| x.row_nnz(k as usize))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Plans whose product has a few very long rows (power-law and dense rows): the numeric phase
+/// gives those rows a work-group each (atomic adds where the device has them) and the others a
+/// work-item each; the values equal the host product's, for resident and host operands, and
+/// operands of another pattern are refused.
+#[test]
+fn plans_with_long_rows_equal_the_host_product() {
+    let Some(b) = backend() else { return };
+    let run = RunControl::new();
+    let opts = SpgemmOptions::new();
+    let cases = [
+        ("rmat", generate::rmat::<f64>(10, 8, 3), 11),
+        ("skewed", generate::skewed::<f64>(1500, 4, 3, 2, 7), 8),
+    ];
+    for (name, x, other_seed) in cases {
+        assert!(longest_row_products(&x) > 4096, "{name}: no long row");
+        let rx = b.upload(&x).unwrap();
+        let plan = b.plan_spgemm((&rx).into(), (&rx).into(), &opts).unwrap();
+        let xv: Vec<f64> = (0..x.nnz()).map(|k| (k % 7) as f64 * 0.5 - 1.25).collect();
+        let rx2 = b.upload_values(&rx, &xv).unwrap();
+        let x2 = b.download(&rx2).unwrap();
+        let expected = reference::spgemm::<f64, PlusTimes>(&x2, &x2).unwrap();
+        assert_eq!(plan.c_nnz(), expected.nnz(), "{name}");
+        for round in 0..2 {
+            let c = b
+                .execute_spgemm(&plan, (&rx2).into(), (&rx2).into(), &run)
+                .unwrap();
+            assert_eq!(c.pattern(), plan.c_pattern(), "{name}");
+            assert_csr_close(
+                &b.download(&c).unwrap(),
+                &expected,
+                &format!("{name} round {round}"),
+            );
+        }
+        let c = b
+            .execute_spgemm(&plan, (&x2).into(), (&rx2).into(), &run)
+            .unwrap();
+        assert_csr_close(
+            &b.download(&c).unwrap(),
+            &expected,
+            &format!("{name} host A"),
+        );
+        // A plan of host operands (rows counted on the host) executed on resident ones.
+        let plan_h = b.plan_spgemm((&x).into(), (&x).into(), &opts).unwrap();
+        let c = b
+            .execute_spgemm(&plan_h, (&rx2).into(), (&rx2).into(), &run)
+            .unwrap();
+        assert_csr_close(
+            &b.download(&c).unwrap(),
+            &expected,
+            &format!("{name} host plan"),
+        );
+        // f32: within a tolerance relative to the sum of the products' magnitudes.
+        let xf = x2.map_scalar::<f32>();
+        let x_abs = magnitudes(&x2);
+        let bound = reference::spgemm::<f64, PlusTimes>(&x_abs, &x_abs).unwrap();
+        let rf = b.upload(&xf).unwrap();
+        let plan_f = b.plan_spgemm((&rf).into(), (&rf).into(), &opts).unwrap();
+        let cf = b
+            .execute_spgemm(&plan_f, (&rf).into(), (&rf).into(), &run)
+            .unwrap();
+        let cf = b.download(&cf).unwrap();
+        assert_eq!(cf.col_indices(), expected.col_indices(), "{name} f32");
+        for (k, ((x, e), m)) in cf
+            .values()
+            .iter()
+            .zip(expected.values())
+            .zip(bound.values())
+            .enumerate()
+        {
+            assert!(
+                (f64::from(*x) - e).abs() <= 1e-5 * (1.0 + m),
+                "{name} f32: value {k}: {x} vs {e}"
+            );
+        }
+        // Another pattern is refused.
+        let y = match name {
+            "rmat" => generate::rmat::<f64>(10, 8, other_seed),
+            _ => generate::skewed::<f64>(1500, 4, 3, 2, other_seed),
+        };
+        let ry = b.upload(&y).unwrap();
+        let err = b
+            .execute_spgemm(&plan, (&rx).into(), (&ry).into(), &run)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::PatternMismatch { .. }),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// `x` with its values' magnitudes.
+fn magnitudes(x: &Csr<f64>) -> Csr<f64> {
+    x.with_values(x.values().iter().map(|v| v.abs()).collect())
+        .unwrap()
+}
+
 #[test]
 fn the_memory_pool_accounts_for_resident_matrices_and_calls() {
     let Some(b) = backend() else { return };
