@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hetsparse_core::backend::check;
-use hetsparse_core::backend::plan::{self as symbolic, HostStructure, OperandPattern};
+use hetsparse_core::backend::plan::execute_on_host;
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
@@ -214,35 +214,21 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         let _span =
             tracing::debug_span!("symbolic", nrows = ha.nrows(), ncols = hb.ncols()).entered();
         // The symbolic pass is one product: its structure is what every execution fills.
-        let (c, products, patterns) = self.install(|| -> Result<_> {
+        let (c, products) = self.install(|| -> Result<_> {
             let c =
                 <Self as Backend<T>>::spgemm_with(self, a, b, options, &RunControl::unwatched())?;
-            let products = hetsparse_core::analysis::total_products(ha, hb)?;
-            Ok((
-                c,
-                products,
-                (OperandPattern::of(&a), OperandPattern::of(&b)),
-            ))
+            Ok((c, hetsparse_core::analysis::total_products(ha, hb)?))
         })?;
-        let structure = HostStructure::of(&c);
-        let mut requirement = hetsparse_core::MemoryRequirement::default();
-        requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(
-            c.nrows(),
-            c.nnz(),
-            std::mem::size_of::<T>(),
-        );
         // Each thread's position map and accumulator.
         let per_thread = (hb.ncols() as u64) * 4 + (hb.ncols() as u64).min(c.nnz()) * 16;
-        requirement.work_bytes = per_thread.saturating_mul(self.threads as u64);
-        Ok(SpgemmPlan::from_state(
+        Ok(SpgemmPlan::on_host(
             self.memory_space(),
             options.clone(),
-            patterns.0,
-            patterns.1,
-            c.nnz(),
+            &a,
+            &b,
+            &c,
             products,
-            requirement,
-            structure,
+            per_thread.saturating_mul(self.threads as u64),
         ))
     }
 
@@ -253,20 +239,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        let space = self.memory_space();
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        self.install(|| plan.check_operands(&space, &a, &b))?;
-        let structure = plan
-            .state::<HostStructure>()
-            .ok_or_else(|| Error::Internal {
-                backend: "cpu".into(),
-                what: "a SpGEMM plan of host memory without its structure".into(),
-            })?;
-        run.checkpoint()?;
-        run.add_planned(plan.products());
-        let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
-        let c = self.install(|| symbolic::numeric::<T, PlusTimes>(structure, ha, hb, run))?;
-        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+        self.install(|| execute_on_host(self, plan, a, b, run))
     }
 
     fn spgemm_chunks(
@@ -291,8 +264,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             // Column-Row copies the chunk's rows of A, to read them by columns).
             let product = self
                 .install(|| {
-                    let rows = a.rows(chunk.rows.clone())?;
-                    let products = run.plan_product(&rows, b)?;
+                    let products = run.plan_product_rows(a, chunk.rows.clone(), b);
                     let c =
                         spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, options.algorithm)?;
                     run.add_done(products);

@@ -32,7 +32,6 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
-use crate::semiring::PlusTimes;
 
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
@@ -371,21 +370,15 @@ pub trait Backend<T: Scalar>: Device {
         let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         let products = crate::analysis::total_products(ha, hb)?;
-        let structure = plan::HostStructure::of(&c);
-        let requirement = MemoryRequirement {
-            output_bytes: memory::csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>()),
-            work_bytes: structure.bytes(),
-            ..MemoryRequirement::default()
-        };
-        Ok(SpgemmPlan::from_state(
+        let structure_bytes = (c.nrows() as u64 + 1) * 8 + c.nnz() * 4;
+        Ok(SpgemmPlan::on_host(
             self.memory_space(),
             options.clone(),
-            plan::OperandPattern::of(&a),
-            plan::OperandPattern::of(&b),
-            c.nnz(),
+            &a,
+            &b,
+            &c,
             products,
-            requirement,
-            structure,
+            structure_bytes,
         ))
     }
 
@@ -398,19 +391,7 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        let space = self.memory_space();
-        plan.check_operands(&space, &a, &b)?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        let structure = plan
-            .state::<plan::HostStructure>()
-            .ok_or_else(|| Error::Internal {
-                backend: self.info().backend,
-                what: "the plan holds no host structure".into(),
-            })?;
-        run.checkpoint()?;
-        run.add_planned(plan.products());
-        let c = plan::numeric::<T, PlusTimes>(structure, ha, hb, run)?;
-        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+        plan::execute_on_host(self, plan, a, b, run)
     }
 
     /// What `A · B` with these options needs in memory, before anything runs. The output is

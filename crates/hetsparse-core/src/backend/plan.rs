@@ -15,14 +15,15 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::memory::MemoryRequirement;
+use super::memory::{csr_bytes, MemoryRequirement};
 use super::options::SpgemmOptions;
-use super::resident::{CsrOperand, MemorySpace, PatternId};
+use super::resident::{CsrOperand, MemorySpace, PatternId, ResidentCsr};
 use super::run::RunControl;
+use super::{check, Device};
 use crate::error::{Error, Result};
 use crate::format::Csr;
 use crate::scalar::Scalar;
-use crate::semiring::Semiring;
+use crate::semiring::{PlusTimes, Semiring};
 
 /// The symbolic result of a SpGEMM, to be executed with values.
 pub struct SpgemmPlan<T> {
@@ -170,6 +171,65 @@ impl<T: Scalar> SpgemmPlan<T> {
     }
 }
 
+impl<T: Scalar> SpgemmPlan<T> {
+    /// For backends that compute in host memory: the plan of `c = A·B`, already computed,
+    /// whose structure every execution shares. `products` are A·B's intermediate products,
+    /// `work_bytes` what one execution needs beside C.
+    pub fn on_host(
+        space: MemorySpace,
+        options: SpgemmOptions,
+        a: &CsrOperand<'_, T>,
+        b: &CsrOperand<'_, T>,
+        c: &Csr<T>,
+        products: u64,
+        work_bytes: u64,
+    ) -> Self {
+        let requirement = MemoryRequirement {
+            output_bytes: csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>()),
+            work_bytes,
+            ..MemoryRequirement::default()
+        };
+        Self::from_state(
+            space,
+            options,
+            OperandPattern::of(a),
+            OperandPattern::of(b),
+            c.nnz(),
+            products,
+            requirement,
+            HostStructure::of(c),
+        )
+    }
+}
+
+/// For backends that compute in host memory: executes a plan made by
+/// [`SpgemmPlan::on_host`] with [`numeric`], on the current rayon pool.
+pub fn execute_on_host<T: Scalar>(
+    device: &(impl Device + ?Sized),
+    plan: &SpgemmPlan<T>,
+    a: CsrOperand<'_, T>,
+    b: CsrOperand<'_, T>,
+    run: &RunControl,
+) -> Result<ResidentCsr<T>> {
+    let space = device.memory_space();
+    let (ha, hb) = (
+        check::csr_operand(device, a)?,
+        check::csr_operand(device, b)?,
+    );
+    plan.check_operands(&space, &a, &b)?;
+    let structure = plan
+        .state::<HostStructure>()
+        .ok_or_else(|| Error::Internal {
+            backend: device.info().backend,
+            what: "a SpGEMM plan of host memory without its structure".into(),
+        })?;
+    run.checkpoint()?;
+    run.add_planned(plan.products());
+    let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
+    let c = numeric::<T, PlusTimes>(structure, ha, hb, run)?;
+    Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+}
+
 /// The product's structure in host memory: the plan state of backends that compute there.
 /// Made only from a valid matrix, so it is always canonical.
 /// Every result of the plan shares it: an execution writes only values.
@@ -189,10 +249,6 @@ impl HostStructure {
             row_offsets,
             col_indices,
         }
-    }
-    /// Bytes it holds.
-    pub fn bytes(&self) -> u64 {
-        (self.row_offsets.len() as u64) * 8 + (self.col_indices.len() as u64) * 4
     }
 }
 

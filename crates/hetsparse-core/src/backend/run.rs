@@ -1,8 +1,11 @@
 //! Run control: cancelling a run, watching its progress, and what each computed chunk cost.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::format::Csr;
@@ -120,6 +123,21 @@ impl RunControl {
         let products = crate::analysis::total_products(a, b)?;
         self.add_planned(products);
         Ok(products)
+    }
+    /// For backends: [`plan_product`](Self::plan_product) of rows `rows` of `a` only (a chunk),
+    /// without copying them. `a · b` must have been checked to chain and `rows` to lie in `a`.
+    pub fn plan_product_rows<T: Scalar>(&self, a: &Csr<T>, rows: Range<usize>, b: &Csr<T>) -> u64 {
+        if !self.watched {
+            return 0;
+        }
+        let offsets = a.row_offsets();
+        let entries = offsets[rows.start] as usize..offsets[rows.end] as usize;
+        let products = a.col_indices()[entries]
+            .par_iter()
+            .map(|&k| b.row_nnz(k as usize))
+            .sum();
+        self.add_planned(products);
+        products
     }
     /// For backends: `products` more will be computed.
     pub fn add_planned(&self, products: u64) {
