@@ -19,6 +19,8 @@ pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
+#[cfg(feature = "conformance")]
+pub mod fault;
 pub mod format;
 pub mod generate;
 pub mod matrix_market;
