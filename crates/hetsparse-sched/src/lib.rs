@@ -1,2 +1,585 @@
-//! hetsparse sched (work in progress).
+//! hetsparse-sched: one backend made of many. A [`Scheduler`] multiplies on every backend it
+//! holds at once — CPU cores, CUDA GPUs, OpenCL devices, in any mix — and returns the same
+//! canonical result as any one of them.
+//!
+//! A product `C = A · B` is cut into chunks (row panels of A × column panels of B, Xia et al.
+//! §III), each weighed by its intermediate products. The [`Policy`] decides who computes which
+//! chunk: dynamic work stealing (the default), Matam et al.'s row split with assumed or
+//! measured speeds (Heuristics I and II), or Xia et al.'s densest chunks to the fastest device
+//! up to a calibrated share. Column panels are sized so that a device's operands fit its
+//! memory budget, so A, B and C may each be larger than a GPU's memory.
+//!
+//! A backend that fails mid-run (out of memory, a failed launch, a lost device, a panic) has
+//! its unfinished chunks rerun on the others; out of memory on a chunk splits the chunk and
+//! tries again. The result is always the complete product, identical to a single backend's.
+//!
+//! The scheduler implements [`Backend`] itself, so everything that takes a backend takes a
+//! scheduler. Its resident matrices live in host memory: it places operands on its devices
+//! for each run.
+//!
+//! ```
+//! use hetsparse_core::{Backend, Csr, ReferenceBackend, SpgemmAlgorithm};
+//! use hetsparse_sched::{Policy, Scheduler};
+//!
+//! let backends: Vec<Box<dyn Backend<f64>>> = vec![Box::new(ReferenceBackend), Box::new(ReferenceBackend)];
+//! let scheduler = Scheduler::new(backends).policy(Policy::WorkStealing).min_chunk_products(1);
+//! let a = hetsparse_core::generate::uniform::<f64>(500, 500, 8, 1);
+//! let c = scheduler.spgemm(&a, &a, SpgemmAlgorithm::Auto)?;
+//! assert_eq!(c, ReferenceBackend.spgemm(&a, &a, SpgemmAlgorithm::Auto)?);
+//! let report = scheduler.last_report().expect("a run happened");
+//! assert_eq!(report.devices.len(), 2);
+//! # Ok::<(), hetsparse_core::Error>(())
+//! ```
 #![warn(missing_docs)]
+
+mod assemble;
+mod chunking;
+mod execute;
+mod policy;
+mod report;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hetsparse_core::backend::check;
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::{
+    analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
+    DeviceKind, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
+    SparseFormat, SparseOperand, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+};
+
+pub use policy::Policy;
+pub use report::{DeviceReport, RunReport};
+
+use chunking::{column_panels, panel_row_products, prefix_sums, row_panels, Task};
+
+/// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
+/// absorb a failure, few enough that per-call costs stay small.
+const CHUNKS_PER_DEVICE: usize = 8;
+
+/// Products below which a chunk is not worth a call of its own.
+const MIN_CHUNK_PRODUCTS: u64 = 1 << 20;
+
+/// Share of the rows' products a speed calibration measures on each device.
+const CALIBRATION_SHARE: f64 = 0.03;
+
+/// Weight of the newest run when speeds are updated.
+const SPEED_UPDATE: f64 = 0.5;
+
+/// Several backends used as one; see the [crate docs](crate).
+pub struct Scheduler<T: Scalar> {
+    backends: Vec<Arc<dyn Backend<T>>>,
+    policy: Policy,
+    chunks_per_device: usize,
+    min_chunk_products: u64,
+    /// Products per second each backend reached, learned from runs and calibrations.
+    speeds: Mutex<Vec<Option<f64>>>,
+    last_report: Mutex<Option<RunReport>>,
+    capabilities: Capabilities,
+}
+
+impl<T: Scalar> Scheduler<T> {
+    /// A scheduler over `backends`, with [`Policy::WorkStealing`]. With no backends every
+    /// operation returns [`Error::NoDevice`].
+    pub fn new(backends: Vec<Box<dyn Backend<T>>>) -> Self {
+        Self::from_shared(backends.into_iter().map(Arc::from).collect())
+    }
+
+    /// A scheduler over backends that are also used elsewhere.
+    pub fn from_shared(backends: Vec<Arc<dyn Backend<T>>>) -> Self {
+        let mut capabilities = Capabilities::new();
+        for b in &backends {
+            for (op, scalar) in b.capabilities().iter() {
+                capabilities = capabilities.with(op, &[scalar]);
+            }
+        }
+        let speeds = Mutex::new(vec![None; backends.len()]);
+        Scheduler {
+            backends,
+            policy: Policy::default(),
+            chunks_per_device: CHUNKS_PER_DEVICE,
+            min_chunk_products: MIN_CHUNK_PRODUCTS,
+            speeds,
+            last_report: Mutex::new(None),
+            capabilities,
+        }
+    }
+
+    /// Sets the policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Chunks per device that dynamic policies cut a product into (at least 1; default 8).
+    pub fn chunks_per_device(mut self, chunks: usize) -> Self {
+        self.chunks_per_device = chunks.max(1);
+        self
+    }
+
+    /// Products below which a product is not cut for several devices (default 2^20): smaller
+    /// products run whole on one backend, where splitting would cost more than it gains.
+    pub fn min_chunk_products(mut self, products: u64) -> Self {
+        self.min_chunk_products = products.max(1);
+        self
+    }
+
+    /// Sets the backends' speeds (products per second, one per backend), as
+    /// [`Policy::RowSplitMeasured`] and [`Policy::DensestFirst`] use them; later runs keep
+    /// updating them.
+    pub fn with_speeds(self, speeds: &[f64]) -> Result<Self> {
+        if speeds.len() != self.backends.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} speeds given for {} backends",
+                speeds.len(),
+                self.backends.len()
+            )));
+        }
+        *self.speeds.lock().unwrap_or_else(|p| p.into_inner()) = speeds
+            .iter()
+            .map(|&s| (s.is_finite() && s > 0.0).then_some(s))
+            .collect();
+        Ok(self)
+    }
+
+    /// The backends, in the order given.
+    pub fn backends(&self) -> &[Arc<dyn Backend<T>>] {
+        &self.backends
+    }
+
+    /// The policy in use.
+    pub fn current_policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Each backend's speed in products per second, where known.
+    pub fn speeds(&self) -> Vec<Option<f64>> {
+        self.speeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// What the most recent SpGEMM run that finished did (`None` before the first).
+    pub fn last_report(&self) -> Option<RunReport> {
+        self.last_report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Matam's Heuristic II measurement: `A · B` run whole on each backend alone (in turn, so
+    /// they do not compete for the host), its speed recorded and returned (products per
+    /// second; `None` for a backend that cannot run it).
+    pub fn calibrate(&self, a: &Csr<T>, b: &Csr<T>) -> Result<Vec<Option<f64>>> {
+        check::spgemm(a, b)?;
+        let products = analysis::total_products(a, b)?;
+        let options = SpgemmOptions::new();
+        let mut measured = Vec::with_capacity(self.backends.len());
+        for backend in &self.backends {
+            let start = Instant::now();
+            let ok = backend
+                .spgemm_with(a.into(), b.into(), &options, &RunControl::unwatched())
+                .is_ok();
+            let secs = start.elapsed().as_secs_f64();
+            measured.push((ok && secs > 0.0 && products > 0).then(|| products as f64 / secs));
+        }
+        let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
+        for (s, m) in speeds.iter_mut().zip(&measured) {
+            if m.is_some() {
+                *s = *m;
+            }
+        }
+        Ok(measured)
+    }
+
+    fn no_device(&self) -> Error {
+        Error::NoDevice {
+            backend: "sched".into(),
+            reason: "the scheduler holds no backends".into(),
+        }
+    }
+
+    /// Backends that run `op` for `T`, by position; [`Error::Unsupported`] if none does.
+    fn taking_part(&self, op: Operation) -> Result<Vec<bool>> {
+        if self.backends.is_empty() {
+            return Err(self.no_device());
+        }
+        let part: Vec<bool> = self
+            .backends
+            .iter()
+            .map(|b| b.capabilities().supports(op, T::TYPE))
+            .collect();
+        if !part.iter().any(|p| *p) {
+            return Err(Error::Unsupported {
+                backend: "sched".into(),
+                op,
+                scalar: T::TYPE,
+            });
+        }
+        Ok(part)
+    }
+
+    /// Device memory for the operands of one chunk: a quarter of the smallest budget among
+    /// the taking-part backends with memory of their own (the rest is for work and output).
+    fn operand_budget(&self, part: &[bool]) -> u64 {
+        self.backends
+            .iter()
+            .zip(part)
+            .filter(|(b, p)| **p && b.memory_space() != MemorySpace::Host)
+            .map(|(b, _)| {
+                b.memory_pool()
+                    .map(|pool| pool.limit())
+                    .unwrap_or(b.info().memory_bytes)
+            })
+            .min()
+            .map(|bytes| bytes / 4)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Speeds for the taking-part backends, measuring those not known yet on a sample of the
+    /// product.
+    fn measured_speeds(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        options: &SpgemmOptions,
+        part: &[bool],
+        prefix: &[u64],
+    ) -> Result<Vec<f64>> {
+        let known = self.speeds();
+        let missing: Vec<usize> = (0..self.backends.len())
+            .filter(|&d| part[d] && known[d].is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(known.iter().map(|s| s.unwrap_or(0.0)).collect());
+        }
+        let sample = calibration_sample(prefix);
+        let sample_products: u64 = sample
+            .iter()
+            .map(|c| prefix[c.rows.end] - prefix[c.rows.start])
+            .sum();
+        let _span =
+            tracing::info_span!("calibrate", backends = missing.len(), sample_products).entered();
+        let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
+        for d in missing {
+            let backend = &self.backends[d];
+            // Operands placed first, so the sample times the computation and the copy back.
+            let placed = if backend.memory_space() == MemorySpace::Host {
+                None
+            } else {
+                backend
+                    .upload(a)
+                    .and_then(|ra| Ok((ra, backend.upload(b)?)))
+                    .ok()
+            };
+            let (oa, ob): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match &placed {
+                Some((ra, rb)) => (ra.into(), rb.into()),
+                None => (a.into(), b.into()),
+            };
+            let start = Instant::now();
+            let ran = backend.spgemm_chunks(
+                oa,
+                ob,
+                &sample,
+                options,
+                &RunControl::unwatched(),
+                &mut |_| Ok(()),
+            );
+            let secs = start.elapsed().as_secs_f64();
+            if ran.is_ok() && secs > 0.0 && sample_products > 0 {
+                speeds[d] = Some(sample_products as f64 / secs);
+            }
+        }
+        Ok(speeds.iter().map(|s| s.unwrap_or(0.0)).collect())
+    }
+
+    fn record(&self, report: RunReport) {
+        {
+            let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
+            for (s, d) in speeds.iter_mut().zip(&report.devices) {
+                if let Some(measured) = d.speed() {
+                    *s = Some(match *s {
+                        Some(old) => old * (1.0 - SPEED_UPDATE) + measured * SPEED_UPDATE,
+                        None => measured,
+                    });
+                }
+            }
+        }
+        *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+    }
+
+    /// The tasks of `A · B` under the policy: per-device lists and the shared queue.
+    #[allow(clippy::type_complexity)]
+    fn assign(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        options: &SpgemmOptions,
+        part: &[bool],
+        operand_budget: u64,
+    ) -> Result<(Vec<Vec<Task>>, Vec<Task>)> {
+        let n = self.backends.len();
+        let live = part.iter().filter(|p| **p).count().max(1);
+        let panels = column_panels(b, operand_budget);
+        let whole_rows = analysis::row_products(a, b)?;
+        let global_prefix = prefix_sums(&whole_rows);
+        let prefixes: Vec<Vec<u64>> = if panels.len() == 1 {
+            vec![global_prefix.clone()]
+        } else {
+            panels
+                .iter()
+                .map(|cols| prefix_sums(&panel_row_products(a, 0..a.nrows(), b, cols)))
+                .collect()
+        };
+        drop(whole_rows);
+        let total = global_prefix[a.nrows()];
+        let target = (total / (live * self.chunks_per_device) as u64).max(self.min_chunk_products);
+        let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
+            let mut tasks = Vec::new();
+            for (cols, prefix) in panels.iter().zip(&prefixes) {
+                for r in row_panels(a, prefix, rows.clone(), target, operand_budget) {
+                    let products = prefix[r.end] - prefix[r.start];
+                    tasks.push(Task::new(r, cols.clone(), products));
+                }
+            }
+            tasks
+        };
+        let by_products =
+            |tasks: &mut Vec<Task>| tasks.sort_by_key(|t| std::cmp::Reverse(t.products));
+        let mut own = vec![Vec::new(); n];
+        let mut shared = Vec::new();
+        let participants: Vec<usize> = (0..n).filter(|&d| part[d]).collect();
+        match &self.policy {
+            Policy::WorkStealing => {
+                shared = cut(0..a.nrows(), target);
+                by_products(&mut shared);
+            }
+            Policy::RowSplitAssumed(_) | Policy::RowSplitMeasured => {
+                let speeds = match &self.policy {
+                    Policy::RowSplitAssumed(s) => s.clone(),
+                    _ => self.measured_speeds(a, b, options, part, &global_prefix)?,
+                };
+                let speeds: Vec<f64> = participants.iter().map(|&d| speeds[d]).collect();
+                let cuts = policy::row_split(&global_prefix, &policy::shares(&speeds));
+                for (k, &d) in participants.iter().enumerate() {
+                    own[d] = cut(cuts[k]..cuts[k + 1], u64::MAX);
+                }
+            }
+            Policy::DensestFirst => {
+                let speeds = self.measured_speeds(a, b, options, part, &global_prefix)?;
+                let shares =
+                    policy::shares(&participants.iter().map(|&d| speeds[d]).collect::<Vec<_>>());
+                let mut order: Vec<(usize, f64)> =
+                    participants.iter().copied().zip(shares).collect();
+                order.sort_by(|x, y| y.1.total_cmp(&x.1));
+                let mut tasks = cut(0..a.nrows(), target);
+                by_products(&mut tasks);
+                let costs: Vec<u64> = tasks.iter().map(|t| t.products).collect();
+                for (task, d) in tasks.into_iter().zip(policy::densest_first(&costs, &order)) {
+                    own[d].push(task);
+                }
+            }
+        }
+        Ok((own, shared))
+    }
+
+    /// The SpGEMM of host operands through the policy.
+    fn spgemm_scheduled(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let started = Instant::now();
+        self.policy.validate(self.backends.len())?;
+        let part = self.taking_part(Operation::Spgemm(options.algorithm))?;
+        let operand_budget = self.operand_budget(&part);
+        let participants = part.iter().filter(|p| **p).count();
+        let value = std::mem::size_of::<T>();
+        let fits = csr_bytes(b.nrows(), b.nnz(), value) <= operand_budget
+            && csr_bytes(a.nrows(), a.nnz(), value) <= operand_budget;
+        let _span = tracing::info_span!(
+            "sched_spgemm",
+            policy = ?self.policy,
+            backends = participants,
+            rows = a.nrows(),
+        )
+        .entered();
+        if fits && self.policy.is_dynamic() {
+            // One backend, or too little work to share: the first that takes part runs it
+            // whole. If it fails, the scheduled path below retries on every backend.
+            let small = participants == 1
+                || analysis::total_products(a, b)? < self.min_chunk_products.saturating_mul(2);
+            if small {
+                let first = part.iter().position(|p| *p).unwrap_or(0);
+                match self.backends[first].spgemm_with(a.into(), b.into(), options, run) {
+                    Ok(c) => return Ok(c),
+                    Err(e) if e.is_caller_error() || run.is_cancelled() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the backend failed; scheduling the product")
+                    }
+                }
+            }
+        }
+        let (own, shared) = self.assign(a, b, options, &part, operand_budget)?;
+        let chunks_planned = own.iter().map(Vec::len).sum::<usize>() + shared.len();
+        let finished = execute::run(
+            execute::Work {
+                a,
+                b,
+                options,
+                devices: &self.backends,
+                taking_part: part,
+                own,
+                shared,
+                operand_budget: operand_budget.saturating_mul(2),
+            },
+            run,
+        )?;
+        let assembling = Instant::now();
+        let c = assemble::assemble(a.nrows(), b.ncols(), finished.tiles)?;
+        self.record(RunReport {
+            devices: finished.devices,
+            chunks_planned,
+            wall: started.elapsed(),
+            assembly: assembling.elapsed(),
+        });
+        Ok(c)
+    }
+
+    /// Runs `op` on the first taking-part backend that does not fail, moving to the next on a
+    /// device failure (SpMV and SpMM run whole on one backend).
+    fn on_one<R>(
+        &self,
+        op: Operation,
+        run: &RunControl,
+        mut f: impl FnMut(&dyn Backend<T>) -> Result<R>,
+    ) -> Result<R> {
+        let part = self.taking_part(op)?;
+        let mut last = None;
+        for (backend, _) in self.backends.iter().zip(&part).filter(|(_, p)| **p) {
+            match f(backend.as_ref()) {
+                Ok(r) => return Ok(r),
+                Err(e)
+                    if e.is_caller_error()
+                        || matches!(e, Error::Cancelled)
+                        || run.is_cancelled() =>
+                {
+                    return Err(e)
+                }
+                Err(e) => {
+                    tracing::warn!(backend = %backend.info().name, error = %e, "a backend failed; trying the next");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| self.no_device()))
+    }
+}
+
+/// Row blocks spread evenly over the product (by products) that together hold about
+/// [`CALIBRATION_SHARE`] of it.
+fn calibration_sample(prefix: &[u64]) -> Vec<ProductChunk> {
+    let rows = prefix.len() - 1;
+    let total = prefix[rows];
+    let blocks = 8u64;
+    let per_block = ((total as f64 * CALIBRATION_SHARE) as u64 / blocks).max(1);
+    let mut sample = Vec::new();
+    let mut previous_end = 0;
+    for k in 0..blocks {
+        let at = total / blocks * k;
+        let start = prefix
+            .partition_point(|&p| p < at)
+            .min(rows)
+            .max(previous_end);
+        let end = (prefix[start..].partition_point(|&p| p < prefix[start] + per_block) + start)
+            .clamp((start + 1).min(rows), rows);
+        if start < end {
+            sample.push(ProductChunk {
+                rows: start..end,
+                cols: 0..0,
+            });
+        }
+        previous_end = end;
+    }
+    sample
+}
+
+impl<T: Scalar> Device for Scheduler<T> {
+    fn info(&self) -> DeviceInfo {
+        let infos: Vec<DeviceInfo> = self.backends.iter().map(|b| b.info()).collect();
+        DeviceInfo {
+            backend: "sched".into(),
+            name: infos
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            kind: if infos.iter().any(|i| i.kind == DeviceKind::Gpu) {
+                DeviceKind::Gpu
+            } else {
+                DeviceKind::Cpu
+            },
+            memory_bytes: infos.iter().map(|i| i.memory_bytes).max().unwrap_or(0),
+            compute_units: infos.iter().map(|i| i.compute_units).sum(),
+        }
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+}
+
+impl<T: Scalar> Backend<T> for Scheduler<T> {
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        run.checkpoint()?;
+        self.spgemm_scheduled(a, b, options, run)
+    }
+
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let (a, b) = (
+            check::sparse_operand(self, a)?,
+            check::dense_operand(self, b)?,
+        );
+        check::spmm(&a, b)?;
+        let format: SparseFormat = a.format();
+        self.on_one(Operation::Spmm(format), run, |backend| {
+            backend.spmm_with(a.into(), b.into(), options, run)
+        })
+    }
+
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let (a, x) = (
+            check::sparse_operand(self, a)?,
+            check::vector_operand(self, x)?,
+        );
+        check::spmv(&a, x)?;
+        let format: SparseFormat = a.format();
+        self.on_one(Operation::Spmv(format), run, |backend| {
+            backend.spmv_with(a.into(), x.into(), options, run)
+        })
+    }
+}

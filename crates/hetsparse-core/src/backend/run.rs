@@ -47,6 +47,8 @@ impl Default for RunControl {
 #[derive(Debug, Default)]
 struct RunState {
     cancelled: AtomicBool,
+    /// A run whose cancellation this one follows.
+    parent: Option<Arc<RunState>>,
     planned: AtomicU64,
     done: AtomicU64,
 }
@@ -93,9 +95,39 @@ impl RunControl {
     pub fn cancel(&self) {
         self.state.cancelled.store(true, Ordering::Release);
     }
-    /// Whether [`cancel`](Self::cancel) was called.
+    /// A run of its own (own cancellation, own progress) that is also cancelled when this one
+    /// is: what a scheduler hands each device, so that it can stop one device's work without
+    /// stopping the caller's run, and count progress itself.
+    ///
+    /// ```
+    /// use hetsparse_core::RunControl;
+    /// let run = RunControl::new();
+    /// let (first, second) = (run.child(), run.child());
+    /// first.cancel();
+    /// assert!(!run.is_cancelled() && !second.is_cancelled());
+    /// run.cancel();
+    /// assert!(second.is_cancelled());
+    /// ```
+    pub fn child(&self) -> RunControl {
+        RunControl {
+            state: Arc::new(RunState {
+                parent: Some(Arc::clone(&self.state)),
+                ..RunState::default()
+            }),
+            watched: self.watched,
+        }
+    }
+    /// Whether [`cancel`](Self::cancel) was called, on this run or one it is a
+    /// [`child`](Self::child) of.
     pub fn is_cancelled(&self) -> bool {
-        self.state.cancelled.load(Ordering::Acquire)
+        let mut state = Some(&self.state);
+        while let Some(s) = state {
+            if s.cancelled.load(Ordering::Acquire) {
+                return true;
+            }
+            state = s.parent.as_ref();
+        }
+        false
     }
     /// [`Error::Cancelled`] once the run was cancelled: backends call it between batches.
     pub fn checkpoint(&self) -> Result<()> {

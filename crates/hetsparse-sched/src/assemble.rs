@@ -1,0 +1,240 @@
+//! C from its chunks: sized once from the chunks' row counts, each chunk copied once into its
+//! final place, rows in parallel.
+
+use std::ops::Range;
+
+use hetsparse_core::{Csr, Error, ProductChunk, Result, Scalar};
+use rayon::prelude::*;
+
+/// Rows one parallel task copies.
+const ROWS_PER_TASK: usize = 2048;
+
+/// Rows of C and the tiles covering them, in column order.
+type Band = (Range<usize>, Vec<usize>);
+
+/// A computed chunk: its place in C and its values (columns relative to `chunk.cols.start`).
+pub(crate) type Tile<T> = (ProductChunk, Csr<T>);
+
+/// Assembles the `nrows × ncols` product from `tiles`, which must partition it (every entry
+/// of C in exactly one tile).
+pub(crate) fn assemble<T: Scalar>(
+    nrows: usize,
+    ncols: usize,
+    mut tiles: Vec<Tile<T>>,
+) -> Result<Csr<T>> {
+    let _span = tracing::debug_span!("assemble", rows = nrows, tiles = tiles.len()).entered();
+    check_partition(nrows, ncols, &tiles)?;
+    if tiles.len() == 1 && tiles[0].0.rows.len() == nrows && tiles[0].0.cols.len() == ncols {
+        if let Some((_, c)) = tiles.pop() {
+            return Ok(c);
+        }
+    }
+    tiles.sort_by_key(|(chunk, _)| (chunk.cols.start, chunk.rows.start));
+    let bands = bands(nrows, &tiles);
+
+    // Entries per row, then offsets.
+    let mut row_nnz = vec![0u64; nrows];
+    split_by_rows(&mut row_nnz, &bands, |r| r)
+        .into_par_iter()
+        .for_each(|((rows, covering), out)| {
+            for (slot, i) in out.iter_mut().zip(rows.clone()) {
+                *slot = covering
+                    .iter()
+                    .map(|&t| tiles[t].1.row_nnz(i - tiles[t].0.rows.start))
+                    .sum();
+            }
+        });
+    let mut offsets = Vec::with_capacity(nrows + 1);
+    let mut total = 0u64;
+    offsets.push(0);
+    for n in &row_nnz {
+        total += n;
+        offsets.push(total);
+    }
+    drop(row_nnz);
+    let nnz = usize::try_from(total).map_err(|_| Error::TooLarge {
+        what: "the product's entries".into(),
+        needed: total,
+        limit: usize::MAX as u64,
+        unit: "entries",
+    })?;
+
+    // Each band's rows, chunk by chunk in column order.
+    let mut cols = vec![0u32; nnz];
+    let mut vals = vec![T::default(); nnz];
+    let at = |r: usize| offsets[r] as usize;
+    let col_parts = split_by_rows(&mut cols, &bands, at);
+    let val_parts = split_by_rows(&mut vals, &bands, at);
+    col_parts.into_par_iter().zip(val_parts).for_each(
+        |(((rows, covering), out_cols), (_, out_vals))| {
+            let mut pos = 0;
+            for i in rows.clone() {
+                for &t in covering {
+                    let (chunk, tile) = (&tiles[t].0, &tiles[t].1);
+                    let (tc, tv) = tile.row(i - chunk.rows.start);
+                    let shift = chunk.cols.start as u32;
+                    for (dst, &c) in out_cols[pos..pos + tc.len()].iter_mut().zip(tc) {
+                        *dst = c + shift;
+                    }
+                    out_vals[pos..pos + tv.len()].copy_from_slice(tv);
+                    pos += tc.len();
+                }
+            }
+        },
+    );
+    drop(tiles);
+    Ok(Csr::try_new(nrows, ncols, offsets, cols, vals)?)
+}
+
+/// Row ranges of at most [`ROWS_PER_TASK`] rows, each inside one tile of every column range,
+/// with the tiles covering it in column order.
+fn bands<T: Scalar>(nrows: usize, tiles: &[Tile<T>]) -> Vec<Band> {
+    let mut cuts: Vec<usize> = tiles
+        .iter()
+        .flat_map(|(c, _)| [c.rows.start, c.rows.end])
+        .chain([0, nrows])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut bands = Vec::new();
+    for w in cuts.windows(2) {
+        let (lo, hi) = (w[0], w[1]);
+        if lo == hi {
+            continue;
+        }
+        // Tiles are sorted by column start, so the covering ones come in column order.
+        let covering: Vec<usize> = (0..tiles.len())
+            .filter(|&t| {
+                let r = &tiles[t].0.rows;
+                r.start <= lo && hi <= r.end && !tiles[t].0.cols.is_empty()
+            })
+            .collect();
+        let mut start = lo;
+        while start < hi {
+            let end = (start + ROWS_PER_TASK).min(hi);
+            bands.push((start..end, covering.clone()));
+            start = end;
+        }
+    }
+    bands
+}
+
+/// `data` cut at the bands' boundaries (`at(row)` is a row's position in `data`), each part
+/// with its band.
+fn split_by_rows<'a, 'b, E>(
+    mut data: &'a mut [E],
+    bands: &'b [Band],
+    at: impl Fn(usize) -> usize,
+) -> Vec<(&'b Band, &'a mut [E])> {
+    let mut parts = Vec::with_capacity(bands.len());
+    let mut consumed = 0;
+    for band in bands {
+        let end = at(band.0.end);
+        let (part, rest) = std::mem::take(&mut data).split_at_mut(end - consumed);
+        parts.push((band, part));
+        data = rest;
+        consumed = end;
+    }
+    parts
+}
+
+/// Every tile has its chunk's shape and the tiles cover the product exactly once (by area and
+/// pairwise disjointness).
+fn check_partition<T: Scalar>(nrows: usize, ncols: usize, tiles: &[Tile<T>]) -> Result<()> {
+    let internal = |what: String| Error::Internal {
+        backend: "sched".into(),
+        what,
+    };
+    let mut area = 0u128;
+    for (chunk, c) in tiles {
+        if c.shape() != (chunk.rows.len(), chunk.cols.len())
+            || chunk.rows.end > nrows
+            || chunk.cols.end > ncols
+        {
+            return Err(internal(format!(
+                "a chunk of rows {:?}, columns {:?} came back {}×{}",
+                chunk.rows,
+                chunk.cols,
+                c.nrows(),
+                c.ncols()
+            )));
+        }
+        area += chunk.rows.len() as u128 * chunk.cols.len() as u128;
+    }
+    if area != nrows as u128 * ncols as u128 {
+        return Err(internal(format!(
+            "chunks cover {area} entries of a {nrows}×{ncols} product"
+        )));
+    }
+    // Equal area and no overlap means an exact cover; tiles are few, so pairs are cheap.
+    for (i, (x, _)) in tiles.iter().enumerate() {
+        for (y, _) in &tiles[i + 1..] {
+            let rows = x.rows.start.max(y.rows.start) < x.rows.end.min(y.rows.end);
+            let cols = x.cols.start.max(y.cols.start) < x.cols.end.min(y.cols.end);
+            if rows && cols {
+                return Err(internal(format!(
+                    "chunks {:?}×{:?} and {:?}×{:?} overlap",
+                    x.rows, x.cols, y.rows, y.cols
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::{generate, reference, PlusTimes};
+
+    fn tile(a: &Csr<f64>, b: &Csr<f64>, rows: Range<usize>, cols: Range<usize>) -> Tile<f64> {
+        let part = reference::spgemm::<f64, PlusTimes>(
+            &a.rows(rows.clone()).unwrap(),
+            &b.column_panel(cols.clone()).unwrap(),
+        )
+        .unwrap();
+        (ProductChunk { rows, cols }, part)
+    }
+
+    #[test]
+    fn tiles_in_any_order_give_the_product() {
+        let a = generate::uniform::<f64>(5000, 300, 5, 1);
+        let b = generate::uniform::<f64>(300, 200, 4, 2);
+        let c = reference::spgemm::<f64, PlusTimes>(&a, &b).unwrap();
+        let tiles = vec![
+            tile(&a, &b, 2500..5000, 70..200),
+            tile(&a, &b, 0..2500, 0..200),
+            tile(&a, &b, 2500..4000, 0..70),
+            tile(&a, &b, 4000..5000, 0..10),
+            tile(&a, &b, 4000..5000, 10..70),
+        ];
+        assert_eq!(assemble(5000, 200, tiles).unwrap(), c);
+    }
+
+    #[test]
+    fn a_gap_or_an_overlap_is_an_error() {
+        let a = generate::uniform::<f64>(40, 30, 3, 1);
+        let gap = vec![tile(&a, &a.transpose(), 0..20, 0..40)];
+        assert!(matches!(assemble(40, 40, gap), Err(Error::Internal { .. })));
+        let overlap = vec![
+            tile(&a, &a.transpose(), 0..30, 0..40),
+            tile(&a, &a.transpose(), 20..30, 0..40),
+            tile(&a, &a.transpose(), 30..40, 0..40),
+        ];
+        assert!(assemble(40, 40, overlap).is_err());
+    }
+
+    #[test]
+    fn empty_products_assemble() {
+        assert_eq!(assemble::<f64>(0, 0, vec![]).unwrap().shape(), (0, 0));
+        let z = Csr::<f64>::zeros(3, 4).unwrap();
+        let tiles = vec![(
+            ProductChunk {
+                rows: 0..3,
+                cols: 0..4,
+            },
+            z.clone(),
+        )];
+        assert_eq!(assemble(3, 4, tiles).unwrap(), z);
+    }
+}

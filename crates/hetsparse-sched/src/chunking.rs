@@ -1,0 +1,236 @@
+//! Cutting a product into chunks: column panels of B sized to the devices' memory, row panels
+//! of A weighed by their intermediate products (Xia et al. §III: a chunk of C per row panel ×
+//! column panel pair).
+
+use std::ops::Range;
+
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::{Csr, ProductChunk, Scalar};
+use rayon::prelude::*;
+
+/// A chunk of the product and what it costs.
+#[derive(Clone, Debug)]
+pub(crate) struct Task {
+    /// Which part of C.
+    pub chunk: ProductChunk,
+    /// Its intermediate products.
+    pub products: u64,
+    /// Devices (by position in the scheduler) that cannot compute it: they ran out of memory on
+    /// it at the smallest size, or do not support it.
+    pub excluded: Vec<usize>,
+    /// How many times the chunk it came from was halved.
+    pub splits: u32,
+}
+
+/// Halvings of a chunk that ran out of memory before the device is given up on for it: chunks
+/// are planned to fit, so 64 pieces cover a device whose memory is mostly taken by others,
+/// without a run of thousands of failing calls.
+pub(crate) const MAX_SPLITS: u32 = 6;
+
+impl Task {
+    pub fn new(rows: Range<usize>, cols: Range<usize>, products: u64) -> Task {
+        Task {
+            chunk: ProductChunk { rows, cols },
+            products,
+            excluded: Vec::new(),
+            splits: 0,
+        }
+    }
+}
+
+/// Column panels of `b` whose CSR bytes each stay within `budget` (one panel when all of B
+/// does, a single column when one column alone exceeds it).
+pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usize>> {
+    let value_bytes = std::mem::size_of::<T>() as u64;
+    let ncols = b.ncols();
+    if ncols == 0 || csr_bytes(b.nrows(), b.nnz(), value_bytes as usize) <= budget {
+        return std::iter::once(0..ncols).collect();
+    }
+    let mut per_column = vec![0u64; ncols];
+    for &c in b.col_indices() {
+        per_column[c as usize] += 1;
+    }
+    let fixed = (b.nrows() as u64 + 1) * 8;
+    let room = budget.saturating_sub(fixed).max(1);
+    let mut panels = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (j, &count) in per_column.iter().enumerate() {
+        let add = count * (4 + value_bytes);
+        if j > start && bytes + add > room {
+            panels.push(start..j);
+            (start, bytes) = (j, 0);
+        }
+        bytes += add;
+    }
+    panels.push(start..ncols);
+    panels
+}
+
+/// Intermediate products of each of rows `rows` of `a` that land in columns `cols` of `b`.
+pub(crate) fn panel_row_products<T: Scalar>(
+    a: &Csr<T>,
+    rows: Range<usize>,
+    b: &Csr<T>,
+    cols: &Range<usize>,
+) -> Vec<u64> {
+    let (lo, hi) = (cols.start as u32, cols.end as u32);
+    let whole = cols.start == 0 && cols.end == b.ncols();
+    let b_rows: Vec<u64> = (0..b.nrows())
+        .into_par_iter()
+        .with_min_len(1024)
+        .map(|k| {
+            if whole {
+                b.row_nnz(k)
+            } else {
+                let row = b.row(k).0;
+                (row.partition_point(|&c| c < hi) - row.partition_point(|&c| c < lo)) as u64
+            }
+        })
+        .collect();
+    rows.into_par_iter()
+        .with_min_len(256)
+        .map(|i| a.row(i).0.iter().map(|&k| b_rows[k as usize]).sum())
+        .collect()
+}
+
+/// Products before each row: `prefix[i]` is the sum over rows `0..i`.
+pub(crate) fn prefix_sums(per_row: &[u64]) -> Vec<u64> {
+    let mut prefix = Vec::with_capacity(per_row.len() + 1);
+    let mut total = 0u64;
+    prefix.push(0);
+    for &p in per_row {
+        total += p;
+        prefix.push(total);
+    }
+    prefix
+}
+
+/// Row panels of rows `rows` (products before each row in `prefix`): each holds about
+/// `target` products (a row with more is a panel of its own) and at most `max_a_bytes` of A.
+pub(crate) fn row_panels<T: Scalar>(
+    a: &Csr<T>,
+    prefix: &[u64],
+    rows: Range<usize>,
+    target: u64,
+    max_a_bytes: u64,
+) -> Vec<Range<usize>> {
+    let value_bytes = std::mem::size_of::<T>();
+    let offsets = a.row_offsets();
+    let mut panels = Vec::new();
+    let mut start = rows.start;
+    let target = target.max(1);
+    while start < rows.end {
+        // The largest end whose products stay within the target (at least one row) ...
+        let goal = prefix[start].saturating_add(target);
+        let mut end = prefix[start + 1..=rows.end]
+            .partition_point(|&p| p <= goal)
+            .max(1)
+            + start;
+        // ... and whose rows of A fit in the budget.
+        while end > start + 1
+            && csr_bytes(end - start, offsets[end] - offsets[start], value_bytes) > max_a_bytes
+        {
+            end = start + (end - start) / 2;
+        }
+        panels.push(start..end);
+        start = end;
+    }
+    panels
+}
+
+/// `task` cut in two (rows first, columns for a single row), or `None` for a single entry of C
+/// or a chunk halved [`MAX_SPLITS`] times already.
+pub(crate) fn split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, task: &Task) -> Option<(Task, Task)> {
+    let ProductChunk { rows, cols } = &task.chunk;
+    let halves = if task.splits >= MAX_SPLITS {
+        return None;
+    } else if rows.len() > 1 {
+        let mid = rows.start + rows.len() / 2;
+        [
+            (rows.start..mid, cols.clone()),
+            (mid..rows.end, cols.clone()),
+        ]
+    } else if cols.len() > 1 {
+        let mid = cols.start + cols.len() / 2;
+        [
+            (rows.clone(), cols.start..mid),
+            (rows.clone(), mid..cols.end),
+        ]
+    } else {
+        return None;
+    };
+    let [first, second] = halves.map(|(r, c)| {
+        let per_row = panel_row_products(a, r.clone(), b, &c);
+        let mut t = Task::new(r, c, per_row.iter().sum());
+        t.excluded.clone_from(&task.excluded);
+        t.splits = task.splits + 1;
+        t
+    });
+    Some((first, second))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::generate;
+
+    #[test]
+    fn panels_cover_and_respect_the_budget() {
+        let b = generate::uniform::<f64>(50, 400, 6, 3);
+        let whole = csr_bytes(b.nrows(), b.nnz(), 8);
+        assert_eq!(column_panels(&b, whole), vec![0..400]);
+        let panels = column_panels(&b, whole / 3);
+        assert!(panels.len() >= 3, "{panels:?}");
+        assert_eq!(panels.first().unwrap().start, 0);
+        assert_eq!(panels.last().unwrap().end, 400);
+        for w in panels.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        for p in &panels {
+            let panel = b.column_panel(p.clone()).unwrap();
+            assert!(p.len() == 1 || csr_bytes(panel.nrows(), panel.nnz(), 8) <= whole / 3);
+        }
+    }
+
+    #[test]
+    fn panel_products_add_up() {
+        let a = generate::rmat::<f64>(9, 4, 5);
+        let n = a.nrows();
+        let all = hetsparse_core::analysis::row_products(&a, &a).unwrap();
+        let left = panel_row_products(&a, 0..n, &a, &(0..120));
+        let right = panel_row_products(&a, 0..n, &a, &(120..n));
+        for i in 0..n {
+            assert_eq!(left[i] + right[i], all[i]);
+        }
+        assert_eq!(panel_row_products(&a, 0..n, &a, &(0..n)), all);
+        assert_eq!(panel_row_products(&a, 10..20, &a, &(0..n)), all[10..20]);
+    }
+
+    #[test]
+    fn row_panels_hold_about_the_target() {
+        let per_row = [5, 1, 1, 1, 20, 1, 1, 1, 1, 1];
+        let prefix = prefix_sums(&per_row);
+        let a = Csr::<f64>::identity(10).unwrap();
+        let panels = row_panels(&a, &prefix, 0..10, 6, u64::MAX);
+        assert_eq!(panels, vec![0..2, 2..4, 4..5, 5..10]);
+        let panels = row_panels(&a, &prefix, 3..10, 100, u64::MAX);
+        assert_eq!(panels, vec![3..10]);
+        // A budget of about two rows of A.
+        let panels = row_panels(&a, &prefix, 0..10, 100, csr_bytes(2, 2, 8));
+        assert!(panels.iter().all(|p| p.len() <= 2), "{panels:?}");
+        assert_eq!(panels.iter().map(|p| p.len()).sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn split_halves_rows_then_columns() {
+        let a = Csr::<f64>::identity(4).unwrap();
+        let t = Task::new(0..4, 0..4, 4);
+        let (x, y) = split(&a, &a, &t).unwrap();
+        assert_eq!((x.chunk.rows, y.chunk.rows), (0..2, 2..4));
+        assert_eq!((x.products, y.products), (2, 2));
+        let (x, y) = split(&a, &a, &Task::new(1..2, 0..4, 1)).unwrap();
+        assert_eq!((x.chunk.cols, y.chunk.cols), (0..2, 2..4));
+        assert_eq!((x.products, y.products), (1, 0));
+        assert!(split(&a, &a, &Task::new(1..2, 1..2, 1)).is_none());
+    }
+}

@@ -1,0 +1,526 @@
+//! Running the chunks of a product on several backends at once: one thread per backend takes
+//! work (its own assigned list first, then the shared queue), hands finished chunks to the
+//! assembly, and on a failure gives its unfinished chunks back for the others.
+//!
+//! Failures are sorted by what they say about the device:
+//! - out of memory on a chunk: the chunk is split in two (rows, then columns) and both halves
+//!   queued; at a single entry the device is excluded from that chunk;
+//! - unsupported or too large for this device: the device is excluded from that chunk;
+//! - anything else (a failed launch, a lost device, an internal error, a panic): the device is
+//!   out of this run and its unfinished chunks go to the others.
+//!
+//! A chunk every remaining device is excluded from, or work left with no device alive, ends the
+//! run with the error that stopped it; cancelling the caller's run stops every device.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::{
+    Backend, ChunkProduct, Csr, CsrOperand, Error, MemorySpace, ProductChunk, ResidentCsr, Result,
+    RunControl, Scalar, SpgemmOptions,
+};
+
+use crate::assemble::Tile;
+use crate::chunking::{split, Task};
+use crate::report::DeviceReport;
+
+/// How long an idle worker sleeps before it looks at the caller's cancellation again.
+const IDLE_POLL: Duration = Duration::from_millis(20);
+
+/// What runs: the operands and, for each device, its own tasks; `shared` is the queue any
+/// device takes from.
+pub(crate) struct Work<'a, T: Scalar> {
+    pub a: &'a Csr<T>,
+    pub b: &'a Csr<T>,
+    pub options: &'a SpgemmOptions,
+    /// Every backend of the scheduler, by position.
+    pub devices: &'a [Arc<dyn Backend<T>>],
+    /// Whether each takes part.
+    pub taking_part: Vec<bool>,
+    /// Each device's assigned tasks, in the order it runs them.
+    pub own: Vec<Vec<Task>>,
+    /// Tasks for whichever device is free, most products first.
+    pub shared: Vec<Task>,
+    /// Device memory for operands, below which a device gets its operands chunk by chunk.
+    pub operand_budget: u64,
+}
+
+/// The finished chunks and what each device did.
+pub(crate) struct Finished<T: Scalar> {
+    pub tiles: Vec<Tile<T>>,
+    pub devices: Vec<DeviceReport>,
+}
+
+struct State<T: Scalar> {
+    own: Vec<VecDeque<Task>>,
+    queue: VecDeque<Task>,
+    /// Tasks not yet finished (queued or being computed).
+    outstanding: usize,
+    live: Vec<bool>,
+    abort: Option<Error>,
+    /// The most recent device failure, returned if no device is left.
+    last_failure: Option<Error>,
+    tiles: Vec<Tile<T>>,
+    reports: Vec<DeviceReport>,
+}
+
+impl<T: Scalar> State<T> {
+    /// Puts `task` back in the queue at its place by products.
+    fn requeue(&mut self, task: Task) {
+        let at = self.queue.partition_point(|t| t.products >= task.products);
+        self.queue.insert(at, task);
+    }
+
+    /// Ends the run when some queued task has no live device left to take it.
+    fn check_stranded(&mut self) {
+        if self.abort.is_some() {
+            return;
+        }
+        let live: Vec<usize> = (0..self.live.len()).filter(|&d| self.live[d]).collect();
+        if live.is_empty() {
+            if self.outstanding > 0 {
+                self.abort = Some(self.last_failure.take().unwrap_or_else(|| Error::Internal {
+                    backend: "sched".into(),
+                    what: "no backend is left to compute the remaining chunks".into(),
+                }));
+            }
+            return;
+        }
+        let stranded = self
+            .queue
+            .iter()
+            .chain(self.own.iter().flatten())
+            .position(|t| live.iter().all(|d| t.excluded.contains(d)));
+        if let Some(i) = stranded {
+            let chunk = self
+                .queue
+                .iter()
+                .chain(self.own.iter().flatten())
+                .nth(i)
+                .map(|t| t.chunk.clone());
+            let cause = self.last_failure.take();
+            self.abort = Some(match (cause, chunk) {
+                (Some(e), _) => e,
+                (None, chunk) => Error::Internal {
+                    backend: "sched".into(),
+                    what: format!("no backend can compute the chunk {chunk:?}"),
+                },
+            });
+        }
+    }
+}
+
+struct Shared<T: Scalar> {
+    state: Mutex<State<T>>,
+    wake: Condvar,
+    /// One run per device, cancelled with the caller's and when the run is aborted.
+    runs: Vec<RunControl>,
+    caller: RunControl,
+}
+
+impl<T: Scalar> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // A worker that panicked while holding the lock left the state consistent (every
+        // update is a few assignments), so keep going with it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn abort(&self, state: &mut State<T>, error: Error) {
+        if state.abort.is_none() {
+            state.abort = Some(error);
+        }
+        for r in &self.runs {
+            r.cancel();
+        }
+        self.wake.notify_all();
+    }
+}
+
+/// Runs `work` to the end: every chunk finished, or the error that stopped the run.
+pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Finished<T>> {
+    let n = work.devices.len();
+    let outstanding = work.shared.len() + work.own.iter().map(Vec::len).sum::<usize>();
+    let planned: u64 = work
+        .shared
+        .iter()
+        .chain(work.own.iter().flatten())
+        .map(|t| t.products)
+        .sum();
+    caller.add_planned(planned);
+    let shared = Shared {
+        state: Mutex::new(State {
+            own: work
+                .own
+                .iter()
+                .map(|l| l.iter().cloned().collect())
+                .collect(),
+            queue: work.shared.iter().cloned().collect(),
+            outstanding,
+            live: work.taking_part.clone(),
+            abort: None,
+            last_failure: None,
+            tiles: Vec::with_capacity(outstanding),
+            reports: work
+                .devices
+                .iter()
+                .map(|d| DeviceReport::new(d.info().name))
+                .collect(),
+        }),
+        wake: Condvar::new(),
+        runs: (0..n).map(|_| caller.child()).collect(),
+        caller: caller.clone(),
+    };
+    std::thread::scope(|scope| {
+        for d in (0..n).filter(|&d| work.taking_part[d]) {
+            let (shared, work) = (&shared, &work);
+            scope.spawn(move || worker(shared, work, d));
+        }
+    });
+    let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = state.abort {
+        return Err(e);
+    }
+    if state.outstanding > 0 {
+        return Err(state.last_failure.unwrap_or_else(|| Error::Internal {
+            backend: "sched".into(),
+            what: format!("{} chunks were left unfinished", state.outstanding),
+        }));
+    }
+    Ok(Finished {
+        tiles: state.tiles,
+        devices: state.reports,
+    })
+}
+
+/// Where a device reads its operands from.
+enum Placement<T: Scalar> {
+    /// In place: the device computes in host memory, or A and B were uploaded once.
+    Whole(Option<(ResidentCsr<T>, ResidentCsr<T>)>),
+    /// Rows of A and a column window of B for each chunk (the window of the last chunk kept,
+    /// uploaded, for the next), when A and B do not fit the device together.
+    PerChunk(Option<(std::ops::Range<usize>, ResidentCsr<T>)>),
+}
+
+fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
+    let device = &work.devices[d];
+    let run = &shared.runs[d];
+    let started = Instant::now();
+    let mut placement = match place(device.as_ref(), work) {
+        Ok(p) => p,
+        Err(e) => {
+            fail_device(shared, d, e, Vec::new());
+            return;
+        }
+    };
+    {
+        let mut state = shared.lock();
+        state.reports[d].busy += started.elapsed();
+    }
+    loop {
+        let Some(batch) = next_batch(shared, d, matches!(placement, Placement::PerChunk(_))) else {
+            return;
+        };
+        let begun = Instant::now();
+        let mut delivered = vec![false; batch.len()];
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            compute(
+                device.as_ref(),
+                work,
+                &mut placement,
+                &batch,
+                run,
+                &mut |i, tile| {
+                    deliver(shared, d, &batch[i], tile)?;
+                    delivered[i] = true;
+                    Ok(())
+                },
+            )
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(Error::Internal {
+                backend: device.info().backend,
+                what: format!("the backend panicked: {what}"),
+            })
+        });
+        shared.lock().reports[d].busy += begun.elapsed();
+        if let Err(e) = outcome {
+            let rest: Vec<(usize, Task)> = batch
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !delivered[*i])
+                .collect();
+            if !handle_failure(shared, work, d, e, rest) {
+                return;
+            }
+        }
+    }
+}
+
+/// Uploads A and B once where the device has memory of its own and they fit.
+fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Placement<T>> {
+    if device.memory_space() == MemorySpace::Host {
+        return Ok(Placement::Whole(None));
+    }
+    let value = std::mem::size_of::<T>();
+    let bytes = csr_bytes(work.a.nrows(), work.a.nnz(), value).saturating_add(csr_bytes(
+        work.b.nrows(),
+        work.b.nnz(),
+        value,
+    ));
+    if bytes > work.operand_budget {
+        return Ok(Placement::PerChunk(None));
+    }
+    let uploaded = device
+        .upload(work.a)
+        .and_then(|a| Ok((a, device.upload(work.b)?)));
+    match uploaded {
+        Ok(ab) => Ok(Placement::Whole(Some(ab))),
+        Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk(None)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The next tasks for device `d`: its own list, else a share of the queue; `None` when the
+/// run is over for it.
+fn next_batch<T: Scalar>(shared: &Shared<T>, d: usize, one_at_a_time: bool) -> Option<Vec<Task>> {
+    let mut state = shared.lock();
+    loop {
+        if state.abort.is_some() || !state.live[d] {
+            return None;
+        }
+        if shared.caller.is_cancelled() {
+            shared.abort(&mut state, Error::Cancelled);
+            return None;
+        }
+        if !state.own[d].is_empty() {
+            let take = if one_at_a_time { 1 } else { state.own[d].len() };
+            return Some(state.own[d].drain(..take).collect());
+        }
+        // Guided self-scheduling: a batch of about half this device's share of what is left,
+        // so early batches are large (fewer calls) and late ones small (an even finish).
+        let live = state.live.iter().filter(|l| **l).count().max(1) as u64;
+        let left: u64 = state.queue.iter().map(|t| t.products).sum();
+        let goal = (left / (2 * live)).max(1);
+        let mut batch = Vec::new();
+        let mut products = 0u64;
+        let mut i = 0;
+        while i < state.queue.len() {
+            if state.queue[i].excluded.contains(&d) {
+                i += 1;
+                continue;
+            }
+            if let Some(task) = state.queue.remove(i) {
+                products += task.products;
+                batch.push(task);
+            }
+            if one_at_a_time || products >= goal {
+                break;
+            }
+        }
+        if !batch.is_empty() {
+            return Some(batch);
+        }
+        if state.outstanding == 0 {
+            return None;
+        }
+        // Work may still come back from a device that fails.
+        state = shared
+            .wake
+            .wait_timeout(state, IDLE_POLL)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// Runs `batch` on `device`, handing each finished chunk (by its position in the batch) to
+/// `deliver` with its columns relative to the chunk's first column.
+fn compute<T: Scalar>(
+    device: &dyn Backend<T>,
+    work: &Work<'_, T>,
+    placement: &mut Placement<T>,
+    batch: &[Task],
+    run: &RunControl,
+    deliver: &mut dyn FnMut(usize, Csr<T>) -> Result<()>,
+) -> Result<()> {
+    let mut sink = |c: ChunkProduct<T>| deliver(c.index, c.product);
+    match placement {
+        Placement::Whole(resident) => {
+            let chunks: Vec<ProductChunk> = batch.iter().map(|t| t.chunk.clone()).collect();
+            let (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match resident {
+                Some((ra, rb)) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
+                None => (work.a.into(), work.b.into()),
+            };
+            device.spgemm_chunks(a, b, &chunks, work.options, run, &mut sink)
+        }
+        Placement::PerChunk(window) => {
+            for (index, task) in batch.iter().enumerate() {
+                let ProductChunk { rows, cols } = &task.chunk;
+                let rows_of_a = work.a.rows(rows.clone())?;
+                let fresh = !matches!(window, Some((w, _)) if w == cols);
+                if fresh {
+                    // Drop the old window before uploading the new one.
+                    *window = None;
+                    let panel = work.b.column_panel(cols.clone())?;
+                    *window = Some((cols.clone(), device.upload_owned(panel)?));
+                }
+                let Some((_, b_window)) = window.as_ref() else {
+                    continue;
+                };
+                let local = ProductChunk {
+                    rows: 0..rows.len(),
+                    cols: 0..cols.len(),
+                };
+                device
+                    .spgemm_chunks(
+                        (&rows_of_a).into(),
+                        b_window.into(),
+                        &[local],
+                        work.options,
+                        run,
+                        &mut |c: ChunkProduct<T>| deliver(index, c.product),
+                    )
+                    .map_err(|e| e.in_chunk(index))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Takes a finished chunk.
+fn deliver<T: Scalar>(shared: &Shared<T>, d: usize, task: &Task, tile: Csr<T>) -> Result<()> {
+    let chunk = &task.chunk;
+    if tile.shape() != (chunk.rows.len(), chunk.cols.len()) {
+        return Err(Error::Internal {
+            backend: "sched".into(),
+            what: format!(
+                "a chunk of rows {:?}, columns {:?} came back {}×{}",
+                chunk.rows,
+                chunk.cols,
+                tile.nrows(),
+                tile.ncols()
+            ),
+        });
+    }
+    let mut state = shared.lock();
+    if state.abort.is_some() {
+        return Err(Error::Cancelled);
+    }
+    state.outstanding -= 1;
+    let report = &mut state.reports[d];
+    report.chunks += 1;
+    report.products += task.products;
+    state.tiles.push((chunk.clone(), tile));
+    shared.caller.add_done(task.products);
+    tracing::debug!(
+        device = d,
+        rows = ?chunk.rows,
+        cols = ?chunk.cols,
+        products = task.products,
+        "chunk done"
+    );
+    if state.outstanding == 0 {
+        shared.wake.notify_all();
+    }
+    Ok(())
+}
+
+/// Deals with a failed batch (`rest`: the tasks not delivered, by position in the batch).
+/// Returns whether the device goes on.
+fn handle_failure<T: Scalar>(
+    shared: &Shared<T>,
+    work: &Work<'_, T>,
+    d: usize,
+    error: Error,
+    rest: Vec<(usize, Task)>,
+) -> bool {
+    let (index, cause) = match error {
+        Error::InChunk { index, source } => (Some(index), *source),
+        e => (None, e),
+    };
+    // The failing task: the one the error names, else the first not delivered.
+    let failing = index.or_else(|| rest.first().map(|(i, _)| *i));
+    let mut state = shared.lock();
+    if matches!(cause, Error::Cancelled) && (shared.caller.is_cancelled() || state.abort.is_some())
+    {
+        shared.abort(&mut state, Error::Cancelled);
+        return false;
+    }
+    let mut others = Vec::new();
+    let mut failed = None;
+    for (i, task) in rest {
+        if Some(i) == failing {
+            failed = Some(task);
+        } else {
+            others.push(task);
+        }
+    }
+    for t in others {
+        state.requeue(t);
+    }
+    let name = work.devices[d].info().name;
+    match (&cause, failed) {
+        (Error::OutOfMemory { .. }, Some(task)) => {
+            match split(work.a, work.b, &task) {
+                Some((x, y)) => {
+                    tracing::info!(device = %name, rows = ?task.chunk.rows, cols = ?task.chunk.cols,
+                        "out of memory on a chunk; splitting it");
+                    state.outstanding += 1;
+                    state.requeue(x);
+                    state.requeue(y);
+                }
+                None => exclude(&mut state, d, task, cause),
+            }
+            settle(shared, &mut state);
+            true
+        }
+        (Error::Unsupported { .. } | Error::TooLarge { .. }, Some(task)) => {
+            exclude(&mut state, d, task, cause);
+            settle(shared, &mut state);
+            true
+        }
+        (_, failed) => {
+            drop(state);
+            fail_device(shared, d, cause, failed.into_iter().collect());
+            false
+        }
+    }
+}
+
+/// `d` cannot compute `task`: queue it for the others.
+fn exclude<T: Scalar>(state: &mut State<T>, d: usize, mut task: Task, cause: Error) {
+    task.excluded.push(d);
+    state.last_failure = Some(cause);
+    state.requeue(task);
+    state.check_stranded();
+}
+
+/// `d` is out of the run: its tasks go to the others.
+fn fail_device<T: Scalar>(shared: &Shared<T>, d: usize, cause: Error, held: Vec<Task>) {
+    let mut state = shared.lock();
+    tracing::warn!(device = d, error = %cause, "a backend failed; its chunks go to the others");
+    state.live[d] = false;
+    state.reports[d].failure = Some(cause.to_string());
+    let own: Vec<Task> = state.own[d].drain(..).collect();
+    for t in held.into_iter().chain(own) {
+        state.requeue(t);
+    }
+    state.last_failure = Some(cause);
+    state.check_stranded();
+    settle(shared, &mut state);
+}
+
+/// Wakes idle workers, and stops every device if the run was aborted.
+fn settle<T: Scalar>(shared: &Shared<T>, state: &mut State<T>) {
+    if let Some(e) = state.abort.take() {
+        shared.abort(state, e);
+    }
+    shared.wake.notify_all();
+}

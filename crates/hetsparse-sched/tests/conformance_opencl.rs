@@ -1,0 +1,32 @@
+//! The scheduler passes the conformance suite over the CPU and an OpenCL device (PoCL in CI),
+//! with Xia's densest-first assignment and the OpenCL device given a memory budget small enough
+//! that B is cut into column panels.
+
+use hetsparse_core::{Backend, Error};
+use hetsparse_cpu::CpuBackend;
+use hetsparse_opencl::OpenClBackend;
+use hetsparse_sched::{Policy, Scheduler};
+
+/// Small enough that the suite's larger operands do not fit, so they go chunk by chunk.
+const BUDGET: u64 = 256 << 10;
+
+fn cpu_and_opencl<T>() -> Result<Scheduler<T>, Error>
+where
+    T: hetsparse_core::Scalar,
+    CpuBackend: Backend<T>,
+    OpenClBackend: Backend<T>,
+{
+    let backends: Vec<Box<dyn Backend<T>>> = vec![
+        Box::new(CpuBackend::with_threads(1)?),
+        Box::new(OpenClBackend::from_env()?.with_memory_budget(BUDGET)),
+    ];
+    Scheduler::new(backends)
+        .policy(Policy::DensestFirst)
+        .min_chunk_products(1)
+        .with_speeds(&[1.0, 1.0])
+}
+
+hetsparse_core::conformance_suite! {
+    backend: cpu_and_opencl(),
+    scalars: [f32, f64, c32, c64, f16, bf16],
+}
