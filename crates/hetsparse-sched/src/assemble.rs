@@ -60,8 +60,11 @@ pub(crate) fn assemble<T: Scalar>(
     })?;
 
     // Each band's rows, chunk by chunk in column order.
-    let mut cols = vec![0u32; nnz];
-    let mut vals = vec![T::default(); nnz];
+    // Filled in parallel, so that the pages are first touched by many threads.
+    let mut cols: Vec<u32> = Vec::with_capacity(nnz);
+    cols.par_extend(rayon::iter::repeat_n(0u32, nnz));
+    let mut vals: Vec<T> = Vec::with_capacity(nnz);
+    vals.par_extend(rayon::iter::repeat_n(T::default(), nnz));
     let at = |r: usize| offsets[r] as usize;
     let col_parts = split_by_rows(&mut cols, &bands, at);
     let val_parts = split_by_rows(&mut vals, &bands, at);

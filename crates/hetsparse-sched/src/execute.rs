@@ -12,7 +12,9 @@
 //! A chunk every remaining device is excluded from, or work left with no device alive, ends the
 //! run with the error that stopped it; cancelling the caller's run stops every device.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -46,6 +48,11 @@ pub(crate) struct Work<'a, T: Scalar> {
     pub shared: Vec<Task>,
     /// Device memory for operands, below which a device gets its operands chunk by chunk.
     pub operand_budget: u64,
+    /// Each device's speed from earlier runs (products per second), where known.
+    pub speeds: Vec<Option<f64>>,
+    /// B's column panels (the chunks' column ranges), cut once on the host for the devices
+    /// that take their operands chunk by chunk; empty when B is not cut.
+    pub panels: Vec<(Range<usize>, Csr<T>)>,
 }
 
 /// The finished chunks and what each device did.
@@ -201,35 +208,45 @@ enum Placement<T: Scalar> {
     Whole(Option<(ResidentCsr<T>, ResidentCsr<T>)>),
     /// Rows of A and a column window of B for each chunk (the window of the last chunk kept,
     /// uploaded, for the next), when A and B do not fit the device together.
-    PerChunk(Option<(std::ops::Range<usize>, ResidentCsr<T>)>),
+    PerChunk {
+        window: Option<(Range<usize>, ResidentCsr<T>)>,
+    },
 }
 
 fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
     let device = &work.devices[d];
     let run = &shared.runs[d];
-    let started = Instant::now();
-    let mut placement = match place(device.as_ref(), work) {
-        Ok(p) => p,
-        Err(e) => {
-            fail_device(shared, d, e, Vec::new());
-            return;
-        }
-    };
-    {
-        let mut state = shared.lock();
-        state.reports[d].busy += started.elapsed();
-    }
+    // Placed on the first batch, so that a device that gets no work uploads nothing.
+    let mut placement: Option<Placement<T>> = None;
     loop {
-        let Some(batch) = next_batch(shared, d, matches!(placement, Placement::PerChunk(_))) else {
+        let per_chunk = match &placement {
+            Some(Placement::PerChunk { .. }) => true,
+            Some(Placement::Whole(_)) => false,
+            None => !fits_whole(device.as_ref(), work),
+        };
+        let window = match &placement {
+            Some(Placement::PerChunk {
+                window: Some((w, _)),
+                ..
+            }) => Some(w.clone()),
+            _ => None,
+        };
+        let Some(batch) = next_batch(shared, work, d, per_chunk, window) else {
             return;
         };
         let begun = Instant::now();
         let mut delivered = vec![false; batch.len()];
         let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if placement.is_none() {
+                placement = Some(place(device.as_ref(), work)?);
+            }
+            let Some(placement) = placement.as_mut() else {
+                return Ok(());
+            };
             compute(
                 device.as_ref(),
                 work,
-                &mut placement,
+                placement,
                 &batch,
                 run,
                 &mut |i, tile| {
@@ -264,10 +281,10 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
     }
 }
 
-/// Uploads A and B once where the device has memory of its own and they fit.
-fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Placement<T>> {
+/// Whether A and B may be placed on `device` whole (always, for host memory).
+fn fits_whole<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> bool {
     if device.memory_space() == MemorySpace::Host {
-        return Ok(Placement::Whole(None));
+        return true;
     }
     let value = std::mem::size_of::<T>();
     let bytes = csr_bytes(work.a.nrows(), work.a.nnz(), value).saturating_add(csr_bytes(
@@ -275,22 +292,37 @@ fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Place
         work.b.nnz(),
         value,
     ));
-    if bytes > work.operand_budget {
-        return Ok(Placement::PerChunk(None));
+    bytes <= work.operand_budget
+}
+
+/// Uploads A and B once where the device has memory of its own and they fit.
+fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Placement<T>> {
+    if device.memory_space() == MemorySpace::Host {
+        return Ok(Placement::Whole(None));
+    }
+    if !fits_whole(device, work) {
+        return Ok(Placement::PerChunk { window: None });
     }
     let uploaded = device
         .upload(work.a)
         .and_then(|a| Ok((a, device.upload(work.b)?)));
     match uploaded {
         Ok(ab) => Ok(Placement::Whole(Some(ab))),
-        Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk(None)),
+        Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk { window: None }),
         Err(e) => Err(e),
     }
 }
 
-/// The next tasks for device `d`: its own list, else a share of the queue; `None` when the
-/// run is over for it.
-fn next_batch<T: Scalar>(shared: &Shared<T>, d: usize, one_at_a_time: bool) -> Option<Vec<Task>> {
+/// The next tasks for device `d`: its own list, else some of the queue; `None` when the run
+/// is over for it. A device that takes its operands chunk by chunk takes one task at a time,
+/// one on B's `window` when there is one.
+fn next_batch<T: Scalar>(
+    shared: &Shared<T>,
+    work: &Work<'_, T>,
+    d: usize,
+    one_at_a_time: bool,
+    window: Option<Range<usize>>,
+) -> Option<Vec<Task>> {
     let mut state = shared.lock();
     loop {
         if state.abort.is_some() || !state.live[d] {
@@ -304,27 +336,7 @@ fn next_batch<T: Scalar>(shared: &Shared<T>, d: usize, one_at_a_time: bool) -> O
             let take = if one_at_a_time { 1 } else { state.own[d].len() };
             return Some(state.own[d].drain(..take).collect());
         }
-        // Guided self-scheduling: a batch of about half this device's share of what is left,
-        // so early batches are large (fewer calls) and late ones small (an even finish).
-        let live = state.live.iter().filter(|l| **l).count().max(1) as u64;
-        let left: u64 = state.queue.iter().map(|t| t.products).sum();
-        let goal = (left / (2 * live)).max(1);
-        let mut batch = Vec::new();
-        let mut products = 0u64;
-        let mut i = 0;
-        while i < state.queue.len() {
-            if state.queue[i].excluded.contains(&d) {
-                i += 1;
-                continue;
-            }
-            if let Some(task) = state.queue.remove(i) {
-                products += task.products;
-                batch.push(task);
-            }
-            if one_at_a_time || products >= goal {
-                break;
-            }
-        }
+        let batch = take_from_queue(&mut state, work, d, one_at_a_time, window.as_ref());
         if !batch.is_empty() {
             return Some(batch);
         }
@@ -338,6 +350,67 @@ fn next_batch<T: Scalar>(shared: &Shared<T>, d: usize, one_at_a_time: bool) -> O
             .map(|(g, _)| g)
             .unwrap_or_else(|p| p.into_inner().0);
     }
+}
+
+/// Work stealing, weighted by speed. A device's speed is what it reached in this run, else in
+/// earlier ones. The fastest device takes the chunks with the most products (the queue's
+/// front); the others take the fewest (its back), so a slow device never holds the run's
+/// longest chunk at the end. A batch is about half the device's share of what is left
+/// (guided self-scheduling with shares by speed), so batches shrink towards the end; a device
+/// of unknown speed takes one small chunk, which measures it.
+fn take_from_queue<T: Scalar>(
+    state: &mut State<T>,
+    work: &Work<'_, T>,
+    d: usize,
+    one_at_a_time: bool,
+    window: Option<&Range<usize>>,
+) -> Vec<Task> {
+    let speed = |k: usize| state.reports[k].speed().or(work.speeds[k]);
+    let live: Vec<usize> = (0..state.live.len()).filter(|&k| state.live[k]).collect();
+    let known: Vec<f64> = live.iter().filter_map(|&k| speed(k)).collect();
+    let mine = speed(d);
+    let fastest = match mine {
+        Some(s) => known.iter().all(|&o| o <= s),
+        None => false,
+    };
+    let goal = match mine {
+        Some(s) if !one_at_a_time => {
+            let mean = known.iter().sum::<f64>() / known.len().max(1) as f64;
+            let total = known.iter().sum::<f64>() + mean * (live.len() - known.len()) as f64;
+            let left: u64 = state.queue.iter().map(|t| t.products).sum();
+            (left as f64 * s / total.max(f64::MIN_POSITIVE) / 2.0) as u64
+        }
+        _ => 0,
+    };
+    let eligible = |t: &Task| !t.excluded.contains(&d);
+    // A chunk on the window already placed saves a copy of B's panel.
+    if let Some(w) = window {
+        if let Some(i) = state
+            .queue
+            .iter()
+            .position(|t| eligible(t) && &t.chunk.cols == w)
+        {
+            return state.queue.remove(i).into_iter().collect();
+        }
+    }
+    let mut batch = Vec::new();
+    let mut products = 0u64;
+    loop {
+        let next = if fastest {
+            state.queue.iter().position(eligible)
+        } else {
+            state.queue.iter().rposition(eligible)
+        };
+        let Some(task) = next.and_then(|i| state.queue.remove(i)) else {
+            break;
+        };
+        products += task.products;
+        batch.push(task);
+        if one_at_a_time || products >= goal {
+            break;
+        }
+    }
+    batch
 }
 
 /// Runs `batch` on `device`, handing each finished chunk (by its position in the batch) to
@@ -360,16 +433,18 @@ fn compute<T: Scalar>(
             };
             device.spgemm_chunks(a, b, &chunks, work.options, run, &mut sink)
         }
-        Placement::PerChunk(window) => {
+        Placement::PerChunk { window } => {
             for (index, task) in batch.iter().enumerate() {
                 let ProductChunk { rows, cols } = &task.chunk;
                 let rows_of_a = work.a.rows(rows.clone())?;
-                let fresh = !matches!(window, Some((w, _)) if w == cols);
-                if fresh {
-                    // Drop the old window before uploading the new one.
+                if !matches!(window, Some((w, _)) if w == cols) {
+                    // The old window goes before the new one comes.
                     *window = None;
-                    let panel = work.b.column_panel(cols.clone())?;
-                    *window = Some((cols.clone(), device.upload_owned(panel)?));
+                    let placed = match b_window(work, cols)? {
+                        Cow::Borrowed(panel) => device.upload(panel)?,
+                        Cow::Owned(panel) => device.upload_owned(panel)?,
+                    };
+                    *window = Some((cols.clone(), placed));
                 }
                 let Some((_, b_window)) = window.as_ref() else {
                     continue;
@@ -392,6 +467,26 @@ fn compute<T: Scalar>(
             Ok(())
         }
     }
+}
+
+/// Columns `cols` of B, from the panel cut on the host that holds them.
+fn b_window<'a, T: Scalar>(work: &'a Work<'_, T>, cols: &Range<usize>) -> Result<Cow<'a, Csr<T>>> {
+    if cols.start == 0 && cols.end == work.b.ncols() {
+        return Ok(Cow::Borrowed(work.b));
+    }
+    Ok(
+        match work
+            .panels
+            .iter()
+            .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
+        {
+            Some((p, panel)) if p == cols => Cow::Borrowed(panel),
+            Some((p, panel)) => {
+                Cow::Owned(panel.column_panel(cols.start - p.start..cols.end - p.start)?)
+            }
+            None => Cow::Owned(work.b.column_panel(cols.clone())?),
+        },
+    )
 }
 
 /// Takes a finished chunk.

@@ -52,6 +52,8 @@ use hetsparse_core::{
 pub use policy::Policy;
 pub use report::{DeviceReport, RunReport};
 
+use rayon::prelude::*;
+
 use chunking::{column_panels, panel_row_products, prefix_sums, row_panels, Task};
 
 /// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
@@ -63,6 +65,10 @@ const MIN_CHUNK_PRODUCTS: u64 = 1 << 20;
 
 /// Share of the rows' products a speed calibration measures on each device.
 const CALIBRATION_SHARE: f64 = 0.03;
+
+/// Share of the known speeds above which the fastest backend runs a product alone: the others
+/// would take under a tenth, less than cutting and assembling the product costs.
+const DOMINANT_SHARE: f64 = 0.9;
 
 /// Weight of the newest run when speeds are updated.
 const SPEED_UPDATE: f64 = 0.5;
@@ -311,7 +317,6 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     /// The tasks of `A · B` under the policy: per-device lists and the shared queue.
-    #[allow(clippy::type_complexity)]
     fn assign(
         &self,
         a: &Csr<T>,
@@ -319,7 +324,7 @@ impl<T: Scalar> Scheduler<T> {
         options: &SpgemmOptions,
         part: &[bool],
         operand_budget: u64,
-    ) -> Result<(Vec<Vec<Task>>, Vec<Task>)> {
+    ) -> Result<Assignment> {
         let n = self.backends.len();
         let live = part.iter().filter(|p| **p).count().max(1);
         let panels = column_panels(b, operand_budget);
@@ -382,7 +387,11 @@ impl<T: Scalar> Scheduler<T> {
                 }
             }
         }
-        Ok((own, shared))
+        Ok(Assignment {
+            own,
+            shared,
+            panels,
+        })
     }
 
     /// The SpGEMM of host operands through the policy.
@@ -409,23 +418,25 @@ impl<T: Scalar> Scheduler<T> {
         )
         .entered();
         if fits && self.policy.is_dynamic() {
-            // One backend, or too little work to share: the first that takes part runs it
-            // whole. If it fails, the scheduled path below retries on every backend.
-            let small = participants == 1
-                || analysis::total_products(a, b)? < self.min_chunk_products.saturating_mul(2);
-            if small {
-                let first = part.iter().position(|p| *p).unwrap_or(0);
-                match self.backends[first].spgemm_with(a.into(), b.into(), options, run) {
-                    Ok(c) => return Ok(c),
-                    Err(e) if e.is_caller_error() || run.is_cancelled() => return Err(e),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the backend failed; scheduling the product")
-                    }
-                }
+            if let Some(c) = self.alone_if_better(a, b, options, run, &part)? {
+                return Ok(c);
             }
         }
-        let (own, shared) = self.assign(a, b, options, &part, operand_budget)?;
+        let Assignment {
+            own,
+            shared,
+            panels,
+        } = self.assign(a, b, options, &part, operand_budget)?;
         let chunks_planned = own.iter().map(Vec::len).sum::<usize>() + shared.len();
+        // Panels cut once here, for the backends that cannot hold B whole.
+        let panels = if panels.len() > 1 {
+            panels
+                .into_par_iter()
+                .map(|cols| Ok((cols.clone(), b.column_panel(cols)?)))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let finished = execute::run(
             execute::Work {
                 a,
@@ -436,6 +447,8 @@ impl<T: Scalar> Scheduler<T> {
                 own,
                 shared,
                 operand_budget: operand_budget.saturating_mul(2),
+                speeds: self.speeds(),
+                panels,
             },
             run,
         )?;
@@ -448,6 +461,73 @@ impl<T: Scalar> Scheduler<T> {
             assembly: assembling.elapsed(),
         });
         Ok(c)
+    }
+
+    /// Runs the product whole on one backend when sharing it would not pay: one backend takes
+    /// part, the product is too small to cut, or one backend is known to be so much faster
+    /// (over [`DOMINANT_SHARE`] of the speeds together) that the others' share would not cover
+    /// the cost of cutting and assembling. `None` when
+    /// the product should be shared (or the one backend failed: the shared run retries it).
+    fn alone_if_better(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+        part: &[bool],
+    ) -> Result<Option<Csr<T>>> {
+        let members: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
+        let speeds = self.speeds();
+        let known: Option<Vec<f64>> = members.iter().map(|&d| speeds[d]).collect();
+        let products = analysis::total_products(a, b)?;
+        let chosen = match &known {
+            _ if members.len() == 1 => Some(members[0]),
+            Some(known) if products < self.min_chunk_products.saturating_mul(2) => known
+                .iter()
+                .enumerate()
+                .max_by(|x, y| x.1.total_cmp(y.1))
+                .map(|(i, _)| members[i]),
+            None if products < self.min_chunk_products.saturating_mul(2) => Some(members[0]),
+            Some(known) => {
+                let total: f64 = known.iter().sum();
+                let (best, fastest) = known
+                    .iter()
+                    .enumerate()
+                    .max_by(|x, y| x.1.total_cmp(y.1))
+                    .map(|(i, s)| (members[i], *s))
+                    .unwrap_or((members[0], 0.0));
+                (fastest >= DOMINANT_SHARE * total).then_some(best)
+            }
+            None => None,
+        };
+        let Some(d) = chosen else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        match self.backends[d].spgemm_with(a.into(), b.into(), options, run) {
+            Ok(c) => {
+                let mut devices: Vec<DeviceReport> = self
+                    .backends
+                    .iter()
+                    .map(|b| DeviceReport::new(b.info().name))
+                    .collect();
+                devices[d].chunks = 1;
+                devices[d].products = products;
+                devices[d].busy = started.elapsed();
+                self.record(RunReport {
+                    devices,
+                    chunks_planned: 1,
+                    wall: started.elapsed(),
+                    assembly: std::time::Duration::ZERO,
+                });
+                Ok(Some(c))
+            }
+            Err(e) if e.is_caller_error() || run.is_cancelled() => Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "the backend failed alone; sharing the product");
+                Ok(None)
+            }
+        }
     }
 
     /// Runs `op` on the first taking-part backend that does not fail, moving to the next on a
@@ -478,6 +558,16 @@ impl<T: Scalar> Scheduler<T> {
         }
         Err(last.unwrap_or_else(|| self.no_device()))
     }
+}
+
+/// The chunks of a product and who takes them.
+struct Assignment {
+    /// Each backend's own chunks.
+    own: Vec<Vec<Task>>,
+    /// Chunks for whichever backend is free.
+    shared: Vec<Task>,
+    /// B's column panels.
+    panels: Vec<std::ops::Range<usize>>,
 }
 
 /// Row blocks spread evenly over the product (by products) that together hold about

@@ -219,9 +219,12 @@ fn when_every_backend_fails_the_error_comes_back() {
 fn out_of_memory_splits_the_chunk_until_it_fits() {
     let (a, b) = operands(MatrixClass::PowerLaw);
     let b_bytes = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8);
-    // Room for B and a little: big chunks fail, halves of halves pass.
+    // Room for B and a 32nd of the output bound: the planned chunks (an 8th of the products
+    // each) fail, their halves of halves pass.
+    let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
+    let bound = hetsparse_core::backend::memory::csr_bytes(a.nrows(), products, 8);
     let small = faulty(Fault::MemoryLimit {
-        bytes: b_bytes + (64 << 10),
+        bytes: b_bytes + bound / 32,
     });
     let s = scheduler(vec![small.clone()], Policy::WorkStealing);
     assert_same(&multiply(&s, &a, &b).unwrap(), &reference(&a, &b));

@@ -1,0 +1,219 @@
+//! The scheduler against its backends alone: SpGEMM of every benchmark class on each backend
+//! compiled in, then on a scheduler over the CPU and the first GPU backend under each policy
+//! (Matam's Heuristics I and II, Xia's densest-first with calibrated speeds, work stealing),
+//! and on one over every backend. Whole calls from host memory, each result checked against
+//! the CPU backend's.
+//!
+//! `cargo bench -p hetsparse-bench --features cuda,opencl --bench hybrid` prints one markdown
+//! table (and writes it to `$HETSPARSE_BENCH_OUT/hybrid.md` when that is set).
+//! `HETSPARSE_BENCH_QUICK=1` for small sizes, `HETSPARSE_BENCH_REPS=N` timed repetitions after
+//! one warm-up (default 3), `HETSPARSE_BENCH_CLASSES=stencil3d,powerlaw` to pick classes,
+//! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: one
+//! core fewer than the machine's, left to drive the GPU).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetsparse_bench::backends::{backends, Selection};
+use hetsparse_bench::cases::{cases, Scale};
+use hetsparse_core::{Backend, Csr, DeviceKind, SpgemmAlgorithm};
+use hetsparse_sched::{Policy, Scheduler};
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Minimum and median of `reps` timed calls after one warm-up; `None` if a call failed.
+fn time(
+    reps: usize,
+    mut f: impl FnMut() -> Option<Csr<f64>>,
+) -> Option<(Duration, Duration, Csr<f64>)> {
+    let mut last = f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        last = f()?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Some((times[0], times[times.len() / 2], last))
+}
+
+/// Same structure as `expected`, values within a relative 1e-9.
+fn agrees(c: &Csr<f64>, expected: &Csr<f64>) -> bool {
+    c.shape() == expected.shape()
+        && c.row_offsets() == expected.row_offsets()
+        && c.col_indices() == expected.col_indices()
+        && c.values()
+            .iter()
+            .zip(expected.values())
+            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is taken.
+    let reps = env_usize("HETSPARSE_BENCH_REPS").unwrap_or(3).max(1);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hybrid_threads =
+        env_usize("HETSPARSE_BENCH_HYBRID_THREADS").unwrap_or(cores.saturating_sub(1).max(1));
+    let wanted: Option<Vec<String>> = std::env::var("HETSPARSE_BENCH_CLASSES")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
+
+    let (single, unavailable) = backends(Selection::default()).expect("constructing the backends");
+    for u in &unavailable {
+        eprintln!("skipping backend {}: {}", u.name, u.reason);
+    }
+    let single: Vec<Arc<dyn Backend<f64>>> =
+        single.into_iter().map(|r| Arc::from(r.backend)).collect();
+    let hybrid_cpu: Arc<dyn Backend<f64>> =
+        Arc::new(hetsparse_cpu::CpuBackend::with_threads(hybrid_threads).expect("CPU backend"));
+    let gpu = single
+        .iter()
+        .find(|b| b.info().kind == DeviceKind::Gpu)
+        .cloned();
+
+    // (label, scheduler) pairs, made fresh for each class so learned speeds start over.
+    let schedulers = |gpu: &Arc<dyn Backend<f64>>| -> Vec<(String, Scheduler<f64>)> {
+        let pair = || vec![hybrid_cpu.clone(), gpu.clone()];
+        let mut s = vec![
+            (
+                "H-I (gpu 3x)".to_string(),
+                Scheduler::from_shared(pair()).policy(Policy::RowSplitAssumed(vec![1.0, 3.0])),
+            ),
+            (
+                "H-II (measured)".to_string(),
+                Scheduler::from_shared(pair()).policy(Policy::RowSplitMeasured),
+            ),
+            (
+                "densest-first".to_string(),
+                Scheduler::from_shared(pair()).policy(Policy::DensestFirst),
+            ),
+            (
+                "work stealing".to_string(),
+                Scheduler::from_shared(pair()).policy(Policy::WorkStealing),
+            ),
+        ];
+        if single.len() > 2 {
+            let mut all = vec![hybrid_cpu.clone()];
+            all.extend(
+                single
+                    .iter()
+                    .filter(|b| b.info().kind != DeviceKind::Cpu)
+                    .cloned(),
+            );
+            s.push((
+                format!("all {} (stealing)", all.len()),
+                Scheduler::from_shared(all).policy(Policy::WorkStealing),
+            ));
+        }
+        s
+    };
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | assembly ms |"
+    );
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|");
+    for case in cases(Scale::from_env()) {
+        if let Some(w) = &wanted {
+            if !w.iter().any(|c| c == case.class.name()) {
+                continue;
+            }
+        }
+        let ops = case.generate().expect("generating the operands");
+        let (a, b) = (&ops.a, &ops.b);
+        let class = case.class.name();
+        eprintln!("{class}: {} products", ops.products);
+        let mut expected: Option<Csr<f64>> = None;
+        let mut best_single = f64::INFINITY;
+        let mut rows = Vec::new();
+        for backend in &single {
+            let name = backend.info().backend;
+            match time(reps, || {
+                backend
+                    .spgemm(a, b, SpgemmAlgorithm::Auto)
+                    .map_err(|e| eprintln!("{name}: {e}"))
+                    .ok()
+            }) {
+                Some((min, median, c)) => {
+                    let ok = expected.as_ref().is_none_or(|e| agrees(&c, e));
+                    if expected.is_none() {
+                        expected = Some(c);
+                    }
+                    best_single = best_single.min(ms(min));
+                    rows.push((name, min, median, ok, " | ".to_string()));
+                }
+                None => rows.push((
+                    name,
+                    Duration::ZERO,
+                    Duration::ZERO,
+                    false,
+                    "failed | ".into(),
+                )),
+            }
+        }
+        if let Some(gpu) = &gpu {
+            for (label, s) in schedulers(gpu) {
+                match time(reps, || {
+                    s.spgemm(a, b, SpgemmAlgorithm::Auto)
+                        .map_err(|e| eprintln!("{label}: {e}"))
+                        .ok()
+                }) {
+                    Some((min, median, c)) => {
+                        let ok = expected.as_ref().is_none_or(|e| agrees(&c, e));
+                        let shares = s
+                            .last_report()
+                            .map(|r| {
+                                let shares = r
+                                    .shares()
+                                    .iter()
+                                    .map(|x| format!("{:.0}%", x * 100.0))
+                                    .collect::<Vec<_>>()
+                                    .join(", ");
+                                format!("{shares} | {:.2}", ms(r.assembly))
+                            })
+                            .unwrap_or_default();
+                        rows.push((label, min, median, ok, shares));
+                    }
+                    None => rows.push((
+                        label,
+                        Duration::ZERO,
+                        Duration::ZERO,
+                        false,
+                        "failed".into(),
+                    )),
+                }
+            }
+        }
+        let mut class_rows = String::new();
+        for (label, min, median, ok, shares) in rows {
+            let gain = if min > Duration::ZERO {
+                best_single / ms(min)
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                class_rows,
+                "| {class} | {} | {label}{} | {:.2} | {:.2} | {:.2}x | {shares} |",
+                ops.products,
+                if ok { "" } else { " (WRONG or failed)" },
+                ms(min),
+                ms(median),
+                gain,
+            );
+        }
+        eprint!("{class_rows}");
+        table.push_str(&class_rows);
+    }
+    println!("{table}");
+    if let Ok(dir) = std::env::var("HETSPARSE_BENCH_OUT") {
+        let _ = std::fs::write(std::path::Path::new(&dir).join("hybrid.md"), &table);
+    }
+}

@@ -1,0 +1,151 @@
+//! Out-of-core SpGEMM: a product whose B exceeds a GPU backend's memory budget and whose C is
+//! several times it, through a scheduler over that one backend (B in column panels, A in row
+//! panels, C streamed back chunk by chunk), against the same backend without a budget and the
+//! CPU. The table gives bytes of A, B and C, the budget, times, and C's bytes per second (the
+//! rate to compare with the pinned device-to-host bandwidth).
+//!
+//! `cargo bench -p hetsparse-bench --features cuda --bench out_of_core`;
+//! `HETSPARSE_OOC_CLASS` (default `uniform`), `HETSPARSE_OOC_SIZE` (the class's size argument,
+//! default 2 000 000), `HETSPARSE_OOC_BUDGET_FRACTION` (budget as a fraction of B's bytes,
+//! default 0.5), `HETSPARSE_BENCH_REPS` (default 3), `HETSPARSE_BENCH_OUT` (writes
+//! `out_of_core.md` there).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::generate::{self, MatrixClass};
+use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
+use hetsparse_sched::Scheduler;
+
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn time(reps: usize, mut f: impl FnMut() -> Option<Csr<f64>>) -> Option<(Duration, Csr<f64>)> {
+    let mut last = f()?;
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let start = Instant::now();
+        last = f()?;
+        best = best.min(start.elapsed());
+    }
+    Some((best, last))
+}
+
+fn gb(bytes: u64) -> f64 {
+    bytes as f64 / 1e9
+}
+
+type Shared = Arc<dyn Backend<f64>>;
+
+/// GPU backends with and without the budget, by name.
+#[allow(unused_variables, unused_mut)]
+fn gpus(budget: u64) -> Vec<(String, Shared, Shared)> {
+    let mut found: Vec<(String, Shared, Shared)> = Vec::new();
+    #[cfg(feature = "cuda")]
+    match (
+        hetsparse_cuda::CudaBackend::new(),
+        hetsparse_cuda::CudaBackend::new(),
+    ) {
+        (Ok(free), Ok(limited)) => found.push((
+            "cuda".into(),
+            Arc::new(free),
+            Arc::new(limited.with_memory_budget(budget)),
+        )),
+        (Err(e), _) | (_, Err(e)) => eprintln!("skipping cuda: {e}"),
+    }
+    #[cfg(feature = "opencl")]
+    match hetsparse_opencl::OpenClBackend::with_device_kind(hetsparse_core::DeviceKind::Gpu) {
+        Ok(free) => match free.with_own_context() {
+            Ok(limited) => found.push((
+                "opencl".into(),
+                Arc::new(free),
+                Arc::new(limited.with_memory_budget(budget)),
+            )),
+            Err(e) => eprintln!("skipping opencl: {e}"),
+        },
+        Err(e) => eprintln!("skipping opencl: {e}"),
+    }
+    found
+}
+
+fn main() {
+    let class_name: String = env("HETSPARSE_OOC_CLASS").unwrap_or_else(|| "uniform".into());
+    let class = MatrixClass::ALL
+        .into_iter()
+        .find(|c| c.name() == class_name)
+        .expect("HETSPARSE_OOC_CLASS names a class");
+    let size: usize = env("HETSPARSE_OOC_SIZE").unwrap_or(2_000_000);
+    let fraction: f64 = env("HETSPARSE_OOC_BUDGET_FRACTION").unwrap_or(0.5);
+    let reps: usize = env("HETSPARSE_BENCH_REPS").unwrap_or(3);
+
+    let (a, b) = generate::product_operands::<f64>(class, size, 1);
+    let bytes = |m: &Csr<f64>| csr_bytes(m.nrows(), m.nnz(), 8);
+    let budget = (bytes(&b) as f64 * fraction) as u64;
+    let cpu = hetsparse_cpu::CpuBackend::new().expect("CPU backend");
+    let (cpu_time, expected) =
+        time(reps, || cpu.spgemm(&a, &b, SpgemmAlgorithm::Auto).ok()).expect("CPU product");
+    let c_bytes = bytes(&expected);
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{class_name} size {size}: A {:.2} GB, B {:.2} GB, C {:.2} GB ({} entries); budget {:.3} GB (C is {:.1}x the budget)\n",
+        gb(bytes(&a)),
+        gb(bytes(&b)),
+        gb(c_bytes),
+        expected.nnz(),
+        gb(budget),
+        c_bytes as f64 / budget as f64
+    );
+    let _ = writeln!(table, "| run | ms | C GB/s | correct |\n|---|---|---|---|");
+    let _ = writeln!(
+        table,
+        "| cpu | {:.1} | {:.2} | reference |",
+        cpu_time.as_secs_f64() * 1e3,
+        gb(c_bytes) / cpu_time.as_secs_f64()
+    );
+    for (name, free, limited) in gpus(budget) {
+        let runs: [(String, Scheduler<f64>); 2] = [
+            (
+                format!("{name} (no budget)"),
+                Scheduler::from_shared(vec![free]),
+            ),
+            (
+                format!("{name} out-of-core"),
+                Scheduler::from_shared(vec![limited]),
+            ),
+        ];
+        for (label, s) in runs {
+            match time(reps, || {
+                s.spgemm(&a, &b, SpgemmAlgorithm::Auto)
+                    .map_err(|e| eprintln!("{label}: {e}"))
+                    .ok()
+            }) {
+                Some((t, c)) => {
+                    let chunks = s.last_report().map_or(1, |r| r.devices[0].chunks.max(1));
+                    let _ = writeln!(
+                        table,
+                        "| {label} ({chunks} chunks) | {:.1} | {:.2} | {} |",
+                        t.as_secs_f64() * 1e3,
+                        gb(c_bytes) / t.as_secs_f64(),
+                        c == expected
+                            || (c.col_indices() == expected.col_indices()
+                                && c.values()
+                                    .iter()
+                                    .zip(expected.values())
+                                    .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs())))
+                    );
+                }
+                None => {
+                    let _ = writeln!(table, "| {label} | failed | | |");
+                }
+            }
+        }
+    }
+    println!("{table}");
+    if let Ok(dir) = std::env::var("HETSPARSE_BENCH_OUT") {
+        let _ = std::fs::write(std::path::Path::new(&dir).join("out_of_core.md"), &table);
+    }
+}
