@@ -98,6 +98,12 @@ fn main() {
                 "work stealing".to_string(),
                 Scheduler::from_shared(pair()).policy(Policy::WorkStealing),
             ),
+            (
+                "stealing, always shared".to_string(),
+                Scheduler::from_shared(pair())
+                    .policy(Policy::WorkStealing)
+                    .share_always(),
+            ),
         ];
         if single.len() > 2 {
             let mut all = vec![hybrid_cpu.clone()];

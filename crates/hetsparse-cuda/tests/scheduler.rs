@@ -28,7 +28,8 @@ where
     ];
     Ok(Scheduler::new(backends)
         .policy(Policy::WorkStealing)
-        .min_chunk_products(1))
+        .min_chunk_products(1)
+        .share_always())
 }
 
 hetsparse_core::conformance_suite! {

@@ -70,6 +70,10 @@ const CALIBRATION_SHARE: f64 = 0.03;
 /// would take under a tenth, less than cutting and assembling the product costs.
 const DOMINANT_SHARE: f64 = 0.9;
 
+/// A shared run must be expected to take at most this share of the fastest backend's time
+/// alone, or the fastest runs alone: a 5 % gain is within what the estimate can miss.
+const SHARING_GAIN: f64 = 0.95;
+
 /// Weight of the newest run when speeds are updated.
 const SPEED_UPDATE: f64 = 0.5;
 
@@ -79,8 +83,12 @@ pub struct Scheduler<T: Scalar> {
     policy: Policy,
     chunks_per_device: usize,
     min_chunk_products: u64,
+    share_always: bool,
     /// Products per second each backend reached, learned from runs and calibrations.
     speeds: Mutex<Vec<Option<f64>>>,
+    /// How much longer shared runs took than their products over the backends' speeds together
+    /// (threads, placing operands, the tail, assembling C), learned from runs.
+    sharing_overhead: Mutex<Option<f64>>,
     last_report: Mutex<Option<RunReport>>,
     capabilities: Capabilities,
 }
@@ -106,7 +114,9 @@ impl<T: Scalar> Scheduler<T> {
             policy: Policy::default(),
             chunks_per_device: CHUNKS_PER_DEVICE,
             min_chunk_products: MIN_CHUNK_PRODUCTS,
+            share_always: false,
             speeds,
+            sharing_overhead: Mutex::new(None),
             last_report: Mutex::new(None),
             capabilities,
         }
@@ -128,6 +138,15 @@ impl<T: Scalar> Scheduler<T> {
     /// products run whole on one backend, where splitting would cost more than it gains.
     pub fn min_chunk_products(mut self, products: u64) -> Self {
         self.min_chunk_products = products.max(1);
+        self
+    }
+
+    /// Shares every product large enough to cut (see
+    /// [`min_chunk_products`](Self::min_chunk_products)), also where the speeds learned so far
+    /// say that the fastest backend alone would be faster: for tests, and for measuring the
+    /// sharing itself.
+    pub fn share_always(mut self) -> Self {
+        self.share_always = true;
         self
     }
 
@@ -302,6 +321,25 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     fn record(&self, report: RunReport) {
+        let speeds: Vec<f64> = report
+            .devices
+            .iter()
+            .filter_map(DeviceReport::speed)
+            .collect();
+        let products: u64 = report.devices.iter().map(|d| d.products).sum();
+        let secs = report.wall.as_secs_f64();
+        if speeds.len() > 1 && secs > 0.0 {
+            let ideal = products as f64 / speeds.iter().sum::<f64>();
+            let ratio = secs / ideal.max(f64::MIN_POSITIVE);
+            let mut overhead = self
+                .sharing_overhead
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *overhead = Some(match *overhead {
+                Some(old) => old * (1.0 - SPEED_UPDATE) + ratio * SPEED_UPDATE,
+                None => ratio,
+            });
+        }
         {
             let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
             for (s, d) in speeds.iter_mut().zip(&report.devices) {
@@ -340,7 +378,12 @@ impl<T: Scalar> Scheduler<T> {
         };
         drop(whole_rows);
         let total = global_prefix[a.nrows()];
-        let target = (total / (live * self.chunks_per_device) as u64).max(self.min_chunk_products);
+        // One backend needs no balancing: only memory cuts its work.
+        let target = if live > 1 {
+            (total / (live * self.chunks_per_device) as u64).max(self.min_chunk_products)
+        } else {
+            u64::MAX
+        };
         let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
             let mut tasks = Vec::new();
             for (cols, prefix) in panels.iter().zip(&prefixes) {
@@ -464,9 +507,10 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     /// Runs the product whole on one backend when sharing it would not pay: one backend takes
-    /// part, the product is too small to cut, or one backend is known to be so much faster
-    /// (over [`DOMINANT_SHARE`] of the speeds together) that the others' share would not cover
-    /// the cost of cutting and assembling. `None` when
+    /// part, the product is too small to cut, or the fastest backend alone is expected to take
+    /// less than [`SHARING_GAIN`]⁻¹ times a shared run (the backends' speeds together, slowed by
+    /// the overhead shared runs had so far; before the first, when the fastest has over
+    /// [`DOMINANT_SHARE`] of the speeds). `None` when
     /// the product should be shared (or the one backend failed: the shared run retries it).
     fn alone_if_better(
         &self,
@@ -488,6 +532,7 @@ impl<T: Scalar> Scheduler<T> {
                 .max_by(|x, y| x.1.total_cmp(y.1))
                 .map(|(i, _)| members[i]),
             None if products < self.min_chunk_products.saturating_mul(2) => Some(members[0]),
+            Some(_) if self.share_always => None,
             Some(known) => {
                 let total: f64 = known.iter().sum();
                 let (best, fastest) = known
@@ -496,7 +541,16 @@ impl<T: Scalar> Scheduler<T> {
                     .max_by(|x, y| x.1.total_cmp(y.1))
                     .map(|(i, s)| (members[i], *s))
                     .unwrap_or((members[0], 0.0));
-                (fastest >= DOMINANT_SHARE * total).then_some(best)
+                let overhead = *self
+                    .sharing_overhead
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let alone = match overhead {
+                    // Shared runs so far took `overhead` times their ideal time.
+                    Some(overhead) => overhead / total >= SHARING_GAIN / fastest,
+                    None => fastest >= DOMINANT_SHARE * total,
+                };
+                alone.then_some(best)
             }
             None => None,
         };

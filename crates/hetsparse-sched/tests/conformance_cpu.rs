@@ -1,5 +1,5 @@
 //! The scheduler passes the conformance suite over a CPU backend and the serial reference,
-//! with work stealing and every product cut into chunks.
+//! with work stealing and every product cut into chunks and shared.
 
 use hetsparse_core::{Backend, Error, ReferenceBackend};
 use hetsparse_cpu::CpuBackend;
@@ -17,7 +17,8 @@ where
     ];
     Ok(Scheduler::new(backends)
         .policy(Policy::WorkStealing)
-        .min_chunk_products(1))
+        .min_chunk_products(1)
+        .share_always())
 }
 
 hetsparse_core::conformance_suite! {

@@ -151,6 +151,26 @@ fn work_stealing_uses_every_backend_and_counts_progress() {
 }
 
 #[test]
+fn a_much_faster_backend_runs_alone_unless_sharing_is_forced() {
+    let (a, b) = operands(MatrixClass::Uniform);
+    let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
+    let make = || {
+        Scheduler::from_shared(vec![cpu(), Arc::new(ReferenceBackend)])
+            .min_chunk_products(1)
+            .with_speeds(&[1e9, 1e3])
+            .unwrap()
+    };
+    let adaptive = make();
+    assert_same(&multiply(&adaptive, &a, &b).unwrap(), &reference(&a, &b));
+    let report = adaptive.last_report().unwrap();
+    assert_eq!(report.chunks_planned, 1);
+    assert_eq!(report.devices[0].products, products);
+    let shared = make().share_always();
+    assert_same(&multiply(&shared, &a, &b).unwrap(), &reference(&a, &b));
+    assert!(shared.last_report().unwrap().chunks_planned > 1);
+}
+
+#[test]
 fn a_failing_backend_has_its_chunks_rerun_on_the_others() {
     let (a, b) = operands(MatrixClass::PowerLaw);
     let expected = reference(&a, &b);
