@@ -8,8 +8,8 @@
 //! table (and writes it to `$HETSPARSE_BENCH_OUT/hybrid.md` when that is set).
 //! `HETSPARSE_BENCH_QUICK=1` for small sizes, `HETSPARSE_BENCH_REPS=N` timed repetitions after
 //! one warm-up (default 3), `HETSPARSE_BENCH_CLASSES=stencil3d,powerlaw` to pick classes,
-//! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: one
-//! core fewer than the machine's, left to drive the GPU).
+//! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: every
+//! core, as the CPU backend alone has).
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -126,11 +126,21 @@ pub(crate) fn row_panels<T: Scalar>(
             .partition_point(|&p| p <= goal)
             .max(1)
             + start;
-        // ... and whose rows of A fit in the budget.
-        while end > start + 1
-            && csr_bytes(end - start, offsets[end] - offsets[start], value_bytes) > max_a_bytes
-        {
-            end = start + (end - start) / 2;
+        // ... and whose rows of A fit in the budget (bytes grow with the end: search it).
+        let fits = |end: usize| {
+            csr_bytes(end - start, offsets[end] - offsets[start], value_bytes) <= max_a_bytes
+        };
+        if !fits(end) {
+            let (mut lo, mut hi) = (start + 1, end);
+            while lo + 1 < hi {
+                let mid = lo + (hi - lo) / 2;
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            end = lo;
         }
         panels.push(start..end);
         start = end;
