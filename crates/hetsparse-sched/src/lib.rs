@@ -13,6 +13,10 @@
 //! its unfinished chunks rerun on the others; out of memory on a chunk splits the chunk and
 //! tries again. The result is always the complete product, identical to a single backend's.
 //!
+//! SpMV and SpMM of CSR matrices are shared the same way, by row blocks of A. Work stealing
+//! learns each backend's speed and what sharing costs, and runs the fastest backend alone
+//! where sharing would not pay.
+//!
 //! The scheduler implements [`Backend`] itself, so everything that takes a backend takes a
 //! scheduler. Its resident matrices live in host memory: it places operands on its devices
 //! for each run.
@@ -35,10 +39,12 @@
 mod assemble;
 mod chunking;
 mod execute;
+mod learn;
 mod policy;
 mod report;
+mod rows;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use hetsparse_core::backend::check;
@@ -46,7 +52,7 @@ use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
-    SparseFormat, SparseOperand, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    SparseFormat, SparseOperand, SparseRef, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 pub use policy::Policy;
@@ -55,6 +61,7 @@ pub use report::{DeviceReport, RunReport};
 use rayon::prelude::*;
 
 use chunking::{column_panels, panel_row_products, prefix_sums, row_panels, Task};
+use learn::{Kind, Learned};
 
 /// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
 /// absorb a failure, few enough that per-call costs stay small.
@@ -66,17 +73,6 @@ const MIN_CHUNK_PRODUCTS: u64 = 1 << 20;
 /// Share of the rows' products a speed calibration measures on each device.
 const CALIBRATION_SHARE: f64 = 0.03;
 
-/// Share of the known speeds above which the fastest backend runs a product alone: the others
-/// would take under a tenth, less than cutting and assembling the product costs.
-const DOMINANT_SHARE: f64 = 0.9;
-
-/// A shared run must be expected to take at most this share of the fastest backend's time
-/// alone, or the fastest runs alone: a 5 % gain is within what the estimate can miss.
-const SHARING_GAIN: f64 = 0.95;
-
-/// Weight of the newest run when speeds are updated.
-const SPEED_UPDATE: f64 = 0.5;
-
 /// Several backends used as one; see the [crate docs](crate).
 pub struct Scheduler<T: Scalar> {
     backends: Vec<Arc<dyn Backend<T>>>,
@@ -84,11 +80,8 @@ pub struct Scheduler<T: Scalar> {
     chunks_per_device: usize,
     min_chunk_products: u64,
     share_always: bool,
-    /// Products per second each backend reached, learned from runs and calibrations.
-    speeds: Mutex<Vec<Option<f64>>>,
-    /// How much longer shared runs took than their products over the backends' speeds together
-    /// (threads, placing operands, the tail, assembling C), learned from runs.
-    sharing_overhead: Mutex<Option<f64>>,
+    /// What runs taught, per operation ([`Kind`] indexes it).
+    learned: [Mutex<Learned>; 3],
     last_report: Mutex<Option<RunReport>>,
     capabilities: Capabilities,
 }
@@ -108,15 +101,14 @@ impl<T: Scalar> Scheduler<T> {
                 capabilities = capabilities.with(op, &[scalar]);
             }
         }
-        let speeds = Mutex::new(vec![None; backends.len()]);
+        let learned = [(); 3].map(|_| Mutex::new(Learned::new(backends.len())));
         Scheduler {
             backends,
             policy: Policy::default(),
             chunks_per_device: CHUNKS_PER_DEVICE,
             min_chunk_products: MIN_CHUNK_PRODUCTS,
             share_always: false,
-            speeds,
-            sharing_overhead: Mutex::new(None),
+            learned,
             last_report: Mutex::new(None),
             capabilities,
         }
@@ -161,7 +153,7 @@ impl<T: Scalar> Scheduler<T> {
                 self.backends.len()
             )));
         }
-        *self.speeds.lock().unwrap_or_else(|p| p.into_inner()) = speeds
+        self.learned(Kind::Spgemm).speeds = speeds
             .iter()
             .map(|&s| (s.is_finite() && s > 0.0).then_some(s))
             .collect();
@@ -178,12 +170,15 @@ impl<T: Scalar> Scheduler<T> {
         &self.policy
     }
 
-    /// Each backend's speed in products per second, where known.
+    /// Each backend's SpGEMM speed in intermediate products per second, where known.
     pub fn speeds(&self) -> Vec<Option<f64>> {
-        self.speeds
+        self.learned(Kind::Spgemm).speeds.clone()
+    }
+
+    fn learned(&self, kind: Kind) -> MutexGuard<'_, Learned> {
+        self.learned[kind as usize]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     /// What the most recent SpGEMM run that finished did (`None` before the first).
@@ -210,8 +205,8 @@ impl<T: Scalar> Scheduler<T> {
             let secs = start.elapsed().as_secs_f64();
             measured.push((ok && secs > 0.0 && products > 0).then(|| products as f64 / secs));
         }
-        let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
-        for (s, m) in speeds.iter_mut().zip(&measured) {
+        let mut learned = self.learned(Kind::Spgemm);
+        for (s, m) in learned.speeds.iter_mut().zip(&measured) {
             if m.is_some() {
                 *s = *m;
             }
@@ -287,7 +282,7 @@ impl<T: Scalar> Scheduler<T> {
             .sum();
         let _span =
             tracing::info_span!("calibrate", backends = missing.len(), sample_products).entered();
-        let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut learned = self.learned(Kind::Spgemm);
         for d in missing {
             let backend = &self.backends[d];
             // Operands placed first, so the sample times the computation and the copy back.
@@ -314,43 +309,15 @@ impl<T: Scalar> Scheduler<T> {
             );
             let secs = start.elapsed().as_secs_f64();
             if ran.is_ok() && secs > 0.0 && sample_products > 0 {
-                speeds[d] = Some(sample_products as f64 / secs);
+                learned.speeds[d] = Some(sample_products as f64 / secs);
             }
         }
-        Ok(speeds.iter().map(|s| s.unwrap_or(0.0)).collect())
+        Ok(learned.speeds.iter().map(|s| s.unwrap_or(0.0)).collect())
     }
 
     fn record(&self, report: RunReport) {
-        let speeds: Vec<f64> = report
-            .devices
-            .iter()
-            .filter_map(DeviceReport::speed)
-            .collect();
-        let products: u64 = report.devices.iter().map(|d| d.products).sum();
-        let secs = report.wall.as_secs_f64();
-        if speeds.len() > 1 && secs > 0.0 {
-            let ideal = products as f64 / speeds.iter().sum::<f64>();
-            let ratio = secs / ideal.max(f64::MIN_POSITIVE);
-            let mut overhead = self
-                .sharing_overhead
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            *overhead = Some(match *overhead {
-                Some(old) => old * (1.0 - SPEED_UPDATE) + ratio * SPEED_UPDATE,
-                None => ratio,
-            });
-        }
-        {
-            let mut speeds = self.speeds.lock().unwrap_or_else(|p| p.into_inner());
-            for (s, d) in speeds.iter_mut().zip(&report.devices) {
-                if let Some(measured) = d.speed() {
-                    *s = Some(match *s {
-                        Some(old) => old * (1.0 - SPEED_UPDATE) + measured * SPEED_UPDATE,
-                        None => measured,
-                    });
-                }
-            }
-        }
+        self.learned(Kind::Spgemm)
+            .record(&report.devices, report.wall);
         *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
 
@@ -507,10 +474,8 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     /// Runs the product whole on one backend when sharing it would not pay: one backend takes
-    /// part, the product is too small to cut, or the fastest backend alone is expected to take
-    /// less than [`SHARING_GAIN`]⁻¹ times a shared run (the backends' speeds together, slowed by
-    /// the overhead shared runs had so far; before the first, when the fastest has over
-    /// [`DOMINANT_SHARE`] of the speeds). `None` when
+    /// part, the product is too small to cut, or the speeds and sharing overhead learned so
+    /// far say the fastest alone is quicker ([`Learned::alone`]). `None` when
     /// the product should be shared (or the one backend failed: the shared run retries it).
     fn alone_if_better(
         &self,
@@ -521,38 +486,18 @@ impl<T: Scalar> Scheduler<T> {
         part: &[bool],
     ) -> Result<Option<Csr<T>>> {
         let members: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
-        let speeds = self.speeds();
-        let known: Option<Vec<f64>> = members.iter().map(|&d| speeds[d]).collect();
         let products = analysis::total_products(a, b)?;
-        let chosen = match &known {
-            _ if members.len() == 1 => Some(members[0]),
-            Some(known) if products < self.min_chunk_products.saturating_mul(2) => known
-                .iter()
-                .enumerate()
-                .max_by(|x, y| x.1.total_cmp(y.1))
-                .map(|(i, _)| members[i]),
-            None if products < self.min_chunk_products.saturating_mul(2) => Some(members[0]),
-            Some(_) if self.share_always => None,
-            Some(known) => {
-                let total: f64 = known.iter().sum();
-                let (best, fastest) = known
-                    .iter()
-                    .enumerate()
-                    .max_by(|x, y| x.1.total_cmp(y.1))
-                    .map(|(i, s)| (members[i], *s))
-                    .unwrap_or((members[0], 0.0));
-                let overhead = *self
-                    .sharing_overhead
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                let alone = match overhead {
-                    // Shared runs so far took `overhead` times their ideal time.
-                    Some(overhead) => overhead / total >= SHARING_GAIN / fastest,
-                    None => fastest >= DOMINANT_SHARE * total,
-                };
-                alone.then_some(best)
+        let chosen = {
+            let learned = self.learned(Kind::Spgemm);
+            if members.len() == 1 {
+                Some(members[0])
+            } else if products < self.min_chunk_products.saturating_mul(2) {
+                learned.fastest(&members).or(Some(members[0]))
+            } else if self.share_always {
+                None
+            } else {
+                learned.alone(&members)
             }
-            None => None,
         };
         let Some(d) = chosen else {
             return Ok(None);
@@ -584,19 +529,35 @@ impl<T: Scalar> Scheduler<T> {
         }
     }
 
-    /// Runs `op` on the first taking-part backend that does not fail, moving to the next on a
-    /// device failure (SpMV and SpMM run whole on one backend).
+    /// Runs `op` whole on one backend: the fastest known first, then the others in order,
+    /// moving on at a device failure. `work` (units of `kind`) teaches the speed.
     fn on_one<R>(
         &self,
         op: Operation,
+        kind: Kind,
+        work: u64,
         run: &RunControl,
         mut f: impl FnMut(&dyn Backend<T>) -> Result<R>,
     ) -> Result<R> {
         let part = self.taking_part(op)?;
+        let mut order: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
+        if let Some(best) = self.learned(kind).fastest(&order) {
+            order.retain(|&d| d != best);
+            order.insert(0, best);
+        }
         let mut last = None;
-        for (backend, _) in self.backends.iter().zip(&part).filter(|(_, p)| **p) {
+        for d in order {
+            let backend = &self.backends[d];
+            let started = Instant::now();
             match f(backend.as_ref()) {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    let mut report = DeviceReport::new(backend.info().name);
+                    (report.chunks, report.products, report.busy) = (1, work, started.elapsed());
+                    let mut devices = vec![DeviceReport::default(); self.backends.len()];
+                    devices[d] = report;
+                    self.learned(kind).record(&devices, started.elapsed());
+                    return Ok(r);
+                }
                 Err(e)
                     if e.is_caller_error()
                         || matches!(e, Error::Cancelled)
@@ -611,6 +572,28 @@ impl<T: Scalar> Scheduler<T> {
             }
         }
         Err(last.unwrap_or_else(|| self.no_device()))
+    }
+
+    /// The backends to share a row-split SpMV or SpMM of a CSR matrix with `work` units between,
+    /// or `None` to run it whole on one: fewer than two run CSR, too little work, or what
+    /// earlier runs taught says one alone is faster.
+    fn share_rows(&self, kind: Kind, op: Operation, work: u64) -> Option<Vec<bool>> {
+        let part = self.taking_part(op).ok()?;
+        let members: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
+        if members.len() < 2 || work < self.min_chunk_products.saturating_mul(2) {
+            return None;
+        }
+        if !self.share_always && self.learned(kind).alone(&members).is_some() {
+            return None;
+        }
+        Some(part)
+    }
+
+    /// Row blocks of `a` for `part`'s backends.
+    fn row_blocks(&self, a: &Csr<T>, part: &[bool]) -> Vec<std::ops::Range<usize>> {
+        let members = part.iter().filter(|p| **p).count().max(1);
+        let per_block = a.nnz() / (members * self.chunks_per_device) as u64;
+        rows::blocks(a, per_block.max(1))
     }
 }
 
@@ -703,10 +686,38 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
             check::dense_operand(self, b)?,
         );
         check::spmm(&a, b)?;
-        let format: SparseFormat = a.format();
-        self.on_one(Operation::Spmm(format), run, |backend| {
-            backend.spmm_with(a.into(), b.into(), options, run)
-        })
+        run.checkpoint()?;
+        let k = b.ncols() as u64;
+        if let SparseRef::Csr(csr) = a {
+            let work = csr.nnz().saturating_mul(k);
+            let op = Operation::Spmm(SparseFormat::Csr);
+            if let Some(part) = self.share_rows(Kind::Spmm, op, work) {
+                let _span = tracing::info_span!("sched_spmm", rows = csr.nrows(), work).entered();
+                let started = Instant::now();
+                let speeds = self.learned(Kind::Spmm).speeds.clone();
+                let (pieces, reports) = rows::run(
+                    csr,
+                    &self.backends,
+                    &part,
+                    self.row_blocks(csr, &part),
+                    k,
+                    &speeds,
+                    run,
+                    &|backend, rows, r| backend.spmm_with(rows.into(), b.into(), options, r),
+                )?;
+                let c = dense_rows(csr.nrows(), b.ncols(), b.layout(), pieces)?;
+                self.learned(Kind::Spmm).record(&reports, started.elapsed());
+                return Ok(c);
+            }
+        }
+        let work = sparse_entries(&a).saturating_mul(k);
+        self.on_one(
+            Operation::Spmm(a.format()),
+            Kind::Spmm,
+            work,
+            run,
+            |backend| backend.spmm_with(a.into(), b.into(), options, run),
+        )
     }
 
     fn spmv_with(
@@ -721,9 +732,90 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
             check::vector_operand(self, x)?,
         );
         check::spmv(&a, x)?;
-        let format: SparseFormat = a.format();
-        self.on_one(Operation::Spmv(format), run, |backend| {
-            backend.spmv_with(a.into(), x.into(), options, run)
-        })
+        run.checkpoint()?;
+        if let SparseRef::Csr(csr) = a {
+            let op = Operation::Spmv(SparseFormat::Csr);
+            if let Some(part) = self.share_rows(Kind::Spmv, op, csr.nnz()) {
+                let _span = tracing::info_span!("sched_spmv", rows = csr.nrows()).entered();
+                let started = Instant::now();
+                let speeds = self.learned(Kind::Spmv).speeds.clone();
+                let (pieces, reports) = rows::run(
+                    csr,
+                    &self.backends,
+                    &part,
+                    self.row_blocks(csr, &part),
+                    1,
+                    &speeds,
+                    run,
+                    &|backend, rows, r| backend.spmv_with(rows.into(), x.into(), options, r),
+                )?;
+                let mut y = vec![T::default(); csr.nrows()];
+                for (block, piece) in pieces {
+                    if piece.len() != block.len() {
+                        return Err(piece_mismatch(&block, piece.len(), 1));
+                    }
+                    y[block].copy_from_slice(&piece);
+                }
+                self.learned(Kind::Spmv).record(&reports, started.elapsed());
+                return Ok(y);
+            }
+        }
+        let work = sparse_entries(&a);
+        self.on_one(
+            Operation::Spmv(a.format()),
+            Kind::Spmv,
+            work,
+            run,
+            |backend| backend.spmv_with(a.into(), x.into(), options, run),
+        )
     }
+}
+
+/// Stored entries of a CSR `a`, the work of SpMV and SpMM; 0 (nothing learned) for the other
+/// formats, which are not counted just for that.
+fn sparse_entries<T: Scalar>(a: &SparseRef<'_, T>) -> u64 {
+    match a {
+        SparseRef::Csr(m) => m.nnz(),
+        _ => 0,
+    }
+}
+
+fn piece_mismatch(block: &std::ops::Range<usize>, rows: usize, cols: usize) -> Error {
+    Error::Internal {
+        backend: "sched".into(),
+        what: format!("a block of rows {block:?} came back with {rows} rows of {cols} columns"),
+    }
+}
+
+/// The `nrows × ncols` result in `layout` from row blocks computed apart.
+fn dense_rows<T: Scalar>(
+    nrows: usize,
+    ncols: usize,
+    layout: hetsparse_core::Layout,
+    pieces: Vec<(std::ops::Range<usize>, Dense<T>)>,
+) -> Result<Dense<T>> {
+    let mut c = Dense::zeros(nrows, ncols, layout);
+    for (block, piece) in pieces {
+        if piece.shape() != (block.len(), ncols) {
+            return Err(piece_mismatch(&block, piece.nrows(), piece.ncols()));
+        }
+        let piece = if piece.layout() == layout {
+            piece
+        } else {
+            piece.to_layout(layout)
+        };
+        match layout {
+            hetsparse_core::Layout::RowMajor => {
+                c.data_mut()[block.start * ncols..block.end * ncols].copy_from_slice(piece.data())
+            }
+            hetsparse_core::Layout::ColMajor => {
+                let len = block.len();
+                for j in 0..ncols {
+                    c.data_mut()[j * nrows + block.start..j * nrows + block.end]
+                        .copy_from_slice(&piece.data()[j * len..(j + 1) * len]);
+                }
+            }
+        }
+    }
+    Ok(c)
 }

@@ -305,6 +305,50 @@ fn spmv_and_spmm_move_to_the_next_backend_on_a_failure() {
 }
 
 #[test]
+fn spmv_and_spmm_are_shared_by_row_blocks_and_survive_a_failure() {
+    let (a, _) = operands(MatrixClass::PowerLaw);
+    let x: Vec<f64> = (0..a.ncols()).map(|i| 1.0 + (i % 7) as f64).collect();
+    let expected_y = ReferenceBackend.spmv((&a).into(), &x).unwrap();
+    for layout in [
+        hetsparse_core::Layout::RowMajor,
+        hetsparse_core::Layout::ColMajor,
+    ] {
+        let d =
+            hetsparse_core::Dense::from_fn(a.ncols(), 5, layout, |i, j| (i + 2 * j) as f64 * 0.25);
+        let expected_c = ReferenceBackend.spmm((&a).into(), &d).unwrap();
+        let bad = faulty(Fault::FailOnUnit {
+            unit: 1,
+            kind: FaultKind::LaunchFailed,
+            sticky: true,
+        });
+        let s = scheduler(vec![cpu(), bad.clone(), cpu()], Policy::WorkStealing).share_always();
+        let run = RunControl::new();
+        let y = s
+            .spmv_with(
+                (&a).into(),
+                (&x).into(),
+                &hetsparse_core::SpmvOptions::new(),
+                &run,
+            )
+            .unwrap();
+        for (u, v) in y.iter().zip(&expected_y) {
+            assert!((u - v).abs() <= 1e-12 * (1.0 + v.abs()), "{u} vs {v}");
+        }
+        assert_eq!(run.progress().done, run.progress().planned);
+        assert_eq!(run.progress().planned, a.nnz());
+        let c = s.spmm((&a).into(), &d).unwrap();
+        assert_eq!(c.layout(), layout);
+        for i in 0..c.nrows() {
+            for j in 0..c.ncols() {
+                let (u, v) = (c.get(i, j), expected_c.get(i, j));
+                assert!((u - v).abs() <= 1e-12 * (1.0 + v.abs()), "{u} vs {v}");
+            }
+        }
+        assert!(bad.units_failed() >= 1);
+    }
+}
+
+#[test]
 fn no_backends_is_an_error_not_a_panic() {
     let s = Scheduler::<f64>::new(Vec::new());
     let a = Csr::<f64>::identity(3).unwrap();
