@@ -40,6 +40,22 @@ fn time(
     Some((times[0], times[times.len() / 2], last))
 }
 
+/// Minimum of `reps` timed calls after one warm-up; `None` if a call failed.
+fn time_call(reps: usize, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    if !f() {
+        return None;
+    }
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let start = Instant::now();
+        if !f() {
+            return None;
+        }
+        best = best.min(start.elapsed());
+    }
+    Some(best)
+}
+
 /// Same structure as `expected`, values within a relative 1e-9.
 fn agrees(c: &Csr<f64>, expected: &Csr<f64>) -> bool {
     c.shape() == expected.shape()
@@ -122,6 +138,9 @@ fn main() {
     };
 
     let mut table = String::new();
+    let mut dense_table = String::from(
+        "| class | operation | cpu ms | gpu ms | work stealing ms | always shared ms |\n|---|---|---|---|---|---|\n",
+    );
     let _ = writeln!(
         table,
         "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | assembly ms |"
@@ -198,6 +217,41 @@ fn main() {
                 }
             }
         }
+        if let Some(gpu) = &gpu {
+            let cpu = single[0].clone();
+            let pair = || vec![hybrid_cpu.clone(), gpu.clone()];
+            let stealing = Scheduler::from_shared(pair());
+            let shared = Scheduler::from_shared(pair()).share_always();
+            let x = &ops.vector;
+            let d = &ops.dense;
+            type Call<'a> = Box<dyn Fn(&dyn Backend<f64>) -> bool + 'a>;
+            let ops_list: [(&str, Call<'_>); 2] = [
+                (
+                    "SpMV",
+                    Box::new(|be: &dyn Backend<f64>| be.spmv(a.into(), x).is_ok()),
+                ),
+                (
+                    "SpMM (32 columns)",
+                    Box::new(|be: &dyn Backend<f64>| be.spmm(a.into(), d).is_ok()),
+                ),
+            ];
+            for (name, call) in &ops_list {
+                let t = |be: &dyn Backend<f64>| time_call(reps, || call(be));
+                let (tc, tg) = (t(cpu.as_ref()), t(gpu.as_ref()));
+                let (ts, tf) = (t(&stealing), t(&shared));
+                let fmt = |t: Option<Duration>| {
+                    t.map_or("failed".to_string(), |t| format!("{:.2}", ms(t)))
+                };
+                let _ = writeln!(
+                    dense_table,
+                    "| {class} | {name} | {} | {} | {} | {} |",
+                    fmt(tc),
+                    fmt(tg),
+                    fmt(ts),
+                    fmt(tf)
+                );
+            }
+        }
         let mut class_rows = String::new();
         for (label, min, median, ok, shares) in rows {
             let gain = if min > Duration::ZERO {
@@ -219,7 +273,11 @@ fn main() {
         table.push_str(&class_rows);
     }
     println!("{table}");
+    println!("{dense_table}");
     if let Ok(dir) = std::env::var("HETSPARSE_BENCH_OUT") {
-        let _ = std::fs::write(std::path::Path::new(&dir).join("hybrid.md"), &table);
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join("hybrid.md"),
+            format!("{table}\n{dense_table}"),
+        );
     }
 }

@@ -13,9 +13,9 @@
 //! its unfinished chunks rerun on the others; out of memory on a chunk splits the chunk and
 //! tries again. The result is always the complete product, identical to a single backend's.
 //!
-//! SpMV and SpMM of CSR matrices are shared the same way, by row blocks of A. Work stealing
-//! learns each backend's speed and what sharing costs, and runs the fastest backend alone
-//! where sharing would not pay.
+//! Work stealing learns each backend's speed and what sharing costs, and runs the fastest
+//! backend alone where sharing would not pay. SpMV and SpMM run whole on the fastest backend
+//! known, or, with [`Scheduler::share_always`], by row blocks of A over every backend.
 //!
 //! The scheduler implements [`Backend`] itself, so everything that takes a backend takes a
 //! scheduler. Its resident matrices live in host memory: it places operands on its devices
@@ -135,8 +135,9 @@ impl<T: Scalar> Scheduler<T> {
 
     /// Shares every product large enough to cut (see
     /// [`min_chunk_products`](Self::min_chunk_products)), also where the speeds learned so far
-    /// say that the fastest backend alone would be faster: for tests, and for measuring the
-    /// sharing itself.
+    /// say that the fastest backend alone would be faster, and shares SpMV and SpMM of CSR
+    /// matrices by row blocks: for tests, for measuring the sharing itself, and for backends
+    /// whose data is cheap to move.
     pub fn share_always(mut self) -> Self {
         self.share_always = true;
         self
@@ -575,15 +576,17 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     /// The backends to share a row-split SpMV or SpMM of a CSR matrix with `work` units between,
-    /// or `None` to run it whole on one: fewer than two run CSR, too little work, or what
-    /// earlier runs taught says one alone is faster.
-    fn share_rows(&self, kind: Kind, op: Operation, work: u64) -> Option<Vec<bool>> {
-        let part = self.taking_part(op).ok()?;
-        let members: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
-        if members.len() < 2 || work < self.min_chunk_products.saturating_mul(2) {
+    /// or `None` to run it whole on one. Sharing is only done under
+    /// [`share_always`](Self::share_always): from host memory a GPU's SpMV and SpMM are bound by
+    /// copying A, and on the GPU machine the learned decision still let a GPU hold a shared run
+    /// up on several classes, so by default the fastest known backend runs them whole.
+    fn share_rows(&self, op: Operation, work: u64) -> Option<Vec<bool>> {
+        if !self.share_always {
             return None;
         }
-        if !self.share_always && self.learned(kind).alone(&members).is_some() {
+        let part = self.taking_part(op).ok()?;
+        let members = part.iter().filter(|p| **p).count();
+        if members < 2 || work < self.min_chunk_products.saturating_mul(2) {
             return None;
         }
         Some(part)
@@ -691,7 +694,7 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
         if let SparseRef::Csr(csr) = a {
             let work = csr.nnz().saturating_mul(k);
             let op = Operation::Spmm(SparseFormat::Csr);
-            if let Some(part) = self.share_rows(Kind::Spmm, op, work) {
+            if let Some(part) = self.share_rows(op, work) {
                 let _span = tracing::info_span!("sched_spmm", rows = csr.nrows(), work).entered();
                 let started = Instant::now();
                 let speeds = self.learned(Kind::Spmm).speeds.clone();
@@ -735,7 +738,7 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
         run.checkpoint()?;
         if let SparseRef::Csr(csr) = a {
             let op = Operation::Spmv(SparseFormat::Csr);
-            if let Some(part) = self.share_rows(Kind::Spmv, op, csr.nnz()) {
+            if let Some(part) = self.share_rows(op, csr.nnz()) {
                 let _span = tracing::info_span!("sched_spmv", rows = csr.nrows()).entered();
                 let started = Instant::now();
                 let speeds = self.learned(Kind::Spmv).speeds.clone();
