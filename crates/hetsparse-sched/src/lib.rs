@@ -418,9 +418,6 @@ impl<T: Scalar> Scheduler<T> {
         let part = self.taking_part(Operation::Spgemm(options.algorithm))?;
         let operand_budget = self.operand_budget(&part);
         let participants = part.iter().filter(|p| **p).count();
-        let value = std::mem::size_of::<T>();
-        let fits = csr_bytes(b.nrows(), b.nnz(), value) <= operand_budget
-            && csr_bytes(a.nrows(), a.nnz(), value) <= operand_budget;
         let _span = tracing::info_span!(
             "sched_spgemm",
             policy = ?self.policy,
@@ -428,7 +425,7 @@ impl<T: Scalar> Scheduler<T> {
             rows = a.nrows(),
         )
         .entered();
-        if fits && self.policy.is_dynamic() {
+        if self.policy.is_dynamic() {
             if let Some(c) = self.alone_if_better(a, b, options, run, &part)? {
                 return Ok(c);
             }
@@ -503,6 +500,23 @@ impl<T: Scalar> Scheduler<T> {
         let Some(d) = chosen else {
             return Ok(None);
         };
+        // A device whose budget cannot hold A and B goes through the chunked path instead.
+        let device = &self.backends[d];
+        if device.memory_space() != MemorySpace::Host {
+            let value = std::mem::size_of::<T>();
+            let bytes = csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
+                b.nrows(),
+                b.nnz(),
+                value,
+            ));
+            let budget = device
+                .memory_pool()
+                .map(|pool| pool.limit())
+                .unwrap_or(device.info().memory_bytes);
+            if bytes > budget / 2 {
+                return Ok(None);
+            }
+        }
         let started = Instant::now();
         match self.backends[d].spgemm_with(a.into(), b.into(), options, run) {
             Ok(c) => {
