@@ -256,17 +256,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
                 },
             )
         }))
-        .unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            Err(Error::Internal {
-                backend: device.info().backend,
-                what: format!("the backend panicked: {what}"),
-            })
-        });
+        .unwrap_or_else(|payload| Err(panicked(device.as_ref(), payload.as_ref())));
         shared.lock().reports[d].busy += begun.elapsed();
         if let Err(e) = outcome {
             let rest: Vec<(usize, Task)> = batch
@@ -278,6 +268,22 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
                 return;
             }
         }
+    }
+}
+
+/// The error for a backend that panicked, with the panic's message.
+pub(crate) fn panicked<T: Scalar>(
+    device: &dyn Backend<T>,
+    payload: &(dyn std::any::Any + Send),
+) -> Error {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    Error::Internal {
+        backend: device.info().backend,
+        what: format!("the backend panicked: {what}"),
     }
 }
 

@@ -589,28 +589,51 @@ impl<T: Scalar> Scheduler<T> {
         Err(last.unwrap_or_else(|| self.no_device()))
     }
 
-    /// The backends to share a row-split SpMV or SpMM of a CSR matrix with `work` units between,
-    /// or `None` to run it whole on one. Sharing is only done under
-    /// [`share_always`](Self::share_always): from host memory a GPU's SpMV and SpMM are bound by
-    /// copying A, and on the GPU machine the learned decision still let a GPU hold a shared run
-    /// up on several classes, so by default the fastest known backend runs them whole.
-    fn share_rows(&self, op: Operation, work: u64) -> Option<Vec<bool>> {
+    /// SpMV (`kind` [`Kind::Spmv`], `units_per_entry` 1) or SpMM (the dense operand's columns
+    /// per entry) of a CSR `a` by row blocks over the backends, when it is shared: only under
+    /// [`share_always`](Self::share_always), with two backends or more running CSR and enough
+    /// work. From host memory a GPU's SpMV and SpMM are bound by copying A, and on the GPU
+    /// machine the learned decision still let a GPU hold a shared run up on several classes, so
+    /// by default the fastest known backend runs them whole (`None` here).
+    fn by_row_blocks<R: Send>(
+        &self,
+        kind: Kind,
+        a: &Csr<T>,
+        units_per_entry: u64,
+        run: &RunControl,
+        compute: &rows::BlockFn<'_, T, R>,
+    ) -> Result<Option<rows::Pieces<R>>> {
         if !self.share_always {
-            return None;
+            return Ok(None);
         }
-        let part = self.taking_part(op).ok()?;
+        let op = match kind {
+            Kind::Spmv => Operation::Spmv(SparseFormat::Csr),
+            _ => Operation::Spmm(SparseFormat::Csr),
+        };
+        let Ok(part) = self.taking_part(op) else {
+            return Ok(None);
+        };
         let members = part.iter().filter(|p| **p).count();
+        let work = a.nnz().saturating_mul(units_per_entry);
         if members < 2 || work < self.min_chunk_products.saturating_mul(2) {
-            return None;
+            return Ok(None);
         }
-        Some(part)
-    }
-
-    /// Row blocks of `a` for `part`'s backends.
-    fn row_blocks(&self, a: &Csr<T>, part: &[bool]) -> Vec<std::ops::Range<usize>> {
-        let members = part.iter().filter(|p| **p).count().max(1);
+        let _span = tracing::info_span!("sched_rows", ?kind, rows = a.nrows(), work).entered();
+        let started = Instant::now();
         let per_block = a.nnz() / (members * self.chunks_per_device) as u64;
-        rows::blocks(a, per_block.max(1))
+        let speeds = self.learned(kind).speeds.clone();
+        let (pieces, reports) = rows::run(
+            a,
+            &self.backends,
+            &part,
+            rows::blocks(a, per_block.max(1)),
+            units_per_entry,
+            &speeds,
+            run,
+            compute,
+        )?;
+        self.learned(kind).record(&reports, started.elapsed());
+        Ok(Some(pieces))
     }
 }
 
@@ -706,25 +729,11 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
         run.checkpoint()?;
         let k = b.ncols() as u64;
         if let SparseRef::Csr(csr) = a {
-            let work = csr.nnz().saturating_mul(k);
-            let op = Operation::Spmm(SparseFormat::Csr);
-            if let Some(part) = self.share_rows(op, work) {
-                let _span = tracing::info_span!("sched_spmm", rows = csr.nrows(), work).entered();
-                let started = Instant::now();
-                let speeds = self.learned(Kind::Spmm).speeds.clone();
-                let (pieces, reports) = rows::run(
-                    csr,
-                    &self.backends,
-                    &part,
-                    self.row_blocks(csr, &part),
-                    k,
-                    &speeds,
-                    run,
-                    &|backend, rows, r| backend.spmm_with(rows.into(), b.into(), options, r),
-                )?;
-                let c = dense_rows(csr.nrows(), b.ncols(), b.layout(), pieces)?;
-                self.learned(Kind::Spmm).record(&reports, started.elapsed());
-                return Ok(c);
+            let shared = self.by_row_blocks(Kind::Spmm, csr, k, run, &|backend, rows, r| {
+                backend.spmm_with(rows.into(), b.into(), options, r)
+            })?;
+            if let Some(pieces) = shared {
+                return dense_rows(csr.nrows(), b.ncols(), b.layout(), pieces);
             }
         }
         let work = sparse_entries(&a).saturating_mul(k);
@@ -751,21 +760,10 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
         check::spmv(&a, x)?;
         run.checkpoint()?;
         if let SparseRef::Csr(csr) = a {
-            let op = Operation::Spmv(SparseFormat::Csr);
-            if let Some(part) = self.share_rows(op, csr.nnz()) {
-                let _span = tracing::info_span!("sched_spmv", rows = csr.nrows()).entered();
-                let started = Instant::now();
-                let speeds = self.learned(Kind::Spmv).speeds.clone();
-                let (pieces, reports) = rows::run(
-                    csr,
-                    &self.backends,
-                    &part,
-                    self.row_blocks(csr, &part),
-                    1,
-                    &speeds,
-                    run,
-                    &|backend, rows, r| backend.spmv_with(rows.into(), x.into(), options, r),
-                )?;
+            let shared = self.by_row_blocks(Kind::Spmv, csr, 1, run, &|backend, rows, r| {
+                backend.spmv_with(rows.into(), x.into(), options, r)
+            })?;
+            if let Some(pieces) = shared {
                 let mut y = vec![T::default(); csr.nrows()];
                 for (block, piece) in pieces {
                     if piece.len() != block.len() {
@@ -773,7 +771,6 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
                     }
                     y[block].copy_from_slice(&piece);
                 }
-                self.learned(Kind::Spmv).record(&reports, started.elapsed());
                 return Ok(y);
             }
         }

@@ -11,24 +11,17 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::{Backend, Csr, Error, Result, RunControl, Scalar};
 
+use crate::chunking::row_panels;
+use crate::execute::panicked;
 use crate::report::DeviceReport;
 
 /// How long an idle worker sleeps before it looks at the caller's cancellation again.
 const IDLE_POLL: Duration = Duration::from_millis(20);
 
-/// Row blocks of `a` of about `entries` entries each (at least one row).
+/// Row blocks of `a` of about `entries` entries each (at least one row): row panels weighed
+/// by entries, whose prefix sums are A's row offsets.
 pub(crate) fn blocks<T: Scalar>(a: &Csr<T>, entries: u64) -> Vec<Range<usize>> {
-    let offsets = a.row_offsets();
-    let mut blocks = Vec::new();
-    let mut start = 0;
-    while start < a.nrows() {
-        let goal = offsets[start].saturating_add(entries.max(1));
-        let end = (offsets[start + 1..].partition_point(|&o| o <= goal) + start).max(start + 1);
-        let end = end.min(a.nrows());
-        blocks.push(start..end);
-        start = end;
-    }
-    blocks
+    row_panels(a, a.row_offsets(), 0..a.nrows(), entries, u64::MAX)
 }
 
 /// What a backend computes for one row block: its rows of the result.
@@ -132,12 +125,7 @@ pub(crate) fn run<T: Scalar, R: Send>(
                 let rows = a.rows(block.clone())?;
                 compute(device, &rows, &runs[d])
             }))
-            .unwrap_or_else(|_| {
-                Err(Error::Internal {
-                    backend: device.info().backend,
-                    what: "the backend panicked".into(),
-                })
-            });
+            .unwrap_or_else(|payload| Err(panicked(device, payload.as_ref())));
             let mut s = lock();
             s.reports[d].busy += begun.elapsed();
             match outcome {
