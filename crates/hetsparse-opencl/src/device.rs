@@ -70,6 +70,8 @@ pub(crate) enum Selector {
     Kind(DeviceKind),
     /// The first device whose platform or device name contains this (case-insensitive).
     Name(String),
+    /// Device `.1` of platform `.0`, as [`list_devices`] numbers them.
+    Index(usize, usize),
 }
 
 fn no_device(reason: impl Into<String>) -> Error {
@@ -191,6 +193,9 @@ pub(crate) fn pick<D: Clone>(
             .find(|(_, d)| d.kind == DeviceKind::Gpu)
             .or_else(|| devices.first()),
         Selector::Kind(kind) => devices.iter().find(|(_, d)| d.kind == *kind),
+        Selector::Index(platform, device) => devices
+            .iter()
+            .find(|(_, d)| d.platform_index == *platform && d.device_index == *device),
         Selector::Name(name) => {
             let needle = name.to_lowercase();
             devices.iter().find(|(_, d)| {
@@ -206,6 +211,7 @@ pub(crate) fn pick<D: Clone>(
             Selector::PreferGpu => "any device".to_string(),
             Selector::Kind(k) => format!("a device of kind {k:?}"),
             Selector::Name(n) => format!("a device whose name contains `{n}`"),
+            Selector::Index(p, d) => format!("device {d} of platform {p}"),
         };
         no_device(format!(
             "{wanted} was asked for; present: {}",
@@ -268,5 +274,16 @@ mod tests {
         assert!(err.to_string().contains("pthread-skylake"), "{err}");
         let err = pick(&only_cpu, &Selector::Name("radeon".into())).unwrap_err();
         assert!(err.to_string().contains("`radeon`"), "{err}");
+    }
+
+    #[test]
+    fn picking_by_index_tells_devices_of_one_name_apart() {
+        let mut second = desc("Radeon", "AMD APP", DeviceKind::Gpu);
+        second.device_index = 1;
+        let devices = vec![(0, desc("Radeon", "AMD APP", DeviceKind::Gpu)), (1, second)];
+        assert_eq!(pick(&devices, &Selector::Index(0, 1)).unwrap().0, 1);
+        assert_eq!(pick(&devices, &Selector::Index(0, 0)).unwrap().0, 0);
+        let err = pick(&devices, &Selector::Index(1, 0)).unwrap_err();
+        assert!(err.to_string().contains("device 0 of platform 1"), "{err}");
     }
 }

@@ -159,6 +159,13 @@ impl OpenClBackend {
         Self::select(&Selector::Name(name.trim().to_string()))
     }
 
+    /// Device `device_index` of platform `platform_index`, as [`list_devices`] numbers them
+    /// ([`DeviceDescription::platform_index`], [`DeviceDescription::device_index`]): the way
+    /// to open each of several devices of the same name.
+    pub fn with_device_index(platform_index: usize, device_index: usize) -> Result<Self> {
+        Self::select(&Selector::Index(platform_index, device_index))
+    }
+
     /// The device named by the environment variable [`DEVICE_ENV`] when it is set and not
     /// empty, else [`OpenClBackend::new`].
     pub fn from_env() -> Result<Self> {

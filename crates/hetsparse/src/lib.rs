@@ -1,9 +1,13 @@
 //! hetsparse: sparse matrix multiplication on CPU cores, CUDA GPUs and OpenCL devices.
 //!
 //! This crate re-exports [`hetsparse_core`] and, behind Cargo features, the backend crates:
-//! `cpu` (default), `cuda` and `opencl`.
+//! `cpu` (default), `cuda` and `opencl`. [`Context::auto`] finds every device they reach and
+//! uses them as one.
 #![warn(missing_docs)]
 
+mod context;
+
+pub use context::{Context, ContextScalar, FoundDevice, Unavailable};
 pub use hetsparse_core::*;
 
 /// The CPU backend (feature `cpu`).
