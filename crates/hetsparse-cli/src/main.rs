@@ -1,0 +1,514 @@
+//! `hetsparse`: list the devices hetsparse finds, analyse Matrix Market files, multiply them.
+//!
+//! ```text
+//! hetsparse devices
+//! hetsparse info A.mtx [B.mtx | --square | --aat]
+//! hetsparse multiply A.mtx [B.mtx | --square | --aat] -o C.mtx[.gz] [--device D] [--algorithm X] [--op spgemm|spmm|spmv]
+//! ```
+
+mod devices;
+mod error;
+mod files;
+mod progress;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hetsparse::analysis;
+use hetsparse::backend::memory::csr_bytes;
+use hetsparse::matrix_market::MatrixMarket;
+use hetsparse::{
+    Context, Csr, Dense, DeviceKind, Layout, Operation, RunControl, ScalarType, SpgemmAlgorithm,
+    SpgemmOptions, SpmmOptions, SpmvOptions,
+};
+
+use devices::DeviceChoice;
+use error::CliError;
+use files::{Output, PendingOutput};
+use progress::{Stage, Unit};
+
+/// Sparse matrix multiplication on every device this machine has.
+#[derive(Parser, Debug)]
+#[command(name = "hetsparse", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Lists every device found (CPU, CUDA GPUs, OpenCL devices), what each runs, and which
+    /// `--device auto` uses.
+    Devices,
+    /// Shape, entries and row lengths of A; with B (or --square, --aat), what the product
+    /// A·B costs and whether it fits each device.
+    Info {
+        /// Matrix Market file of A (gzip too).
+        a: PathBuf,
+        #[command(flatten)]
+        right: RightOperand,
+    },
+    /// Multiplies A by B (or by itself, or by its transpose) and writes the result.
+    Multiply(MultiplyArgs),
+}
+
+/// The right operand: a file, A itself or A's transpose.
+#[derive(Args, Debug)]
+#[group(multiple = false)]
+struct RightOperand {
+    /// Matrix Market file of B (for spmm a dense or sparse matrix, for spmv one column).
+    b: Option<PathBuf>,
+    /// B = A.
+    #[arg(long)]
+    square: bool,
+    /// B = Aᵀ.
+    #[arg(long)]
+    aat: bool,
+}
+
+#[derive(Args, Debug)]
+struct MultiplyArgs {
+    /// Matrix Market file of A (gzip too).
+    a: PathBuf,
+    #[command(flatten)]
+    right: RightOperand,
+    /// Where to write C (Matrix Market; gzip-compressed when the name ends in `.gz`).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// auto (every device found, through the scheduler when there are several), all (the
+    /// same, every large product shared), cpu, cuda[:N], opencl[:NAME or P.D].
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// The SpGEMM algorithm (the device must offer it; `hetsparse devices` lists them).
+    #[arg(long, value_enum, default_value_t = AlgorithmArg::Auto)]
+    algorithm: AlgorithmArg,
+    /// spgemm: C = A·B, both sparse. spmm: B dense (a sparse file is densified). spmv: B one
+    /// column (all ones without B).
+    #[arg(long, value_enum, default_value_t = Op::Spgemm)]
+    op: Op,
+    /// No progress bars and no summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AlgorithmArg {
+    Auto,
+    RowRow,
+    ColumnRow,
+    Esc,
+    Adaptive,
+}
+
+impl From<AlgorithmArg> for SpgemmAlgorithm {
+    fn from(a: AlgorithmArg) -> Self {
+        match a {
+            AlgorithmArg::Auto => SpgemmAlgorithm::Auto,
+            AlgorithmArg::RowRow => SpgemmAlgorithm::RowRow,
+            AlgorithmArg::ColumnRow => SpgemmAlgorithm::ColumnRow,
+            AlgorithmArg::Esc => SpgemmAlgorithm::Esc,
+            AlgorithmArg::Adaptive => SpgemmAlgorithm::Adaptive,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Op {
+    Spgemm,
+    Spmm,
+    Spmv,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Devices => devices(),
+        Command::Info { a, right } => info(&a, &right),
+        Command::Multiply(args) => multiply(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hetsparse: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+/// Bytes in the largest binary unit that keeps a whole number in front.
+fn mib(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+fn devices() -> Result<(), CliError> {
+    let ctx = Context::<f64>::auto().map_err(|e| CliError::Device {
+        device: "auto".into(),
+        reason: e.to_string(),
+    })?;
+    println!("Devices found:");
+    for d in ctx.devices() {
+        let kind = match d.info.kind {
+            DeviceKind::Cpu => "CPU",
+            DeviceKind::Gpu => "GPU",
+            DeviceKind::Accelerator => "accelerator",
+        };
+        let units = if d.info.kind == DeviceKind::Cpu {
+            "threads"
+        } else {
+            "compute units"
+        };
+        println!("  {:<12} {} ({kind})", d.id, d.info.name);
+        println!(
+            "  {:<12} {} {units}, {} memory",
+            "",
+            d.info.compute_units,
+            mib(d.info.memory_bytes)
+        );
+        let scalars: Vec<String> = d.scalars.iter().map(ScalarType::to_string).collect();
+        let algorithms: Vec<String> = d.algorithms.iter().map(|a| format!("{a:?}")).collect();
+        println!("  {:<12} scalars: {}", "", scalars.join(", "));
+        println!(
+            "  {:<12} SpGEMM algorithms (f64): {}",
+            "",
+            algorithms.join(", ")
+        );
+        match &d.skipped {
+            None => println!("  {:<12} used by --device auto", ""),
+            Some(reason) => println!("  {:<12} not used by --device auto: {reason}", ""),
+        }
+    }
+    for u in ctx.unavailable() {
+        println!("  {:<12} none: {}", u.backend, u.reason);
+    }
+    match ctx.scheduler() {
+        Some(s) => println!(
+            "--device auto computes on {} devices through the scheduler.",
+            s.backends().len()
+        ),
+        None => println!("--device auto computes on one device."),
+    }
+    Ok(())
+}
+
+/// Reads a sparse matrix, with its read time.
+fn read_csr(path: &Path, label: &str, progress: bool) -> Result<(Csr<f64>, Duration), CliError> {
+    let read = files::read_matrix(path, label, progress)?;
+    Ok((read.matrix.into_csr(), read.time))
+}
+
+fn row_stats(label: &str, m: &Csr<f64>) {
+    let lengths: Vec<u64> = (0..m.nrows()).map(|i| m.row_nnz(i)).collect();
+    let s = analysis::row_length_stats(&lengths);
+    println!("{label}: {}×{}, {} entries", m.nrows(), m.ncols(), m.nnz());
+    println!(
+        "  entries per row: min {}, max {}, mean {:.2}, std dev {:.2}, empty rows {}",
+        s.min, s.max, s.mean, s.std_dev, s.empty
+    );
+}
+
+fn chain_check(
+    op: &'static str,
+    what: &'static str,
+    a: (usize, usize),
+    b: (usize, usize),
+) -> Result<(), CliError> {
+    if a.1 != b.0 {
+        return Err(CliError::Shapes {
+            op,
+            what,
+            a_rows: a.0,
+            a_cols: a.1,
+            b_rows: b.0,
+            b_cols: b.1,
+        });
+    }
+    Ok(())
+}
+
+fn info(a_path: &Path, right: &RightOperand) -> Result<(), CliError> {
+    let (a, _) = read_csr(a_path, "reading A", true)?;
+    row_stats("A", &a);
+    let b_owned;
+    let b = if let Some(path) = &right.b {
+        b_owned = read_csr(path, "reading B", true)?.0;
+        row_stats("B", &b_owned);
+        &b_owned
+    } else if right.square {
+        &a
+    } else if right.aat {
+        b_owned = a.transpose();
+        &b_owned
+    } else {
+        return Ok(());
+    };
+    chain_check("SpGEMM", "B", a.shape(), b.shape())?;
+    let product = analysis::analyze(&a, b)?;
+    let c_bytes = csr_bytes(a.nrows(), product.nnz, 8);
+    println!("C = A·B: {}×{}", a.nrows(), b.ncols());
+    println!(
+        "  intermediate products: {} ({} flops)",
+        product.total_products,
+        product.flops()
+    );
+    println!("  nnz(C): {}", product.nnz);
+    println!(
+        "  compression ratio (products per entry of C): {:.2}",
+        product.compression_ratio
+    );
+    println!("  C in CSR (f64): {}", mib(c_bytes));
+    let operands = csr_bytes(a.nrows(), a.nnz(), 8) + csr_bytes(b.nrows(), b.nnz(), 8);
+    let need = operands + c_bytes;
+    println!("  A, B and C together: {}", mib(need));
+    if let Ok(ctx) = Context::<f64>::auto() {
+        for d in ctx.devices().iter().filter(|d| d.skipped.is_none()) {
+            let fits = if need <= d.info.memory_bytes {
+                "fits".to_string()
+            } else {
+                format!(
+                    "does not fit ({} memory): the scheduler cuts it into panels (out of core)",
+                    mib(d.info.memory_bytes)
+                )
+            };
+            println!("  on {:<10} {fits}", d.id);
+        }
+    }
+    Ok(())
+}
+
+/// What a multiplication produced.
+enum Product {
+    Sparse(Csr<f64>),
+    Dense(Dense<f64>),
+}
+
+/// The right operand as the operation needs it.
+enum Right<'a> {
+    Sparse(&'a Csr<f64>),
+    Dense(Dense<f64>),
+    Vector(Vec<f64>),
+}
+
+fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
+    let total = Instant::now();
+    let progress = !args.quiet;
+    let right = &args.right;
+    match args.op {
+        Op::Spgemm if right.b.is_none() && !right.square && !right.aat => {
+            return Err(CliError::Usage(
+                "spgemm needs B: give B.mtx, --square or --aat".into(),
+            ))
+        }
+        Op::Spmm if right.b.is_none() => {
+            return Err(CliError::Usage("spmm needs B.mtx (a dense matrix)".into()))
+        }
+        Op::Spmm | Op::Spmv if right.square || right.aat => {
+            return Err(CliError::Usage(
+                "--square and --aat make a sparse B: they go with --op spgemm".into(),
+            ))
+        }
+        _ => {}
+    }
+    if args.op != Op::Spgemm && args.algorithm != AlgorithmArg::Auto {
+        return Err(CliError::Usage(
+            "--algorithm chooses a SpGEMM algorithm: it goes with --op spgemm".into(),
+        ));
+    }
+    // Fail on an unwritable output or a missing device before reading anything.
+    let output = PendingOutput::create(&args.output)?;
+    let ctx = devices::context(&args.device)?;
+    let algorithm = SpgemmAlgorithm::from(args.algorithm);
+    if args.op == Op::Spgemm
+        && !ctx
+            .backend()
+            .capabilities()
+            .supports(Operation::Spgemm(algorithm), ScalarType::F64)
+    {
+        let offered: Vec<String> = SpgemmAlgorithm::ALL
+            .into_iter()
+            .filter(|&x| {
+                ctx.backend()
+                    .capabilities()
+                    .supports(Operation::Spgemm(x), ScalarType::F64)
+            })
+            .map(|x| format!("{x:?}"))
+            .collect();
+        return Err(CliError::Device {
+            device: args.device.to_string(),
+            reason: format!(
+                "it does not offer SpGEMM algorithm {algorithm:?} for f64 (it offers {})",
+                offered.join(", ")
+            ),
+        });
+    }
+
+    let mut stages: Vec<(String, Duration, String)> = Vec::new();
+    let (a, a_time) = read_csr(&args.a, "reading A", progress)?;
+    stages.push((
+        "read A".into(),
+        a_time,
+        format!("{}×{}, {} entries", a.nrows(), a.ncols(), a.nnz()),
+    ));
+    let transposed;
+    let b_file;
+    let operand = match (&right.b, args.op) {
+        (Some(path), Op::Spgemm) => {
+            let (b, time) = read_csr(path, "reading B", progress)?;
+            stages.push((
+                "read B".into(),
+                time,
+                format!("{}×{}, {} entries", b.nrows(), b.ncols(), b.nnz()),
+            ));
+            b_file = b;
+            Right::Sparse(&b_file)
+        }
+        (Some(path), op) => {
+            let read = files::read_matrix(path, "reading B", progress)?;
+            let dense = match read.matrix {
+                MatrixMarket::Dense(d) => d,
+                sparse @ MatrixMarket::Sparse(_) => sparse.into_csr().to_dense(Layout::RowMajor),
+            };
+            stages.push((
+                "read B".into(),
+                read.time,
+                format!("{}×{} dense", dense.nrows(), dense.ncols()),
+            ));
+            if op == Op::Spmv {
+                if dense.ncols() != 1 {
+                    return Err(CliError::Usage(format!(
+                        "spmv needs x with one column; `{}` is {}×{}",
+                        path.display(),
+                        dense.nrows(),
+                        dense.ncols()
+                    )));
+                }
+                Right::Vector(dense.into_data())
+            } else {
+                Right::Dense(dense)
+            }
+        }
+        (None, Op::Spmv) => Right::Vector(vec![1.0; a.ncols()]),
+        (None, _) if right.square => Right::Sparse(&a),
+        (None, _) => {
+            transposed = a.transpose();
+            Right::Sparse(&transposed)
+        }
+    };
+    let (op_name, flops) = match &operand {
+        Right::Sparse(b) => {
+            chain_check("SpGEMM", "B", a.shape(), b.shape())?;
+            ("SpGEMM", 2 * analysis::total_products(&a, b)?)
+        }
+        Right::Dense(b) => {
+            chain_check("SpMM", "B", a.shape(), b.shape())?;
+            ("SpMM", 2 * a.nnz() * b.ncols() as u64)
+        }
+        Right::Vector(x) => {
+            chain_check("SpMV", "x", a.shape(), (x.len(), 1))?;
+            ("SpMV", 2 * a.nnz())
+        }
+    };
+
+    let run = RunControl::new();
+    let stage = Stage::new("multiply", Unit::Products, Some(flops / 2), progress);
+    let backend = ctx.backend();
+    let waiting = std::thread::current();
+    let product = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| -> Result<Product, hetsparse::Error> {
+            let result = (|| {
+                Ok(match &operand {
+                    Right::Sparse(b) => Product::Sparse(backend.spgemm_with(
+                        (&a).into(),
+                        (*b).into(),
+                        &SpgemmOptions::new().with_algorithm(algorithm),
+                        &run,
+                    )?),
+                    Right::Dense(b) => Product::Dense(backend.spmm_with(
+                        (&a).into(),
+                        b.into(),
+                        &SpmmOptions::new(),
+                        &run,
+                    )?),
+                    Right::Vector(x) => {
+                        let y = backend.spmv_with(
+                            (&a).into(),
+                            x.as_slice().into(),
+                            &SpmvOptions::new(),
+                            &run,
+                        )?;
+                        let n = y.len();
+                        Product::Dense(Dense::try_new(n, 1, Layout::ColMajor, y)?)
+                    }
+                })
+            })();
+            waiting.unpark();
+            result
+        });
+        while !worker.is_finished() {
+            std::thread::park_timeout(Duration::from_millis(100));
+            let p = run.progress();
+            if p.planned > 0 {
+                stage.set_total(p.planned);
+            }
+            stage.set(p.done);
+        }
+        worker.join()
+    });
+    let product = match product {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(CliError::Compute(hetsparse::Error::Internal {
+                backend: ctx.backend().info().backend,
+                what: "the multiplication panicked".into(),
+            }))
+        }
+    };
+    let compute_time = stage.finish();
+    let gflops = flops as f64 / compute_time.as_secs_f64().max(1e-9) / 1e9;
+    stages.push((
+        "multiply".into(),
+        compute_time,
+        format!("{op_name}, {flops} flops, {gflops:.2} GFLOP/s"),
+    ));
+
+    let (written, write_time, what) = match &product {
+        Product::Sparse(c) => {
+            let (w, t) = output.commit(Output::Sparse(c), progress)?;
+            (
+                w,
+                t,
+                format!("{}×{}, {} entries", c.nrows(), c.ncols(), c.nnz()),
+            )
+        }
+        Product::Dense(d) => {
+            let (w, t) = output.commit(Output::Dense(d), progress)?;
+            (w, t, format!("{}×{} dense", d.nrows(), d.ncols()))
+        }
+    };
+    stages.push((
+        "write C".into(),
+        write_time,
+        format!("{what}, {} to `{}`", mib(written), args.output.display()),
+    ));
+
+    if !args.quiet {
+        let info = ctx.backend().info();
+        println!("{op_name} on {} ({})", info.name, info.backend);
+        for (label, time, detail) in &stages {
+            println!("  {label:<9} {:>9.3} s  {detail}", time.as_secs_f64());
+        }
+        println!("  {:<9} {:>9.3} s", "total", total.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
