@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use flate2::write::GzEncoder;
@@ -98,6 +99,25 @@ pub enum Output<'a> {
     Dense(&'a Dense<f64>),
 }
 
+/// Temporary output files not yet complete, removed by [`remove_unfinished`] when the command
+/// is interrupted (a signal ends the process without running destructors).
+static UNFINISHED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes every temporary output file not yet complete: for the interrupt handler.
+pub fn remove_unfinished() {
+    let paths = UNFINISHED.lock().unwrap_or_else(|p| p.into_inner());
+    for path in paths.iter() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn forget_unfinished(path: &Path) {
+    UNFINISHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|p| p != path);
+}
+
 /// The output file, opened as a temporary file beside its path before any work is done (so
 /// that an unwritable path fails at once) and moved to the path only once complete. Dropped
 /// without [`commit`](PendingOutput::commit), the temporary file is removed.
@@ -134,6 +154,10 @@ impl PendingOutput {
             .suffix(".partial")
             .tempfile_in(&dir)
             .map_err(|e| fail(format!("cannot create a file in `{}`: {e}", dir.display())))?;
+        UNFINISHED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(file.path().to_path_buf());
         Ok(PendingOutput {
             path: path.to_path_buf(),
             file,
@@ -143,6 +167,17 @@ impl PendingOutput {
     /// Writes `output` (gzip-compressed when the path ends in `.gz`) and moves it to the
     /// path; returns the bytes written to disk and the time.
     pub fn commit(self, output: Output<'_>, progress: bool) -> Result<(u64, Duration), CliError> {
+        let temporary = self.file.path().to_path_buf();
+        let result = self.write_and_rename(output, progress);
+        forget_unfinished(&temporary);
+        result
+    }
+
+    fn write_and_rename(
+        self,
+        output: Output<'_>,
+        progress: bool,
+    ) -> Result<(u64, Duration), CliError> {
         let fail = |reason: String| CliError::Write {
             path: self.path.clone(),
             reason,
@@ -159,7 +194,7 @@ impl PendingOutput {
         };
         let mut buffered = BufWriter::with_capacity(1 << 20, counted);
         let result = if gzip {
-            let mut encoder = GzEncoder::new(&mut buffered, Compression::default());
+            let mut encoder = GzEncoder::new(&mut buffered, Compression::fast());
             write_output(&mut encoder, &output)
                 .and_then(|()| encoder.finish().map(drop).map_err(Into::into))
         } else {

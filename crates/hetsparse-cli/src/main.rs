@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! hetsparse devices
+//! hetsparse generate CLASS --size N -o A.mtx[.gz]
 //! hetsparse info A.mtx [B.mtx | --square | --aat]
 //! hetsparse multiply A.mtx [B.mtx | --square | --aat] -o C.mtx[.gz] [--device D] [--algorithm X] [--op spgemm|spmm|spmv]
 //! ```
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hetsparse::analysis;
 use hetsparse::backend::memory::csr_bytes;
+use hetsparse::generate::MatrixClass;
 use hetsparse::matrix_market::MatrixMarket;
 use hetsparse::{
     Context, Csr, Dense, DeviceKind, Layout, Operation, RunControl, ScalarType, SpgemmAlgorithm,
@@ -49,6 +51,20 @@ enum Command {
         a: PathBuf,
         #[command(flatten)]
         right: RightOperand,
+    },
+    /// Writes a matrix of one of the benchmark classes, to try the other commands on.
+    Generate {
+        /// stencil3d, banded, powerlaw, uniform, road, skewed, lp, dense.
+        class: MatrixClass,
+        /// About this many rows.
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+        /// Seed of the random values and structure.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Where to write it (gzip-compressed when the name ends in `.gz`).
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Multiplies A by B (or by itself, or by its transpose) and writes the result.
     Multiply(MultiplyArgs),
@@ -123,8 +139,22 @@ enum Op {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Interrupted, the process ends without destructors: remove the temporary output first.
+    if let Err(e) = ctrlc::set_handler(|| {
+        files::remove_unfinished();
+        eprintln!("hetsparse: interrupted; nothing was written");
+        std::process::exit(130);
+    }) {
+        eprintln!("hetsparse: warning: cannot watch for interrupts ({e})");
+    }
     let result = match cli.command {
         Command::Devices => devices(),
+        Command::Generate {
+            class,
+            size,
+            seed,
+            output,
+        } => generate_matrix(class, size, seed, &output),
         Command::Info { a, right } => info(&a, &right),
         Command::Multiply(args) => multiply(&args),
     };
@@ -199,6 +229,26 @@ fn devices() -> Result<(), CliError> {
         ),
         None => println!("--device auto computes on one device."),
     }
+    Ok(())
+}
+
+fn generate_matrix(
+    class: MatrixClass,
+    size: usize,
+    seed: u64,
+    path: &Path,
+) -> Result<(), CliError> {
+    let output = PendingOutput::create(path)?;
+    let (a, _) = hetsparse::generate::product_operands::<f64>(class, size, seed);
+    let (written, _) = output.commit(Output::Sparse(&a), true)?;
+    println!(
+        "{class}: {}×{}, {} entries, {} written to `{}`",
+        a.nrows(),
+        a.ncols(),
+        a.nnz(),
+        mib(written),
+        path.display()
+    );
     Ok(())
 }
 

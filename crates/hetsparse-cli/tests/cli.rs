@@ -269,6 +269,24 @@ fn info_reports_the_product() {
 }
 
 #[test]
+fn generate_writes_the_class_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = hetsparse(
+        &[
+            "generate", "banded", "--size", "300", "--seed", "4", "-o", "a.mtx.gz",
+        ],
+        dir.path(),
+    );
+    assert_success(&o);
+    let a: Csr<f64> = matrix_market::read_csr_path(dir.path().join("a.mtx.gz")).unwrap();
+    let (want, _) = generate::product_operands::<f64>(generate::MatrixClass::Banded, 300, 4);
+    assert_eq!(a, want);
+    let o = hetsparse(&["generate", "triangles", "-o", "b.mtx"], dir.path());
+    assert_failure(&o, 2, &["triangles"]);
+    assert!(stray_files(dir.path(), &["a.mtx.gz"]).is_empty());
+}
+
+#[test]
 fn a_missing_input_is_reported_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let o = hetsparse(
