@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CPU-backend thread scaling (1, 2, 4, 8, 16 threads) and SuiteSparse:GraphBLAS (1 and 16
-# threads) and cuSPARSE on the full benchmark matrices, for a machine without a Rust toolchain
-# (the GPU machine's 16 cores). Run from a bundle folder that holds:
-#   bin/hetsparse-bench   (/work/shared/tools/gpu-bundle build --release -p hetsparse-bench --bins)
+# threads) and cuSPARSE on the full benchmark matrices, for a GPU machine without a Rust
+# toolchain. Run from a bundle folder that holds:
+#   bin/hetsparse-bench   (`cargo build --release -p hetsparse-bench --bins` on a machine with the
+#                          same glibc or older, then target/release/hetsparse-bench)
 #   peers.py, device-scaling.sh   (copies of benches/peers/)
 #   whl/*.whl             (python-graphblas and the dependencies the machine lacks; optional)
 # Usage: bash device-scaling.sh OUTDIR [--quick] [--reference]
@@ -34,7 +35,7 @@ tool="$here/bin/hetsparse-bench"
 matrices=/tmp/bench-matrices
 
 # Ours first: the scaling series is what this run is for. Quick repetitions at full size keep
-# it inside a short device lease.
+# the whole run short.
 echo "== hetsparse thread scaling"
 SECONDS=0
 "$tool" time "${quick[@]}" "${reference[@]}" --threads 1,2,4,8,16 --ops spgemm,spmm32,spmv \

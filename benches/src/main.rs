@@ -15,7 +15,7 @@
 //! - `--ops spgemm,spmv`: only these operations (names as in the table: `spgemm` is the
 //!   backend's default algorithm, `spgemm:RowRow` one chosen algorithm, `spmm32`, `spmv`);
 //! - `--classes road,banded`: only these matrix classes (names as in the table);
-//! - `--budget quick`: the quick scale's repetitions at any size (for short device leases);
+//! - `--budget quick`: the quick scale's repetitions at any size (for short runs);
 //! - `--suffix S`: appended to every implementation name.
 
 use std::path::PathBuf;

@@ -406,7 +406,7 @@ impl Staging {
 }
 
 /// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
-/// being written fault in one at a time, and on the GPU machine a single thread copied results
+/// being written fault in one at a time, and on a GPU host a single thread copied results
 /// out of the staging buffer at about 1.5 GB/s.
 fn parallel_copy(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
     use rayon::prelude::*;
