@@ -145,6 +145,14 @@ fn describe<T: Scalar>(id: String, backend: &dyn Backend<T>) -> FoundDevice {
     }
 }
 
+/// What a backend that found no device said, without repeating the backend's name.
+fn reason_of(e: Error) -> String {
+    match e {
+        Error::NoDevice { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
 fn candidate<T: Scalar>(id: String, backend: Arc<dyn Backend<T>>) -> Candidate<T> {
     let mut found = describe(id, backend.as_ref());
     let runs_t = found.scalars.contains(&T::TYPE);
@@ -171,7 +179,7 @@ impl<T: ContextScalar> Context<T> {
             Ok(cpu) => candidates.push(candidate("cpu".into(), Arc::new(cpu))),
             Err(e) => unavailable.push(Unavailable {
                 backend: "cpu".into(),
-                reason: e.to_string(),
+                reason: reason_of(e),
             }),
         }
 
@@ -185,7 +193,7 @@ impl<T: ContextScalar> Context<T> {
                         if ordinal == 0 {
                             unavailable.push(Unavailable {
                                 backend: "cuda".into(),
-                                reason: e.to_string(),
+                                reason: reason_of(e),
                             });
                         }
                         break;
@@ -231,14 +239,14 @@ impl<T: ContextScalar> Context<T> {
                         }
                         Err(e) => unavailable.push(Unavailable {
                             backend: id,
-                            reason: e.to_string(),
+                            reason: reason_of(e),
                         }),
                     }
                 }
             }
             Err(e) => unavailable.push(Unavailable {
                 backend: "opencl".into(),
-                reason: e.to_string(),
+                reason: reason_of(e),
             }),
         }
 
