@@ -6,6 +6,9 @@
 //
 //   row analysis         spgemm_row_products                         products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
+//                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
+//                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
+//                        spgemm_dense_write_T                         long rows, dense, several blocks each
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
 //   Column-Row (Matam 2) spgemm_colrow_symbolic, spgemm_colrow_numeric_T
 //   ESC (Polok 1-3)      spgemm_esc_expand_T, spgemm_esc_sort_T, spgemm_esc_sort_long_T,
@@ -76,17 +79,43 @@ __device__ u32 block_exclusive_scan(u32 v, u32* total) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row analysis: products (upper bound of C's entries) per row of the chunk.
+// Row analysis: products (upper bound of C's entries) per row of the chunk. A thread per row,
+// except that rows of A longer than RP_LONG entries are summed by their whole warp, so that a
+// dense row of A does not hold up its warp's other 31 rows.
+
+#define RP_LONG 256u
 
 extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a_off,
                                                const u32* a_col, const u64* b_off, u64* products) {
-    HS_GRID_STRIDE(i, nrows) {
-        u64 r = row0 + i, sum = 0;
-        for (u64 e = a_off[r]; e < a_off[r + 1]; ++e) {
-            u32 k = a_col[e];
-            sum += b_off[k + 1] - b_off[k];
+    u32 lane = threadIdx.x & 31u;
+    u64 warp_id = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 first = warp_id * 32; first < nrows; first += warps * 32) {
+        u64 i = first + lane;
+        u64 sum = 0;
+        bool long_row = false;
+        if (i < nrows) {
+            u64 r = row0 + i, e0 = a_off[r], e1 = a_off[r + 1];
+            long_row = e1 - e0 > RP_LONG;
+            if (!long_row)
+                for (u64 e = e0; e < e1; ++e) {
+                    u32 k = a_col[e];
+                    sum += b_off[k + 1] - b_off[k];
+                }
         }
-        products[i] = sum;
+        u32 pending = __ballot_sync(0xffffffffu, long_row);
+        while (pending) {
+            u32 j = __ffs(pending) - 1;
+            pending &= pending - 1;
+            u64 r = row0 + first + j, part = 0;
+            for (u64 e = a_off[r] + lane; e < a_off[r + 1]; e += 32) {
+                u32 k = a_col[e];
+                part += b_off[k + 1] - b_off[k];
+            }
+            for (u32 d = 16; d > 0; d >>= 1) part += __shfl_xor_sync(0xffffffffu, part, d);
+            if (lane == j) sum = part;
+        }
+        if (i < nrows) products[i] = sum;
     }
 }
 
@@ -223,6 +252,337 @@ HS_INSTANTIATE(spgemm_hash_numeric,
                                    global_keys, global_vals, a_off, a_col, a_val, b_off, b_col,
                                    b_val, col_lo, col_hi, c_off, out_base, out_col, out_val,
                                    known_col)))
+
+// ---------------------------------------------------------------------------------------------
+// Short rows: a warp per row (WR_WARPS rows per block), the row's hash table in the warp's part
+// of shared memory, no block-wide synchronisation. The row's products are spread evenly over the
+// lanes whatever the lengths of the B rows they come from: 32 entries of A at a time, a warp
+// scan of their B-row lengths, and each lane finds the entry of its product by a binary search
+// over the scan (shuffles). In the numeric phase each entry's place in the row is its rank
+// among the table's keys, so the table is never sorted.
+
+#define WR_WARPS 8u
+
+__device__ __forceinline__ u64 warp_inclusive_scan64(u64 x) {
+    u32 lane = threadIdx.x & 31u;
+    for (u32 d = 1; d < 32; d <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    return x;
+}
+
+// Largest lane j with start_j <= p (start non-decreasing over the lanes, start_0 <= p).
+__device__ __forceinline__ u32 warp_find_entry(u64 start, u64 p) {
+    u32 j = 0;
+    for (u32 step = 16; step > 0; step >>= 1) {
+        u32 probe = j + step;
+        u64 s = __shfl_sync(0xffffffffu, start, probe < 32 ? probe : 31);
+        if (probe < 32 && s <= p) j = probe;
+    }
+    return j;
+}
+
+// Calls visit(entry of A, position in B) for every product of row r whose column lies in the
+// window, each product by one lane of the warp.
+template <class F>
+__device__ __forceinline__ void warp_products(u64 r, const u64* a_off, const u32* a_col,
+                                              const u64* b_off, F visit) {
+    u32 lane = threadIdx.x & 31u;
+    u64 e1 = a_off[r + 1];
+    for (u64 base = a_off[r]; base < e1; base += 32) {
+        u64 e = base + lane;
+        u64 len = 0, bs = 0;
+        if (e < e1) {
+            u32 k = a_col[e];
+            bs = b_off[k];
+            len = b_off[k + 1] - bs;
+        }
+        u64 incl = warp_inclusive_scan64(len);
+        u64 total = __shfl_sync(0xffffffffu, incl, 31);
+        u64 start = incl - len;
+        for (u64 p0 = 0; p0 < total; p0 += 32) {
+            u64 p = p0 + lane;
+            u32 j = warp_find_entry(start, p);
+            u64 sj = __shfl_sync(0xffffffffu, start, j);
+            u64 bj = __shfl_sync(0xffffffffu, bs, j);
+            if (p < total) visit(base + j, bj + (p - sj));
+        }
+    }
+}
+
+extern "C" __global__ void spgemm_warp_symbolic(const u32* rows, u64 nlist, u64 row_base,
+                                                u32 table_size, const u64* a_off,
+                                                const u32* a_col, const u64* b_off,
+                                                const u32* b_col, u32 col_lo, u32 col_hi,
+                                                u64* row_nnz) {
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    u32* keys = (u32*)hs_smem + (u64)warp * table_size;
+    u32 mask = table_size - 1;
+    for (u64 pos = (u64)blockIdx.x * WR_WARPS + warp; pos < nlist;
+         pos += (u64)gridDim.x * WR_WARPS) {
+        u64 r = rows[pos];
+        for (u32 t = lane; t < table_size; t += 32) keys[t] = HS_EMPTY;
+        __syncwarp();
+        u32 fresh_count = 0;
+        warp_products(r, a_off, a_col, b_off, [&](u64, u64 q) {
+            u32 c = b_col[q];
+            if (c < col_lo || c >= col_hi) return;
+            bool fresh;
+            hash_insert(keys, mask, c, &fresh);
+            fresh_count += fresh;
+        });
+        for (u32 d = 16; d > 0; d >>= 1) fresh_count += __shfl_xor_sync(0xffffffffu, fresh_count, d);
+        if (lane == 0) row_nnz[r - row_base] = fresh_count;
+        __syncwarp();
+    }
+}
+
+template <class T, class S>
+__device__ void warp_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
+                             const u64* a_off, const u32* a_col, const void* a_val_,
+                             const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
+                             u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
+                             void* out_val_, const u32* known_col) {
+    typedef typename S::acc A;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    // Values first (16-byte aligned for every accumulator), then keys.
+    A* vals = (A*)hs_smem + (u64)warp * table_size;
+    u32* keys = (u32*)((A*)hs_smem + (u64)WR_WARPS * table_size) + (u64)warp * table_size;
+    u32 mask = table_size - 1;
+    for (u64 pos = (u64)blockIdx.x * WR_WARPS + warp; pos < nlist;
+         pos += (u64)gridDim.x * WR_WARPS) {
+        u64 r = rows[pos];
+        for (u32 t = lane; t < table_size; t += 32) {
+            keys[t] = HS_EMPTY;
+            vals[t] = S::zero();
+        }
+        __syncwarp();
+        warp_products(r, a_off, a_col, b_off, [&](u64 e, u64 q) {
+            u32 c = b_col[q];
+            if (c < col_lo || c >= col_hi) return;
+            bool fresh;
+            u32 h = hash_insert(keys, mask, c, &fresh);
+            S::atomic_add(&vals[h], S::mul(a_val[e], b_val[q]));
+        });
+        __syncwarp();
+        u64 i = r - row_base;
+        u64 dst = c_off[i] - out_base;
+        if (known_col) {
+            u64 n = c_off[i + 1] - c_off[i];
+            for (u64 t = lane; t < n; t += 32) {
+                u32 c = known_col[dst + t] + col_lo;
+                u32 h = hash_slot(c, mask);
+                u32 k = keys[h];
+                while (k != c && k != HS_EMPTY) {
+                    h = (h + 1) & mask;
+                    k = keys[h];
+                }
+                out_val[dst + t] = S::store(k == c ? vals[h] : S::zero());
+            }
+        } else {
+            // An entry's place in the row: the number of keys below its own (empty slots hold
+            // the largest key and count for none).
+            for (u32 t = lane; t < table_size; t += 32) {
+                u32 k = keys[t];
+                if (k == HS_EMPTY) continue;
+                u32 rank = 0;
+                for (u32 s = 0; s < table_size; ++s) rank += keys[s] < k;
+                out_col[dst + rank] = k - col_lo;
+                out_val[dst + rank] = S::store(vals[t]);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+HS_INSTANTIATE(spgemm_warp_numeric,
+               (const u32* rows, u64 nlist, u64 row_base, u32 table_size, const u64* a_off,
+                const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,
+                const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,
+                u32* out_col, void* out_val, const u32* known_col),
+               (warp_numeric<T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
+                                   b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
+                                   out_col, out_val, known_col)))
+
+// ---------------------------------------------------------------------------------------------
+// Long rows whose window is not much wider than their hash table would be: a dense accumulator
+// per row in global memory (a byte per column saying the column occurs, and in the numeric phase
+// a value per column), filled by several blocks per row, each taking an equal share of the
+// row's products. Columns then come out in order by a scan over the flags: no table to sort.
+//
+// Row `pos` of a launch owns flags[pos * stride ..] and vals[pos * stride ..]; every row of a
+// launch (a bin: tables of one size) gets parts_per_row blocks, pos * parts_per_row onwards.
+
+#define DN_THREADS 512u
+
+// Exclusive scan of one u64 per thread over the block (blockDim a multiple of 32); *total gets
+// the block's sum. Ends synchronised.
+__device__ u64 block_exclusive_scan64(u64 v, u64* total) {
+    __shared__ u64 warp_sums[32];
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    u64 x = warp_inclusive_scan64(v);
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        u64 s = lane < nw ? warp_sums[lane] : 0ull;
+        s = warp_inclusive_scan64(s);
+        if (lane < nw) warp_sums[lane] = s;
+    }
+    __syncthreads();
+    u64 before = warp == 0 ? 0ull : warp_sums[warp - 1];
+    *total = warp_sums[nw - 1];
+    __syncthreads();
+    return before + x - v;
+}
+
+template <bool NUMERIC, class T, class S>
+__device__ void dense_accumulate(const u32* rows, u32 parts_per_row, u64 nlist, u64 stride,
+                                 unsigned char* flags, void* vals_, const u64* a_off,
+                                 const u32* a_col, const void* a_val_, const u64* b_off,
+                                 const u32* b_col, const void* b_val_, u32 col_lo, u32 col_hi) {
+    typedef typename S::acc A;
+    __shared__ u64 s_start[DN_THREADS];
+    __shared__ u64 s_b[DN_THREADS];
+    __shared__ u64 s_e[DN_THREADS];
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    u32 t = threadIdx.x;
+    u64 pos = blockIdx.x / parts_per_row, part = blockIdx.x % parts_per_row;
+    u64 nparts = parts_per_row;
+    if (pos >= nlist) return;
+    u64 r = rows[pos];
+    u64 e0 = a_off[r], e1 = a_off[r + 1];
+    unsigned char* f = flags + pos * stride;
+    A* v = NUMERIC ? (A*)vals_ + pos * stride : nullptr;
+    // The row's products, then this block's share [plo, phi) of them.
+    u64 mine = 0;
+    for (u64 e = e0 + t; e < e1; e += blockDim.x) {
+        u32 k = a_col[e];
+        mine += b_off[k + 1] - b_off[k];
+    }
+    u64 all;
+    block_exclusive_scan64(mine, &all);
+    u64 plo = all / nparts * part + min(part, all % nparts);
+    u64 phi = plo + all / nparts + (part < all % nparts ? 1 : 0);
+    u64 cum = 0;
+    for (u64 base = e0; base < e1 && cum < phi; base += blockDim.x) {
+        u64 e = base + t, len = 0, bs = 0;
+        if (e < e1) {
+            u32 k = a_col[e];
+            bs = b_off[k];
+            len = b_off[k + 1] - bs;
+        }
+        u64 total;
+        u64 ex = block_exclusive_scan64(len, &total);
+        u32 n = (u32)min((u64)blockDim.x, e1 - base);
+        s_start[t] = cum + ex;
+        s_b[t] = bs;
+        s_e[t] = e;
+        __syncthreads();
+        u64 from = max(plo, cum), to = min(phi, cum + total);
+        for (u64 p = from + t; p < to; p += blockDim.x) {
+            u32 jl = 0, jh = n;
+            while (jh - jl > 1) {
+                u32 mid = (jl + jh) / 2;
+                if (s_start[mid] <= p) jl = mid; else jh = mid;
+            }
+            u64 q = s_b[jl] + (p - s_start[jl]);
+            u32 c = b_col[q];
+            if (c < col_lo || c >= col_hi) continue;
+            u32 j = c - col_lo;
+            f[j] = 1;
+            if (NUMERIC) S::atomic_add(&v[j], S::mul(a_val[s_e[jl]], b_val[q]));
+        }
+        cum += total;
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void spgemm_dense_symbolic(const u32* rows, u32 parts_per_row,
+                                                 u64 nlist, u64 stride, unsigned char* flags,
+                                                 const u64* a_off, const u32* a_col,
+                                                 const u64* b_off, const u32* b_col,
+                                                 u32 col_lo, u32 col_hi) {
+    dense_accumulate<false, float, PlusTimes<float>>(rows, parts_per_row, nlist, stride, flags,
+                                                     nullptr, a_off, a_col, nullptr, b_off,
+                                                     b_col, nullptr, col_lo, col_hi);
+}
+
+HS_INSTANTIATE(spgemm_dense_numeric,
+               (const u32* rows, u32 parts_per_row, u64 nlist, u64 stride,
+                unsigned char* flags, void* vals, const u64* a_off, const u32* a_col,
+                const void* a_val, const u64* b_off, const u32* b_col, const void* b_val,
+                u32 col_lo, u32 col_hi),
+               (dense_accumulate<true, T, S>(rows, parts_per_row, nlist, stride, flags, vals,
+                                             a_off, a_col, a_val, b_off, b_col, b_val, col_lo,
+                                             col_hi)))
+
+// Entries of each row: the flags set (a byte is 0 or 1, so a word's bit count counts its
+// columns). A block per row; stride is a multiple of 16.
+extern "C" __global__ void spgemm_dense_count(const u32* rows, u64 nlist, u64 row_base,
+                                              u64 stride, const unsigned char* flags,
+                                              u64* row_nnz) {
+    for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
+        const u32* words = (const u32*)(flags + pos * stride);
+        u64 count = 0;
+        for (u64 w = threadIdx.x; w < stride / 4; w += blockDim.x) count += __popc(words[w]);
+        u64 all;
+        block_exclusive_scan64(count, &all);
+        if (threadIdx.x == 0) row_nnz[rows[pos] - row_base] = all;
+    }
+}
+
+// Writes each row's entries in column order (or, with known_col, the values of the columns a
+// plan holds). A block per row.
+template <class T, class S>
+__device__ void dense_write(const u32* rows, u64 nlist, u64 row_base, u64 stride, u64 width,
+                            const unsigned char* flags, const void* vals_, const u64* c_off,
+                            u64 out_base, u32* out_col, void* out_val_, const u32* known_col) {
+    typedef typename S::acc A;
+    T* out_val = (T*)out_val_;
+    for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
+        const u32* words = (const u32*)(flags + pos * stride);
+        const A* v = (const A*)vals_ + pos * stride;
+        u64 i = rows[pos] - row_base;
+        u64 dst = c_off[i] - out_base;
+        if (known_col) {
+            u64 n = c_off[i + 1] - c_off[i];
+            for (u64 t = threadIdx.x; t < n; t += blockDim.x)
+                out_val[dst + t] = S::store(v[known_col[dst + t]]);
+            continue;
+        }
+        u64 written = 0;
+        for (u64 w0 = 0; w0 < stride / 4; w0 += blockDim.x) {
+            u64 w = w0 + threadIdx.x;
+            u32 bits = w < stride / 4 ? words[w] : 0u;
+            u32 total;
+            u32 before = block_exclusive_scan(__popc(bits), &total);
+            u64 o = dst + written + before;
+            for (u32 b = 0; b < 4; ++b) {
+                if ((bits >> (8 * b)) & 1u) {
+                    u64 col = w * 4 + b;
+                    if (col < width) {
+                        out_col[o] = (u32)col;
+                        out_val[o] = S::store(v[col]);
+                    }
+                    ++o;
+                }
+            }
+            written += total;
+        }
+    }
+}
+
+HS_INSTANTIATE(spgemm_dense_write,
+               (const u32* rows, u64 nlist, u64 row_base, u64 stride, u64 width,
+                const unsigned char* flags, const void* vals, const u64* c_off, u64 out_base,
+                u32* out_col, void* out_val, const u32* known_col),
+               (dense_write<T, S>(rows, nlist, row_base, stride, width, flags, vals, c_off,
+                                  out_base, out_col, out_val, known_col)))
 
 // ---------------------------------------------------------------------------------------------
 // Row-Row, Matam et al. Alg. 1: a warp per row of A. The row of C is built TR_B columns at a
@@ -598,3 +958,131 @@ HS_INSTANTIATE(spgemm_esc_compress,
                (u64 nrows, const u64* seg, const u32* keys, const void* vals, const u64* c_off,
                 u64 out_base, u32* out_col, void* out_val),
                (esc_compress<T, S>(nrows, seg, keys, vals, c_off, out_base, out_col, out_val)))
+
+// ---------------------------------------------------------------------------------------------
+// Row binning on the GPU, so that no per-row array has to visit the host: each row's weight
+// (its products, or its entries from C's offsets, capped at the window's width) gives a bin,
+// the log2 of its hash table's size less 5 (tables of 32 to 2^31 slots: bins 0 to 26); rows of
+// weight 0 land in bin BIN_EMPTY and are not listed. spgemm_bin_count counts the rows of each
+// bin and sums the raw weights; spgemm_bin_scatter writes each row's index into its bin's part
+// of a list (bin_start gives each bin's first position; order within a bin is arbitrary).
+
+#define BIN_COUNT 28u
+#define BIN_EMPTY 27u
+#define BIN_THREADS 256u
+
+__device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u64 i) {
+    return from_offsets ? values[i + 1] - values[i] : values[i];
+}
+
+__device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
+    w = min(w, cap);
+    if (w == 0) return BIN_EMPTY;
+    u64 slots = 2 * w;
+    if (slots <= 32) return 0;
+    u32 bits = 64u - (u32)__clzll(slots - 1);  // table of 2^bits slots
+    return min(bits - 5u, BIN_EMPTY - 1u);
+}
+
+// sums[0] gets the sum of the raw weights, sums[1] of the capped ones.
+extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets, u64 cap,
+                                            u64* bin_rows, u64* sums) {
+    __shared__ unsigned long long counts[BIN_COUNT];
+    __shared__ unsigned long long block_sums[2];
+    if (threadIdx.x < BIN_COUNT) counts[threadIdx.x] = 0;
+    if (threadIdx.x < 2) block_sums[threadIdx.x] = 0;
+    __syncthreads();
+    u64 raw = 0, capped = 0;
+    HS_GRID_STRIDE(i, n) {
+        u64 w = bin_weight(values, from_offsets, i);
+        raw += w;
+        capped += min(w, cap);
+        atomicAdd(&counts[weight_bin(w, cap)], 1ull);
+    }
+    for (u32 d = 16; d > 0; d >>= 1) {
+        raw += __shfl_xor_sync(0xffffffffu, raw, d);
+        capped += __shfl_xor_sync(0xffffffffu, capped, d);
+    }
+    if ((threadIdx.x & 31u) == 0) {
+        if (raw) atomicAdd(&block_sums[0], (unsigned long long)raw);
+        if (capped) atomicAdd(&block_sums[1], (unsigned long long)capped);
+    }
+    __syncthreads();
+    if (threadIdx.x < BIN_COUNT && counts[threadIdx.x])
+        atomicAdd((unsigned long long*)&bin_rows[threadIdx.x], counts[threadIdx.x]);
+    if (threadIdx.x < 2 && block_sums[threadIdx.x])
+        atomicAdd((unsigned long long*)&sums[threadIdx.x], block_sums[threadIdx.x]);
+}
+
+extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values,
+                                              u32 from_offsets, u64 cap, const u64* bin_start,
+                                              u64* bin_cursor, u32* list) {
+    __shared__ unsigned long long counts[BIN_COUNT];
+    __shared__ unsigned long long base[BIN_COUNT];
+    // One pass per blockDim rows: positions within the block by shared atomics, then one global
+    // reservation per bin per pass.
+    for (u64 first = (u64)blockIdx.x * blockDim.x; first < n; first += (u64)gridDim.x * blockDim.x) {
+        if (threadIdx.x < BIN_COUNT) counts[threadIdx.x] = 0;
+        __syncthreads();
+        u64 i = first + threadIdx.x;
+        u32 b = BIN_EMPTY;
+        unsigned long long local = 0;
+        if (i < n) {
+            b = weight_bin(bin_weight(values, from_offsets, i), cap);
+            if (b != BIN_EMPTY) local = atomicAdd(&counts[b], 1ull);
+        }
+        __syncthreads();
+        if (threadIdx.x < BIN_COUNT && counts[threadIdx.x])
+            base[threadIdx.x] = atomicAdd((unsigned long long*)&bin_cursor[threadIdx.x],
+                                          counts[threadIdx.x]);
+        __syncthreads();
+        if (b != BIN_EMPTY) list[bin_start[b] + base[b] + local] = (u32)(row0 + i);
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exclusive scan of n 64-bit counts into n + 1 offsets (the last one the total): block sums,
+// a scan of the block sums by one block, then each block's part again with its prefix.
+
+#define SCAN_THREADS 1024u
+#define SCAN_ITEMS 8u
+
+extern "C" __global__ void scan_block_sums(u64 n, const u64* in, u64* block_sums) {
+    u64 base = (u64)blockIdx.x * SCAN_THREADS * SCAN_ITEMS + (u64)threadIdx.x * SCAN_ITEMS;
+    u64 mine = 0;
+    for (u32 k = 0; k < SCAN_ITEMS; ++k)
+        if (base + k < n) mine += in[base + k];
+    u64 total;
+    block_exclusive_scan64(mine, &total);
+    if (threadIdx.x == 0) block_sums[blockIdx.x] = total;
+}
+
+extern "C" __global__ void scan_block_prefixes(u64 nblocks, u64* block_sums, u64* total) {
+    u64 carry = 0;
+    for (u64 first = 0; first < nblocks; first += blockDim.x) {
+        u64 i = first + threadIdx.x;
+        u64 v = i < nblocks ? block_sums[i] : 0;
+        u64 sum;
+        u64 ex = block_exclusive_scan64(v, &sum);
+        if (i < nblocks) block_sums[i] = carry + ex;
+        carry += sum;
+    }
+    if (threadIdx.x == 0) *total = carry;
+}
+
+extern "C" __global__ void scan_apply(u64 n, const u64* in, const u64* block_sums, u64* out) {
+    u64 base = (u64)blockIdx.x * SCAN_THREADS * SCAN_ITEMS + (u64)threadIdx.x * SCAN_ITEMS;
+    u64 v[SCAN_ITEMS];
+    u64 mine = 0;
+    for (u32 k = 0; k < SCAN_ITEMS; ++k) {
+        v[k] = base + k < n ? in[base + k] : 0;
+        mine += v[k];
+    }
+    u64 total;
+    u64 at = block_sums[blockIdx.x] + block_exclusive_scan64(mine, &total);
+    for (u32 k = 0; k < SCAN_ITEMS; ++k) {
+        if (base + k < n) out[base + k] = at;
+        at += v[k];
+    }
+}

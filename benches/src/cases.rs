@@ -214,6 +214,28 @@ fn size(class: MatrixClass, scale: Scale) -> usize {
     }
 }
 
+/// Every class at the sizes of GPU measurements: each product at 10^8–10^9 intermediate
+/// products (the dense class stays at the generator's cap of 512), the scale at which a GPU's
+/// kernels, not the cost of launching them, decide its time.
+pub fn gpu_cases() -> Vec<Case> {
+    MatrixClass::ALL
+        .iter()
+        .map(|&class| Case {
+            class,
+            size: match class {
+                MatrixClass::Stencil3d => 150_000,
+                MatrixClass::Banded => 4_000_000,
+                MatrixClass::PowerLaw => 1 << 17,
+                MatrixClass::Uniform => 4_000_000,
+                MatrixClass::Road => 16_000_000,
+                MatrixClass::Skewed => 500_000,
+                MatrixClass::LpRectangular => 2_000_000,
+                MatrixClass::Dense => 512,
+            },
+        })
+        .collect()
+}
+
 /// The generated operands of a [`Case`] and what its SpGEMM costs.
 #[derive(Clone, Debug)]
 pub struct Operands {

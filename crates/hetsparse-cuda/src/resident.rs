@@ -2,14 +2,14 @@
 //! [`ResidentCsr`](hetsparse_core::ResidentCsr) and [`ResidentDense`](hetsparse_core::ResidentDense)
 //! handles.
 //!
-//! A resident CSR matrix keeps its three arrays in device buffers and, on the host, only its
-//! row offsets (8 bytes per row): they are known wherever such a matrix is made (an upload has
-//! them, a product's symbolic phase computes them) and they are what the host needs to split
-//! work into row batches and chunks. Offsets and column indices are shared (`Arc`) between
+//! A resident CSR matrix keeps its three arrays in device buffers and, on the host, its entry
+//! count and, where they are already there or once something on the host needs them (a
+//! download, ESC's batch planning), its row offsets: an upload has them, a product computes
+//! them on the device and leaves them there. Offsets and column indices are shared (`Arc`) between
 //! matrices of one pattern: [`upload_values`](hetsparse_core::Backend::upload_values) and plan
 //! executions copy or compute only values.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use hetsparse_core::{Csr, Dense, Error, Layout, Result};
 
@@ -22,8 +22,9 @@ use crate::scalar::{as_device, from_device, DeviceScalar};
 pub(crate) struct DeviceCsr<T: DeviceScalar> {
     pub nrows: usize,
     pub ncols: usize,
-    /// The row offsets, also kept on the host.
-    pub host_offsets: Arc<Vec<u64>>,
+    nnz: u64,
+    /// The row offsets on the host, where they have been needed (or came from there).
+    host_offsets: OnceLock<Arc<Vec<u64>>>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
@@ -48,11 +49,44 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         Ok(DeviceCsr {
             nrows: m.nrows(),
             ncols: m.ncols(),
-            host_offsets: Arc::new(m.row_offsets().to_vec()),
+            nnz: m.nnz(),
+            host_offsets: OnceLock::from(Arc::new(m.row_offsets().to_vec())),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
         })
+    }
+
+    /// A matrix computed on the device: its offsets stay there until the host needs them.
+    pub fn from_device(
+        nrows: usize,
+        ncols: usize,
+        nnz: u64,
+        offsets: Arc<DeviceBuffer<u64>>,
+        cols: Arc<DeviceBuffer<u32>>,
+        vals: DeviceBuffer<T::Device>,
+    ) -> Self {
+        DeviceCsr {
+            nrows,
+            ncols,
+            nnz,
+            host_offsets: OnceLock::new(),
+            offsets,
+            cols,
+            vals,
+        }
+    }
+
+    /// The row offsets on the host: copied from the device (after `stream`) the first time
+    /// they are asked for.
+    pub fn host_offsets(&self, stream: &Stream) -> Result<&Arc<Vec<u64>>> {
+        if let Some(h) = self.host_offsets.get() {
+            return Ok(h);
+        }
+        let _span = tracing::debug_span!("D2H", what = "row offsets", rows = self.nrows).entered();
+        self.offsets.await_on(stream)?;
+        let h = Arc::new(self.offsets.slice().to_vec(stream)?);
+        Ok(self.host_offsets.get_or_init(|| h))
     }
 
     /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
@@ -76,7 +110,8 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         Ok(DeviceCsr {
             nrows: self.nrows,
             ncols: self.ncols,
-            host_offsets: Arc::clone(&self.host_offsets),
+            nnz: self.nnz,
+            host_offsets: self.host_offsets.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
             vals: DeviceBuffer::from_host(gpu.memory(), stream, as_device(values), "new values")?,
@@ -85,7 +120,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
 
     /// Stored entries.
     pub fn nnz(&self) -> u64 {
-        self.host_offsets.last().copied().unwrap_or(0)
+        self.nnz
     }
 
     /// Mean entries per row (0 without rows).
@@ -100,12 +135,13 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
     pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
+        let offsets = self.host_offsets(stream)?.as_ref().clone();
         let cols = self.cols.slice().to_vec_staged(stream, gpu.pinned_pool())?;
         let vals = self.vals.slice().to_vec_staged(stream, gpu.pinned_pool())?;
         Csr::try_new(
             self.nrows,
             self.ncols,
-            self.host_offsets.as_ref().clone(),
+            offsets,
             cols,
             from_device::<T>(&vals).to_vec(),
         )

@@ -7,7 +7,7 @@ mod common;
 
 use hetsparse_core::generate;
 use hetsparse_core::{
-    Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl, SpgemmAlgorithm,
+    Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl, SpgemmAlgorithm, SpgemmOptions,
 };
 use hetsparse_cuda::CudaBackend;
 
@@ -214,37 +214,93 @@ fn missing_device_ordinal_is_no_device() {
     ));
 }
 
-/// Rows with very many products (global-memory hash tables, long ESC segments), rows whose
-/// shared-memory tables need the opt-in beyond 48 KiB, and short ones, in every algorithm.
+/// Rows with very many products, in every algorithm: a row whose window is narrow enough for a
+/// dense accumulator (several blocks per row), one so wide that its table stays a hash table in
+/// global memory, rows whose shared-memory tables need the opt-in beyond 48 KiB, and short ones
+/// (a warp per row).
 #[test]
 fn long_rows_use_the_global_memory_path() {
     let Some(gpu) = backend("long_rows_use_the_global_memory_path") else {
         return;
     };
-    // Row 0 of A is dense, so row 0 of C has 3000 × 20 products over 20 000 columns.
     let n = 3000;
     let base = generate::uniform::<f64>(n, n, 3, 7);
-    let mut rows: Vec<(u32, f64)> = (0..n as u32).map(|j| (j, 1.0 + f64::from(j % 5))).collect();
-    let mut offsets = vec![0u64, n as u64];
-    let mut cols: Vec<u32> = rows.iter().map(|r| r.0).collect();
-    let mut vals: Vec<f64> = rows.drain(..).map(|r| r.1).collect();
-    // Row 1 has 300 entries: 6000 products, a table beyond 48 KiB of shared memory.
-    cols.extend(0..300u32);
-    vals.extend((0..300).map(|j| 0.5 + f64::from(j % 3)));
-    offsets.push(cols.len() as u64);
-    for i in 2..n {
-        let (c, v) = base.row(i);
-        cols.extend_from_slice(c);
-        vals.extend_from_slice(v);
+    // (columns of B, entries of row 0 of A): row 0 of C has 20 products per entry of row 0.
+    // 3000 × 20 products over 20 000 columns: dense; 600 × 20 over 3 million: global hash.
+    for (width, first_row) in [(20_000usize, n), (3_000_000, 600)] {
+        let mut offsets = vec![0u64];
+        let mut cols: Vec<u32> = (0..first_row as u32)
+            .map(|j| j * (n / first_row) as u32)
+            .collect();
+        let mut vals: Vec<f64> = (0..first_row).map(|j| 1.0 + (j % 5) as f64).collect();
         offsets.push(cols.len() as u64);
-    }
-    let a = Csr::try_new(n, n, offsets, cols, vals).unwrap();
-    let b = generate::uniform::<f64>(n, 20_000, 20, 8);
-    let expected = ReferenceBackend
-        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        // Row 1 has 300 entries: 6000 products, a table beyond 48 KiB of shared memory.
+        cols.extend(0..300u32);
+        vals.extend((0..300).map(|j| 0.5 + f64::from(j % 3)));
+        offsets.push(cols.len() as u64);
+        for i in 2..n {
+            let (c, v) = base.row(i);
+            cols.extend_from_slice(c);
+            vals.extend_from_slice(v);
+            offsets.push(cols.len() as u64);
+        }
+        let a = Csr::try_new(n, n, offsets, cols, vals).unwrap();
+        let b = generate::uniform::<f64>(n, width, 20, 8);
+        let expected = ReferenceBackend
+            .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+            .unwrap();
+        for alg in EXPLICIT {
+            let c = gpu.spgemm(&a, &b, alg).unwrap();
+            assert_close(
+                &c,
+                &expected,
+                &format!("{alg:?} with a long row, {width} columns"),
+            );
+        }
+        // A plan executed with new values reads the planned columns out of the accumulators.
+        let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+        let options = SpgemmOptions::new();
+        let plan = gpu
+            .plan_spgemm((&ra).into(), (&rb).into(), &options)
+            .unwrap();
+        let doubled: Vec<f64> = a.values().iter().map(|v| 2.0 * v).collect();
+        let ra2 = gpu.upload_values(&ra, &doubled).unwrap();
+        let c2 = gpu
+            .execute_spgemm(&plan, (&ra2).into(), (&rb).into(), &RunControl::new())
+            .unwrap();
+        let a2 = Csr::try_new(
+            n,
+            n,
+            a.row_offsets().to_vec(),
+            a.col_indices().to_vec(),
+            doubled,
+        )
         .unwrap();
-    for alg in EXPLICIT {
-        let c = gpu.spgemm(&a, &b, alg).unwrap();
-        assert_close(&c, &expected, &format!("{alg:?} with a long row"));
+        let expected2 = ReferenceBackend
+            .spgemm(&a2, &b, SpgemmAlgorithm::Auto)
+            .unwrap();
+        assert_close(
+            &gpu.download(&c2).unwrap(),
+            &expected2,
+            "plan with new values",
+        );
+        // Column windows that start inside B: the accumulators cover the window only.
+        let chunks: Vec<ProductChunk> = [0..width / 3, width / 3..width]
+            .into_iter()
+            .map(|cols| ProductChunk { rows: 0..n, cols })
+            .collect();
+        gpu.spgemm_chunks(
+            (&a).into(),
+            (&b).into(),
+            &chunks,
+            &SpgemmAlgorithm::Adaptive.into(),
+            &RunControl::new(),
+            &mut |c| {
+                let want = expected.column_panel(c.chunk.cols.clone())?;
+                assert_close(&c.product, &want, &format!("window {:?}", c.chunk.cols));
+                Ok(())
+            },
+        )
+        .unwrap();
     }
 }

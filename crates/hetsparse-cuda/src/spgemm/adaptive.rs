@@ -1,17 +1,29 @@
-//! The production path: rows binned by their work, a block per row with an open-addressing
-//! hash table sized to the bin (in shared memory), global-memory tables for the longest rows
-//! (the family of nsparse and spECK that Xia et al. §III.B build on). The symbolic phase bins
-//! by products (an upper bound of a row's entries), the numeric phase by the exact counts; the
-//! numeric tables are sorted in place (bitonic) so every row comes out in column order.
+//! The production path: rows binned by their work, each bin with the accumulator that suits it
+//! (the family of nsparse, spECK and OpSparse that Xia et al. §III.B build on):
+//!
+//! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row, its hash table in
+//!   the warp's share of shared memory, the row's products spread evenly over the lanes, and
+//!   each entry written at its rank among the table's keys (no sort, no block barrier);
+//! - medium rows: a block per row with a hash table sized to the bin in shared memory, sorted in
+//!   place (bitonic) so the row comes out in column order;
+//! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table: a dense
+//!   accumulator per row in global memory, filled by several blocks per row (each an equal
+//!   share of the row's products, so a row of 10^6 products keeps many SMs busy), columns in
+//!   order by a scan over the flags;
+//! - long rows of very wide windows: a block per row with a hash table in global memory.
+//!
+//! The symbolic phase bins by products (an upper bound of a row's entries), the numeric phase by
+//! the exact counts.
 
 use std::ops::Range;
 
 use hetsparse_core::{Error, Result};
 
 use crate::context::{Arg, Function, LaunchConfig};
-use crate::memory::DeviceSlice;
+use crate::memory::{DeviceArena, DeviceSlice};
 use crate::scalar::{kernel_name, DeviceScalar};
 
+use super::binning::{self, Binned, Histogram, Weights};
 use super::{acc_bytes, footprint, Job, Scratch};
 
 /// Shared memory a bin's table may take per block: what the GPU allows after opting in,
@@ -24,11 +36,6 @@ fn shared_table_bytes(gpu: &crate::Gpu) -> u64 {
 /// Threads per block for rows with global-memory tables.
 const GLOBAL_THREADS: u32 = 512;
 
-/// Slots of a table for `weight` distinct columns: a power of two, at most half full.
-pub(super) fn table_size(weight: u64) -> u64 {
-    (2 * weight).max(32).next_power_of_two()
-}
-
 fn threads_for(size: u64) -> u32 {
     match size {
         0..=128 => 32,
@@ -39,47 +46,69 @@ fn threads_for(size: u64) -> u32 {
     }
 }
 
-/// Rows grouped by table size; `global` holds rows whose table does not fit shared memory.
-struct Bins {
-    shared: Vec<(u64, Vec<u32>)>,
-    global: Vec<(u32, u64)>,
+/// Rows whose table has at most this many slots get a warp each.
+pub(super) const WARP_TABLE_MAX: u64 = 256;
+/// Warps (rows) per block of the warp-per-row kernels; `WR_WARPS` in the kernels.
+const WARP_ROWS_PER_BLOCK: u64 = 8;
+/// A long row gets a dense accumulator when its window is at most this many times its table:
+/// clearing and scanning a dense row costs a pass over the window, but a hash table in global
+/// memory costs a sort of the table, which is dearer up to about this ratio.
+pub(super) const DENSE_WIDTH_FACTOR: u64 = 32;
+/// Weight (products in the symbolic phase, entries in the numeric) one block of a dense row
+/// takes: a row gets as many blocks as the largest weight of its bin has such shares, at most
+/// [`DENSE_MAX_PARTS`].
+const DENSE_WEIGHT_PER_BLOCK: u64 = 16 * 1024;
+const DENSE_MAX_PARTS: u64 = 4096;
+/// Threads of the dense kernels; `DN_THREADS` in the kernels.
+const DENSE_THREADS: u32 = 512;
+
+/// Bytes between two dense rows (flags: one per column; values: one accumulator per column).
+pub(super) fn dense_stride(width: u64) -> u64 {
+    width.div_ceil(16) * 16
 }
 
-fn bin(weights: &[u64], first_row: usize, slot_bytes: u64, shared_bytes: u64) -> Result<Bins> {
-    let mut max_shared = 32u64;
-    while max_shared * 2 * slot_bytes <= shared_bytes {
-        max_shared *= 2;
-    }
-    let mut shared: Vec<(u64, Vec<u32>)> = Vec::new();
-    let mut global = Vec::new();
-    for (i, &w) in weights.iter().enumerate() {
-        if w == 0 {
-            continue;
-        }
-        let size = table_size(w);
-        if size > u64::from(u32::MAX) / 2 {
-            return Err(Error::TooLarge {
-                what: format!("hash table of row {} of C", first_row + i),
-                needed: size,
-                limit: u64::from(u32::MAX) / 2,
-                unit: "slots",
-            });
-        }
-        let row = (first_row + i) as u32;
-        if size <= max_shared {
-            match shared.iter_mut().find(|(s, _)| *s == size) {
-                Some((_, rows)) => rows.push(row),
-                None => shared.push((size, vec![row])),
-            }
-        } else {
-            global.push((row, size));
-        }
-    }
-    Ok(Bins { shared, global })
+/// How the rows of one bin (tables of one size) accumulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Accumulator {
+    /// A warp per row, the table in shared memory.
+    Warp,
+    /// A block per row, the table in shared memory.
+    Shared,
+    /// Several blocks per row, a dense row in global memory.
+    Dense,
+    /// A block per row, the table in global memory.
+    Global,
 }
 
-/// One launch over a list of rows: what the argument builders need.
+/// The accumulator of rows with tables of `size` slots of `slot_bytes` each, in a window of
+/// `width` columns, given the shared memory a block may have.
+fn accumulator(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64) -> Accumulator {
+    let warp_max = WARP_TABLE_MAX.min(shared_bytes / (WARP_ROWS_PER_BLOCK * slot_bytes));
+    if size <= warp_max {
+        Accumulator::Warp
+    } else if size * slot_bytes <= shared_bytes {
+        Accumulator::Shared
+    } else if width <= DENSE_WIDTH_FACTOR * size {
+        Accumulator::Dense
+    } else {
+        Accumulator::Global
+    }
+}
+
+/// Whether rows of tables of `size` slots may get dense rows (whatever the GPU's shared
+/// memory): what bounds the work memory before the GPU is asked.
+pub(super) fn may_be_dense(size: u64, width: u64) -> bool {
+    size > WARP_TABLE_MAX && width <= DENSE_WIDTH_FACTOR * size
+}
+
+/// Bytes of a group of `n` dense rows: flags and (numeric) values.
+pub(super) fn dense_footprint(n: u64, stride: u64, value_bytes: u64) -> u64 {
+    footprint(&[(1, n * stride), (value_bytes, n * stride)])
+}
+
+/// The rows of one bin on the device, and what the launch of its kernel needs.
 struct BinLaunch<'s> {
+    warp: bool,
     rows: DeviceSlice<'s, u32>,
     table_size: u64,
     table_offsets: Arg,
@@ -87,148 +116,235 @@ struct BinLaunch<'s> {
     vals: Arg,
 }
 
-/// Launches `function` once per shared bin and once per group of global-table rows.
+/// The kernels of one phase: warp per row, block per row (shared or global hash table), and
+/// the builder of their argument lists.
+struct HashKernels<'a> {
+    warp: Function,
+    block: Function,
+    args: &'a dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
+}
+
+/// What the dense rows of one group need: the kernels' row list and memory.
+struct DenseGroup<'s> {
+    rows: DeviceSlice<'s, u32>,
+    parts_per_row: u64,
+    flags: DeviceSlice<'s, u8>,
+    vals: Arg,
+}
+
+/// Runs every listed bin with its accumulator: hash bins through `kernels`, dense bins through
+/// `dense` (a group of rows at a time, flags and values cleared).
 fn run_bins<T: DeviceScalar>(
     job: &Job<'_, T>,
-    bins: &Bins,
+    binned: &Binned<'_>,
     value_bytes: u64,
     scratch: &mut Scratch,
-    function: Function,
-    args: &dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
+    kernels: &HashKernels<'_>,
+    dense: &dyn Fn(&DenseGroup<'_>) -> Result<()>,
 ) -> Result<()> {
-    let tracker = job.gpu.memory();
     let slot_bytes = 4 + value_bytes;
-    if !bins.shared.is_empty() {
-        let parts: Vec<(u64, u64)> = bins
-            .shared
-            .iter()
-            .map(|(_, r)| (4, r.len() as u64))
-            .collect();
-        let arena = scratch.get(
-            tracker,
-            job.stream,
-            footprint(&parts),
-            "row lists of the hash bins",
-        )?;
-        for (size, rows) in &bins.shared {
-            let list = arena.upload(job.stream, rows, "row list")?;
-            let launch = BinLaunch {
-                rows: list,
-                table_size: *size,
-                table_offsets: Arg::U64(0),
-                keys: Arg::U64(0),
-                vals: Arg::U64(0),
-            };
-            let config = LaunchConfig {
-                grid: rows.len().min(1 << 20) as u32,
-                block: threads_for(*size),
-                shared_bytes: (*size * slot_bytes) as u32,
-            };
-            job.gpu.allow_shared(function, config.shared_bytes)?;
-            // SAFETY: `args` builds the kernel's parameter list; buffers cover what it reads.
-            unsafe {
-                job.gpu
-                    .launch(function, config, job.stream, &args(&launch))?
-            };
+    let shared_bytes = shared_table_bytes(job.gpu);
+    let width = job.width();
+    let stride = dense_stride(width);
+    for (b, count) in binned.hist.bins() {
+        let size = Histogram::table_size(b);
+        if size > u64::from(u32::MAX) / 2 {
+            return Err(Error::TooLarge {
+                what: format!(
+                    "hash tables of {count} rows of C (rows {}..{})",
+                    job.rows.start, job.rows.end
+                ),
+                needed: size,
+                limit: u64::from(u32::MAX) / 2,
+                unit: "slots",
+            });
         }
-    }
-    // Global tables, in groups that fit the scratch memory.
-    let mut start = 0;
-    while start < bins.global.len() {
-        let mut end = start;
-        let mut entries = 0u64;
-        loop {
-            if end == bins.global.len() {
-                break;
+        let rows = binned.rows(b);
+        let mut kind = accumulator(size, width, slot_bytes, shared_bytes);
+        if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > scratch.cap() {
+            kind = Accumulator::Global;
+        }
+        match kind {
+            Accumulator::Warp | Accumulator::Shared => {
+                let warp = kind == Accumulator::Warp;
+                let launch = BinLaunch {
+                    warp,
+                    rows,
+                    table_size: size,
+                    table_offsets: Arg::U64(0),
+                    keys: Arg::U64(0),
+                    vals: Arg::U64(0),
+                };
+                let (function, config) = if warp {
+                    let blocks = count.div_ceil(WARP_ROWS_PER_BLOCK);
+                    (
+                        kernels.warp,
+                        LaunchConfig {
+                            grid: blocks.min(1 << 20) as u32,
+                            block: (32 * WARP_ROWS_PER_BLOCK) as u32,
+                            shared_bytes: (WARP_ROWS_PER_BLOCK * size * slot_bytes) as u32,
+                        },
+                    )
+                } else {
+                    (
+                        kernels.block,
+                        LaunchConfig {
+                            grid: count.min(1 << 20) as u32,
+                            block: threads_for(size),
+                            shared_bytes: (size * slot_bytes) as u32,
+                        },
+                    )
+                };
+                job.gpu.allow_shared(function, config.shared_bytes)?;
+                // SAFETY: `args` builds the kernel's parameter list; buffers cover what it
+                // reads, the row list holds `count` rows.
+                unsafe {
+                    job.gpu
+                        .launch(function, config, job.stream, &(kernels.args)(&launch))?
+                };
             }
-            let next = entries + bins.global[end].1;
-            let n = (end - start + 1) as u64;
-            if footprint(&[(4, n), (8, n), (4, next), (value_bytes, next)]) > scratch.cap() {
-                break;
+            Accumulator::Dense => {
+                let parts_per_row = (size / 2)
+                    .div_ceil(DENSE_WEIGHT_PER_BLOCK)
+                    .clamp(1, DENSE_MAX_PARTS);
+                let per_group = (scratch.cap() / dense_footprint(1, stride, value_bytes))
+                    .clamp(1, (1 << 30) / parts_per_row);
+                let mut first = 0;
+                while first < count {
+                    let n = per_group.min(count - first);
+                    let arena = scratch.get(
+                        job.gpu.memory(),
+                        job.stream,
+                        dense_footprint(n, stride, value_bytes),
+                        "dense accumulators of long rows",
+                    )?;
+                    let flags = arena.alloc::<u8>((n * stride) as usize, "dense row flags")?;
+                    flags.zero(job.stream)?;
+                    let vals = if value_bytes > 0 {
+                        let v = arena
+                            .alloc::<u8>((n * stride * value_bytes) as usize, "dense row values")?;
+                        // Zero bits are the additive identity of every accumulator type.
+                        v.zero(job.stream)?;
+                        v.arg()
+                    } else {
+                        Arg::U64(0)
+                    };
+                    dense(&DenseGroup {
+                        rows: rows.sub(first as usize, n as usize),
+                        parts_per_row,
+                        flags,
+                        vals,
+                    })?;
+                    first += n;
+                }
             }
-            entries = next;
-            end += 1;
-        }
-        if end == start {
-            let (row, size) = bins.global[start];
-            let need = footprint(&[(4, 1), (8, 1), (slot_bytes, size)]);
-            return Err(crate::error::out_of_memory(
-                &format!("global hash table of row {row} of C"),
-                need,
-                scratch.cap(),
-            ));
-        }
-        let group = &bins.global[start..end];
-        let n = group.len() as u64;
-        let need = footprint(&[(4, n), (8, n), (4, entries), (value_bytes, entries)]);
-        let arena = scratch.get(tracker, job.stream, need, "global hash tables")?;
-        let rows: Vec<u32> = group.iter().map(|g| g.0).collect();
-        let mut table_offsets = Vec::with_capacity(group.len());
-        let mut at = 0u64;
-        for g in group {
-            table_offsets.push(at);
-            at += g.1;
-        }
-        let list = arena.upload(job.stream, &rows, "row list")?;
-        let offsets = arena.upload(job.stream, &table_offsets, "table offsets")?;
-        let keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
-        let vals = arena.alloc::<u8>((entries * value_bytes) as usize, "global hash values")?;
-        // Rows of a group may have different table sizes: one launch per size.
-        let mut k = 0;
-        while k < group.len() {
-            let size = group[k].1;
-            let mut j = k;
-            while j < group.len() && group[j].1 == size {
-                j += 1;
+            Accumulator::Global => {
+                // Groups of rows whose tables fit the scratch memory together.
+                let per_row = footprint(&[(8, 1), (4, size), (value_bytes, size)]);
+                let per_group = (scratch.cap() / per_row).min(1 << 20);
+                if per_group == 0 {
+                    return Err(crate::error::out_of_memory(
+                        &format!("global hash table of a row of C ({size} slots)"),
+                        per_row,
+                        scratch.cap(),
+                    ));
+                }
+                let mut first = 0;
+                while first < count {
+                    let n = per_group.min(count - first);
+                    let entries = n * size;
+                    let need = footprint(&[(8, n), (4, entries), (value_bytes, entries)]);
+                    let arena =
+                        scratch.get(job.gpu.memory(), job.stream, need, "global hash tables")?;
+                    let table_offsets: Vec<u64> = (0..n).map(|k| k * size).collect();
+                    let offsets = arena.upload(job.stream, &table_offsets, "table offsets")?;
+                    let keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
+                    let vals = arena
+                        .alloc::<u8>((entries * value_bytes) as usize, "global hash values")?;
+                    let launch = BinLaunch {
+                        warp: false,
+                        rows: rows.sub(first as usize, n as usize),
+                        table_size: size,
+                        table_offsets: offsets.arg(),
+                        keys: keys.arg(),
+                        vals: vals.arg(),
+                    };
+                    let config = LaunchConfig {
+                        grid: n as u32,
+                        block: GLOBAL_THREADS,
+                        shared_bytes: 0,
+                    };
+                    // SAFETY: as above; each row's table lies inside `keys`/`vals`.
+                    unsafe {
+                        job.gpu.launch(
+                            kernels.block,
+                            config,
+                            job.stream,
+                            &(kernels.args)(&launch),
+                        )?
+                    };
+                    first += n;
+                }
             }
-            let launch = BinLaunch {
-                rows: list.sub(k, j - k),
-                table_size: size,
-                table_offsets: offsets.sub(k, j - k).arg(),
-                keys: keys.arg(),
-                vals: vals.arg(),
-            };
-            let config = LaunchConfig {
-                grid: (j - k).min(1 << 20) as u32,
-                block: GLOBAL_THREADS,
-                shared_bytes: 0,
-            };
-            // SAFETY: as above; each row's table lies inside `keys`/`vals`.
-            unsafe {
-                job.gpu
-                    .launch(function, config, job.stream, &args(&launch))?
-            };
-            k = j;
         }
-        start = end;
     }
     Ok(())
 }
 
-/// Entries per row of the chunk.
+/// Launch configuration of the dense accumulation (`parts_per_row` blocks per row) and of the
+/// per-row passes after it (a block per row).
+fn dense_configs(group: &DenseGroup<'_>) -> (LaunchConfig, LaunchConfig) {
+    let n = group.rows.len() as u64;
+    (
+        LaunchConfig {
+            grid: (n * group.parts_per_row) as u32,
+            block: DENSE_THREADS,
+            shared_bytes: 0,
+        },
+        LaunchConfig {
+            grid: n.min(1 << 20) as u32,
+            block: 256,
+            shared_bytes: 0,
+        },
+    )
+}
+
+/// Entries per row of the chunk into `row_nnz` (chunk-relative, zeroed here), from the
+/// products per row (`products`, on the device) and their histogram capped at the window's
+/// width. Row lists come from `bin_arena`, reset here.
 pub(super) fn symbolic<T: DeviceScalar>(
     job: &Job<'_, T>,
-    products: &[u64],
+    products: DeviceSlice<'_, u64>,
+    hist: Histogram,
+    row_nnz: DeviceSlice<'_, u64>,
     scratch: &mut Scratch,
-    chunk_arena: &crate::memory::DeviceArena,
-) -> Result<Vec<u64>> {
+    bin_arena: &mut DeviceArena,
+) -> Result<()> {
     let n = job.nrows();
     let _span = tracing::debug_span!("symbolic", algorithm = "adaptive", rows = n).entered();
     let width = job.width();
-    let weights: Vec<u64> = products.iter().map(|&p| p.min(width)).collect();
-    let bins = bin(&weights, job.rows.start, 4, shared_table_bytes(job.gpu))?;
-    let row_nnz = chunk_arena.alloc::<u64>(n, "entries per row")?;
     row_nnz.zero(job.stream)?;
-    let f = job.gpu.function("spgemm", "spgemm_hash_symbolic")?;
+    bin_arena.reset();
+    let binned = binning::scatter(
+        job,
+        Weights::PerRow(products),
+        job.rows.start,
+        width,
+        hist,
+        bin_arena,
+    )?;
     let (a, b) = (job.a, job.b);
     let args = |l: &BinLaunch<'_>| {
-        vec![
+        let mut v = vec![
             l.rows.arg(),
             Arg::U64(l.rows.len() as u64),
             Arg::U64(job.rows.start as u64),
             Arg::U32(l.table_size as u32),
-            l.table_offsets,
-            l.keys,
+        ];
+        if !l.warp {
+            v.extend([l.table_offsets, l.keys]);
+        }
+        v.extend([
             a.offsets.slice().arg(),
             a.cols.slice().arg(),
             b.offsets.slice().arg(),
@@ -236,51 +352,105 @@ pub(super) fn symbolic<T: DeviceScalar>(
             Arg::U32(job.col_lo),
             Arg::U32(job.col_hi),
             row_nnz.arg(),
-        ]
+        ]);
+        v
     };
-    run_bins(job, &bins, 0, scratch, f, &args)?;
-    row_nnz.to_vec(job.stream)
+    let kernels = HashKernels {
+        warp: job.gpu.function("spgemm", "spgemm_warp_symbolic")?,
+        block: job.gpu.function("spgemm", "spgemm_hash_symbolic")?,
+        args: &args,
+    };
+    let accumulate = job.gpu.function("spgemm", "spgemm_dense_symbolic")?;
+    let count = job.gpu.function("spgemm", "spgemm_dense_count")?;
+    let stride = dense_stride(width);
+    let dense = |g: &DenseGroup<'_>| {
+        let (blocks, rows) = dense_configs(g);
+        let n = g.rows.len() as u64;
+        // SAFETY: arguments match spgemm_dense_symbolic and spgemm_dense_count; the group's
+        // flags hold `stride` bytes for each of its rows.
+        unsafe {
+            job.gpu.launch(
+                accumulate,
+                blocks,
+                job.stream,
+                &[
+                    g.rows.arg(),
+                    Arg::U32(g.parts_per_row as u32),
+                    Arg::U64(n),
+                    Arg::U64(stride),
+                    g.flags.arg(),
+                    a.offsets.slice().arg(),
+                    a.cols.slice().arg(),
+                    b.offsets.slice().arg(),
+                    b.cols.slice().arg(),
+                    Arg::U32(job.col_lo),
+                    Arg::U32(job.col_hi),
+                ],
+            )?;
+            job.gpu.launch(
+                count,
+                rows,
+                job.stream,
+                &[
+                    g.rows.arg(),
+                    Arg::U64(n),
+                    Arg::U64(job.rows.start as u64),
+                    Arg::U64(stride),
+                    g.flags.arg(),
+                    row_nnz.arg(),
+                ],
+            )
+        }
+    };
+    run_bins(job, &binned, 0, scratch, &kernels, &dense)
 }
 
-/// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first.
-/// With `known_cols`, `cols` already holds C's columns (a plan's structure): the kernel reads
-/// them to place each value, and neither sorts its tables nor writes a column.
+/// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first
+/// (`c_off`: the chunk's row offsets of C, on the device). With `known_cols`, `cols` already
+/// holds C's columns (a plan's structure): the kernels read them to place each value, and
+/// neither sort nor write a column. Row lists come from `bin_arena`, reset here.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn numeric<T: DeviceScalar>(
     job: &Job<'_, T>,
     range: Range<usize>,
-    counts: &[u64],
     c_off: DeviceSlice<'_, u64>,
     base: u64,
     cols: DeviceSlice<'_, u32>,
     known_cols: bool,
     vals: DeviceSlice<'_, T::Device>,
     scratch: &mut Scratch,
+    bin_arena: &mut DeviceArena,
 ) -> Result<()> {
     let (out_cols, read_cols) = if known_cols {
         (Arg::U64(0), cols.arg())
     } else {
         (cols.arg(), Arg::U64(0))
     };
-    let bins = bin(
-        &counts[range.clone()],
+    let width = job.width();
+    let acc = acc_bytes::<T>();
+    bin_arena.reset();
+    let weights = Weights::Offsets(c_off.sub(range.start, range.len() + 1));
+    let hist = binning::histogram(job, weights, width, bin_arena)?;
+    let binned = binning::scatter(
+        job,
+        weights,
         job.rows.start + range.start,
-        4 + acc_bytes::<T>(),
-        shared_table_bytes(job.gpu),
+        width,
+        hist,
+        bin_arena,
     )?;
-    let f = job
-        .gpu
-        .function("spgemm", kernel_name::<T>("spgemm_hash_numeric"))?;
     let (a, b) = (job.a, job.b);
     let args = |l: &BinLaunch<'_>| {
-        vec![
+        let mut v = vec![
             l.rows.arg(),
             Arg::U64(l.rows.len() as u64),
             Arg::U64(job.rows.start as u64),
             Arg::U32(l.table_size as u32),
-            l.table_offsets,
-            l.keys,
-            l.vals,
+        ];
+        if !l.warp {
+            v.extend([l.table_offsets, l.keys, l.vals]);
+        }
+        v.extend([
             a.offsets.slice().arg(),
             a.cols.slice().arg(),
             a.vals.slice().arg(),
@@ -294,7 +464,72 @@ pub(super) fn numeric<T: DeviceScalar>(
             out_cols,
             vals.arg(),
             read_cols,
-        ]
+        ]);
+        v
     };
-    run_bins(job, &bins, acc_bytes::<T>(), scratch, f, &args)
+    let kernels = HashKernels {
+        warp: job
+            .gpu
+            .function("spgemm", kernel_name::<T>("spgemm_warp_numeric"))?,
+        block: job
+            .gpu
+            .function("spgemm", kernel_name::<T>("spgemm_hash_numeric"))?,
+        args: &args,
+    };
+    let accumulate = job
+        .gpu
+        .function("spgemm", kernel_name::<T>("spgemm_dense_numeric"))?;
+    let write = job
+        .gpu
+        .function("spgemm", kernel_name::<T>("spgemm_dense_write"))?;
+    let stride = dense_stride(width);
+    let dense = |g: &DenseGroup<'_>| {
+        let (blocks, rows) = dense_configs(g);
+        let n = g.rows.len() as u64;
+        // SAFETY: arguments match spgemm_dense_numeric_T and spgemm_dense_write_T; the
+        // group's flags and values hold `stride` columns for each of its rows.
+        unsafe {
+            job.gpu.launch(
+                accumulate,
+                blocks,
+                job.stream,
+                &[
+                    g.rows.arg(),
+                    Arg::U32(g.parts_per_row as u32),
+                    Arg::U64(n),
+                    Arg::U64(stride),
+                    g.flags.arg(),
+                    g.vals,
+                    a.offsets.slice().arg(),
+                    a.cols.slice().arg(),
+                    a.vals.slice().arg(),
+                    b.offsets.slice().arg(),
+                    b.cols.slice().arg(),
+                    b.vals.slice().arg(),
+                    Arg::U32(job.col_lo),
+                    Arg::U32(job.col_hi),
+                ],
+            )?;
+            job.gpu.launch(
+                write,
+                rows,
+                job.stream,
+                &[
+                    g.rows.arg(),
+                    Arg::U64(n),
+                    Arg::U64(job.rows.start as u64),
+                    Arg::U64(stride),
+                    Arg::U64(width),
+                    g.flags.arg(),
+                    g.vals,
+                    c_off.arg(),
+                    Arg::U64(base),
+                    out_cols,
+                    vals.arg(),
+                    read_cols,
+                ],
+            )
+        }
+    };
+    run_bins(job, &binned, acc, scratch, &kernels, &dense)
 }

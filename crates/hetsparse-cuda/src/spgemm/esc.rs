@@ -41,8 +41,8 @@ pub(super) fn chunk<T: DeviceScalar>(
     scratch: &mut Scratch,
     output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a.host_offsets.as_slice();
-    let b_off = job.b.host_offsets.as_slice();
+    let a_off = job.a.host_offsets(job.stream)?.as_slice();
+    let b_off = job.b.host_offsets(job.stream)?.as_slice();
     let e0 = a_off[job.rows.start] as usize;
     let e1 = a_off[job.rows.end] as usize;
     let a_col = &job.a_cols.ok_or_else(|| missing("A's column indices"))?[e0..e1];
@@ -133,7 +133,7 @@ fn batch<T: DeviceScalar>(
     scratch: &mut Scratch,
     output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a.host_offsets.as_slice();
+    let a_off = job.a.host_offsets(job.stream)?.as_slice();
     let first = job.rows.start + rows.start;
     let nrows = rows.len();
     let be0 = a_off[first] as usize - e0;

@@ -13,6 +13,7 @@
 //! outside the loops (Xia et al. §IV.B).
 
 mod adaptive;
+mod binning;
 mod esc;
 mod pipeline;
 mod tiled;
@@ -34,6 +35,7 @@ use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 use crate::resident::{DeviceCsr, Held};
 use crate::scalar::DeviceScalar;
 
+use binning::{Histogram, Weights};
 use pipeline::OutputPipeline;
 
 /// The algorithms this backend runs (each passes the conformance suite on the GPU).
@@ -234,13 +236,18 @@ pub(crate) fn offsets(counts: &[u64]) -> Vec<u64> {
     off
 }
 
-/// Products per row of the job's rows (row analysis on the GPU).
-fn row_products<T: DeviceScalar>(job: &Job<'_, T>, arena: &DeviceArena) -> Result<Vec<u64>> {
+/// Products per row of the job's rows (row analysis on the GPU), left on the device, and
+/// their histogram by the bins of the window's width (one small read-back).
+fn analyse<'a, T: DeviceScalar>(
+    job: &Job<'_, T>,
+    arena: &'a DeviceArena,
+    bin_arena: &mut DeviceArena,
+) -> Result<(DeviceSlice<'a, u64>, Histogram)> {
     let n = job.nrows();
     let _span = tracing::debug_span!("analysis", rows = n).entered();
     let products = arena.alloc::<u64>(n, "row products")?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok((products, Histogram::default()));
     }
     let f = job.gpu.function("spgemm", "spgemm_row_products")?;
     // SAFETY: arguments match spgemm_row_products; all buffers cover the rows read.
@@ -259,7 +266,15 @@ fn row_products<T: DeviceScalar>(job: &Job<'_, T>, arena: &DeviceArena) -> Resul
             ],
         )?;
     }
-    products.to_vec(job.stream)
+    bin_arena.reset();
+    let hist = binning::histogram(job, Weights::PerRow(products), job.width(), bin_arena)?;
+    Ok((products, hist))
+}
+
+/// Bytes of the per-chunk row arrays of a chunk of `n` rows: products, entries and offsets
+/// per row, and the scan's block sums.
+fn row_arrays_bytes(n: u64) -> u64 {
+    footprint(&[(8, n), (8, n), (8, n + 1)]) + binning::scan_bytes(n)
 }
 
 /// How an algorithm computes a chunk.
@@ -359,44 +374,55 @@ pub(crate) fn scratch_cap(available: u64) -> u64 {
     available / 8 * 5
 }
 
-/// The most work memory (the scratch arena) one call asks for, given the intermediate products
-/// of each row of the product (every chunk's rows and window need no more): Adaptive's row
-/// lists and hash tables as if every row's table were in global memory; ESC's expansion of all
-/// rows at once, and Adaptive's symbolic tables, which it borrows; the tiled algorithms use
-/// shared memory only. Calls cap their scratch arena at this, so it bounds what they reserve.
-fn work_bound<T: DeviceScalar>(method: Method, per_row: &[u64], width: u64, a_nnz: u64) -> u64 {
-    let n = per_row.len() as u64;
+/// The most work memory (the scratch arena) one call asks for, given the histogram of the
+/// product's rows (every chunk's rows and window need no more): Adaptive's hash tables as if
+/// every row's table were in global memory, or a group of dense rows where rows may get one;
+/// ESC's expansion of all rows at once, and Adaptive's symbolic tables, which it borrows; the
+/// tiled algorithms use shared memory only. Calls cap their scratch arena at this, so it bounds
+/// what they reserve.
+fn work_bound<T: DeviceScalar>(method: Method, hist: &Histogram, width: u64, a_nnz: u64) -> u64 {
+    let n: u64 = hist.rows.iter().sum();
     let acc = acc_bytes::<T>();
-    let slots: u64 = per_row
-        .iter()
-        .filter(|&&p| p > 0)
-        .map(|&p| adaptive::table_size(p.min(width)))
+    let slots: u64 = hist
+        .bins()
+        .map(|(b, rows)| rows * Histogram::table_size(b))
         .sum();
+    // Rows that may get a dense accumulator (the GPU's shared memory decides which exactly),
+    // up to as many as make a group wide enough to keep the GPU busy.
+    let dense_rows: u64 = hist
+        .bins()
+        .filter(|&(b, _)| adaptive::may_be_dense(Histogram::table_size(b), width))
+        .map(|(_, rows)| rows)
+        .sum();
+    let stride = adaptive::dense_stride(width);
+    let dense = |value_bytes: u64| {
+        if dense_rows == 0 {
+            0
+        } else {
+            adaptive::dense_footprint(dense_rows.min(256), stride, value_bytes)
+        }
+    };
     let hash = |value_bytes: u64| {
-        footprint(&[(4, n), (8, n), (4, slots), (value_bytes, slots)]) + 64 * 256
+        (footprint(&[(8, n), (4, slots), (value_bytes, slots)]) + 64 * 256).max(dense(value_bytes))
     };
     match method {
         Method::RowRow | Method::ColumnRow => 0,
         Method::Adaptive => hash(acc),
-        Method::Esc => {
-            let products = per_row.iter().sum();
-            hash(0).max(esc::need(n, a_nnz, products, acc))
-        }
+        Method::Esc => hash(0).max(esc::need(n, a_nnz, hist.weight, acc)),
     }
 }
 
-/// Intermediate products of every row of `A·B` (the whole product), by the analysis kernel.
-fn all_row_products<T: DeviceScalar>(
+/// The histogram of the products of every row of `A·B` (the whole product), by the analysis
+/// kernel.
+fn whole_histogram<T: DeviceScalar>(
     gpu: &Gpu,
     stream: &Stream,
     a: &DeviceCsr<T>,
     b: &DeviceCsr<T>,
-) -> Result<Vec<u64>> {
-    let arena = DeviceArena::new(
-        gpu.memory(),
-        footprint(&[(8, a.nrows as u64)]),
-        "row analysis",
-    )?;
+) -> Result<Histogram> {
+    let n = a.nrows as u64;
+    let arena = DeviceArena::new(gpu.memory(), footprint(&[(8, n)]), "row analysis")?;
+    let mut bin_arena = DeviceArena::new(gpu.memory(), binning::bytes(0), "row bins")?;
     let job = Job {
         gpu,
         stream,
@@ -408,7 +434,7 @@ fn all_row_products<T: DeviceScalar>(
         col_lo: 0,
         col_hi: b.ncols as u32,
     };
-    row_products(&job, &arena)
+    Ok(analyse(&job, &arena, &mut bin_arena)?.1)
 }
 
 /// Bytes of one entry of C in the host pipeline's buffers, and the entries one buffer holds
@@ -431,18 +457,20 @@ pub(crate) fn requirement<T: DeviceScalar>(
 ) -> Result<MemoryRequirement> {
     check_limits(a.shape(), b.shape())?;
     let value = std::mem::size_of::<T>();
-    let per_row = match (a, b) {
-        (Operand::Host(ha), Operand::Host(hb)) => hetsparse_core::analysis::row_products(ha, hb)?,
+    let (n, width) = (a.shape().0 as u64, b.shape().1 as u64);
+    let hist = match (a, b) {
+        (Operand::Host(ha), Operand::Host(hb)) => {
+            Histogram::of(&hetsparse_core::analysis::row_products(ha, hb)?, width)
+        }
         _ => {
             gpu.bind()?;
             let stream = Stream::new()?;
             let (da, _) = a.place(gpu, &stream, "A")?;
             let (db, _) = b.place(gpu, &stream, "B")?;
-            all_row_products(gpu, &stream, &da, &db)?
+            whole_histogram(gpu, &stream, &da, &db)?
         }
     };
-    let (n, width) = (a.shape().0 as u64, b.shape().1 as u64);
-    let bound: u64 = per_row.iter().map(|&p| p.min(width)).sum();
+    let bound = hist.capped_weight;
     let operand = |m: Operand<'_, T>| match m {
         Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), value),
         Operand::Device(_) => 0,
@@ -454,15 +482,16 @@ pub(crate) fn requirement<T: DeviceScalar>(
     // ESC sizes its output buffers by the products of a chunk, the others by its entries.
     let method = Method::of(algorithm);
     let batch = match method {
-        Method::Esc => per_row.iter().sum(),
+        Method::Esc => hist.weight,
         _ => bound,
     };
     let pipeline = 2 * pipeline_entries::<T>(batch) * entry_bytes::<T>();
     let mut r = MemoryRequirement::default();
     r.operand_bytes = operand(a) + operand(b);
     r.work_bytes = footprint(&[(8, n)])
-        + footprint(&[(8, n), (8, n), (8, n + 1)])
-        + work_bound::<T>(method, &per_row, width, a_nnz);
+        + row_arrays_bytes(n)
+        + binning::bytes(n)
+        + work_bound::<T>(method, &hist, width, a_nnz);
     r.output_bytes = csr_bytes(n as usize, bound, value).max(pipeline);
     r.pinned_host_bytes = pipeline;
     Ok(r)
@@ -471,7 +500,7 @@ pub(crate) fn requirement<T: DeviceScalar>(
 /// What executing a plan needs: C's values, the columns its numeric kernels write, its row
 /// arrays and work memory (operands resident).
 pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> MemoryRequirement {
-    let nnz = *structure.host_offsets.last().unwrap_or(&0);
+    let nnz = structure.nnz;
     let mut r = MemoryRequirement::default();
     // Columns computed again, where the kernels cannot read the plan's. (An execution has no
     // symbolic phase, so no row arrays.)
@@ -480,7 +509,7 @@ pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> Memory
     } else {
         nnz * 4
     };
-    r.work_bytes = columns + structure.work_bound;
+    r.work_bytes = columns + structure.work_bound + binning::bytes(structure.rows);
     r.output_bytes = nnz * std::mem::size_of::<T>() as u64;
     r
 }
@@ -489,11 +518,6 @@ pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> Memory
 /// writing them again (the hash kernels look each value up under its known column).
 fn plan_reads_columns(method: &Method) -> bool {
     matches!(method, Method::Adaptive)
-}
-
-/// Intermediate products of the job's rows, summed.
-fn total_products<T: DeviceScalar>(job: &Job<'_, T>, arena: &DeviceArena) -> Result<u64> {
-    Ok(row_products(job, arena)?.iter().sum())
 }
 
 /// The listed chunks of `A · B`, handing each finished chunk to `done` as it completes.
@@ -542,13 +566,14 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let bound = match method {
         Method::RowRow | Method::ColumnRow => 0,
         _ => {
-            let per_row = all_row_products(gpu, &stream, &da, &db)?;
-            work_bound::<T>(method, &per_row, db.ncols as u64, da.nnz())
+            let hist = whole_histogram(gpu, &stream, &da, &db)?;
+            work_bound::<T>(method, &hist, db.ncols as u64, da.nnz())
         }
     };
-    // Per-chunk arrays: products, row counts and offsets.
-    let chunk_bytes = footprint(&[(8, max_rows), (8, max_rows), (8, max_rows + 1)]);
-    let mut chunk_arena = DeviceArena::new(tracker, chunk_bytes, "per-chunk row arrays")?;
+    // Per-chunk arrays: products, row counts and offsets; the rows' bin lists.
+    let mut chunk_arena =
+        DeviceArena::new(tracker, row_arrays_bytes(max_rows), "per-chunk row arrays")?;
+    let mut bin_arena = DeviceArena::new(tracker, binning::bytes(max_rows), "row bins")?;
     let rest = tracker.available();
     let mut scratch = Scratch::new(scratch_cap(rest).min(bound));
     let mut output =
@@ -600,7 +625,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
             let products = match method {
                 Method::Esc => {
                     let products = if run.is_watched() {
-                        total_products(&job, &chunk_arena)?
+                        analyse(&job, &chunk_arena, &mut bin_arena)?.1.weight
                     } else {
                         0
                     };
@@ -619,18 +644,30 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     products
                 }
                 _ => {
-                    let (counts, products) =
-                        symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
-                    // The symbolic phase ends with its counts copied back: its events are done.
+                    let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
+                    let (row_nnz, products) = symbolic(
+                        &job,
+                        &method,
+                        analysed,
+                        &mut scratch,
+                        &chunk_arena,
+                        &mut bin_arena,
+                        run,
+                    )?;
+                    let n = job.nrows();
+                    let c_off_dev = chunk_arena.alloc::<u64>(n + 1, "row offsets of C")?;
+                    binning::exclusive_scan(&job, row_nnz, c_off_dev, &chunk_arena)?;
+                    // C's offsets come to the host (they are part of the chunk's result and
+                    // split it into batches); the symbolic kernels are done once they are here.
+                    let c_off = c_off_dev.to_vec(&stream)?;
                     k1.record(&stream)?;
                     k1.synchronize()?;
                     output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
+                    let counts: Vec<u64> = c_off.windows(2).map(|w| w[1] - w[0]).collect();
                     let mut out = ToHost {
                         pipeline: &mut output,
                         done: &mut sink,
                     };
-                    let c_off = offsets(&counts);
-                    let c_off_dev = chunk_arena.upload(&stream, &c_off, "row offsets of C")?;
                     numeric_batches(
                         &job,
                         &method,
@@ -638,6 +675,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                         &c_off,
                         c_off_dev,
                         &mut scratch,
+                        &mut bin_arena,
                         &mut out,
                     )?;
                     products
@@ -655,44 +693,33 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
 }
 
 /// Entries per row of the job's rows, by the method's symbolic kernels (ESC, which counts
-/// inside its batches, borrows Adaptive's), and the job's intermediate products where they
-/// are known or watched (else 0).
-fn symbolic<T: DeviceScalar>(
+/// inside its batches, borrows Adaptive's), left on the device, and the job's intermediate
+/// products, given the job's products per row and their histogram ([`analyse`]).
+fn symbolic<'a, T: DeviceScalar>(
     job: &Job<'_, T>,
     method: &Method,
+    (products, hist): (DeviceSlice<'_, u64>, Histogram),
     scratch: &mut Scratch,
-    chunk_arena: &DeviceArena,
+    chunk_arena: &'a DeviceArena,
+    bin_arena: &mut DeviceArena,
     run: &RunControl,
-) -> Result<(Vec<u64>, u64)> {
-    let (counts, products) = match method {
+) -> Result<(DeviceSlice<'a, u64>, u64)> {
+    run.add_planned(hist.weight);
+    let row_nnz = chunk_arena.alloc::<u64>(job.nrows(), "entries per row")?;
+    match method {
         Method::Adaptive | Method::Esc => {
-            let per_row = row_products(job, chunk_arena)?;
-            let products = per_row.iter().sum();
-            run.add_planned(products);
-            (
-                adaptive::symbolic(job, &per_row, scratch, chunk_arena)?,
-                products,
-            )
+            adaptive::symbolic(job, products, hist, row_nnz, scratch, bin_arena)?
         }
-        Method::RowRow | Method::ColumnRow => {
-            let products = if run.is_watched() {
-                total_products(job, chunk_arena)?
-            } else {
-                0
-            };
-            run.add_planned(products);
-            let tiling = match method {
-                Method::RowRow => tiled::Tiling::RowRow,
-                _ => tiled::Tiling::ColumnRow,
-            };
-            (tiled::symbolic(job, tiling, chunk_arena)?, products)
-        }
-    };
-    Ok((counts, products))
+        Method::RowRow => tiled::symbolic(job, tiled::Tiling::RowRow, row_nnz)?,
+        Method::ColumnRow => tiled::symbolic(job, tiled::Tiling::ColumnRow, row_nnz)?,
+    }
+    Ok((row_nnz, hist.weight))
 }
 
 /// Splits the chunk's rows into batches whose output fits one output batch and runs the
-/// numeric phase of each into `output`.
+/// numeric phase of each into `output`. `counts` and `c_off` are C's entries per row and row
+/// offsets on the host, `c_off_dev` the offsets on the device.
+#[allow(clippy::too_many_arguments)]
 fn numeric_batches<T: DeviceScalar>(
     job: &Job<'_, T>,
     method: &Method,
@@ -700,6 +727,7 @@ fn numeric_batches<T: DeviceScalar>(
     c_off: &[u64],
     c_off_dev: DeviceSlice<'_, u64>,
     scratch: &mut Scratch,
+    bin_arena: &mut DeviceArena,
     output: &mut impl Output<T>,
 ) -> Result<()> {
     let total = *c_off.last().unwrap_or(&0);
@@ -727,45 +755,68 @@ fn numeric_batches<T: DeviceScalar>(
             &counts[start..end],
             len,
             end == n,
-            |cols, vals| match method {
-                Method::Adaptive => adaptive::numeric(
+            |cols, vals| {
+                numeric_rows(
                     job,
+                    method,
                     start..end,
-                    counts,
                     c_off_dev,
                     base,
                     cols,
                     known_cols,
                     vals,
                     scratch,
-                ),
-                Method::RowRow => tiled::numeric(
-                    job,
-                    tiled::Tiling::RowRow,
-                    start..end,
-                    c_off_dev,
-                    base,
-                    cols,
-                    vals,
-                ),
-                Method::ColumnRow => tiled::numeric(
-                    job,
-                    tiled::Tiling::ColumnRow,
-                    start..end,
-                    c_off_dev,
-                    base,
-                    cols,
-                    vals,
-                ),
-                Method::Esc => Err(Error::Internal {
-                    backend: crate::error::BACKEND.into(),
-                    what: "ESC has its own numeric batches".into(),
-                }),
+                    bin_arena,
+                )
             },
         )?;
         start = end;
     }
     Ok(())
+}
+
+/// The numeric phase of rows `range` of the job (chunk-relative) by the method's kernels,
+/// written from entry `c_off[range.start] - base` of `cols`/`vals`.
+#[allow(clippy::too_many_arguments)]
+fn numeric_rows<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    method: &Method,
+    range: std::ops::Range<usize>,
+    c_off_dev: DeviceSlice<'_, u64>,
+    base: u64,
+    cols: DeviceSlice<'_, u32>,
+    known_cols: bool,
+    vals: DeviceSlice<'_, T::Device>,
+    scratch: &mut Scratch,
+    bin_arena: &mut DeviceArena,
+) -> Result<()> {
+    match method {
+        Method::Adaptive => adaptive::numeric(
+            job, range, c_off_dev, base, cols, known_cols, vals, scratch, bin_arena,
+        ),
+        Method::RowRow => tiled::numeric(
+            job,
+            tiled::Tiling::RowRow,
+            range,
+            c_off_dev,
+            base,
+            cols,
+            vals,
+        ),
+        Method::ColumnRow => tiled::numeric(
+            job,
+            tiled::Tiling::ColumnRow,
+            range,
+            c_off_dev,
+            base,
+            cols,
+            vals,
+        ),
+        Method::Esc => Err(Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: "ESC has its own numeric batches".into(),
+        }),
+    }
 }
 
 /// `A · B` with `algorithm`, the result on the host.
@@ -807,8 +858,8 @@ pub(crate) fn multiply<T: DeviceScalar>(
 /// state of a plan.
 pub(crate) struct Structure {
     pub algorithm: SpgemmAlgorithm,
-    pub counts: Vec<u64>,
-    pub host_offsets: Arc<Vec<u64>>,
+    pub rows: u64,
+    pub nnz: u64,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub products: u64,
@@ -816,9 +867,10 @@ pub(crate) struct Structure {
     pub work_bound: u64,
 }
 
-/// `A · B` with `algorithm`, the result left on the device: symbolic (exact row counts), C
-/// allocated once, numeric written straight into it. With `plan`, only the numeric phase runs,
-/// into `plan`'s structure (shared, not copied) and a new value array.
+/// `A · B` with `algorithm`, the result left on the device: symbolic (exact row counts, their
+/// scan into C's offsets on the device), C allocated once, numeric written straight into it.
+/// No array of a row's size visits the host. With `plan`, only the numeric phase runs, into
+/// `plan`'s structure (shared, not copied) and a new value array.
 pub(crate) fn multiply_resident<T: DeviceScalar>(
     gpu: &Gpu,
     a: Operand<'_, T>,
@@ -859,52 +911,44 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     };
     let n = nrows as u64;
     run.checkpoint()?;
-    let (counts, products, host_offsets, bound) = match plan {
+    let mut bin_arena = DeviceArena::new(tracker, binning::bytes(n), "row bins")?;
+    let (c_offsets, nnz, products, bound) = match plan {
         Some(p) => {
             run.add_planned(p.products);
-            (
-                p.counts.clone(),
-                p.products,
-                Arc::clone(&p.host_offsets),
-                p.work_bound,
-            )
+            (Arc::clone(&p.offsets), p.nnz, p.products, p.work_bound)
         }
         None => {
+            // Row arrays of the symbolic phase only: a plan's execution needs none.
+            let chunk_arena =
+                DeviceArena::new(tracker, row_arrays_bytes(n), "row arrays of SpGEMM")?;
+            let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
             let bound = match method {
                 Method::RowRow | Method::ColumnRow => 0,
-                _ => {
-                    let per_row = all_row_products(gpu, &stream, &da, &db)?;
-                    work_bound::<T>(method, &per_row, ncols as u64, da.nnz())
-                }
+                _ => work_bound::<T>(method, &analysed.1, ncols as u64, da.nnz()),
             };
-            // Row arrays of the symbolic phase only: a plan's execution needs none.
-            let chunk_arena = DeviceArena::new(
-                tracker,
-                footprint(&[(8, n), (8, n)]),
-                "row arrays of SpGEMM",
-            )?;
             let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
-            let (counts, products) = symbolic(&job, &method, &mut scratch, &chunk_arena, run)?;
-            let host_offsets = Arc::new(offsets(&counts));
-            (counts, products, host_offsets, bound)
+            let (row_nnz, products) = symbolic(
+                &job,
+                &method,
+                analysed,
+                &mut scratch,
+                &chunk_arena,
+                &mut bin_arena,
+                run,
+            )?;
+            let c_offsets = DeviceBuffer::<u64>::new(tracker, nrows + 1, "row offsets of C")?;
+            let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
+            (Arc::new(c_offsets), nnz, products, bound)
         }
     };
-    let nnz = *host_offsets.last().unwrap_or(&0);
-    let (c_offsets, c_cols) = match plan {
-        Some(p) => (Arc::clone(&p.offsets), Arc::clone(&p.cols)),
-        None => (
-            Arc::new(DeviceBuffer::from_host(
-                tracker,
-                &stream,
-                &host_offsets,
-                "row offsets of C",
-            )?),
-            Arc::new(DeviceBuffer::<u32>::new(
-                tracker,
-                nnz as usize,
-                "column indices of C",
-            )?),
-        ),
+    let allocation = tracing::debug_span!("allocate C", nnz).entered();
+    let c_cols = match plan {
+        Some(p) => Arc::clone(&p.cols),
+        None => Arc::new(DeviceBuffer::<u32>::new(
+            tracker,
+            nnz as usize,
+            "column indices of C",
+        )?),
     };
     let c_vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
     // A plan's structure is shared and immutable. The hash kernels read its columns to place
@@ -919,54 +963,56 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         _ => None,
     };
     let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
+    drop(allocation);
     run.checkpoint()?;
     let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
-    let mut out = ToDevice::<T> {
-        cols: cols_out,
-        known_cols,
-        vals: c_vals.slice(),
-        at: 0,
-    };
     match method {
-        Method::Esc => esc::chunk(&job, &mut scratch, &mut out)?,
-        _ => numeric_batches(
-            &job,
-            &method,
-            &counts,
-            &host_offsets,
-            c_offsets.slice(),
-            &mut scratch,
-            &mut out,
-        )?,
-    }
-    if out.at != nnz {
-        return Err(Error::Internal {
-            backend: crate::error::BACKEND.into(),
-            what: format!("SpGEMM wrote {} of the {nnz} entries of C", out.at),
-        });
+        Method::Esc => {
+            let mut out = ToDevice::<T> {
+                cols: cols_out,
+                known_cols,
+                vals: c_vals.slice(),
+                at: 0,
+            };
+            esc::chunk(&job, &mut scratch, &mut out)?;
+            if out.at != nnz {
+                return Err(Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: format!("SpGEMM wrote {} of the {nnz} entries of C", out.at),
+                });
+            }
+        }
+        _ => {
+            let _numeric = tracing::debug_span!("numeric", rows = nrows, nnz).entered();
+            numeric_rows(
+                &job,
+                &method,
+                0..nrows,
+                c_offsets.slice(),
+                0,
+                cols_out,
+                known_cols,
+                c_vals.slice(),
+                &mut scratch,
+                &mut bin_arena,
+            )?;
+        }
     }
     // Everything queued must be done before the result is handed out and before the
     // operands uploaded for the call are freed.
-    stream.synchronize()?;
+    tracing::debug_span!("wait for the numeric kernels").in_scope(|| stream.synchronize())?;
     run.add_done(products);
     let structure = Structure {
         algorithm,
-        counts,
-        host_offsets: Arc::clone(&host_offsets),
+        rows: n,
+        nnz,
         offsets: Arc::clone(&c_offsets),
         cols: Arc::clone(&c_cols),
         products,
         work_bound: bound,
     };
     Ok((
-        DeviceCsr {
-            nrows,
-            ncols,
-            host_offsets,
-            offsets: c_offsets,
-            cols: c_cols,
-            vals: c_vals,
-        },
+        DeviceCsr::from_device(nrows, ncols, nnz, c_offsets, c_cols, c_vals),
         structure,
     ))
 }

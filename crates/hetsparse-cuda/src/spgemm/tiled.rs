@@ -9,7 +9,7 @@ use std::ops::Range;
 use hetsparse_core::Result;
 
 use crate::context::{Arg, LaunchConfig};
-use crate::memory::{DeviceArena, DeviceSlice};
+use crate::memory::DeviceSlice;
 use crate::scalar::{kernel_name, DeviceScalar};
 
 use super::{acc_bytes, Job};
@@ -48,15 +48,14 @@ impl Tiling {
     }
 }
 
-/// Entries per row of the chunk.
+/// Entries per row of the chunk, into `row_nnz` (on the device).
 pub(super) fn symbolic<T: DeviceScalar>(
     job: &Job<'_, T>,
     tiling: Tiling,
-    chunk_arena: &DeviceArena,
-) -> Result<Vec<u64>> {
+    row_nnz: DeviceSlice<'_, u64>,
+) -> Result<()> {
     let n = job.nrows();
     let _span = tracing::debug_span!("symbolic", algorithm = tiling.name(), rows = n).entered();
-    let row_nnz = chunk_arena.alloc::<u64>(n, "entries per row")?;
     let name = match tiling {
         Tiling::RowRow => "spgemm_rowrow_symbolic",
         Tiling::ColumnRow => "spgemm_colrow_symbolic",
@@ -79,9 +78,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
                 Arg::U32(job.col_hi),
                 row_nnz.arg(),
             ],
-        )?;
+        )
     }
-    row_nnz.to_vec(job.stream)
 }
 
 /// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first.

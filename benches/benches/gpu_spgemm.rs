@@ -1,0 +1,228 @@
+//! SpGEMM at GPU sizes (10^8–10^9 intermediate products, [`gpu_cases`]): the CUDA backend on
+//! resident operands and from host memory, against the CPU backend, every result checked
+//! against the CPU's. The operands are also written, in a raw binary form, for
+//! `benches/peers/cusparse_spgemm.py`, which times cuSPARSE (through CuPy) on the same
+//! matrices; the two tables together are the comparison.
+//!
+//! ```text
+//! cargo bench -p hetsparse-bench --features cuda --bench gpu_spgemm
+//! python3 benches/peers/cusparse_spgemm.py target/gpu-spgemm
+//! ```
+//!
+//! Environment: `HETSPARSE_BENCH_DIR` (where the operands go; `target/gpu-spgemm`),
+//! `HETSPARSE_BENCH_REPS` (timed calls per implementation, 5), `HETSPARSE_BENCH_CLASSES`
+//! (comma-separated class names; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
+//! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
+//! `HETSPARSE_BENCH_PROFILE=1` (one more resident call per class with the time of each stage,
+//! from the backend's tracing spans, on standard error).
+//! Without a GPU it prints that it skipped.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hetsparse_bench::cases::{gpu_cases, SEED};
+use hetsparse_core::{
+    analysis, generate, Backend, Csr, Device, RunControl, SpgemmAlgorithm, SpgemmOptions,
+};
+use hetsparse_cpu::CpuBackend;
+use hetsparse_cuda::CudaBackend;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Minimum and median of `reps` timed calls of `f`.
+fn time(reps: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    let mut t: Vec<Duration> = (0..reps.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    t.sort();
+    (t[0], t[t.len() / 2])
+}
+
+/// Same structure, values equal to rounding (the order of additions differs).
+fn check(name: &str, got: &Csr<f64>, want: &Csr<f64>) {
+    assert_eq!(got.shape(), want.shape(), "{name}: shape");
+    assert_eq!(got.row_offsets(), want.row_offsets(), "{name}: row offsets");
+    assert_eq!(got.col_indices(), want.col_indices(), "{name}: columns");
+    for (i, (x, y)) in got.values().iter().zip(want.values()).enumerate() {
+        let tol = 1e-9 * x.abs().max(y.abs()).max(1.0);
+        assert!((x - y).abs() <= tol, "{name}: value {i}: {x} against {y}");
+    }
+}
+
+/// Writes `m` as `{stem}.indptr` (u64), `{stem}.indices` (u32) and `{stem}.data` (f64),
+/// little-endian, for the peer script.
+fn export(dir: &Path, stem: &str, m: &Csr<f64>) -> std::io::Result<()> {
+    fn write<V: Copy>(path: PathBuf, v: &[V], bytes: impl Fn(V) -> Vec<u8>) -> std::io::Result<()> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for &x in v {
+            f.write_all(&bytes(x))?;
+        }
+        f.flush()
+    }
+    write(
+        dir.join(format!("{stem}.indptr")),
+        m.row_offsets(),
+        |x: u64| x.to_le_bytes().to_vec(),
+    )?;
+    write(
+        dir.join(format!("{stem}.indices")),
+        m.col_indices(),
+        |x: u32| x.to_le_bytes().to_vec(),
+    )?;
+    write(dir.join(format!("{stem}.data")), m.values(), |x: f64| {
+        x.to_le_bytes().to_vec()
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let cuda = match CudaBackend::new() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("gpu_spgemm: SKIPPED, {e}");
+            return;
+        }
+    };
+    let cpu = CpuBackend::new().expect("CPU backend");
+    let reps: usize = env_or("HETSPARSE_BENCH_REPS", 5);
+    let divisor: usize = env_or("HETSPARSE_BENCH_SIZE_DIVISOR", 1);
+    let no_host = std::env::var("HETSPARSE_BENCH_NO_HOST").is_ok_and(|v| v == "1");
+    let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
+    let dir = PathBuf::from(
+        std::env::var("HETSPARSE_BENCH_DIR").unwrap_or_else(|_| "target/gpu-spgemm".into()),
+    );
+    std::fs::create_dir_all(&dir).expect("creating the operand folder");
+    let only: Vec<String> = std::env::var("HETSPARSE_BENCH_CLASSES")
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut manifest = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("manifest.tsv"))
+        .expect("manifest");
+    let info = cuda.info();
+    println!(
+        "SpGEMM A·B at GPU sizes, f64, {} ({}), CPU backend with {} threads; min / median of {reps} calls, ms",
+        info.name,
+        info.backend,
+        rayon_threads()
+    );
+    println!();
+    println!("| class | rows | nnz(A) | products | nnz(C) | cpu | cuda resident | cuda from host | cuda resident GFLOP/s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let options = SpgemmOptions::new();
+    let run = RunControl::unwatched();
+    for case in gpu_cases() {
+        let name = case.class.name();
+        if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        let size = (case.size / divisor.max(1)).max(1);
+        let (a, b) = generate::product_operands::<f64>(case.class, size, SEED);
+        let square = a == b;
+        let products = analysis::total_products(&a, &b).expect("products");
+        export(&dir, &format!("{name}.a"), &a).expect("writing A");
+        if !square {
+            export(&dir, &format!("{name}.b"), &b).expect("writing B");
+        }
+        let expected = cpu
+            .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+            .expect("CPU SpGEMM");
+        writeln!(
+            manifest,
+            "{name}\t{}\t{}\t{}\t{}\t{}\t{}",
+            a.nrows(),
+            a.ncols(),
+            b.ncols(),
+            u8::from(square),
+            products,
+            expected.nnz()
+        )
+        .expect("manifest");
+        let (cpu_min, cpu_med) = time(reps, || {
+            cpu.spgemm(&a, &b, SpgemmAlgorithm::Auto)
+                .expect("CPU SpGEMM");
+        });
+
+        let ra = cuda.upload(&a).expect("upload A");
+        let rb = if square {
+            None
+        } else {
+            Some(cuda.upload(&b).expect("upload B"))
+        };
+        let rb_ref = rb.as_ref().unwrap_or(&ra);
+        let c = cuda
+            .spgemm_resident((&ra).into(), rb_ref.into(), &options, &run)
+            .expect("CUDA SpGEMM, resident");
+        check(
+            &format!("{name} resident"),
+            &cuda.download(&c).expect("download C"),
+            &expected,
+        );
+        drop(c);
+        let (res_min, res_med) = time(reps, || {
+            cuda.spgemm_resident((&ra).into(), rb_ref.into(), &options, &run)
+                .expect("CUDA SpGEMM, resident");
+        });
+        if profile {
+            // One more call with the backend's spans printed as they close (busy and idle
+            // time of each stage), on standard error.
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::DEBUG)
+                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+                .with_writer(std::io::stderr)
+                .finish();
+            eprintln!("profile of {name}, resident:");
+            tracing::subscriber::with_default(subscriber, || {
+                cuda.spgemm_resident((&ra).into(), rb_ref.into(), &options, &run)
+                    .expect("CUDA SpGEMM, resident");
+            });
+        }
+        let host = if no_host {
+            "–".to_string()
+        } else {
+            let got = cuda
+                .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+                .expect("CUDA SpGEMM from host");
+            check(&format!("{name} from host"), &got, &expected);
+            drop(got);
+            let (min, med) = time(reps, || {
+                cuda.spgemm(&a, &b, SpgemmAlgorithm::Auto)
+                    .expect("CUDA SpGEMM from host");
+            });
+            format!("{} / {}", ms(min), ms(med))
+        };
+        println!(
+            "| {name} | {} | {} | {products} | {} | {} / {} | {} / {} | {host} | {:.1} |",
+            a.nrows(),
+            a.nnz(),
+            expected.nnz(),
+            ms(cpu_min),
+            ms(cpu_med),
+            ms(res_min),
+            ms(res_med),
+            2.0 * products as f64 / res_min.as_secs_f64() / 1e9
+        );
+        std::io::stdout().flush().ok();
+    }
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,296 @@
+//! Per-row work on the GPU, so that no array of a row's size visits the host: rows binned by
+//! their weight (products in the symbolic phase, entries in the numeric one) into lists on the
+//! device, of which the host reads only how many rows each bin has; and the exclusive scan that
+//! turns entries per row into C's row offsets, of which the host reads only the total.
+
+use hetsparse_core::Result;
+
+use crate::context::{Arg, LaunchConfig};
+use crate::memory::{DeviceArena, DeviceSlice};
+
+use super::{footprint, Job};
+
+/// Bins: tables of `32 << b` slots for bin `b` below [`BIN_EMPTY`]; rows of weight 0 in
+/// [`BIN_EMPTY`] (counted, never listed). `BIN_COUNT` and `BIN_EMPTY` in the kernels.
+pub(super) const BIN_COUNT: usize = 28;
+pub(super) const BIN_EMPTY: usize = 27;
+
+/// Rows per bin of a list of rows, and the sums of their weights, uncapped and capped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Histogram {
+    pub rows: [u64; BIN_COUNT],
+    pub weight: u64,
+    pub capped_weight: u64,
+}
+
+impl Histogram {
+    /// The histogram of host `weights`, each capped at `cap` for its bin (the kernels' rule).
+    pub fn of(weights: &[u64], cap: u64) -> Histogram {
+        let mut h = Histogram::default();
+        for &w in weights {
+            h.rows[bin_of(w, cap)] += 1;
+            h.weight += w;
+            h.capped_weight += w.min(cap);
+        }
+        h
+    }
+
+    /// Slots of the tables of bin `b`.
+    pub fn table_size(b: usize) -> u64 {
+        32u64 << b
+    }
+
+    /// The listed (non-empty) bins with their rows.
+    pub fn bins(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.rows[..BIN_EMPTY]
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(b, &n)| (b, n))
+    }
+}
+
+/// The bin of a row of weight `w` (capped at `cap`): the kernels' `weight_bin`.
+pub(super) fn bin_of(w: u64, cap: u64) -> usize {
+    let w = w.min(cap);
+    if w == 0 {
+        return BIN_EMPTY;
+    }
+    let slots = 2 * w;
+    if slots <= 32 {
+        return 0;
+    }
+    let bits = 64 - (slots - 1).leading_zeros() as usize;
+    (bits - 5).min(BIN_EMPTY - 1)
+}
+
+/// Where a list's weights are on the device.
+#[derive(Clone, Copy)]
+pub(super) enum Weights<'a> {
+    /// One weight per row.
+    PerRow(DeviceSlice<'a, u64>),
+    /// Row offsets (one more than rows): weights are their differences.
+    Offsets(DeviceSlice<'a, u64>),
+}
+
+impl Weights<'_> {
+    fn rows(&self) -> usize {
+        match self {
+            Weights::PerRow(w) => w.len(),
+            Weights::Offsets(o) => o.len().saturating_sub(1),
+        }
+    }
+    fn args(&self) -> [Arg; 2] {
+        match self {
+            Weights::PerRow(w) => [w.arg(), Arg::U32(0)],
+            Weights::Offsets(o) => [o.arg(), Arg::U32(1)],
+        }
+    }
+}
+
+/// Bytes a [`Binned`] list of `n` rows takes with its counters (what [`histogram`] and
+/// [`scatter`] allocate).
+pub(super) fn bytes(n: u64) -> u64 {
+    footprint(&[(8, BIN_COUNT as u64 + 2), (8, 2 * BIN_COUNT as u64), (4, n)])
+}
+
+fn grid_for(n: u64, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: n.div_ceil(u64::from(threads)).clamp(1, 1 << 16) as u32,
+        block: threads,
+        shared_bytes: 0,
+    }
+}
+
+/// Counts the rows of each bin (one small read-back).
+pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
+    job: &Job<'_, T>,
+    weights: Weights<'_>,
+    cap: u64,
+    arena: &DeviceArena,
+) -> Result<Histogram> {
+    let n = weights.rows() as u64;
+    if n == 0 {
+        return Ok(Histogram::default());
+    }
+    let counters = arena.alloc::<u64>(BIN_COUNT + 2, "bin counters")?;
+    counters.zero(job.stream)?;
+    let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
+    let [values, from_offsets] = weights.args();
+    // SAFETY: arguments match spgemm_bin_count; `counters` has BIN_COUNT + 2 slots.
+    unsafe {
+        job.gpu.launch(
+            f,
+            grid_for(n, 256),
+            job.stream,
+            &[
+                Arg::U64(n),
+                values,
+                from_offsets,
+                Arg::U64(cap),
+                counters.arg(),
+                counters.sub(BIN_COUNT, 2).arg(),
+            ],
+        )?;
+    }
+    let c = counters.to_vec(job.stream)?;
+    let mut h = Histogram {
+        weight: c[BIN_COUNT],
+        capped_weight: c[BIN_COUNT + 1],
+        ..Histogram::default()
+    };
+    h.rows.copy_from_slice(&c[..BIN_COUNT]);
+    Ok(h)
+}
+
+/// Rows listed by bin on the device: bin `b`'s rows (absolute indices) are
+/// `list[start[b] .. start[b] + hist.rows[b]]`.
+pub(super) struct Binned<'a> {
+    pub list: DeviceSlice<'a, u32>,
+    pub start: [u64; BIN_COUNT],
+    pub hist: Histogram,
+}
+
+impl<'a> Binned<'a> {
+    /// The rows of bin `b`.
+    pub fn rows(&self, b: usize) -> DeviceSlice<'a, u32> {
+        self.list
+            .sub(self.start[b] as usize, self.hist.rows[b] as usize)
+    }
+}
+
+/// Writes the list of rows by bin; `first_row` is the absolute index of the weights' first row.
+pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
+    job: &Job<'_, T>,
+    weights: Weights<'_>,
+    first_row: usize,
+    cap: u64,
+    hist: Histogram,
+    arena: &'a DeviceArena,
+) -> Result<Binned<'a>> {
+    let n = weights.rows() as u64;
+    let mut start = [0u64; BIN_COUNT];
+    let mut at = 0;
+    for (s, &rows) in start.iter_mut().zip(&hist.rows[..BIN_EMPTY]) {
+        *s = at;
+        at += rows;
+    }
+    start[BIN_EMPTY] = at;
+    let list = arena.alloc::<u32>(at as usize, "rows by bin")?;
+    if at > 0 {
+        let counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
+        counters.zero(job.stream)?;
+        counters.upload(job.stream, &start)?;
+        let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
+        let [values, from_offsets] = weights.args();
+        // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
+        // listed bin, as counted by `hist` over the same weights.
+        unsafe {
+            job.gpu.launch(
+                f,
+                grid_for(n, 256),
+                job.stream,
+                &[
+                    Arg::U64(n),
+                    Arg::U64(first_row as u64),
+                    values,
+                    from_offsets,
+                    Arg::U64(cap),
+                    counters.arg(),
+                    counters.sub(BIN_COUNT, BIN_COUNT).arg(),
+                    list.arg(),
+                ],
+            )?;
+        }
+    }
+    Ok(Binned { list, start, hist })
+}
+
+/// Items per block of the scan kernels (`SCAN_THREADS * SCAN_ITEMS`).
+const SCAN_BLOCK: u64 = 1024 * 8;
+
+/// Bytes [`exclusive_scan`] takes from its arena for `n` counts.
+pub(super) fn scan_bytes(n: u64) -> u64 {
+    footprint(&[(8, n.div_ceil(SCAN_BLOCK) + 1)])
+}
+
+/// Writes the exclusive prefix sums of `counts` into `offsets` (one longer: the last is the
+/// total) and returns the total.
+pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
+    job: &Job<'_, T>,
+    counts: DeviceSlice<'_, u64>,
+    offsets: DeviceSlice<'_, u64>,
+    arena: &DeviceArena,
+) -> Result<u64> {
+    let n = counts.len() as u64;
+    let _span = tracing::debug_span!("scan", rows = n).entered();
+    let total = offsets.sub(n as usize, 1);
+    if n == 0 {
+        total.zero(job.stream)?;
+        return Ok(0);
+    }
+    let blocks = n.div_ceil(SCAN_BLOCK);
+    let sums = arena.alloc::<u64>(blocks as usize, "scan block sums")?;
+    let config = LaunchConfig {
+        grid: blocks as u32,
+        block: 1024,
+        shared_bytes: 0,
+    };
+    let sums_fn = job.gpu.function("spgemm", "scan_block_sums")?;
+    let prefixes_fn = job.gpu.function("spgemm", "scan_block_prefixes")?;
+    let apply_fn = job.gpu.function("spgemm", "scan_apply")?;
+    // SAFETY: arguments match the three scan kernels; `sums` has a slot per block and
+    // `offsets` n + 1 slots.
+    unsafe {
+        job.gpu.launch(
+            sums_fn,
+            config,
+            job.stream,
+            &[Arg::U64(n), counts.arg(), sums.arg()],
+        )?;
+        job.gpu.launch(
+            prefixes_fn,
+            LaunchConfig {
+                grid: 1,
+                block: 1024,
+                shared_bytes: 0,
+            },
+            job.stream,
+            &[Arg::U64(blocks), sums.arg(), total.arg()],
+        )?;
+        job.gpu.launch(
+            apply_fn,
+            config,
+            job.stream,
+            &[Arg::U64(n), counts.arg(), sums.arg(), offsets.arg()],
+        )?;
+    }
+    Ok(total.to_vec(job.stream)?[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_follow_table_sizes() {
+        assert_eq!(bin_of(0, 100), BIN_EMPTY);
+        assert_eq!(bin_of(5, 0), BIN_EMPTY);
+        for w in 1..=16 {
+            assert_eq!(bin_of(w, u64::MAX), 0, "{w}");
+        }
+        // Tables hold at least twice the weight, in powers of two from 32.
+        for w in [17u64, 100, 4096, 4097, 1 << 20, (1 << 20) + 1] {
+            let b = bin_of(w, u64::MAX);
+            let size = Histogram::table_size(b);
+            assert!(size >= 2 * w && size / 2 < 2 * w, "{w}: {size}");
+        }
+        assert_eq!(bin_of(u64::MAX / 4, u64::MAX), BIN_EMPTY - 1);
+        assert_eq!(bin_of(1000, 10), 0);
+        let h = Histogram::of(&[0, 3, 40, 40, 1 << 12], u64::MAX);
+        assert_eq!(h.weight, 83 + (1 << 12));
+        assert_eq!(Histogram::of(&[5, 50], 10).capped_weight, 15);
+        assert_eq!(h.rows[BIN_EMPTY], 1);
+        assert_eq!(h.bins().map(|(_, n)| n).sum::<u64>(), 4);
+    }
+}
