@@ -472,12 +472,22 @@ fn read_entries<T: Scalar, R: BufRead>(
     let (sender, receiver) = mpsc::channel::<Parsed<T>>();
     let mut pending: BTreeMap<u64, (Vec<u8>, ParsedChunk<T>)> = BTreeMap::new();
     let (mut spawned, mut assembled) = (0u64, 0u64);
-    // The chunk number of an over-long line, reported once every chunk before it is in.
-    let mut overlong: Option<u64> = None;
+    // Why the input stopped early (an over-long line, a read or decompression error): reported
+    // once every chunk before it is in, so that an earlier parse error comes first, as it
+    // would reading line by line.
+    let mut stopped: Option<MatrixMarketError> = None;
     let mut input_done = false;
     loop {
         while !input_done && spawned - assembled < max_in_flight {
-            match chunker.next_chunk()? {
+            let next = match chunker.next_chunk() {
+                Ok(next) => next,
+                Err(e) => {
+                    stopped = Some(e);
+                    input_done = true;
+                    break;
+                }
+            };
+            match next {
                 Ok(Some(bytes)) => {
                     let h = *header;
                     let max_line = options.max_line_bytes;
@@ -498,7 +508,7 @@ fn read_entries<T: Scalar, R: BufRead>(
                 }
                 Ok(None) => input_done = true,
                 Err(Overlong) => {
-                    overlong = Some(spawned);
+                    stopped = Some(line_too_long(0, options.max_line_bytes));
                     input_done = true;
                 }
             }
@@ -508,8 +518,13 @@ fn read_entries<T: Scalar, R: BufRead>(
             assembled += 1;
         }
         if assembled == spawned {
-            if overlong.is_some() {
-                return Err(line_too_long(entries.lines + 1, options.max_line_bytes));
+            match stopped {
+                // The over-long line is the first of the chunk that was being cut.
+                Some(MatrixMarketError::Parse { message, .. }) => {
+                    return Err(parse_error(entries.lines + 1, message))
+                }
+                Some(e) => return Err(e),
+                None => {}
             }
             if input_done {
                 break;
