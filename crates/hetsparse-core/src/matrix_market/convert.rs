@@ -124,11 +124,12 @@ pub(super) fn coo_to_csr<T: Scalar>(coo: Coo<T>) -> Result<Csr<T>, MatrixMarketE
             (write, lengths)
         })
         .collect();
-    // Close the gaps that summed repeats left between blocks, and rebuild the offsets.
+    // Close the gaps that summed repeats left between blocks, and rebuild the offsets (which
+    // overwrites the old ones, so the blocks' old starts are taken first).
+    let starts: Vec<usize> = bounds.iter().map(|&r| offsets[r] as usize).collect();
     let mut write = 0usize;
     let mut row = 0usize;
-    for (w, (kept, lengths)) in bounds.windows(2).zip(compacted) {
-        let start = offsets[w[0]] as usize;
+    for (start, (kept, lengths)) in starts.into_iter().zip(compacted) {
         if start != write {
             csr_cols.copy_within(start..start + kept, write);
             csr_values.copy_within(start..start + kept, write);

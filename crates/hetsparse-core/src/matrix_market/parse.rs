@@ -194,7 +194,7 @@ impl<'a> Cursor<'a> {
     fn word(&mut self) -> &'a [u8] {
         let start = self.pos;
         while let Some(&b) = self.bytes.get(self.pos) {
-            if b == b' ' || b == b'\t' {
+            if matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
                 break;
             }
             self.pos += 1;
@@ -202,9 +202,23 @@ impl<'a> Cursor<'a> {
         &self.bytes[start..self.pos]
     }
 
+    /// Past trailing blanks and a line end (`\n`, `\r\n`, or the end of the text), if that is
+    /// what comes next.
     #[inline(always)]
-    fn at_end(&self) -> bool {
-        self.pos == self.bytes.len()
+    fn line_end(&mut self) -> bool {
+        self.blanks();
+        match self.bytes.get(self.pos) {
+            None => true,
+            Some(b'\n') => {
+                self.pos += 1;
+                true
+            }
+            Some(b'\r') if self.bytes.get(self.pos + 1) == Some(&b'\n') => {
+                self.pos += 2;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -234,10 +248,10 @@ fn fast_value<T: Scalar>(field: Field, c: &mut Cursor<'_>) -> Option<T> {
     }
 }
 
-/// A plain entry line, or `None` for anything the careful parser must look at.
+/// A plain entry line starting at the cursor, which is left after its line end; `None` for
+/// anything the careful parser must look at (leading blanks, comments, signs, errors, ...).
 #[inline(always)]
-fn fast_entry<T: Scalar>(header: &Header, l: &[u8]) -> Option<(u32, u32, T)> {
-    let mut c = Cursor { bytes: l, pos: 0 };
+fn fast_entry<T: Scalar>(header: &Header, c: &mut Cursor<'_>) -> Option<(u32, u32, T)> {
     let (i, j) = match header.format {
         Format::Coordinate => {
             let i = c.index(header.nrows)?;
@@ -252,8 +266,8 @@ fn fast_entry<T: Scalar>(header: &Header, l: &[u8]) -> Option<(u32, u32, T)> {
         }
         Format::Array => (0, 0),
     };
-    let v = fast_value(header.field, &mut c)?;
-    c.at_end().then_some((i, j, v))
+    let v = fast_value(header.field, c)?;
+    c.line_end().then_some((i, j, v))
 }
 
 /// What one chunk of whole lines holds: its entries (symmetric partners included, right after
@@ -319,31 +333,48 @@ pub(super) fn parse_chunk<T: Scalar>(
         entries: 0,
         error: None,
     };
-    for_each_line(bytes, |line, raw| {
+    let mut pos = 0;
+    let mut line = 0;
+    while pos < bytes.len() {
+        line += 1;
         out.lines = line;
-        if raw.len() > max_line_bytes {
-            out.error = Some(line_too_long(line, max_line_bytes));
-            return false;
-        }
-        let l = raw.trim_ascii();
-        if !is_content(l) {
-            return true;
-        }
-        let parsed = match fast_entry::<T>(header, l) {
-            Some(e) => Ok(e),
-            None => parse_entry_line::<T>(header, l, line),
-        };
-        let (i, j, v) = match parsed {
-            Ok(e) => e,
-            Err(e) => {
-                out.error = Some(e);
-                return false;
+        let start = pos;
+        let mut c = Cursor { bytes, pos };
+        let fast = fast_entry::<T>(header, &mut c);
+        // A line that the fast path took is at most its length (the newline included).
+        let (i, j, v) = match fast {
+            Some(e) if c.pos - start <= max_line_bytes => {
+                pos = c.pos;
+                e
+            }
+            _ => {
+                let end = bytes[start..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |k| start + k);
+                pos = end + 1;
+                let raw = &bytes[start..end];
+                if raw.len() > max_line_bytes {
+                    out.error = Some(line_too_long(line, max_line_bytes));
+                    break;
+                }
+                let l = raw.trim_ascii();
+                if !is_content(l) {
+                    continue;
+                }
+                match parse_entry_line::<T>(header, l, line) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        out.error = Some(e);
+                        break;
+                    }
+                }
             }
         };
         if !coordinate {
             out.values.push(v);
             out.entries += 1;
-            return true;
+            continue;
         }
         if i != j {
             let partner = match header.symmetry {
@@ -370,14 +401,13 @@ pub(super) fn parse_chunk<T: Scalar>(
                     u64::from(j) + 1
                 ),
             ));
-            return false;
+            break;
         } else {
             out.rows.push(i);
             out.cols.push(j);
             out.values.push(v);
         }
         out.entries += 1;
-        true
-    });
+    }
     out
 }
