@@ -10,7 +10,8 @@
 //! gzip-compressed. Then, for each thread count, times the best of R (default 3) reads into COO
 //! (`read_path`, what `scipy.io.mmread` returns) and writes of what was read (`write_sparse`,
 //! `coordinate … general`); with `--python`, runs `benches/peers/mmio.py` with the same thread
-//! count on the same files. `cargo xtask mmio` runs this with the workspace's paths.
+//! count on the same files. Speeds are MB of text per second (for the gzip file, of the text
+//! it holds); the MB column is the file's size. `cargo xtask mmio` runs this with the workspace's paths.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -188,8 +189,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()?;
-        let mut peers = std::collections::HashMap::new();
-        if let Some(python) = &o.python {
+        // scipy on one file, then hetsparse on the same file, so that both sides of a ratio
+        // are measured within seconds of each other.
+        let peer_times = |path: &Path| -> Result<Option<(f64, f64)>, Box<dyn std::error::Error>> {
+            let Some(python) = &o.python else {
+                return Ok(None);
+            };
             let output = Command::new(python)
                 .arg(&script)
                 .args([
@@ -198,7 +203,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "--repeat",
                     &o.repeat.to_string(),
                 ])
-                .args(&files)
+                .arg(path)
                 .output()?;
             if !output.status.success() {
                 return Err(format!(
@@ -208,19 +213,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
                 .into());
             }
-            for line in String::from_utf8_lossy(&output.stdout).lines() {
-                let f: Vec<&str> = line.split('\t').collect();
-                if let [path, read, write] = f[..] {
-                    peers.insert(
-                        path.to_string(),
-                        (read.parse::<f64>()?, write.parse::<f64>()?),
-                    );
-                }
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let fields: Vec<&str> = stdout.trim().rsplitn(3, '\t').collect();
+            match fields[..] {
+                [write, read, _] => Ok(Some((read.parse()?, write.parse()?))),
+                _ => Err(format!("unexpected output from {}: {stdout}", script.display()).into()),
             }
-        }
+        };
         for path in &files {
-            let bytes = std::fs::metadata(path)?.len();
-            let mb = bytes as f64 / 1e6;
+            let peer = peer_times(path)?;
+            // Speeds are in MB of text, a gzip file's uncompressed text included.
+            let gz = path.extension().is_some_and(|e| e == "gz");
+            let text = if gz { &files[0] } else { path };
+            let bytes = std::fs::metadata(text)?.len();
+            let mb = std::fs::metadata(path)?.len() as f64 / 1e6;
             let (read_s, m) = pool.install(|| {
                 best_of(o.repeat, || {
                     matrix_market::read_path::<f64>(path).map_err(|e| e.to_string())
@@ -229,7 +235,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let MatrixMarket::Sparse(coo) = m? else {
                 return Err("a coordinate file read as dense".into());
             };
-            let gz = path.extension().is_some_and(|e| e == "gz");
             let (write_s, written) = if gz {
                 (f64::NAN, 0)
             } else {
@@ -249,7 +254,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     format!("{s:.3} s ({:.0} MB/s)", b / 1e6 / s)
                 }
             };
-            let peer = peers.get(&path.display().to_string());
             let ratio = |ours: f64, theirs: Option<f64>| match theirs {
                 Some(t) if !ours.is_nan() => format!("{:.2}×", t / ours),
                 _ => "—".to_string(),

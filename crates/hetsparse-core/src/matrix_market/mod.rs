@@ -28,16 +28,32 @@
 //!   `array` is not `pattern`: these banners are rejected rather than guessed at. Symmetric
 //!   matrices of any kind must be square.
 //! - Gzip input is recognised by its magic bytes, not by the file name, both by [`read_path`]
-//!   and by [`read`]; multi-member gzip files (as `pigz` and `bgzip` write) are read through.
+//!   and by [`read`]. As gzip(1) does, members are read one after another (as `pigz` and
+//!   `bgzip` write them) and zero bytes after the last member are ignored; any other data after
+//!   a member is an [`MatrixMarketError::Io`] error that names the compressed byte offset where
+//!   it starts, not a puzzling "invalid gzip header".
 //! - Comment lines and blank lines may appear anywhere after the banner; leading and trailing
 //!   whitespace, CRLF line ends and a UTF-8 byte-order mark are tolerated; banner keywords are
 //!   case-insensitive. Fortran exponents (`1.5D+03`) are accepted in real values.
 //! - Every malformed line is a [`MatrixMarketError::Parse`] carrying its 1-based line number
 //!   and what was expected and found. A file that ends early is reported at the line after
 //!   its last one.
-//! - Memory follows the data actually read, not the size line: a header announcing billions of
-//!   entries, or a `4294967295 × 4294967295` array, reserves at most 2^20 entries up front and
-//!   then fails with "fewer entries than announced" as soon as the file runs out.
+//! - Memory is bounded whatever the file says ([`ReadOptions`]): no line may be longer than
+//!   [`ReadOptions::max_line_bytes`] (1 MiB by default), and what the size line announces
+//!   must fit [`ReadOptions::max_bytes`] (the machine's memory by default), or the read fails
+//!   at the size line with [`MatrixMarketError::MemoryLimit`] — a gzip file announcing 10^12
+//!   entries fails before its first entry. The arrays then grow with the entries actually
+//!   read (a short file announcing many entries fails with "fewer entries than announced" at
+//!   its end, having allocated for what it held) and never past the announced count. The
+//!   `read_csr*` functions count the CSR arrays in the limit too, and every allocation they
+//!   make is fallible ([`MatrixMarketError::OutOfMemory`]), so the 47 bytes
+//!   `%%MatrixMarket matrix coordinate real general` / `4294967295 1 0`, which ask for 32 GiB
+//!   of row offsets, are an error rather than an abort.
+//! - Reading is parallel: the calling thread reads (and decompresses) the text in chunks of
+//!   about 1 MiB of whole lines, and tasks on the current rayon pool parse them while it reads
+//!   on; entries are assembled in file order, so the result and the line numbers in errors are
+//!   those of a reading line by line. Writing formats blocks of lines in parallel and writes
+//!   them in order. Run inside [`rayon::ThreadPool::install`] to choose the thread count.
 //!
 //! Writing produces `coordinate real general` (or `complex` for complex scalars) for sparse
 //! matrices and `array … general` for dense ones, with a `% written by hetsparse` comment.

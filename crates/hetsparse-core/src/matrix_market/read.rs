@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc;
 
@@ -401,18 +401,23 @@ impl<R: BufRead> Chunker<R> {
         let mut searched = 0;
         loop {
             while !self.at_end && chunk.len() < want {
-                let available = match self.reader.fill_buf() {
-                    Ok(b) => b,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // Straight into the chunk: a buffered reader whose buffer is empty hands a
+                // large read to the file or decoder beneath, sparing a copy.
+                let room = want - chunk.len();
+                // Room enough that reading never grows the chunk by doubling.
+                chunk
+                    .try_reserve(room + 64)
+                    .map_err(|_| MatrixMarketError::OutOfMemory {
+                        what: "a chunk of text".into(),
+                        needed_bytes: (chunk.len() + room) as u64,
+                    })?;
+                match (&mut self.reader).take(room as u64).read_to_end(&mut chunk) {
+                    // Less than asked for: the input has ended.
+                    Ok(n) if n < room => self.at_end = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e.into()),
-                };
-                if available.is_empty() {
-                    self.at_end = true;
-                    break;
                 }
-                let take = available.len().min(want - chunk.len());
-                chunk.extend_from_slice(&available[..take]);
-                self.reader.consume(take);
             }
             if self.at_end {
                 return Ok(Ok((!chunk.is_empty()).then_some(chunk)));

@@ -104,7 +104,7 @@ fn write_blocks<W: Write>(
             .into_par_iter()
             .map(|b| {
                 let range = b * BLOCK_ENTRIES..((b + 1) * BLOCK_ENTRIES).min(count);
-                let mut out = Vec::with_capacity(range.len() * 32);
+                let mut out = Vec::with_capacity(range.len() * 48);
                 format(range, &mut out);
                 out
             })
