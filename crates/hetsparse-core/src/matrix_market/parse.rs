@@ -316,8 +316,15 @@ pub(super) fn parse_chunk<T: Scalar>(
     bytes: &[u8],
     max_line_bytes: usize,
 ) -> ParsedChunk<T> {
-    let newlines = bytes.iter().filter(|&&b| b == b'\n').count();
-    let capacity = (newlines + 1)
+    // Room for lines as long as the first, with a margin; the arrays grow if the guess is
+    // short (counting the newlines first took a fifth of the parsing time).
+    let first_line = bytes
+        .iter()
+        .take(4096)
+        .position(|&b| b == b'\n')
+        .map_or(64, |k| k + 1);
+    let lines_guess = bytes.len() / first_line.max(4) * 5 / 4 + 16;
+    let capacity = lines_guess
         * if header.symmetry == Symmetry::General {
             1
         } else {
