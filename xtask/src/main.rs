@@ -1,6 +1,7 @@
 //! `cargo xtask`: project tasks. Each task lives in its own module; this file only dispatches.
 mod bench;
 mod kernels;
+mod mmio;
 
 use std::process::ExitCode;
 
@@ -10,12 +11,15 @@ tasks:
         compile kernels-cuda/*.cu to the committed PTX (nvcc; ISA 8.0, checked with ptxas 12.0)
   bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
         benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
-        generated matrix classes and print one markdown table (docs/benchmarks.md)";
+        generated matrix classes and print one markdown table (docs/benchmarks.md)
+  mmio [--mb N] [--threads LIST] [--repeat R] [--python PATH]
+        Matrix Market read/write speed against scipy.io.mmread/mmwrite on generated files";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench::run(&args[1..]),
+        Some("mmio") => mmio::run(&args[1..]),
         Some("kernels") => {
             kernels::run(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
         }

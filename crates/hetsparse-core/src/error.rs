@@ -125,6 +125,29 @@ pub enum MatrixMarketError {
     /// The file is well formed but holds something the target type cannot (complex into real).
     #[error("Matrix Market: {0}")]
     Unsupported(String),
+    /// Reading the file would take more memory than the reader was allowed
+    /// ([`ReadOptions::max_bytes`](crate::matrix_market::ReadOptions::max_bytes)): the size line
+    /// announces more than the limit, or a conversion needs more.
+    #[error(
+        "Matrix Market: {what} needs {needed_bytes} bytes, more than the limit of {limit_bytes} \
+         bytes (ReadOptions::max_bytes)"
+    )]
+    MemoryLimit {
+        /// What would have been allocated.
+        what: String,
+        /// Bytes it needs.
+        needed_bytes: u64,
+        /// The limit in force.
+        limit_bytes: u64,
+    },
+    /// The allocator refused memory the matrix needs.
+    #[error("Matrix Market: out of memory allocating {needed_bytes} bytes for {what}")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: String,
+        /// Bytes asked for.
+        needed_bytes: u64,
+    },
     /// A file could not be opened; says which.
     #[error("cannot open Matrix Market file `{}`: {source}", path.display())]
     Open {

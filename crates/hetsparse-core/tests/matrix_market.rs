@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use hetsparse_core::matrix_market::{self, Field, Format, Header, MatrixMarket, Symmetry};
+use hetsparse_core::matrix_market::{
+    self, Field, Format, Header, MatrixMarket, ReadOptions, Symmetry,
+};
 use hetsparse_core::{Complex, Coo, Csc, Csr, Dense, Layout, MatrixMarketError, Scalar};
 use proptest::prelude::*;
 
@@ -337,34 +339,68 @@ fn skew_symmetric_diagonal_is_an_error() {
     );
 }
 
+/// Reading `s` as f64 without a memory limit fails at `line` with every needle.
+#[track_caller]
+fn assert_unlimited_parse_error(s: &str, line: u64, needles: &[&str]) {
+    let unlimited = ReadOptions::default().with_max_bytes(u64::MAX);
+    match matrix_market::read_with::<f64, _>(s.as_bytes(), &unlimited) {
+        Err(MatrixMarketError::Parse { line: l, message }) => {
+            assert_eq!(l, line, "wrong line for `{message}`");
+            for n in needles {
+                assert!(message.contains(n), "`{message}` does not mention `{n}`");
+            }
+        }
+        other => panic!("expected a parse error at line {line}, got {other:?}"),
+    }
+}
+
 #[test]
-fn huge_announcements_fail_at_the_end_of_the_file_without_allocating() {
-    // Each of these would need terabytes if the reader trusted the size line.
-    assert_parse_error(
-        "%%MatrixMarket matrix coordinate real general\n4294967295 4294967295 1000000000000000\n1 1 1\n",
-        4,
-        &["after 1 entries", "fewer than the 1000000000000000"],
-    );
-    assert_parse_error(
-        "%%MatrixMarket matrix coordinate real symmetric\n4294967295 4294967295 18446744073709551615\n",
-        3,
-        &["after 0 entries"],
-    );
-    assert_parse_error(
-        "%%MatrixMarket matrix array real general\n100000 100000\n1\n2\n",
-        5,
-        &["after 2 entries", "fewer than the 10000000000 announced"],
-    );
-    assert_parse_error(
+fn huge_announcements_fail_at_the_size_line_or_without_memory_limit_at_the_end() {
+    // Each of these would need terabytes if the reader trusted the size line: with the default
+    // limit (physical memory) they fail before any entry is read; without a limit they fail at
+    // the end of the file, having allocated for what was read only.
+    let cases = [
+        (
+            "%%MatrixMarket matrix coordinate real general\n4294967295 4294967295 1000000000000000\n1 1 1\n",
+            4,
+            &["after 1 entries", "fewer than the 1000000000000000"][..],
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real symmetric\n4294967295 4294967295 100000000000000000\n",
+            3,
+            &["after 0 entries"][..],
+        ),
+        (
+            "%%MatrixMarket matrix array real general\n100000000 100000\n1\n2\n",
+            5,
+            &["after 2 entries", "fewer than the 10000000000000 announced"][..],
+        ),
+    ];
+    for (text, line, needles) in cases {
+        match read_str::<f64>(text) {
+            Err(MatrixMarketError::MemoryLimit {
+                needed_bytes,
+                limit_bytes,
+                ..
+            }) => assert!(needed_bytes > limit_bytes),
+            other => panic!("expected a memory limit error, got {other:?}"),
+        }
+        assert_unlimited_parse_error(text, line, needles);
+    }
+    // Arrays whose bytes do not even fit in 64 bits fail at the size line whatever the limit.
+    let unlimited = ReadOptions::default().with_max_bytes(u64::MAX);
+    for text in [
         "%%MatrixMarket matrix array real general\n4294967295 4294967295\n1\n",
-        4,
-        &["fewer than the 18446744065119617025 announced"],
-    );
-    assert_parse_error(
         "%%MatrixMarket matrix array real symmetric\n4294967295 4294967295\n1\n",
-        4,
-        &["fewer than the 9223372034707292160 announced"],
-    );
+    ] {
+        assert!(matches!(
+            matrix_market::read_with::<f64, _>(text.as_bytes(), &unlimited),
+            Err(MatrixMarketError::MemoryLimit {
+                needed_bytes: u64::MAX,
+                ..
+            })
+        ));
+    }
     // A large but empty sparse matrix is fine: COO has no per-row storage.
     let c = sparse(
         read_str::<f64>("%%MatrixMarket matrix coordinate real general\n4294967295 4294967295 0\n")

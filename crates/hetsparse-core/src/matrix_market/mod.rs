@@ -28,16 +28,32 @@
 //!   `array` is not `pattern`: these banners are rejected rather than guessed at. Symmetric
 //!   matrices of any kind must be square.
 //! - Gzip input is recognised by its magic bytes, not by the file name, both by [`read_path`]
-//!   and by [`read`]; multi-member gzip files (as `pigz` and `bgzip` write) are read through.
+//!   and by [`read`]. As gzip(1) does, members are read one after another (as `pigz` and
+//!   `bgzip` write them) and zero bytes after the last member are ignored; any other data after
+//!   a member is an [`MatrixMarketError::Io`] error that names the compressed byte offset where
+//!   it starts, not a puzzling "invalid gzip header".
 //! - Comment lines and blank lines may appear anywhere after the banner; leading and trailing
 //!   whitespace, CRLF line ends and a UTF-8 byte-order mark are tolerated; banner keywords are
 //!   case-insensitive. Fortran exponents (`1.5D+03`) are accepted in real values.
 //! - Every malformed line is a [`MatrixMarketError::Parse`] carrying its 1-based line number
 //!   and what was expected and found. A file that ends early is reported at the line after
 //!   its last one.
-//! - Memory follows the data actually read, not the size line: a header announcing billions of
-//!   entries, or a `4294967295 × 4294967295` array, reserves at most 2^20 entries up front and
-//!   then fails with "fewer entries than announced" as soon as the file runs out.
+//! - Memory is bounded whatever the file says ([`ReadOptions`]): no line may be longer than
+//!   [`ReadOptions::max_line_bytes`] (1 MiB by default), and what the size line announces
+//!   must fit [`ReadOptions::max_bytes`] (the machine's memory by default), or the read fails
+//!   at the size line with [`MatrixMarketError::MemoryLimit`] — a gzip file announcing 10^12
+//!   entries fails before its first entry. The arrays then grow with the entries actually
+//!   read (a short file announcing many entries fails with "fewer entries than announced" at
+//!   its end, having allocated for what it held) and never past the announced count. The
+//!   `read_csr*` functions count the CSR arrays in the limit too, and every allocation they
+//!   make is fallible ([`MatrixMarketError::OutOfMemory`]), so the 47 bytes
+//!   `%%MatrixMarket matrix coordinate real general` / `4294967295 1 0`, which ask for 32 GiB
+//!   of row offsets, are an error rather than an abort.
+//! - Reading is parallel: the calling thread reads (and decompresses) the text in chunks of
+//!   about 1 MiB of whole lines, and tasks on the current rayon pool parse them while it reads
+//!   on; entries are assembled in file order, so the result and the line numbers in errors are
+//!   those of a reading line by line. Writing formats blocks of lines in parallel and writes
+//!   them in order. Run inside [`rayon::ThreadPool::install`] to choose the thread count.
 //!
 //! Writing produces `coordinate real general` (or `complex` for complex scalars) for sparse
 //! matrices and `array … general` for dense ones, with a `% written by hetsparse` comment.
@@ -65,12 +81,19 @@
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
 
+mod convert;
+mod gzip;
+mod header;
+mod parse;
 mod read;
 mod write;
 
 use std::fmt;
 
-pub use read::{read, read_csr, read_csr_path, read_header, read_path};
+pub use read::{
+    read, read_csr, read_csr_path, read_csr_path_with, read_csr_with, read_header, read_path,
+    read_path_with, read_with,
+};
 pub use write::{write_dense, write_sparse};
 
 use crate::error::MatrixMarketError;
@@ -177,6 +200,82 @@ pub struct Header {
     pub entries: u64,
 }
 
+/// Limits that keep a reader's memory bounded whatever the file says.
+///
+/// The defaults fit any real Matrix Market file: lines up to 1 MiB, and as much memory as the
+/// machine has (on Linux; unlimited elsewhere). A service reading files it does not trust sets
+/// [`max_bytes`](Self::max_bytes) to what it can spare.
+///
+/// ```
+/// use hetsparse_core::matrix_market::{self, ReadOptions};
+/// use hetsparse_core::MatrixMarketError;
+///
+/// // 47 bytes that announce 4294967295 rows: CSR would need 32 GiB of row offsets.
+/// let file = b"%%MatrixMarket matrix coordinate real general\n4294967295 1 0\n";
+/// let options = ReadOptions::default().with_max_bytes(1 << 30);
+/// let err = matrix_market::read_csr_with::<f64, _>(&file[..], &options).unwrap_err();
+/// assert!(matches!(err, MatrixMarketError::MemoryLimit { .. }));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    /// Longest line accepted, in bytes, its `\n` excluded (default 1 MiB). A longer line, a
+    /// comment included, is a [`MatrixMarketError::Parse`] error as soon as this many bytes of it
+    /// have been read.
+    pub max_line_bytes: usize,
+    /// Most bytes the matrix may take once read (default: the machine's physical memory on
+    /// Linux, unlimited elsewhere): COO triplets (twice the announced count for symmetric
+    /// files), the dense array, and, for the `read_csr*` functions, the CSR arrays too. It is
+    /// checked against what the size line announces, before any entry is read, so a file that
+    /// announces more fails at once with [`MatrixMarketError::MemoryLimit`]; the arrays then
+    /// grow with the entries actually read and never past what was announced. Beyond this,
+    /// the reader holds a few MiB of text per thread.
+    pub max_bytes: u64,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_line_bytes: 1 << 20,
+            max_bytes: physical_memory().unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl ReadOptions {
+    /// With another line length limit.
+    pub fn with_max_line_bytes(mut self, max_line_bytes: usize) -> Self {
+        self.max_line_bytes = max_line_bytes;
+        self
+    }
+
+    /// With another memory limit.
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+}
+
+/// Bytes of physical memory, where the operating system says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
+        pages.checked_mul(page).filter(|&b| b > 0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// A matrix read from a Matrix Market file: sparse from `coordinate`, dense from `array`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MatrixMarket<T> {
@@ -197,11 +296,23 @@ impl<T: Scalar> MatrixMarket<T> {
     }
 
     /// As CSR: triplets are sorted and repeated entries summed ([`Coo::to_csr`]); a dense matrix
-    /// keeps its non-zero values only ([`Csr::from_dense`]).
+    /// keeps its non-zero values only ([`Csr::from_dense`]). CSR stores an offset per row, so a
+    /// tiny file can describe a matrix whose CSR form does not fit in memory: for input that is
+    /// not trusted, [`try_into_csr`](Self::try_into_csr) returns an error instead.
     pub fn into_csr(self) -> Csr<T> {
         match self {
             MatrixMarket::Sparse(c) => c.to_csr(),
             MatrixMarket::Dense(d) => Csr::from_dense(&d),
+        }
+    }
+
+    /// As CSR, like [`into_csr`](Self::into_csr), with every allocation fallible
+    /// ([`MatrixMarketError::OutOfMemory`] instead of an abort) and rows sorted on every core of
+    /// the current rayon pool. Takes the triplets' memory back as it goes.
+    pub fn try_into_csr(self) -> Result<Csr<T>, MatrixMarketError> {
+        match self {
+            MatrixMarket::Sparse(c) => convert::coo_to_csr(c),
+            MatrixMarket::Dense(d) => convert::dense_to_csr(&d),
         }
     }
 
@@ -222,7 +333,7 @@ impl<T: Scalar> MatrixMarket<T> {
                 let mut data = Vec::new();
                 data.try_reserve_exact(len).map_err(|_| too_large())?;
                 data.resize(len, T::zero());
-                let a = c.to_csr();
+                let a = convert::coo_to_csr(c)?;
                 for i in 0..nrows {
                     let (cols, vals) = a.row(i);
                     for (&j, &v) in cols.iter().zip(vals) {

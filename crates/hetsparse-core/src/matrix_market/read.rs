@@ -1,74 +1,103 @@
-//! The reader: a line scanner over a reused buffer, the header parser and the entry loops.
+//! The reader: the header is read line by line, then the entries in chunks of whole lines that
+//! are parsed on every core of the current rayon pool while the calling thread reads (and
+//! decompresses) the next ones, and assembled in file order.
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc;
 
-use flate2::bufread::MultiGzDecoder;
-
-use super::{Field, Format, Header, MatrixMarket, Symmetry};
+use super::convert::{checked_bytes, try_vec};
+use super::gzip::GzipMembers;
+use super::header::{line_too_long, parse_error, parse_header, Lines};
+use super::parse::{for_each_line, is_content, parse_chunk, ParsedChunk};
+use super::{Field, Format, Header, MatrixMarket, ReadOptions, Symmetry};
 use crate::error::MatrixMarketError;
-use crate::format::{Coo, Csr, Dense, Layout, MAX_DIMENSION};
+use crate::format::{Coo, Csr, Dense, Layout};
 use crate::scalar::Scalar;
 
-/// Most entries reserved before they arrive: the size line is only a promise, and a short file
-/// announcing 10^12 entries must fail at its end, not in the allocator.
-const MAX_INITIAL_RESERVE: u64 = 1 << 20;
-
-/// Buffer size for files and decompressed streams: lines are short, so a larger buffer mostly
-/// saves system calls.
+/// Buffer size for files and decompressed streams.
 const READ_BUFFER: usize = 1 << 16;
 
-/// Longest excerpt of offending input quoted in an error message.
-const MAX_QUOTE: usize = 40;
+/// Bytes of text per chunk handed to a parsing task: large enough that a task's overhead is
+/// lost in its work, small enough that every core gets several per batch.
+const CHUNK_BYTES: usize = 1 << 20;
 
-const BANNER: &str = "%%MatrixMarket matrix <coordinate|array> <real|integer|complex|pattern> \
-                      <general|symmetric|skew-symmetric|hermitian>";
+/// Most entries reserved before they arrive: the size line is only a promise, so the arrays
+/// grow with what is actually read beyond this.
+const MAX_INITIAL_RESERVE: u64 = 1 << 20;
 
-/// Reads a Matrix Market file from any buffered reader, plain or gzip-compressed.
+/// Reads a Matrix Market file from any buffered reader, plain or gzip-compressed, with the
+/// default [`ReadOptions`].
 ///
 /// Returns [`MatrixMarket::Sparse`] for `coordinate` files and [`MatrixMarket::Dense`] for
 /// `array` files; see the [module documentation](super) for how fields and symmetries are
 /// interpreted.
-pub fn read<T: Scalar, R: BufRead>(mut reader: R) -> Result<MatrixMarket<T>, MatrixMarketError> {
-    let _span = tracing::debug_span!("matrix_market::read", scalar = %T::TYPE).entered();
-    if is_gzip(&mut reader)? {
-        tracing::debug!("gzip input");
-        read_plain(BufReader::with_capacity(
-            READ_BUFFER,
-            MultiGzDecoder::new(reader),
-        ))
-    } else {
-        read_plain(reader)
-    }
+pub fn read<T: Scalar, R: BufRead>(reader: R) -> Result<MatrixMarket<T>, MatrixMarketError> {
+    read_with(reader, &ReadOptions::default())
+}
+
+/// [`read`] with explicit limits.
+pub fn read_with<T: Scalar, R: BufRead>(
+    reader: R,
+    options: &ReadOptions,
+) -> Result<MatrixMarket<T>, MatrixMarketError> {
+    read_any(reader, options, Target::AsRead)
 }
 
 /// Reads a Matrix Market file, gzip-compressed or not (decided by its first bytes).
 pub fn read_path<T: Scalar>(path: impl AsRef<Path>) -> Result<MatrixMarket<T>, MatrixMarketError> {
-    read(open(path.as_ref())?)
+    read_path_with(path, &ReadOptions::default())
 }
 
-/// Reads a `coordinate` or `array` file into CSR (see [`MatrixMarket::into_csr`]).
+/// [`read_path`] with explicit limits.
+pub fn read_path_with<T: Scalar>(
+    path: impl AsRef<Path>,
+    options: &ReadOptions,
+) -> Result<MatrixMarket<T>, MatrixMarketError> {
+    read_with(open(path.as_ref())?, options)
+}
+
+/// Reads a `coordinate` or `array` file into CSR (see [`MatrixMarket::try_into_csr`]).
 pub fn read_csr<T: Scalar, R: BufRead>(reader: R) -> Result<Csr<T>, MatrixMarketError> {
-    let m = read(reader)?;
+    read_csr_with(reader, &ReadOptions::default())
+}
+
+/// [`read_csr`] with explicit limits; [`ReadOptions::max_bytes`] then also covers the CSR arrays,
+/// so a file announcing more rows than memory holds fails at its size line.
+pub fn read_csr_with<T: Scalar, R: BufRead>(
+    reader: R,
+    options: &ReadOptions,
+) -> Result<Csr<T>, MatrixMarketError> {
+    let m = read_any(reader, options, Target::Csr)?;
     let _span = tracing::debug_span!("matrix_market::to_csr").entered();
-    Ok(m.into_csr())
+    m.try_into_csr()
 }
 
 /// Reads a `coordinate` or `array` file from a path into CSR, gzip-compressed or not.
 pub fn read_csr_path<T: Scalar>(path: impl AsRef<Path>) -> Result<Csr<T>, MatrixMarketError> {
-    read_csr(open(path.as_ref())?)
+    read_csr_path_with(path, &ReadOptions::default())
+}
+
+/// [`read_csr_path`] with explicit limits.
+pub fn read_csr_path_with<T: Scalar>(
+    path: impl AsRef<Path>,
+    options: &ReadOptions,
+) -> Result<Csr<T>, MatrixMarketError> {
+    read_csr_with(open(path.as_ref())?, options)
 }
 
 /// Reads the banner and the size line only, not the entries: what a file holds and how large it
 /// claims to be, without reading it. Gzip input is decompressed just far enough.
 pub fn read_header<R: BufRead>(mut reader: R) -> Result<Header, MatrixMarketError> {
     let mut buf = Vec::new();
+    let max_line = ReadOptions::default().max_line_bytes;
     if is_gzip(&mut reader)? {
-        let mut lines = Lines::new(BufReader::new(MultiGzDecoder::new(reader)));
+        let mut lines = Lines::new(BufReader::new(GzipMembers::new(reader)), max_line);
         parse_header(&mut lines, &mut buf)
     } else {
-        parse_header(&mut Lines::new(reader), &mut buf)
+        parse_header(&mut Lines::new(reader, max_line), &mut buf)
     }
 }
 
@@ -80,6 +109,15 @@ fn open(path: &Path) -> Result<BufReader<File>, MatrixMarketError> {
     Ok(BufReader::with_capacity(READ_BUFFER, file))
 }
 
+/// What the caller will make of the matrix, for the memory check at the size line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// COO or dense, as the file holds it.
+    AsRead,
+    /// CSR, converted after reading.
+    Csr,
+}
+
 /// Whether the input is gzip (magic bytes 1f 8b). A plain Matrix Market file starts with `%`,
 /// whitespace or a byte-order mark, never with 0x1f, so the first byte decides, which also keeps
 /// the answer independent of how many bytes the reader happens to buffer; the decoder then
@@ -88,8 +126,65 @@ fn is_gzip<R: BufRead>(reader: &mut R) -> Result<bool, MatrixMarketError> {
     Ok(reader.fill_buf()?.first() == Some(&0x1f))
 }
 
-fn read_plain<T: Scalar, R: BufRead>(reader: R) -> Result<MatrixMarket<T>, MatrixMarketError> {
-    let mut lines = Lines::new(reader);
+fn read_any<T: Scalar, R: BufRead>(
+    mut reader: R,
+    options: &ReadOptions,
+    target: Target,
+) -> Result<MatrixMarket<T>, MatrixMarketError> {
+    let _span = tracing::debug_span!("matrix_market::read", scalar = %T::TYPE).entered();
+    if is_gzip(&mut reader)? {
+        tracing::debug!("gzip input");
+        read_plain(
+            BufReader::with_capacity(READ_BUFFER, GzipMembers::new(reader)),
+            options,
+            target,
+        )
+    } else {
+        read_plain(reader, options, target)
+    }
+}
+
+/// Bytes the matrix announced by `header` needs once read as `T` (and converted for `target`):
+/// what [`ReadOptions::max_bytes`] is checked against before any entry is read.
+fn announced_bytes<T: Scalar>(header: &Header, target: Target) -> Option<u64> {
+    let value = std::mem::size_of::<T>() as u64;
+    let (stored, converted) = match header.format {
+        Format::Coordinate => {
+            let mirrored = if header.symmetry == Symmetry::General {
+                1
+            } else {
+                2
+            };
+            let triplets = header.entries.checked_mul(mirrored)?;
+            let coo = triplets.checked_mul(8 + value)?;
+            let csr = triplets.checked_mul(4 + value)?;
+            (coo, csr)
+        }
+        Format::Array => {
+            let read = header.entries.checked_mul(value)?;
+            let full = if header.symmetry == Symmetry::General {
+                0
+            } else {
+                header.nrows.checked_mul(header.ncols)?.checked_mul(value)?
+            };
+            (read.checked_add(full)?, 0)
+        }
+    };
+    match target {
+        Target::AsRead => Some(stored),
+        Target::Csr => {
+            let offsets = header.nrows.checked_add(1)?.checked_mul(8)?;
+            stored.checked_add(converted)?.checked_add(offsets)
+        }
+    }
+}
+
+fn read_plain<T: Scalar, R: BufRead>(
+    reader: R,
+    options: &ReadOptions,
+    target: Target,
+) -> Result<MatrixMarket<T>, MatrixMarketError> {
+    let mut lines = Lines::new(reader, options.max_line_bytes);
     let mut buf = Vec::with_capacity(256);
     let header = parse_header(&mut lines, &mut buf)?;
     tracing::debug!(
@@ -108,497 +203,379 @@ fn read_plain<T: Scalar, R: BufRead>(reader: R) -> Result<MatrixMarket<T>, Matri
             T::TYPE
         )));
     }
-    let size_line = lines.line;
-    let m = match header.format {
-        Format::Coordinate => MatrixMarket::Sparse(read_coordinate(&header, &mut lines, &mut buf)?),
-        Format::Array => MatrixMarket::Dense(read_array(&header, &mut lines, &mut buf)?),
-    };
-    if lines.next_content(&mut buf)?.is_some() {
-        return Err(parse_error(
-            lines.line,
-            format!(
-                "more entries than the {} announced by the size line (line {size_line})",
-                header.entries
-            ),
-        ));
-    }
-    Ok(m)
-}
-
-/// Counts lines; the line itself lives in a buffer the caller owns, so that a returned line can
-/// be borrowed while the count is read.
-struct Lines<R> {
-    reader: R,
-    /// 1-based number of the last line read, 0 before the first.
-    line: u64,
-}
-
-impl<R: BufRead> Lines<R> {
-    fn new(reader: R) -> Self {
-        Lines { reader, line: 0 }
-    }
-
-    /// The next line, trimmed, or `None` at the end of the input.
-    fn next_line<'b>(
-        &mut self,
-        buf: &'b mut Vec<u8>,
-    ) -> Result<Option<&'b [u8]>, MatrixMarketError> {
-        buf.clear();
-        if self.reader.read_until(b'\n', buf)? == 0 {
-            return Ok(None);
-        }
-        self.line += 1;
-        Ok(Some(buf.trim_ascii()))
-    }
-
-    /// The next line that is neither blank nor a comment, trimmed.
-    fn next_content<'b>(
-        &mut self,
-        buf: &'b mut Vec<u8>,
-    ) -> Result<Option<&'b [u8]>, MatrixMarketError> {
-        loop {
-            buf.clear();
-            if self.reader.read_until(b'\n', buf)? == 0 {
-                return Ok(None);
+    let what = || {
+        format!(
+            "a {}×{} {} {} matrix of {} entries as {}{}",
+            header.nrows,
+            header.ncols,
+            header.format,
+            header.symmetry,
+            header.entries,
+            T::TYPE,
+            if target == Target::Csr {
+                " and CSR"
+            } else {
+                ""
             }
-            self.line += 1;
-            match buf.trim_ascii().first() {
-                None | Some(b'%') => continue,
-                Some(_) => break,
-            }
-        }
-        Ok(Some(buf.trim_ascii()))
-    }
-}
-
-fn parse_error(line: u64, message: String) -> MatrixMarketError {
-    MatrixMarketError::Parse { line, message }
-}
-
-/// Offending input for an error message, shortened and made printable.
-fn quote(bytes: &[u8]) -> String {
-    let cut = bytes.len().min(MAX_QUOTE);
-    let mut s = String::from_utf8_lossy(&bytes[..cut]).into_owned();
-    if cut < bytes.len() {
-        s.push('…');
-    }
-    s
-}
-
-fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|b| b.is_ascii_whitespace())
-        .filter(|w| !w.is_empty())
-}
-
-/// Exactly `N` whitespace-separated words, or an error naming what they should have been.
-#[inline]
-fn split_exact<'a, const N: usize>(
-    line: &'a [u8],
-    lineno: u64,
-    expected: &str,
-) -> Result<[&'a [u8]; N], MatrixMarketError> {
-    let mut out = [&line[..0]; N];
-    let mut n = 0;
-    for w in words(line) {
-        if n < N {
-            out[n] = w;
-        }
-        n += 1;
-    }
-    if n != N {
-        return Err(parse_error(
-            lineno,
-            format!(
-                "expected {N} {} `{expected}`, found {n}: `{}`",
-                if N == 1 { "value" } else { "values" },
-                quote(line)
-            ),
-        ));
-    }
-    Ok(out)
-}
-
-/// A non-negative decimal integer; `None` on anything else or on overflow.
-#[inline]
-fn parse_u64(word: &[u8]) -> Option<u64> {
-    let digits = word.strip_prefix(b"+").unwrap_or(word);
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &b in digits {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
-    }
-    Some(v)
-}
-
-fn parse_header<R: BufRead>(
-    lines: &mut Lines<R>,
-    buf: &mut Vec<u8>,
-) -> Result<Header, MatrixMarketError> {
-    let Some(banner) = lines.next_line(buf)? else {
-        return Err(parse_error(
-            1,
-            format!("expected the banner `{BANNER}`, found an empty file"),
-        ));
-    };
-    let banner = banner.strip_prefix("\u{feff}".as_bytes()).unwrap_or(banner);
-    let (format, field, symmetry) = parse_banner(banner)?;
-    let banner_line = lines.line;
-
-    let invalid = match (format, field, symmetry) {
-        (Format::Array, Field::Pattern, _) => Some("an `array` file cannot be `pattern`"),
-        (_, Field::Pattern, Symmetry::SkewSymmetric | Symmetry::Hermitian) => {
-            Some("a `pattern` matrix has no values to negate or conjugate")
-        }
-        (_, Field::Real | Field::Integer, Symmetry::Hermitian) => {
-            Some("`hermitian` requires the `complex` field; a real hermitian matrix is `symmetric`")
-        }
-        _ => None,
-    };
-    if let Some(why) = invalid {
-        return Err(parse_error(
-            banner_line,
-            format!("invalid banner `{format} {field} {symmetry}`: {why}"),
-        ));
-    }
-
-    let Some(size) = lines.next_content(buf)? else {
-        return Err(parse_error(
-            lines.line + 1,
-            "expected the size line, found the end of the file".to_string(),
-        ));
-    };
-    let line = lines.line;
-    let number = |word: &[u8], what: &str| {
-        parse_u64(word).ok_or_else(|| {
-            parse_error(
-                line,
-                format!(
-                    "expected the number of {what} (a non-negative integer) in the size line, \
-                     found `{}`",
-                    quote(word)
-                ),
-            )
-        })
-    };
-    let dimension = |word: &[u8], what: &str| {
-        let n = number(word, what)?;
-        if n > MAX_DIMENSION as u64 {
-            return Err(parse_error(
-                line,
-                format!(
-                    "{n} {what} is more than the {MAX_DIMENSION} supported (indices are 32-bit)"
-                ),
-            ));
-        }
-        Ok(n)
-    };
-    let (nrows, ncols, announced) = match format {
-        Format::Coordinate => {
-            let [r, c, e] = split_exact::<3>(size, line, "rows columns entries")?;
-            (
-                dimension(r, "rows")?,
-                dimension(c, "columns")?,
-                Some(number(e, "entries")?),
-            )
-        }
-        Format::Array => {
-            let [r, c] = split_exact::<2>(size, line, "rows columns")?;
-            (dimension(r, "rows")?, dimension(c, "columns")?, None)
-        }
-    };
-    if symmetry != Symmetry::General && nrows != ncols {
-        return Err(parse_error(
-            line,
-            format!("a {symmetry} matrix must be square, the size line says {nrows}×{ncols}"),
-        ));
-    }
-    let entries = match announced {
-        Some(e) => e,
-        None => {
-            // Both dimensions are below 2^32, so neither product can overflow u64; checked all
-            // the same so that a change of limit cannot turn into a wrap.
-            let stored = match symmetry {
-                Symmetry::General => nrows.checked_mul(ncols),
-                Symmetry::Symmetric | Symmetry::Hermitian => {
-                    nrows.checked_mul(nrows + 1).map(|p| p / 2)
-                }
-                Symmetry::SkewSymmetric => {
-                    nrows.checked_mul(nrows.saturating_sub(1)).map(|p| p / 2)
-                }
-            };
-            stored.ok_or_else(|| {
-                parse_error(
-                    line,
-                    format!("{nrows}×{ncols} values overflow a 64-bit count"),
-                )
-            })?
-        }
-    };
-    Ok(Header {
-        format,
-        field,
-        symmetry,
-        nrows,
-        ncols,
-        entries,
-    })
-}
-
-fn parse_banner(banner: &[u8]) -> Result<(Format, Field, Symmetry), MatrixMarketError> {
-    let found = || {
-        parse_error(
-            1,
-            format!("expected the banner `{BANNER}`, found `{}`", quote(banner)),
         )
     };
-    let [magic, object, format, field, symmetry] =
-        split_exact::<5>(banner, 1, BANNER).map_err(|_| found())?;
-    if !magic.eq_ignore_ascii_case(b"%%MatrixMarket") {
-        return Err(found());
+    match announced_bytes::<T>(&header, target) {
+        Some(needed) if needed <= options.max_bytes => {}
+        needed => {
+            return Err(MatrixMarketError::MemoryLimit {
+                what: what(),
+                needed_bytes: needed.unwrap_or(u64::MAX),
+                limit_bytes: options.max_bytes,
+            })
+        }
     }
-    if !object.eq_ignore_ascii_case(b"matrix") {
+    let size_line = lines.line;
+    let mut entries = Entries::<T>::new(&header, size_line)?;
+    read_entries(&header, lines, options, &mut entries)?;
+    let (nrows, ncols) = (header.nrows as usize, header.ncols as usize);
+    match header.format {
+        Format::Coordinate => Ok(MatrixMarket::Sparse(Coo::from_sorted_parts(
+            nrows,
+            ncols,
+            entries.rows,
+            entries.cols,
+            entries.values,
+        ))),
+        Format::Array => Ok(MatrixMarket::Dense(expand_array(&header, entries.values)?)),
+    }
+}
+
+/// The entries assembled so far, in file order, and where the file stands.
+struct Entries<T> {
+    rows: Vec<u32>,
+    cols: Vec<u32>,
+    values: Vec<T>,
+    /// Entry lines read so far (symmetric partners not counted).
+    found: u64,
+    /// Lines of the file consumed so far.
+    lines: u64,
+    /// Line number of the size line.
+    size_line: u64,
+    /// Most array elements the announced entries can take (twice the count when mirrored).
+    limit: u64,
+}
+
+impl<T: Scalar> Entries<T> {
+    fn new(header: &Header, size_line: u64) -> Result<Self, MatrixMarketError> {
+        let mirrored = header.format == Format::Coordinate && header.symmetry != Symmetry::General;
+        let limit = header.entries.saturating_mul(if mirrored { 2 } else { 1 });
+        let reserve = limit.min(MAX_INITIAL_RESERVE);
+        let index_reserve = if header.format == Format::Coordinate {
+            reserve
+        } else {
+            0
+        };
+        Ok(Entries {
+            rows: try_vec(index_reserve, "row indices")?,
+            cols: try_vec(index_reserve, "column indices")?,
+            values: try_vec(reserve, "values")?,
+            found: 0,
+            lines: size_line,
+            size_line,
+            limit,
+        })
+    }
+
+    /// Appends a parsed chunk, or returns the first error in file order: too many entries, or
+    /// the chunk's own error with its line number made absolute.
+    fn append(
+        &mut self,
+        header: &Header,
+        chunk: ParsedChunk<T>,
+        bytes: &[u8],
+    ) -> Result<(), MatrixMarketError> {
+        let remaining = header.entries - self.found;
+        if chunk.entries > remaining || (chunk.entries == remaining && chunk.error.is_some()) {
+            // The first entry line past the announced count is the error, unless the chunk's
+            // own error comes before it.
+            let error_line = match &chunk.error {
+                Some(MatrixMarketError::Parse { line, .. }) => *line,
+                _ => u64::MAX,
+            };
+            let mut seen = 0;
+            let mut excess_line = None;
+            for_each_line(bytes, |line, raw| {
+                if line > error_line {
+                    return false;
+                }
+                if is_content(raw.trim_ascii()) {
+                    seen += 1;
+                    if seen > remaining {
+                        excess_line = Some(line);
+                        return false;
+                    }
+                }
+                true
+            });
+            if let Some(line) = excess_line {
+                return Err(parse_error(
+                    self.lines + line,
+                    format!(
+                        "more entries than the {} announced by the size line (line {})",
+                        header.entries, self.size_line
+                    ),
+                ));
+            }
+        }
+        if let Some(e) = chunk.error {
+            return Err(match e {
+                MatrixMarketError::Parse { line, message } => MatrixMarketError::Parse {
+                    line: self.lines + line,
+                    message,
+                },
+                other => other,
+            });
+        }
+        let added = chunk.values.len() as u64;
+        let len = self.values.len() as u64;
+        grow(&mut self.values, added, self.limit, "values")?;
+        self.values.extend_from_slice(&chunk.values);
+        if header.format == Format::Coordinate {
+            grow(&mut self.rows, added, self.limit, "row indices")?;
+            grow(&mut self.cols, added, self.limit, "column indices")?;
+            self.rows.extend_from_slice(&chunk.rows);
+            self.cols.extend_from_slice(&chunk.cols);
+        }
+        debug_assert!(len + added <= self.limit);
+        self.found += chunk.entries;
+        self.lines += chunk.lines;
+        Ok(())
+    }
+}
+
+/// Room for `additional` more elements, doubling as a vector does but never past `limit`
+/// elements, and failing with [`MatrixMarketError::OutOfMemory`] rather than aborting.
+fn grow<X>(
+    v: &mut Vec<X>,
+    additional: u64,
+    limit: u64,
+    what: &str,
+) -> Result<(), MatrixMarketError> {
+    let len = v.len() as u64;
+    let need = len + additional;
+    if need <= v.capacity() as u64 {
+        return Ok(());
+    }
+    let target = (v.capacity() as u64 * 2).max(need).min(limit.max(need));
+    let more = (target - len) as usize;
+    v.try_reserve_exact(more)
+        .map_err(|_| MatrixMarketError::OutOfMemory {
+            what: what.to_string(),
+            needed_bytes: checked_bytes::<X>(target),
+        })
+}
+
+/// Chunks of whole lines from the reader: about [`CHUNK_BYTES`] each, cut after a newline.
+struct Chunker<R> {
+    reader: R,
+    /// The start of a line that the previous chunk could not end with.
+    carry: Vec<u8>,
+    at_end: bool,
+    max_line_bytes: usize,
+}
+
+/// A line that grew past the limit: the first line of the chunk being read.
+struct Overlong;
+
+impl<R: BufRead> Chunker<R> {
+    fn next_chunk(&mut self) -> Result<Result<Option<Vec<u8>>, Overlong>, MatrixMarketError> {
+        if self.at_end && self.carry.is_empty() {
+            return Ok(Ok(None));
+        }
+        let mut chunk = Vec::new();
+        chunk
+            .try_reserve_exact(CHUNK_BYTES + self.carry.len() + READ_BUFFER)
+            .map_err(|_| MatrixMarketError::OutOfMemory {
+                what: "a chunk of text".into(),
+                needed_bytes: (CHUNK_BYTES + self.carry.len()) as u64,
+            })?;
+        chunk.append(&mut self.carry);
+        // How long the chunk may grow before it is cut, and where the search for its last
+        // newline starts.
+        let mut want = CHUNK_BYTES;
+        let mut searched = 0;
+        loop {
+            while !self.at_end && chunk.len() < want {
+                // Straight into the chunk: a buffered reader whose buffer is empty hands a
+                // large read to the file or decoder beneath, sparing a copy.
+                let room = want - chunk.len();
+                // Room enough that reading never grows the chunk by doubling.
+                chunk
+                    .try_reserve(room + 64)
+                    .map_err(|_| MatrixMarketError::OutOfMemory {
+                        what: "a chunk of text".into(),
+                        needed_bytes: (chunk.len() + room) as u64,
+                    })?;
+                match (&mut self.reader).take(room as u64).read_to_end(&mut chunk) {
+                    // Less than asked for: the input has ended.
+                    Ok(n) if n < room => self.at_end = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if self.at_end {
+                return Ok(Ok((!chunk.is_empty()).then_some(chunk)));
+            }
+            match chunk[searched..].iter().rposition(|&b| b == b'\n') {
+                Some(k) => {
+                    let cut = searched + k + 1;
+                    self.carry.extend_from_slice(&chunk[cut..]);
+                    chunk.truncate(cut);
+                    return Ok(Ok(Some(chunk)));
+                }
+                None => {
+                    // One line longer than a chunk: read on until it ends or passes the limit
+                    // (its newline may be the byte after the last one allowed).
+                    if chunk.len() > self.max_line_bytes {
+                        return Ok(Err(Overlong));
+                    }
+                    searched = chunk.len();
+                    want = (chunk.len() + READ_BUFFER).min(self.max_line_bytes.saturating_add(2));
+                    chunk.try_reserve(want - chunk.len()).map_err(|_| {
+                        MatrixMarketError::OutOfMemory {
+                            what: "a long line".into(),
+                            needed_bytes: want as u64,
+                        }
+                    })?;
+                }
+            }
+        }
+    }
+}
+
+/// What came back from a parsing task: its chunk's number, its text and what it held.
+type Parsed<T> = (u64, Vec<u8>, ParsedChunk<T>);
+
+/// Reads the entries: the calling thread cuts chunks and hands each to a rayon task; results
+/// are put back in file order and appended. At most a few chunks per thread are in flight, so
+/// memory beyond the matrix stays at a few MB per core whatever the file.
+fn read_entries<T: Scalar, R: BufRead>(
+    header: &Header,
+    lines: Lines<R>,
+    options: &ReadOptions,
+    entries: &mut Entries<T>,
+) -> Result<(), MatrixMarketError> {
+    let _span = tracing::debug_span!(
+        "matrix_market::entries",
+        format = %header.format,
+        entries = header.entries
+    )
+    .entered();
+    let mut chunker = Chunker {
+        reader: lines.reader,
+        carry: Vec::new(),
+        at_end: false,
+        max_line_bytes: options.max_line_bytes,
+    };
+    let max_in_flight = 2 * rayon::current_num_threads() as u64 + 1;
+    let (sender, receiver) = mpsc::channel::<Parsed<T>>();
+    let mut pending: BTreeMap<u64, (Vec<u8>, ParsedChunk<T>)> = BTreeMap::new();
+    let (mut spawned, mut assembled) = (0u64, 0u64);
+    // Why the input stopped early (an over-long line, a read or decompression error): reported
+    // once every chunk before it is in, so that an earlier parse error comes first, as it
+    // would reading line by line.
+    let mut stopped: Option<MatrixMarketError> = None;
+    let mut input_done = false;
+    loop {
+        while !input_done && spawned - assembled < max_in_flight {
+            let next = match chunker.next_chunk() {
+                Ok(next) => next,
+                Err(e) => {
+                    stopped = Some(e);
+                    input_done = true;
+                    break;
+                }
+            };
+            match next {
+                Ok(Some(bytes)) => {
+                    let h = *header;
+                    let max_line = options.max_line_bytes;
+                    let index = spawned;
+                    spawned += 1;
+                    if spawned - assembled == 1 && chunker.at_end && chunker.carry.is_empty() {
+                        // The last chunk and nothing in flight: no task is worth its cost.
+                        let parsed = parse_chunk::<T>(&h, &bytes, max_line);
+                        pending.insert(index, (bytes, parsed));
+                    } else {
+                        let sender = sender.clone();
+                        rayon::spawn(move || {
+                            let parsed = parse_chunk::<T>(&h, &bytes, max_line);
+                            // The reader may have stopped at an earlier error: nobody listens.
+                            let _ = sender.send((index, bytes, parsed));
+                        });
+                    }
+                }
+                Ok(None) => input_done = true,
+                Err(Overlong) => {
+                    stopped = Some(line_too_long(0, options.max_line_bytes));
+                    input_done = true;
+                }
+            }
+        }
+        while let Some((bytes, parsed)) = pending.remove(&assembled) {
+            entries.append(header, parsed, &bytes)?;
+            assembled += 1;
+        }
+        if assembled == spawned {
+            match stopped {
+                // The over-long line is the first of the chunk that was being cut.
+                Some(MatrixMarketError::Parse { message, .. }) => {
+                    return Err(parse_error(entries.lines + 1, message))
+                }
+                Some(e) => return Err(e),
+                None => {}
+            }
+            if input_done {
+                break;
+            }
+            continue;
+        }
+        let (index, bytes, parsed) = receive(&receiver);
+        pending.insert(index, (bytes, parsed));
+    }
+    if entries.found < header.entries {
         return Err(parse_error(
-            1,
+            entries.lines + 1,
             format!(
-                "expected the object `matrix` in the banner, found `{}` (only matrices are supported)",
-                quote(object)
+                "the file ends after {} entries, fewer than the {} announced",
+                entries.found, header.entries
             ),
         ));
     }
-    let keyword = |word: &[u8], what: &str, options: &[&'static str]| {
-        options
-            .iter()
-            .position(|o| word.eq_ignore_ascii_case(o.as_bytes()))
-            .ok_or_else(|| {
-                parse_error(
-                    1,
-                    format!(
-                        "unknown {what} `{}` in the banner, expected one of {}",
-                        quote(word),
-                        options.join(", ")
-                    ),
-                )
-            })
-    };
-    let format =
-        [Format::Coordinate, Format::Array][keyword(format, "format", &["coordinate", "array"])?];
-    let field = [Field::Real, Field::Integer, Field::Complex, Field::Pattern]
-        [keyword(field, "field", &["real", "integer", "complex", "pattern"])?];
-    let symmetry = [
-        Symmetry::General,
-        Symmetry::Symmetric,
-        Symmetry::SkewSymmetric,
-        Symmetry::Hermitian,
-    ][keyword(
-        symmetry,
-        "symmetry",
-        &["general", "symmetric", "skew-symmetric", "hermitian"],
-    )?];
-    Ok((format, field, symmetry))
+    Ok(())
 }
 
-/// A real value; Fortran `D` exponents are retried as `e`.
-#[inline]
-fn parse_real(word: &[u8], line: u64, what: &str) -> Result<f64, MatrixMarketError> {
-    let parsed = std::str::from_utf8(word)
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok());
-    parsed
-        .or_else(|| {
-            let s = std::str::from_utf8(word).ok()?;
-            if s.contains(['d', 'D']) {
-                s.replace(['d', 'D'], "e").parse().ok()
-            } else {
-                None
+/// The next parsed chunk. A rayon worker waiting here runs other tasks meanwhile (the chunks
+/// it waits for may be queued behind it); any other thread blocks.
+fn receive<T>(receiver: &mpsc::Receiver<Parsed<T>>) -> Parsed<T> {
+    loop {
+        match receiver.try_recv() {
+            Ok(p) => return p,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                unreachable!("the reader holds a sender until it returns")
             }
-        })
-        .ok_or_else(|| {
-            parse_error(
-                line,
-                format!("expected {what} (a real number), found `{}`", quote(word)),
-            )
-        })
-}
-
-#[inline]
-fn parse_integer(word: &[u8], line: u64) -> Result<f64, MatrixMarketError> {
-    std::str::from_utf8(word)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .map(|v| v as f64)
-        .ok_or_else(|| {
-            parse_error(
-                line,
-                format!(
-                    "expected an integer value (the field is `integer`), found `{}`",
-                    quote(word)
-                ),
-            )
-        })
-}
-
-/// A 1-based index into `0..bound`, returned 0-based.
-#[inline]
-fn parse_index(word: &[u8], axis: &str, bound: u64, line: u64) -> Result<u32, MatrixMarketError> {
-    match parse_u64(word) {
-        Some(i) if i >= 1 && i <= bound => Ok((i - 1) as u32),
-        Some(0) => Err(parse_error(
-            line,
-            format!("{axis} index 0 is out of range: indices are 1-based"),
-        )),
-        Some(i) => Err(parse_error(
-            line,
-            format!("{axis} index {i} is beyond the matrix's {bound} {axis}s"),
-        )),
-        None => Err(parse_error(
-            line,
-            format!(
-                "expected a {axis} index (a positive integer), found `{}`",
-                quote(word)
-            ),
-        )),
-    }
-}
-
-/// The value of a `real` or `integer` word.
-#[inline]
-fn real_value<T: Scalar>(field: Field, word: &[u8], line: u64) -> Result<T, MatrixMarketError> {
-    let x = match field {
-        Field::Integer => parse_integer(word, line)?,
-        _ => parse_real(word, line, "a value")?,
-    };
-    Ok(T::from_f64(x))
-}
-
-/// The value of a `complex` entry, which only complex scalars reach ([`read_plain`] refuses the
-/// field for real ones before any entry is read).
-#[inline]
-fn complex_value<T: Scalar>(re: &[u8], im: &[u8], line: u64) -> Result<T, MatrixMarketError> {
-    let (re, im) = (
-        parse_real(re, line, "a real part")?,
-        parse_real(im, line, "an imaginary part")?,
-    );
-    T::try_from_parts(re, im).ok_or_else(|| {
-        MatrixMarketError::Unsupported(format!("a complex value cannot be stored in {}", T::TYPE))
-    })
-}
-
-fn fewer_entries(header: &Header, found: u64, line: u64) -> MatrixMarketError {
-    parse_error(
-        line,
-        format!(
-            "the file ends after {found} entries, fewer than the {} announced",
-            header.entries
-        ),
-    )
-}
-
-fn read_coordinate<T: Scalar, R: BufRead>(
-    header: &Header,
-    lines: &mut Lines<R>,
-    buf: &mut Vec<u8>,
-) -> Result<Coo<T>, MatrixMarketError> {
-    let _span =
-        tracing::debug_span!("matrix_market::coordinate", entries = header.entries).entered();
-    let mirrored = header.symmetry != Symmetry::General;
-    let reserve = header.entries.min(MAX_INITIAL_RESERVE) as usize * if mirrored { 2 } else { 1 };
-    let mut rows: Vec<u32> = Vec::with_capacity(reserve);
-    let mut cols: Vec<u32> = Vec::with_capacity(reserve);
-    let mut values: Vec<T> = Vec::with_capacity(reserve);
-    let (nrows, ncols) = (header.nrows, header.ncols);
-    for found in 0..header.entries {
-        let Some(l) = lines.next_content(buf)? else {
-            return Err(fewer_entries(header, found, lines.line + 1));
-        };
-        let line = lines.line;
-        let (i, j, v): (u32, u32, T) = match header.field {
-            Field::Pattern => {
-                let [r, c] = split_exact::<2>(l, line, "row column")?;
-                (
-                    parse_index(r, "row", nrows, line)?,
-                    parse_index(c, "column", ncols, line)?,
-                    T::from_f64(1.0),
-                )
-            }
-            Field::Real | Field::Integer => {
-                let [r, c, v] = split_exact::<3>(l, line, "row column value")?;
-                (
-                    parse_index(r, "row", nrows, line)?,
-                    parse_index(c, "column", ncols, line)?,
-                    real_value(header.field, v, line)?,
-                )
-            }
-            Field::Complex => {
-                let [r, c, re, im] = split_exact::<4>(l, line, "row column real imaginary")?;
-                (
-                    parse_index(r, "row", nrows, line)?,
-                    parse_index(c, "column", ncols, line)?,
-                    complex_value(re, im, line)?,
-                )
-            }
-        };
-        rows.push(i);
-        cols.push(j);
-        values.push(v);
-        if i != j {
-            let partner = match header.symmetry {
-                Symmetry::General => None,
-                Symmetry::Symmetric => Some(v),
-                Symmetry::SkewSymmetric => Some(v.neg()),
-                Symmetry::Hermitian => Some(v.conj()),
-            };
-            if let Some(w) = partner {
-                rows.push(j);
-                cols.push(i);
-                values.push(w);
-            }
-        } else if header.symmetry == Symmetry::SkewSymmetric {
-            return Err(parse_error(
-                line,
-                format!(
-                    "diagonal entry ({}, {}) in a skew-symmetric file, whose diagonal is zero \
-                     and not stored",
-                    i as u64 + 1,
-                    j as u64 + 1
-                ),
-            ));
+            Err(mpsc::TryRecvError::Empty) => match rayon::yield_now() {
+                Some(rayon::Yield::Executed) => {}
+                Some(rayon::Yield::Idle) => std::thread::yield_now(),
+                None => {
+                    return receiver
+                        .recv()
+                        .unwrap_or_else(|_| unreachable!("the reader holds a sender"))
+                }
+            },
         }
     }
-    Coo::try_new(nrows as usize, ncols as usize, rows, cols, values)
-        .map_err(|e| MatrixMarketError::Unsupported(e.to_string()))
 }
 
-fn read_array<T: Scalar, R: BufRead>(
-    header: &Header,
-    lines: &mut Lines<R>,
-    buf: &mut Vec<u8>,
-) -> Result<Dense<T>, MatrixMarketError> {
-    let _span = tracing::debug_span!("matrix_market::array", entries = header.entries).entered();
-    let mut stored: Vec<T> = Vec::with_capacity(header.entries.min(MAX_INITIAL_RESERVE) as usize);
-    for found in 0..header.entries {
-        let Some(l) = lines.next_content(buf)? else {
-            return Err(fewer_entries(header, found, lines.line + 1));
-        };
-        let line = lines.line;
-        let v = match header.field {
-            Field::Complex => {
-                let [re, im] = split_exact::<2>(l, line, "real imaginary")?;
-                complex_value(re, im, line)?
-            }
-            // `pattern` arrays are refused at the banner.
-            Field::Real | Field::Integer | Field::Pattern => {
-                let [v] = split_exact::<1>(l, line, "value")?;
-                real_value(header.field, v, line)?
-            }
-        };
-        stored.push(v);
-    }
+/// The dense matrix of an `array` file: the values as read for `general`, the full square
+/// from the lower triangle otherwise.
+fn expand_array<T: Scalar>(header: &Header, stored: Vec<T>) -> Result<Dense<T>, MatrixMarketError> {
     let (nrows, ncols) = (header.nrows as usize, header.ncols as usize);
     let to_error = |e: crate::error::FormatError| MatrixMarketError::Unsupported(e.to_string());
     if header.symmetry == Symmetry::General {
@@ -607,7 +584,8 @@ fn read_array<T: Scalar, R: BufRead>(
     // The lower triangle, column by column, has arrived in full, so the n × n matrix is at most
     // about twice what has been read.
     let n = nrows;
-    let mut data = vec![T::zero(); n * n];
+    let mut data = try_vec::<T>((n as u64) * (n as u64), "the dense matrix")?;
+    data.resize(n * n, T::zero());
     let first_below = usize::from(header.symmetry == Symmetry::SkewSymmetric);
     let lower = (0..n).flat_map(|j| (j + first_below..n).map(move |i| (i, j)));
     for ((i, j), v) in lower.zip(stored) {

@@ -12,7 +12,8 @@ use crate::scalar::Scalar;
 ///
 /// A [`Coo`](crate::format::Coo) is written triplet by triplet in its own order, repeated
 /// entries included (a reader sums them); other formats are written row by row through CSR.
-/// The output is buffered internally, so `w` may be an unbuffered file.
+/// The output is buffered internally, so `w` may be an unbuffered file. Lines are formatted in
+/// blocks on every core of the current rayon pool and written in order.
 pub fn write_sparse<'a, T: Scalar, W: Write>(
     w: W,
     a: impl Into<SparseRef<'a, T>>,
@@ -32,20 +33,28 @@ pub fn write_sparse<'a, T: Scalar, W: Write>(
     match a {
         SparseRef::Coo(c) => {
             header(&mut w, c.nnz())?;
-            let triplets = c.row_indices().iter().zip(c.col_indices()).zip(c.values());
-            for ((&i, &j), &v) in triplets {
-                writeln!(w, "{} {} {}", u64::from(i) + 1, u64::from(j) + 1, Value(v))?;
-            }
+            let (rows, cols, values) = (c.row_indices(), c.col_indices(), c.values());
+            write_blocks(&mut w, values.len(), |range, out| {
+                for k in range {
+                    entry_line(out, u64::from(rows[k]), cols[k], values[k]);
+                }
+            })?;
         }
         other => {
             let csr = other.to_csr();
             header(&mut w, csr.nnz())?;
-            for i in 0..nrows {
-                let (cols, vals) = csr.row(i);
-                for (&j, &v) in cols.iter().zip(vals) {
-                    writeln!(w, "{} {} {}", i as u64 + 1, u64::from(j) + 1, Value(v))?;
+            let offsets = csr.row_offsets();
+            let (cols, values) = (csr.col_indices(), csr.values());
+            write_blocks(&mut w, values.len(), |range, out| {
+                // The row of the block's first entry, then row by row.
+                let mut i = offsets.partition_point(|&o| o <= range.start as u64) - 1;
+                for k in range {
+                    while offsets[i + 1] <= k as u64 {
+                        i += 1;
+                    }
+                    entry_line(out, i as u64, cols[k], values[k]);
                 }
-            }
+            })?;
         }
     }
     w.flush()?;
@@ -63,13 +72,76 @@ pub fn write_dense<T: Scalar, W: Write>(w: W, a: &Dense<T>) -> Result<(), Matrix
         w,
         "%%MatrixMarket matrix array {field} general\n% written by hetsparse\n{nrows} {ncols}\n"
     )?;
-    for j in 0..ncols {
-        for i in 0..nrows {
-            writeln!(w, "{}", Value(a.get(i, j)))?;
+    // Column-major position k is row k % nrows of column k / nrows.
+    let total = nrows.saturating_mul(ncols);
+    write_blocks(&mut w, total, |range, out| {
+        for k in range {
+            let v = a.get(k % nrows, k / nrows);
+            let _ = writeln!(out, "{}", Value(v));
         }
-    }
+    })?;
     w.flush()?;
     Ok(())
+}
+
+/// Entries per formatting task.
+const BLOCK_ENTRIES: usize = 1 << 15;
+
+/// Formats entries `0..count` in blocks on every core of the current rayon pool and writes
+/// the blocks in order; at most a few blocks per thread are held at a time.
+fn write_blocks<W: Write>(
+    w: &mut W,
+    count: usize,
+    format: impl Fn(std::ops::Range<usize>, &mut Vec<u8>) + Sync,
+) -> Result<(), MatrixMarketError> {
+    use rayon::prelude::*;
+    let blocks = count.div_ceil(BLOCK_ENTRIES);
+    let window = 4 * rayon::current_num_threads().max(1);
+    let mut first = 0;
+    while first < blocks {
+        let last = (first + window).min(blocks);
+        let texts: Vec<Vec<u8>> = (first..last)
+            .into_par_iter()
+            .map(|b| {
+                let range = b * BLOCK_ENTRIES..((b + 1) * BLOCK_ENTRIES).min(count);
+                let mut out = Vec::with_capacity(range.len() * 48);
+                format(range, &mut out);
+                out
+            })
+            .collect();
+        for t in &texts {
+            w.write_all(t)?;
+        }
+        first = last;
+    }
+    Ok(())
+}
+
+/// One `row column value` line, 1-based.
+#[inline]
+fn entry_line<T: Scalar>(out: &mut Vec<u8>, row: u64, col: u32, v: T) {
+    decimal(out, row + 1);
+    out.push(b' ');
+    decimal(out, u64::from(col) + 1);
+    out.push(b' ');
+    // Writing into a Vec cannot fail.
+    let _ = writeln!(out, "{}", Value(v));
+}
+
+/// A decimal integer, without going through `fmt`.
+#[inline]
+fn decimal(out: &mut Vec<u8>, mut x: u64) {
+    let mut digits = [0u8; 20];
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (x % 10) as u8;
+        x /= 10;
+        if x == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[k..]);
 }
 
 fn field_keyword<T: Scalar>() -> &'static str {
