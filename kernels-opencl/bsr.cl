@@ -2,7 +2,8 @@
 // built by esc_expand with the operand block indices as payload (EXPAND_VALUE), sorted and
 // compressed like the scalar one, and the dense blocks are multiplied only here, during
 // compression: work-item (c, e) computes element e of block c of C from every pair of blocks in
-// c's run. Blocks are row-major: A's r x k, B's k x s, C's r x s.
+// c's run. Blocks are row-major: A's r x k, B's k x s, C's r x s. A zero in a block is fill, not
+// an entry: products with it are skipped, so 0 x inf never makes a NaN (the CSR answer).
 __kernel void bsr_multiply(ulong nnz_c, uint br, uint bk, uint bs,
                            __global const ulong* run_start, __global const ulong2* ex_pairs,
                            __global const STORE* a_vals, __global const STORE* b_vals,
@@ -19,7 +20,10 @@ __kernel void bsr_multiply(ulong nnz_c, uint br, uint bk, uint bs,
         ulong2 ab = ex_pairs[p];
         __global const STORE* a = a_vals + ab.x * a_block + (ulong)row * bk;
         __global const STORE* b = b_vals + ab.y * b_block + col;
-        for (uint t = 0; t < bk; ++t) acc = ADD(acc, MUL(LOAD(a, t), LOAD(b, (ulong)t * bs)));
+        for (uint t = 0; t < bk; ++t) {
+            ACC x = LOAD(a, t), y = LOAD(b, (ulong)t * bs);
+            if (!IS_ZERO(x) && !IS_ZERO(y)) acc = ADD(acc, MUL(x, y));
+        }
     }
     STORE_AT(c_vals, g, acc);
 }

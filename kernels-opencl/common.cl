@@ -1,6 +1,6 @@
 // Shared helpers. The host prepends a prelude that defines, per scalar type and semiring:
 //   STORE (element type in memory), ACC (accumulator), REAL (real part type), NCOMP (1 or 2),
-//   LOAD(p, i) -> ACC, STORE_AT(p, i, acc), ADD(a, b), MUL(a, b), ZERO,
+//   LOAD(p, i) -> ACC, STORE_AT(p, i, acc), ADD(a, b), MUL(a, b), ZERO, IS_ZERO(v),
 //   PAYLOAD (what the sort carries with each key), and the tile sizes SORT_TILE, SORT_WG.
 
 // Largest idx in [0, n) with a[idx] <= x, given a[0] <= x < a[n] (a is non-decreasing).

@@ -76,7 +76,7 @@ impl Case {
         let (a, b) = generate::product_operands::<f64>(self.class, self.size, SEED);
         let products = analysis::total_products(&a, &b)?;
         let product_nnz = analysis::symbolic_row_nnz(&a, &b)?.iter().sum();
-        let dense = spmm_operand(a.ncols());
+        let dense = spmm_operand(a.ncols())?;
         let vector = spmv_operand(a.ncols());
         let formats = Formats::new(&a, self.block_shape());
         let square = a == b;
@@ -283,7 +283,7 @@ pub fn dense_value(i: usize, j: usize) -> f64 {
     ((i * 31 + j * 7) % 97 + 1) as f64 / 97.0
 }
 
-fn spmm_operand(rows: usize) -> Dense<f64> {
+fn spmm_operand(rows: usize) -> Result<Dense<f64>> {
     Dense::from_fn(rows, SPMM_COLUMNS, Layout::RowMajor, dense_value)
 }
 

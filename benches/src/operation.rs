@@ -130,8 +130,8 @@ impl Measured {
                     operands.product_nnz
                 )
             }),
-            (Output::Dia(c), _) => differences(&c.to_csr(), operands.expected_product()?),
-            (Output::Bsr(c), _) => differences(&c.to_csr(), operands.expected_product()?),
+            (Output::Dia(c), _) => differences(&c.to_csr()?, operands.expected_product()?),
+            (Output::Bsr(c), _) => differences(&c.to_csr()?, operands.expected_product()?),
             (Output::Dense(c), _) => {
                 let want = operands.expected_spmm()?;
                 (c.shape() != want.shape())

@@ -528,7 +528,7 @@ mod tests {
     #[test]
     fn full_rows_of_b_short_circuit() {
         let b = matrix(4, 50, 0.3, 2);
-        let mut b_full = b.to_dense(crate::format::Layout::RowMajor);
+        let mut b_full = b.to_dense(crate::format::Layout::RowMajor).unwrap();
         for j in 0..50 {
             b_full.set(2, j, 1.0);
         }

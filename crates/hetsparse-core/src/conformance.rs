@@ -90,7 +90,9 @@ macro_rules! conformance_suite {
                 spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
                 resident_round_trips, mixed_host_and_resident_operands, resident_chain,
                 plan_reuse_with_new_values, foreign_handles_are_errors,
-                cancellation_and_progress, concurrent_calls
+                cancellation_and_progress, concurrent_calls, padding_is_not_multiplied,
+                padding_is_not_multiplied_in_products,
+                sizes_from_the_shape_are_errors_not_aborts
             );
 
             /// Two backends made the same way run on the same memory and take each other's
@@ -682,7 +684,7 @@ fn in_format<T: Scalar, R>(
 ) -> R {
     match format {
         SparseFormat::Csr => f(SparseRef::Csr(a)),
-        SparseFormat::Csc => f(SparseRef::Csc(&Csc::from_csr(a))),
+        SparseFormat::Csc => f(SparseRef::Csc(&Csc::from_csr(a).expect("csc"))),
         SparseFormat::Coo => f(SparseRef::Coo(&a.to_coo())),
         SparseFormat::Dia => f(SparseRef::Dia(&Dia::from_csr(a, 1 << 28).expect("dia"))),
         SparseFormat::Ellr => f(SparseRef::Ellr(&Ellr::from_csr(a, 1 << 28).expect("ellr"))),
@@ -796,6 +798,223 @@ pub fn spmm_every_format<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     }
 }
 
+/// A 6×6 matrix whose DIA band and 2×2 BSR blocks hold zeros (padding) in front of every
+/// column, and a vector with +∞ in a column only padding meets, −∞ and NaN in columns stored
+/// entries meet.
+fn special_values_operands<T: Scalar>() -> (Csr<T>, Vec<T>) {
+    let a = from_values(
+        6,
+        6,
+        &[
+            (0, 0, 1.0),
+            (1, 0, 2.0),
+            (2, 2, -1.0),
+            (2, 3, 4.0),
+            (3, 3, 1.0),
+            (4, 5, 1.0),
+            (5, 4, 2.0),
+        ],
+    );
+    let x = [1.0, f64::INFINITY, 1.0, f64::NEG_INFINITY, 1.0, f64::NAN]
+        .iter()
+        .map(|&v| T::from_f64(v))
+        .collect();
+    (a, x)
+}
+
+/// Same value, or both NaN, part by part: the comparison for results that hold ±∞ and NaN.
+fn same_special<T: Scalar>(actual: &[T], expected: &[T], what: &str) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{what}: {} values, expected {}",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    for (k, (&u, &v)) in actual.iter().zip(expected).enumerate() {
+        let (ur, ui) = u.to_parts();
+        let (vr, vi) = v.to_parts();
+        let same = |p: f64, q: f64| (p.is_nan() && q.is_nan()) || p == q;
+        if !(same(ur, vr) && same(ui, vi)) {
+            return Err(format!("{what}[{k}] = {u:?}, expected {v:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// One IEEE answer whatever the format: stored entries are multiplied, padding is not (the
+/// zeros of a DIA band or of a BSR block are not entries), so +∞ met only by padding leaves
+/// the result finite, where `0 × ∞` would make it NaN; the answer is the reference's on the
+/// matrix's entries, also for SpMM.
+pub fn padding_is_not_multiplied<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let (a, x) = special_values_operands::<T>();
+    let expected = reference::spmv::<T, PlusTimes>(&a, &x).expect("reference");
+    // The oracle itself: +∞ in column 1 is met by no entry, NaN in column 5 by row 4's.
+    let finite = |v: T| v.to_parts().0.is_finite();
+    assert!(finite(expected[0]) && finite(expected[1]) && finite(expected[5]));
+    assert!(expected[4].to_parts().0.is_nan());
+    for format in FORMATS {
+        if claims(b, Operation::Spmv(format)) {
+            let y = in_format(&a, format, |m| b.spmv(m, &x))
+                .unwrap_or_else(|err| panic!("{} {format} SpMV with ±∞ and NaN: {err}", name(b)));
+            check(same_special(&y, &expected, "y"), || {
+                format!("{} {format} SpMV with ±∞ and NaN in x", name(b))
+            });
+        }
+        if claims(b, Operation::Spmm(format)) {
+            // x and a column of ones, in both layouts.
+            let ones = vec![T::from_f64(1.0); a.ncols()];
+            let col_major: Vec<T> = x.iter().chain(&ones).copied().collect();
+            for layout in [Layout::ColMajor, Layout::RowMajor] {
+                let d = Dense::try_new(a.ncols(), 2, Layout::ColMajor, col_major.clone())
+                    .expect("dense")
+                    .to_layout(layout);
+                let want = reference::spmm::<T, PlusTimes>(&a, &d).expect("reference");
+                let c = in_format(&a, format, |m| b.spmm(m, &d)).unwrap_or_else(|err| {
+                    panic!("{} {format} SpMM with ±∞ and NaN: {err}", name(b))
+                });
+                let (c, want) = (
+                    c.to_layout(Layout::ColMajor),
+                    want.to_layout(Layout::ColMajor),
+                );
+                check(same_special(c.data(), want.data(), "C"), || {
+                    format!("{} {format} SpMM {layout:?} with ±∞ and NaN in B", name(b))
+                });
+            }
+        }
+    }
+}
+
+/// DIA × DIA and BSR × BSR under the same rule: ±∞ and NaN stored in B meet A's padding and
+/// fill, which are not multiplied, so the product is the reference's on the entries.
+pub fn padding_is_not_multiplied_in_products<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let (a, _) = special_values_operands::<T>();
+    let inf = f64::INFINITY;
+    let m = from_values::<T>(
+        6,
+        6,
+        &[
+            (0, 0, 1.0),
+            (1, 1, inf),
+            (1, 2, -inf),
+            (2, 2, 1.0),
+            (3, 3, 2.0),
+            (4, 4, 1.0),
+            (5, 5, f64::NAN),
+        ],
+    );
+    let want = reference::spgemm::<T, PlusTimes>(&a, &m)
+        .expect("reference")
+        .to_dense(Layout::RowMajor)
+        .expect("dense");
+    let got = |c: Csr<T>| c.to_dense(Layout::RowMajor).expect("dense");
+    if claims(b, Operation::DiaSpgemm) {
+        let (x, y) = (
+            Dia::from_csr(&a, u64::MAX).expect("dia"),
+            Dia::from_csr(&m, u64::MAX).expect("dia"),
+        );
+        let c = ok(&name(b), "DIA×DIA with ±∞ and NaN", b.dia_spgemm(&x, &y));
+        check(
+            same_special(got(c.to_csr().expect("csr")).data(), want.data(), "C"),
+            || format!("{} DIA×DIA with ±∞ and NaN in B", name(b)),
+        );
+    }
+    if claims(b, Operation::BsrSpgemm) {
+        let (x, y) = (
+            Bsr::from_csr(&a, (2, 2)).expect("bsr"),
+            Bsr::from_csr(&m, (2, 2)).expect("bsr"),
+        );
+        let c = ok(&name(b), "BSR×BSR with ±∞ and NaN", b.bsr_spgemm(&x, &y));
+        check(
+            same_special(got(c.to_csr().expect("csr")).data(), want.data(), "C"),
+            || format!("{} BSR×BSR with ±∞ and NaN in B", name(b)),
+        );
+    }
+}
+
+/// The error inside any chunk wrappers.
+fn innermost(e: &Error) -> &Error {
+    match e {
+        Error::InChunk { source, .. } => innermost(source),
+        e => e,
+    }
+}
+
+/// Sizes that come from the shape rather than from the entries: a matrix of one entry and
+/// `u32::MAX` columns multiplies like a small one (no buffer of one slot per column), and an
+/// SpMM result of `u32::MAX × 1024` values (terabytes, more than any host) is
+/// [`Error::OutOfMemory`] naming its bytes, on every backend, for every format that can hold
+/// such a matrix in a few bytes, before anything the size of the matrix is allocated.
+pub fn sizes_from_the_shape_are_errors_not_aborts<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let wide = u32::MAX as usize;
+    let one = Csr::try_new(1, 1, vec![0, 1], vec![0], vec![T::from_f64(2.0)]).expect("1×1");
+    let row = Csr::try_new(
+        1,
+        wide,
+        vec![0, 1],
+        vec![wide as u32 - 1],
+        vec![T::from_f64(3.0)],
+    )
+    .expect("1×u32::MAX");
+    if claims(b, Operation::Spgemm(SpgemmAlgorithm::Auto)) {
+        let c = b
+            .spgemm(&one, &row, SpgemmAlgorithm::Auto)
+            .unwrap_or_else(|err| panic!("{} SpGEMM 1×1 · 1×u32::MAX: {err}", name(b)));
+        assert_eq!(c.shape(), (1, wide), "{} SpGEMM of a wide row", name(b));
+        assert_eq!(
+            c.col_indices(),
+            &[wide as u32 - 1],
+            "{} SpGEMM of a wide row",
+            name(b)
+        );
+        assert_eq!(
+            c.values(),
+            &[T::from_f64(6.0)],
+            "{} SpGEMM of a wide row",
+            name(b)
+        );
+    }
+    // u32::MAX rows and one column, stored in a few bytes.
+    let tall_coo = Coo::try_new(wide, 1, vec![7], vec![0], vec![T::from_f64(1.0)]).expect("COO");
+    let tall_csc = Csc::try_new(wide, 1, vec![0, 1], vec![7], vec![T::from_f64(1.0)]).expect("CSC");
+    let tall_dia = Dia::try_new(wide, 1, vec![], vec![]).expect("DIA");
+    let tall_cspr = Cspr::try_new(wide, 1, vec![7], vec![T::from_f64(1.0)]).expect("CSPR");
+    let tall_bsr = Bsr::try_new((wide, 1), 1, 1, vec![0, 0], vec![], vec![]).expect("BSR");
+    let tall: [SparseRef<'_, T>; 5] = [
+        (&tall_coo).into(),
+        (&tall_csc).into(),
+        (&tall_dia).into(),
+        (&tall_cspr).into(),
+        (&tall_bsr).into(),
+    ];
+    let columns = 1024usize;
+    let needed = (wide as u64 * columns as u64).saturating_mul(size_of::<T>() as u64);
+    for layout in [Layout::RowMajor, Layout::ColMajor] {
+        let d = Dense::try_new(1, columns, layout, vec![T::from_f64(1.0); columns]).expect("B");
+        for a in tall {
+            if !claims(b, Operation::Spmm(a.format())) {
+                continue;
+            }
+            let r = b.spmm(a, &d);
+            let e = match &r {
+                Err(e) => innermost(e),
+                Ok(c) => panic!(
+                    "{} {} SpMM of {needed} bytes gave a {:?} result",
+                    name(b),
+                    a.format(),
+                    c.shape()
+                ),
+            };
+            assert!(
+                matches!(e, Error::OutOfMemory { needed_bytes, .. } if *needed_bytes >= needed),
+                "{} {} SpMM of {needed} bytes: {e}",
+                name(b),
+                a.format()
+            );
+        }
+    }
+}
+
 /// DIA × DIA on band matrices of different widths, square and rectangular.
 pub fn dia_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     if !claims(b, Operation::DiaSpgemm) {
@@ -819,7 +1038,7 @@ pub fn dia_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         let c = b
             .dia_spgemm(&dx, &dy)
             .unwrap_or_else(|err| panic!("{} DIA×DIA case {k}: {err}", name(b)));
-        check(compare_values(&c.to_csr(), &e), || {
+        check(compare_values(&c.to_csr().expect("csr"), &e), || {
             format!("{} DIA×DIA case {k}", name(b))
         });
     }
@@ -873,7 +1092,7 @@ pub fn bsr_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             Bsr::from_csr(&x, bx).expect("bsr"),
             Bsr::from_csr(&y, by).expect("bsr"),
         );
-        let e = expected_product(&sx.to_csr(), &sy.to_csr());
+        let e = expected_product(&sx.to_csr().expect("csr"), &sy.to_csr().expect("csr"));
         let c = b
             .bsr_spgemm(&sx, &sy)
             .unwrap_or_else(|err| panic!("{} BSR×BSR case {k}: {err}", name(b)));
@@ -883,7 +1102,7 @@ pub fn bsr_spgemm<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             "{} BSR×BSR case {k}: block shape",
             name(b)
         );
-        check(compare_values(&c.to_csr(), &e), || {
+        check(compare_values(&c.to_csr().expect("csr"), &e), || {
             format!("{} BSR×BSR case {k}", name(b))
         });
     }

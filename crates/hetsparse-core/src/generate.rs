@@ -154,7 +154,7 @@ pub fn product_operands<T: Scalar>(class: MatrixClass, size: usize, seed: u64) -
         }
         MatrixClass::LpRectangular => {
             let a = lp_with_counts((size / 20).max(1), size, 4..=10, seed);
-            let t = a.transpose();
+            let t = transpose_generated(&a);
             (a, t)
         }
         MatrixClass::Dense => square(dense(size.min(512), size.min(512), seed)),
@@ -399,7 +399,8 @@ const ROAD_REACH: isize = 3;
 /// let a = hetsparse_core::generate::road_grid::<f64>(20, 10, 5);
 /// assert_eq!(a.shape(), (200, 200));
 /// // The pattern is symmetric (the values are not).
-/// assert_eq!(a.col_indices(), a.transpose().col_indices());
+/// assert_eq!(a.col_indices(), a.transpose()?.col_indices());
+/// # Ok::<(), hetsparse_core::Error>(())
 /// ```
 pub fn road_grid<T: Scalar>(width: usize, height: usize, seed: u64) -> Csr<T> {
     let width = width.min(MAX_DIMENSION);
@@ -553,7 +554,15 @@ fn lp_with_counts<T: Scalar>(
         sample_distinct(rng, nrows, count, out);
     };
     let transposed: Csr<T> = build_rows(ncols, nrows, seed, SALT_LP, column);
-    transposed.transpose()
+    transpose_generated(&transposed)
+}
+
+/// The transpose of a generated matrix. Generators allocate infallibly for the sizes asked of
+/// them (they are benchmark inputs, not untrusted data); this keeps that contract, with a
+/// message rather than an abort when the host cannot hold the result.
+fn transpose_generated<T: Scalar>(a: &Csr<T>) -> Csr<T> {
+    a.transpose()
+        .unwrap_or_else(|e| panic!("generated matrix: {e}"))
 }
 
 /// LP-like `nrows × ncols` constraint matrix with `nnz_per_col` (clamped to `nrows`) distinct,
@@ -896,7 +905,7 @@ mod tests {
     }
 
     fn symmetric_pattern<T: Scalar>(a: &Csr<T>) -> bool {
-        let t = a.transpose();
+        let t = a.transpose().unwrap();
         a.row_offsets() == t.row_offsets() && a.col_indices() == t.col_indices()
     }
 
@@ -931,7 +940,7 @@ mod tests {
                     assert_ne!(a, a3, "{class} {size} ignores the seed");
                 }
                 if class == MatrixClass::LpRectangular {
-                    assert_eq!(b, a.transpose());
+                    assert_eq!(b, a.transpose().unwrap());
                 } else {
                     assert_eq!(a, b);
                 }
@@ -1138,7 +1147,7 @@ mod tests {
         let lengths = row_lengths(&a);
         let dense_rows = lengths.iter().filter(|&&l| l >= full).count();
         assert_eq!(dense_rows, 3);
-        let col_counts = row_lengths(&a.transpose());
+        let col_counts = row_lengths(&a.transpose().unwrap());
         let dense_cols: Vec<usize> = (0..n)
             .filter(|&j| col_counts[j] > 8 * n as u64 / 10)
             .collect();
@@ -1162,7 +1171,7 @@ mod tests {
         let a = lp_with_counts::<f64>(40, 3000, 4..=10, 6);
         revalidate(&a);
         assert_eq!(a.shape(), (40, 3000));
-        let counts = row_lengths(&a.transpose());
+        let counts = row_lengths(&a.transpose().unwrap());
         assert!(counts.iter().all(|c| (4..=10).contains(c)));
         assert!(counts.contains(&4) && counts.contains(&10));
         let (hi, lo) = (10, 4);

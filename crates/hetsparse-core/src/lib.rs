@@ -23,6 +23,7 @@ pub mod error;
 pub mod fault;
 pub mod format;
 pub mod generate;
+pub mod host;
 pub mod matrix_market;
 pub mod reference;
 pub mod scalar;

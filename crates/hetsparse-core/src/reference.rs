@@ -14,15 +14,16 @@ use crate::format::{Csr, Dense, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
 use crate::semiring::{PlusTimes, Semiring};
 
-/// `C = A · B` over semiring `S` (Gustavson, one row at a time, dense accumulator). Every
-/// product creates an entry, also where values cancel.
+/// `C = A · B` over semiring `S` (Gustavson, one row at a time). A row's products are sorted
+/// by column (stably, so each column's products are summed in the order of A's row) and summed
+/// column by column: the work memory is one row's products, never a dense row of `B.ncols()`
+/// slots, so a matrix with few entries and `u32::MAX` columns multiplies like a small one.
+/// Every product creates an entry, also where values cancel.
 pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>> {
     check::spgemm(a, b)?;
     let n = b.ncols();
-    let mut acc = vec![S::zero(); n];
-    let mut seen = vec![false; n];
-    let mut touched: Vec<u32> = Vec::new();
-    let mut row_offsets = Vec::with_capacity(a.nrows() + 1);
+    let mut products: Vec<(u32, T, T)> = Vec::new();
+    let mut row_offsets = crate::host::try_with_capacity(a.nrows() + 1, "CSR row offsets")?;
     row_offsets.push(0u64);
     let mut cols: Vec<u32> = Vec::new();
     let mut vals: Vec<T> = Vec::new();
@@ -30,23 +31,17 @@ pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T
         let (acols, avals) = a.row(i);
         for (&k, &av) in acols.iter().zip(avals) {
             let (bcols, bvals) = b.row(k as usize);
-            for (&j, &bv) in bcols.iter().zip(bvals) {
-                let j = j as usize;
-                if !seen[j] {
-                    seen[j] = true;
-                    touched.push(j as u32);
-                }
-                acc[j] = S::fma(acc[j], av, bv);
-            }
+            products.extend(bcols.iter().zip(bvals).map(|(&j, &bv)| (j, av, bv)));
         }
-        touched.sort_unstable();
-        for &j in &touched {
-            cols.push(j);
-            vals.push(T::from_acc(acc[j as usize]));
-            acc[j as usize] = S::zero();
-            seen[j as usize] = false;
+        products.sort_by_key(|p| p.0);
+        for run in products.chunk_by(|p, q| p.0 == q.0) {
+            let sum = run
+                .iter()
+                .fold(S::zero(), |acc, &(_, av, bv)| S::fma(acc, av, bv));
+            cols.push(run[0].0);
+            vals.push(T::from_acc(sum));
         }
-        touched.clear();
+        products.clear();
         row_offsets.push(cols.len() as u64);
     }
     // SAFETY: columns come from B (in bounds) and each row was sorted and deduplicated.
@@ -56,22 +51,22 @@ pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T
 /// `y = A · x` over semiring `S`.
 pub fn spmv<T: Scalar, S: Semiring<T>>(a: &Csr<T>, x: &[T]) -> Result<Vec<T>> {
     check::spmv(&SparseRef::Csr(a), x)?;
-    Ok((0..a.nrows())
-        .map(|i| {
-            let (cols, vals) = a.row(i);
-            let mut sum = S::zero();
-            for (&j, &v) in cols.iter().zip(vals) {
-                sum = S::fma(sum, v, x[j as usize]);
-            }
-            T::from_acc(sum)
-        })
-        .collect())
+    let mut y = crate::host::try_with_capacity(a.nrows(), "SpMV result")?;
+    y.extend((0..a.nrows()).map(|i| {
+        let (cols, vals) = a.row(i);
+        let mut sum = S::zero();
+        for (&j, &v) in cols.iter().zip(vals) {
+            sum = S::fma(sum, v, x[j as usize]);
+        }
+        T::from_acc(sum)
+    }));
+    Ok(y)
 }
 
 /// `C = A · B` for dense B over semiring `S`; C has B's layout.
 pub fn spmm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Dense<T>) -> Result<Dense<T>> {
     check::spmm(&SparseRef::Csr(a), b)?;
-    let mut c = Dense::zeros(a.nrows(), b.ncols(), b.layout());
+    let mut c = Dense::zeros(a.nrows(), b.ncols(), b.layout())?;
     for i in 0..a.nrows() {
         let (cols, vals) = a.row(i);
         for j in 0..b.ncols() {
@@ -148,7 +143,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         check::supported::<T>(self, Operation::Spmm(a.format()))?;
         check::spmm(&a, b)?;
         run.checkpoint()?;
-        spmm::<T, PlusTimes>(&a.to_csr(), b)
+        spmm::<T, PlusTimes>(&*a.try_to_csr()?, b)
     }
 
     fn spmv_with(
@@ -165,7 +160,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
         run.checkpoint()?;
-        spmv::<T, PlusTimes>(&a.to_csr(), x)
+        spmv::<T, PlusTimes>(&*a.try_to_csr()?, x)
     }
 }
 
@@ -181,13 +176,13 @@ mod tests {
         let b = Csr::try_new(2, 2, vec![0, 1, 3], vec![0, 0, 1], vec![4.0, 5.0, 6.0]).unwrap();
         let c = spgemm::<f64, PlusTimes>(&a, &b).unwrap();
         assert_eq!(
-            c.to_dense(Layout::RowMajor).data(),
+            c.to_dense(Layout::RowMajor).unwrap().data(),
             &[14.0, 12.0, 15.0, 18.0]
         );
         let y = spmv::<f64, PlusTimes>(&a, &[1.0, 1.0]).unwrap();
         assert_eq!(y, vec![3.0, 3.0]);
-        let d = spmm::<f64, PlusTimes>(&a, &b.to_dense(Layout::ColMajor)).unwrap();
-        assert_eq!(d, c.to_dense(Layout::ColMajor));
+        let d = spmm::<f64, PlusTimes>(&a, &b.to_dense(Layout::ColMajor).unwrap()).unwrap();
+        assert_eq!(d, c.to_dense(Layout::ColMajor).unwrap());
     }
 
     #[test]

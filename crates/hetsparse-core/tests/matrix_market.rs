@@ -725,6 +725,7 @@ impl Case {
             let (re, im) = self.full[i * self.ncols + j];
             T::try_from_parts(re, im).unwrap()
         })
+        .unwrap()
     }
 
     fn check<T: Scalar>(&self) {
@@ -822,7 +823,7 @@ fn every_format_field_and_symmetry_round_trips() {
 #[test]
 fn other_sparse_formats_are_written_through_csr() {
     let a = Csr::try_new(2, 3, vec![0, 2, 3], vec![0, 2, 1], vec![1.0, 2.0, 3.0]).unwrap();
-    let csc = Csc::from_csr(&a);
+    let csc = Csc::from_csr(&a).unwrap();
     let mut bytes = Vec::new();
     matrix_market::write_sparse(&mut bytes, &csc).unwrap();
     assert_eq!(
@@ -948,7 +949,7 @@ fn fixture_symmetric_pattern() {
 #[test]
 fn fixture_hermitian_complex() {
     let a = matrix_market::read_csr_path::<C64>(data_path("hermitian_complex.mtx")).unwrap();
-    let d = a.to_dense(Layout::RowMajor);
+    let d = a.to_dense(Layout::RowMajor).unwrap();
     assert_eq!(
         d.data(),
         &[

@@ -126,6 +126,7 @@ fn block_row<T: Scalar, S: Semiring<T>>(
 ) {
     let ((r, inner), (_, c)) = (a.block_shape(), b.block_shape());
     let block_len = r * c;
+    let zero = T::zero();
     acc.clear();
     acc.resize(columns.len() * block_len, <T::Acc as Accumulator>::ZERO);
     acc.fill(S::zero());
@@ -140,8 +141,14 @@ fn block_row<T: Scalar, S: Semiring<T>>(
                 let c_row = &mut c_block[ii * c..(ii + 1) * c];
                 for kk in 0..inner {
                     let av = a_block[ii * inner + kk];
+                    // Zeros of a block are fill, not entries: never multiplied (`0 × ∞`).
+                    if av == zero {
+                        continue;
+                    }
                     for (x, &bv) in c_row.iter_mut().zip(&b_block[kk * c..(kk + 1) * c]) {
-                        *x = S::fma(*x, av, bv);
+                        if bv != zero {
+                            *x = S::fma(*x, av, bv);
+                        }
                     }
                 }
             }

@@ -262,10 +262,11 @@ unsafe fn f64_rows_avx2(
             let half = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd::<1>(a));
             _mm_cvtsd_f64(_mm_add_sd(half, _mm_unpackhi_pd(half, half)))
         } else {
-            // The last rows, whose masked step would read past the arrays.
-            (s..e)
-                .map(|j| *vp.add(j) * *xp.add(*cp.add(j) as usize))
-                .sum()
+            // The last rows, whose masked step would read past the arrays. Summed from +0.0
+            // like every other row (`Sum for f64` starts at −0.0, which an empty row kept).
+            (s..e).fold(0.0, |sum, j| {
+                sum + *vp.add(j) * *xp.add(*cp.add(j) as usize)
+            })
         };
         slot.write(sum);
     }
@@ -409,6 +410,34 @@ mod tests {
             vec![0.0; 3]
         );
         assert!(csr_spmv::<f64, PlusTimes>(&b, &[1.0], false).is_err());
+    }
+
+    #[test]
+    fn empty_rows_are_positive_zero_on_every_path() {
+        // Few entries: every row takes the short tail path of the AVX2 kernel.
+        let few = Csr::try_new(4, 2, vec![0, 0, 1, 1, 1], vec![0], vec![-0.0]).unwrap();
+        // Many entries: the empty rows come before the last four entries (masked steps).
+        let mut offsets = vec![0u64, 0, 0];
+        offsets.extend((1..=16).map(|i| i * 4));
+        offsets.extend([64, 64]);
+        let many = Csr::try_new(
+            offsets.len() - 1,
+            4,
+            offsets,
+            [0u32, 1, 2, 3].repeat(16),
+            vec![1.0; 64],
+        )
+        .unwrap();
+        for (a, x) in [(&few, vec![1.0, 1.0]), (&many, vec![-0.0; 4])] {
+            for serial in [true, false] {
+                let y = csr_spmv::<f64, PlusTimes>(a, &x, serial).unwrap();
+                for i in 0..a.nrows() {
+                    if a.row_nnz(i) == 0 {
+                        assert_eq!(y[i].to_bits(), 0.0f64.to_bits(), "row {i} of {y:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

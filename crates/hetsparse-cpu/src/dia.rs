@@ -86,6 +86,7 @@ fn block<T: Scalar, S: Semiring<T>>(
     out: &mut [T],
 ) {
     let r1 = r0 + out.len();
+    let zero = T::zero();
     let mut acc = [S::zero(); BLOCK];
     let mut touched = (usize::MAX, 0usize);
     for p in pairs {
@@ -99,7 +100,10 @@ fn block<T: Scalar, S: Semiring<T>>(
         let b_part = &b.diagonal(p.b)[b_from..b_from + (last - first)];
         let acc_part = &mut acc[first - r0..last - r0];
         for ((c, &x), &y) in acc_part.iter_mut().zip(a_part).zip(b_part) {
-            *c = S::fma(*c, x, y);
+            // Zeros of a diagonal are band padding, not entries: never multiplied (`0 × ∞`).
+            if x != zero && y != zero {
+                *c = S::fma(*c, x, y);
+            }
         }
     }
     // Rows no pair reaches are padding of C's diagonal and stay zero.

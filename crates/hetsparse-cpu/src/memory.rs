@@ -1,13 +1,13 @@
 //! Result buffers: allocated without aborting on failure, backed by huge pages where the
 //! kernel offers them, and first written in parallel.
 
-use hetsparse_core::{Error, Result};
+use hetsparse_core::Result;
 use rayon::prelude::*;
 
 /// Buffers of more elements are filled in parallel.
 const PARALLEL_FILL_MIN: usize = 1 << 15;
 
-/// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`] when the host cannot
+/// `len` copies of `fill`, written in parallel, or [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory) when the host cannot
 /// provide them. `what` names the buffer in the error.
 pub(crate) fn filled<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
     let mut v = reserved(len, what)?;
@@ -29,15 +29,12 @@ pub(crate) fn filled<X: Copy + Send + Sync>(len: usize, fill: X, what: &str) -> 
 }
 
 /// An empty vector with room for exactly `len` elements (huge pages asked for), for kernels
-/// that write every element themselves; [`Error::OutOfMemory`] when the host cannot provide it.
+/// that write every element themselves; [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory) when the host cannot provide it.
+///
+/// The host's limit on one buffer ([`hetsparse_core::host::buffer_limit`]) applies, so the CPU
+/// backend refuses exactly what the reference backend refuses, with the same error.
 pub(crate) fn reserved<X>(len: usize, what: &str) -> Result<Vec<X>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        backend: "cpu".into(),
-        what: what.into(),
-        needed_bytes: (len as u64).saturating_mul(std::mem::size_of::<X>() as u64),
-        available_bytes: hetsparse_core::host_memory_bytes(),
-    })?;
+    let mut v = hetsparse_core::host::try_with_capacity(len, what)?;
     hetsparse_core::advise_huge_pages(v.spare_capacity_mut());
     Ok(v)
 }

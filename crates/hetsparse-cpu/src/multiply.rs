@@ -226,7 +226,8 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
         }
     };
     let blocks = m.div_ceil(block);
-    let scratch = || vec![S::zero(); block * n];
+    // At most as many rows as C has, so the scratch is never larger than the result.
+    let scratch = || vec![S::zero(); block.min(m) * n];
     if serial {
         let mut acc = scratch();
         (0..blocks).for_each(|blk| run(&mut acc, blk));
@@ -468,13 +469,19 @@ impl<T: Scalar> RowSource<T> for Dia<T> {
     #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         let (m, n) = (self.nrows() as i64, self.ncols() as i64);
+        let zero = T::zero();
         for (d, &off) in self.offsets().iter().enumerate() {
             // Rows whose column i + off lies inside the matrix.
             let first = (rows.start as i64).max(-off).max(0);
             let last = (rows.end as i64).min(n - off).min(m);
             let diagonal = self.diagonal(d);
             for i in first..last {
-                f(i as usize, (i + off) as usize, diagonal[i as usize]);
+                // A zero slot is band padding, not an entry: it is not multiplied, so
+                // `0 × inf` never turns a row into NaN (the same answer as CSR).
+                let v = diagonal[i as usize];
+                if v != zero {
+                    f(i as usize, (i + off) as usize, v);
+                }
             }
         }
     }
@@ -510,6 +517,7 @@ impl<T: Scalar> RowSource<T> for Bsr<T> {
     #[inline(always)]
     fn visit(&self, rows: Range<usize>, mut f: impl FnMut(usize, usize, T)) {
         let (r, c) = self.block_shape();
+        let zero = T::zero();
         let (offsets, block_cols, values) = (self.row_offsets(), self.col_indices(), self.values());
         for block_row in rows.start / r..rows.end.div_ceil(r) {
             // The rows of this block row that fall inside the range.
@@ -520,7 +528,10 @@ impl<T: Scalar> RowSource<T> for Bsr<T> {
                 let col0 = block_cols[b] as usize * c;
                 for ii in inner.clone() {
                     for (jj, &v) in block[ii * c..(ii + 1) * c].iter().enumerate() {
-                        f(block_row * r + ii, col0 + jj, v);
+                        // A zero in a block is fill, not an entry: not multiplied (as in DIA).
+                        if v != zero {
+                            f(block_row * r + ii, col0 + jj, v);
+                        }
                     }
                 }
             }
@@ -634,7 +645,8 @@ mod tests {
         for n in [2, 5, 16, 20, 33] {
             let b = Dense::from_fn(300, n, Layout::RowMajor, |i, j| {
                 1.0 + ((i * 7 + j * 3) % 13) as f64 * 0.125
-            });
+            })
+            .unwrap();
             let want = reference::spmm::<f64, PlusTimes>(&a, &b).unwrap();
             for serial in [true, false] {
                 let dense = DenseOperand {

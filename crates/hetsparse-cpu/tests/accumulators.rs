@@ -185,14 +185,14 @@ fn unordered_coo_and_csc_multiply_by_scattering() {
     let cpu = cpu();
     for m in [
         SparseRef::Coo(&scrambled),
-        SparseRef::Csc(&hetsparse_core::Csc::from_csr(&a)),
+        SparseRef::Csc(&hetsparse_core::Csc::from_csr(&a).unwrap()),
     ] {
         let y = cpu.spmv(m, &x).expect("spmv");
         for (u, v) in y.iter().zip(&expected) {
             assert!((u - v).abs() <= 1e-12 * (1.0 + v.abs()), "{u} vs {v}");
         }
         for layout in [Layout::RowMajor, Layout::ColMajor] {
-            let d = Dense::from_fn(300, 5, layout, |i, j| (i * 3 + j) as f64 / 100.0);
+            let d = Dense::from_fn(300, 5, layout, |i, j| (i * 3 + j) as f64 / 100.0).unwrap();
             let c = cpu.spmm(m, &d).expect("spmm");
             let e = reference::spmm::<f64, PlusTimes>(&a, &d).expect("reference");
             assert_eq!(c.layout(), layout);
@@ -223,7 +223,8 @@ fn row_major_spmm_in_register_tiles_and_a_tail() {
     for n in [3, 20, 37] {
         let d = Dense::from_fn(a.ncols(), n, Layout::RowMajor, |i, j| {
             ((i * 31 + j * 7) % 97) as f64 / 97.0 - 0.5
-        });
+        })
+        .unwrap();
         let c = cpu.spmm(SparseRef::Csr(&a), &d).expect("spmm");
         let e = reference::spmm::<f64, PlusTimes>(&a, &d).expect("reference");
         assert_eq!(c.layout(), Layout::RowMajor);

@@ -13,7 +13,9 @@ use opencl3::program::Program;
 
 use std::sync::Arc;
 
-use hetsparse_core::{DeviceKind, Error, MemoryPool, Reservation, Result, RunControl, Scalar};
+use hetsparse_core::{
+    host, DeviceKind, Error, MemoryPool, Reservation, Result, RunControl, Scalar,
+};
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
 use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
@@ -48,15 +50,15 @@ impl<T: Scalar> Compressed<'_, T> {
         self.index.len() as u64
     }
 
-    fn empty(nrows: usize, ncols: usize, block: usize) -> Self {
-        Compressed {
+    fn empty(nrows: usize, ncols: usize, block: usize) -> Result<Self> {
+        Ok(Compressed {
             nrows,
             ncols,
-            offsets: vec![0; nrows + 1].into(),
+            offsets: host::try_filled(nrows + 1, 0, "CSR row offsets")?.into(),
             index: Vec::new().into(),
             values: Vec::new().into(),
             block,
-        }
+        })
     }
 
     /// Whether `other` is this very matrix (the same arrays in memory), so that one copy on
@@ -316,7 +318,7 @@ impl EscJob<'_> {
     ) -> Result<(Compressed<'static, T>, bool)> {
         let block = self.entry_values();
         if a.nnz() == 0 || b.nnz() == 0 {
-            return Ok((Compressed::empty(a.nrows, b.ncols, block), false));
+            return Ok((Compressed::empty(a.nrows, b.ncols, block)?, false));
         }
         // The expansion's size and longest row, on another thread while A goes to the device.
         let mut sizes = None;
@@ -356,7 +358,13 @@ impl EscJob<'_> {
         }
         // Each slice of B is copied while A stays: it takes at most B's bytes.
         let limit = self.max_products::<T>(a.nnz(), a.nrows, operand_bytes(b));
-        let slices = column_slices(a, b, limit, self.bytes_per_product::<T>())?;
+        let slices = column_slices(
+            a,
+            b,
+            limit,
+            self.bytes_per_product::<T>(),
+            self.pool.available(),
+        )?;
         let _span = tracing::info_span!("column slices", count = slices.len()).entered();
         let mut parts = Vec::with_capacity(slices.len());
         for range in slices {
@@ -845,17 +853,20 @@ pub(crate) fn exclusive_scan(
 
 /// Cuts B's columns into consecutive slices whose expansions hold at most `limit` products each.
 /// The products of column j are Σ over B's entries (k, j) of the entries in column k of A.
+/// `available_bytes` (what the memory pool has left) is what an error reports as available.
+/// The per-column counts are sized by the shapes, so they are asked of the host fallibly.
 fn column_slices<T: Scalar>(
     a: &Compressed<'_, T>,
     b: &Compressed<'_, T>,
     limit: u64,
     bytes_per_product: u64,
+    available_bytes: u64,
 ) -> Result<Vec<Range<usize>>> {
-    let mut a_col = vec![0u64; a.ncols];
+    let mut a_col = host::try_filled(a.ncols, 0u64, "ESC SpGEMM products per column of A")?;
     for &k in a.index.iter() {
         a_col[k as usize] += 1;
     }
-    let mut per_col = vec![0u64; b.ncols];
+    let mut per_col = host::try_filled(b.ncols, 0u64, "ESC SpGEMM products per column of B")?;
     for (k, &count) in a_col.iter().enumerate().take(b.nrows) {
         for &j in &b.index[b.offsets[k] as usize..b.offsets[k + 1] as usize] {
             per_col[j as usize] += count;
@@ -872,7 +883,7 @@ fn column_slices<T: Scalar>(
                      that fit the memory budget"
                 ),
                 needed_bytes: w.saturating_mul(bytes_per_product),
-                available_bytes: limit.saturating_mul(bytes_per_product),
+                available_bytes,
             });
         }
         if sum + w > limit {

@@ -47,11 +47,13 @@ impl KernelSemiring {
     fn defines(self, complex: bool) -> &'static str {
         match (self, complex) {
             (KernelSemiring::PlusTimes, false) => {
-                "#define ADD(a, b) ((a) + (b))\n#define MUL(a, b) ((a) * (b))\n#define ZERO ((ACC)(0))\n"
+                "#define ADD(a, b) ((a) + (b))\n#define MUL(a, b) ((a) * (b))\n#define ZERO ((ACC)(0))\n\
+                 #define IS_ZERO(v) ((v) == (ACC)(0))\n"
             }
             (KernelSemiring::PlusTimes, true) => {
                 "inline ACC cmul(ACC a, ACC b) { return (ACC)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }\n\
-                 #define ADD(a, b) ((a) + (b))\n#define MUL(a, b) cmul((a), (b))\n#define ZERO ((ACC)(0))\n"
+                 #define ADD(a, b) ((a) + (b))\n#define MUL(a, b) cmul((a), (b))\n#define ZERO ((ACC)(0))\n\
+                 #define IS_ZERO(v) ((v).x == 0 && (v).y == 0)\n"
             }
         }
     }

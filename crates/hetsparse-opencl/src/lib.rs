@@ -458,7 +458,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let program = self.program::<T>(op, false)?;
         let (m, n) = (a.shape().0, b.ncols());
         if m == 0 || n == 0 || b.nrows() == 0 {
-            return Ok(Dense::zeros(m, n, b.layout()));
+            return Dense::zeros(m, n, b.layout());
         }
         let q = self.state.queue()?;
         let (c, shape, layout, _held) =
@@ -492,7 +492,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         if a.shape().0 == 0 || x.is_empty() {
-            return Ok(vec![T::zero(); a.shape().0]);
+            return hetsparse_core::host::try_filled(a.shape().0, T::zero(), "SpMV result");
         }
         let q = self.state.queue()?;
         match a {

@@ -25,7 +25,7 @@ pub(crate) fn download_values<T: Scalar>(
     b: &DeviceBuffer<u8>,
     len: usize,
 ) -> Result<Vec<T>> {
-    let mut out = vec![T::zero(); len];
+    let mut out = hetsparse_core::host::try_filled(len, T::zero(), "result")?;
     q.download_bytes(b, bytes_of_mut(&mut out), "result")?;
     Ok(out)
 }

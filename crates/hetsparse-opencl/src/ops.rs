@@ -680,7 +680,7 @@ impl OpenClBackend {
         let mut owned = None;
         let host_rows = match a {
             SparseOperand::Resident(_) => None,
-            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)?),
         };
         let n = a.shape().0;
         // Reserved before anything is allocated: what is copied for the call, and y.
@@ -734,7 +734,7 @@ impl OpenClBackend {
         let mut owned = None;
         let host_rows = match a {
             SparseOperand::Resident(_) => None,
-            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)),
+            SparseOperand::Host(m) => Some(row_operand(m, &mut owned)?),
         };
         let (m, n) = (a.shape().0, b.shape().1);
         // Reserved before anything is allocated: what is copied for the call, and C.
@@ -822,12 +822,12 @@ impl OpenClBackend {
 fn row_operand<'o, T: Scalar>(
     m: SparseRef<'o, T>,
     owned: &'o mut Option<Csr<T>>,
-) -> RowOperand<'o, T> {
-    match m {
+) -> Result<RowOperand<'o, T>> {
+    Ok(match m {
         SparseRef::Ellr(e) => RowOperand::Ellr(e),
         SparseRef::Csr(c) => RowOperand::Csr(c),
-        other => RowOperand::Csr(owned.insert(other.to_csr().into_owned())),
-    }
+        other => RowOperand::Csr(owned.insert(other.try_to_csr()?.into_owned())),
+    })
 }
 
 fn not_uploaded() -> Error {

@@ -53,7 +53,25 @@ fn a_budget_too_small_for_one_column_is_an_out_of_memory_error() {
         .with_memory_budget(operand + 500)
         .spgemm(&x, &x, SpgemmAlgorithm::Esc);
     match r {
-        Err(Error::OutOfMemory { what, .. }) => assert!(what.contains("column"), "{what}"),
+        Err(
+            e @ Error::OutOfMemory {
+                needed_bytes,
+                available_bytes,
+                ..
+            },
+        ) => {
+            assert!(e.to_string().contains("column"), "{e}");
+            // What the budget has left once the operand is uploaded: a real number, not 0.
+            assert!(
+                available_bytes > 0 && available_bytes <= 500 && needed_bytes > available_bytes,
+                "{e}"
+            );
+            assert!(
+                e.to_string()
+                    .contains(&format!("{available_bytes} available")),
+                "{e}"
+            );
+        }
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
 }
@@ -110,8 +128,9 @@ fn block_products_match_the_scalar_product() {
     let x = generate::stencil_3d::<f64>(5, generate::Stencil::TwentySeven, 2, 3);
     let bx = Bsr::from_csr(&x, (2, 2)).unwrap();
     let c = b.bsr_spgemm(&bx, &bx).unwrap();
-    let e = reference::spgemm::<f64, PlusTimes>(&bx.to_csr(), &bx.to_csr()).unwrap();
-    let got = c.to_csr();
+    let e =
+        reference::spgemm::<f64, PlusTimes>(&bx.to_csr().unwrap(), &bx.to_csr().unwrap()).unwrap();
+    let got = c.to_csr().unwrap();
     for i in 0..e.nrows() {
         let (ec, ev) = e.row(i);
         for (j, v) in ec.iter().zip(ev) {

@@ -47,6 +47,7 @@ fn dense(nrows: usize, ncols: usize, layout: Layout, seed: u64) -> Dense<f64> {
     Dense::from_fn(nrows, ncols, layout, |i, j| {
         ((i * 31 + j * 17 + seed as usize) % 97) as f64 / 13.0 - 3.0
     })
+    .unwrap()
 }
 
 /// Operand pairs of several shapes, with empty and rectangular ones.

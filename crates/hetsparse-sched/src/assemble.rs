@@ -217,12 +217,12 @@ mod tests {
     #[test]
     fn a_gap_or_an_overlap_is_an_error() {
         let a = generate::uniform::<f64>(40, 30, 3, 1);
-        let gap = vec![tile(&a, &a.transpose(), 0..20, 0..40)];
+        let gap = vec![tile(&a, &a.transpose().unwrap(), 0..20, 0..40)];
         assert!(matches!(assemble(40, 40, gap), Err(Error::Internal { .. })));
         let overlap = vec![
-            tile(&a, &a.transpose(), 0..30, 0..40),
-            tile(&a, &a.transpose(), 20..30, 0..40),
-            tile(&a, &a.transpose(), 30..40, 0..40),
+            tile(&a, &a.transpose().unwrap(), 0..30, 0..40),
+            tile(&a, &a.transpose().unwrap(), 20..30, 0..40),
+            tile(&a, &a.transpose().unwrap(), 30..40, 0..40),
         ];
         assert!(assemble(40, 40, overlap).is_err());
     }

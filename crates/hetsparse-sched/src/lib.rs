@@ -808,7 +808,7 @@ fn dense_rows<T: Scalar>(
     layout: hetsparse_core::Layout,
     pieces: Vec<(std::ops::Range<usize>, Dense<T>)>,
 ) -> Result<Dense<T>> {
-    let mut c = Dense::zeros(nrows, ncols, layout);
+    let mut c = Dense::zeros(nrows, ncols, layout)?;
     for (block, piece) in pieces {
         if piece.shape() != (block.len(), ncols) {
             return Err(piece_mismatch(&block, piece.nrows(), piece.ncols()));

@@ -335,7 +335,8 @@ fn spmv_and_spmm_are_shared_by_row_blocks_and_survive_a_failure() {
         hetsparse_core::Layout::ColMajor,
     ] {
         let d =
-            hetsparse_core::Dense::from_fn(a.ncols(), 5, layout, |i, j| (i + 2 * j) as f64 * 0.25);
+            hetsparse_core::Dense::from_fn(a.ncols(), 5, layout, |i, j| (i + 2 * j) as f64 * 0.25)
+                .unwrap();
         let expected_c = ReferenceBackend.spmm((&a).into(), &d).unwrap();
         let bad = faulty(Fault::FailOnUnit {
             unit: 0,

@@ -217,6 +217,18 @@ pub trait Device: Send + Sync {
 /// product's structure creates, also where values cancel to zero, so the result's structure
 /// depends only on the operands' structures.
 ///
+/// SpMV and SpMM give one IEEE answer whatever A's format: **stored entries are multiplied,
+/// padding is not.** The entries of a CSR, CSC, COO, CSPR or ELLPACK-R matrix are what it
+/// stores (explicit zeros included; ELLPACK-R's row padding is not an entry); the entries of a
+/// DIA or BSR matrix are the non-zero values of its diagonals or blocks, a zero there being
+/// padding of the band or fill of the block. So `0 × ∞` or `0 × NaN` is computed only for an
+/// explicit zero of a format that stores them, and a DIA or BSR matrix gives the answer of its
+/// `to_csr()`. An empty row gives `+0.0`.
+///
+/// Sizes that come from the operands' shapes (results, offsets, accumulators) are asked of the
+/// host without aborting: a result the host cannot hold is [`Error::OutOfMemory`] with the
+/// bytes it needs ([`crate::host`]), checked before any work, the same on every backend.
+///
 /// Operands are host matrices or [`ResidentCsr`] / [`ResidentDense`] handles of this backend's
 /// [`Device::memory_space`] (a handle from another memory is [`Error::WrongDevice`]). Each
 /// operation comes as `*_with` (result on the host) and `*_resident` (result left in the
@@ -484,15 +496,15 @@ pub trait Backend<T: Scalar>: Device {
     /// `C = A · B` for band matrices in DIA format.
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
         check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
-        let c = self.spgemm(&a.to_csr(), &b.to_csr(), SpgemmAlgorithm::Auto)?;
-        Ok(Dia::from_csr(&c, u64::MAX)?)
+        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
+        Dia::from_csr(&c, u64::MAX)
     }
 
     /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns.
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         check::bsr_spgemm(a, b)?;
-        let c = self.spgemm(&a.to_csr(), &b.to_csr(), SpgemmAlgorithm::Auto)?;
-        Ok(Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))?)
+        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
+        Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))
     }
 }
 
@@ -534,14 +546,21 @@ pub mod check {
         Ok(())
     }
 
-    /// SpMV operands.
+    /// SpMV operands, and a result `y` the host can hold ([`crate::host::check_buffer`]):
+    /// checked before anything is converted or allocated, so every backend refuses the same
+    /// sizes with the same error.
     pub fn spmv<T: Scalar>(a: &SparseRef<'_, T>, x: &[T]) -> Result<()> {
-        shapes("SpMV", a.shape(), (x.len(), 1))
+        shapes("SpMV", a.shape(), (x.len(), 1))?;
+        crate::host::check_buffer::<T>(a.shape().0 as u64, "SpMV result")
     }
 
-    /// SpMM operands.
+    /// SpMM operands, and a result `C` the host can hold ([`crate::host::check_buffer`]): a
+    /// matrix of `u32::MAX` rows stored in a few bytes times a few columns asks for terabytes,
+    /// which is [`Error::OutOfMemory`] before anything is converted or allocated.
     pub fn spmm<T: Scalar>(a: &SparseRef<'_, T>, b: &Dense<T>) -> Result<()> {
-        shapes("SpMM", a.shape(), b.shape())
+        shapes("SpMM", a.shape(), b.shape())?;
+        let values = (a.shape().0 as u64).saturating_mul(b.ncols() as u64);
+        crate::host::check_buffer::<T>(values, "SpMM result")
     }
 
     /// Chunks must lie inside the `a.0 × b.1` product.

@@ -1,5 +1,6 @@
-use super::{check_len, check_shape, validate_compressed, CompressedNames, Csr};
-use crate::error::FormatError;
+use super::{check_len, check_shape, validate_compressed, CompressedNames, Csr, MAX_DIMENSION};
+use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 const BSR: CompressedNames = CompressedNames {
@@ -38,6 +39,7 @@ impl<T: Scalar> Bsr<T> {
                 what: format!("block shape {r}×{c} has a zero side"),
             });
         }
+        check_block_shape(r, c)?;
         let nrows = block_rows.checked_mul(r);
         let ncols = block_cols.checked_mul(c);
         let (Some(nrows), Some(ncols)) = (nrows, ncols) else {
@@ -49,7 +51,8 @@ impl<T: Scalar> Bsr<T> {
             });
         };
         check_shape("BSR", nrows, ncols)?;
-        let len = (col_indices.len() as u64).saturating_mul((r * c) as u64);
+        // Both sides are at most u32::MAX, so one block's size fits in u64.
+        let len = (col_indices.len() as u64).saturating_mul(r as u64 * c as u64);
         check_len("BSR", "values", len, values.len())?;
         validate_compressed(
             BSR,
@@ -71,24 +74,26 @@ impl<T: Scalar> Bsr<T> {
 
     /// Groups a CSR matrix into `r × c` blocks; a block is stored when any of its entries is.
     /// The shape must be a multiple of the block shape.
-    pub fn from_csr(a: &Csr<T>, block_shape: (usize, usize)) -> Result<Self, FormatError> {
+    pub fn from_csr(a: &Csr<T>, block_shape: (usize, usize)) -> Result<Self, Error> {
         let (r, c) = block_shape;
-        if r == 0 || c == 0 || a.nrows() % r != 0 || a.ncols() % c != 0 {
-            return Err(FormatError::InvalidParameter {
+        check_block_shape(r, c)?;
+        if a.nrows() % r != 0 || a.ncols() % c != 0 {
+            return Err(Error::Format(FormatError::InvalidParameter {
                 format: "BSR",
                 what: format!(
                     "a {}×{} matrix cannot be cut into {r}×{c} blocks",
                     a.nrows(),
                     a.ncols()
                 ),
-            });
+            }));
         }
         let (block_rows, block_cols) = (a.nrows() / r, a.ncols() / c);
-        let mut row_offsets = Vec::with_capacity(block_rows + 1);
+        let block_len = r * c;
+        let mut row_offsets = host::try_with_capacity(block_rows + 1, "BSR row offsets")?;
         row_offsets.push(0u64);
         let mut col_indices: Vec<u32> = Vec::new();
         let mut values: Vec<T> = Vec::new();
-        let mut slot = vec![usize::MAX; block_cols];
+        let mut slot = host::try_filled(block_cols, usize::MAX, "BSR block slots")?;
         for bi in 0..block_rows {
             let first = col_indices.len();
             let mut cols: Vec<u32> = Vec::new();
@@ -106,12 +111,17 @@ impl<T: Scalar> Bsr<T> {
                 slot[bj as usize] = first + k;
             }
             col_indices.extend_from_slice(&cols);
-            values.resize(col_indices.len() * r * c, T::zero());
+            // A block's fill is sized by the block shape, not by the entries: ask for it.
+            let blocks_len = (col_indices.len() as u64).saturating_mul(block_len as u64);
+            host::check_buffer::<T>(blocks_len, "BSR block values")?;
+            let more = blocks_len as usize - values.len();
+            host::try_reserve(&mut values, more, "BSR block values")?;
+            values.resize(blocks_len as usize, T::zero());
             for i in bi * r..(bi + 1) * r {
                 let (js, vs) = a.row(i);
                 for (&j, &v) in js.iter().zip(vs) {
                     let b = slot[j as usize / c];
-                    values[b * r * c + (i - bi * r) * c + j as usize % c] = v;
+                    values[b * block_len + (i - bi * r) * c + j as usize % c] = v;
                 }
             }
             for &bj in &cols {
@@ -130,10 +140,10 @@ impl<T: Scalar> Bsr<T> {
     }
 
     /// The same matrix in CSR; zeros inside stored blocks are dropped.
-    pub fn to_csr(&self) -> Csr<T> {
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
         let (r, c) = self.block_shape;
         let zero = T::zero();
-        let mut row_offsets = Vec::with_capacity(self.nrows() + 1);
+        let mut row_offsets = host::try_with_capacity(self.nrows() + 1, "CSR row offsets")?;
         row_offsets.push(0u64);
         let mut cols = Vec::new();
         let mut vals = Vec::new();
@@ -157,7 +167,9 @@ impl<T: Scalar> Bsr<T> {
             }
         }
         // SAFETY: block columns are sorted, so columns within a row are too.
-        unsafe { Csr::from_parts_unchecked(self.nrows(), self.ncols(), row_offsets, cols, vals) }
+        Ok(unsafe {
+            Csr::from_parts_unchecked(self.nrows(), self.ncols(), row_offsets, cols, vals)
+        })
     }
 
     /// Number of rows.
@@ -202,6 +214,25 @@ impl<T: Scalar> Bsr<T> {
     }
 }
 
+/// Checks that a block shape has no zero side and fits the index types.
+fn check_block_shape(r: usize, c: usize) -> Result<(), FormatError> {
+    if r == 0 || c == 0 {
+        return Err(FormatError::InvalidParameter {
+            format: "BSR",
+            what: format!("block shape {r}×{c} has a zero side"),
+        });
+    }
+    if r > MAX_DIMENSION || c > MAX_DIMENSION {
+        return Err(FormatError::ShapeOverflow {
+            format: "BSR",
+            nrows: r as u64,
+            ncols: c as u64,
+            reason: "a block's sides are limited to u32::MAX like every dimension",
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +251,7 @@ mod tests {
         assert_eq!(b.row_offsets(), &[0, 2, 3]);
         assert_eq!(b.col_indices(), &[0, 1, 1]);
         assert_eq!(&b.values()[0..4], &[1.0, 0.0, 0.0, 3.0]);
-        assert_eq!(b.to_csr(), a);
+        assert_eq!(b.to_csr().unwrap(), a);
         assert!(Bsr::from_csr(&a, (3, 2)).is_err());
         assert!(Bsr::<f64>::try_new((0, 2), 1, 1, vec![0, 0], vec![], vec![]).is_err());
         assert!(matches!(
@@ -234,5 +265,32 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn huge_block_shapes_are_errors_not_overflows() {
+        // No block rows, so no rows, whatever the block height: the shape itself is refused.
+        let e = Bsr::<f64>::try_new((usize::MAX, usize::MAX), 0, 0, vec![0], vec![], vec![])
+            .unwrap_err();
+        assert!(
+            matches!(e, FormatError::ShapeOverflow { format: "BSR", .. }),
+            "{e}"
+        );
+        // Sides at the limit: one block holds 2^64 - 2^33 + 1 values, which the length check
+        // reports instead of overflowing.
+        let side = u32::MAX as usize;
+        let e =
+            Bsr::<f64>::try_new((side, side), 1, 1, vec![0, 1], vec![0], vec![1.0]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::LengthMismatch {
+                    array: "values",
+                    found: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 use super::{check_len, check_shape, Csr};
-use crate::error::FormatError;
+use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 /// Coordinate triplets in any order; repeated entries are summed when converted.
@@ -108,6 +109,14 @@ impl<T: Scalar> Coo<T> {
         Ok(())
     }
 
+    /// Room for `additional` more entries, or [`Error::OutOfMemory`] when the host cannot give
+    /// it (for a count read from a file or a network, which [`Coo::reserve`] would abort on).
+    pub fn try_reserve(&mut self, additional: usize) -> Result<(), Error> {
+        host::try_reserve(&mut self.rows, additional, "COO row indices")?;
+        host::try_reserve(&mut self.cols, additional, "COO column indices")?;
+        host::try_reserve(&mut self.values, additional, "COO values")
+    }
+
     /// Number of rows.
     pub fn nrows(&self) -> usize {
         self.nrows
@@ -142,18 +151,29 @@ impl<T: Scalar> Coo<T> {
     }
 
     /// Canonical CSR: rows bucketed, each row sorted, repeated entries summed.
+    ///
+    /// # Panics
+    /// When the host cannot hold the result; [`Coo::try_to_csr`] returns that as an error.
     pub fn to_csr(&self) -> Csr<T> {
+        self.try_to_csr().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As CSR: entries sorted, repeated entries summed. The `rows + 1` row offsets are sized by
+    /// the shape, not by the entries, so they are allocated fallibly: [`Error::OutOfMemory`]
+    /// when the host cannot hold them.
+    pub fn try_to_csr(&self) -> Result<Csr<T>, Error> {
         let nnz = self.rows.len();
-        let mut offsets = vec![0u64; self.nrows + 1];
+        let mut offsets = host::try_filled(self.nrows + 1, 0u64, "CSR row offsets")?;
         for &r in &self.rows {
             offsets[r as usize + 1] += 1;
         }
         for i in 0..self.nrows {
             offsets[i + 1] += offsets[i];
         }
-        let mut next = offsets.clone();
-        let mut cols = vec![0u32; nnz];
-        let mut vals = vec![T::zero(); nnz];
+        let mut next = host::try_with_capacity(offsets.len(), "CSR row offsets")?;
+        next.extend_from_slice(&offsets);
+        let mut cols = host::try_filled(nnz, 0u32, "CSR column indices")?;
+        let mut vals = host::try_filled(nnz, T::zero(), "CSR values")?;
         for k in 0..nnz {
             let r = self.rows[k] as usize;
             let dst = next[r] as usize;
@@ -163,7 +183,7 @@ impl<T: Scalar> Coo<T> {
         }
         let offsets = super::sort_and_sum_lines(&offsets, &mut cols, &mut vals);
         // SAFETY: indices were bounds-checked on the way in and rows are now sorted and unique.
-        unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) }
+        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) })
     }
 }
 
@@ -201,7 +221,8 @@ mod tests {
             vec![1.0, 2.0, 3.0, 4.0, 5.0],
         )
         .unwrap();
-        let a = c.to_csr();
+        let a = c.try_to_csr().unwrap();
+        assert_eq!(a, c.to_csr());
         assert_eq!(a.row_offsets(), &[0, 1, 1, 3]);
         assert_eq!(a.col_indices(), &[2, 0, 1]);
         assert_eq!(a.values(), &[6.0, 3.0, 6.0]);

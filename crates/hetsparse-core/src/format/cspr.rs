@@ -1,5 +1,6 @@
 use super::{check_len, check_shape, Csr};
-use crate::error::FormatError;
+use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 /// CSPR / CCSR (Neelima & Raghavendra): one 64-bit linear index per entry, `row * ncols + col`,
@@ -80,8 +81,8 @@ impl<T: Scalar> Cspr<T> {
     }
 
     /// The same matrix in CSR.
-    pub fn to_csr(&self) -> Csr<T> {
-        let mut row_offsets = vec![0u64; self.nrows + 1];
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
+        let mut row_offsets = host::try_filled(self.nrows + 1, 0u64, "CSR row offsets")?;
         let mut cols = Vec::with_capacity(self.indices.len());
         for &idx in &self.indices {
             // ncols > 0 whenever an index exists.
@@ -93,7 +94,7 @@ impl<T: Scalar> Cspr<T> {
             row_offsets[i + 1] += row_offsets[i];
         }
         // SAFETY: indices are strictly increasing, so rows are contiguous and sorted.
-        unsafe {
+        Ok(unsafe {
             Csr::from_parts_unchecked(
                 self.nrows,
                 self.ncols,
@@ -101,7 +102,7 @@ impl<T: Scalar> Cspr<T> {
                 cols,
                 self.values.clone(),
             )
-        }
+        })
     }
 
     /// Number of rows.
@@ -139,7 +140,7 @@ mod tests {
         let a = Csr::try_new(2, 3, vec![0, 2, 3], vec![0, 2, 1], vec![1.0, 2.0, 3.0]).unwrap();
         let c = Cspr::from_csr(&a);
         assert_eq!(c.indices(), &[0, 2, 4]);
-        assert_eq!(c.to_csr(), a);
+        assert_eq!(c.to_csr().unwrap(), a);
         assert!(matches!(
             Cspr::try_new(2, 3, vec![4, 2], vec![1.0, 1.0]).unwrap_err(),
             FormatError::Unsorted { .. }

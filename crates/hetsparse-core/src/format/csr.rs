@@ -6,6 +6,7 @@ use super::{
     Layout,
 };
 use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 const CSR: CompressedNames = CompressedNames {
@@ -136,27 +137,32 @@ impl<T: Scalar> Csr<T> {
         validate_compressed(names, nrows, ncols, row_offsets, col_indices, canonical)
     }
 
-    /// An `nrows × ncols` matrix with no entries.
-    pub fn zeros(nrows: usize, ncols: usize) -> Result<Self, FormatError> {
+    /// An `nrows × ncols` matrix with no entries. Its `nrows + 1` row offsets are allocated
+    /// fallibly: [`Error::OutOfMemory`] when the host cannot hold them.
+    pub fn zeros(nrows: usize, ncols: usize) -> Result<Self, Error> {
         check_shape("CSR", nrows, ncols)?;
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets: Arc::new(vec![0; nrows + 1]),
+            row_offsets: Arc::new(host::try_filled(nrows + 1, 0, "CSR row offsets")?),
             col_indices: Arc::new(Vec::new()),
             values: Vec::new(),
         })
     }
 
-    /// The `n × n` identity.
-    pub fn identity(n: usize) -> Result<Self, FormatError> {
+    /// The `n × n` identity ([`Error::OutOfMemory`] when the host cannot hold it).
+    pub fn identity(n: usize) -> Result<Self, Error> {
         check_shape("CSR", n, n)?;
+        let mut row_offsets = host::try_with_capacity(n + 1, "CSR row offsets")?;
+        row_offsets.extend(0..=n as u64);
+        let mut col_indices = host::try_with_capacity(n, "CSR column indices")?;
+        col_indices.extend(0..n as u32);
         Ok(Csr {
             nrows: n,
             ncols: n,
-            row_offsets: Arc::new((0..=n as u64).collect()),
-            col_indices: Arc::new((0..n as u32).collect()),
-            values: vec![T::from_f64(1.0); n],
+            row_offsets: Arc::new(row_offsets),
+            col_indices: Arc::new(col_indices),
+            values: host::try_filled(n, T::from_f64(1.0), "CSR values")?,
         })
     }
 
@@ -335,20 +341,23 @@ impl<T: Scalar> Csr<T> {
         })
     }
 
-    /// The transpose (a counting sort, so rows come out sorted).
-    pub fn transpose(&self) -> Self {
+    /// The transpose (a counting sort, so rows come out sorted). Its `ncols + 1` row offsets
+    /// are allocated fallibly: [`Error::OutOfMemory`] when the host cannot hold them.
+    pub fn transpose(&self) -> Result<Self, Error> {
         let nnz = self.col_indices.len();
-        let mut counts = vec![0u64; self.ncols + 1];
+        let mut counts = host::try_filled(self.ncols + 1, 0u64, "CSR row offsets of a transpose")?;
         for &j in self.col_indices.iter() {
             counts[j as usize + 1] += 1;
         }
         for j in 0..self.ncols {
             counts[j + 1] += counts[j];
         }
-        let row_offsets = counts.clone();
+        let mut row_offsets =
+            host::try_with_capacity(counts.len(), "CSR row offsets of a transpose")?;
+        row_offsets.extend_from_slice(&counts);
         let mut next = counts;
-        let mut col_indices = vec![0u32; nnz];
-        let mut values = vec![T::zero(); nnz];
+        let mut col_indices = host::try_filled(nnz, 0u32, "CSR column indices")?;
+        let mut values = host::try_filled(nnz, T::zero(), "CSR values")?;
         for i in 0..self.nrows {
             let (cols, vals) = self.row(i);
             for (&j, &v) in cols.iter().zip(vals) {
@@ -358,13 +367,13 @@ impl<T: Scalar> Csr<T> {
                 next[j as usize] += 1;
             }
         }
-        Csr {
+        Ok(Csr {
             nrows: self.ncols,
             ncols: self.nrows,
             row_offsets: Arc::new(row_offsets),
             col_indices: Arc::new(col_indices),
             values,
-        }
+        })
     }
 
     /// Drops stored entries whose value is exactly zero.
@@ -408,22 +417,32 @@ impl<T: Scalar> Csr<T> {
         )
     }
 
-    /// A dense copy.
-    pub fn to_dense(&self, layout: Layout) -> Dense<T> {
-        let mut d = Dense::zeros(self.nrows, self.ncols, layout);
+    /// A dense copy ([`Error::OutOfMemory`] when the host cannot hold `rows × columns` values).
+    pub fn to_dense(&self, layout: Layout) -> Result<Dense<T>, Error> {
+        let mut d = Dense::zeros(self.nrows, self.ncols, layout)?;
         for i in 0..self.nrows {
             let (cols, vals) = self.row(i);
             for (&j, &v) in cols.iter().zip(vals) {
                 d.set(i, j as usize, v);
             }
         }
-        d
+        Ok(d)
     }
 
     /// The stored entries of a dense matrix that are not zero.
+    ///
+    /// # Panics
+    /// When the host cannot hold the `rows + 1` row offsets (a matrix of no columns and very
+    /// many rows); [`Csr::try_from_dense`] returns that as an error instead.
     pub fn from_dense(d: &Dense<T>) -> Self {
+        Self::try_from_dense(d).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The stored entries of a dense matrix that are not zero; [`Error::OutOfMemory`] when the
+    /// host cannot hold the `rows + 1` row offsets.
+    pub fn try_from_dense(d: &Dense<T>) -> Result<Self, Error> {
         let zero = T::zero();
-        let mut row_offsets = Vec::with_capacity(d.nrows() + 1);
+        let mut row_offsets = host::try_with_capacity(d.nrows() + 1, "CSR row offsets")?;
         row_offsets.push(0);
         let mut col_indices = Vec::new();
         let mut values = Vec::new();
@@ -437,13 +456,13 @@ impl<T: Scalar> Csr<T> {
             }
             row_offsets.push(col_indices.len() as u64);
         }
-        Csr {
+        Ok(Csr {
             nrows: d.nrows(),
             ncols: d.ncols(),
             row_offsets: Arc::new(row_offsets),
             col_indices: Arc::new(col_indices),
             values,
-        }
+        })
     }
 
     /// Converts every value to another scalar type (through its real and imaginary parts).
@@ -482,6 +501,7 @@ impl<T: Scalar> Csc<T> {
         row_indices: Vec<u32>,
         values: Vec<T>,
     ) -> Result<Self, FormatError> {
+        check_shape(CSC.format, nrows, ncols)?;
         Csr::check_parts(CSC, ncols, nrows, &col_offsets, &row_indices, &values, true)?;
         Ok(Csc {
             transposed: Csr {
@@ -502,6 +522,7 @@ impl<T: Scalar> Csc<T> {
         mut row_indices: Vec<u32>,
         mut values: Vec<T>,
     ) -> Result<Self, FormatError> {
+        check_shape(CSC.format, nrows, ncols)?;
         Csr::check_parts(
             CSC,
             ncols,
@@ -555,15 +576,15 @@ impl<T: Scalar> Csc<T> {
     pub fn col(&self, j: usize) -> (&[u32], &[T]) {
         self.transposed.row(j)
     }
-    /// The same matrix in CSR.
-    pub fn to_csr(&self) -> Csr<T> {
+    /// The same matrix in CSR ([`Error::OutOfMemory`] when the host cannot hold it).
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
         self.transposed.transpose()
     }
-    /// A CSR matrix in CSC.
-    pub fn from_csr(a: &Csr<T>) -> Self {
-        Csc {
-            transposed: a.transpose(),
-        }
+    /// A CSR matrix in CSC ([`Error::OutOfMemory`] when the host cannot hold it).
+    pub fn from_csr(a: &Csr<T>) -> Result<Self, Error> {
+        Ok(Csc {
+            transposed: a.transpose()?,
+        })
     }
     /// The CSR matrix with the same arrays: the transpose of this matrix, at no cost.
     pub fn into_transpose(self) -> Csr<T> {
@@ -636,7 +657,10 @@ mod tests {
             }
         ));
         let e = Csr::<f64>::zeros(1, MAX_DIM_PLUS).unwrap_err();
-        assert!(matches!(e, FormatError::ShapeOverflow { .. }));
+        assert!(matches!(
+            e,
+            Error::Format(FormatError::ShapeOverflow { .. })
+        ));
         assert!(e.to_string().contains("u32::MAX"));
     }
 
@@ -680,9 +704,9 @@ mod tests {
     #[test]
     fn slicing_transposing_and_converting_round_trip() {
         let a = sample();
-        let t = a.transpose();
+        let t = a.transpose().unwrap();
         assert_eq!(t.shape(), (4, 3));
-        assert_eq!(t.transpose(), a);
+        assert_eq!(t.transpose().unwrap(), a);
         assert_eq!(t.get(3, 0), Some(2.0));
         let r = a.rows(1..3).unwrap();
         assert_eq!(r.row_offsets(), &[0, 0, 3]);
@@ -692,11 +716,11 @@ mod tests {
         assert_eq!(p.values(), &[4.0, 5.0]);
         assert!(a.rows(2..4).is_err());
         assert!(a.column_panel(3..5).is_err());
-        assert_eq!(Csr::from_dense(&a.to_dense(Layout::ColMajor)), a);
-        assert_eq!(a.to_coo().to_csr(), a);
-        let c = Csc::from_csr(&a);
+        assert_eq!(Csr::from_dense(&a.to_dense(Layout::ColMajor).unwrap()), a);
+        assert_eq!(a.to_coo().try_to_csr().unwrap(), a);
+        let c = Csc::from_csr(&a).unwrap();
         assert_eq!(c.col(0), (&[0u32, 2][..], &[1.0, 3.0][..]));
-        assert_eq!(c.to_csr(), a);
+        assert_eq!(c.to_csr().unwrap(), a);
         let e = Csc::<f64>::try_new(2, 1, vec![0, 2], vec![1, 0], vec![1.0, 1.0]).unwrap_err();
         assert!(matches!(
             e,
@@ -706,6 +730,19 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn csc_errors_name_the_shape_as_given() {
+        let e = Csc::<f64>::try_new(5, MAX_DIM_PLUS, vec![0], vec![], vec![]).unwrap_err();
+        assert!(
+            matches!(e, FormatError::ShapeOverflow { format: "CSC", nrows: 5, ncols, .. } if ncols == MAX_DIM_PLUS as u64),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&format!("5×{MAX_DIM_PLUS}")), "{e}");
+        let e =
+            Csc::<f64>::try_from_unsorted(MAX_DIM_PLUS, 2, vec![0], vec![], vec![]).unwrap_err();
+        assert!(e.to_string().contains(&format!("{MAX_DIM_PLUS}×2")), "{e}");
     }
 
     #[test]

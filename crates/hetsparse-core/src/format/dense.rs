@@ -1,5 +1,6 @@
-use super::check_len;
-use crate::error::FormatError;
+use super::{check_len, check_shape};
+use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 /// Storage order of a dense matrix.
@@ -28,6 +29,7 @@ impl<T: Scalar> Dense<T> {
         layout: Layout,
         data: Vec<T>,
     ) -> Result<Self, FormatError> {
+        check_shape("dense", nrows, ncols)?;
         let len = (nrows as u64)
             .checked_mul(ncols as u64)
             .filter(|&n| n <= usize::MAX as u64)
@@ -46,17 +48,18 @@ impl<T: Scalar> Dense<T> {
         })
     }
 
-    /// All zeros. Panics only if `nrows * ncols` overflows `usize`.
-    pub fn zeros(nrows: usize, ncols: usize, layout: Layout) -> Self {
-        let len = nrows
-            .checked_mul(ncols)
-            .expect("dense shape overflows usize");
-        Dense {
+    /// All zeros: a shape past [`MAX_DIMENSION`](super::MAX_DIMENSION) is a
+    /// [`FormatError::ShapeOverflow`], values the host cannot hold are [`Error::OutOfMemory`].
+    pub fn zeros(nrows: usize, ncols: usize, layout: Layout) -> Result<Self, Error> {
+        check_shape("dense", nrows, ncols)?;
+        let len = (nrows as u64) * (ncols as u64);
+        host::check_buffer::<T>(len, "dense values")?;
+        Ok(Dense {
             nrows,
             ncols,
             layout,
-            data: vec![T::zero(); len],
-        }
+            data: host::try_filled(len as usize, T::zero(), "dense values")?,
+        })
     }
 
     /// Element `(i, j)` computed by `f`.
@@ -65,14 +68,14 @@ impl<T: Scalar> Dense<T> {
         ncols: usize,
         layout: Layout,
         mut f: impl FnMut(usize, usize) -> T,
-    ) -> Self {
-        let mut d = Self::zeros(nrows, ncols, layout);
+    ) -> Result<Self, Error> {
+        let mut d = Self::zeros(nrows, ncols, layout)?;
         for i in 0..nrows {
             for j in 0..ncols {
                 d.set(i, j, f(i, j));
             }
         }
-        d
+        Ok(d)
     }
 
     /// Number of rows.
@@ -129,7 +132,26 @@ impl<T: Scalar> Dense<T> {
         if layout == self.layout {
             return self.clone();
         }
-        Self::from_fn(self.nrows, self.ncols, layout, |i, j| self.get(i, j))
+        // As many values as this matrix already holds.
+        let mut data = Vec::with_capacity(self.data.len());
+        match layout {
+            Layout::RowMajor => {
+                for i in 0..self.nrows {
+                    data.extend((0..self.ncols).map(|j| self.get(i, j)));
+                }
+            }
+            Layout::ColMajor => {
+                for j in 0..self.ncols {
+                    data.extend((0..self.nrows).map(|i| self.get(i, j)));
+                }
+            }
+        }
+        Dense {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            layout,
+            data,
+        }
     }
 }
 

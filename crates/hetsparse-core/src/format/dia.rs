@@ -1,5 +1,6 @@
 use super::{check_len, check_shape, Csr};
-use crate::error::FormatError;
+use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 /// Diagonal storage for band matrices (Matam et al. §IV.C).
@@ -111,11 +112,27 @@ impl<T: Scalar> Dia<T> {
         (self.nrows, self.ncols, self.offsets, self.data)
     }
 
-    /// Stores every diagonal of `a` that holds an entry. Errors when the diagonals would need
-    /// more than `max_bytes` (a scattered matrix can need `nrows × (nrows + ncols)` slots).
-    pub fn from_csr(a: &Csr<T>, max_bytes: u64) -> Result<Self, FormatError> {
+    /// Stores every diagonal of `a` that holds an entry. Errors when the diagonals and the
+    /// working arrays that find them (9 bytes per row and column) would need more than
+    /// `max_bytes` (a scattered matrix can need `nrows × (nrows + ncols)` slots), and with
+    /// [`Error::OutOfMemory`] when the host cannot hold them.
+    pub fn from_csr(a: &Csr<T>, max_bytes: u64) -> Result<Self, Error> {
         let (nrows, ncols) = a.shape();
-        let mut present = vec![false; nrows + ncols];
+        let lines = nrows + ncols;
+        let working_bytes = (lines as u64)
+            .saturating_mul((std::mem::size_of::<bool>() + std::mem::size_of::<usize>()) as u64);
+        let over_budget = |ndiags: usize, bytes: u64| {
+            Error::from(FormatError::InvalidParameter {
+                format: "DIA",
+                what: format!(
+                    "{ndiags} diagonals of {nrows} rows and the working arrays need {bytes} bytes, more than the {max_bytes} allowed"
+                ),
+            })
+        };
+        if working_bytes > max_bytes {
+            return Err(over_budget(0, working_bytes));
+        }
+        let mut present = host::try_filled(lines, false, "DIA diagonal flags")?;
         for i in 0..nrows {
             for &j in a.row(i).0 {
                 present[(j as i64 - i as i64 + nrows as i64) as usize] = true;
@@ -129,24 +146,17 @@ impl<T: Scalar> Dia<T> {
             .collect();
         let bytes = (nrows as u64)
             .saturating_mul(offsets.len() as u64)
-            .saturating_mul(std::mem::size_of::<T>() as u64);
+            .saturating_mul(std::mem::size_of::<T>() as u64)
+            .saturating_add(working_bytes);
         if bytes > max_bytes {
-            return Err(FormatError::InvalidParameter {
-                format: "DIA",
-                what: format!(
-                    "{} diagonals of {} rows need {} bytes, more than the {} allowed",
-                    offsets.len(),
-                    nrows,
-                    bytes,
-                    max_bytes
-                ),
-            });
+            return Err(over_budget(offsets.len(), bytes));
         }
-        let mut slot = vec![usize::MAX; nrows + ncols];
+        drop(present);
+        let mut slot = host::try_filled(lines, usize::MAX, "DIA diagonal slots")?;
         for (d, &off) in offsets.iter().enumerate() {
             slot[(off + nrows as i64) as usize] = d;
         }
-        let mut data = vec![T::zero(); nrows * offsets.len()];
+        let mut data = host::try_filled(nrows * offsets.len(), T::zero(), "DIA diagonals")?;
         for i in 0..nrows {
             let (cols, vals) = a.row(i);
             for (&j, &v) in cols.iter().zip(vals) {
@@ -162,10 +172,12 @@ impl<T: Scalar> Dia<T> {
         })
     }
 
-    /// CSR holding the non-zero values of the band.
-    pub fn to_csr(&self) -> Csr<T> {
+    /// CSR holding the non-zero values of the band: a zero slot of a diagonal is padding, not
+    /// an entry (the rule every SpMV and SpMM follows, so `0 × inf` is never computed for it).
+    /// [`Error::OutOfMemory`] when the host cannot hold the `rows + 1` row offsets.
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
         let zero = T::zero();
-        let mut row_offsets = Vec::with_capacity(self.nrows + 1);
+        let mut row_offsets = host::try_with_capacity(self.nrows + 1, "CSR row offsets")?;
         row_offsets.push(0u64);
         let mut cols = Vec::new();
         let mut vals = Vec::new();
@@ -185,7 +197,7 @@ impl<T: Scalar> Dia<T> {
             row_offsets.push(cols.len() as u64);
         }
         // SAFETY: columns are in bounds and strictly increasing per row by construction.
-        unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, row_offsets, cols, vals) }
+        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, row_offsets, cols, vals) })
     }
 }
 
@@ -207,8 +219,28 @@ mod tests {
         assert_eq!(d.offsets(), &[-1, 0, 1]);
         assert_eq!(d.diagonal(0), &[0.0, 3.0, 6.0]);
         assert_eq!(d.diagonal(2), &[2.0, 5.0, 0.0]);
-        assert_eq!(d.to_csr(), a);
+        assert_eq!(d.to_csr().unwrap(), a);
         assert!(Dia::from_csr(&a, 8).is_err());
+        // 3 diagonals of 3 rows (72 bytes) and 9 bytes for each of 6 rows and columns.
+        assert!(Dia::from_csr(&a, 72 + 54).is_ok());
+        let e = Dia::from_csr(&a, 72).unwrap_err();
+        assert!(e.to_string().contains("need 126 bytes"), "{e}");
+    }
+
+    #[test]
+    fn working_arrays_count_against_the_limit_before_they_are_allocated() {
+        // One entry in a row of u32::MAX columns: the diagonal flags alone would take 36 GiB.
+        let wide = Csr::try_new(1, u32::MAX as usize, vec![0, 1], vec![7], vec![1.0f64]).unwrap();
+        let e = Dia::from_csr(&wide, 1 << 20).unwrap_err();
+        assert!(
+            matches!(e, Error::Format(FormatError::InvalidParameter { .. })),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("need {} bytes", (u32::MAX as u64 + 1) * 9)),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use super::{check_len, check_shape, Csr};
-use crate::error::FormatError;
+use crate::error::{Error, FormatError};
 use crate::scalar::Scalar;
 
 /// Rows of ELLPACK-R storage are padded to a multiple of this, so that each column of `E` and `J`
@@ -118,22 +118,23 @@ impl<T: Scalar> Ellr<T> {
 
     /// Converts from CSR; the width is the longest row. Errors when the padded arrays would need
     /// more than `max_bytes` (one very long row makes every row that long).
-    pub fn from_csr(a: &Csr<T>, max_bytes: u64) -> Result<Self, FormatError> {
+    pub fn from_csr(a: &Csr<T>, max_bytes: u64) -> Result<Self, Error> {
         let (nrows, ncols) = a.shape();
         let width = (0..nrows).map(|i| a.row_nnz(i)).max().unwrap_or(0) as usize;
         let padded_rows = nrows.div_ceil(ELLR_ROW_ALIGN) * ELLR_ROW_ALIGN;
         let len = Self::slots("ELLPACK-R", nrows, ncols, padded_rows, width)?;
         let bytes = len.saturating_mul((std::mem::size_of::<T>() + 4) as u64);
         if bytes > max_bytes {
-            return Err(FormatError::InvalidParameter {
+            return Err(Error::Format(FormatError::InvalidParameter {
                 format: "ELLPACK-R",
                 what: format!(
                     "{padded_rows} padded rows of width {width} need {bytes} bytes, more than the {max_bytes} allowed"
                 ),
-            });
+            }));
         }
-        let mut values = vec![T::zero(); len as usize];
-        let mut col_indices = vec![0u32; len as usize];
+        let mut values = crate::host::try_filled(len as usize, T::zero(), "ELLPACK-R values")?;
+        let mut col_indices =
+            crate::host::try_filled(len as usize, 0u32, "ELLPACK-R column indices")?;
         let mut row_lengths = Vec::with_capacity(nrows);
         for i in 0..nrows {
             let (cols, vals) = a.row(i);

@@ -410,9 +410,9 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
         SpgemmAlgorithm::ColumnRow => {
             let _s = tracing::debug_span!("transpose_a", nnz = a.nnz()).entered();
             Some(if chunk.rows == (0..a.nrows()) {
-                a.transpose()
+                a.transpose()?
             } else {
-                a.rows(chunk.rows.clone())?.transpose()
+                a.rows(chunk.rows.clone())?.transpose()?
             })
         }
         _ => None,
