@@ -298,7 +298,7 @@ fn info(a_path: &Path, right: &RightOperand) -> Result<(), CliError> {
     } else if right.square {
         &a
     } else if right.aat {
-        b_owned = a.transpose();
+        b_owned = a.transpose()?;
         &b_owned
     } else {
         return Ok(());
@@ -427,7 +427,13 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
             let read = files::read_matrix(path, "reading B", progress)?;
             let dense = match read.matrix {
                 MatrixMarket::Dense(d) => d,
-                sparse @ MatrixMarket::Sparse(_) => sparse.into_csr().to_dense(Layout::RowMajor),
+                sparse @ MatrixMarket::Sparse(_) => sparse
+                    .try_into_csr()
+                    .map_err(|source| CliError::Read {
+                        path: path.clone(),
+                        source,
+                    })?
+                    .to_dense(Layout::RowMajor)?,
             };
             stages.push((
                 "read B".into(),
@@ -451,7 +457,7 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
         (None, Op::Spmv) => Right::Vector(vec![1.0; a.ncols()]),
         (None, _) if right.square => Right::Sparse(&a),
         (None, _) => {
-            transposed = a.transpose();
+            transposed = a.transpose()?;
             Right::Sparse(&transposed)
         }
     };

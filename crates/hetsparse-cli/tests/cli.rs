@@ -164,7 +164,7 @@ fn square_and_aat_write_gzip_and_algorithms_are_chosen() {
     let gz = fs::read(dir.path().join("aat.mtx.gz")).unwrap();
     assert_eq!(&gz[..2], &[0x1f, 0x8b], "not gzip");
     let c: Csr<f64> = matrix_market::read_csr_path(dir.path().join("aat.mtx.gz")).unwrap();
-    assert_close(&c, &spgemm_reference(&a, &a.transpose()));
+    assert_close(&c, &spgemm_reference(&a, &a.transpose().unwrap()));
 
     let square: Csr<f64> = generate::uniform(70, 70, 4, 22);
     write_mtx(dir.path(), "s.mtx", &square);
@@ -229,7 +229,8 @@ fn spmv_and_spmm_match_the_reference() {
         &ReferenceBackend.spmv((&a).into(), &ones).unwrap(),
     );
 
-    let b = hetsparse::Dense::from_fn(40, 3, Layout::ColMajor, |i, j| (i * 3 + j) as f64 - 7.5);
+    let b = hetsparse::Dense::from_fn(40, 3, Layout::ColMajor, |i, j| (i * 3 + j) as f64 - 7.5)
+        .unwrap();
     let mut bytes = Vec::new();
     matrix_market::write_dense(&mut bytes, &b).unwrap();
     fs::write(dir.path().join("b.mtx"), bytes).unwrap();
