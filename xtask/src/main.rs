@@ -1,7 +1,9 @@
 //! `cargo xtask`: project tasks. Each task lives in its own module; this file only dispatches.
 mod bench;
+mod download;
 mod kernels;
 mod mmio;
+mod sets;
 
 use std::process::ExitCode;
 
@@ -12,6 +14,9 @@ tasks:
   bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
         benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
         generated matrix classes and print one markdown table (docs/benchmarks.md)
+  download [--dir DIR] [--base-url URL] [--timeout SECS] NAME... | --set SET | --list-sets
+        SuiteSparse matrices (Group/Name or Name, or a named set of the papers') into the
+        cache folder ($HETSPARSE_DATA, else the user's cache folder)
   mmio [--mb N] [--threads LIST] [--repeat R] [--python PATH]
         Matrix Market read/write speed against scipy.io.mmread/mmwrite on generated files";
 
@@ -20,6 +25,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench::run(&args[1..]),
         Some("mmio") => mmio::run(&args[1..]),
+        Some("download") => download::run(&args[1..]),
         Some("kernels") => {
             kernels::run(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
         }
