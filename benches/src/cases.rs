@@ -81,7 +81,8 @@ impl Case {
         let formats = Formats::new(&a, self.block_shape());
         let square = a == b;
         Ok(Operands {
-            case: *self,
+            name: self.class.name().to_string(),
+            case: Some(*self),
             a,
             b,
             square,
@@ -138,6 +139,36 @@ impl Formats {
 }
 
 impl Operands {
+    /// Operands of a real matrix, as the papers multiply them: `A · A` for a square A,
+    /// `A · Aᵀ` for a rectangular one; `name` labels its results.
+    pub fn from_matrix(name: &str, a: Csr<f64>) -> Result<Operands> {
+        let square = a.nrows() == a.ncols();
+        let b = if square { a.clone() } else { a.transpose()? };
+        let products = analysis::total_products(&a, &b)?;
+        let product_nnz = analysis::symbolic_row_nnz(&a, &b)?.iter().sum();
+        let dense = spmm_operand(a.ncols())?;
+        let vector = spmv_operand(a.ncols());
+        let formats = Formats::new(&a, None);
+        Ok(Operands {
+            name: name.to_string(),
+            case: None,
+            a,
+            b,
+            square,
+            formats,
+            dense,
+            vector,
+            products,
+            product_nnz,
+            expected: Expected::default(),
+        })
+    }
+
+    /// File stem of the operands: the case's ([`Case::stem`]) or the matrix's name.
+    pub fn stem(&self) -> String {
+        self.case.map_or_else(|| self.name.clone(), |c| c.stem())
+    }
+
     /// `A · B` by the serial reference.
     pub fn expected_product(&self) -> Result<&Csr<f64>> {
         cached(&self.expected.product, || {
@@ -236,11 +267,13 @@ pub fn gpu_cases() -> Vec<Case> {
         .collect()
 }
 
-/// The generated operands of a [`Case`] and what its SpGEMM costs.
+/// The operands of a generated [`Case`] or of a matrix file, and what their SpGEMM costs.
 #[derive(Clone, Debug)]
 pub struct Operands {
-    /// Which instance these are.
-    pub case: Case,
+    /// What the tables call them: the class of a generated case, the file stem of a matrix.
+    pub name: String,
+    /// Which generated instance these are; `None` for a matrix read from a file.
+    pub case: Option<Case>,
     /// Left operand of SpGEMM, SpMM and SpMV.
     pub a: Csr<f64>,
     /// Right operand of SpGEMM (A itself, or Aᵀ for the LP class).
@@ -338,6 +371,25 @@ mod tests {
             .unwrap();
         assert_eq!(c.nnz(), ops.product_nnz);
         assert!(ops.products >= ops.product_nnz);
+    }
+
+    #[test]
+    fn operands_of_a_matrix_square_it_or_multiply_by_its_transpose() {
+        let (a, _) = generate::product_operands::<f64>(MatrixClass::LpRectangular, 300, SEED);
+        assert_ne!(a.nrows(), a.ncols());
+        let ops = Operands::from_matrix("lp-file", a.clone()).unwrap();
+        assert_eq!(
+            (ops.name.as_str(), ops.stem(), ops.case),
+            ("lp-file", "lp-file".to_string(), None)
+        );
+        assert!(!ops.square);
+        assert_eq!(ops.b, a.transpose().unwrap());
+        let c = reference::spgemm::<f64, PlusTimes>(&ops.a, &ops.b).unwrap();
+        assert_eq!(c.nnz(), ops.product_nnz);
+        let (sq, _) = generate::product_operands::<f64>(MatrixClass::Banded, 300, SEED);
+        let ops = Operands::from_matrix("banded-file", sq.clone()).unwrap();
+        assert!(ops.square && ops.b == sq);
+        assert_eq!(ops.dense.shape(), (sq.ncols(), SPMM_COLUMNS));
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub fn manifest_line(ops: &Operands) -> String {
     let (a_file, b_file) = file_names(ops);
     format!(
         "{}\t{}\t{a_file}\t{b_file}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-        ops.case.class.name(),
-        ops.case.size,
+        ops.name,
+        ops.case.map_or(ops.a.nrows(), |c| c.size),
         ops.a.nrows(),
         ops.a.ncols(),
         ops.a.nnz(),
@@ -41,7 +41,7 @@ pub fn manifest_line(ops: &Operands) -> String {
 }
 
 fn file_names(ops: &Operands) -> (String, String) {
-    let stem = ops.case.stem();
+    let stem = ops.stem();
     let a = format!("{stem}-A.mtx");
     let b = if ops.b == ops.a {
         a.clone()

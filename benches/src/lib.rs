@@ -69,7 +69,7 @@ fn measure_one(
     };
     Record {
         implementation: op.implementation(name),
-        class: operands.case.class.name().to_string(),
+        class: operands.name.clone(),
         operation: op.label().to_string(),
         seconds,
         flops: op.flops(operands),

@@ -5,6 +5,7 @@
 //! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
 //! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
 //!                        [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
+//!                        [--matrix FILE.mtx]...
 //! hetsparse-bench report FILE...                          markdown table of result files
 //! ```
 //!
@@ -16,13 +17,16 @@
 //!   backend's default algorithm, `spgemm:RowRow` one chosen algorithm, `spmm32`, `spmv`);
 //! - `--classes road,banded`: only these matrix classes (names as in the table);
 //! - `--budget quick`: the quick scale's repetitions at any size (for short runs);
-//! - `--suffix S`: appended to every implementation name.
+//! - `--suffix S`: appended to every implementation name;
+//! - `--matrix FILE.mtx` (repeatable): time these matrices instead of the generated classes,
+//!   each named by its file stem and multiplied as the papers do (`A·A`, or `A·Aᵀ` when
+//!   rectangular).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use hetsparse_bench::backends::{backends, Selection};
-use hetsparse_bench::cases::{cases, Operands, Scale};
+use hetsparse_bench::cases::{cases, Case, Operands, Scale};
 use hetsparse_bench::operation::Measured;
 use hetsparse_bench::results::{comments, parse_tsv, to_tsv, Record};
 use hetsparse_bench::timing::Budget;
@@ -33,6 +37,7 @@ const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench export --dir DIR [--quick]
        hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
                             [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
+                            [--matrix FILE.mtx]...
        hetsparse-bench report FILE...";
 
 fn main() -> ExitCode {
@@ -59,6 +64,7 @@ struct Options {
     reference: bool,
     suffix: String,
     files: Vec<PathBuf>,
+    matrices: Vec<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -75,6 +81,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--reference" => o.reference = true,
             "--dir" => o.dir = Some(value("--dir")?.into()),
             "--out" => o.out = Some(value("--out")?.into()),
+            "--matrix" => o.matrices.push(value("--matrix")?.into()),
             "--suffix" => o.suffix = value("--suffix")?,
             "--threads" => {
                 for v in value("--threads")?.split(',') {
@@ -240,12 +247,20 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     }
     let wanted = |op: Measured| o.ops.is_empty() || o.ops.iter().any(|w| *w == op.to_string());
     let budget = Budget::for_scale(o.budget.unwrap_or(scale));
-    let classes = cases(scale)
+    let classes: Vec<Case> = if o.matrices.is_empty() {
+        cases(scale)
+            .into_iter()
+            .filter(|c| o.classes.is_empty() || o.classes.iter().any(|w| *w == c.class.name()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let sources = classes
         .into_iter()
-        .filter(|c| o.classes.is_empty() || o.classes.iter().any(|w| *w == c.class.name()));
-    for case in classes {
-        eprintln!("generating {}", case.stem());
-        let ops = case.generate()?;
+        .map(Source::Generated)
+        .chain(o.matrices.iter().map(|p| Source::File(p)));
+    for source in sources {
+        let ops = source.operands()?;
         for (suffix, ready) in &sets {
             for reg in ready {
                 for mut r in measure_backend(reg.backend.as_ref(), &ops, budget, wanted) {
@@ -261,6 +276,33 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
         }
     }
     save(o.out.as_deref(), &to_tsv(&setup, &records))
+}
+
+/// Where the operands of one timed case come from.
+enum Source<'a> {
+    Generated(Case),
+    File(&'a std::path::Path),
+}
+
+impl Source<'_> {
+    fn operands(&self) -> Result<Operands> {
+        match self {
+            Source::Generated(case) => {
+                eprintln!("generating {}", case.stem());
+                case.generate()
+            }
+            Source::File(path) => {
+                eprintln!("reading {}", path.display());
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| usage(&format!("--matrix {} names no file", path.display())))?;
+                let a = hetsparse_core::matrix_market::read_csr_path::<f64>(path)?;
+                Operands::from_matrix(&name, a)
+            }
+        }
+    }
 }
 
 /// Writes a result file, or prints it without `--out`.

@@ -90,7 +90,7 @@ impl Measured {
         let missing = || {
             Error::InvalidArgument(format!(
                 "{self}: {} has no operand in this format",
-                operands.case.stem()
+                operands.stem()
             ))
         };
         let f = &operands.formats;
@@ -148,7 +148,7 @@ impl Measured {
             Some(p) => Err(Error::InvalidArgument(format!(
                 "{} on {}: wrong result: {p}",
                 self.implementation(&backend.info().backend),
-                operands.case.stem()
+                operands.stem()
             ))),
         }
     }

@@ -11,8 +11,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--rounds N] [--features LIST] [--reference] [--python PATH]
+const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--rounds N] [--features LIST] [--reference] [--python PATH] [--matrices SET|DIR]
   --quick          small matrices (a smoke run of a minute)
+  --matrices SET|DIR
+                   real matrices instead of the generated classes: a set of
+                   `cargo xtask download` (downloaded first if missing) or every .mtx file
+                   under DIR (auxiliary Name/Name_*.mtx files left out); each is multiplied
+                   as A·A, or A·Aᵀ when rectangular; the peers are not run on them
   --peers          also time scipy, MKL, GraphBLAS and cuSPARSE (benches/peers/peers.py);
                    missing ones are reported as missing
   --threads N      threads for everybody (default: all cores)
@@ -31,6 +36,7 @@ struct Options {
     features: Vec<String>,
     reference: bool,
     python: Option<String>,
+    matrices: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -55,6 +61,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .map(String::from),
             ),
             "--python" => o.python = Some(value("--python")?),
+            "--matrices" => o.matrices = Some(value("--matrices")?),
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
         }
@@ -81,13 +88,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let threads = o
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let scale_flag: &[&str] = if o.quick { &["--quick"] } else { &[] };
+    if let Some(which) = &o.matrices {
+        let files = real_matrices(which)?;
+        let results = target.join("bench-results").join(format!(
+            "matrices-{}",
+            Path::new(which)
+                .file_name()
+                .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
+        ));
+        let tool = build_tool(&root, &target, &o.features)?;
+        return time_files(&tool, &o, threads, scale_flag, &files, &results);
+    }
+
     let matrices = target.join("bench-matrices");
     let results = target.join("bench-results").join(scale);
     std::fs::create_dir_all(&results)
         .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
-
     let tool = build_tool(&root, &target, &o.features)?;
-    let scale_flag: &[&str] = if o.quick { &["--quick"] } else { &[] };
 
     eprintln!("== exporting the operands to {}", matrices.display());
     let mut export = Command::new(&tool);
@@ -131,8 +149,108 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
 
-    let mut report = Command::new(&tool);
-    report.arg("report").args(&files);
+    print_report(&tool, &files, &results)
+}
+
+/// The `.mtx` files of `--matrices`: a folder's, or a download set's (downloaded if missing).
+fn real_matrices(which: &str) -> Result<Vec<PathBuf>, String> {
+    let dir = Path::new(which);
+    if dir.is_dir() {
+        let mut files = Vec::new();
+        mtx_files(dir, &mut files)?;
+        files.sort();
+        if files.is_empty() {
+            return Err(format!("{} holds no .mtx file", dir.display()));
+        }
+        return Ok(files);
+    }
+    let Some(members) = crate::sets::members(which) else {
+        return Err(format!(
+            "--matrices `{which}` is neither a folder nor a set ({})",
+            crate::sets::names()
+        ));
+    };
+    let names: Vec<String> = members.into_iter().map(String::from).collect();
+    crate::download::download_all(&crate::download::default_config()?, &names)
+}
+
+/// Every `.mtx` file under `dir`, less the collection's auxiliary files (`Name/Name_*.mtx`).
+fn mtx_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .path();
+        if path.is_dir() {
+            mtx_files(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "mtx") && !auxiliary(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is `Name/Name_*.mtx`, an auxiliary file of a SuiteSparse archive.
+fn auxiliary(path: &Path) -> bool {
+    let folder = path.parent().and_then(Path::file_name);
+    let stem = path.file_stem();
+    match (folder, stem) {
+        (Some(f), Some(s)) => s
+            .to_string_lossy()
+            .strip_prefix(f.to_string_lossy().as_ref())
+            .is_some_and(|rest| rest.starts_with('_')),
+        _ => false,
+    }
+}
+
+/// Times our backends on each file, round by round, and prints one table.
+fn time_files(
+    tool: &Path,
+    o: &Options,
+    threads: usize,
+    scale_flag: &[&str],
+    files: &[PathBuf],
+    results: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(results)
+        .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
+    if o.peers {
+        eprintln!("peers not measured: --matrices times hetsparse only");
+    }
+    let rounds = o.rounds.unwrap_or(1);
+    let mut outs = Vec::new();
+    for round in 1..=rounds {
+        for file in files {
+            let stem = file
+                .file_stem()
+                .map_or_else(|| "matrix".into(), |s| s.to_string_lossy().into_owned());
+            eprintln!(
+                "== round {round} of {rounds}, {}: hetsparse with {threads} threads",
+                file.display()
+            );
+            let out = results.join(format!("hetsparse-{round}-{stem}.tsv"));
+            let mut time = Command::new(tool);
+            time.arg("time")
+                .args(scale_flag)
+                .args(["--threads", &threads.to_string(), "--matrix"])
+                .arg(file)
+                .arg("--out")
+                .arg(&out);
+            if o.reference {
+                time.arg("--reference");
+            }
+            status(with_threads(&mut time, threads), "hetsparse-bench time")?;
+            outs.push(out);
+        }
+    }
+    print_report(tool, &outs, results)
+}
+
+/// Merges result files into the markdown table, prints it and saves it as `table.md`.
+fn print_report(tool: &Path, files: &[PathBuf], results: &Path) -> Result<(), String> {
+    let mut report = Command::new(tool);
+    report.arg("report").args(files);
     let out = report
         .output()
         .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
@@ -295,7 +413,15 @@ mod tests {
                 features: vec!["cuda".into(), "opencl".into()],
                 reference: true,
                 python: Some("/v/bin/python".into()),
+                matrices: None,
             }
+        );
+        assert_eq!(
+            parse(&args("--matrices spgemm"))
+                .unwrap()
+                .matrices
+                .as_deref(),
+            Some("spgemm")
         );
         assert_eq!(parse(&[]).unwrap(), Options::default());
     }
@@ -314,5 +440,47 @@ mod tests {
         assert!(parse(&args("--fast"))
             .unwrap_err()
             .contains("unknown argument"));
+        assert!(parse(&args("--matrices"))
+            .unwrap_err()
+            .contains("needs a value"));
+    }
+
+    #[test]
+    fn finds_the_matrices_of_a_folder_without_auxiliary_files() {
+        let dir = std::env::temp_dir().join(format!("hetsparse-xtask-mtx-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for f in [
+            "G/cant/cant.mtx",
+            "G/cant/cant_b.mtx",
+            "G/x/y.mtx",
+            "top.mtx",
+            "G/notes.txt",
+        ] {
+            let p = dir.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, "").unwrap();
+        }
+        let files = real_matrices(dir.to_str().unwrap()).unwrap();
+        let rel: Vec<_> = files
+            .iter()
+            .map(|f| f.strip_prefix(&dir).unwrap())
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                Path::new("G/cant/cant.mtx"),
+                Path::new("G/x/y.mtx"),
+                Path::new("top.mtx")
+            ]
+        );
+        let empty = dir.join("G/empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert!(real_matrices(empty.to_str().unwrap())
+            .unwrap_err()
+            .contains("holds no .mtx file"));
+        assert!(real_matrices("no-such-set-or-folder")
+            .unwrap_err()
+            .contains("neither a folder nor a set"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -123,6 +123,21 @@ pub fn default_cache() -> Result<PathBuf, String> {
     Err("no cache folder: set HETSPARSE_DATA (or HOME) or pass --dir".into())
 }
 
+/// The configuration without options: the collection at `HETSPARSE_SUITESPARSE_URL` (else
+/// its public address), the cache of [`default_cache`], a 60 s timeout, progress bars.
+pub fn default_config() -> Result<Config, String> {
+    let base_url = std::env::var("HETSPARSE_SUITESPARSE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| DEFAULT_BASE_URL.into());
+    Ok(Config {
+        base_url: base_url.trim_end_matches('/').to_string(),
+        cache: default_cache()?,
+        timeout: DEFAULT_TIMEOUT,
+        progress: true,
+    })
+}
+
 /// Runs `cargo xtask download ARGS`.
 pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
@@ -144,20 +159,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if wanted.is_empty() {
         return Err(format!("name a matrix or a set\n{USAGE}"));
     }
-    let base_url = o
-        .base_url
-        .or_else(|| std::env::var("HETSPARSE_SUITESPARSE_URL").ok())
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| DEFAULT_BASE_URL.into());
-    let config = Config {
-        base_url: base_url.trim_end_matches('/').to_string(),
-        cache: match o.dir {
-            Some(dir) => dir,
-            None => default_cache()?,
-        },
-        timeout: o.timeout.unwrap_or(DEFAULT_TIMEOUT),
-        progress: true,
-    };
+    let mut config = default_config()?;
+    if let Some(url) = o.base_url.filter(|u| !u.is_empty()) {
+        config.base_url = url.trim_end_matches('/').to_string();
+    }
+    if let Some(dir) = o.dir {
+        config.cache = dir;
+    }
+    if let Some(t) = o.timeout {
+        config.timeout = t;
+    }
     let paths = download_all(&config, &wanted)?;
     for p in paths {
         println!("{}", p.display());

@@ -12,8 +12,10 @@ tasks:
   kernels
         compile kernels-cuda/*.cu to the committed PTX (nvcc; ISA 8.0, checked with ptxas 12.0)
   bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
+        [--matrices SET|DIR]
         benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
-        generated matrix classes and print one markdown table (docs/benchmarks.md)
+        generated matrix classes, or on real .mtx files, and print one markdown table
+        (docs/benchmarks.md)
   download [--dir DIR] [--base-url URL] [--timeout SECS] NAME... | --set SET | --list-sets
         SuiteSparse matrices (Group/Name or Name, or a named set of the papers') into the
         cache folder ($HETSPARSE_DATA, else the user's cache folder)
