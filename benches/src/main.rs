@@ -212,8 +212,13 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     let mut sets = Vec::new();
     let mut records = Vec::new();
     let rayon = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
+    let sizes = if o.matrices.is_empty() {
+        format!("{scale} sizes")
+    } else {
+        "matrix files (A·A, A·Aᵀ if rectangular)".to_string()
+    };
     let mut setup = vec![format!(
-        "hetsparse-bench: {scale} sizes, {} timing, RAYON_NUM_THREADS={rayon}",
+        "hetsparse-bench: {sizes}, {} timing, RAYON_NUM_THREADS={rayon}",
         o.budget.unwrap_or(scale)
     )];
     for &threads in &counts {
