@@ -26,6 +26,7 @@ pub mod export;
 pub mod operation;
 pub mod report;
 pub mod results;
+pub mod svg;
 pub mod timing;
 
 use hetsparse_core::Backend;

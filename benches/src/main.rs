@@ -6,7 +6,7 @@
 //! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
 //!                        [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
 //!                        [--matrix FILE.mtx]...
-//! hetsparse-bench report FILE...                          markdown table of result files
+//! hetsparse-bench report [--html FILE] [--svg DIR] FILE...  markdown table of result files
 //! ```
 //!
 //! `time` measures every backend compiled in (Cargo features `cpu`, `cuda`, `opencl`) and
@@ -21,6 +21,10 @@
 //! - `--matrix FILE.mtx` (repeatable): time these matrices instead of the generated classes,
 //!   each named by its file stem and multiplied as the papers do (`A·A`, or `A·Aᵀ` when
 //!   rectangular).
+//!
+//! `report` prints the markdown table; `--html FILE` also writes one self-contained HTML page
+//! with charts (GFLOP/s per class and implementation, speedup over each peer, thread scaling
+//! when the files hold several thread counts), `--svg DIR` each chart as its own SVG file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +42,12 @@ const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
                             [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
                             [--matrix FILE.mtx]...
-       hetsparse-bench report FILE...";
+       hetsparse-bench report [--html FILE] [--svg DIR] FILE...";
+
+const HELP: &str =
+    "report prints the markdown table of result files; --html FILE also writes one self-contained
+HTML page with charts (GFLOP/s per class and implementation, speedup over each peer, thread
+scaling when the files hold several thread counts), --svg DIR each chart as DIR/<chart>.svg.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -57,6 +66,8 @@ struct Options {
     scale: Option<Scale>,
     dir: Option<PathBuf>,
     out: Option<PathBuf>,
+    html: Option<PathBuf>,
+    svg: Option<PathBuf>,
     threads: Vec<usize>,
     ops: Vec<String>,
     classes: Vec<String>,
@@ -82,6 +93,8 @@ fn parse(args: &[String]) -> Result<Options> {
             "--dir" => o.dir = Some(value("--dir")?.into()),
             "--out" => o.out = Some(value("--out")?.into()),
             "--matrix" => o.matrices.push(value("--matrix")?.into()),
+            "--html" => o.html = Some(value("--html")?.into()),
+            "--svg" => o.svg = Some(value("--svg")?.into()),
             "--suffix" => o.suffix = value("--suffix")?,
             "--threads" => {
                 for v in value("--threads")?.split(',') {
@@ -126,10 +139,13 @@ fn run(args: &[String]) -> Result<()> {
             o.files[0].display()
         )));
     }
+    if command != "report" && (o.html.is_some() || o.svg.is_some()) {
+        return Err(usage("--html and --svg belong to report"));
+    }
     let scale = o.scale.unwrap_or_else(Scale::from_env);
     match command.as_str() {
         "help" | "--help" | "-h" => {
-            println!("{USAGE}");
+            println!("{USAGE}\n\n{HELP}");
             Ok(())
         }
         "list" => list(scale),
@@ -162,9 +178,17 @@ fn run(args: &[String]) -> Result<()> {
             print!("{}", report::markdown(&records));
             if !setup.is_empty() {
                 println!("\nSetup:");
-                for line in setup {
+                for line in &setup {
                     println!("- {line}");
                 }
+            }
+            if let Some(path) = &o.html {
+                save(Some(path), &report::html(&records, &setup))?;
+                eprintln!("wrote {}", path.display());
+            }
+            if let Some(dir) = &o.svg {
+                let written = report::write_svgs(dir, &records)?;
+                eprintln!("wrote {} charts to {}", written.len(), dir.display());
             }
             Ok(())
         }

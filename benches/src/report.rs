@@ -1,12 +1,16 @@
-//! The markdown table of `cargo xtask bench`: GFLOP/s of every implementation per operation and
-//! class, each of our backends' ratio to Intel MKL, and geometric means.
+//! The reports of `cargo xtask bench`: the markdown table (GFLOP/s of every implementation per
+//! operation and class, each of our backends' ratio to Intel MKL, and geometric means) and the
+//! same results as SVG charts, alone or in one HTML page.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use hetsparse_core::generate::MatrixClass;
+use hetsparse_core::{Error, Result};
 
 use crate::results::Record;
+use crate::svg::{escape, Bar, BarChart, Series};
 
 /// The peers' implementation names as `benches/peers/peers.py` writes them, in column order.
 pub const PEERS: [&str; 4] = ["scipy", "mkl", "graphblas", "cusparse"];
@@ -43,6 +47,246 @@ struct Table<'a> {
     failed: BTreeMap<(&'a str, &'a str, &'a str), ()>,
 }
 
+/// Thread scaling of one implementation in one operation.
+struct Scaling<'a> {
+    operation: &'a str,
+    /// The implementation without its `@N`.
+    base: &'a str,
+    /// How many classes every thread count ran (the means are over these).
+    classes: usize,
+    /// (threads, geomean GFLOP/s), fewest threads first.
+    means: Vec<(usize, f64)>,
+}
+
+/// One chart of the report, with the file stem [`write_svgs`] saves it under.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedChart {
+    /// File name without `.svg`: `gflops-spgemm`, `speedup-spgemm-mkl`, `scaling-spmv`.
+    pub stem: String,
+    /// The chart.
+    pub chart: BarChart,
+}
+
+/// The report's charts, per operation: GFLOP/s per class and implementation; our default
+/// implementations' speedup over each peer per class (with a thread count, over the peer
+/// measured at the same count); and, for implementations measured at several thread counts,
+/// geomean GFLOP/s per count. Charts without a bar are left out.
+pub fn charts(records: &[Record]) -> Vec<NamedChart> {
+    let table = Table::new(records);
+    let colour = |name: &str| {
+        table
+            .columns
+            .iter()
+            .position(|&c| c == name || split_threads(c).0 == name)
+            .unwrap_or(0)
+    };
+    let peers: Vec<&str> = table
+        .columns
+        .iter()
+        .copied()
+        .filter(|c| is_peer(c))
+        .collect();
+    let mut peer_names: Vec<&str> = Vec::new();
+    for p in &peers {
+        let name = split_threads(p).0;
+        if !peer_names.contains(&name) {
+            peer_names.push(name);
+        }
+    }
+    let scaling = table.scaling();
+    let mut out = Vec::new();
+    for op in table.operations() {
+        let classes = table.classes_of(op);
+        let categories: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
+        let series = table
+            .columns
+            .iter()
+            .map(|&name| Series {
+                name: name.to_string(),
+                colour: colour(name),
+                bars: classes
+                    .iter()
+                    .map(|&class| {
+                        table.gflops.get(&(name, op, class)).map(|&g| Bar {
+                            value: g,
+                            tip: format!("{name}, {op}, {class}: {} GFLOP/s", number(g)),
+                        })
+                    })
+                    .collect(),
+            })
+            .filter(|s| s.bars.iter().any(Option::is_some))
+            .collect();
+        out.push(NamedChart {
+            stem: format!("gflops-{}", slug(op)),
+            chart: BarChart {
+                title: format!("{op}: GFLOP/s per class"),
+                unit: "GFLOP/s".into(),
+                categories: categories.clone(),
+                series,
+                reference: None,
+            },
+        });
+        for &peer in &peer_names {
+            let series = table
+                .ratios
+                .iter()
+                .filter_map(|&ours| {
+                    let against = match split_threads(ours).1 {
+                        Some(n) => format!("{peer}@{n}"),
+                        None => peer.to_string(),
+                    };
+                    let against = *peers.iter().find(|&&p| p == against)?;
+                    Some(Series {
+                        name: format!("{ours} / {against}"),
+                        colour: colour(ours),
+                        bars: classes
+                            .iter()
+                            .map(|&class| {
+                                let r = table.ratio_to(ours, against, op, class)?;
+                                Some(Bar {
+                                    value: r,
+                                    tip: format!(
+                                        "{ours} / {against}, {op}, {class}: {} ({} against {} GFLOP/s)",
+                                        ratio(r),
+                                        number(table.gflops[&(ours, op, class)]),
+                                        number(table.gflops[&(against, op, class)])
+                                    ),
+                                })
+                            })
+                            .collect(),
+                    })
+                })
+                .collect();
+            out.push(NamedChart {
+                stem: format!("speedup-{}-{}", slug(op), slug(peer)),
+                chart: BarChart {
+                    title: format!("{op}: speedup over {peer} (above the dashed line: faster)"),
+                    unit: "speedup".into(),
+                    categories: categories.clone(),
+                    series,
+                    reference: Some(1.0),
+                },
+            });
+        }
+        let of_op: Vec<&Scaling> = scaling.iter().filter(|s| s.operation == op).collect();
+        let mut counts: Vec<usize> = of_op
+            .iter()
+            .flat_map(|s| s.means.iter().map(|m| m.0))
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let series = of_op
+            .iter()
+            .map(|s| Series {
+                name: s.base.to_string(),
+                colour: colour(s.base),
+                bars: counts
+                    .iter()
+                    .map(|&n| {
+                        let &(_, m) = s.means.iter().find(|m| m.0 == n)?;
+                        let (fewest, first) = s.means[0];
+                        Some(Bar {
+                            value: m,
+                            tip: format!(
+                                "{}, {op}, {}: {} GFLOP/s geomean over {} classes, {} over {}",
+                                s.base,
+                                threads(n),
+                                number(m),
+                                s.classes,
+                                ratio(m / first),
+                                threads(fewest)
+                            ),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.push(NamedChart {
+            stem: format!("scaling-{}", slug(op)),
+            chart: BarChart {
+                title: format!(
+                    "{op}: thread scaling (geomean GFLOP/s over the classes every count ran)"
+                ),
+                unit: "GFLOP/s".into(),
+                categories: counts.iter().map(|&n| threads(n)).collect(),
+                series,
+                reference: None,
+            },
+        });
+    }
+    out.retain(|c| c.chart.has_bars());
+    out
+}
+
+/// One self-contained HTML page (no scripts, nothing fetched): every chart of [`charts`]
+/// inline, then the markdown table of [`markdown`] and the `setup` lines of the result files.
+pub fn html(records: &[Record], setup: &[String]) -> String {
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n\
+         <title>hetsparse benchmark report</title>\n<style>\n\
+         body { font-family: sans-serif; margin: 2em; color: #222; }\n\
+         svg { display: block; margin: 0.5em 0 2em; max-width: 100%; height: auto; }\n\
+         pre { font-size: 12px; overflow-x: auto; }\n\
+         </style>\n</head>\n<body>\n<h1>hetsparse benchmark report</h1>\n\
+         <p>Hover over a bar for its value.</p>\n",
+    );
+    let charts = charts(records);
+    if charts.is_empty() {
+        out.push_str("<p>No measurement has a time.</p>\n");
+    }
+    for c in &charts {
+        let _ = writeln!(out, "<h2 id=\"{}\">{}</h2>", c.stem, escape(&c.chart.title));
+        out.push_str(&c.chart.svg());
+    }
+    let _ = write!(
+        out,
+        "<h2 id=\"table\">Table</h2>\n<pre>{}</pre>\n",
+        escape(&markdown(records))
+    );
+    if !setup.is_empty() {
+        out.push_str("<h2 id=\"setup\">Setup</h2>\n<ul>\n");
+        for line in setup {
+            let _ = writeln!(out, "<li>{}</li>", escape(line));
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// Writes every chart of [`charts`] as `DIR/<stem>.svg`, creating `dir`; returns the paths.
+pub fn write_svgs(dir: &Path, records: &[Record]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::InvalidArgument(format!("cannot create {}: {e}", dir.display())))?;
+    let mut paths = Vec::new();
+    for c in charts(records) {
+        let path = dir.join(format!("{}.svg", c.stem));
+        std::fs::write(&path, c.chart.svg())
+            .map_err(|e| Error::InvalidArgument(format!("cannot write {}: {e}", path.display())))?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// A name usable in a file name and an HTML id: `mkl:sorted` → `mkl-sorted`.
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+fn threads(n: usize) -> String {
+    if n == 1 {
+        "1 thread".into()
+    } else {
+        format!("{n} threads")
+    }
+}
+
+fn is_peer(name: &str) -> bool {
+    PEERS.contains(&peer_base(name))
+}
+
 impl<'a> Table<'a> {
     fn new(records: &'a [Record]) -> Self {
         let mut ours: Vec<&str> = Vec::new();
@@ -52,7 +296,7 @@ impl<'a> Table<'a> {
         let mut failed = BTreeMap::new();
         for r in records {
             let name = r.implementation.as_str();
-            if PEERS.contains(&peer_base(name)) {
+            if is_peer(name) {
                 if !peers_seen.contains(&name) {
                     peers_seen.push(name);
                 }
@@ -233,9 +477,10 @@ impl<'a> Table<'a> {
         }
     }
 
-    /// For implementations measured at several thread counts (`name@N`): geomean GFLOP/s per
-    /// count over the classes every count ran, and the speedup over the smallest count.
-    fn write_scaling(&self, out: &mut String) {
+    /// For implementations measured at several thread counts (`name@N`): per operation and
+    /// implementation, the classes every count ran and the geomean GFLOP/s over them per count,
+    /// fewest threads first.
+    fn scaling(&self) -> Vec<Scaling<'a>> {
         let mut series: Vec<(&str, Vec<(usize, &str)>)> = Vec::new();
         for &c in &self.columns {
             if let (base, Some(n)) = split_threads(c) {
@@ -246,18 +491,7 @@ impl<'a> Table<'a> {
             }
         }
         series.retain(|(_, counts)| counts.len() > 1);
-        let Some(widest) = series.iter().map(|(_, c)| c.len()).max() else {
-            return;
-        };
-        let _ = write!(
-            out,
-            "\nThread scaling (geomean GFLOP/s over the classes every count ran; speedup over \
-             the fewest threads):\n\n| operation | implementation |"
-        );
-        out.push_str(&" |".repeat(widest));
-        out.push_str("\n|---|---|");
-        out.push_str(&"---:|".repeat(widest));
-        out.push('\n');
+        let mut out = Vec::new();
         for op in self.operations() {
             for (base, counts) in &mut series {
                 counts.sort();
@@ -273,28 +507,58 @@ impl<'a> Table<'a> {
                 if classes.is_empty() {
                     continue;
                 }
-                let means: Vec<f64> = counts
+                let means = counts
                     .iter()
-                    .map(|(_, c)| {
+                    .map(|&(n, c)| {
                         let v: Vec<f64> = classes
                             .iter()
-                            .map(|class| self.gflops[&(*c, op, *class)])
+                            .map(|class| self.gflops[&(c, op, *class)])
                             .collect();
-                        geomean(&v)
+                        (n, geomean(&v))
                     })
                     .collect();
-                let _ = write!(out, "| {op} | {base} ({} classes) |", classes.len());
-                for (&(n, _), m) in counts.iter().zip(&means) {
-                    let _ = write!(
-                        out,
-                        " {n} threads: {} ({}) |",
-                        number(*m),
-                        ratio(m / means[0])
-                    );
-                }
-                out.push_str(&" |".repeat(widest - counts.len()));
-                out.push('\n');
+                out.push(Scaling {
+                    operation: op,
+                    base,
+                    classes: classes.len(),
+                    means,
+                });
             }
+        }
+        out
+    }
+
+    /// The scaling table: geomean GFLOP/s per thread count and the speedup over the fewest.
+    fn write_scaling(&self, out: &mut String) {
+        let scaling = self.scaling();
+        let Some(widest) = scaling.iter().map(|s| s.means.len()).max() else {
+            return;
+        };
+        let _ = write!(
+            out,
+            "\nThread scaling (geomean GFLOP/s over the classes every count ran; speedup over \
+             the fewest threads):\n\n| operation | implementation |"
+        );
+        out.push_str(&" |".repeat(widest));
+        out.push_str("\n|---|---|");
+        out.push_str(&"---:|".repeat(widest));
+        out.push('\n');
+        for s in &scaling {
+            let _ = write!(
+                out,
+                "| {} | {} ({} classes) |",
+                s.operation, s.base, s.classes
+            );
+            for &(n, m) in &s.means {
+                let _ = write!(
+                    out,
+                    " {n} threads: {} ({}) |",
+                    number(m),
+                    ratio(m / s.means[0].1)
+                );
+            }
+            out.push_str(&" |".repeat(widest - s.means.len()));
+            out.push('\n');
         }
     }
 
@@ -501,6 +765,149 @@ cpu\tdense\tspgemm\t\t1000000000\tout of memory
         assert!(md.contains("| spgemm | road | 2.00 |"), "{md}");
         assert!(md.contains("| spgemm | dense | fail |"), "{md}");
         assert_eq!(md.matches("dense: out of memory").count(), 1, "{md}");
+    }
+
+    /// Two classes, three of our implementations and a peer, each at one and two threads;
+    /// opencl@2 fails on road.
+    fn scaling_run() -> Vec<Record> {
+        let seconds = [
+            ("cpu", [0.5, 1.0, 0.25, 0.5]),
+            ("cpu:RowRow", [0.4, 2.0, 0.2, 1.0]),
+            ("opencl", [0.01, 0.1, 0.01, f64::NAN]),
+            ("mkl", [1.0, 1.0, 0.5, 0.25]),
+        ];
+        let mut records = Vec::new();
+        for (name, times) in seconds {
+            for (k, t) in times.into_iter().enumerate() {
+                records.push(Record {
+                    implementation: format!("{name}@{}", 1 + k / 2),
+                    class: ["banded", "road"][k % 2].into(),
+                    operation: "spgemm".into(),
+                    seconds: Some(t).filter(|t| !t.is_nan()),
+                    flops: 1_000_000_000,
+                    note: if t.is_nan() {
+                        "out of memory".into()
+                    } else {
+                        String::new()
+                    },
+                });
+            }
+        }
+        records
+    }
+
+    #[test]
+    fn charts_of_a_scaling_run_with_a_peer() {
+        let charts = charts(&scaling_run());
+        let stems: Vec<&str> = charts.iter().map(|c| c.stem.as_str()).collect();
+        assert_eq!(
+            stems,
+            ["gflops-spgemm", "speedup-spgemm-mkl", "scaling-spgemm"]
+        );
+        let svgs: Vec<String> = charts.iter().map(|c| c.chart.svg()).collect();
+        for svg in &svgs {
+            crate::svg::tests::well_formed(svg);
+            assert_eq!(svg.matches("<svg ").count(), 1);
+        }
+        let bars = |svg: &str| svg.matches("<rect class=\"bar\"").count();
+        let labels = |svg: &str| svg.matches("<text class=\"category\"").count();
+        let legend = |svg: &str| svg.matches("<text class=\"legend\"").count();
+        // GFLOP/s: 8 columns × 2 classes, less the failed one; 0.5 to 100 GFLOP/s is log.
+        assert_eq!(
+            (bars(&svgs[0]), labels(&svgs[0]), legend(&svgs[0])),
+            (15, 2, 8)
+        );
+        assert!(svgs[0].contains("(log scale)"));
+        assert!(svgs[0].contains("<title>cpu:RowRow@2, spgemm, banded: 5.00 GFLOP/s</title>"));
+        assert!(svgs[0].contains(">banded</text>") && svgs[0].contains(">road</text>"));
+        // Speedup: our default implementations over mkl at the same thread count.
+        assert_eq!(
+            (bars(&svgs[1]), labels(&svgs[1]), legend(&svgs[1])),
+            (7, 2, 4)
+        );
+        assert!(svgs[1].contains(">cpu@2 / mkl@2</text>"));
+        assert!(!svgs[1].contains("RowRow"));
+        assert!(svgs[1].contains(
+            "<title>cpu@2 / mkl@2, spgemm, road: 0.50× (2.00 against 4.00 GFLOP/s)</title>"
+        ));
+        assert!(svgs[1].contains("<title>opencl@1 / mkl@1, spgemm, banded: 100.00×"));
+        assert!(svgs[1].contains("class=\"reference\""));
+        // Scaling: one bar per implementation and count; opencl over banded only.
+        assert_eq!(
+            (bars(&svgs[2]), labels(&svgs[2]), legend(&svgs[2])),
+            (8, 2, 4)
+        );
+        assert!(svgs[2].contains(">1 thread</text>") && svgs[2].contains(">2 threads</text>"));
+        assert!(svgs[2].contains(
+            "<title>cpu, spgemm, 2 threads: 2.83 GFLOP/s geomean over 2 classes, 2.00× over 1 thread</title>"
+        ));
+        assert!(svgs[2].contains("opencl, spgemm, 2 threads: 100 GFLOP/s geomean over 1 classes"));
+        // One colour per implementation: cpu@1 in the GFLOP/s chart is cpu in the others.
+        let cpu = crate::svg::colour(0);
+        assert!(svgs.iter().all(|s| s.contains(cpu)));
+    }
+
+    #[test]
+    fn one_thread_count_has_no_scaling_chart() {
+        let charts = charts(&records());
+        let stems: Vec<&str> = charts.iter().map(|c| c.stem.as_str()).collect();
+        // spmv has no time for mkl, so no speedup chart; cusparse has no time at all.
+        assert_eq!(
+            stems,
+            [
+                "gflops-spgemm",
+                "speedup-spgemm-scipy",
+                "speedup-spgemm-mkl",
+                "speedup-spgemm-mkl-sorted",
+                "gflops-spmv"
+            ]
+        );
+        assert!(super::charts(&[]).is_empty());
+    }
+
+    #[test]
+    fn html_page_is_self_contained() {
+        let page = html(&scaling_run(), &["cpu@1: 2 cores & <more>".into()]);
+        crate::svg::tests::well_formed(&page);
+        assert_eq!(page.matches("<svg ").count(), 3);
+        assert!(!page.contains("<script"));
+        // The only address is the SVG namespace, which is never fetched.
+        assert_eq!(
+            page.matches("http").count(),
+            page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
+        );
+        assert!(page.contains("<li>cpu@1: 2 cores &amp; &lt;more&gt;</li>"));
+        assert!(page.contains("| spgemm | banded |"));
+        let empty = html(&[], &[]);
+        crate::svg::tests::well_formed(&empty);
+        assert!(empty.contains("No measurement has a time."));
+    }
+
+    #[test]
+    fn svg_files_per_chart() {
+        let dir = std::env::temp_dir().join(format!("hetsparse-report-{}", std::process::id()));
+        let paths = write_svgs(&dir, &scaling_run()).unwrap();
+        let names: Vec<String> = paths
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "gflops-spgemm.svg",
+                "speedup-spgemm-mkl.svg",
+                "scaling-spgemm.svg"
+            ]
+        );
+        let text = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(text.starts_with("<svg xmlns="));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A directory that cannot be created is an error naming it.
+        let blocked = dir.with_extension("file");
+        std::fs::write(&blocked, "").unwrap();
+        let e = write_svgs(&blocked.join("x"), &scaling_run()).unwrap_err();
+        assert!(e.to_string().contains("cannot create"), "{e}");
+        std::fs::remove_file(&blocked).unwrap();
     }
 
     #[test]

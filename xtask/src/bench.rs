@@ -6,7 +6,8 @@
 //! cuSPARSE on those files with `benches/peers/peers.py`, so that both sides of a ratio are
 //! measured within the same minute; with `--rounds N` all of it N times, each cell showing its
 //! best round. Print the table and save it with the raw results in
-//! `target/bench-results/<scale>/`. Every program gets the same thread count.
+//! `target/bench-results/<scale>/` (`table.md`), beside `report.html`: the same results as
+//! charts. Every program gets the same thread count.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +26,9 @@ const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] 
                    each cell's best round (default 1)
   --features LIST  bench-crate features beside the default `cpu`: cuda, opencl
   --reference      also time the serial reference kernels
-  --python PATH    Python of the peers (default: $HETSPARSE_PEERS_PYTHON, else python3)";
+  --python PATH    Python of the peers (default: $HETSPARSE_PEERS_PYTHON, else python3)
+Writes target/bench-results/<full|quick>/table.md (the table printed) and report.html (charts:
+GFLOP/s per class and implementation, speedup over each peer) beside the raw results.";
 
 #[derive(Debug, Default, PartialEq)]
 struct Options {
@@ -249,8 +252,13 @@ fn time_files(
 
 /// Merges result files into the markdown table, prints it and saves it as `table.md`.
 fn print_report(tool: &Path, files: &[PathBuf], results: &Path) -> Result<(), String> {
+    let html_path = results.join("report.html");
     let mut report = Command::new(tool);
-    report.arg("report").args(files);
+    report
+        .arg("report")
+        .arg("--html")
+        .arg(&html_path)
+        .args(files);
     let out = report
         .output()
         .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
@@ -265,7 +273,11 @@ fn print_report(tool: &Path, files: &[PathBuf], results: &Path) -> Result<(), St
     std::fs::write(&table_path, table.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", table_path.display()))?;
     println!("{table}");
-    eprintln!("(table saved to {})", table_path.display());
+    eprintln!(
+        "(table saved to {}, charts to {})",
+        table_path.display(),
+        html_path.display()
+    );
     Ok(())
 }
 
