@@ -38,7 +38,11 @@ __device__ void bsr_spgemm(u64 block_rows, u32 r, u32 m, u32 c, const u64* __res
                 if (lo == b_offsets[bk + 1] || b_cols[lo] != bj) continue;
                 const S* arow = a_vals + ka * a_block + (u64)ri * m;
                 const S* bcol = b_vals + lo * b_block + cj;
-                for (u32 q = 0; q < m; ++q) acc = R::add(acc, R::mul(arow[q], bcol[(u64)q * c]));
+                for (u32 q = 0; q < m; ++q) {
+                    const S av = arow[q], bv = bcol[(u64)q * c];
+                    if (hs_is_zero(av) || hs_is_zero(bv)) continue;  // padding
+                    acc = R::add(acc, R::mul(av, bv));
+                }
             }
             c_vals[(c_first + n) * c_block + within] = R::store(acc);
         }

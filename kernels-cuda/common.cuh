@@ -104,6 +104,16 @@ template <> struct hs_scalar<hs_bf16> {
     static __device__ __forceinline__ hs_bf16 from_acc(acc v) { return {hs_f32_to_bf16(v)}; }
 };
 
+// Whether a stored value is zero (either sign; complex: both parts). Zeros stored by DIA and
+// BSR are padding, which is not multiplied: 0 × inf and 0 × NaN would otherwise give NaN where
+// the same matrix in CSR gives a number.
+__device__ __forceinline__ bool hs_is_zero(float v) { return v == 0.0f; }
+__device__ __forceinline__ bool hs_is_zero(double v) { return v == 0.0; }
+__device__ __forceinline__ bool hs_is_zero(hs_c32 v) { return v.re == 0.0f && v.im == 0.0f; }
+__device__ __forceinline__ bool hs_is_zero(hs_c64 v) { return v.re == 0.0 && v.im == 0.0; }
+__device__ __forceinline__ bool hs_is_zero(hs_f16 v) { return (v.bits & 0x7fffu) == 0; }
+__device__ __forceinline__ bool hs_is_zero(hs_bf16 v) { return (v.bits & 0x7fffu) == 0; }
+
 // Atomic accumulation into shared or global memory (complex: each part on its own; the sum
 // of the parts is the complex sum, whatever the interleaving).
 __device__ __forceinline__ void hs_atomic_add(float* p, float v) { atomicAdd(p, v); }

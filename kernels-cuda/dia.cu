@@ -48,7 +48,9 @@ __device__ void dia_spgemm(u64 nrows_a, u64 ncols_a, u32 ndiags_a, const i64* __
                     if (k < 0 || k >= (i64)ncols_a) continue;
                     const S vb = staged ? tile[(u64)b * tile_rows + (u64)(k - first_b_row)]
                                         : data_b[(u64)b * nrows_b + (u64)k];
-                    acc = R::add(acc, R::mul(data_a[(u64)a * nrows_a + i], vb));
+                    const S va = data_a[(u64)a * nrows_a + i];
+                    if (hs_is_zero(va) || hs_is_zero(vb)) continue;  // padding
+                    acc = R::add(acc, R::mul(va, vb));
                 }
             }
             data_c[(u64)s * nrows_a + i] = R::store(acc);

@@ -7,6 +7,7 @@
 //   row analysis         spgemm_row_products                         products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
 //                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
+//                        spgemm_quarter_symbolic, spgemm_quarter_numeric_T  tiniest rows, 8 lanes each
 //                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
 //                        spgemm_dense_write_T                         long rows, dense, several blocks each
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
@@ -180,11 +181,13 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                              void* out_val_, const u32* known_col) {
     typedef typename S::acc A;
     unsigned char* smem = hs_smem;
+    __shared__ u32 packed;
     const T* a_val = (const T*)a_val_;
     const T* b_val = (const T*)b_val_;
     T* out_val = (T*)out_val_;
     u32 mask = table_size - 1;
     u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (threadIdx.x == 0) packed = 0;
     for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
         u32* keys;
         A* vals;
@@ -232,11 +235,35 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                 out_val[dst + t] = S::store(k == c ? vals[h] : S::zero());
             }
         } else {
-            bitonic_sort(keys, vals, table_size);  // empty slots (all ones) sort last
+            // The occupied slots compacted to the front, blockDim slots at a time (a slot moves
+            // only to a lower index, and every slot of a round is read before any is written),
+            // then the bitonic sort of the next power of two of them only: a table is at most
+            // half full, so this sorts half the slots or fewer.
+            for (u32 first = 0; first < table_size; first += blockDim.x) {
+                u32 t = first + threadIdx.x;
+                u32 k = keys[t];
+                A v = vals[t];
+                u32 occupied = k != HS_EMPTY, total;
+                u32 before = block_exclusive_scan(occupied, &total);  // ends synchronised
+                u32 base = packed;
+                if (occupied) {
+                    keys[base + before] = k;
+                    vals[base + before] = v;
+                }
+                __syncthreads();
+                if (threadIdx.x == 0) packed = base + total;
+                __syncthreads();
+            }
+            u32 m = 1;
+            while (m < packed) m <<= 1;
+            for (u32 t = packed + threadIdx.x; t < m; t += blockDim.x) keys[t] = HS_EMPTY;
+            __syncthreads();
+            bitonic_sort(keys, vals, m);  // empty slots (all ones) sort last
             for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
                 out_col[dst + t] = keys[t] - col_lo;
                 out_val[dst + t] = S::store(vals[t]);
             }
+            if (threadIdx.x == 0) packed = 0;
         }
         __syncthreads();
     }
@@ -254,14 +281,33 @@ HS_INSTANTIATE(spgemm_hash_numeric,
                                    known_col)))
 
 // ---------------------------------------------------------------------------------------------
-// Short rows: a warp per row (WR_WARPS rows per block), the row's hash table in the warp's part
-// of shared memory, no block-wide synchronisation. The row's products are spread evenly over the
-// lanes whatever the lengths of the B rows they come from: 32 entries of A at a time, a warp
-// scan of their B-row lengths, and each lane finds the entry of its product by a binary search
-// over the scan (shuffles). In the numeric phase each entry's place in the row is its rank
-// among the table's keys, so the table is never sorted.
+// Short rows: a group of G lanes per row (a warp, or a quarter warp for the tiniest tables, so
+// that 4 rows' memory accesses are in flight where one's would be), the row's hash table in the
+// group's part of shared memory, no block-wide synchronisation. The row's products are spread
+// evenly over the group's lanes whatever the lengths of the B rows they come from: G entries
+// of A at a time, a scan of their B-row lengths over the group, and each lane finds the entry
+// of its product by a binary search over the scan (shuffles). In the numeric phase the
+// occupied slots are compacted and each entry's place in the row is its rank among the row's
+// keys, so the table is never sorted.
 
-#define WR_WARPS 8u
+template <u32 G>
+__device__ __forceinline__ u32 group_mask() {
+    if constexpr (G == 32) {
+        return 0xffffffffu;
+    } else {
+        return ((1u << G) - 1u) << ((threadIdx.x & 31u) & ~(G - 1u));
+    }
+}
+
+// A ballot's bits of this lane's group, the group's first lane at bit 0.
+template <u32 G>
+__device__ __forceinline__ u32 group_bits(u32 ballot) {
+    if constexpr (G == 32) {
+        return ballot;
+    } else {
+        return (ballot >> ((threadIdx.x & 31u) & ~(G - 1u))) & ((1u << G) - 1u);
+    }
+}
 
 __device__ __forceinline__ u64 warp_inclusive_scan64(u64 x) {
     u32 lane = threadIdx.x & 31u;
@@ -272,141 +318,186 @@ __device__ __forceinline__ u64 warp_inclusive_scan64(u64 x) {
     return x;
 }
 
-// Largest lane j with start_j <= p (start non-decreasing over the lanes, start_0 <= p).
-__device__ __forceinline__ u32 warp_find_entry(u64 start, u64 p) {
+template <u32 G>
+__device__ __forceinline__ u64 group_inclusive_scan64(u64 x, u32 mask) {
+    u32 g = threadIdx.x & (G - 1u);
+    for (u32 d = 1; d < G; d <<= 1) {
+        u64 y = __shfl_up_sync(mask, x, d, G);
+        if (g >= d) x += y;
+    }
+    return x;
+}
+
+// Largest lane j of the group with start_j <= p (start non-decreasing, start_0 <= p).
+template <u32 G>
+__device__ __forceinline__ u32 group_find_entry(u64 start, u64 p, u32 mask) {
     u32 j = 0;
-    for (u32 step = 16; step > 0; step >>= 1) {
+    for (u32 step = G / 2; step > 0; step >>= 1) {
         u32 probe = j + step;
-        u64 s = __shfl_sync(0xffffffffu, start, probe < 32 ? probe : 31);
-        if (probe < 32 && s <= p) j = probe;
+        u64 s = __shfl_sync(mask, start, probe < G ? probe : G - 1, G);
+        if (probe < G && s <= p) j = probe;
     }
     return j;
 }
 
-// Calls visit(entry of A, position in B) for every product of row r whose column lies in the
-// window, each product by one lane of the warp.
-template <class F>
-__device__ __forceinline__ void warp_products(u64 r, const u64* a_off, const u32* a_col,
-                                              const u64* b_off, F visit) {
-    u32 lane = threadIdx.x & 31u;
+// Calls visit(entry of A, position in B) for every product of row r, each by one lane of the
+// group.
+template <u32 G, class F>
+__device__ __forceinline__ void group_products(u64 r, const u64* a_off, const u32* a_col,
+                                               const u64* b_off, u32 mask, F visit) {
+    u32 g = threadIdx.x & (G - 1u);
     u64 e1 = a_off[r + 1];
-    for (u64 base = a_off[r]; base < e1; base += 32) {
-        u64 e = base + lane;
+    for (u64 base = a_off[r]; base < e1; base += G) {
+        u64 e = base + g;
         u64 len = 0, bs = 0;
         if (e < e1) {
             u32 k = a_col[e];
             bs = b_off[k];
             len = b_off[k + 1] - bs;
         }
-        u64 incl = warp_inclusive_scan64(len);
-        u64 total = __shfl_sync(0xffffffffu, incl, 31);
+        u64 incl = group_inclusive_scan64<G>(len, mask);
+        u64 total = __shfl_sync(mask, incl, G - 1, G);
         u64 start = incl - len;
-        for (u64 p0 = 0; p0 < total; p0 += 32) {
-            u64 p = p0 + lane;
-            u32 j = warp_find_entry(start, p);
-            u64 sj = __shfl_sync(0xffffffffu, start, j);
-            u64 bj = __shfl_sync(0xffffffffu, bs, j);
+        for (u64 p0 = 0; p0 < total; p0 += G) {
+            u64 p = p0 + g;
+            u32 j = group_find_entry<G>(start, p, mask);
+            u64 sj = __shfl_sync(mask, start, j, G);
+            u64 bj = __shfl_sync(mask, bs, j, G);
             if (p < total) visit(base + j, bj + (p - sj));
         }
     }
 }
 
-extern "C" __global__ void spgemm_warp_symbolic(const u32* rows, u64 nlist, u64 row_base,
-                                                u32 table_size, const u64* a_off,
-                                                const u32* a_col, const u64* b_off,
-                                                const u32* b_col, u32 col_lo, u32 col_hi,
-                                                u64* row_nnz) {
-    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    u32* keys = (u32*)hs_smem + (u64)warp * table_size;
-    u32 mask = table_size - 1;
-    for (u64 pos = (u64)blockIdx.x * WR_WARPS + warp; pos < nlist;
-         pos += (u64)gridDim.x * WR_WARPS) {
+template <u32 G>
+__device__ void group_symbolic(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
+                               const u64* a_off, const u32* a_col, const u64* b_off,
+                               const u32* b_col, u32 col_lo, u32 col_hi, u64* row_nnz) {
+    u32 g = threadIdx.x & (G - 1u), group = threadIdx.x / G, groups = blockDim.x / G;
+    u32 mask = group_mask<G>();
+    u32* keys = (u32*)hs_smem + (u64)group * table_size;
+    u32 hmask = table_size - 1;
+    for (u64 pos = (u64)blockIdx.x * groups + group; pos < nlist; pos += (u64)gridDim.x * groups) {
         u64 r = rows[pos];
-        for (u32 t = lane; t < table_size; t += 32) keys[t] = HS_EMPTY;
-        __syncwarp();
+        for (u32 t = g; t < table_size; t += G) keys[t] = HS_EMPTY;
+        __syncwarp(mask);
         u32 fresh_count = 0;
-        warp_products(r, a_off, a_col, b_off, [&](u64, u64 q) {
+        group_products<G>(r, a_off, a_col, b_off, mask, [&](u64, u64 q) {
             u32 c = b_col[q];
             if (c < col_lo || c >= col_hi) return;
             bool fresh;
-            hash_insert(keys, mask, c, &fresh);
+            hash_insert(keys, hmask, c, &fresh);
             fresh_count += fresh;
         });
-        for (u32 d = 16; d > 0; d >>= 1) fresh_count += __shfl_xor_sync(0xffffffffu, fresh_count, d);
-        if (lane == 0) row_nnz[r - row_base] = fresh_count;
-        __syncwarp();
+        for (u32 d = G / 2; d > 0; d >>= 1) fresh_count += __shfl_xor_sync(mask, fresh_count, d, G);
+        if (g == 0) row_nnz[r - row_base] = fresh_count;
+        __syncwarp(mask);
     }
 }
 
-template <class T, class S>
-__device__ void warp_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
-                             const u64* a_off, const u32* a_col, const void* a_val_,
-                             const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
-                             u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
-                             void* out_val_, const u32* known_col) {
+#define WARP_SYMBOLIC_PARAMS                                                                 \
+    (const u32* rows, u64 nlist, u64 row_base, u32 table_size, const u64* a_off,             \
+     const u32* a_col, const u64* b_off, const u32* b_col, u32 col_lo, u32 col_hi,           \
+     u64* row_nnz)
+extern "C" __global__ void spgemm_warp_symbolic WARP_SYMBOLIC_PARAMS {
+    group_symbolic<32>(rows, nlist, row_base, table_size, a_off, a_col, b_off, b_col, col_lo,
+                       col_hi, row_nnz);
+}
+extern "C" __global__ void spgemm_quarter_symbolic WARP_SYMBOLIC_PARAMS {
+    group_symbolic<8>(rows, nlist, row_base, table_size, a_off, a_col, b_off, b_col, col_lo,
+                      col_hi, row_nnz);
+}
+
+template <u32 G, class T, class S>
+__device__ void group_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
+                              const u64* a_off, const u32* a_col, const void* a_val_,
+                              const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
+                              u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
+                              void* out_val_, const u32* known_col) {
     typedef typename S::acc A;
     const T* a_val = (const T*)a_val_;
     const T* b_val = (const T*)b_val_;
     T* out_val = (T*)out_val_;
-    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    // Values first (16-byte aligned for every accumulator), then keys.
-    A* vals = (A*)hs_smem + (u64)warp * table_size;
-    u32* keys = (u32*)((A*)hs_smem + (u64)WR_WARPS * table_size) + (u64)warp * table_size;
-    u32 mask = table_size - 1;
-    for (u64 pos = (u64)blockIdx.x * WR_WARPS + warp; pos < nlist;
-         pos += (u64)gridDim.x * WR_WARPS) {
+    u32 g = threadIdx.x & (G - 1u), group = threadIdx.x / G, groups = blockDim.x / G;
+    u32 mask = group_mask<G>();
+    // Values first (16-byte aligned for every accumulator), then keys, then the compacted
+    // keys and their slots (a table is at most half full).
+    A* vals = (A*)hs_smem + (u64)group * table_size;
+    u32* keys = (u32*)((A*)hs_smem + (u64)groups * table_size) + (u64)group * table_size;
+    u32* packed_keys = (u32*)((A*)hs_smem + (u64)groups * table_size) +
+                       (u64)groups * table_size + (u64)group * table_size;
+    u32* packed_slots = packed_keys + table_size / 2;
+    u32 hmask = table_size - 1;
+    for (u64 pos = (u64)blockIdx.x * groups + group; pos < nlist; pos += (u64)gridDim.x * groups) {
         u64 r = rows[pos];
-        for (u32 t = lane; t < table_size; t += 32) {
+        u64 i = r - row_base;
+        u64 dst = c_off[i] - out_base;
+        u64 n = c_off[i + 1] - c_off[i];
+        for (u32 t = g; t < table_size; t += G) {
             keys[t] = HS_EMPTY;
             vals[t] = S::zero();
         }
-        __syncwarp();
-        warp_products(r, a_off, a_col, b_off, [&](u64 e, u64 q) {
+        __syncwarp(mask);
+        group_products<G>(r, a_off, a_col, b_off, mask, [&](u64 e, u64 q) {
             u32 c = b_col[q];
             if (c < col_lo || c >= col_hi) return;
             bool fresh;
-            u32 h = hash_insert(keys, mask, c, &fresh);
+            u32 h = hash_insert(keys, hmask, c, &fresh);
             S::atomic_add(&vals[h], S::mul(a_val[e], b_val[q]));
         });
-        __syncwarp();
-        u64 i = r - row_base;
-        u64 dst = c_off[i] - out_base;
+        __syncwarp(mask);
         if (known_col) {
-            u64 n = c_off[i + 1] - c_off[i];
-            for (u64 t = lane; t < n; t += 32) {
+            for (u64 t = g; t < n; t += G) {
                 u32 c = known_col[dst + t] + col_lo;
-                u32 h = hash_slot(c, mask);
+                u32 h = hash_slot(c, hmask);
                 u32 k = keys[h];
                 while (k != c && k != HS_EMPTY) {
-                    h = (h + 1) & mask;
+                    h = (h + 1) & hmask;
                     k = keys[h];
                 }
                 out_val[dst + t] = S::store(k == c ? vals[h] : S::zero());
             }
         } else {
-            // An entry's place in the row: the number of keys below its own (empty slots hold
-            // the largest key and count for none).
-            for (u32 t = lane; t < table_size; t += 32) {
+            // The occupied slots, compacted (a ballot per G slots), then each entry written at
+            // its rank among the row's keys: n² comparisons over the group instead of a sort.
+            u32 n32 = 0;
+            for (u32 first = 0; first < table_size; first += G) {
+                u32 t = first + g;
                 u32 k = keys[t];
-                if (k == HS_EMPTY) continue;
+                bool occupied = k != HS_EMPTY;
+                u32 bits = group_bits<G>(__ballot_sync(mask, occupied));
+                if (occupied) {
+                    u32 at = n32 + __popc(bits & ((1u << g) - 1u));
+                    packed_keys[at] = k;
+                    packed_slots[at] = t;
+                }
+                n32 += __popc(bits);
+            }
+            __syncwarp(mask);
+            for (u32 j = g; j < n32; j += G) {
+                u32 k = packed_keys[j];
                 u32 rank = 0;
-                for (u32 s = 0; s < table_size; ++s) rank += keys[s] < k;
+                for (u32 s = 0; s < n32; ++s) rank += packed_keys[s] < k;
                 out_col[dst + rank] = k - col_lo;
-                out_val[dst + rank] = S::store(vals[t]);
+                out_val[dst + rank] = S::store(vals[packed_slots[j]]);
             }
         }
-        __syncwarp();
+        __syncwarp(mask);
     }
 }
 
-HS_INSTANTIATE(spgemm_warp_numeric,
-               (const u32* rows, u64 nlist, u64 row_base, u32 table_size, const u64* a_off,
-                const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,
-                const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,
-                u32* out_col, void* out_val, const u32* known_col),
-               (warp_numeric<T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
-                                   b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
-                                   out_col, out_val, known_col)))
+#define WARP_NUMERIC_PARAMS                                                                  \
+    (const u32* rows, u64 nlist, u64 row_base, u32 table_size, const u64* a_off,             \
+     const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,                \
+     const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,              \
+     u32* out_col, void* out_val, const u32* known_col)
+HS_INSTANTIATE(spgemm_warp_numeric, WARP_NUMERIC_PARAMS,
+               (group_numeric<32, T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
+                                        b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
+                                        out_col, out_val, known_col)))
+HS_INSTANTIATE(spgemm_quarter_numeric, WARP_NUMERIC_PARAMS,
+               (group_numeric<8, T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
+                                       b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
+                                       out_col, out_val, known_col)))
 
 // ---------------------------------------------------------------------------------------------
 // Long rows whose window is not much wider than their hash table would be: a dense accumulator
@@ -984,6 +1075,13 @@ __device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
     return min(bits - 5u, BIN_EMPTY - 1u);
 }
 
+// Lanes of the warp with the same bin find each other (__match_any_sync): the lowest of them
+// does the group's atomic, the others take their place from it, so a bin that most rows share
+// costs one atomic per warp, not one per row.
+__device__ __forceinline__ u32 lanes_below(u32 peers) {
+    return __popc(peers & ((1u << (threadIdx.x & 31u)) - 1u));
+}
+
 // sums[0] gets the sum of the raw weights, sums[1] of the capped ones.
 extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets, u64 cap,
                                             u64* bin_rows, u64* sums) {
@@ -993,11 +1091,20 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
     if (threadIdx.x < 2) block_sums[threadIdx.x] = 0;
     __syncthreads();
     u64 raw = 0, capped = 0;
-    HS_GRID_STRIDE(i, n) {
-        u64 w = bin_weight(values, from_offsets, i);
-        raw += w;
-        capped += min(w, cap);
-        atomicAdd(&counts[weight_bin(w, cap)], 1ull);
+    u64 stride = (u64)blockDim.x * gridDim.x;
+    u64 rounds = (n + stride - 1) / stride;  // the same for every lane, so warps stay whole
+    for (u64 round = 0; round < rounds; ++round) {
+        u64 i = round * stride + (u64)blockIdx.x * blockDim.x + threadIdx.x;
+        u32 b = BIN_COUNT;  // no row
+        if (i < n) {
+            u64 w = bin_weight(values, from_offsets, i);
+            raw += w;
+            capped += min(w, cap);
+            b = weight_bin(w, cap);
+        }
+        u32 peers = __match_any_sync(0xffffffffu, b);
+        if (b < BIN_COUNT && lanes_below(peers) == 0)
+            atomicAdd(&counts[b], (unsigned long long)__popc(peers));
     }
     for (u32 d = 16; d > 0; d >>= 1) {
         raw += __shfl_xor_sync(0xffffffffu, raw, d);
@@ -1019,18 +1126,21 @@ extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values
                                               u64* bin_cursor, u32* list) {
     __shared__ unsigned long long counts[BIN_COUNT];
     __shared__ unsigned long long base[BIN_COUNT];
-    // One pass per blockDim rows: positions within the block by shared atomics, then one global
-    // reservation per bin per pass.
+    // One pass per blockDim rows: positions within the block by one shared atomic per group of
+    // lanes with the same bin, then one global reservation per bin per pass.
     for (u64 first = (u64)blockIdx.x * blockDim.x; first < n; first += (u64)gridDim.x * blockDim.x) {
         if (threadIdx.x < BIN_COUNT) counts[threadIdx.x] = 0;
         __syncthreads();
         u64 i = first + threadIdx.x;
         u32 b = BIN_EMPTY;
-        unsigned long long local = 0;
-        if (i < n) {
-            b = weight_bin(bin_weight(values, from_offsets, i), cap);
-            if (b != BIN_EMPTY) local = atomicAdd(&counts[b], 1ull);
-        }
+        if (i < n) b = weight_bin(bin_weight(values, from_offsets, i), cap);
+        u32 peers = __match_any_sync(0xffffffffu, b);
+        u32 leader = __ffs(peers) - 1;
+        unsigned long long group = 0;
+        if (b != BIN_EMPTY && (threadIdx.x & 31u) == leader)
+            group = atomicAdd(&counts[b], (unsigned long long)__popc(peers));
+        group = __shfl_sync(0xffffffffu, group, leader);
+        unsigned long long local = group + lanes_below(peers);
         __syncthreads();
         if (threadIdx.x < BIN_COUNT && counts[threadIdx.x])
             base[threadIdx.x] = atomicAdd((unsigned long long*)&bin_cursor[threadIdx.x],

@@ -140,7 +140,8 @@ __device__ void spmv_dia(u64 nrows, u64 ncols, u32 ndiags, const i64* __restrict
         for (u32 d = 0; d < ndiags; ++d) {
             const i64 j = (i64)i + offsets[d];
             if (j >= 0 && j < (i64)ncols) {
-                acc = R::add(acc, R::mul(data[(u64)d * nrows + i], x[j]));
+                const S a = data[(u64)d * nrows + i];
+                if (!hs_is_zero(a)) acc = R::add(acc, R::mul(a, x[j]));  // zeros are padding
             }
         }
         y[i] = R::store(acc);
@@ -161,7 +162,8 @@ __device__ void spmv_bsr(u64 nrows, u32 r, u32 c, const u64* __restrict__ offset
         for (u64 b = offsets[br]; b < offsets[br + 1]; ++b) {
             const S* row = vals + b * block_size + within * c;
             const S* xs = x + (u64)block_cols[b] * c;
-            for (u32 m = 0; m < c; ++m) acc = R::add(acc, R::mul(row[m], xs[m]));
+            for (u32 m = 0; m < c; ++m)
+                if (!hs_is_zero(row[m])) acc = R::add(acc, R::mul(row[m], xs[m]));  // padding
         }
         y[i] = R::store(acc);
     }

@@ -45,7 +45,7 @@ fn spmv(c: &mut Criterion) {
         group.throughput(Throughput::Elements(a.nnz()));
         let ellr = Ellr::from_csr(a, 1 << 32).ok();
         let cspr = Cspr::from_csr(a);
-        let csc = Csc::from_csr(a);
+        let csc = Csc::from_csr(a).expect("CSC form of A");
         let coo = a.to_coo();
         let mut variants: Vec<(String, SparseRef<'_, f32>, SpmvKernel)> = vec![
             (
@@ -91,7 +91,8 @@ fn spmm(c: &mut Criterion) {
     let ncols = 32;
     group.throughput(Throughput::Elements(a.nnz() * ncols as u64));
     for layout in [Layout::RowMajor, Layout::ColMajor] {
-        let b = Dense::<f32>::from_fn(a.ncols(), ncols, layout, |i, j| ((i + j) % 7) as f32);
+        let b = Dense::<f32>::from_fn(a.ncols(), ncols, layout, |i, j| ((i + j) % 7) as f32)
+            .expect("dense B");
         let whole = |kernel| SpmmKernelOptions {
             kernel,
             panel_columns: None,

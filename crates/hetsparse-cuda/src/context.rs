@@ -19,6 +19,10 @@ use crate::kernels::MODULES;
 use crate::memory::PinnedPool;
 use hetsparse_core::MemoryPool;
 
+/// Static shared memory any kernel of this crate declares at most (scan scratch, counters):
+/// what dynamic shared memory leaves room for.
+pub(crate) const STATIC_SHARED_BYTES: u32 = 1024;
+
 /// One GPU: its primary context, properties and kernel modules.
 pub struct Gpu {
     // Field order matters: pooled streams are destroyed and modules unloaded before the
@@ -295,10 +299,11 @@ impl Gpu {
     pub fn max_shared_optin(&self) -> u32 {
         self.max_shared_optin
     }
-    /// Lets `function` use `bytes` of dynamic shared memory (beyond 48 KiB GPUs ask for an
-    /// explicit opt-in per kernel).
+    /// Lets `function` use `bytes` of dynamic shared memory (beyond 48 KiB, static and dynamic
+    /// together, GPUs ask for an explicit opt-in per kernel). The kernels' static shared
+    /// variables take at most [`STATIC_SHARED_BYTES`].
     pub fn allow_shared(&self, function: Function, bytes: u32) -> Result<()> {
-        if bytes <= 48 * 1024 {
+        if bytes + STATIC_SHARED_BYTES <= 48 * 1024 {
             return Ok(());
         }
         // SAFETY: valid function handle; the driver checks the value.

@@ -221,7 +221,7 @@ pub(crate) fn spmm<T: DeviceScalar>(
     let _span =
         tracing::debug_span!("spmm", format = %a.format(), nrows, inner, ncols, ?layout).entered();
     if nrows == 0 || ncols == 0 {
-        return Ok(Dense::zeros(nrows, ncols, layout));
+        return Dense::zeros(nrows, ncols, layout);
     }
     let first = Stream::new()?;
     let dev = DeviceSparse::upload(gpu, &first, None, a)?;
@@ -260,7 +260,8 @@ pub(crate) fn spmm<T: DeviceScalar>(
     // A's upload was queued on `first`; the panel streams must not start before it lands.
     first.synchronize()?;
 
-    let mut c_full = vec![T::Device::default(); nrows * ncols];
+    let mut c_full =
+        hetsparse_core::host::try_filled(nrows * ncols, T::Device::default(), "SpMM result")?;
     let shape = Shape {
         inner,
         nrows,

@@ -322,7 +322,7 @@ fn paths_that_read_back_structure() {
     .unwrap();
 
     let coo = a.to_coo();
-    let d = Dense::from_fn(300, 4, Layout::RowMajor, |i, j| (i * 4 + j) as f64 * 0.01);
+    let d = Dense::from_fn(300, 4, Layout::RowMajor, |i, j| (i * 4 + j) as f64 * 0.01).unwrap();
     let rd = gpu.upload_dense(&d).unwrap();
     let expected = ReferenceBackend.spmm(SparseRef::Csr(&a), &d).unwrap();
     for resident_result in [false, true] {

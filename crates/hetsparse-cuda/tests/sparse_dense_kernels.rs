@@ -146,7 +146,7 @@ fn atomic_formats<T: DeviceScalar>() {
         check_spmv(
             &b,
             &a,
-            SparseRef::Csc(&Csc::from_csr(&a)),
+            SparseRef::Csc(&Csc::from_csr(&a).unwrap()),
             SpmvKernel::Auto,
             what,
         );
@@ -178,7 +178,7 @@ fn bsr_spmv<T: DeviceScalar>() {
             continue;
         }
         let s = Bsr::from_csr(&a, shape).expect("bsr");
-        let dense_a = s.to_csr();
+        let dense_a = s.to_csr().unwrap();
         check_spmv(&b, &dense_a, SparseRef::Bsr(&s), SpmvKernel::Auto, "BSR");
     }
 }
@@ -289,7 +289,7 @@ fn spmm_other_formats<T: DeviceScalar>() {
         check_spmm(
             &b,
             &a,
-            SparseRef::Csc(&Csc::from_csr(&a)),
+            SparseRef::Csc(&Csc::from_csr(&a).unwrap()),
             layout,
             9,
             opts,
@@ -299,7 +299,15 @@ fn spmm_other_formats<T: DeviceScalar>() {
         let d = Dia::from_csr(&a, 1 << 30).expect("dia");
         check_spmm(&b, &a, SparseRef::Dia(&d), layout, 9, opts, "DIA");
         let s = Bsr::from_csr(&a, (2, 4)).expect("bsr");
-        check_spmm(&b, &s.to_csr(), SparseRef::Bsr(&s), layout, 9, opts, "BSR");
+        check_spmm(
+            &b,
+            &s.to_csr().unwrap(),
+            SparseRef::Bsr(&s),
+            layout,
+            9,
+            opts,
+            "BSR",
+        );
     }
 }
 
@@ -348,7 +356,7 @@ fn spmm_streamed<T: DeviceScalar>() {
     }
     // Room for A (offsets, columns, values) and half a kilobyte: not one column of B and C.
     let tiny = backend_with(Some(8 * 1025 + a.nnz() * (size + 4) + 512)).expect("backend");
-    let d = Dense::<T>::zeros(a.ncols(), 8, Layout::RowMajor);
+    let d = Dense::<T>::zeros(a.ncols(), 8, Layout::RowMajor).unwrap();
     match tiny.spmm_with_kernel(SparseRef::Csr(&a), &d, SpmmKernelOptions::default()) {
         Err(Error::OutOfMemory { .. }) => {}
         other => panic!("SpMM beyond the budget: expected out of memory, got {other:?}"),
@@ -370,13 +378,14 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
             Dia::from_csr(&x, u64::MAX).expect("dia"),
             Dia::from_csr(&y, u64::MAX).expect("dia"),
         );
-        let c = b.dia_spgemm(&dx, &dy).expect("DIA×DIA").to_csr();
+        let c = b.dia_spgemm(&dx, &dy).expect("DIA×DIA").to_csr().unwrap();
         let e = reference::spgemm::<T, PlusTimes>(&x, &y).expect("reference");
-        let dense_c = c.to_dense(Layout::RowMajor);
-        let dense_e = e.to_dense(Layout::RowMajor);
+        let dense_c = c.to_dense(Layout::RowMajor).unwrap();
+        let dense_e = e.to_dense(Layout::RowMajor).unwrap();
         let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&x), &magnitudes(&y))
             .expect("scale")
-            .to_dense(Layout::RowMajor);
+            .to_dense(Layout::RowMajor)
+            .unwrap();
         let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
         assert_close(
             dense_c.data(),
@@ -395,15 +404,20 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
         );
         let c = b.bsr_spgemm(&sx, &sy).expect("BSR×BSR");
         assert_eq!(c.block_shape(), (bx.0, by.1));
-        let (ex, ey) = (sx.to_csr(), sy.to_csr());
+        let (ex, ey) = (sx.to_csr().unwrap(), sy.to_csr().unwrap());
         let e = reference::spgemm::<T, PlusTimes>(&ex, &ey).expect("reference");
         let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&ex), &magnitudes(&ey))
             .expect("scale")
-            .to_dense(Layout::RowMajor);
+            .to_dense(Layout::RowMajor)
+            .unwrap();
         let terms = (0..ex.nrows()).map(|i| ex.row_nnz(i)).max().unwrap_or(0);
         assert_close(
-            c.to_csr().to_dense(Layout::RowMajor).data(),
-            e.to_dense(Layout::RowMajor).data(),
+            c.to_csr()
+                .unwrap()
+                .to_dense(Layout::RowMajor)
+                .unwrap()
+                .data(),
+            e.to_dense(Layout::RowMajor).unwrap().data(),
             scale.data(),
             terms,
             "BSR×BSR",
@@ -436,7 +450,7 @@ fn kernel_choices_are_checked() {
         ),
         Err(Error::InvalidArgument(_))
     ));
-    let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor);
+    let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor).unwrap();
     let bad_lc = SpmmKernelOptions {
         kernel: SpmmKernel::EllrT {
             threads_per_row: 4,

@@ -1,12 +1,14 @@
 //! The production path: rows binned by their work, each bin with the accumulator that suits it
 //! (the family of nsparse, spECK and OpSparse that Xia et al. §III.B build on):
 //!
-//! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row, its hash table in
-//!   the warp's share of shared memory, the row's products spread evenly over the lanes, and
-//!   each entry written at its rank among the table's keys (no sort, no block barrier);
+//! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row (8 lanes for the
+//!   smallest tables), its hash table in the warp's share of shared memory, the row's products
+//!   spread evenly over the lanes, and each entry written at its rank among the table's keys
+//!   (no sort, no block barrier);
 //! - medium rows: a block per row with a hash table sized to the bin in shared memory, sorted in
 //!   place (bitonic) so the row comes out in column order;
-//! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table: a dense
+//! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table (in the numeric
+//!   phase also large shared tables, whose sort costs more): a dense
 //!   accumulator per row in global memory, filled by several blocks per row (each an equal
 //!   share of the row's products, so a row of 10^6 products keeps many SMs busy), columns in
 //!   order by a scan over the flags;
@@ -30,7 +32,7 @@ use super::{acc_bytes, footprint, Job, Scratch};
 /// less room for the kernels' static shared variables.
 fn shared_table_bytes(gpu: &crate::Gpu) -> u64 {
     u64::from(gpu.max_shared_optin())
-        .saturating_sub(1024)
+        .saturating_sub(u64::from(crate::context::STATIC_SHARED_BYTES))
         .max(8 * 1024)
 }
 /// Threads per block for rows with global-memory tables.
@@ -48,8 +50,12 @@ fn threads_for(size: u64) -> u32 {
 
 /// Rows whose table has at most this many slots get a warp each.
 pub(super) const WARP_TABLE_MAX: u64 = 256;
-/// Warps (rows) per block of the warp-per-row kernels; `WR_WARPS` in the kernels.
-const WARP_ROWS_PER_BLOCK: u64 = 8;
+/// Threads per block of the warp-per-row kernels: 8 rows per block, or 32 for the tables of 32
+/// slots, which get 8 lanes per row (the `quarter` kernels).
+const WARP_THREADS: u64 = 256;
+const WARP_ROWS_PER_BLOCK: u64 = WARP_THREADS / 32;
+const QUARTER_TABLE: u64 = 32;
+const QUARTER_ROWS_PER_BLOCK: u64 = WARP_THREADS / 8;
 /// A long row gets a dense accumulator when its window is at most this many times its table:
 /// clearing and scanning a dense row costs a pass over the window, but a hash table in global
 /// memory costs a sort of the table, which is dearer up to about this ratio.
@@ -80,12 +86,30 @@ enum Accumulator {
     Global,
 }
 
+/// In the numeric phase, tables of at least this many slots go dense where the window is at
+/// most [`DENSE_OVER_SHARED_FACTOR`] times the table, even if they fit shared memory: sorting
+/// a table this large (bitonic, a block per row) costs more than clearing and scanning a dense
+/// row of the window.
+const DENSE_OVER_SHARED_MIN: u64 = 4096;
+const DENSE_OVER_SHARED_FACTOR: u64 = 16;
+
 /// The accumulator of rows with tables of `size` slots of `slot_bytes` each, in a window of
-/// `width` columns, given the shared memory a block may have.
-fn accumulator(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64) -> Accumulator {
-    let warp_max = WARP_TABLE_MAX.min(shared_bytes / (WARP_ROWS_PER_BLOCK * slot_bytes));
+/// `width` columns, given the shared memory a block may have; `numeric` for the phase whose
+/// tables are sorted.
+fn accumulator(
+    size: u64,
+    width: u64,
+    slot_bytes: u64,
+    shared_bytes: u64,
+    numeric: bool,
+) -> Accumulator {
+    // Numeric warp tables take 4 bytes more per slot (their compacted keys and slots).
+    let warp_slot = if numeric { slot_bytes + 4 } else { slot_bytes };
+    let warp_max = WARP_TABLE_MAX.min(shared_bytes / (WARP_ROWS_PER_BLOCK * warp_slot));
     if size <= warp_max {
         Accumulator::Warp
+    } else if numeric && size >= DENSE_OVER_SHARED_MIN && width <= DENSE_OVER_SHARED_FACTOR * size {
+        Accumulator::Dense
     } else if size * slot_bytes <= shared_bytes {
         Accumulator::Shared
     } else if width <= DENSE_WIDTH_FACTOR * size {
@@ -116,9 +140,10 @@ struct BinLaunch<'s> {
     vals: Arg,
 }
 
-/// The kernels of one phase: warp per row, block per row (shared or global hash table), and
-/// the builder of their argument lists.
+/// The kernels of one phase: 8 lanes per row, warp per row, block per row (shared or global
+/// hash table), and the builder of their argument lists.
 struct HashKernels<'a> {
+    quarter: Function,
     warp: Function,
     block: Function,
     args: &'a dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
@@ -143,6 +168,13 @@ fn run_bins<T: DeviceScalar>(
     dense: &dyn Fn(&DenseGroup<'_>) -> Result<()>,
 ) -> Result<()> {
     let slot_bytes = 4 + value_bytes;
+    // The numeric warp kernels also compact the occupied slots: a key and a slot index for
+    // every two slots.
+    let warp_slot_bytes = if value_bytes > 0 {
+        slot_bytes + 4
+    } else {
+        slot_bytes
+    };
     let shared_bytes = shared_table_bytes(job.gpu);
     let width = job.width();
     let stride = dense_stride(width);
@@ -160,7 +192,7 @@ fn run_bins<T: DeviceScalar>(
             });
         }
         let rows = binned.rows(b);
-        let mut kind = accumulator(size, width, slot_bytes, shared_bytes);
+        let mut kind = accumulator(size, width, slot_bytes, shared_bytes, value_bytes > 0);
         if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > scratch.cap() {
             kind = Accumulator::Global;
         }
@@ -176,13 +208,17 @@ fn run_bins<T: DeviceScalar>(
                     vals: Arg::U64(0),
                 };
                 let (function, config) = if warp {
-                    let blocks = count.div_ceil(WARP_ROWS_PER_BLOCK);
+                    let (function, rows_per_block) = if size <= QUARTER_TABLE {
+                        (kernels.quarter, QUARTER_ROWS_PER_BLOCK)
+                    } else {
+                        (kernels.warp, WARP_ROWS_PER_BLOCK)
+                    };
                     (
-                        kernels.warp,
+                        function,
                         LaunchConfig {
-                            grid: blocks.min(1 << 20) as u32,
-                            block: (32 * WARP_ROWS_PER_BLOCK) as u32,
-                            shared_bytes: (WARP_ROWS_PER_BLOCK * size * slot_bytes) as u32,
+                            grid: count.div_ceil(rows_per_block).min(1 << 20) as u32,
+                            block: WARP_THREADS as u32,
+                            shared_bytes: (rows_per_block * size * warp_slot_bytes) as u32,
                         },
                     )
                 } else {
@@ -356,6 +392,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
+        quarter: job.gpu.function("spgemm", "spgemm_quarter_symbolic")?,
         warp: job.gpu.function("spgemm", "spgemm_warp_symbolic")?,
         block: job.gpu.function("spgemm", "spgemm_hash_symbolic")?,
         args: &args,
@@ -468,6 +505,9 @@ pub(super) fn numeric<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
+        quarter: job
+            .gpu
+            .function("spgemm", kernel_name::<T>("spgemm_quarter_numeric"))?,
         warp: job
             .gpu
             .function("spgemm", kernel_name::<T>("spgemm_warp_numeric"))?,

@@ -399,7 +399,7 @@ fn work_bound<T: DeviceScalar>(method: Method, hist: &Histogram, width: u64, a_n
         if dense_rows == 0 {
             0
         } else {
-            adaptive::dense_footprint(dense_rows.min(256), stride, value_bytes)
+            adaptive::dense_footprint(dense_rows.min(1024), stride, value_bytes)
         }
     };
     let hash = |value_bytes: u64| {
