@@ -656,7 +656,7 @@ impl crate::CudaBackend {
     /// # fn main() -> hetsparse_core::Result<()> {
     /// let gpu = CudaBackend::new()?;
     /// let a = Ellr::from_csr(&generate::banded::<f64>(1000, 9, 1), 1 << 20)?;
-    /// let b = Dense::<f64>::zeros(1000, 64, Layout::RowMajor);
+    /// let b = Dense::<f64>::zeros(1000, 64, Layout::RowMajor)?;
     /// let options = SpmmKernelOptions {
     ///     kernel: SpmmKernel::EllrT { threads_per_row: 2, columns_per_pass: 8 },
     ///     panel_columns: Some(16), // four panels over two streams
