@@ -1196,3 +1196,29 @@ extern "C" __global__ void scan_apply(u64 n, const u64* in, const u64* block_sum
         at += v[k];
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Checks a CSR matrix where it lies (a product about to go to the host), so that the host need
+// not walk C again: any broken invariant stores 1 in *flag (zeroed by the host; every writer
+// stores the same value). A warp per row, rows by grid stride: lane 0 checks the row's offsets
+// (the first is 0, the last nnz, none decreasing, none past nnz), the lanes the row's entries
+// (columns below ncols, each below the next: sorted without repeats).
+
+extern "C" __global__ void csr_check(u64 nrows, u64 ncols, u64 nnz, const u64* offsets,
+                                     const u32* cols, u32* flag) {
+    const u32 lane = threadIdx.x & 31u;
+    const u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    bool bad = false;
+    for (u64 r = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < nrows; r += warps) {
+        const u64 s = offsets[r], e = offsets[r + 1];
+        if (s > e || e > nnz || (r == 0 && s != 0) || (r + 1 == nrows && e != nnz)) {
+            bad = true;
+            continue;
+        }
+        for (u64 j = s + lane; j < e; j += 32u) {
+            const u32 c = cols[j];
+            if ((u64)c >= ncols || (j + 1 < e && cols[j + 1] <= c)) bad = true;
+        }
+    }
+    if (bad) *flag = 1u;
+}

@@ -519,3 +519,93 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memory::DeviceBuffer;
+    use resident::DeviceCsr;
+
+    /// A matrix put on the device as given, valid or not.
+    fn on_device(
+        gpu: &Gpu,
+        nrows: usize,
+        ncols: usize,
+        offsets: &[u64],
+        cols: &[u32],
+    ) -> DeviceCsr<f64> {
+        let stream = gpu.stream().expect("stream");
+        let vals: Vec<f64> = (0..cols.len()).map(|k| k as f64 + 1.0).collect();
+        let (m, s) = (gpu.memory(), &**stream);
+        let matrix = DeviceCsr::from_device(
+            nrows,
+            ncols,
+            cols.len() as u64,
+            Arc::new(DeviceBuffer::from_host(m, s, offsets, "offsets").expect("offsets")),
+            Arc::new(DeviceBuffer::from_host(m, s, cols, "columns").expect("columns")),
+            DeviceBuffer::from_host(m, s, &vals, "values").expect("values"),
+        );
+        stream.synchronize().expect("upload");
+        matrix
+    }
+
+    #[test]
+    fn the_device_check_finds_every_broken_invariant() {
+        let backend = match CudaBackend::new() {
+            Ok(b) => b,
+            Err(e) => {
+                assert_ne!(
+                    std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref(),
+                    Ok("1"),
+                    "HETSPARSE_REQUIRE_DEVICE=1 but {e}"
+                );
+                eprintln!("the_device_check_finds_every_broken_invariant: skipped, {e}");
+                return;
+            }
+        };
+        let gpu = &backend.gpu;
+        gpu.bind().expect("bind");
+        let stream = gpu.stream().expect("stream");
+        let good = on_device(gpu, 3, 4, &[0, 2, 2, 3], &[0, 3, 1]);
+        assert!(good.valid_on_device(gpu, &stream).expect("check"));
+        let host = good.download(gpu, &stream).expect("download");
+        assert_eq!(host.col_indices(), [0, 3, 1]);
+        assert_eq!(host.row_offsets(), [0, 2, 2, 3]);
+        // Rows longer than a warp, with a swapped pair where one lane's entries meet the next
+        // lane's (31, 32) and inside one lane's stride (64, 65 wrap to the same lanes again).
+        let sorted: Vec<u32> = (0..100).collect();
+        let wide = on_device(
+            gpu,
+            2,
+            100,
+            &[0, 100, 200],
+            &[sorted.clone(), sorted.clone()].concat(),
+        );
+        assert!(wide.valid_on_device(gpu, &stream).expect("check"));
+        for swap in [31, 64, 98] {
+            let mut cols = [sorted.clone(), sorted.clone()].concat();
+            cols.swap(100 + swap, 100 + swap + 1);
+            let m = on_device(gpu, 2, 100, &[0, 100, 200], &cols);
+            assert!(
+                !m.valid_on_device(gpu, &stream).expect("check"),
+                "swap at {swap}"
+            );
+        }
+        let broken: [(&str, &[u64], &[u32]); 6] = [
+            ("unsorted", &[0, 2, 2, 3], &[3, 0, 1]),
+            ("repeated", &[0, 2, 2, 3], &[1, 1, 1]),
+            ("column out of bounds", &[0, 2, 2, 3], &[0, 4, 1]),
+            ("offsets decreasing", &[0, 2, 1, 3], &[0, 3, 1]),
+            ("first offset not 0", &[1, 2, 2, 3], &[0, 3, 1]),
+            ("last offset not nnz", &[0, 1, 2, 2], &[0, 3, 1]),
+        ];
+        for (what, offsets, cols) in broken {
+            let m = on_device(gpu, 3, 4, offsets, cols);
+            assert!(!m.valid_on_device(gpu, &stream).expect("check"), "{what}");
+            assert!(
+                matches!(m.download(gpu, &stream), Err(Error::Internal { .. })),
+                "{what}: downloaded as valid"
+            );
+        }
+    }
+}

@@ -74,6 +74,66 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         }
         Ok(())
     }
+    /// Copies `host` into the start of the slice, queued on `stream` behind what is there;
+    /// `host` may be reused as soon as this returns (large copies are waited for). Pageable memory is copied by the driver at about half the
+    /// link's speed, so large arrays go through [`STAGES`] page-locked buffers of
+    /// [`STAGE_BYTES`] from `pool`, filled by the host's threads while earlier pieces cross.
+    pub fn upload_staged(&self, stream: &Stream, pool: &PinnedPool, host: &[T]) -> Result<()>
+    where
+        T: DeviceCopy + Send + Sync,
+    {
+        use rayon::prelude::*;
+        assert!(
+            host.len() <= self.len,
+            "upload larger than the device slice"
+        );
+        let size = size_of::<T>().max(1);
+        if (std::mem::size_of_val(host) as u64) < STAGE_MIN_BYTES
+            || is_page_locked(host.as_ptr() as *const c_void)
+        {
+            return self.upload(stream, host);
+        }
+        let piece = (STAGE_BYTES as usize / size).max(1);
+        let pieces = host.len().div_ceil(piece);
+        let stages = STAGES.min(pieces);
+        let mut stage = Vec::with_capacity(stages);
+        let mut sent = Vec::with_capacity(stages);
+        for _ in 0..stages {
+            stage.push(pool.take(piece * size, "pinned upload staging")?);
+            sent.push(Event::new(false)?);
+        }
+        let result = (|| -> Result<()> {
+            for k in 0..pieces {
+                let i = k % stages;
+                if k >= stages {
+                    // The copy that read this buffer last is over.
+                    sent[i].synchronize()?;
+                }
+                let (start, n) = (k * piece, piece.min(host.len() - k * piece));
+                let grain = (COPY_GRAIN_BYTES / size).max(1);
+                stage[i]
+                    .typed_mut::<T>(n)
+                    .par_chunks_mut(grain)
+                    .zip(host[start..start + n].par_chunks(grain))
+                    .for_each(|(to, from)| to.copy_from_slice(from));
+                // SAFETY: the staging buffer is page-locked; it is written again or returned
+                // to the pool only after its event has been waited for.
+                unsafe {
+                    self.sub(start, n)
+                        .upload_async(stream, stage[i].typed::<T>(n))?
+                };
+                sent[i].record(stream)?;
+            }
+            for event in sent.iter().take(pieces.min(stages)) {
+                event.synchronize()?;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = stream.synchronize();
+        }
+        result
+    }
     /// Queues a copy of `host` into the start of the slice on `stream`.
     ///
     /// # Safety
@@ -118,46 +178,76 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         Ok(v)
     }
     /// Downloads the whole slice into a new vector through page-locked staging buffers from
-    /// `pool` (copies into pageable memory run at a fifth of the speed): pieces of
-    /// [`STAGE_BYTES`] alternate between two buffers, so one piece is copied out on the host
-    /// while the next one comes in. Small slices go directly.
+    /// `pool` ([`DeviceSlice::download_staged`]).
     pub fn to_vec_staged(&self, stream: &Stream, pool: &PinnedPool) -> Result<Vec<T>>
     where
-        T: DeviceCopy + Default,
+        T: DeviceCopy + Send + Sync,
     {
+        let mut out = hetsparse_core::host::try_with_capacity::<T>(self.len, "downloaded array")?;
+        hetsparse_core::advise_huge_pages(out.spare_capacity_mut());
+        self.download_staged(stream, pool, &mut out.spare_capacity_mut()[..self.len])?;
+        // SAFETY: download_staged wrote all `len` elements.
+        unsafe { out.set_len(self.len) };
+        Ok(out)
+    }
+    /// Copies the slice into `out` (of the slice's length), waiting for `stream` first and for
+    /// the copy. Copies into pageable memory run at a fraction of the link's speed and the
+    /// fresh pages they fault in cost more than the copy, so large slices come through
+    /// [`STAGES`] page-locked buffers of [`STAGE_BYTES`] from `pool`: while one piece lands in
+    /// a buffer, the host's threads copy the piece before it out of another.
+    pub fn download_staged(
+        &self,
+        stream: &Stream,
+        pool: &PinnedPool,
+        out: &mut [std::mem::MaybeUninit<T>],
+    ) -> Result<()>
+    where
+        T: DeviceCopy + Send + Sync,
+    {
+        assert_eq!(
+            out.len(),
+            self.len,
+            "download into a buffer of another length"
+        );
         let size = size_of::<T>().max(1);
         if self.bytes() < STAGE_MIN_BYTES {
-            return self.to_vec(stream);
+            // SAFETY: MaybeUninit<T> has T's layout; the driver writes every byte and the
+            // stream is waited for before `out` is handed back.
+            let direct =
+                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T, out.len()) };
+            unsafe { self.download_unchecked(stream, direct)? };
+            return stream.synchronize();
         }
         let piece = (STAGE_BYTES as usize / size).max(1);
-        let mut out = vec![T::default(); self.len];
-        let mut stage = [
-            pool.take(piece * size, "pinned download staging")?,
-            pool.take(piece * size, "pinned download staging")?,
-        ];
-        let landed = [Event::new(false)?, Event::new(false)?];
-        let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+        let pieces = self.len.div_ceil(piece);
+        let stages = STAGES.min(pieces);
+        let mut stage = Vec::with_capacity(stages);
+        let mut landed = Vec::with_capacity(stages);
+        for _ in 0..stages {
+            stage.push(pool.take(piece * size, "pinned download staging")?);
+            landed.push(Event::new(false)?);
+        }
+        let queue = |k: usize, stage: &mut [PooledPinned<'_>]| -> Result<()> {
+            let (start, n) = (k * piece, piece.min(self.len - k * piece));
+            // SAFETY: the staging buffer is page-locked, and read or returned to the pool
+            // only after its event has been waited for.
+            unsafe {
+                self.sub(start, n)
+                    .download_unchecked(stream, stage[k % stages].typed_mut::<T>(n))?
+            };
+            landed[k % stages].record(stream)
+        };
         let result = (|| -> Result<()> {
-            for (k, start) in (0..self.len).step_by(piece).enumerate() {
-                let i = k % 2;
-                if let Some((at, n)) = pending[i].take() {
-                    landed[i].synchronize()?;
-                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
-                }
-                let n = piece.min(self.len - start);
-                // SAFETY: the staging buffer is page-locked, and read (above) or returned to
-                // the pool (below) only after its event has been waited for.
-                unsafe {
-                    self.sub(start, n)
-                        .download_unchecked(stream, stage[i].typed_mut::<T>(n))?
-                };
-                landed[i].record(stream)?;
-                pending[i] = Some((start, n));
+            for k in 0..stages {
+                queue(k, &mut stage)?;
             }
-            for i in [0, 1] {
-                if let Some((at, n)) = pending[i].take() {
-                    landed[i].synchronize()?;
-                    out[at..at + n].copy_from_slice(&stage[i].typed::<T>(n)[..n]);
+            for k in 0..pieces {
+                let i = k % stages;
+                landed[i].synchronize()?;
+                let (start, n) = (k * piece, piece.min(self.len - k * piece));
+                parallel_copy(&mut out[start..start + n], stage[i].typed::<T>(n));
+                if k + stages < pieces {
+                    queue(k + stages, &mut stage)?;
                 }
             }
             Ok(())
@@ -166,7 +256,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             // Copies may still be queued into the staging buffers, which go back to the pool.
             let _ = stream.synchronize();
         }
-        result.map(|()| out)
+        result
     }
     /// Queues a copy of `len` elements into `host[host_start..]` (pinned, so truly
     /// asynchronous).
@@ -398,18 +488,6 @@ impl<T: Copy> DeviceBuffer<T> {
         Ok(b)
     }
 
-    /// Allocates on `stream` ([`DeviceBuffer::new_on`]) and fills from `host`.
-    pub(crate) fn from_host_on(
-        gpu: &Gpu,
-        stream: &Arc<Stream>,
-        host: &[T],
-        what: &str,
-    ) -> Result<Self> {
-        let b = Self::new_on(gpu, stream, host.len(), what)?;
-        b.slice().upload(stream, host)?;
-        Ok(b)
-    }
-
     /// The whole buffer as a slice.
     pub fn slice(&self) -> DeviceSlice<'_, T> {
         DeviceSlice {
@@ -531,10 +609,52 @@ pub(crate) fn free_device_memory() -> u64 {
     }
 }
 
-/// Bytes of one piece of a staged download ([`DeviceSlice::to_vec_staged`]).
-pub const STAGE_BYTES: u64 = 16 << 20;
-/// From this size downloads are staged through page-locked memory.
+/// Bytes of one piece of a staged copy ([`DeviceSlice::download_staged`],
+/// [`DeviceSlice::upload_staged`]): pieces of 64 MiB through four buffers brought 3 GiB from
+/// an H100 into fresh host memory fastest (16 MiB pieces took 1.5 times as long).
+pub const STAGE_BYTES: u64 = 64 << 20;
+/// Staging buffers a copy keeps in flight.
+pub const STAGES: usize = 4;
+/// From this size copies are staged through page-locked memory.
 const STAGE_MIN_BYTES: u64 = 1 << 20;
+/// Bytes one host thread copies at a time between staging and pageable memory.
+const COPY_GRAIN_BYTES: usize = 256 << 10;
+
+/// Copies `from` into `to` (of the same length) on the host's threads: one thread copies
+/// well under the link's speed, and into fresh pages far less.
+pub(crate) fn parallel_copy<X: Copy + Send + Sync>(
+    to: &mut [std::mem::MaybeUninit<X>],
+    from: &[X],
+) {
+    use rayon::prelude::*;
+    assert_eq!(
+        to.len(),
+        from.len(),
+        "parallel copy between slices of other lengths"
+    );
+    let grain = (COPY_GRAIN_BYTES / size_of::<X>().max(1)).max(1);
+    to.par_chunks_mut(grain)
+        .zip(from.par_chunks(grain))
+        .for_each(|(to, from)| {
+            for (to, &from) in to.iter_mut().zip(from) {
+                to.write(from);
+            }
+        });
+}
+
+/// Appends `from` to `v` ([`parallel_copy`]), growing it without aborting.
+pub(crate) fn parallel_append<X: Copy + Send + Sync>(
+    v: &mut Vec<X>,
+    from: &[X],
+    what: &str,
+) -> Result<()> {
+    hetsparse_core::host::try_reserve(v, from.len(), what)?;
+    let len = v.len();
+    parallel_copy(&mut v.spare_capacity_mut()[..from.len()], from);
+    // SAFETY: the `from.len()` slots after `len` were all written just above.
+    unsafe { v.set_len(len + from.len()) };
+    Ok(())
+}
 
 /// Alignment of arena allocations (the driver's own is 256 bytes).
 const ARENA_ALIGN: u64 = 256;

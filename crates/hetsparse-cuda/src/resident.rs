@@ -13,10 +13,12 @@ use std::sync::{Arc, OnceLock};
 
 use hetsparse_core::{Csr, Dense, Error, Layout, Result};
 
-use crate::context::{Event, Gpu, Stream};
+use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::error::BACKEND;
-use crate::memory::DeviceBuffer;
-use crate::scalar::{as_device, from_device, DeviceScalar};
+use cust::memory::DeviceCopy;
+
+use crate::memory::{DeviceBuffer, DeviceSlice, PinnedPool};
+use crate::scalar::{as_device, DeviceScalar};
 
 /// A CSR matrix in device memory (64-bit offsets, 32-bit column indices).
 pub(crate) struct DeviceCsr<T: DeviceScalar> {
@@ -50,7 +52,9 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             nrows: m.nrows(),
             ncols: m.ncols(),
             nnz: m.nnz(),
-            host_offsets: OnceLock::from(Arc::new(m.row_offsets().to_vec())),
+            // Fetched back only if the host needs them (ESC): a copy on every upload cost as
+            // much as the upload on matrices of many short rows.
+            host_offsets: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -114,7 +118,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             host_offsets: self.host_offsets.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
-            vals: DeviceBuffer::from_host(gpu.memory(), stream, as_device(values), "new values")?,
+            vals: put(gpu, stream, None, as_device(values), "new values")?,
         })
     }
 
@@ -135,40 +139,120 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.
     pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
-        let offsets = self.host_offsets(stream)?.as_ref().clone();
-        let cols = self.cols.slice().to_vec_staged(stream, gpu.pinned_pool())?;
-        let vals = self.vals.slice().to_vec_staged(stream, gpu.pinned_pool())?;
-        Csr::try_new(
-            self.nrows,
-            self.ncols,
-            offsets,
-            cols,
-            from_device::<T>(&vals).to_vec(),
-        )
-        .map_err(|e| Error::Internal {
+        let offsets = match self.host_offsets.get() {
+            Some(h) => h.as_ref().clone(),
+            None => {
+                self.offsets.await_on(stream)?;
+                self.offsets
+                    .slice()
+                    .to_vec_staged(stream, gpu.pinned_pool())?
+            }
+        };
+        self.cols.await_on(stream)?;
+        self.vals.await_on(stream)?;
+        let cols = tracing::debug_span!("column indices")
+            .in_scope(|| self.cols.slice().to_vec_staged(stream, gpu.pinned_pool()))?;
+        let vals = tracing::debug_span!("values")
+            .in_scope(|| download_values::<T>(self.vals.slice(), stream, gpu.pinned_pool()))?;
+        let invalid = |e: String| Error::Internal {
             backend: BACKEND.into(),
             what: format!("a resident matrix is not a valid CSR matrix: {e}"),
-        })
+        };
+        if self.nrows == 0 || !self.valid_on_device(gpu, stream)? {
+            // The host check says what is wrong (and where).
+            return Csr::try_new(self.nrows, self.ncols, offsets, cols, vals)
+                .map_err(|e| invalid(e.to_string()));
+        }
+        // SAFETY: the arrays are copies of the device's, which `valid_on_device` found to
+        // satisfy every CSR invariant (offsets from 0 to nnz, monotone; columns in bounds,
+        // sorted, without repeats); their lengths are the matrix's by construction.
+        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) })
     }
+
+    /// Whether the matrix satisfies the CSR invariants, checked where it lies (kernel
+    /// `csr_check`): a walk of C on the host took a fifth of a whole product's time.
+    pub(crate) fn valid_on_device(&self, gpu: &Gpu, stream: &Stream) -> Result<bool> {
+        let _span = tracing::debug_span!("check C on the device").entered();
+        let flag = DeviceBuffer::<u32>::new(gpu.memory(), 1, "flag of the CSR check")?;
+        flag.slice().zero(stream)?;
+        const THREADS: u64 = 256;
+        let warps_wanted = (self.nrows as u64).div_ceil(THREADS / 32);
+        let grid = warps_wanted.clamp(1, u64::from(gpu.multiprocessors()) * 16);
+        let function = gpu.function("spgemm", "csr_check")?;
+        self.offsets.await_on(stream)?;
+        self.cols.await_on(stream)?;
+        // SAFETY: the arguments match `csr_check`; offsets hold nrows + 1 entries and cols
+        // nnz, and the kernel reads only inside them (it checks the offsets before it uses
+        // them as bounds).
+        unsafe {
+            gpu.launch(
+                function,
+                LaunchConfig {
+                    grid: grid as u32,
+                    block: THREADS as u32,
+                    shared_bytes: 0,
+                },
+                stream,
+                &[
+                    Arg::U64(self.nrows as u64),
+                    Arg::U64(self.ncols as u64),
+                    Arg::U64(self.nnz),
+                    self.offsets.slice().arg(),
+                    self.cols.slice().arg(),
+                    flag.slice().arg(),
+                ],
+            )?;
+        }
+        Ok(flag.slice().to_vec(stream)?[0] == 0)
+    }
+}
+
+/// Device values downloaded straight into a vector of host values (same layout, no second
+/// copy), through page-locked staging ([`DeviceSlice::download_staged`]).
+pub(crate) fn download_values<T: DeviceScalar>(
+    values: DeviceSlice<'_, T::Device>,
+    stream: &Stream,
+    pool: &PinnedPool,
+) -> Result<Vec<T>> {
+    let n = values.len();
+    let mut out = hetsparse_core::host::try_with_capacity::<T>(n, "downloaded values")?;
+    hetsparse_core::advise_huge_pages(out.spare_capacity_mut());
+    let spare = &mut out.spare_capacity_mut()[..n];
+    // SAFETY: `T::Device` has `T`'s layout (DeviceScalar's contract), so uninitialised slots
+    // of one are uninitialised slots of the other.
+    let spare = unsafe {
+        std::slice::from_raw_parts_mut(
+            spare.as_mut_ptr() as *mut std::mem::MaybeUninit<T::Device>,
+            n,
+        )
+    };
+    values.download_staged(stream, pool, spare)?;
+    // SAFETY: download_staged wrote all `n` values.
+    unsafe { out.set_len(n) };
+    Ok(out)
 }
 
 /// `host` copied into a new device buffer on `stream`: a plain one, or with `home` (which
 /// must be `stream`) a stream-ordered one, for data that lives only as long as one operation
 /// queued on that stream.
-pub(crate) fn put<X: Copy>(
+pub(crate) fn put<X: DeviceCopy + Send + Sync>(
     gpu: &Gpu,
     stream: &Stream,
     home: Option<&Arc<Stream>>,
     host: &[X],
     what: &str,
 ) -> Result<DeviceBuffer<X>> {
-    match home {
+    let buffer = match home {
         Some(home) => {
             debug_assert_eq!(home.raw(), stream.raw());
-            DeviceBuffer::from_host_on(gpu, home, host, what)
+            DeviceBuffer::new_on(gpu, home, host.len(), what)?
         }
-        None => DeviceBuffer::from_host(gpu.memory(), stream, host, what),
-    }
+        None => DeviceBuffer::new(gpu.memory(), host.len(), what)?,
+    };
+    buffer
+        .slice()
+        .upload_staged(stream, gpu.pinned_pool(), host)?;
+    Ok(buffer)
 }
 
 /// A dense matrix (or a one-column vector) in device memory, in the layout its handle names.
@@ -182,7 +266,7 @@ impl<T: DeviceScalar> DeviceDense<T> {
         let _span =
             tracing::debug_span!("H2D", what = "dense matrix", elements = d.data().len()).entered();
         Ok(DeviceDense {
-            data: DeviceBuffer::from_host(gpu.memory(), stream, as_device(d.data()), "dense")?,
+            data: put(gpu, stream, None, as_device(d.data()), "dense")?,
         })
     }
 
@@ -199,13 +283,8 @@ impl<T: DeviceScalar> DeviceDense<T> {
         // The copy waits for the operation that wrote the matrix, wherever it was queued; the
         // staged download waits for its stream before returning, so no use is left to note.
         self.data.await_on(stream)?;
-        let data = self.data.slice().to_vec_staged(stream, gpu.pinned_pool())?;
-        Ok(Dense::try_new(
-            shape.0,
-            shape.1,
-            layout,
-            from_device::<T>(&data).to_vec(),
-        )?)
+        let data = download_values::<T>(self.data.slice(), stream, gpu.pinned_pool())?;
+        Ok(Dense::try_new(shape.0, shape.1, layout, data)?)
     }
 }
 

@@ -22,7 +22,7 @@ use hetsparse_core::{Dense, Error, Layout, Result, SparseRef};
 use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
 use crate::memory::{pinned, DeviceBuffer, DeviceSlice, PinnedBuffer};
-use crate::resident::DeviceCsr;
+use crate::resident::{put, DeviceCsr};
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
 use crate::spmv::{
     check_threads_per_row, ellr_threads_per_row, DeviceSparse, SpmvKernel, SpmvOutput, BLOCK,
@@ -578,7 +578,7 @@ fn spmm_queue<T: DeviceScalar>(
                 panel_columns: None,
             },
         )?;
-        let mut c_dev = DeviceBuffer::from_host_on(gpu, stream, as_device(c.data()), "SpMM C")?;
+        let mut c_dev = put(gpu, stream, Some(stream), as_device(c.data()), "SpMM C")?;
         let done = Arc::new(Event::new(false)?);
         done.record(stream)?;
         c_dev.set_ready(&done);
@@ -588,7 +588,7 @@ fn spmm_queue<T: DeviceScalar>(
     let b_dev = match b {
         DenseIn::Host(d) => {
             let _h = tracing::debug_span!("H2D", what = "SpMM B").entered();
-            uploaded = DeviceBuffer::from_host_on(gpu, stream, as_device(d.data()), "SpMM B")?;
+            uploaded = put(gpu, stream, Some(stream), as_device(d.data()), "SpMM B")?;
             &uploaded
         }
         DenseIn::Device { data, .. } => {

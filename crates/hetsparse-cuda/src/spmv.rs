@@ -574,7 +574,7 @@ fn spmv_queue<T: DeviceScalar>(
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
-            uploaded = DeviceBuffer::from_host_on(gpu, stream, as_device(x), "SpMV x")?;
+            uploaded = put(gpu, stream, Some(stream), as_device(x), "SpMV x")?;
             &uploaded
         }
         VecIn::Device(x) => {

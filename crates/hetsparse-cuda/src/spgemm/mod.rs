@@ -5,9 +5,11 @@
 //!    (`spgemm_row_products`);
 //! 2. symbolic: exact entries per row, by the chosen algorithm's kernels
 //!    (ESC counts inside its batches instead, see [`esc`]);
-//! 3. numeric in row batches sized to the output buffers: each batch is written into one of
-//!    two device buffers and copied to pinned host memory on a second stream while the next
-//!    batch computes ([`pipeline`]), so C may be larger than device memory.
+//! 3. numeric: for a product that fits on the device, in one pass into C allocated whole
+//!    there ([`multiply_resident`]; a host call then downloads and checks C once); for a chunk
+//!    (the scheduler's) or a C larger than the device, in row batches sized to the output
+//!    buffers: each batch is written into one of two device buffers and copied to pinned host
+//!    memory on a second stream while the next batch computes ([`pipeline`]).
 //!
 //! All counts and offsets are 64-bit. Work memory comes from grow-only arenas allocated
 //! outside the loops (Xia et al. §IV.B).
@@ -99,6 +101,10 @@ pub(crate) trait Output<T: DeviceScalar> {
         last: bool,
         launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
     ) -> Result<()>;
+    /// The chunk's exact entry count, once known (where the output can make room for it).
+    fn expect_entries(&mut self, _entries: u64) -> Result<()> {
+        Ok(())
+    }
     /// Whether the column slices handed to `launch` already hold C's columns, to be read
     /// rather than written (a plan's execution into its shared structure).
     fn known_cols(&self) -> bool {
@@ -115,6 +121,9 @@ pub(crate) struct ToHost<'p, 'g, 'd, T: DeviceScalar> {
 impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, T> {
     fn capacity_for(&mut self, wanted: u64, stream: &Stream) -> Result<u64> {
         self.pipeline.capacity_for(wanted, stream, self.done)
+    }
+    fn expect_entries(&mut self, entries: u64) -> Result<()> {
+        self.pipeline.expect_entries(entries)
     }
     fn batch(
         &mut self,
@@ -313,6 +322,10 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
             Operand::Host(m) => m.shape(),
             Operand::Device(m) => (m.nrows, m.ncols),
         }
+    }
+    /// Whether both operands are the same host matrix (`A · A`), uploaded once.
+    fn same_host_matrix(&self, other: &Self) -> bool {
+        matches!((self, other), (Operand::Host(x), Operand::Host(y)) if std::ptr::eq(*x, *y))
     }
     /// The operand on the device (uploaded on `stream` if it is on the host), and the host
     /// matrix where there is one.
@@ -546,7 +559,13 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let uploaded = Event::new(true)?;
     uploaded.record(&stream)?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
-    let (db, b_host) = b.place(gpu, &stream, "B")?;
+    let b_placed;
+    let (db, b_host): (&DeviceCsr<T>, _) = if a.same_host_matrix(&b) {
+        (&da, a_host)
+    } else {
+        b_placed = b.place(gpu, &stream, "B")?;
+        (&b_placed.0, b_placed.1)
+    };
     let placed = Event::new(true)?;
     placed.record(&stream)?;
     let esc = matches!(method, Method::Esc);
@@ -554,19 +573,23 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         .iter()
         .any(|c| c.cols.start != 0 || c.cols.end != db.ncols);
     let a_cols = esc_columns(&stream, &da, a_host, esc)?;
-    let b_cols = esc_columns(&stream, &db, b_host, esc && windowed)?;
+    let b_cols = esc_columns(&stream, db, b_host, esc && windowed)?;
     let host_bytes = |m: Operand<'_, T>| match m {
         Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
         Operand::Device(_) => 0,
     };
     // The operands' upload, charged to the first chunk.
-    let mut upload = Some(host_bytes(a) + host_bytes(b));
+    let mut upload = Some(if a.same_host_matrix(&b) {
+        host_bytes(a)
+    } else {
+        host_bytes(a) + host_bytes(b)
+    });
     let max_rows = chunks.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u64;
     let tracker = gpu.memory();
     let bound = match method {
         Method::RowRow | Method::ColumnRow => 0,
         _ => {
-            let hist = whole_histogram(gpu, &stream, &da, &db)?;
+            let hist = whole_histogram(gpu, &stream, &da, db)?;
             work_bound::<T>(method, &hist, db.ncols as u64, da.nnz())
         }
     };
@@ -602,7 +625,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
             gpu,
             stream: &stream,
             a: &da,
-            b: &db,
+            b: db,
             a_cols: a_cols.as_deref(),
             b_cols: b_cols.as_deref(),
             rows: chunk.rows.clone(),
@@ -731,6 +754,7 @@ fn numeric_batches<T: DeviceScalar>(
     output: &mut impl Output<T>,
 ) -> Result<()> {
     let total = *c_off.last().unwrap_or(&0);
+    output.expect_entries(total)?;
     let capacity = output.capacity_for(total, job.stream)?;
     let known_cols = output.known_cols();
     let mut start = 0usize;
@@ -819,8 +843,42 @@ fn numeric_rows<T: DeviceScalar>(
     }
 }
 
-/// `A · B` with `algorithm`, the result on the host.
+/// `A · B` with `algorithm`, the result on the host. C is computed where it fits, on the
+/// device, in one symbolic and one numeric pass, then brought over by one staged download
+/// ([`DeviceCsr::download`]); a C the device cannot hold goes through the double-buffered
+/// pipeline in batches ([`multiply_chunks`]), each copied out while the next is computed.
 pub(crate) fn multiply<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    algorithm: SpgemmAlgorithm,
+    run: &RunControl,
+) -> Result<Csr<T>> {
+    let _span = tracing::info_span!("spgemm from host", backend = "cuda").entered();
+    match multiply_resident(gpu, a, b, algorithm, None, run) {
+        Ok((c, _)) => {
+            let stream = gpu.stream()?;
+            c.download(gpu, &stream)
+        }
+        Err(Error::OutOfMemory {
+            ref backend,
+            needed_bytes,
+            available_bytes,
+            ..
+        }) if backend == crate::error::BACKEND => {
+            tracing::debug!(
+                needed_bytes,
+                available_bytes,
+                "C does not fit on the device: computed in batches"
+            );
+            multiply_pipelined(gpu, a, b, algorithm, run)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `A · B` through the output pipeline, as one chunk.
+fn multiply_pipelined<T: DeviceScalar>(
     gpu: &Gpu,
     a: Operand<'_, T>,
     b: Operand<'_, T>,
@@ -895,14 +953,20 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     .entered();
     let stream = gpu.stream()?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
-    let (db, _) = b.place(gpu, &stream, "B")?;
+    let b_placed;
+    let db: &DeviceCsr<T> = if a.same_host_matrix(&b) {
+        &da
+    } else {
+        b_placed = b.place(gpu, &stream, "B")?;
+        &b_placed.0
+    };
     let tracker = gpu.memory();
     let a_cols = esc_columns(&stream, &da, a_host, matches!(method, Method::Esc))?;
     let job = Job {
         gpu,
         stream: &stream,
         a: &da,
-        b: &db,
+        b: db,
         a_cols: a_cols.as_deref(),
         b_cols: None,
         rows: 0..nrows,
@@ -927,6 +991,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 _ => work_bound::<T>(method, &analysed.1, ncols as u64, da.nnz()),
             };
             let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
+            let symbolic_span = tracing::debug_span!("symbolic").entered();
             let (row_nnz, products) = symbolic(
                 &job,
                 &method,
@@ -936,6 +1001,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 &mut bin_arena,
                 run,
             )?;
+            drop(symbolic_span);
             let c_offsets = DeviceBuffer::<u64>::new(tracker, nrows + 1, "row offsets of C")?;
             let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
             (Arc::new(c_offsets), nnz, products, bound)

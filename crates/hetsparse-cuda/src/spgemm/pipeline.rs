@@ -11,7 +11,7 @@ use hetsparse_core::{ChunkProduct, ChunkTiming, Csr, Error, ProductChunk, Result
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{DeviceBuffer, DeviceSlice, PooledPinned};
+use crate::memory::{parallel_append, DeviceBuffer, DeviceSlice, PooledPinned};
 use crate::scalar::{from_device, DeviceScalar};
 
 use super::{entry_bytes, offsets};
@@ -115,6 +115,20 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             timing: ChunkTiming::default(),
         });
         Ok(true)
+    }
+
+    /// Makes room on the host for the `entries` of the chunk begun last, known once its
+    /// symbolic phase is done, so that its batches land in place rather than in a growing
+    /// array (huge pages asked for).
+    pub fn expect_entries(&mut self, entries: u64) -> Result<()> {
+        if let Some(asm) = self.chunks.back_mut() {
+            let n = usize::try_from(entries).unwrap_or(usize::MAX);
+            hetsparse_core::host::try_reserve(&mut asm.cols, n, "column indices of C")?;
+            hetsparse_core::host::try_reserve(&mut asm.vals, n, "values of C")?;
+            hetsparse_core::advise_huge_pages(asm.cols.spare_capacity_mut());
+            hetsparse_core::advise_huge_pages(asm.vals.spare_capacity_mut());
+        }
+        Ok(())
     }
 
     /// Adds to the timing of the chunk begun last (its analysis and symbolic kernels, the
@@ -287,10 +301,16 @@ fn drain<T: DeviceScalar>(
     }
     asm.timing.d2h += elapsed(&slot.copy_started, &slot.copied)?;
     asm.timing.d2h_bytes += p.len as u64 * entry_bytes::<T>();
-    asm.cols
-        .extend_from_slice(slot.host_cols.typed::<u32>(p.len));
-    asm.vals
-        .extend_from_slice(from_device::<T>(slot.host_vals.typed::<T::Device>(p.len)));
+    parallel_append(
+        &mut asm.cols,
+        slot.host_cols.typed::<u32>(p.len),
+        "column indices of C",
+    )?;
+    parallel_append(
+        &mut asm.vals,
+        from_device::<T>(slot.host_vals.typed::<T::Device>(p.len)),
+        "values of C",
+    )?;
     asm.counts.extend_from_slice(&p.counts);
     if p.last_of_chunk {
         let Some(asm) = chunks.pop_front() else {
