@@ -310,20 +310,24 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let (nrows, ncols) = (a.shape().0, b.shape().1);
         let (a, b) = (self.sparse_in(a)?, self.dense_in(b)?);
         run.checkpoint()?;
-        match (a, b) {
-            (SparseIn::Host(a), DenseIn::Host(b)) => {
-                spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default())
+        let layout = match &b {
+            DenseIn::Host(d) => d.layout(),
+            DenseIn::Device { layout, .. } => *layout,
+        };
+        // Whole on the device where A, B and C fit there, then one staged download; host
+        // operands that do not fit go through panels of B and C streamed over two streams.
+        let c = match (spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto), a, b) {
+            (Ok(c), _, _) => c,
+            (Err(Error::OutOfMemory { ref backend, .. }), SparseIn::Host(a), DenseIn::Host(b))
+                if backend == error::BACKEND =>
+            {
+                tracing::debug!("SpMM operands do not fit on the device: streamed in panels");
+                return spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default());
             }
-            (a, b) => {
-                let layout = match &b {
-                    DenseIn::Host(d) => d.layout(),
-                    DenseIn::Device { layout, .. } => *layout,
-                };
-                let c = spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto)?;
-                let data = spmv::download_vec::<T>(&self.gpu, &c)?;
-                Ok(Dense::try_new(nrows, ncols, layout, data)?)
-            }
-        }
+            (Err(e), _, _) => return Err(e),
+        };
+        let data = spmv::download_vec::<T>(&self.gpu, &c)?;
+        Ok(Dense::try_new(nrows, ncols, layout, data)?)
     }
 
     fn spmv_with(

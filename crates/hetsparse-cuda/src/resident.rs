@@ -169,42 +169,65 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) })
     }
 
-    /// Whether the matrix satisfies the CSR invariants, checked where it lies (kernel
-    /// `csr_check`): a walk of C on the host took a fifth of a whole product's time.
+    /// Whether the matrix satisfies the CSR invariants, checked where it lies
+    /// ([`csr_valid_on_device`]).
     pub(crate) fn valid_on_device(&self, gpu: &Gpu, stream: &Stream) -> Result<bool> {
-        let _span = tracing::debug_span!("check C on the device").entered();
-        let flag = DeviceBuffer::<u32>::new(gpu.memory(), 1, "flag of the CSR check")?;
-        flag.slice().zero(stream)?;
-        const THREADS: u64 = 256;
-        let warps_wanted = (self.nrows as u64).div_ceil(THREADS / 32);
-        let grid = warps_wanted.clamp(1, u64::from(gpu.multiprocessors()) * 16);
-        let function = gpu.function("spgemm", "csr_check")?;
         self.offsets.await_on(stream)?;
         self.cols.await_on(stream)?;
-        // SAFETY: the arguments match `csr_check`; offsets hold nrows + 1 entries and cols
-        // nnz, and the kernel reads only inside them (it checks the offsets before it uses
-        // them as bounds).
-        unsafe {
-            gpu.launch(
-                function,
-                LaunchConfig {
-                    grid: grid as u32,
-                    block: THREADS as u32,
-                    shared_bytes: 0,
-                },
-                stream,
-                &[
-                    Arg::U64(self.nrows as u64),
-                    Arg::U64(self.ncols as u64),
-                    Arg::U64(self.nnz),
-                    self.offsets.slice().arg(),
-                    self.cols.slice().arg(),
-                    flag.slice().arg(),
-                ],
-            )?;
-        }
-        Ok(flag.slice().to_vec(stream)?[0] == 0)
+        csr_valid_on_device(
+            gpu,
+            stream,
+            (self.nrows, self.ncols, self.nnz),
+            self.offsets.slice(),
+            self.cols.slice(),
+        )
     }
+}
+
+/// Whether `offsets` (`nrows + 1`) and `cols` (`nnz`) on the device form a valid CSR
+/// structure of `nrows × ncols` (kernel `csr_check`, after what `stream` has queued): a walk
+/// of C on the host took a fifth of a whole product's time.
+pub(crate) fn csr_valid_on_device(
+    gpu: &Gpu,
+    stream: &Stream,
+    (nrows, ncols, nnz): (usize, usize, u64),
+    offsets: DeviceSlice<'_, u64>,
+    cols: DeviceSlice<'_, u32>,
+) -> Result<bool> {
+    let _span = tracing::debug_span!("check C on the device", rows = nrows, nnz).entered();
+    assert!(
+        offsets.len() > nrows && cols.len() as u64 >= nnz,
+        "CSR check of arrays shorter than the matrix"
+    );
+    let flag = DeviceBuffer::<u32>::new(gpu.memory(), 1, "flag of the CSR check")?;
+    flag.slice().zero(stream)?;
+    const THREADS: u64 = 256;
+    let warps_wanted = (nrows as u64).div_ceil(THREADS / 32);
+    let grid = warps_wanted.clamp(1, u64::from(gpu.multiprocessors()) * 16);
+    let function = gpu.function("spgemm", "csr_check")?;
+    // SAFETY: the arguments match `csr_check`; offsets hold nrows + 1 entries and cols nnz
+    // (asserted), and the kernel reads only inside them (it checks the offsets before it uses
+    // them as bounds).
+    unsafe {
+        gpu.launch(
+            function,
+            LaunchConfig {
+                grid: grid as u32,
+                block: THREADS as u32,
+                shared_bytes: 0,
+            },
+            stream,
+            &[
+                Arg::U64(nrows as u64),
+                Arg::U64(ncols as u64),
+                Arg::U64(nnz),
+                offsets.arg(),
+                cols.arg(),
+                flag.slice().arg(),
+            ],
+        )?;
+    }
+    Ok(flag.slice().to_vec(stream)?[0] == 0)
 }
 
 /// Device values downloaded straight into a vector of host values (same layout, no second

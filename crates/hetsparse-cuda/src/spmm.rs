@@ -493,6 +493,7 @@ fn run_panel<T: DeviceScalar>(
 }
 
 /// The dense operand of a device SpMM: a host matrix or a resident one (`data` in `layout`).
+#[derive(Clone, Copy)]
 pub(crate) enum DenseIn<'a, T: DeviceScalar> {
     Host(&'a Dense<T>),
     Device {

@@ -24,7 +24,7 @@ use hetsparse_core::{Error, Result, SparseFormat, SparseRef};
 use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::memory::DeviceBuffer;
 use crate::resident::{put, DeviceCsr, Held};
-use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
+use crate::scalar::{as_device, kernel_name, DeviceScalar};
 use crate::spmm::SparseIn;
 
 /// Threads per block of every SpMV and SpMM launch.
@@ -631,8 +631,7 @@ pub(crate) fn download_vec<T: DeviceScalar>(
     // The copy waits for the operation that wrote `y`; the staged download waits for the
     // stream before returning.
     y.await_on(&stream)?;
-    let out = y.slice().to_vec_staged(&stream, gpu.pinned_pool())?;
-    Ok(from_device::<T>(&out).to_vec())
+    crate::resident::download_values::<T>(y.slice(), &stream, gpu.pinned_pool())
 }
 
 impl crate::CudaBackend {

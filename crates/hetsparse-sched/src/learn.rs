@@ -25,13 +25,21 @@ pub(crate) enum Kind {
     Spmv = 2,
 }
 
+/// A backend not yet timed alone is tried alone once when its speed in shared runs is at least
+/// this share of the fastest's: a GPU's chunks of a shared run pay per-call costs a whole call
+/// does not (on the H100 machine CUDA's chunks ran at a third of its whole-call speed, and
+/// work stealing kept the CPU alone where CUDA alone was 2.5 times faster).
+pub(crate) const TRY_ALONE_SHARE: f64 = 0.2;
+
 /// Speeds (work units per second: intermediate products for SpGEMM, entries of A times columns
 /// of the dense operand for SpMM and SpMV) and the sharing overhead: how much longer shared runs
 /// took than their work over the speeds together (threads, placing operands, the tail,
-/// assembling the result).
+/// assembling the result). `alone` holds the speeds of whole runs on one backend, which is
+/// what running alone is decided on where known.
 #[derive(Clone, Debug)]
 pub(crate) struct Learned {
     pub speeds: Vec<Option<f64>>,
+    pub alone: Vec<Option<f64>>,
     pub overhead: Option<f64>,
 }
 
@@ -46,8 +54,23 @@ impl Learned {
     pub fn new(backends: usize) -> Self {
         Learned {
             speeds: vec![None; backends],
+            alone: vec![None; backends],
             overhead: None,
         }
+    }
+
+    /// Learns from a whole run of `work` units on backend `d` alone.
+    pub fn record_alone(&mut self, d: usize, work: u64, wall: Duration) {
+        let secs = wall.as_secs_f64();
+        if work > 0 && secs > 0.0 {
+            self.alone[d] = Some(blend(self.alone[d], work as f64 / secs));
+        }
+    }
+
+    /// What `d` is expected to do alone: its speed in whole runs where known, else in shared
+    /// runs.
+    fn alone_speed(&self, d: usize) -> Option<f64> {
+        self.alone[d].or(self.speeds[d])
     }
 
     /// Learns from a finished run.
@@ -66,25 +89,35 @@ impl Learned {
         }
     }
 
-    /// The fastest of `members` among those with a known speed.
+    /// The fastest of `members` alone among those with a known speed.
     pub fn fastest(&self, members: &[usize]) -> Option<usize> {
         members
             .iter()
-            .filter_map(|&d| self.speeds[d].map(|s| (d, s)))
+            .filter_map(|&d| self.alone_speed(d).map(|s| (d, s)))
             .max_by(|x, y| x.1.total_cmp(&y.1))
             .map(|(d, _)| d)
     }
 
-    /// The backend that should run alone, when every member's speed is known and sharing is not
-    /// expected to pay: the overhead-weighted shared time `overhead · W / Σ s` is at least
-    /// [`SHARING_GAIN`] of the fastest's `W / s_max` (before any shared run, when the fastest
-    /// has over [`DOMINANT_SHARE`] of the speeds). `None`: share (also to learn).
+    /// The backend that should run alone, when every member's speed is known. First, each
+    /// member never timed alone whose speed in shared runs is at least [`TRY_ALONE_SHARE`] of
+    /// the fastest's is run alone once (a bounded exploration: shared runs can misjudge a
+    /// backend). Then the fastest alone (on whole-run speeds where known) runs alone when
+    /// sharing is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
+    /// (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
+    /// (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds). `None`:
+    /// share (also to learn).
     pub fn alone(&self, members: &[usize]) -> Option<usize> {
         let known: Option<Vec<f64>> = members.iter().map(|&d| self.speeds[d]).collect();
-        let known = known?;
-        let total: f64 = known.iter().sum();
+        let total: f64 = known?.iter().sum();
         let best = self.fastest(members)?;
-        let fastest = self.speeds[best]?;
+        let fastest = self.alone_speed(best)?;
+        let untried = members.iter().copied().find(|&d| {
+            self.alone[d].is_none()
+                && self.speeds[d].is_some_and(|s| s >= TRY_ALONE_SHARE * fastest)
+        });
+        if untried.is_some() {
+            return untried;
+        }
         let alone = match self.overhead {
             Some(overhead) => overhead / total >= SHARING_GAIN / fastest,
             None => fastest >= DOMINANT_SHARE * total,
@@ -115,12 +148,19 @@ mod tests {
             Duration::from_secs_f64(1.5 * ideal_ms / 1000.0),
         );
         assert!((l.overhead.unwrap() - 1.5).abs() < 1e-9);
+        // 0 has not run alone: it is timed alone once (1 is too slow to be tried).
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        l.record_alone(0, 1000, Duration::from_millis(1));
         // Shared: 1.5 / 1.1e6 s per unit; alone 1 / 1e6: alone is faster.
         assert_eq!(l.alone(&[0, 1]), Some(0));
-        // Two equal partners with that overhead share: 1.5 / 2 < 0.95.
+        // Two equal partners with that overhead share, once each was timed alone.
         let mut even = Learned::new(2);
         even.speeds = vec![Some(1.0), Some(1.0)];
         even.overhead = Some(1.5);
+        assert_eq!(even.alone(&[0, 1]), Some(0));
+        even.record_alone(0, 1, Duration::from_secs(1));
+        assert_eq!(even.alone(&[0, 1]), Some(1));
+        even.record_alone(1, 1, Duration::from_secs(1));
         assert_eq!(even.alone(&[0, 1]), None);
     }
 
@@ -128,10 +168,36 @@ mod tests {
     fn before_any_shared_run_a_dominant_backend_runs_alone() {
         let mut l = Learned::new(3);
         l.speeds = vec![Some(95.0), Some(5.0), None];
+        l.alone = vec![Some(95.0), None, None];
         assert_eq!(l.alone(&[0, 1]), Some(0));
         assert_eq!(l.alone(&[0, 1, 2]), None);
         l.speeds[1] = Some(20.0);
+        l.alone[1] = Some(20.0);
         assert_eq!(l.alone(&[0, 1]), None);
         assert_eq!(l.fastest(&[1, 2]), Some(1));
+    }
+
+    #[test]
+    fn whole_runs_decide_who_runs_alone_after_each_was_tried() {
+        let mut l = Learned::new(2);
+        // Shared runs: 0 at 100 units/s, 1 at 30 (its chunks pay per-call costs); sharing
+        // overhead 1.1: the shared time 1.1·W/130 is under 0.95·W/100, so on shared speeds
+        // alone the two would share. But neither has run alone: 0 (the fastest) is tried,
+        // then 1 (within TRY_ALONE_SHARE).
+        l.speeds = vec![Some(100.0), Some(30.0)];
+        l.overhead = Some(1.1);
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        l.record_alone(0, 100, Duration::from_secs(1));
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        // Alone, 1 does 250 units/s: from now on it runs alone (1.1/130 ≥ 0.95/250).
+        l.record_alone(1, 250, Duration::from_secs(1));
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.fastest(&[0, 1]), Some(1));
+        // A member far below the fastest is not tried.
+        let mut far = Learned::new(2);
+        far.speeds = vec![Some(100.0), Some(10.0)];
+        far.alone = vec![Some(100.0), None];
+        far.overhead = Some(2.0);
+        assert_eq!(far.alone(&[0, 1]), Some(0));
     }
 }

@@ -144,8 +144,8 @@ impl<T: Scalar> Scheduler<T> {
     }
 
     /// Sets the backends' speeds (products per second, one per backend), as
-    /// [`Policy::RowSplitMeasured`] and [`Policy::DensestFirst`] use them; later runs keep
-    /// updating them.
+    /// [`Policy::RowSplitMeasured`] and [`Policy::DensestFirst`] use them, and as work
+    /// stealing takes them for both shared and whole runs; later runs keep updating them.
     pub fn with_speeds(self, speeds: &[f64]) -> Result<Self> {
         if speeds.len() != self.backends.len() {
             return Err(Error::InvalidArgument(format!(
@@ -154,10 +154,14 @@ impl<T: Scalar> Scheduler<T> {
                 self.backends.len()
             )));
         }
-        self.learned(Kind::Spgemm).speeds = speeds
+        let speeds: Vec<Option<f64>> = speeds
             .iter()
             .map(|&s| (s.is_finite() && s > 0.0).then_some(s))
             .collect();
+        let mut learned = self.learned(Kind::Spgemm);
+        learned.alone = speeds.clone();
+        learned.speeds = speeds;
+        drop(learned);
         Ok(self)
     }
 
@@ -207,11 +211,13 @@ impl<T: Scalar> Scheduler<T> {
             measured.push((ok && secs > 0.0 && products > 0).then(|| products as f64 / secs));
         }
         let mut learned = self.learned(Kind::Spgemm);
-        for (s, m) in learned.speeds.iter_mut().zip(&measured) {
+        for (d, m) in measured.iter().enumerate() {
             if m.is_some() {
-                *s = *m;
+                learned.speeds[d] = *m;
+                learned.alone[d] = *m;
             }
         }
+        drop(learned);
         Ok(measured)
     }
 
@@ -316,9 +322,14 @@ impl<T: Scalar> Scheduler<T> {
         Ok(learned.speeds.iter().map(|s| s.unwrap_or(0.0)).collect())
     }
 
+    /// Learns from a shared run and keeps its report.
     fn record(&self, report: RunReport) {
         self.learned(Kind::Spgemm)
             .record(&report.devices, report.wall);
+        self.record_report(report);
+    }
+
+    fn record_report(&self, report: RunReport) {
         *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
     }
 
@@ -528,7 +539,9 @@ impl<T: Scalar> Scheduler<T> {
                 devices[d].chunks = 1;
                 devices[d].products = products;
                 devices[d].busy = started.elapsed();
-                self.record(RunReport {
+                self.learned(Kind::Spgemm)
+                    .record_alone(d, products, started.elapsed());
+                self.record_report(RunReport {
                     devices,
                     chunks_planned: 1,
                     wall: started.elapsed(),

@@ -686,6 +686,23 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     k1.record(&stream)?;
                     k1.synchronize()?;
                     output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
+                    let total = c_off.last().copied().unwrap_or(0);
+                    // A chunk whose C fits beside the work memory is computed whole on the
+                    // device and downloaded once; only larger ones go through the batches.
+                    let direct_bytes = total.saturating_mul(entry_bytes::<T>());
+                    if direct_bytes.saturating_add(scratch.cap()) <= tracker.available() {
+                        let (product, kernel, d2h) = chunk_on_device(
+                            &job,
+                            &method,
+                            c_off,
+                            c_off_dev,
+                            &mut scratch,
+                            &mut bin_arena,
+                        )?;
+                        output.complete_directly(product, kernel, d2h, &mut sink)?;
+                        run.add_done(products);
+                        return Ok(());
+                    }
                     let counts: Vec<u64> = c_off.windows(2).map(|w| w[1] - w[0]).collect();
                     let mut out = ToHost {
                         pipeline: &mut output,
@@ -713,6 +730,66 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         let last = chunks.len().saturating_sub(1);
         tag(e, last)
     })
+}
+
+/// The numeric phase of a whole chunk into C's arrays allocated on the device, then C
+/// downloaded (staged) and checked there: the chunk as a host CSR matrix, the numeric
+/// kernels' time and the download's. `c_off` are C's row offsets (on the host and, as
+/// `c_off_dev`, on the device).
+fn chunk_on_device<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    method: &Method,
+    c_off: Vec<u64>,
+    c_off_dev: DeviceSlice<'_, u64>,
+    scratch: &mut Scratch,
+    bin_arena: &mut DeviceArena,
+) -> Result<(Csr<T>, Duration, Duration)> {
+    let n = job.nrows();
+    let nnz = c_off.last().copied().unwrap_or(0);
+    let _span = tracing::debug_span!("chunk on the device", rows = n, nnz).entered();
+    let tracker = job.gpu.memory();
+    let cols = DeviceBuffer::<u32>::new(tracker, nnz as usize, "column indices of C")?;
+    let vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
+    let (k0, k1) = (Event::new(true)?, Event::new(true)?);
+    k0.record(job.stream)?;
+    numeric_rows(
+        job,
+        method,
+        0..n,
+        c_off_dev,
+        0,
+        cols.slice(),
+        false,
+        vals.slice(),
+        scratch,
+        bin_arena,
+    )?;
+    k1.record(job.stream)?;
+    let width = job.width() as usize;
+    let valid = crate::resident::csr_valid_on_device(
+        job.gpu,
+        job.stream,
+        (n, width, nnz),
+        c_off_dev,
+        cols.slice(),
+    )?;
+    let kernel = pipeline::elapsed(&k0, &k1)?;
+    let copying = Instant::now();
+    let pool = job.gpu.pinned_pool();
+    let host_cols = cols.slice().to_vec_staged(job.stream, pool)?;
+    let host_vals = crate::resident::download_values::<T>(vals.slice(), job.stream, pool)?;
+    let d2h = copying.elapsed();
+    let product = if valid {
+        // SAFETY: copies of arrays `csr_valid_on_device` found to satisfy every CSR
+        // invariant; `c_off` are the offsets it checked, copied before.
+        unsafe { Csr::from_parts_unchecked(n, width, c_off, host_cols, host_vals) }
+    } else {
+        Csr::try_new(n, width, c_off, host_cols, host_vals).map_err(|e| Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
+        })?
+    };
+    Ok((product, kernel, d2h))
 }
 
 /// Entries per row of the job's rows, by the method's symbolic kernels (ESC, which counts

@@ -242,6 +242,35 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         Ok(())
     }
 
+    /// Hands out the chunk begun last, computed without the output buffers (whole on the
+    /// device, then downloaded): `product` with the time its numeric kernels and its download
+    /// took. Chunks begun before it are handed out first, in order.
+    pub fn complete_directly(
+        &mut self,
+        product: Csr<T>,
+        kernel: Duration,
+        d2h: Duration,
+        done: &mut Done<'_, T>,
+    ) -> Result<()> {
+        self.drain_all(done)?;
+        let asm = self.chunks.pop_back().ok_or_else(|| Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: "a SpGEMM chunk completed directly was never begun".into(),
+        })?;
+        let mut timing = asm.timing;
+        timing.kernel += kernel;
+        timing.d2h += d2h;
+        // Entries only, as for batches: the offsets came back with the symbolic phase.
+        timing.d2h_bytes += product.nnz() * entry_bytes::<T>();
+        timing.wall = asm.started.elapsed();
+        done(ChunkProduct {
+            index: asm.index,
+            chunk: asm.chunk,
+            product,
+            timing,
+        })
+    }
+
     /// Waits for the last copies and hands out the remaining chunks.
     pub fn finish(mut self, done: &mut Done<'_, T>) -> Result<()> {
         self.drain_all(done)?;
