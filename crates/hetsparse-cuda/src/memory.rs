@@ -75,8 +75,9 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         Ok(())
     }
     /// Copies `host` into the start of the slice, queued on `stream` behind what is there;
-    /// `host` may be reused as soon as this returns (large copies are waited for). Pageable memory is copied by the driver at about half the
-    /// link's speed, so large arrays go through [`STAGES`] page-locked buffers of
+    /// `host` may be reused as soon as this returns (large copies are waited for). Pageable
+    /// memory is copied by the driver at a fraction of the link's speed, so large arrays go
+    /// through [`STAGES`] page-locked buffers of
     /// [`STAGE_BYTES`] from `pool`, filled by the host's threads while earlier pieces cross.
     pub fn upload_staged(&self, stream: &Stream, pool: &PinnedPool, host: &[T]) -> Result<()>
     where
@@ -211,10 +212,15 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         );
         let size = size_of::<T>().max(1);
         if self.bytes() < STAGE_MIN_BYTES {
-            // SAFETY: MaybeUninit<T> has T's layout; the driver writes every byte and the
-            // stream is waited for before `out` is handed back.
-            let direct =
-                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T, out.len()) };
+            // SAFETY: zero bytes first, so that the slice of T made below is initialised (all
+            // zero bits are a valid value of the plain integer and floating-point types this
+            // crate copies, as `PooledPinned::typed` relies on too); MaybeUninit<T> has T's
+            // layout. The copy into pageable memory is over when the call returns, and the
+            // stream is waited for anyway.
+            let direct = unsafe {
+                std::ptr::write_bytes(out.as_mut_ptr(), 0, out.len());
+                std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T, out.len())
+            };
             unsafe { self.download_unchecked(stream, direct)? };
             return stream.synchronize();
         }

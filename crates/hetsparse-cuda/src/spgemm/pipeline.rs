@@ -49,6 +49,20 @@ struct Assembly<T> {
     timing: ChunkTiming,
 }
 
+impl<T> Assembly<T> {
+    /// Hands the finished chunk to `done`, its wall time taken now.
+    fn hand_out(self, product: Csr<T>, done: &mut Done<'_, T>) -> Result<()> {
+        let mut timing = self.timing;
+        timing.wall = self.started.elapsed();
+        done(ChunkProduct {
+            index: self.index,
+            chunk: self.chunk,
+            product,
+            timing,
+        })
+    }
+}
+
 /// The two output buffers, the copy stream and the chunks not yet handed out.
 pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
     gpu: &'g Gpu,
@@ -253,22 +267,15 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         done: &mut Done<'_, T>,
     ) -> Result<()> {
         self.drain_all(done)?;
-        let asm = self.chunks.pop_back().ok_or_else(|| Error::Internal {
+        let mut asm = self.chunks.pop_back().ok_or_else(|| Error::Internal {
             backend: crate::error::BACKEND.into(),
             what: "a SpGEMM chunk completed directly was never begun".into(),
         })?;
-        let mut timing = asm.timing;
-        timing.kernel += kernel;
-        timing.d2h += d2h;
+        asm.timing.kernel += kernel;
+        asm.timing.d2h += d2h;
         // Entries only, as for batches: the offsets came back with the symbolic phase.
-        timing.d2h_bytes += product.nnz() * entry_bytes::<T>();
-        timing.wall = asm.started.elapsed();
-        done(ChunkProduct {
-            index: asm.index,
-            chunk: asm.chunk,
-            product,
-            timing,
-        })
+        asm.timing.d2h_bytes += product.nnz() * entry_bytes::<T>();
+        asm.hand_out(product, done)
     }
 
     /// Waits for the last copies and hands out the remaining chunks.
@@ -342,28 +349,21 @@ fn drain<T: DeviceScalar>(
     )?;
     asm.counts.extend_from_slice(&p.counts);
     if p.last_of_chunk {
-        let Some(asm) = chunks.pop_front() else {
+        let Some(mut asm) = chunks.pop_front() else {
             return Ok(());
         };
         let product = Csr::try_new(
             asm.chunk.rows.len(),
             asm.width,
             offsets(&asm.counts),
-            asm.cols,
-            asm.vals,
+            std::mem::take(&mut asm.cols),
+            std::mem::take(&mut asm.vals),
         )
         .map_err(|e| Error::Internal {
             backend: crate::error::BACKEND.into(),
             what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
         })?;
-        let mut timing = asm.timing;
-        timing.wall = asm.started.elapsed();
-        done(ChunkProduct {
-            index: asm.index,
-            chunk: asm.chunk,
-            product,
-            timing,
-        })?;
+        asm.hand_out(product, done)?;
     }
     Ok(())
 }
