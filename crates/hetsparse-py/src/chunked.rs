@@ -1,0 +1,120 @@
+//! SpGEMM that Ctrl-C can stop in the middle on the CPU.
+//!
+//! The CPU backend checks its [`RunControl`] before a whole product and between the chunks of
+//! [`Backend::spgemm_chunks`](hetsparse::Backend::spgemm_chunks), not inside one product. So
+//! a product that may run long (more than [`CANCELLABLE`] intermediate products) on a
+//! context of CPU devices only is run as row chunks of about [`CHUNK`] products each, and C is
+//! assembled from them: one more copy of C, paid only by products of a second or more. GPU
+//! backends and the scheduler check the run themselves and get the whole product.
+
+use hetsparse::{Context, ContextScalar, Csr, Error, ProductChunk, RunControl, SpgemmOptions};
+use rayon::prelude::*;
+
+/// Intermediate products above which a CPU product runs in chunks (about a second on 2 cores).
+pub const CANCELLABLE: u64 = 1 << 28;
+/// Intermediate products per chunk (a tenth of a second or so on 2 cores).
+pub const CHUNK: u64 = 1 << 26;
+
+/// `C = A · B` on `ctx`, cancellable through `run` within about a chunk's time.
+pub fn spgemm<T: ContextScalar>(
+    ctx: &Context<T>,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    run: &RunControl,
+) -> Result<Csr<T>, Error> {
+    let whole = || ctx.spgemm_with(a.into(), b.into(), &SpgemmOptions::new(), run);
+    let cpu_only = ctx
+        .devices()
+        .iter()
+        .filter(|d| d.skipped.is_none())
+        .all(|d| d.info.backend == "cpu");
+    if !cpu_only || a.ncols() != b.nrows() || a.nrows() < 2 {
+        return whole();
+    }
+    // A bound first (B's longest row for each entry of A), the exact count only past it.
+    let longest_b_row = b
+        .row_offsets()
+        .par_windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(0);
+    if a.nnz().saturating_mul(longest_b_row) <= CANCELLABLE {
+        return whole();
+    }
+    let rows = hetsparse::analysis::row_products(a, b)?;
+    if rows.iter().sum::<u64>() <= CANCELLABLE {
+        return whole();
+    }
+    // At least two rows per thread in a chunk, so that every core has work.
+    let min_rows = 2 * rayon::current_num_threads();
+    let mut chunks = Vec::new();
+    let (mut start, mut products) = (0, 0u64);
+    for (i, &p) in rows.iter().enumerate() {
+        products += p;
+        if products >= CHUNK && i + 1 - start >= min_rows {
+            chunks.push(ProductChunk {
+                rows: start..i + 1,
+                cols: 0..b.ncols(),
+            });
+            (start, products) = (i + 1, 0);
+        }
+    }
+    if start < a.nrows() {
+        chunks.push(ProductChunk {
+            rows: start..a.nrows(),
+            cols: 0..b.ncols(),
+        });
+    }
+    let mut parts: Vec<Option<Csr<T>>> = vec![None; chunks.len()];
+    ctx.backend().spgemm_chunks(
+        a.into(),
+        b.into(),
+        &chunks,
+        &SpgemmOptions::new(),
+        run,
+        &mut |done| {
+            let slot = parts.get_mut(done.index).ok_or_else(|| Error::Internal {
+                backend: "cpu".into(),
+                what: format!("chunk {} of {} returned", done.index, chunks.len()),
+            })?;
+            *slot = Some(done.product);
+            Ok(())
+        },
+    )?;
+    run.checkpoint()?;
+    stack(a.nrows(), b.ncols(), parts)
+}
+
+/// The row blocks `parts`, in order, as one `nrows × ncols` matrix.
+fn stack<T: ContextScalar>(
+    nrows: usize,
+    ncols: usize,
+    parts: Vec<Option<Csr<T>>>,
+) -> Result<Csr<T>, Error> {
+    let missing = || Error::Internal {
+        backend: "cpu".into(),
+        what: "a chunk of the product was not returned".into(),
+    };
+    let parts: Vec<Csr<T>> = parts
+        .into_iter()
+        .map(|p| p.ok_or_else(missing))
+        .collect::<Result<_, _>>()?;
+    let nnz: u64 = parts.iter().map(|p| p.nnz()).sum();
+    let nnz = usize::try_from(nnz).map_err(|_| Error::TooLarge {
+        what: "the product".into(),
+        needed: nnz,
+        limit: usize::MAX as u64,
+        unit: "entries",
+    })?;
+    let mut offsets = hetsparse::host::try_with_capacity(nrows + 1, "C row offsets")?;
+    let mut indices = hetsparse::host::try_with_capacity(nnz, "C column indices")?;
+    let mut values = hetsparse::host::try_with_capacity(nnz, "C values")?;
+    offsets.push(0u64);
+    for p in &parts {
+        let base = indices.len() as u64;
+        offsets.extend(p.row_offsets()[1..].iter().map(|&o| base + o));
+        indices.extend_from_slice(p.col_indices());
+        values.extend_from_slice(p.values());
+    }
+    Ok(Csr::try_new(nrows, ncols, offsets, indices, values)?)
+}
