@@ -201,6 +201,11 @@ impl<T: Scalar> View<'_, T> {
         (self.nrows, self.ncols)
     }
 
+    /// Stored entries.
+    pub fn nnz(&self) -> usize {
+        self.data.len()
+    }
+
     /// The matrix in its own format (CSC and COO are not converted).
     pub fn matrix(&self) -> PyResult<Owned<T>> {
         Ok(match self.format {
@@ -374,20 +379,26 @@ fn compressed<T: Scalar>(
             next_cut = o + PIECE as u64;
         }
     }
-    let mut out: Vec<u32> = try_vec(data.len(), "indices")?;
-    out.resize(data.len(), 0);
+    let nnz = data.len();
+    let mut out_indices: Vec<u32> = try_vec(nnz, "indices")?;
+    let mut out_values: Vec<T> = try_vec(nnz, "values")?;
     let mut pieces = Vec::with_capacity(bounds.len());
-    let mut rest: &mut [u32] = &mut out;
-    for w in bounds.windows(2) {
-        let (l0, l1) = (w[0], w[1]);
-        let len = (offsets[l1] - offsets[l0]) as usize;
-        let (head, tail) = rest.split_at_mut(len);
-        pieces.push((l0, l1, head));
-        rest = tail;
+    {
+        let mut rest_i = &mut out_indices.spare_capacity_mut()[..nnz];
+        let mut rest_v = &mut out_values.spare_capacity_mut()[..nnz];
+        for w in bounds.windows(2) {
+            let (l0, l1) = (w[0], w[1]);
+            let len = (offsets[l1] - offsets[l0]) as usize;
+            let (head_i, tail_i) = rest_i.split_at_mut(len);
+            let (head_v, tail_v) = rest_v.split_at_mut(len);
+            pieces.push((l0, l1, head_i, head_v));
+            (rest_i, rest_v) = (tail_i, tail_v);
+        }
     }
+    // Each piece converts, checks and copies its lines' entries in one pass.
     let sorted = pieces
         .into_par_iter()
-        .map(|(l0, l1, out)| -> PyResult<bool> {
+        .map(|(l0, l1, out_i, out_v)| -> PyResult<bool> {
             let base = offsets[l0] as usize;
             let mut sorted = true;
             for line in l0..l1 {
@@ -399,19 +410,31 @@ fn compressed<T: Scalar>(
                         in_bounds(i, nminor).ok_or_else(|| out_of_bounds("index", k, i, nminor))?;
                     sorted &= previous.is_none_or(|p| p < u);
                     previous = Some(u);
-                    out[k - base] = u;
+                    out_i[k - base].write(u);
                 }
+            }
+            let end = offsets[l1] as usize;
+            for (slot, &v) in out_v.iter_mut().zip(&data[base..end]) {
+                slot.write(v);
             }
             Ok(sorted)
         })
         .try_reduce(|| true, |a, b| Ok(a && b))?;
-    let values = copy_values(data)?;
-    let built = if sorted {
-        Csr::try_new(nmajor, nminor, offsets, out, values)
+    // SAFETY: the pieces cover entries 0..nnz (lines 0..nmajor, whose offsets run from 0 to
+    // nnz), and each wrote every index and value of its lines.
+    unsafe {
+        out_indices.set_len(nnz);
+        out_values.set_len(nnz);
+    }
+    if sorted {
+        // SAFETY: everything `Csr::try_new` checks was checked above: dimensions within
+        // MAX_DIMENSION, nmajor + 1 offsets from 0 to nnz never decreasing, as many values as
+        // indices, every index below nminor and strictly increasing within its line.
+        Ok(unsafe { Csr::from_parts_unchecked(nmajor, nminor, offsets, out_indices, out_values) })
     } else {
-        Csr::try_from_unsorted(nmajor, nminor, offsets, out, values)
-    };
-    built.map_err(|e| to_py(e.into()))
+        Csr::try_from_unsorted(nmajor, nminor, offsets, out_indices, out_values)
+            .map_err(|e| to_py(e.into()))
+    }
 }
 
 /// A CSR result as scipy's arrays `(indptr, indices, data)`: `int32` indices where every

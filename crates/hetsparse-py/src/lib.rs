@@ -11,6 +11,7 @@ mod convert;
 mod devices;
 mod errors;
 
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use hetsparse::generate::{self, MatrixClass};
@@ -28,41 +29,55 @@ use errors::{to_py, value, DeviceError};
 /// every 50 ms takes the GIL for a moment to let Python handle signals. When a handler raises
 /// (Ctrl-C gives `KeyboardInterrupt`), `run` is cancelled, the worker stops at its next
 /// checkpoint, and the handler's exception is raised.
+///
+/// Work on operands of fewer than [`INLINE_ENTRIES`] stored entries runs on the calling
+/// thread (still without the GIL): it ends long before a signal would be looked at, and a
+/// thread of its own would cost more than the product.
 fn detached<R: Send>(
     py: Python<'_>,
     run: &RunControl,
+    entries: usize,
     work: impl FnOnce() -> PyResult<R> + Send,
 ) -> PyResult<R> {
+    if entries < INLINE_ENTRIES {
+        return py.allow_threads(work);
+    }
     py.allow_threads(|| {
         std::thread::scope(|scope| {
-            let waiting = std::thread::current();
+            let (sender, receiver) = std::sync::mpsc::channel();
             let worker = scope.spawn(move || {
-                let result = work();
-                waiting.unpark();
-                result
+                // The receiver lives until the worker is joined below.
+                let _ = sender.send(work());
             });
             let mut interrupted: Option<PyErr> = None;
-            while !worker.is_finished() {
-                std::thread::park_timeout(Duration::from_millis(50));
-                if interrupted.is_none() && !worker.is_finished() {
-                    if let Err(e) = Python::with_gil(|py| py.check_signals()) {
-                        run.cancel();
-                        interrupted = Some(e);
+            let result = loop {
+                match receiver.recv_timeout(Duration::from_millis(50)) {
+                    Ok(result) => break Some(result),
+                    Err(RecvTimeoutError::Disconnected) => break None,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if interrupted.is_none() {
+                            if let Err(e) = Python::with_gil(|py| py.check_signals()) {
+                                run.cancel();
+                                interrupted = Some(e);
+                            }
+                        }
                     }
                 }
-            }
-            let result = worker.join().map_err(|_| {
-                PyRuntimeError::new_err(
+            };
+            let panicked = worker.join().is_err();
+            match (interrupted, result) {
+                (Some(e), _) => Err(e),
+                (None, Some(result)) if !panicked => result,
+                _ => Err(PyRuntimeError::new_err(
                     "hetsparse: the computation panicked (a bug, please report it)",
-                )
-            })?;
-            match interrupted {
-                Some(e) => Err(e),
-                None => result,
+                )),
             }
         })
     })
 }
+
+/// Operands with fewer stored entries are multiplied on the calling thread.
+const INLINE_ENTRIES: usize = 1 << 14;
 
 /// A run that can be cancelled and that no one watches (so backends skip progress counting).
 fn run_control() -> RunControl {
@@ -142,7 +157,7 @@ fn spgemm_t<'py, T: PyScalar>(
     let b_data = b.data::<T>("B")?;
     let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
     let run = run_control();
-    let c = detached(py, &run, || {
+    let c = detached(py, &run, a.nnz() + b.nnz(), || {
         let ctx = context::<T>(choice)?;
         let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
         let left = left.csr(transpose)?;
@@ -203,7 +218,7 @@ fn spmm_t<'py, T: PyScalar>(
     }
     let x_data = x.as_slice().map_err(|_| value("X is not contiguous"))?;
     let run = run_control();
-    let y = detached(py, &run, || {
+    let y = detached(py, &run, a.nnz() + x_data.len(), || {
         let ctx = context::<T>(choice)?;
         let a = a.matrix()?;
         let mut data = Vec::new();
@@ -255,7 +270,7 @@ fn spmv_t<'py, T: PyScalar>(
         )));
     }
     let run = run_control();
-    let y = detached(py, &run, || {
+    let y = detached(py, &run, a.nnz(), || {
         let ctx = context::<T>(choice)?;
         let a = a.matrix()?;
         ctx.backend()
