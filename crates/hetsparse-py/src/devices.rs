@@ -146,8 +146,8 @@ fn cuda<T: PyScalar>(_ordinal: u32) -> Result<Arc<dyn Backend<T>>, Error> {
     Err(Error::NoDevice {
         backend: "cuda".into(),
         reason: "this hetsparse was built without CUDA (build the package with the `cuda` \
-                 feature: pip install crates/hetsparse-py --config-settings \
-                 build-args=\"--features cuda\")"
+                 feature: MATURIN_PEP517_ARGS=\"--features cuda\" pip install \
+                 crates/hetsparse-py)"
             .into(),
     })
 }
