@@ -6,12 +6,14 @@ For every matrix class of hetsparse's benchmarks (the operands of ``cargo xtask 
 - ``scipy``: ``A @ B`` (scipy's own SpGEMM, one thread);
 - ``hetsparse``: ``hetsparse.spgemm(A, B, device)``, scipy operands in, scipy result out;
 - ``rust``: the same product called from Rust on hetsparse's own arrays
-  (``hetsparse._hetsparse.time_spgemm``), i.e. without the Python layer;
+  (``hetsparse._hetsparse.time_spgemm``: the operands converted once, untimed, then
+  ``Context::spgemm`` timed), i.e. without the Python layer;
 - ``cupy`` (``--cupy``): CuPy's ``A @ B`` including its transfers: the operands copied to
   the GPU, the product, the result copied back to a scipy matrix.
 
 Usage: ``python bench/bench_spgemm.py [--quick] [--device auto] [--cupy] [--min-time 2]``;
-prints a Markdown table.
+prints a Markdown table. The timings alternate (one run of each, round after round; the
+median of each), so that load from elsewhere touches every column alike.
 """
 
 import argparse
@@ -46,21 +48,36 @@ def quick_size(cls, size):
     return size // 20
 
 
-def timed(fn, min_runs, min_time):
-    """Median seconds of ``fn()`` after one untimed run: at least ``min_runs`` runs and
-    ``min_time`` seconds. The result is freed after its time is taken, as in the Rust
-    timing."""
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_runs or time.perf_counter() - start < min_time:
+def seconds(fn):
+    """A function timing one call of ``fn``; the result is freed after its time is taken, as
+    in the Rust timing."""
+
+    def run():
         t0 = time.perf_counter()
         out = fn()
-        times.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
         del out
-        if len(times) >= 50:
+        return elapsed
+
+    return run
+
+
+def interleaved(timers, min_runs, min_time):
+    """Median seconds of each timer (a function returning the seconds of one run), after one
+    untimed run each: round after round of one run of each, so that a change in the machine's
+    load touches them all alike; at least ``min_runs`` rounds and ``min_time`` seconds."""
+    for t in timers.values():
+        t()
+    times = {name: [] for name in timers}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < min_runs or time.perf_counter() - start < min_time:
+        for name, t in timers.items():
+            times[name].append(t())
+        rounds += 1
+        if rounds >= 50:
             break
-    return statistics.median(times)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def cupy_product():
@@ -103,17 +120,25 @@ def main():
         if cls != "lp":
             b = a  # the square classes compute A·A
         c = hs.spgemm(a, b, device=args.device)
-        runs, budget = args.min_runs, args.min_time
-        t_hs = timed(lambda: hs.spgemm(a, b, device=args.device), runs, budget)
-        rust = _hetsparse.time_spgemm(cls, size, SEED, args.device, max(runs, 5))
-        t_rust = statistics.median(rust)
+        same = b is a
+        pa = hs._parts(a, a.dtype)
+        pb = pa if same else hs._parts(b, b.dtype)
+        timers = {
+            "hetsparse": seconds(lambda: hs.spgemm(a, b, device=args.device)),
+            "rust": lambda: _hetsparse.time_spgemm(pa, pb, args.device, 1, same)[0],
+        }
+        if not args.no_scipy:
+            timers["scipy"] = seconds(lambda: a @ b)
+        if cupy:
+            timers["cupy"] = seconds(lambda: cupy(a, b))
+        t = interleaved(timers, args.min_runs, args.min_time)
+        t_hs, t_rust = t["hetsparse"], t["rust"]
+        t_sp, t_cp = t.get("scipy"), t.get("cupy")
         row = [cls, f"{a.shape[0]}×{a.shape[1]}", str(a.nnz), str(c.nnz)]
         if not args.no_scipy:
-            t_sp = timed(lambda: a @ b, runs, budget)
             row.append(f"{t_sp * 1e3:.1f}")
         row += [f"{t_hs * 1e3:.1f}", f"{t_rust * 1e3:.1f}"]
         if cupy:
-            t_cp = timed(lambda: cupy(a, b), runs, budget)
             row.append(f"{t_cp * 1e3:.1f}")
         if not args.no_scipy:
             row.append(f"{t_sp / t_hs:.2f}×")
