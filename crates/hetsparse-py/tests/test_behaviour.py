@@ -158,3 +158,14 @@ def test_ctrl_c_cancels_a_long_product():
     # The interpreter and the context still work.
     b = small()
     np.testing.assert_allclose(hs.spgemm(b, b.T).toarray(), (b @ b.T).toarray())
+
+
+def test_product_that_cannot_fit_is_a_memory_error(device):
+    # An outer product of 300 000 entries each way: 9·10^10 entries, about a terabyte.
+    n = 300_000
+    col = sp.csr_matrix((np.ones(n), (np.arange(n), np.zeros(n, dtype=np.int64))), shape=(n, 1))
+    row = col.T.tocsr()
+    start = time.perf_counter()
+    with pytest.raises(MemoryError, match="out of"):
+        hs.spgemm(col, row, device=device)
+    assert time.perf_counter() - start < 5.0
