@@ -265,7 +265,9 @@ fn busy(what: &str) -> PyErr {
     value(format!("{what}: the array is being written elsewhere"))
 }
 
-/// Allocates `n` elements, failing with `MemoryError` rather than aborting.
+/// Room for `n` elements, failing with `MemoryError` rather than aborting; large buffers are
+/// backed by huge pages where the system allows (a fresh copy of an operand otherwise costs
+/// as much in page faults as in copying).
 fn try_vec<X>(n: usize, what: &str) -> PyResult<Vec<X>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| {
@@ -274,6 +276,7 @@ fn try_vec<X>(n: usize, what: &str) -> PyResult<Vec<X>> {
             n.saturating_mul(std::mem::size_of::<X>())
         ))
     })?;
+    hetsparse::advise_huge_pages(v.spare_capacity_mut());
     Ok(v)
 }
 
@@ -399,22 +402,13 @@ fn compressed<T: Scalar>(
     let sorted = pieces
         .into_par_iter()
         .map(|(l0, l1, out_i, out_v)| -> PyResult<bool> {
-            let base = offsets[l0] as usize;
-            let mut sorted = true;
-            for line in l0..l1 {
-                let (s, e) = (offsets[line] as usize, offsets[line + 1] as usize);
-                let mut previous: Option<u32> = None;
-                for k in s..e {
-                    let i = minor.get(k);
-                    let u =
-                        in_bounds(i, nminor).ok_or_else(|| out_of_bounds("index", k, i, nminor))?;
-                    sorted &= previous.is_none_or(|p| p < u);
-                    previous = Some(u);
-                    out_i[k - base].write(u);
-                }
-            }
-            let end = offsets[l1] as usize;
-            for (slot, &v) in out_v.iter_mut().zip(&data[base..end]) {
+            let lines = &offsets[l0..=l1];
+            let sorted = match minor {
+                IndexSlice::I32(src) => convert_lines(src, lines, nminor, out_i)?,
+                IndexSlice::I64(src) => convert_lines(src, lines, nminor, out_i)?,
+            };
+            let (start, end) = (offsets[l0] as usize, offsets[l1] as usize);
+            for (slot, &v) in out_v.iter_mut().zip(&data[start..end]) {
                 slot.write(v);
             }
             Ok(sorted)
@@ -435,6 +429,40 @@ fn compressed<T: Scalar>(
         Csr::try_from_unsorted(nmajor, nminor, offsets, out_indices, out_values)
             .map_err(|e| to_py(e.into()))
     }
+}
+
+/// Converts the minor indices of the lines whose offsets are `lines` (absolute positions in
+/// `src`) into `out` (which starts at the first line), checking that each is in `[0, nminor)`
+/// (`ValueError` naming the first one that is not); returns whether every line is strictly
+/// increasing. The loop has no early exit, so that it vectorises.
+fn convert_lines<I: Copy + Into<i64>>(
+    src: &[I],
+    lines: &[u64],
+    nminor: usize,
+    out: &mut [std::mem::MaybeUninit<u32>],
+) -> PyResult<bool> {
+    let base = lines[0] as usize;
+    let mut sorted = true;
+    let mut outside = false;
+    for w in lines.windows(2) {
+        let (s, e) = (w[0] as usize, w[1] as usize);
+        let mut previous = -1i64;
+        for (slot, &i) in out[s - base..e - base].iter_mut().zip(&src[s..e]) {
+            let i: i64 = i.into();
+            // A negative index is a huge u64, so one comparison checks both ends.
+            outside |= i as u64 >= nminor as u64;
+            sorted &= i > previous;
+            previous = i;
+            slot.write(i as u32);
+        }
+    }
+    if outside {
+        let end = lines[lines.len() - 1] as usize;
+        if let Some(k) = (base..end).find(|&k| src[k].into() as u64 >= nminor as u64) {
+            return Err(out_of_bounds("index", k, src[k].into(), nminor));
+        }
+    }
+    Ok(sorted)
 }
 
 /// A CSR result as scipy's arrays `(indptr, indices, data)`: `int32` indices where every

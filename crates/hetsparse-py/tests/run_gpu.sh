@@ -20,28 +20,38 @@ out=${OUT:-/tmp/hetsparse-gpu}
 mkdir -p "$out"
 python=${PYTHON:-python3}
 
-venv=$(mktemp -d)/venv
-"$python" -m venv --system-site-packages "$venv"
-"$venv/bin/pip" install -q --no-index --no-deps --find-links "$wheels" hetsparse
-if ! "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
-    "$venv/bin/pip" install -q --no-index --find-links "$wheels" pytest
+work=$(mktemp -d)
+if "$python" -m venv --system-site-packages "$work/venv" 2>/dev/null; then
+    py="$work/venv/bin/python"
+    "$py" -m pip install -q --no-index --no-deps --find-links "$wheels" hetsparse
+    if ! "$py" -c 'import pytest' 2>/dev/null; then
+        "$py" -m pip install -q --no-index --find-links "$wheels" pytest
+    fi
+else
+    # No ensurepip for venv: install beside the system's packages instead.
+    py="$python"
+    "$py" -m pip install -q --no-index --no-deps --target "$work/site" --find-links "$wheels" hetsparse
+    if ! "$py" -c 'import pytest' 2>/dev/null; then
+        "$py" -m pip install -q --no-index --target "$work/site" --find-links "$wheels" pytest
+    fi
+    export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt" || true
-"$venv/bin/python" -c 'import hetsparse
+"$py" -c 'import hetsparse
 print("features:", hetsparse.FEATURES)
 for d in hetsparse.devices():
     print(d)' | tee "$out/devices.txt"
 
 cd crates/hetsparse-py
 status=0
-HETSPARSE_PY_DEVICES=cuda,opencl "$venv/bin/python" -m pytest tests -q -rs 2>&1 | tee "$out/pytest.txt" \
+HETSPARSE_PY_DEVICES=cuda,opencl "$py" -m pytest tests -q -rs 2>&1 | tee "$out/pytest.txt" \
     || status=1
 if grep -qE '[0-9]+ (skipped|deselected|xfailed)' "$out/pytest.txt"; then
     echo "FAILURE: some tests were skipped" >&2
     status=1
 fi
 
-"$venv/bin/python" bench/bench_spgemm.py --device cuda --cupy $quick | tee "$out/bench-cuda.md" || status=1
-"$venv/bin/python" bench/bench_spgemm.py --device opencl --no-scipy $quick | tee "$out/bench-opencl.md" \
+"$py" bench/bench_spgemm.py --device cuda --cupy $quick | tee "$out/bench-cuda.md" || status=1
+"$py" bench/bench_spgemm.py --device opencl --no-scipy $quick | tee "$out/bench-opencl.md" \
     || status=1
 exit $status
