@@ -23,14 +23,14 @@ python=${PYTHON:-python3}
 work=$(mktemp -d)
 if "$python" -m venv --system-site-packages "$work/venv" 2>/dev/null; then
     py="$work/venv/bin/python"
-    "$py" -m pip install -q --no-index --no-deps --find-links "$wheels" hetsparse
+    "$py" -m pip install -q --force-reinstall --no-index --no-deps --find-links "$wheels" hetsparse
     if ! "$py" -c 'import pytest' 2>/dev/null; then
         "$py" -m pip install -q --no-index --find-links "$wheels" pytest
     fi
 else
     # No ensurepip for venv: install beside the system's packages instead.
     py="$python"
-    "$py" -m pip install -q --no-index --no-deps --target "$work/site" --find-links "$wheels" hetsparse
+    "$py" -m pip install -q --force-reinstall --no-index --no-deps --target "$work/site" --find-links "$wheels" hetsparse
     if ! "$py" -c 'import pytest' 2>/dev/null; then
         "$py" -m pip install -q --no-index --target "$work/site" --find-links "$wheels" pytest
     fi

@@ -122,8 +122,10 @@ def dense_operand(n, seed=0):
     return sp.csr_matrix(rng.random((n, n)))
 
 
-def test_gil_is_released_while_computing():
-    a = dense_operand(1500)
+def count_ticks_during_product(n):
+    """How often this thread ran (1 ms sleeps) while another multiplied an n×n dense
+    operand by itself, and how long that took."""
+    a = dense_operand(n)
     done = threading.Event()
 
     def work():
@@ -138,9 +140,17 @@ def test_gil_is_released_while_computing():
         ticks += 1
         time.sleep(0.001)
     worker.join()
-    elapsed = time.perf_counter() - start
+    return ticks, time.perf_counter() - start
+
+
+def test_gil_is_released_while_computing():
+    # Larger operands until the product takes a tenth of a second (machines differ).
+    for n in (1500, 2500, 4000):
+        ticks, elapsed = count_ticks_during_product(n)
+        if elapsed >= 0.1:
+            break
+    assert elapsed >= 0.1, "the product was too quick to tell"
     # Holding the GIL for the product would stall this loop for its whole duration.
-    assert elapsed > 0.05, "the product was too quick to tell"
     assert ticks >= 20, (ticks, elapsed)
 
 

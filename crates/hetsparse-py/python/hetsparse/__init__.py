@@ -105,12 +105,16 @@ def _compressed(cls, nrows, ncols, indptr, indices, data):
 def spgemm(A, B, device="auto"):
     """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it.
 
-    ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO are read in place;
-    other formats are converted to CSR first) of any index dtype, in float32, float64,
+    ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO; other formats are
+    converted to CSR first) of any index dtype, in float32, float64,
     complex64 or complex128 (mixed dtypes are promoted as scipy promotes them). The result is
     a ``csr_matrix`` / ``csr_array`` (``csc_*`` when ``A`` is CSC), of the kind scipy's ``A @ B``
     gives, with sorted indices. Unlike scipy, entries whose value cancels to zero are kept
     (the structure of the result depends only on the structures of ``A`` and ``B``).
+
+    The operands are copied once into hetsparse's own arrays (indices converted and checked,
+    values copied; no dtype conversion where the dtypes match); the result's arrays are handed
+    to NumPy without a copy. The GIL is released while converting and computing.
 
     Raises ``ValueError`` when the shapes do not match or an operand's arrays are malformed,
     ``TypeError`` for another dtype, ``MemoryError`` when the product cannot fit,
