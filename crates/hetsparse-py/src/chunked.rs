@@ -35,10 +35,15 @@ pub fn spgemm<T: ContextScalar>(
         return whole();
     }
     // A bound first (B's longest row for each entry of A), the exact count only past it.
-    let longest_b_row = b
-        .row_offsets()
-        .par_windows(2)
-        .map(|w| w[1] - w[0])
+    let b_offsets = b.row_offsets();
+    let longest_b_row = crate::convert::pieces_of(b.nrows())
+        .map(|r| {
+            b_offsets[r.start..=r.end]
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .max()
+                .unwrap_or(0)
+        })
         .max()
         .unwrap_or(0);
     if a.nnz().saturating_mul(longest_b_row) <= CANCELLABLE {

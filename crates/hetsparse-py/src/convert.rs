@@ -327,17 +327,34 @@ fn offsets(src: IndexSlice<'_>, nmajor: usize, nnz: usize, axis: &str) -> PyResu
             nmajor + 1
         )));
     }
-    let mut out = try_vec(nmajor + 1, "indptr")?;
-    let mut previous = 0i64;
-    for k in 0..=nmajor {
-        let o = src.get(k);
-        if o < previous {
-            return Err(value(format!(
-                "indptr decreases at position {k} ({previous} then {o})"
-            )));
-        }
-        out.push(o as u64);
-        previous = o;
+    let n = nmajor + 1;
+    let mut out: Vec<u64> = try_vec(n, "indptr")?;
+    // Negative offsets become huge here and are caught, as i64, by the order check.
+    match src {
+        IndexSlice::I32(s) => widen(s, &mut out.spare_capacity_mut()[..n]),
+        IndexSlice::I64(s) => widen(s, &mut out.spare_capacity_mut()[..n]),
+    }
+    // SAFETY: `widen` wrote all n elements.
+    unsafe { out.set_len(n) };
+    let decrease = if (out[0] as i64) < 0 {
+        Some(0)
+    } else {
+        pieces_of(n)
+            .filter_map(|r| {
+                let end = (r.end + 1).min(n);
+                out[r.start..end]
+                    .windows(2)
+                    .position(|w| (w[0] as i64) > (w[1] as i64))
+                    .map(|p| r.start + p + 1)
+            })
+            .min()
+    };
+    if let Some(k) = decrease {
+        let previous = if k == 0 { 0 } else { out[k - 1] as i64 };
+        return Err(value(format!(
+            "indptr decreases at position {k} ({previous} then {})",
+            out[k] as i64
+        )));
     }
     let (first, last) = (src.get(0), src.get(nmajor));
     if first != 0 || last != nnz as i64 {
@@ -347,6 +364,25 @@ fn offsets(src: IndexSlice<'_>, nmajor: usize, nnz: usize, axis: &str) -> PyResu
         )));
     }
     Ok(out)
+}
+
+/// `0..len` in ranges of [`PIECE`], in parallel: plain loops inside each range, where a
+/// parallel iterator per element costs more than the work.
+pub fn pieces_of(len: usize) -> impl ParallelIterator<Item = std::ops::Range<usize>> {
+    (0..len.div_ceil(PIECE))
+        .into_par_iter()
+        .map(move |c| c * PIECE..((c + 1) * PIECE).min(len))
+}
+
+/// `src` as `u64` (negative values wrap) into `out`, of the same length, in parallel.
+fn widen<I: Copy + Into<i64> + Sync>(src: &[I], out: &mut [std::mem::MaybeUninit<u64>]) {
+    out.par_chunks_mut(PIECE)
+        .zip(src.par_chunks(PIECE))
+        .for_each(|(out, src)| {
+            for (slot, &o) in out.iter_mut().zip(src) {
+                slot.write(o.into() as u64);
+            }
+        });
 }
 
 /// Canonical CSR of `nmajor` lines over `nminor` from compressed arrays that may be unsorted
@@ -374,13 +410,14 @@ fn compressed<T: Scalar>(
     }
     let offsets = offsets(major, nmajor, data.len(), "line")?;
     // Lines in pieces of about PIECE entries; each piece's indices are one contiguous slice.
+    // A piece ends at the first line end at or past the next cut, or after PIECE lines.
     let mut bounds = vec![0usize];
     let mut next_cut = PIECE as u64;
-    for (line, &o) in offsets.iter().enumerate().skip(1) {
-        if o >= next_cut || line == nmajor {
-            bounds.push(line);
-            next_cut = o + PIECE as u64;
-        }
+    while let Some(&last) = bounds.last().filter(|&&l| l < nmajor) {
+        let line = (offsets.partition_point(|&o| o < next_cut))
+            .clamp(last + 1, (last + PIECE).min(nmajor));
+        bounds.push(line);
+        next_cut = offsets[line] + PIECE as u64;
     }
     let nnz = data.len();
     let mut out_indices: Vec<u32> = try_vec(nnz, "indices")?;
@@ -476,7 +513,15 @@ pub fn csr_to_py<'py, T: Scalar + numpy::Element>(
         && nrows <= i32::MAX as usize
         && ncols <= i32::MAX as usize;
     let (indptr, indices) = if fits_i32 {
-        let indptr: Vec<i32> = offsets.par_iter().map(|&o| o as i32).collect();
+        let mut indptr = vec![0i32; offsets.len()];
+        indptr
+            .par_chunks_mut(PIECE)
+            .zip(offsets.par_chunks(PIECE))
+            .for_each(|(out, src)| {
+                for (o, &s) in out.iter_mut().zip(src) {
+                    *o = s as i32;
+                }
+            });
         // Every index is below ncols ≤ i32::MAX, so its bits read the same as i32.
         let indices = u32_into_i32(indices);
         (
