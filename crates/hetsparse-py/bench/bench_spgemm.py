@@ -1,0 +1,160 @@
+"""hetsparse.spgemm from Python against scipy's ``A @ B`` and against the same product from Rust.
+
+For every matrix class of hetsparse's benchmarks (the operands of ``cargo xtask bench``, from
+``hetsparse.generate``), the median time of
+
+- ``scipy``: ``A @ B`` (scipy's own SpGEMM, one thread);
+- ``hetsparse``: ``hetsparse.spgemm(A, B, device)``, scipy operands in, scipy result out;
+- ``rust``: the same product called from Rust on hetsparse's own arrays
+  (``hetsparse._hetsparse.time_spgemm``: the operands converted once, untimed, then
+  ``Context::spgemm`` timed), i.e. without the Python layer;
+- ``cupy`` (``--cupy``): CuPy's ``A @ B`` including its transfers: the operands copied to
+  the GPU, the product, the result copied back to a scipy matrix.
+
+Usage: ``python bench/bench_spgemm.py [--quick] [--device auto] [--cupy] [--min-time 2]``;
+prints a Markdown table (``--best``: least times rather than medians). The timings alternate (one run of each, round after round; the
+median of each), so that load from elsewhere touches every column alike.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import hetsparse as hs
+from hetsparse import _hetsparse
+
+# The sizes of `cargo xtask bench` (benches/src/cases.rs, docs/benchmarks.md "Matrices").
+FULL = {
+    "stencil3d": 15000,
+    "banded": 1000000,
+    "powerlaw": 32768,
+    "uniform": 1000000,
+    "road": 4000000,
+    "skewed": 150000,
+    "lp": 500000,
+    "dense": 512,
+}
+SEED = 2026
+
+
+def quick_size(cls, size):
+    if cls == "dense":
+        return 170
+    if cls == "powerlaw":
+        return 2048
+    return size // 20
+
+
+def seconds(fn):
+    """A function timing one call of ``fn``; the result is freed after its time is taken, as
+    in the Rust timing."""
+
+    def run():
+        t0 = time.perf_counter()
+        out = fn()
+        elapsed = time.perf_counter() - t0
+        del out
+        return elapsed
+
+    return run
+
+
+def interleaved(timers, min_runs, min_time, best=False):
+    """Median (``best``: least) seconds of each timer (a function returning the seconds of one
+    run), after one untimed run each: round after round of one run of each, so that a change
+    in the machine's load touches them all alike; at least ``min_runs`` rounds and
+    ``min_time`` seconds."""
+    for t in timers.values():
+        t()
+    times = {name: [] for name in timers}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < min_runs or time.perf_counter() - start < min_time:
+        for name, t in timers.items():
+            times[name].append(t())
+        rounds += 1
+        if rounds >= 50:
+            break
+    pick = min if best else statistics.median
+    return {name: pick(v) for name, v in times.items()}
+
+
+def cupy_product():
+    import cupy
+    import cupyx.scipy.sparse as cpx
+
+    def product(a, b):
+        c = (cpx.csr_matrix(a) @ cpx.csr_matrix(b)).get()
+        cupy.cuda.Device().synchronize()
+        return c
+
+    return product
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a 20th of the sizes")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--cupy", action="store_true", help="also time CuPy's product with transfers")
+    p.add_argument("--no-scipy", action="store_true", help="leave scipy out")
+    p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per cell")
+    p.add_argument("--min-runs", type=int, default=3)
+    p.add_argument(
+        "--best",
+        action="store_true",
+        help="the least time of the runs, not the median (for a machine shared with other work)",
+    )
+    p.add_argument("--classes", default=",".join(FULL))
+    args = p.parse_args()
+
+    cupy = cupy_product() if args.cupy else None
+    print(f"devices: {[d['id'] for d in hs.devices(args.device) if d['used']]}", file=sys.stderr)
+    head = ["class", "A", "nnz(A)", "nnz(C)"]
+    head += [] if args.no_scipy else ["scipy ms"]
+    head += ["hetsparse ms", "rust ms"]
+    head += ["cupy ms"] if cupy else []
+    head += [] if args.no_scipy else ["scipy / hetsparse"]
+    head += ["hetsparse / rust"]
+    head += ["cupy / hetsparse"] if cupy else []
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * 2 + "---:|" * (len(head) - 2))
+    for cls in args.classes.split(","):
+        size = FULL[cls] if not args.quick else quick_size(cls, FULL[cls])
+        a, b = hs.generate(cls, size, seed=SEED)
+        if cls != "lp":
+            b = a  # the square classes compute A·A
+        c = hs.spgemm(a, b, device=args.device)
+        same = b is a
+        pa = hs._parts(a, a.dtype)
+        pb = pa if same else hs._parts(b, b.dtype)
+        timers = {
+            "hetsparse": seconds(lambda: hs.spgemm(a, b, device=args.device)),
+            "rust": lambda: _hetsparse.time_spgemm(pa, pb, args.device, 1, same)[0],
+        }
+        if not args.no_scipy:
+            timers["scipy"] = seconds(lambda: a @ b)
+        if cupy:
+            timers["cupy"] = seconds(lambda: cupy(a, b))
+        t = interleaved(timers, args.min_runs, args.min_time, args.best)
+        t_hs, t_rust = t["hetsparse"], t["rust"]
+        t_sp, t_cp = t.get("scipy"), t.get("cupy")
+        row = [cls, f"{a.shape[0]}×{a.shape[1]}", str(a.nnz), str(c.nnz)]
+        if not args.no_scipy:
+            row.append(f"{t_sp * 1e3:.1f}")
+        row += [f"{t_hs * 1e3:.1f}", f"{t_rust * 1e3:.1f}"]
+        if cupy:
+            row.append(f"{t_cp * 1e3:.1f}")
+        if not args.no_scipy:
+            row.append(f"{t_sp / t_hs:.2f}×")
+        row.append(f"{t_hs / t_rust:.2f}")
+        if cupy:
+            row.append(f"{t_cp / t_hs:.2f}×")
+        print("| " + " | ".join(row) + " |", flush=True)
+        del a, b, c
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Sparse matrix products on every device a machine has: CPU cores, CUDA GPUs, OpenCL devices.
+
+scipy.sparse matrices and arrays go in, scipy.sparse results come out::
+
+    import hetsparse, scipy.sparse as sp
+    A = sp.random(1000, 1000, density=0.01, format="csr")
+    C = hetsparse.spgemm(A, A)            # what A @ A gives, computed by hetsparse
+    y = hetsparse.spmv(A, np.ones(1000))  # A @ x
+    hetsparse.devices()                   # what this machine has
+
+``device`` is ``"auto"`` (every device found, each piece of hardware once), ``"all"`` (the
+same, sharing every large enough product among them), ``"cpu"``, ``"cuda"`` / ``"cuda:N"``, or
+``"opencl"`` / ``"opencl:NAME"`` / ``"opencl:P.D"``.
+
+Products run with the GIL released; Ctrl-C cancels a running product and raises
+``KeyboardInterrupt``. Errors are exceptions: ``ValueError`` for shapes and malformed
+operands, ``TypeError`` for dtypes, ``MemoryError`` when a product cannot fit even out of core,
+``DeviceError`` (a ``RuntimeError``) for a missing or failing device.
+"""
+
+import numpy as np
+import scipy.sparse as _sp
+
+from . import _hetsparse
+from ._hetsparse import DeviceError
+
+__all__ = ["spgemm", "spmm", "spmv", "devices", "generate", "DeviceError", "DTYPES", "FEATURES"]
+
+#: The dtypes hetsparse computes in.
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
+
+#: The backends this build includes (``cpu``, and ``opencl`` / ``cuda`` where built with them).
+FEATURES = tuple(_hetsparse.FEATURES)
+
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _is_array_api(m):
+    """Whether ``m`` is a sparse *array* (``csr_array``, ...) rather than a ``*_matrix``."""
+    return isinstance(m, _sp.sparray) if hasattr(_sp, "sparray") else False
+
+
+def _check_sparse(m, name):
+    if not _sp.issparse(m):
+        raise TypeError(
+            f"{name} must be a scipy.sparse matrix or array, not {type(m).__name__}"
+        )
+    if len(m.shape) != 2:
+        raise ValueError(f"{name} must be two-dimensional, it has shape {m.shape}")
+
+
+def _compute_dtype(*dtypes):
+    """The dtype a product of operands of ``dtypes`` is computed in, as scipy would give it."""
+    dtype = np.result_type(*dtypes)
+    if dtype in DTYPES:
+        return dtype
+    names = ", ".join(str(np.dtype(d)) for d in dtypes)
+    raise TypeError(
+        f"hetsparse computes in float32, float64, complex64 and complex128; the operands "
+        f"have dtype {names}, which give {dtype} (convert them, e.g. with .astype(np.float64))"
+    )
+
+
+def _index(a):
+    a = np.asarray(a)
+    if a.dtype not in _INDEX_DTYPES:
+        a = a.astype(np.int64)
+    return np.ascontiguousarray(a)
+
+
+def _parts(m, dtype):
+    """``m``'s arrays as the native module takes them, copied only where dtypes differ."""
+    fmt = m.format
+    if fmt not in ("csr", "csc", "coo"):
+        m = m.tocsr()
+        fmt = "csr"
+    data = m.data
+    if data.dtype != dtype:
+        data = data.astype(dtype)
+    data = np.ascontiguousarray(data)
+    nrows, ncols = m.shape
+    if fmt == "coo":
+        major, minor = m.row, m.col
+    else:
+        major, minor = m.indptr, m.indices
+    return (fmt, int(nrows), int(ncols), _index(major), _index(minor), data)
+
+
+def _result_class(a):
+    """The class scipy gives ``a @ b``: CSC when ``a`` is CSC, else CSR; an array when ``a``
+    is a sparse array, a matrix when it is a sparse matrix."""
+    csc = a.format == "csc"
+    if _is_array_api(a):
+        return _sp.csc_array if csc else _sp.csr_array
+    return _sp.csc_matrix if csc else _sp.csr_matrix
+
+
+def _compressed(cls, nrows, ncols, indptr, indices, data):
+    m = cls((data, indices, indptr), shape=(nrows, ncols), copy=False)
+    m.has_sorted_indices = True
+    m.has_canonical_format = True
+    return m
+
+
+def spgemm(A, B, device="auto"):
+    """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it.
+
+    ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO; other formats are
+    converted to CSR first) of any index dtype, in float32, float64,
+    complex64 or complex128 (mixed dtypes are promoted as scipy promotes them). The result is
+    a ``csr_matrix`` / ``csr_array`` (``csc_*`` when ``A`` is CSC), of the kind scipy's ``A @ B``
+    gives, with sorted indices. Unlike scipy, entries whose value cancels to zero are kept
+    (the structure of the result depends only on the structures of ``A`` and ``B``).
+
+    The operands are copied once into hetsparse's own arrays (indices converted and checked,
+    values copied; no dtype conversion where the dtypes match); the result's arrays are handed
+    to NumPy without a copy. The GIL is released while converting and computing.
+
+    Raises ``ValueError`` when the shapes do not match or an operand's arrays are malformed,
+    ``TypeError`` for another dtype, ``MemoryError`` when the product cannot fit,
+    ``KeyboardInterrupt`` when Ctrl-C cancels it.
+    """
+    _check_sparse(A, "A")
+    _check_sparse(B, "B")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"dimension mismatch: A is {A.shape}, B is {B.shape}")
+    dtype = _compute_dtype(A.dtype, B.dtype)
+    cls = _result_class(A)
+    transpose = A.format == "csc"
+    a = _parts(A, dtype)
+    same = B is A
+    b = a if same else _parts(B, dtype)
+    nrows, ncols, indptr, indices, data = _hetsparse.spgemm(a, b, device, transpose, same)
+    if transpose:
+        # The native product is C's transpose in CSR: the same arrays are C in CSC.
+        return _compressed(cls, ncols, nrows, indptr, indices, data)
+    return _compressed(cls, nrows, ncols, indptr, indices, data)
+
+
+def spmm(A, X, device="auto"):
+    """``A @ X`` for sparse ``A`` and a two-dimensional NumPy array ``X``: a NumPy array.
+
+    ``X`` in C or Fortran order keeps its order in the result; promoted to the common dtype
+    like ``A``.
+    """
+    _check_sparse(A, "A")
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be two-dimensional, it has shape {X.shape}")
+    if A.shape[1] != X.shape[0]:
+        raise ValueError(f"dimension mismatch: A is {A.shape}, X is {X.shape}")
+    dtype = _compute_dtype(A.dtype, X.dtype)
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if not (X.flags.c_contiguous or X.flags.f_contiguous):
+        X = np.ascontiguousarray(X)
+    data, row_major = _hetsparse.spmm(_parts(A, dtype), X, device)
+    m, k = A.shape[0], X.shape[1]
+    if row_major:
+        return data.reshape((m, k))
+    return data.reshape((k, m)).T
+
+
+def spmv(A, x, device="auto"):
+    """``A @ x`` for sparse ``A`` and a one-dimensional NumPy array ``x``: a NumPy array.
+
+    ``x`` is read in place when it is contiguous and of the computed dtype.
+    """
+    _check_sparse(A, "A")
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"x must be one-dimensional, it has shape {x.shape}")
+    if A.shape[1] != x.shape[0]:
+        raise ValueError(f"dimension mismatch: A is {A.shape}, x has length {x.shape[0]}")
+    dtype = _compute_dtype(A.dtype, x.dtype)
+    if x.dtype != dtype:
+        x = x.astype(dtype)
+    x = np.ascontiguousarray(x)
+    return _hetsparse.spmv(_parts(A, dtype), x, device)
+
+
+def devices(device="auto"):
+    """Every device ``device`` reaches, as dicts with ``id``, ``name``, ``backend``, ``kind``,
+    ``compute_units``, ``memory_bytes``, ``dtypes``, ``used`` and ``reason`` (why a device is
+    not used, else ``None``). Backends built in that found no device are listed, unused, with
+    the reason."""
+    return list(_hetsparse.devices(device))
+
+
+def generate(matrix_class, size, seed=2026, dtype=np.float64, array=False):
+    """The operands ``(A, B)`` hetsparse's benchmarks multiply for ``matrix_class`` (one of
+    ``stencil3d``, ``banded``, ``powerlaw``, ``uniform``, ``road``, ``skewed``, ``lp``,
+    ``dense``) of about ``size`` rows: ``B`` is ``A`` for the square classes, ``A.T`` for
+    ``lp``. ``csr_matrix`` (``csr_array`` with ``array=True``) of ``dtype``."""
+    cls = _sp.csr_array if array else _sp.csr_matrix
+    dtype = np.dtype(dtype)
+    out = []
+    for nrows, ncols, indptr, indices, data in _hetsparse.generate(matrix_class, size, seed):
+        if data.dtype != dtype:
+            data = data.astype(dtype)
+        out.append(_compressed(cls, nrows, ncols, indptr, indices, data))
+    return tuple(out)

@@ -1,0 +1,58 @@
+"""Type stubs of hetsparse: sparse matrix products on CPU cores, CUDA GPUs, OpenCL devices."""
+
+from typing import List, Literal, Optional, Tuple, TypedDict, Union, overload
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+__all__ = ["spgemm", "spmm", "spmv", "devices", "generate", "DeviceError", "DTYPES", "FEATURES"]
+
+DTYPES: Tuple[np.dtype, ...]
+FEATURES: Tuple[str, ...]
+
+class DeviceError(RuntimeError):
+    """A device, driver or runtime failed, or no device of the kind asked for is present."""
+
+class Device(TypedDict):
+    id: str
+    name: Optional[str]
+    backend: str
+    kind: Optional[str]
+    compute_units: int
+    memory_bytes: int
+    dtypes: List[str]
+    used: bool
+    reason: Optional[str]
+
+_Sparse = Union[sp.spmatrix, sp.sparray]
+
+@overload
+def spgemm(A: sp.csc_matrix, B: _Sparse, device: str = ...) -> sp.csc_matrix: ...
+@overload
+def spgemm(A: sp.csc_array, B: _Sparse, device: str = ...) -> sp.csc_array: ...
+@overload
+def spgemm(A: sp.sparray, B: _Sparse, device: str = ...) -> sp.csr_array: ...
+@overload
+def spgemm(A: sp.spmatrix, B: _Sparse, device: str = ...) -> sp.csr_matrix: ...
+def spgemm(A: _Sparse, B: _Sparse, device: str = "auto") -> _Sparse:
+    """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it (CSR, or CSC when ``A`` is CSC;
+    an array or a matrix as ``A`` is)."""
+
+def spmm(A: _Sparse, X: npt.ArrayLike, device: str = "auto") -> npt.NDArray[np.generic]:
+    """``A @ X`` for a two-dimensional dense ``X``."""
+
+def spmv(A: _Sparse, x: npt.ArrayLike, device: str = "auto") -> npt.NDArray[np.generic]:
+    """``A @ x`` for a one-dimensional dense ``x``."""
+
+def devices(device: str = "auto") -> List[Device]:
+    """Every device ``device`` reaches, used or not, with why not."""
+
+@overload
+def generate(
+    matrix_class: str, size: int, seed: int = ..., dtype: npt.DTypeLike = ..., *, array: Literal[True]
+) -> Tuple[sp.csr_array, sp.csr_array]: ...
+@overload
+def generate(
+    matrix_class: str, size: int, seed: int = ..., dtype: npt.DTypeLike = ..., array: bool = ...
+) -> Tuple[sp.csr_matrix, sp.csr_matrix]: ...

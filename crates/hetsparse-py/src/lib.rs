@@ -1,0 +1,414 @@
+//! The native part of the `hetsparse` Python package (`hetsparse._hetsparse`).
+//!
+//! The Python layer (`python/hetsparse/__init__.py`) takes scipy.sparse matrices and NumPy
+//! arrays apart into their arrays and builds scipy results from the arrays returned here;
+//! this module converts and checks the arrays, runs the products on a [`hetsparse::Context`]
+//! with the GIL released, and turns Ctrl-C into cancellation of the run.
+#![warn(missing_docs)]
+
+mod chunked;
+mod convert;
+mod devices;
+mod errors;
+
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+use hetsparse::generate::{self, MatrixClass};
+use hetsparse::{Complex, Csr, Dense, Layout, RunControl, SpmmOptions, SpmvOptions};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use convert::{csr_to_py, Parts};
+use devices::{context, Choice, PyScalar};
+use errors::{to_py, value, DeviceError};
+
+/// Runs `work` on a thread of its own with the GIL released; the calling thread waits, and
+/// every 50 ms takes the GIL for a moment to let Python handle signals. When a handler raises
+/// (Ctrl-C gives `KeyboardInterrupt`), `run` is cancelled, the worker stops at its next
+/// checkpoint, and the handler's exception is raised.
+///
+/// Work on operands of fewer than [`INLINE_ENTRIES`] stored entries runs on the calling
+/// thread (still without the GIL): it ends long before a signal would be looked at, and a
+/// thread of its own would cost more than the product.
+fn detached<R: Send>(
+    py: Python<'_>,
+    run: &RunControl,
+    entries: usize,
+    work: impl FnOnce() -> PyResult<R> + Send,
+) -> PyResult<R> {
+    if entries < INLINE_ENTRIES {
+        return py.allow_threads(work);
+    }
+    py.allow_threads(|| {
+        std::thread::scope(|scope| {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            let worker = scope.spawn(move || {
+                // The receiver lives until the worker is joined below.
+                let _ = sender.send(work());
+            });
+            let mut interrupted: Option<PyErr> = None;
+            let result = loop {
+                match receiver.recv_timeout(Duration::from_millis(50)) {
+                    Ok(result) => break Some(result),
+                    Err(RecvTimeoutError::Disconnected) => break None,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if interrupted.is_none() {
+                            if let Err(e) = Python::with_gil(|py| py.check_signals()) {
+                                run.cancel();
+                                interrupted = Some(e);
+                            }
+                        }
+                    }
+                }
+            };
+            let panicked = worker.join().is_err();
+            match (interrupted, result) {
+                (Some(e), _) => Err(e),
+                (None, Some(result)) if !panicked => result,
+                _ => Err(PyRuntimeError::new_err(
+                    "hetsparse: the computation panicked (a bug, please report it)",
+                )),
+            }
+        })
+    })
+}
+
+/// Operands with fewer stored entries are multiplied on the calling thread.
+const INLINE_ENTRIES: usize = 1 << 14;
+
+/// A run that can be cancelled and that no one watches (so backends skip progress counting).
+fn run_control() -> RunControl {
+    RunControl::unwatched()
+}
+
+/// Calls `$body` with `$t` the scalar type of the NumPy array `$data` (`TypeError` for a
+/// dtype hetsparse does not compute in).
+macro_rules! with_scalar {
+    ($data:expr, $name:expr, |$t:ident| $body:expr) => {{
+        let data: &Bound<'_, PyAny> = $data;
+        if data.downcast::<PyArray1<f64>>().is_ok() {
+            type $t = f64;
+            $body
+        } else if data.downcast::<PyArray1<f32>>().is_ok() {
+            type $t = f32;
+            $body
+        } else if data.downcast::<PyArray1<Complex<f64>>>().is_ok() {
+            type $t = Complex<f64>;
+            $body
+        } else if data.downcast::<PyArray1<Complex<f32>>>().is_ok() {
+            type $t = Complex<f32>;
+            $body
+        } else {
+            Err(unsupported_dtype(data, $name))
+        }
+    }};
+}
+
+fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
+    let dtype = data
+        .getattr("dtype")
+        .and_then(|d| d.str())
+        .map_or_else(|_| "?".to_string(), |s| s.to_string());
+    PyTypeError::new_err(format!(
+        "{name}: dtype {dtype} is not one hetsparse computes in (float32, float64, complex64, \
+         complex128)"
+    ))
+}
+
+/// `C = A · B` (with `transpose`, `Cᵀ = Bᵀ · Aᵀ`, which is how CSC operands give a CSC
+/// result without conversion) from operand tuples; returns `(nrows, ncols, indptr, indices,
+/// data)` of the CSR result. `same` says A and B are one matrix, converted once.
+#[pyfunction]
+#[pyo3(signature = (a, b, device, transpose=false, same=false))]
+fn spgemm<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyTuple>,
+    b: &Bound<'py, PyTuple>,
+    device: &str,
+    transpose: bool,
+    same: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let choice = Choice::parse(device)?;
+    let a = Parts::extract(a, "A")?;
+    let b = Parts::extract(b, "B")?;
+    if a.ncols != b.nrows {
+        return Err(value(format!(
+            "dimension mismatch: A is {}×{}, B is {}×{}",
+            a.nrows, a.ncols, b.nrows, b.ncols
+        )));
+    }
+    with_scalar!(&a.data, "A", |T| spgemm_t::<T>(
+        py, &a, &b, &choice, transpose, same
+    ))
+}
+
+fn spgemm_t<'py, T: PyScalar>(
+    py: Python<'py>,
+    a: &Parts<'py>,
+    b: &Parts<'py>,
+    choice: &Choice,
+    transpose: bool,
+    same: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let a_data = a.data::<T>("A")?;
+    let b_data = b.data::<T>("B")?;
+    let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
+    let run = run_control();
+    let c = detached(py, &run, a.nnz() + b.nnz(), || {
+        let ctx = context::<T>(choice)?;
+        let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
+        let left = left.csr(transpose)?;
+        let right_owned;
+        let right = if same {
+            &left
+        } else {
+            right_owned = right.csr(transpose)?;
+            &right_owned
+        };
+        chunked::spgemm(&ctx, &left, right, &run).map_err(to_py)
+    })?;
+    csr_to_py(py, c)
+}
+
+/// `Y = A · X` for a dense two-dimensional `X` (C or Fortran order); returns `(data,
+/// row_major)`: the flat result, in C order when `row_major`, else in Fortran order.
+#[pyfunction]
+#[pyo3(name = "spmm")]
+fn spmm_dense<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyTuple>,
+    x: &Bound<'py, PyAny>,
+    device: &str,
+) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    let choice = Choice::parse(device)?;
+    let a = Parts::extract(a, "A")?;
+    with_scalar!(&a.data, "A", |T| spmm_t::<T>(py, &a, x, &choice))
+}
+
+fn spmm_t<'py, T: PyScalar>(
+    py: Python<'py>,
+    a: &Parts<'py>,
+    x: &Bound<'py, PyAny>,
+    choice: &Choice,
+) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    let a_data = a.data::<T>("A")?;
+    let a = a.view(&a_data)?;
+    let x: PyReadonlyArray2<'py, T> = x
+        .downcast::<numpy::PyArray2<T>>()
+        .map_err(|_| PyTypeError::new_err("X must be a two-dimensional array of A's dtype"))?
+        .try_readonly()
+        .map_err(|_| value("X is being written elsewhere"))?;
+    let (nrows, ncols) = (x.shape()[0], x.shape()[1]);
+    let layout = if x.is_c_contiguous() {
+        Layout::RowMajor
+    } else if x.is_fortran_contiguous() {
+        Layout::ColMajor
+    } else {
+        return Err(value("X is neither C- nor Fortran-contiguous"));
+    };
+    if a.shape().1 != nrows {
+        return Err(value(format!(
+            "dimension mismatch: A is {}×{}, X is {nrows}×{ncols}",
+            a.shape().0,
+            a.shape().1
+        )));
+    }
+    let x_data = x.as_slice().map_err(|_| value("X is not contiguous"))?;
+    let run = run_control();
+    let y = detached(py, &run, a.nnz() + x_data.len(), || {
+        let ctx = context::<T>(choice)?;
+        let a = a.matrix()?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(x_data.len())
+            .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("cannot allocate a copy of X"))?;
+        data.extend_from_slice(x_data);
+        let x = Dense::try_new(nrows, ncols, layout, data).map_err(|e| to_py(e.into()))?;
+        ctx.backend()
+            .spmm_with(a.as_ref().into(), (&x).into(), &SpmmOptions::new(), &run)
+            .map_err(to_py)
+    })?;
+    let row_major = y.layout() == Layout::RowMajor;
+    Ok((PyArray1::from_vec(py, y.into_data()).into_any(), row_major))
+}
+
+/// `y = A · x` for a one-dimensional `x`, which is read in place.
+#[pyfunction]
+fn spmv<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyTuple>,
+    x: &Bound<'py, PyAny>,
+    device: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let choice = Choice::parse(device)?;
+    let a = Parts::extract(a, "A")?;
+    with_scalar!(&a.data, "A", |T| spmv_t::<T>(py, &a, x, &choice))
+}
+
+fn spmv_t<'py, T: PyScalar>(
+    py: Python<'py>,
+    a: &Parts<'py>,
+    x: &Bound<'py, PyAny>,
+    choice: &Choice,
+) -> PyResult<Bound<'py, PyAny>> {
+    let a_data = a.data::<T>("A")?;
+    let a = a.view(&a_data)?;
+    let x: PyReadonlyArray1<'py, T> = x
+        .downcast::<PyArray1<T>>()
+        .map_err(|_| PyTypeError::new_err("x must be a one-dimensional array of A's dtype"))?
+        .try_readonly()
+        .map_err(|_| value("x is being written elsewhere"))?;
+    let x = x.as_slice().map_err(|_| value("x is not contiguous"))?;
+    if a.shape().1 != x.len() {
+        return Err(value(format!(
+            "dimension mismatch: A is {}×{}, x has length {}",
+            a.shape().0,
+            a.shape().1,
+            x.len()
+        )));
+    }
+    let run = run_control();
+    let y = detached(py, &run, a.nnz(), || {
+        let ctx = context::<T>(choice)?;
+        let a = a.matrix()?;
+        ctx.backend()
+            .spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
+            .map_err(to_py)
+    })?;
+    Ok(PyArray1::from_vec(py, y).into_any())
+}
+
+/// Every device `device` finds (`auto` and `all`: every device the build reaches), as dicts:
+/// `id`, `name`, `backend`, `kind`, `compute_units`, `memory_bytes`, `dtypes` (those its
+/// SpGEMM runs), `used`, and `reason` (why it is not used, or `None`). Backends compiled in
+/// that found no device are listed with `used` false and their reason.
+#[pyfunction]
+#[pyo3(name = "devices", signature = (device="auto"))]
+fn list_devices<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyList>> {
+    let choice = Choice::parse(device)?;
+    let ctx = py.allow_threads(|| context::<f64>(&choice))?;
+    let list = PyList::empty(py);
+    for d in ctx.devices() {
+        let dict = PyDict::new(py);
+        dict.set_item("id", &d.id)?;
+        dict.set_item("name", &d.info.name)?;
+        dict.set_item("backend", &d.info.backend)?;
+        dict.set_item("kind", format!("{:?}", d.info.kind).to_lowercase())?;
+        dict.set_item("compute_units", d.info.compute_units)?;
+        dict.set_item("memory_bytes", d.info.memory_bytes)?;
+        let dtypes: Vec<&str> = d.scalars.iter().filter_map(|s| numpy_name(*s)).collect();
+        dict.set_item("dtypes", dtypes)?;
+        dict.set_item("used", d.skipped.is_none())?;
+        dict.set_item("reason", d.skipped.as_deref())?;
+        list.append(dict)?;
+    }
+    for u in ctx.unavailable() {
+        let dict = PyDict::new(py);
+        dict.set_item("id", &u.backend)?;
+        dict.set_item("name", py.None())?;
+        dict.set_item("backend", u.backend.split(':').next().unwrap_or(&u.backend))?;
+        dict.set_item("kind", py.None())?;
+        dict.set_item("compute_units", 0)?;
+        dict.set_item("memory_bytes", 0)?;
+        dict.set_item("dtypes", PyList::empty(py))?;
+        dict.set_item("used", false)?;
+        dict.set_item("reason", &u.reason)?;
+        list.append(dict)?;
+    }
+    Ok(list)
+}
+
+fn numpy_name(s: hetsparse::ScalarType) -> Option<&'static str> {
+    use hetsparse::ScalarType as S;
+    match s {
+        S::F32 => Some("float32"),
+        S::F64 => Some("float64"),
+        S::C32 => Some("complex64"),
+        S::C64 => Some("complex128"),
+        _ => None,
+    }
+}
+
+fn class_of(name: &str) -> PyResult<MatrixClass> {
+    name.parse::<MatrixClass>().map_err(to_py)
+}
+
+/// The operands `(A, B)` hetsparse's benchmarks multiply for matrix class `class` at `size`
+/// (see `hetsparse_core::generate::product_operands`), each as `(nrows, ncols, indptr,
+/// indices, data)` in float64.
+#[pyfunction]
+#[pyo3(name = "generate")]
+fn generate_operands<'py>(
+    py: Python<'py>,
+    class: &str,
+    size: usize,
+    seed: u64,
+) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyTuple>)> {
+    let class = class_of(class)?;
+    let (a, b) = py.allow_threads(|| generate::product_operands::<f64>(class, size, seed));
+    Ok((csr_to_py(py, a)?, csr_to_py(py, b)?))
+}
+
+/// Seconds each of `runs` products `A · B` take when called from Rust on `device`: the
+/// operands (tuples as for [`spgemm`], float64) are converted once, untimed, then
+/// `Context::spgemm` is timed on hetsparse's own arrays, the result dropped after its time is
+/// taken. The benchmark's measure of what the Python layer adds.
+#[pyfunction]
+#[pyo3(signature = (a, b, device="auto", runs=5, same=false))]
+fn time_spgemm<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyTuple>,
+    b: &Bound<'py, PyTuple>,
+    device: &str,
+    runs: usize,
+    same: bool,
+) -> PyResult<Vec<f64>> {
+    let choice = Choice::parse(device)?;
+    let (a, b) = (Parts::extract(a, "A")?, Parts::extract(b, "B")?);
+    let (a_data, b_data) = (a.data::<f64>("A")?, b.data::<f64>("B")?);
+    let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
+    py.allow_threads(|| {
+        let ctx = context::<f64>(&choice)?;
+        let a: Csr<f64> = a.csr(false)?;
+        let b_owned;
+        let b = if same {
+            &a
+        } else {
+            b_owned = b.csr(false)?;
+            &b_owned
+        };
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let start = Instant::now();
+            let c = ctx.spgemm(&a, b).map_err(to_py)?;
+            times.push(start.elapsed().as_secs_f64());
+            drop(c);
+        }
+        Ok(times)
+    })
+}
+
+/// The native module.
+#[pymodule]
+fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(spgemm, m)?)?;
+    m.add_function(wrap_pyfunction!(spmm_dense, m)?)?;
+    m.add_function(wrap_pyfunction!(spmv, m)?)?;
+    m.add_function(wrap_pyfunction!(list_devices, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_operands, m)?)?;
+    m.add_function(wrap_pyfunction!(time_spgemm, m)?)?;
+    m.add("DeviceError", m.py().get_type::<DeviceError>())?;
+    m.add(
+        "FEATURES",
+        vec![
+            "cpu",
+            #[cfg(feature = "cuda")]
+            "cuda",
+            #[cfg(feature = "opencl")]
+            "opencl",
+        ],
+    )?;
+    Ok(())
+}
