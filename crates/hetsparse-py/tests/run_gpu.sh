@@ -6,7 +6,7 @@
 # the same on opencl.
 #
 # Build the wheel (on a machine with Rust, from crates/hetsparse-py):
-#   CUDA_LIBRARY_PATH=$PWD/../../../shared/cuda-stub maturin build --release --strip \
+#   CUDA_LIBRARY_PATH=$PWD/../../../shared/cuda-stub maturin build --release --strip --auditwheel skip \
 #       --features cuda,opencl --out ../../dist-gpu
 #   pip download pytest -d ../../dist-gpu     # in case the GPU machine lacks pytest
 # Run (from the repository root, dist-gpu/ beside it):
@@ -21,21 +21,15 @@ mkdir -p "$out"
 python=${PYTHON:-python3}
 
 work=$(mktemp -d)
-if "$python" -m venv --system-site-packages "$work/venv" 2>/dev/null; then
-    py="$work/venv/bin/python"
-    "$py" -m pip install -q --force-reinstall --no-index --no-deps --find-links "$wheels" hetsparse
-    if ! "$py" -c 'import pytest' 2>/dev/null; then
-        "$py" -m pip install -q --no-index --find-links "$wheels" pytest
-    fi
-else
-    # No ensurepip for venv: install beside the system's packages instead.
-    py="$python"
-    "$py" -m pip install -q --force-reinstall --no-index --no-deps --target "$work/site" --find-links "$wheels" hetsparse
-    if ! "$py" -c 'import pytest' 2>/dev/null; then
-        "$py" -m pip install -q --no-index --target "$work/site" --find-links "$wheels" pytest
-    fi
-    export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
+# Installed into a folder of its own on PYTHONPATH, beside the system's packages: a virtual
+# environment does not see packages installed in the user's site folder (numpy, scipy and CuPy
+# are there on some GPU machines).
+py="$python"
+"$py" -m pip install -q --force-reinstall --no-index --no-deps --target "$work/site" --find-links "$wheels" hetsparse
+if ! "$py" -c 'import pytest' 2>/dev/null; then
+    "$py" -m pip install -q --no-index --target "$work/site" --find-links "$wheels" pytest
 fi
+export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt" || true
 "$py" -c 'import hetsparse
 print("features:", hetsparse.FEATURES)
