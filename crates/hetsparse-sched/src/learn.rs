@@ -27,8 +27,9 @@ pub(crate) enum Kind {
 
 /// A backend not yet timed alone is tried alone once when its speed in shared runs is at least
 /// this share of the fastest's: a GPU's chunks of a shared run pay per-call costs a whole call
-/// does not (on the H100 machine CUDA's chunks ran at a third of its whole-call speed, and
-/// work stealing kept the CPU alone where CUDA alone was 2.5 times faster).
+/// does not (on the H100 machine, the shares of a shared uniform product put CUDA's chunks at
+/// about a sixth of its whole-call speed, and work stealing kept the CPU alone on a product
+/// where CUDA alone was 2.5 times faster).
 pub(crate) const TRY_ALONE_SHARE: f64 = 0.2;
 
 /// Speeds (work units per second: intermediate products for SpGEMM, entries of A times columns
