@@ -255,7 +255,11 @@ fn generate_matrix(
 /// Reads a sparse matrix, with its read time.
 fn read_csr(path: &Path, label: &str, progress: bool) -> Result<(Csr<f64>, Duration), CliError> {
     let read = files::read_matrix(path, label, progress)?;
-    Ok((read.matrix.into_csr(), read.time))
+    let csr = read.matrix.into_csr().map_err(|source| CliError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((csr, read.time))
 }
 
 fn row_stats(label: &str, m: &Csr<f64>) {
@@ -428,7 +432,7 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
             let dense = match read.matrix {
                 MatrixMarket::Dense(d) => d,
                 sparse @ MatrixMarket::Sparse(_) => sparse
-                    .try_into_csr()
+                    .into_csr()
                     .map_err(|source| CliError::Read {
                         path: path.clone(),
                         source,

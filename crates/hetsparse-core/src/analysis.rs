@@ -532,7 +532,7 @@ mod tests {
         for j in 0..50 {
             b_full.set(2, j, 1.0);
         }
-        let b = Csr::from_dense(&b_full);
+        let b = Csr::from_dense(&b_full).unwrap();
         let a = Csr::try_new(1, 4, vec![0, 3], vec![0, 2, 3], vec![1.0; 3]).unwrap();
         assert_eq!(symbolic_row_nnz(&a, &b).unwrap(), vec![50]);
         assert_eq!(reference_row_nnz(&a, &b), vec![50]);

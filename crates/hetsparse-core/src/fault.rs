@@ -244,7 +244,7 @@ fn dense_need<T: Scalar>(a: SparseOperand<'_, T>, cols: usize) -> u64 {
     let nnz = match a {
         SparseOperand::Host(SparseRef::Csr(m)) => m.nnz(),
         // A matrix whose CSR copy the host cannot hold needs more than any budget.
-        SparseOperand::Host(m) => m.try_to_csr().map_or(u64::MAX, |c| c.nnz()),
+        SparseOperand::Host(m) => m.to_csr().map_or(u64::MAX, |c| c.nnz()),
         SparseOperand::Resident(r) => r.nnz(),
     };
     let dense = ((inner + rows) as u64).saturating_mul(cols as u64);

@@ -86,13 +86,23 @@ pub fn advise_huge_pages<X>(buffer: &mut [X]) {
 
 /// Physical memory of the host in bytes, from `/proc/meminfo` where there is one, else 0.
 pub fn host_memory_bytes() -> u64 {
+    meminfo_bytes("MemTotal:")
+}
+
+/// Memory the host can give a process now without swapping, in bytes (`MemAvailable` in
+/// `/proc/meminfo`), else 0.
+pub fn host_available_bytes() -> u64 {
+    meminfo_bytes("MemAvailable:")
+}
+
+fn meminfo_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
-        .map_or(0, |kb| kb * 1024)
+        .map_or(0, |kb| kb.saturating_mul(1024))
 }

@@ -143,7 +143,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         check::supported::<T>(self, Operation::Spmm(a.format()))?;
         check::spmm(&a, b)?;
         run.checkpoint()?;
-        spmm::<T, PlusTimes>(&*a.try_to_csr()?, b)
+        spmm::<T, PlusTimes>(&*a.to_csr()?, b)
     }
 
     fn spmv_with(
@@ -160,7 +160,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         check::supported::<T>(self, Operation::Spmv(a.format()))?;
         check::spmv(&a, x)?;
         run.checkpoint()?;
-        spmv::<T, PlusTimes>(&*a.try_to_csr()?, x)
+        spmv::<T, PlusTimes>(&*a.to_csr()?, x)
     }
 }
 

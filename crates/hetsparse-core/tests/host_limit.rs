@@ -50,8 +50,8 @@ fn transposes_of_a_wide_row() {
 fn conversions_of_a_tall_matrix() {
     limited();
     let coo = Coo::try_new(WIDE, 1, vec![7], vec![0], vec![1.0f64]).unwrap();
-    out_of_memory(coo.try_to_csr(), OFFSETS_BYTES);
-    out_of_memory(SparseRef::Coo(&coo).try_to_csr(), OFFSETS_BYTES);
+    out_of_memory(coo.to_csr(), OFFSETS_BYTES);
+    out_of_memory(SparseRef::Coo(&coo).to_csr(), OFFSETS_BYTES);
     let dia = Dia::<f64>::try_new(WIDE, 1, vec![], vec![]).unwrap();
     out_of_memory(dia.to_csr(), OFFSETS_BYTES);
     let cspr = Cspr::try_new(WIDE, 1, vec![7], vec![1.0f64]).unwrap();
@@ -62,7 +62,7 @@ fn conversions_of_a_tall_matrix() {
     out_of_memory(Csr::<f64>::identity(WIDE), OFFSETS_BYTES);
     // An `array` matrix of no columns holds no values, but its CSR has a row offset per row.
     let no_columns = Dense::<f64>::try_new(WIDE, 0, Layout::ColMajor, vec![]).unwrap();
-    out_of_memory(Csr::try_from_dense(&no_columns), OFFSETS_BYTES);
+    out_of_memory(Csr::from_dense(&no_columns), OFFSETS_BYTES);
 }
 
 #[test]

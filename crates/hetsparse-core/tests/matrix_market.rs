@@ -293,7 +293,7 @@ fn entry_counts_must_match() {
     );
     // Exactly the announced count, the last line without a newline: fine.
     let a = read_str::<f64>(&format!("{h}1 1 1\n2 2 2\n3 3 3")).unwrap();
-    assert_eq!(a.into_csr().nnz(), 3);
+    assert_eq!(a.into_csr().unwrap().nnz(), 3);
 }
 
 #[test]
@@ -474,14 +474,14 @@ fn whitespace_case_comments_crlf_and_bom_are_tolerated() {
              2 1 4.0d-1\r\n\
              % trailing\r\n\
              \r\n";
-    let a = read_str::<f64>(s).unwrap().into_csr();
+    let a = read_str::<f64>(s).unwrap().into_csr().unwrap();
     assert_eq!(a.shape(), (2, 3));
     assert_eq!(a.get(0, 0), Some(1.0));
     assert_eq!(a.get(1, 2), Some(-25.0));
     assert_eq!(a.get(1, 0), Some(0.4));
     // No trailing newline after the last entry.
     let b = read_str::<f64>("%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 7").unwrap();
-    assert_eq!(b.into_csr().get(0, 0), Some(7.0));
+    assert_eq!(b.into_csr().unwrap().get(0, 0), Some(7.0));
 }
 
 #[test]
@@ -504,21 +504,21 @@ fn coordinate_symmetries_expand() {
     assert_eq!(c.values(), &[1.0, 2.0, 2.0, 5.0, 5.0]);
 
     let skew = "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 1\n3 1 2\n";
-    let a = read_str::<f64>(skew).unwrap().into_csr();
+    let a = read_str::<f64>(skew).unwrap().into_csr().unwrap();
     assert_eq!(
         (a.get(2, 0), a.get(0, 2), a.nnz()),
         (Some(2.0), Some(-2.0), 2)
     );
 
     let herm = "%%MatrixMarket matrix coordinate complex hermitian\n2 2 2\n1 1 4 0\n2 1 1.5 -2\n";
-    let a = read_str::<C64>(herm).unwrap().into_csr();
+    let a = read_str::<C64>(herm).unwrap().into_csr().unwrap();
     assert_eq!(a.get(0, 0), Some(C64::new(4.0, 0.0)));
     assert_eq!(a.get(1, 0), Some(C64::new(1.5, -2.0)));
     assert_eq!(a.get(0, 1), Some(C64::new(1.5, 2.0)));
 
     // Both triangles listed: each entry and its partner are summed.
     let both = "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n2 1 1\n1 2 3\n";
-    let a = read_str::<f64>(both).unwrap().into_csr();
+    let a = read_str::<f64>(both).unwrap().into_csr().unwrap();
     assert_eq!((a.get(0, 1), a.get(1, 0)), (Some(4.0), Some(4.0)));
 }
 
@@ -544,13 +544,13 @@ fn array_symmetries_expand() {
 #[test]
 fn pattern_integer_and_duplicates() {
     let pat = "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n2 1\n";
-    let a = read_str::<Complex<f32>>(pat).unwrap().into_csr();
+    let a = read_str::<Complex<f32>>(pat).unwrap().into_csr().unwrap();
     assert_eq!(a.values(), &[Complex::new(1.0, 0.0); 2]);
 
     let int = "%%MatrixMarket matrix coordinate integer general\n2 2 3\n1 1 -7\n1 1 +2\n2 2 9007199254740993\n";
     let c = sparse(read_str::<C64>(int).unwrap());
     assert_eq!(c.nnz(), 3, "duplicates are kept in COO");
-    let a = c.to_csr();
+    let a = c.to_csr().unwrap();
     assert_eq!(a.get(0, 0), Some(C64::new(-5.0, 0.0)), "and summed in CSR");
     assert_eq!(a.get(1, 1), Some(C64::new(9007199254740992.0, 0.0)));
 }
@@ -771,7 +771,7 @@ impl Case {
             }
             _ => panic!("{what}: format changed"),
         }
-        let csr = m.into_csr();
+        let csr = m.into_csr().unwrap();
         let mut bytes = Vec::new();
         matrix_market::write_sparse(&mut bytes, &csr).unwrap();
         assert_eq!(
@@ -930,7 +930,7 @@ fn gzip_members_are_read_through_and_one_byte_reads_work() {
 fn fixture_general_real() {
     let c = sparse(matrix_market::read_path::<f64>(data_path("general_real.mtx")).unwrap());
     assert_eq!((c.shape(), c.nnz()), ((3, 4), 5));
-    let a = c.to_csr();
+    let a = c.to_csr().unwrap();
     assert_eq!(a.nnz(), 4);
     assert_eq!(a.get(0, 0), Some(1.5));
     assert_eq!(a.get(1, 2), Some(-2e-3 + 0.5));
@@ -1021,7 +1021,7 @@ fn check_coo_round_trip<T: Scalar>(c: &Coo<T>) -> Result<(), TestCaseError> {
     matrix_market::write_sparse(&mut bytes, c).unwrap();
     let back = sparse(matrix_market::read::<T, _>(&bytes[..]).unwrap());
     prop_assert!(same_coo(c, &back), "{c:?}\n{back:?}");
-    let csr = c.to_csr();
+    let csr = c.to_csr().unwrap();
     let mut bytes = Vec::new();
     matrix_market::write_sparse(&mut bytes, &csr).unwrap();
     let back = matrix_market::read_csr::<T, _>(&bytes[..]).unwrap();

@@ -101,7 +101,7 @@ fn a_tiny_file_with_u32_max_rows_is_an_error_as_csr() {
 }
 
 #[test]
-fn try_into_csr_reports_memory_it_cannot_have() {
+fn into_csr_reports_memory_it_cannot_have() {
     // An allocation no allocator grants: 2^64 / 8 offsets.
     let m = matrix_market::read::<f64, _>(
         &b"%%MatrixMarket matrix coordinate real general\n4294967295 1 0\n"[..],
@@ -109,7 +109,7 @@ fn try_into_csr_reports_memory_it_cannot_have() {
     .unwrap();
     // 32 GiB may be granted lazily on a large machine; the conversion of this one must then
     // succeed, and fail with OutOfMemory (not abort) elsewhere.
-    match m.try_into_csr() {
+    match m.into_csr() {
         Ok(c) => assert_eq!(c.shape(), (4294967295, 1)),
         Err(MatrixMarketError::OutOfMemory { needed_bytes, .. }) => {
             assert_eq!(needed_bytes, 4294967296 * 8)
@@ -271,7 +271,7 @@ fn a_gzip_announcing_ten_to_the_twelve_entries_fails_at_its_size_line() {
 const GOOD: &[u8] = b"%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1.5\n2 2 -4\n";
 
 fn check_good(m: MatrixMarket<f64>) {
-    let a = m.try_into_csr().unwrap();
+    let a = m.into_csr().unwrap();
     assert_eq!(
         (a.get(0, 0), a.get(1, 1), a.nnz()),
         (Some(1.5), Some(-4.0), 2)

@@ -95,7 +95,7 @@ fn resident_products_of_every_algorithm() {
     for (i, j, v) in rows {
         coo.try_push(i, j, v).unwrap();
     }
-    a = coo.to_csr();
+    a = coo.to_csr().unwrap();
     let expected = reference(&a, &a);
     let expected2 = reference(&expected, &a);
     let ra = gpu.upload(&a).unwrap();

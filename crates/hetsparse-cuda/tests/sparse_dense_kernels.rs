@@ -160,7 +160,7 @@ fn atomic_formats<T: DeviceScalar>() {
         coo.try_push(k % 3, (k * 7) % 3, T::from_f64(0.25 * (k % 5) as f64))
             .expect("push");
     }
-    let a = coo.to_csr();
+    let a = coo.to_csr().expect("CSR");
     check_spmv(
         &b,
         &a,

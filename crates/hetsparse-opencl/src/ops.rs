@@ -826,7 +826,7 @@ fn row_operand<'o, T: Scalar>(
     Ok(match m {
         SparseRef::Ellr(e) => RowOperand::Ellr(e),
         SparseRef::Csr(c) => RowOperand::Csr(c),
-        other => RowOperand::Csr(owned.insert(other.try_to_csr()?.into_owned())),
+        other => RowOperand::Csr(owned.insert(other.to_csr()?.into_owned())),
     })
 }
 

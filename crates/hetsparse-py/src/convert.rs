@@ -235,7 +235,7 @@ impl<T: Scalar> View<'_, T> {
             (Format::Csc, false) => compressed(ncols, nrows, self.major, self.minor, self.data)?
                 .transpose()
                 .map_err(to_py),
-            (Format::Coo, t) => self.coo(t)?.try_to_csr().map_err(to_py),
+            (Format::Coo, t) => self.coo(t)?.to_csr().map_err(to_py),
         }
     }
 

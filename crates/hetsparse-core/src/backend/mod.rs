@@ -496,6 +496,11 @@ pub trait Backend<T: Scalar>: Device {
     /// `C = A · B` for band matrices in DIA format.
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
         check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        if a.ndiags() == 0 || b.ndiags() == 0 {
+            // No band, no product: and the CSR detour would cost row offsets sized by the
+            // shape (32 GiB for u32::MAX rows) for an operand of a few bytes.
+            return Ok(Dia::try_new(a.nrows(), b.ncols(), Vec::new(), Vec::new())?);
+        }
         let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
         Dia::from_csr(&c, u64::MAX)
     }

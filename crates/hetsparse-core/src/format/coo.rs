@@ -10,9 +10,9 @@ use crate::scalar::Scalar;
 /// let mut t = Coo::<f64>::new(2, 2)?;
 /// t.try_push(1, 0, 1.0)?;
 /// t.try_push(1, 0, 2.0)?;
-/// let a = t.to_csr();
+/// let a = t.to_csr()?;
 /// assert_eq!(a.get(1, 0), Some(3.0));
-/// # Ok::<(), hetsparse_core::FormatError>(())
+/// # Ok::<(), hetsparse_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Coo<T> {
@@ -150,18 +150,10 @@ impl<T: Scalar> Coo<T> {
         (self.nrows, self.ncols, self.rows, self.cols, self.values)
     }
 
-    /// Canonical CSR: rows bucketed, each row sorted, repeated entries summed.
-    ///
-    /// # Panics
-    /// When the host cannot hold the result; [`Coo::try_to_csr`] returns that as an error.
-    pub fn to_csr(&self) -> Csr<T> {
-        self.try_to_csr().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// As CSR: entries sorted, repeated entries summed. The `rows + 1` row offsets are sized by
-    /// the shape, not by the entries, so they are allocated fallibly: [`Error::OutOfMemory`]
-    /// when the host cannot hold them.
-    pub fn try_to_csr(&self) -> Result<Csr<T>, Error> {
+    /// As canonical CSR: rows bucketed, each row sorted, repeated entries summed. The
+    /// `rows + 1` row offsets are sized by the shape, not by the entries, so they are allocated
+    /// fallibly: [`Error::OutOfMemory`] when the host cannot hold them.
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
         let nnz = self.rows.len();
         let mut offsets = host::try_filled(self.nrows + 1, 0u64, "CSR row offsets")?;
         for &r in &self.rows {
@@ -221,8 +213,8 @@ mod tests {
             vec![1.0, 2.0, 3.0, 4.0, 5.0],
         )
         .unwrap();
-        let a = c.try_to_csr().unwrap();
-        assert_eq!(a, c.to_csr());
+        let a = c.to_csr().unwrap();
+        assert_eq!(a, c.to_csr().unwrap());
         assert_eq!(a.row_offsets(), &[0, 1, 1, 3]);
         assert_eq!(a.col_indices(), &[2, 0, 1]);
         assert_eq!(a.values(), &[6.0, 3.0, 6.0]);

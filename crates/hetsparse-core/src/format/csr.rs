@@ -429,18 +429,9 @@ impl<T: Scalar> Csr<T> {
         Ok(d)
     }
 
-    /// The stored entries of a dense matrix that are not zero.
-    ///
-    /// # Panics
-    /// When the host cannot hold the `rows + 1` row offsets (a matrix of no columns and very
-    /// many rows); [`Csr::try_from_dense`] returns that as an error instead.
-    pub fn from_dense(d: &Dense<T>) -> Self {
-        Self::try_from_dense(d).unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The stored entries of a dense matrix that are not zero; [`Error::OutOfMemory`] when the
     /// host cannot hold the `rows + 1` row offsets.
-    pub fn try_from_dense(d: &Dense<T>) -> Result<Self, Error> {
+    pub fn from_dense(d: &Dense<T>) -> Result<Self, Error> {
         let zero = T::zero();
         let mut row_offsets = host::try_with_capacity(d.nrows() + 1, "CSR row offsets")?;
         row_offsets.push(0);
@@ -716,8 +707,11 @@ mod tests {
         assert_eq!(p.values(), &[4.0, 5.0]);
         assert!(a.rows(2..4).is_err());
         assert!(a.column_panel(3..5).is_err());
-        assert_eq!(Csr::from_dense(&a.to_dense(Layout::ColMajor).unwrap()), a);
-        assert_eq!(a.to_coo().try_to_csr().unwrap(), a);
+        assert_eq!(
+            Csr::from_dense(&a.to_dense(Layout::ColMajor).unwrap()).unwrap(),
+            a
+        );
+        assert_eq!(a.to_coo().to_csr().unwrap(), a);
         let c = Csc::from_csr(&a).unwrap();
         assert_eq!(c.col(0), (&[0u32, 2][..], &[1.0, 3.0][..]));
         assert_eq!(c.to_csr().unwrap(), a);

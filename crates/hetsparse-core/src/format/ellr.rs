@@ -1,5 +1,6 @@
 use super::{check_len, check_shape, Csr};
 use crate::error::{Error, FormatError};
+use crate::host;
 use crate::scalar::Scalar;
 
 /// Rows of ELLPACK-R storage are padded to a multiple of this, so that each column of `E` and `J`
@@ -155,12 +156,15 @@ impl<T: Scalar> Ellr<T> {
         })
     }
 
-    /// The same matrix in CSR (explicit zeros inside rows kept).
-    pub fn to_csr(&self) -> Csr<T> {
-        let mut row_offsets = Vec::with_capacity(self.nrows + 1);
+    /// The same matrix in CSR (explicit zeros inside rows kept); [`Error::OutOfMemory`] when
+    /// the host cannot hold it.
+    pub fn to_csr(&self) -> Result<Csr<T>, Error> {
+        let mut row_offsets = host::try_with_capacity(self.nrows + 1, "CSR row offsets")?;
         row_offsets.push(0u64);
-        let mut cols = Vec::new();
-        let mut vals = Vec::new();
+        // nnz is at most the stored slots, which are in memory already.
+        let nnz = self.nnz() as usize;
+        let mut cols = host::try_with_capacity(nnz, "CSR column indices")?;
+        let mut vals = host::try_with_capacity(nnz, "CSR values")?;
         for i in 0..self.nrows {
             for k in 0..self.row_lengths[i] as usize {
                 cols.push(self.col_indices[k * self.padded_rows + i]);
@@ -169,7 +173,7 @@ impl<T: Scalar> Ellr<T> {
             row_offsets.push(cols.len() as u64);
         }
         // SAFETY: validated on construction: in bounds and sorted per row.
-        unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, row_offsets, cols, vals) }
+        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, row_offsets, cols, vals) })
     }
 
     /// Number of rows.
@@ -228,7 +232,7 @@ mod tests {
         assert_eq!((e.padded_rows(), e.width()), (32, 3));
         assert_eq!(e.row_lengths(), &[2, 0, 3]);
         assert_eq!(e.values()[32 + 2], 4.0);
-        assert_eq!(e.to_csr(), a);
+        assert_eq!(e.to_csr().unwrap(), a);
         assert!(Ellr::from_csr(&a, 100).is_err());
         let (v, j, r) = (
             e.values().to_vec(),

@@ -121,25 +121,16 @@ impl<'a, T: Scalar> SparseRef<'a, T> {
         }
     }
 
-    /// The matrix as CSR, borrowed when it already is.
-    ///
-    /// # Panics
-    /// When the host cannot hold the CSR copy; [`SparseRef::try_to_csr`] returns that as an
-    /// error instead.
-    pub fn to_csr(&self) -> Cow<'a, Csr<T>> {
-        self.try_to_csr().unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The matrix as CSR, borrowed when it already is; [`Error::OutOfMemory`] when the host
     /// cannot hold the copy (its `rows + 1` row offsets are sized by the shape, not the entries).
     /// DIA and BSR keep the non-zero values of their bands and blocks: a zero there is padding.
-    pub fn try_to_csr(&self) -> Result<Cow<'a, Csr<T>>, Error> {
+    pub fn to_csr(&self) -> Result<Cow<'a, Csr<T>>, Error> {
         Ok(match *self {
             SparseRef::Csr(m) => Cow::Borrowed(m),
             SparseRef::Csc(m) => Cow::Owned(m.to_csr()?),
-            SparseRef::Coo(m) => Cow::Owned(m.try_to_csr()?),
+            SparseRef::Coo(m) => Cow::Owned(m.to_csr()?),
             SparseRef::Dia(m) => Cow::Owned(m.to_csr()?),
-            SparseRef::Ellr(m) => Cow::Owned(m.to_csr()),
+            SparseRef::Ellr(m) => Cow::Owned(m.to_csr()?),
             SparseRef::Cspr(m) => Cow::Owned(m.to_csr()?),
             SparseRef::Bsr(m) => Cow::Owned(m.to_csr()?),
         })

@@ -40,7 +40,7 @@
 //!   its last one.
 //! - Memory is bounded whatever the file says ([`ReadOptions`]): no line may be longer than
 //!   [`ReadOptions::max_line_bytes`] (1 MiB by default), and what the size line announces
-//!   must fit [`ReadOptions::max_bytes`] (the machine's memory by default), or the read fails
+//!   must fit [`ReadOptions::max_bytes`] (the machine's available memory by default), or the read fails
 //!   at the size line with [`MatrixMarketError::MemoryLimit`] — a gzip file announcing 10^12
 //!   entries fails before its first entry. The arrays then grow with the entries actually
 //!   read (a short file announcing many entries fails with "fewer entries than announced" at
@@ -203,8 +203,9 @@ pub struct Header {
 /// Limits that keep a reader's memory bounded whatever the file says.
 ///
 /// The defaults fit any real Matrix Market file: lines up to 1 MiB, and as much memory as the
-/// machine has (on Linux; unlimited elsewhere). A service reading files it does not trust sets
-/// [`max_bytes`](Self::max_bytes) to what it can spare.
+/// machine has available when the options are made (on Linux; unlimited where that cannot be
+/// read). A service reading files it does not trust sets [`max_bytes`](Self::max_bytes) to
+/// what it can spare.
 ///
 /// ```
 /// use hetsparse_core::matrix_market::{self, ReadOptions};
@@ -223,8 +224,10 @@ pub struct ReadOptions {
     /// comment included, is a [`MatrixMarketError::Parse`] error as soon as this many bytes of it
     /// have been read.
     pub max_line_bytes: usize,
-    /// Most bytes the matrix may take once read (default: the machine's physical memory on
-    /// Linux, unlimited elsewhere): COO triplets (twice the announced count for symmetric
+    /// Most bytes the matrix may take once read (default: the memory the machine has available
+    /// when the options are made, `MemAvailable` on Linux, so that a small file announcing a
+    /// huge shape is refused rather than pushing the host into swap or the OOM killer;
+    /// unlimited where it cannot be read): COO triplets (twice the announced count for symmetric
     /// files), the dense array, and, for the `read_csr*` functions, the CSR arrays too. It is
     /// checked against what the size line announces, before any entry is read, so a file that
     /// announces more fails at once with [`MatrixMarketError::MemoryLimit`]; the arrays then
@@ -237,7 +240,13 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             max_line_bytes: 1 << 20,
-            max_bytes: physical_memory().unwrap_or(u64::MAX),
+            max_bytes: match crate::host_available_bytes() {
+                0 => match crate::host_memory_bytes() {
+                    0 => u64::MAX,
+                    total => total,
+                },
+                available => available,
+            },
         }
     }
 }
@@ -253,26 +262,6 @@ impl ReadOptions {
     pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
         self.max_bytes = max_bytes;
         self
-    }
-}
-
-/// Bytes of physical memory, where the operating system says.
-fn physical_memory() -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: sysconf has no preconditions.
-        let (pages, page) = unsafe {
-            (
-                libc::sysconf(libc::_SC_PHYS_PAGES),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
-        let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
-        pages.checked_mul(page).filter(|&b| b > 0)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        None
     }
 }
 
@@ -297,19 +286,10 @@ impl<T: Scalar> MatrixMarket<T> {
 
     /// As CSR: triplets are sorted and repeated entries summed ([`Coo::to_csr`]); a dense matrix
     /// keeps its non-zero values only ([`Csr::from_dense`]). CSR stores an offset per row, so a
-    /// tiny file can describe a matrix whose CSR form does not fit in memory: for input that is
-    /// not trusted, [`try_into_csr`](Self::try_into_csr) returns an error instead.
-    pub fn into_csr(self) -> Csr<T> {
-        match self {
-            MatrixMarket::Sparse(c) => c.to_csr(),
-            MatrixMarket::Dense(d) => Csr::from_dense(&d),
-        }
-    }
-
-    /// As CSR, like [`into_csr`](Self::into_csr), with every allocation fallible
-    /// ([`MatrixMarketError::OutOfMemory`] instead of an abort) and rows sorted on every core of
-    /// the current rayon pool. Takes the triplets' memory back as it goes.
-    pub fn try_into_csr(self) -> Result<Csr<T>, MatrixMarketError> {
+    /// tiny file can describe a matrix whose CSR form does not fit in memory: every allocation
+    /// is fallible ([`MatrixMarketError::OutOfMemory`] instead of an abort). Rows are sorted on
+    /// every core of the current rayon pool, and the triplets' memory is given back as it goes.
+    pub fn into_csr(self) -> Result<Csr<T>, MatrixMarketError> {
         match self {
             MatrixMarket::Sparse(c) => convert::coo_to_csr(c),
             MatrixMarket::Dense(d) => convert::dense_to_csr(&d),

@@ -59,7 +59,7 @@ pub fn read_path_with<T: Scalar>(
     read_with(open(path.as_ref())?, options)
 }
 
-/// Reads a `coordinate` or `array` file into CSR (see [`MatrixMarket::try_into_csr`]).
+/// Reads a `coordinate` or `array` file into CSR (see [`MatrixMarket::into_csr`]).
 pub fn read_csr<T: Scalar, R: BufRead>(reader: R) -> Result<Csr<T>, MatrixMarketError> {
     read_csr_with(reader, &ReadOptions::default())
 }
@@ -72,7 +72,7 @@ pub fn read_csr_with<T: Scalar, R: BufRead>(
 ) -> Result<Csr<T>, MatrixMarketError> {
     let m = read_any(reader, options, Target::Csr)?;
     let _span = tracing::debug_span!("matrix_market::to_csr").entered();
-    m.try_into_csr()
+    m.into_csr()
 }
 
 /// Reads a `coordinate` or `array` file from a path into CSR, gzip-compressed or not.

@@ -41,7 +41,13 @@ pub fn write_sparse<'a, T: Scalar, W: Write>(
             })?;
         }
         other => {
-            let csr = other.to_csr();
+            // The only way the conversion fails is memory for the CSR copy.
+            let csr = other.to_csr().map_err(|e| match e {
+                crate::Error::OutOfMemory {
+                    what, needed_bytes, ..
+                } => MatrixMarketError::OutOfMemory { what, needed_bytes },
+                other => MatrixMarketError::Unsupported(other.to_string()),
+            })?;
             header(&mut w, csr.nnz())?;
             let offsets = csr.row_offsets();
             let (cols, values) = (csr.col_indices(), csr.values());
