@@ -40,19 +40,21 @@ mod dia;
 mod memory;
 mod multiply;
 mod plan;
+mod reuse;
 mod spgemm;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use hetsparse_core::backend::check;
-use hetsparse_core::backend::plan::execute_on_host;
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceKind, Error, Operation, PlusTimes, ProductChunk, ResidentCsr, Result,
-    RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
-    SpmmOptions, SpmvOptions, VectorOperand,
+    DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlusTimes, ProductChunk,
+    ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm,
+    SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 /// The SpGEMM algorithms this backend runs.
@@ -219,16 +221,36 @@ impl<T: Scalar> Backend<T> for CpuBackend {
                 <Self as Backend<T>>::spgemm_with(self, a, b, options, &RunControl::unwatched())?;
             Ok((c, hetsparse_core::analysis::total_products(ha, hb)?))
         })?;
-        // Each thread's position map and accumulator.
+        let structure = HostStructure::of(&c);
+        let positions =
+            self.install(|| reuse::Positions::build(&structure, ha, hb, std::mem::size_of::<T>()))?;
+        // Each thread's accumulator (a row of C or a dense window) and position map; the
+        // position table, which the plan holds and every execution reads.
         let per_thread = (hb.ncols() as u64) * 4 + (hb.ncols() as u64).min(c.nnz()) * 16;
-        Ok(SpgemmPlan::on_host(
+        let table = positions.as_ref().map_or(0, reuse::Positions::bytes);
+        let mut requirement = MemoryRequirement::default();
+        requirement.output_bytes = csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
+        requirement.work_bytes = per_thread
+            .saturating_mul(self.threads as u64)
+            .saturating_add(table);
+        tracing::debug!(
+            position_table_bytes = table,
+            c_bytes = requirement.output_bytes,
+            "SpGEMM plan"
+        );
+        let structure = match positions {
+            Some(p) => structure.with_extension(p),
+            None => structure,
+        };
+        Ok(SpgemmPlan::from_state(
             self.memory_space(),
             options.clone(),
-            &a,
-            &b,
-            &c,
+            OperandPattern::of(&a),
+            OperandPattern::of(&b),
+            c.nnz(),
             products,
-            per_thread.saturating_mul(self.threads as u64),
+            requirement,
+            structure,
         ))
     }
 
@@ -239,7 +261,23 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        self.install(|| execute_on_host(self, plan, a, b, run))
+        let space = self.memory_space();
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        plan.check_operands(&space, &a, &b)?;
+        // Plans of other host backends hold the structure alone.
+        let structure = plan
+            .state::<HostStructure>()
+            .ok_or_else(|| Error::Internal {
+                backend: "cpu".into(),
+                what: "a SpGEMM plan of host memory without its structure".into(),
+            })?;
+        run.checkpoint()?;
+        run.add_planned(plan.products());
+        let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
+        let c = self.install(|| {
+            reuse::numeric::<T, PlusTimes>(structure, structure.extension(), ha, hb, run)
+        })?;
+        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
     }
 
     fn spgemm_chunks(
