@@ -224,9 +224,9 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         let structure = HostStructure::of(&c);
         let positions =
             self.install(|| reuse::Positions::build(&structure, ha, hb, std::mem::size_of::<T>()))?;
-        // Each thread's accumulator (a row of C or a dense window) and position map; the
-        // position table, which the plan holds and every execution reads.
-        let per_thread = (hb.ncols() as u64) * 4 + (hb.ncols() as u64).min(c.nnz()) * 16;
+        // Each thread's buffers, and the position table, which the plan holds and every
+        // execution reads.
+        let per_thread = reuse::scratch_bytes::<T>(&structure, positions.is_some());
         let table = positions.as_ref().map_or(0, reuse::Positions::bytes);
         let mut requirement = MemoryRequirement::default();
         requirement.output_bytes = csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());

@@ -305,13 +305,15 @@ pub(crate) fn numeric<T: Scalar, S: Semiring<T>>(
         rest = tail;
         consumed = end;
     }
+    let (ra, rb) = (Rows::of(a), Rows::of(b));
     pieces.into_par_iter().try_for_each_init(
         Scratch::<T::Acc>::default,
         |scratch, (batch, piece)| -> Result<()> {
             run.checkpoint()?;
             let rows = batch * BATCH_ROWS..((batch + 1) * BATCH_ROWS).min(nrows);
             let out = Out {
-                structure,
+                offsets,
+                cols: structure.col_indices(),
                 base: offsets[rows.start],
                 piece,
             };
@@ -320,18 +322,18 @@ pub(crate) fn numeric<T: Scalar, S: Semiring<T>>(
                     let span = p.batch_starts[batch] as usize..p.batch_starts[batch + 1] as usize;
                     match &p.table {
                         Table::Byte(t) => {
-                            by_position::<T, S, u8>(a, b, rows, &t[span], out, scratch)
+                            by_position::<T, S, u8>(ra, rb, rows, &t[span], out, scratch)
                         }
                         Table::Half(t) => {
-                            by_position::<T, S, u16>(a, b, rows, &t[span], out, scratch)
+                            by_position::<T, S, u16>(ra, rb, rows, &t[span], out, scratch)
                         }
                         Table::Word(t) => {
-                            by_position::<T, S, u32>(a, b, rows, &t[span], out, scratch)
+                            by_position::<T, S, u32>(ra, rb, rows, &t[span], out, scratch)
                         }
                     }
                     .map_err(|(planned, found)| mismatch(batch, planned, found))?
                 }
-                None => by_window::<T, S>(a, b, rows, out, scratch)?,
+                None => by_window::<T, S>(ra, rb, b.ncols(), rows, out, scratch)?,
             };
             run.add_done(products);
             Ok(())
@@ -340,6 +342,30 @@ pub(crate) fn numeric<T: Scalar, S: Semiring<T>>(
     // SAFETY: the batches tile C's entries and each row wrote every value of its range.
     unsafe { values.set_len(nnz) };
     structure.with_values(values)
+}
+
+/// Bytes of one thread's buffers in an execution of a plan over `structure`, with or without
+/// a position table: an accumulator as long as C's longest row, or as a dense window, and
+/// without a table a column map for long rows of wide windows.
+pub(crate) fn scratch_bytes<T: Scalar>(structure: &HostStructure, table: bool) -> u64 {
+    let offsets = structure.row_offsets();
+    let longest = (0..structure.nrows())
+        .into_par_iter()
+        .map(|i| offsets[i + 1] - offsets[i])
+        .max()
+        .unwrap_or(0);
+    let ncols = structure.ncols() as u64;
+    let (acc, map) = if table {
+        (longest, 0)
+    } else {
+        let map = if ncols <= POSITION_MAP_MAX_COLS as u64 {
+            ncols
+        } else {
+            0
+        };
+        (longest.max(ncols.min(DENSE_WINDOW_MAX as u64)), map)
+    };
+    acc * std::mem::size_of::<T::Acc>() as u64 + map * 4
 }
 
 /// Per-thread buffers of an execution.
@@ -361,44 +387,76 @@ impl<A> Default for Scratch<A> {
 
 /// A batch's rows of C: the structure and the batch's values, from offset `base`.
 struct Out<'a, T> {
-    structure: &'a HostStructure,
+    offsets: &'a [u64],
+    cols: &'a [u32],
     base: u64,
     piece: &'a mut [MaybeUninit<T>],
 }
 
 impl<T> Out<'_, T> {
     /// Row `i`'s columns and value slots.
-    #[inline]
+    #[inline(always)]
     fn row(&mut self, i: usize) -> (&[u32], &mut [MaybeUninit<T>]) {
-        let offsets = self.structure.row_offsets();
-        let (lo, hi) = (offsets[i] as usize, offsets[i + 1] as usize);
+        let (lo, hi) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
         let base = self.base as usize;
-        (
-            &self.structure.col_indices()[lo..hi],
-            &mut self.piece[lo - base..hi - base],
-        )
+        (&self.cols[lo..hi], &mut self.piece[lo - base..hi - base])
     }
 }
 
-#[inline(always)]
-fn prefetch_b_values<T: Scalar>(b: &Csr<T>, a_cols: &[u32], e: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(&k) = a_cols.get(e + PREFETCH_AHEAD) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = b.row_offsets()[k as usize] as usize;
-        // SAFETY: a prefetch never faults; `start` is at most nnz(B), one past the end at
-        // worst, which pointer arithmetic may name.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(b.values().as_ptr().add(start).cast()) };
+/// A CSR operand's arrays, read row by row.
+#[derive(Clone, Copy)]
+struct Rows<'a, T> {
+    offsets: &'a [u64],
+    cols: &'a [u32],
+    values: &'a [T],
+}
+
+impl<'a, T: Scalar> Rows<'a, T> {
+    fn of(m: &'a Csr<T>) -> Self {
+        Rows {
+            offsets: m.row_offsets(),
+            cols: m.col_indices(),
+            values: m.values(),
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (b, a_cols, e);
+
+    #[inline(always)]
+    fn span(&self, i: usize) -> std::ops::Range<usize> {
+        self.offsets[i] as usize..self.offsets[i + 1] as usize
+    }
+
+    #[inline(always)]
+    fn row(&self, i: usize) -> (&'a [u32], &'a [T]) {
+        let span = self.span(i);
+        (&self.cols[span.clone()], &self.values[span])
+    }
+
+    #[inline(always)]
+    fn row_values(&self, i: usize) -> &'a [T] {
+        &self.values[self.span(i)]
+    }
+
+    /// Prefetches the values of the row of B of entry `e + PREFETCH_AHEAD` of `a_cols`.
+    #[inline(always)]
+    fn prefetch_values(&self, a_cols: &[u32], e: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(&k) = a_cols.get(e + PREFETCH_AHEAD) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let start = self.offsets[k as usize] as usize;
+            // SAFETY: a prefetch never faults; `start` is at most the number of entries, one
+            // past the end at worst, which pointer arithmetic may name.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.values.as_ptr().add(start).cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (a_cols, e);
+    }
 }
 
 /// Rows `rows` through their positions `table` (the batch's): returns the products, or the
 /// planned and found products where they disagree or a position falls outside its row.
 fn by_position<T: Scalar, S: Semiring<T>, P: Position>(
-    a: &Csr<T>,
-    b: &Csr<T>,
+    a: Rows<'_, T>,
+    b: Rows<'_, T>,
     rows: std::ops::Range<usize>,
     table: &[P],
     mut out: Out<'_, T>,
@@ -415,8 +473,8 @@ fn by_position<T: Scalar, S: Semiring<T>, P: Position>(
         let acc = &mut scratch.acc[..n];
         let (a_cols, a_vals) = a.row(i);
         for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
-            prefetch_b_values(b, a_cols, e);
-            let b_vals = b.row(k as usize).1;
+            b.prefetch_values(a_cols, e);
+            let b_vals = b.row_values(k as usize);
             let Some(at) = table.get(cursor..cursor + b_vals.len()) else {
                 return Err((planned, (cursor + b_vals.len()) as u64));
             };
@@ -441,21 +499,21 @@ fn by_position<T: Scalar, S: Semiring<T>, P: Position>(
 /// Rows `rows` without positions: dense windows where narrow, else a search per product.
 /// Returns the products.
 fn by_window<T: Scalar, S: Semiring<T>>(
-    a: &Csr<T>,
-    b: &Csr<T>,
+    a: Rows<'_, T>,
+    b: Rows<'_, T>,
+    ncols: usize,
     rows: std::ops::Range<usize>,
     mut out: Out<'_, T>,
     scratch: &mut Scratch<T::Acc>,
 ) -> Result<u64> {
-    let ncols = b.ncols();
     let mut products = 0u64;
     for i in rows {
         let (row_cols, slots) = out.row(i);
         let (a_cols, a_vals) = a.row(i);
         let (Some(&first), Some(&last)) = (row_cols.first(), row_cols.last()) else {
             // An empty row of C: every product would be outside it.
-            if let Some(&k) = a_cols.iter().find(|&&k| b.row_nnz(k as usize) > 0) {
-                return Err(outside(i, b.row(k as usize).0[0]));
+            if let Some(&j) = a_cols.iter().find_map(|&k| b.row(k as usize).0.first()) {
+                return Err(outside(i, j));
             }
             continue;
         };
@@ -466,7 +524,7 @@ fn by_window<T: Scalar, S: Semiring<T>>(
             }
             let dense = &mut scratch.acc[..window];
             for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
-                prefetch_b_values(b, a_cols, e);
+                b.prefetch_values(a_cols, e);
                 let (b_cols, b_vals) = b.row(k as usize);
                 products += b_cols.len() as u64;
                 for (&j, &bv) in b_cols.iter().zip(b_vals) {
@@ -497,7 +555,7 @@ fn by_window<T: Scalar, S: Semiring<T>>(
         }
         let acc = &mut scratch.acc[..n];
         for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
-            prefetch_b_values(b, a_cols, e);
+            b.prefetch_values(a_cols, e);
             let (b_cols, b_vals) = b.row(k as usize);
             products += b_cols.len() as u64;
             for (&j, &bv) in b_cols.iter().zip(b_vals) {

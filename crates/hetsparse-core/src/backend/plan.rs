@@ -277,18 +277,22 @@ impl HostStructure {
         self.extension.as_ref()?.downcast_ref::<E>()
     }
     /// Rows of the product.
+    #[inline]
     pub fn nrows(&self) -> usize {
         self.row_offsets.len() - 1
     }
     /// Columns of the product.
+    #[inline]
     pub fn ncols(&self) -> usize {
         self.ncols
     }
     /// Row offsets (`nrows + 1`, from 0 to the number of entries).
+    #[inline]
     pub fn row_offsets(&self) -> &[u64] {
         &self.row_offsets
     }
     /// Column indices, sorted within each row.
+    #[inline]
     pub fn col_indices(&self) -> &[u32] {
         &self.col_indices
     }
