@@ -17,6 +17,9 @@
 //!   panels where the product is wide).
 //!   Column-Row (outer products, Matam Alg. 2), DIA×DIA (Matam Alg. 3) and BSR×BSR are native
 //!   kernels too.
+//! - **Plans** keep C's structure and, where they fit in C's own memory, each product's position
+//!   in its row of C (else B's runs of consecutive columns): executing one with new values is a
+//!   gather-multiply-scatter with no search and no column index written.
 //! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.
 //! - **SpMV and SpMM** run native loops per format (CSR, CSC, COO, DIA, ELLPACK-R, CSPR, BSR),
 //!   parallel over rows.
@@ -222,26 +225,23 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             Ok((c, hetsparse_core::analysis::total_products(ha, hb)?))
         })?;
         let structure = HostStructure::of(&c);
-        let positions =
-            self.install(|| reuse::Positions::build(&structure, ha, hb, std::mem::size_of::<T>()))?;
-        // Each thread's buffers, and the position table, which the plan holds and every
-        // execution reads.
-        let per_thread = reuse::scratch_bytes::<T>(&structure, positions.is_some());
-        let table = positions.as_ref().map_or(0, reuse::Positions::bytes);
+        let tables = self.install(|| reuse::Tables::build(&structure, ha, hb))?;
+        // Each thread's buffers, and the tables, which the plan holds and every execution
+        // reads.
+        let per_thread = reuse::scratch_bytes::<T>(&structure, tables.positions.is_some());
         let mut requirement = MemoryRequirement::default();
         requirement.output_bytes = csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
         requirement.work_bytes = per_thread
             .saturating_mul(self.threads as u64)
-            .saturating_add(table);
+            .saturating_add(tables.bytes());
         tracing::debug!(
-            position_table_bytes = table,
+            position_table = tables.positions.is_some(),
+            runs_of_b = tables.runs.is_some(),
+            table_bytes = tables.bytes(),
             c_bytes = requirement.output_bytes,
             "SpGEMM plan"
         );
-        let structure = match positions {
-            Some(p) => structure.with_extension(p),
-            None => structure,
-        };
+        let structure = structure.with_extension(tables);
         Ok(SpgemmPlan::from_state(
             self.memory_space(),
             options.clone(),

@@ -13,15 +13,18 @@
 //!   which products of few products per entry of C (road, power law) stay within.
 //! - **Dense windows**: other rows (stencils, whose rows revisit each entry many times) are
 //!   accumulated in a dense array over their window of C (first to last column), then read out
-//!   by the row's columns: no bitmap, no hash, no probing.
+//!   by the row's columns: no bitmap, no hash, no probing. Where B's rows are made of runs of
+//!   consecutive columns (a node's unknowns, neighbours along a grid line), the plan keeps
+//!   them ([`Runs`]) and each run is one contiguous, vectorised update of the window.
 //! - Rows too wide for a dense window search their position: a binary search in short rows, a
 //!   per-thread column→position map in long ones.
 //!
 //! Operands are matched to the plan by their pattern identities (shape, entry count and a hash
-//! of offsets and column indices, [`SpgemmPlan::check_operands`]) before anything runs. Every
-//! path also checks what it can afford without slowing down: the products of each batch of
-//! rows against the table's, each position against its row, each column against its row's
-//! window; none writes outside C's values.
+//! of offsets and column indices, `SpgemmPlan::check_operands`) before anything runs: the
+//! tables trust that match for where values go. Every path also checks what it can afford
+//! without slowing down: the products of each batch of rows against the table's, each
+//! position against its row, each column or run against its row's window, each row of B
+//! against its runs; none writes outside C's values, whatever it is given.
 
 use std::mem::MaybeUninit;
 
@@ -161,6 +164,104 @@ impl Positions {
     }
 }
 
+/// B's rows as runs of consecutive columns, `(first column, length)`, for products without a
+/// position table whose B is made of such runs (stencils: a node's unknowns, neighbours along
+/// a grid line): a row of C then accumulates each run as one contiguous, vectorised update of
+/// its dense window, with no column index per product.
+#[derive(Debug)]
+pub(crate) struct Runs {
+    /// `B.nrows + 1` offsets into `runs`.
+    row_starts: Vec<u64>,
+    runs: Vec<(u32, u32)>,
+}
+
+/// B's entries per run at least this many on average for [`Runs`] to pay (and the runs then
+/// take at most a quarter of B's column indices' memory, twice over).
+const MIN_RUN: u64 = 4;
+
+impl Runs {
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> u64 {
+        8 * self.row_starts.len() as u64 + 8 * self.runs.len() as u64
+    }
+
+    /// B's runs, or `None` where they are shorter than [`MIN_RUN`] on average.
+    pub(crate) fn build<T: Scalar>(b: &Csr<T>) -> Option<Runs> {
+        let runs_of = |i: usize| -> u64 {
+            let cols = b.row(i).0;
+            cols.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
+                + u64::from(!cols.is_empty())
+        };
+        let counts: Vec<u64> = (0..b.nrows()).into_par_iter().map(runs_of).collect();
+        let total: u64 = counts.iter().sum();
+        if total.saturating_mul(MIN_RUN) > b.nnz() {
+            return None;
+        }
+        let mut row_starts = Vec::with_capacity(counts.len() + 1);
+        row_starts.push(0u64);
+        let mut sum = 0;
+        for c in &counts {
+            sum += c;
+            row_starts.push(sum);
+        }
+        let runs: Vec<(u32, u32)> = (0..b.nrows())
+            .into_par_iter()
+            .flat_map_iter(|i| {
+                let cols = b.row(i).0;
+                let mut out = Vec::with_capacity(counts[i] as usize);
+                let mut e = 0;
+                while e < cols.len() {
+                    let mut end = e + 1;
+                    while end < cols.len() && cols[end] == cols[end - 1] + 1 {
+                        end += 1;
+                    }
+                    out.push((cols[e], (end - e) as u32));
+                    e = end;
+                }
+                out
+            })
+            .collect();
+        Some(Runs { row_starts, runs })
+    }
+
+    #[inline(always)]
+    fn row(&self, k: usize) -> &[(u32, u32)] {
+        &self.runs[self.row_starts[k] as usize..self.row_starts[k + 1] as usize]
+    }
+}
+
+/// What a CPU plan keeps beside C's structure (an extension of its
+/// [`HostStructure`](hetsparse_core::backend::plan::HostStructure)).
+#[derive(Debug, Default)]
+pub(crate) struct Tables {
+    pub(crate) positions: Option<Positions>,
+    pub(crate) runs: Option<Runs>,
+}
+
+impl Tables {
+    /// The tables of `structure`, the product of A's and B's patterns (see [`Positions`] and
+    /// [`Runs`]); runs on the current pool.
+    pub(crate) fn build<T: Scalar>(
+        structure: &HostStructure,
+        a: &Csr<T>,
+        b: &Csr<T>,
+    ) -> Result<Tables> {
+        let positions = Positions::build(structure, a, b, std::mem::size_of::<T>())?;
+        let runs = if positions.is_none() {
+            Runs::build(b)
+        } else {
+            None
+        };
+        Ok(Tables { positions, runs })
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.positions.as_ref().map_or(0, Positions::bytes)
+            + self.runs.as_ref().map_or(0, Runs::bytes)
+    }
+}
+
 /// Intermediate products of row `i` of A·B.
 fn row_products<T: Scalar>(a: &Csr<T>, b: &Csr<T>, i: usize) -> u64 {
     a.row(i).0.iter().map(|&k| b.row_nnz(k as usize)).sum()
@@ -257,11 +358,19 @@ fn mismatch(batch: usize, planned: u64, found: u64) -> Error {
 /// between batches of rows and reporting each batch's products to it.
 pub(crate) fn numeric<T: Scalar, S: Semiring<T>>(
     structure: &HostStructure,
-    positions: Option<&Positions>,
+    tables: Option<&Tables>,
     a: &Csr<T>,
     b: &Csr<T>,
     run: &RunControl,
 ) -> Result<Csr<T>> {
+    let positions = tables.and_then(|t| t.positions.as_ref());
+    let runs = tables.and_then(|t| t.runs.as_ref());
+    if runs.is_some_and(|r| r.row_starts.len() != b.nrows() + 1) {
+        return Err(Error::PatternMismatch {
+            operand: "B",
+            detail: format!("the plan's runs of B are not of a B of {} rows", b.nrows()),
+        });
+    }
     let nrows = a.nrows();
     if structure.nrows() != nrows || structure.ncols() != b.ncols() || a.ncols() != b.nrows() {
         return Err(Error::PatternMismatch {
@@ -333,7 +442,7 @@ pub(crate) fn numeric<T: Scalar, S: Semiring<T>>(
                     }
                     .map_err(|(planned, found)| mismatch(batch, planned, found))?
                 }
-                None => by_window::<T, S>(ra, rb, b.ncols(), rows, out, scratch)?,
+                None => by_window::<T, S>(ra, rb, runs, b.ncols(), rows, out, scratch)?,
             };
             run.add_done(products);
             Ok(())
@@ -501,6 +610,7 @@ fn by_position<T: Scalar, S: Semiring<T>, P: Position>(
 fn by_window<T: Scalar, S: Semiring<T>>(
     a: Rows<'_, T>,
     b: Rows<'_, T>,
+    runs: Option<&Runs>,
     ncols: usize,
     rows: std::ops::Range<usize>,
     mut out: Out<'_, T>,
@@ -523,15 +633,45 @@ fn by_window<T: Scalar, S: Semiring<T>>(
                 scratch.acc.resize(window, S::zero());
             }
             let dense = &mut scratch.acc[..window];
-            for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
-                b.prefetch_values(a_cols, e);
-                let (b_cols, b_vals) = b.row(k as usize);
-                products += b_cols.len() as u64;
-                for (&j, &bv) in b_cols.iter().zip(b_vals) {
-                    let Some(slot) = dense.get_mut(j.wrapping_sub(first) as usize) else {
-                        return Err(outside(i, j));
-                    };
-                    *slot = S::fma(*slot, av, bv);
+            if let Some(runs) = runs {
+                for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+                    b.prefetch_values(a_cols, e);
+                    let b_vals = b.row_values(k as usize);
+                    products += b_vals.len() as u64;
+                    let mut p = 0;
+                    for &(col, len) in runs.row(k as usize) {
+                        let (start, len) = (col.wrapping_sub(first) as usize, len as usize);
+                        let (Some(dst), Some(src)) =
+                            (dense.get_mut(start..start + len), b_vals.get(p..p + len))
+                        else {
+                            return Err(outside(i, col));
+                        };
+                        for (d, &bv) in dst.iter_mut().zip(src) {
+                            *d = S::fma(*d, av, bv);
+                        }
+                        p += len;
+                    }
+                    if p != b_vals.len() {
+                        return Err(Error::PatternMismatch {
+                            operand: "B",
+                            detail: format!(
+                                "row {k} has {} entries, the plan's runs {p}",
+                                b_vals.len()
+                            ),
+                        });
+                    }
+                }
+            } else {
+                for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+                    b.prefetch_values(a_cols, e);
+                    let (b_cols, b_vals) = b.row(k as usize);
+                    products += b_cols.len() as u64;
+                    for (&j, &bv) in b_cols.iter().zip(b_vals) {
+                        let Some(slot) = dense.get_mut(j.wrapping_sub(first) as usize) else {
+                            return Err(outside(i, j));
+                        };
+                        *slot = S::fma(*slot, av, bv);
+                    }
                 }
             }
             for (dst, &j) in slots.iter_mut().zip(row_cols) {
@@ -591,12 +731,12 @@ mod tests {
     use hetsparse_core::generate::{product_operands, MatrixClass};
     use hetsparse_core::{reference, PlusTimes};
 
-    /// The plan state of `a·b` (its structure from the reference product) and its table.
-    fn planned(a: &Csr<f64>, b: &Csr<f64>) -> (HostStructure, Option<Positions>) {
+    /// The plan state of `a·b` (its structure from the reference product) and its tables.
+    fn planned(a: &Csr<f64>, b: &Csr<f64>) -> (HostStructure, Tables) {
         let c = reference::spgemm::<f64, PlusTimes>(a, b).expect("reference product");
         let structure = HostStructure::of(&c);
-        let positions = Positions::build(&structure, a, b, 8).expect("positions");
-        (structure, positions)
+        let tables = Tables::build(&structure, a, b).expect("tables");
+        (structure, tables)
     }
 
     /// Other values on the same pattern.
@@ -607,19 +747,29 @@ mod tests {
         m.with_values(values).expect("values")
     }
 
-    /// Both paths (with and without the table) give the reference product of new values.
-    fn both_paths_match(a: &Csr<f64>, b: &Csr<f64>, table: Option<fn(&Table) -> bool>) {
-        let (structure, positions) = planned(a, b);
-        match (table, &positions) {
+    /// Every path (with the plan's tables, with each alone, with none) gives the reference
+    /// product of new values. `table` says which position table the plan should keep, if any.
+    fn every_path_matches(a: &Csr<f64>, b: &Csr<f64>, table: Option<fn(&Table) -> bool>) {
+        let (structure, tables) = planned(a, b);
+        match (table, &tables.positions) {
             (Some(expected), Some(p)) => assert!(expected(&p.table), "table {:?}", p.table),
             (None, None) => {}
             (t, p) => panic!("expected a table: {}, got {p:?}", t.is_some()),
         }
         let (a2, b2) = (revalued(a, 0.3), revalued(b, 0.7));
         let expected = reference::spgemm::<f64, PlusTimes>(&a2, &b2).expect("reference");
-        for p in [positions.as_ref(), None] {
+        let runs = Runs::build(b);
+        let variants = [
+            Some(&tables),
+            Some(&Tables {
+                positions: None,
+                runs,
+            }),
+            None,
+        ];
+        for t in variants {
             let run = RunControl::new();
-            let c = numeric::<f64, PlusTimes>(&structure, p, &a2, &b2, &run).expect("numeric");
+            let c = numeric::<f64, PlusTimes>(&structure, t, &a2, &b2, &run).expect("numeric");
             assert_eq!(c.row_offsets(), expected.row_offsets());
             assert_eq!(c.col_indices(), expected.col_indices());
             for (x, y) in c.values().iter().zip(expected.values()) {
@@ -632,18 +782,25 @@ mod tests {
     }
 
     #[test]
-    fn road_products_keep_a_byte_table_stencils_none() {
+    fn road_products_keep_a_byte_table_stencils_runs() {
         let (a, b) = product_operands::<f64>(MatrixClass::Road, 2000, 3);
-        both_paths_match(&a, &b, Some(|t| matches!(t, Table::Byte(_))));
+        every_path_matches(&a, &b, Some(|t| matches!(t, Table::Byte(_))));
         // 27-point stencils bring about 17 products per entry of C: a table would outgrow C,
-        // and rows are accumulated in dense windows.
+        // and rows are accumulated in dense windows, a run of B's columns at a time.
         let (a, b) = product_operands::<f64>(MatrixClass::Stencil3d, 3000, 3);
-        both_paths_match(&a, &b, None);
+        let (_, tables) = planned(&a, &b);
+        assert!(
+            tables.positions.is_none() && tables.runs.is_some(),
+            "{tables:?}"
+        );
+        every_path_matches(&a, &b, None);
         let (a, b) = product_operands::<f64>(MatrixClass::PowerLaw, 1 << 10, 3);
-        let (structure, positions) = planned(&a, &b);
-        assert!(positions.is_some(), "power-law products keep their table");
-        drop(structure);
-        both_paths_match(&a, &b, Some(|_| true));
+        let (_, tables) = planned(&a, &b);
+        assert!(
+            tables.positions.is_some(),
+            "power-law products keep their table"
+        );
+        every_path_matches(&a, &b, Some(|_| true));
     }
 
     /// A row of `len` entries spread over `ncols` columns, times the identity.
@@ -672,14 +829,14 @@ mod tests {
     #[test]
     fn tables_widen_with_the_longest_row() {
         let (a, b) = one_long_row(300, 1200);
-        both_paths_match(&a, &b, Some(|t| matches!(t, Table::Half(_))));
+        every_path_matches(&a, &b, Some(|t| matches!(t, Table::Half(_))));
         // A row of 70 000 entries over 140 000 columns: too wide for a dense window, so the
         // path without a table goes through the column map.
         let (a, b) = one_long_row(70_000, 140_000);
-        both_paths_match(&a, &b, Some(|t| matches!(t, Table::Word(_))));
+        every_path_matches(&a, &b, Some(|t| matches!(t, Table::Word(_))));
         // Short rows over a wide window: binary search.
         let (a, b) = one_long_row(10, 100_000);
-        both_paths_match(&a, &b, Some(|t| matches!(t, Table::Byte(_))));
+        every_path_matches(&a, &b, Some(|t| matches!(t, Table::Byte(_))));
     }
 
     /// `m` with the last entry of row `from` moved to the end of row `to` (at the column
@@ -706,10 +863,10 @@ mod tests {
     #[test]
     fn operands_that_do_not_match_the_table_are_errors() {
         let (a, b) = product_operands::<f64>(MatrixClass::Road, 500, 5);
-        let (structure, positions) = planned(&a, &b);
-        let positions = positions.expect("a table");
+        let (structure, tables) = planned(&a, &b);
+        assert!(tables.positions.is_some());
         // The pattern identity tells such operands apart before anything runs; this checks
-        // that the table alone never writes out of place, whatever it is given.
+        // that the tables alone never write out of place, whatever they are given.
         let from = (0..b.nrows()).find(|&i| b.row_nnz(i) >= 2).expect("a row");
         let to = (0..b.nrows())
             .rev()
@@ -722,7 +879,7 @@ mod tests {
             .expect("a row with room");
         let other = moved_entry(&b, from, to);
         let r =
-            numeric::<f64, PlusTimes>(&structure, Some(&positions), &a, &other, &RunControl::new());
+            numeric::<f64, PlusTimes>(&structure, Some(&tables), &a, &other, &RunControl::new());
         assert!(matches!(r, Err(Error::PatternMismatch { .. })), "{r:?}");
         // A longer row of A than planned: its products run past the table.
         let to = (0..a.nrows()).find(|&i| a.row_nnz(i) > 0).expect("a row");
@@ -730,15 +887,26 @@ mod tests {
             .rev()
             .find(|&i| a.row_nnz(i) >= 2)
             .expect("a row");
-        let (structure, positions) = planned(&a, &b);
         let other = moved_entry(&a, from, to);
-        let r = numeric::<f64, PlusTimes>(
-            &structure,
-            positions.as_ref(),
-            &other,
-            &b,
-            &RunControl::new(),
-        );
+        let r =
+            numeric::<f64, PlusTimes>(&structure, Some(&tables), &other, &b, &RunControl::new());
+        assert!(matches!(r, Err(Error::PatternMismatch { .. })), "{r:?}");
+        // Runs of B that do not cover B's rows.
+        let (a, b) = product_operands::<f64>(MatrixClass::Stencil3d, 600, 5);
+        let (structure, tables) = planned(&a, &b);
+        assert!(tables.runs.is_some());
+        let from = (0..b.nrows()).find(|&i| b.row_nnz(i) >= 2).expect("a row");
+        let to = (from + 1..b.nrows())
+            .find(|&i| {
+                b.row(i)
+                    .0
+                    .last()
+                    .is_some_and(|&j| (j as usize) + 1 < b.ncols())
+            })
+            .expect("a row with room");
+        let other = moved_entry(&b, from, to);
+        let r =
+            numeric::<f64, PlusTimes>(&structure, Some(&tables), &a, &other, &RunControl::new());
         assert!(matches!(r, Err(Error::PatternMismatch { .. })), "{r:?}");
 
         // Without a table: a product outside a row's window.
@@ -780,10 +948,10 @@ mod tests {
     #[test]
     fn cancelled_executions_stop() {
         let (a, b) = product_operands::<f64>(MatrixClass::Road, 2000, 3);
-        let (structure, positions) = planned(&a, &b);
+        let (structure, tables) = planned(&a, &b);
         let run = RunControl::new();
         run.cancel();
-        let r = numeric::<f64, PlusTimes>(&structure, positions.as_ref(), &a, &b, &run);
+        let r = numeric::<f64, PlusTimes>(&structure, Some(&tables), &a, &b, &run);
         assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
     }
 }
