@@ -17,6 +17,9 @@
 //!   panels where the product is wide).
 //!   Column-Row (outer products, Matam Alg. 2), DIA×DIA (Matam Alg. 3) and BSR×BSR are native
 //!   kernels too.
+//! - **Plans** keep C's structure and, where they fit in C's own memory, each product's position
+//!   in its row of C (else B's runs of consecutive columns): executing one with new values is a
+//!   gather-multiply-scatter with no search and no column index written.
 //! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.
 //! - **SpMV and SpMM** run native loops per format (CSR, CSC, COO, DIA, ELLPACK-R, CSPR, BSR),
 //!   parallel over rows.
@@ -40,19 +43,21 @@ mod dia;
 mod memory;
 mod multiply;
 mod plan;
+mod reuse;
 mod spgemm;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use hetsparse_core::backend::check;
-use hetsparse_core::backend::plan::execute_on_host;
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceKind, Error, Operation, PlusTimes, ProductChunk, ResidentCsr, Result,
-    RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
-    SpmmOptions, SpmvOptions, VectorOperand,
+    DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlusTimes, ProductChunk,
+    ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm,
+    SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 /// The SpGEMM algorithms this backend runs.
@@ -219,16 +224,33 @@ impl<T: Scalar> Backend<T> for CpuBackend {
                 <Self as Backend<T>>::spgemm_with(self, a, b, options, &RunControl::unwatched())?;
             Ok((c, hetsparse_core::analysis::total_products(ha, hb)?))
         })?;
-        // Each thread's position map and accumulator.
-        let per_thread = (hb.ncols() as u64) * 4 + (hb.ncols() as u64).min(c.nnz()) * 16;
-        Ok(SpgemmPlan::on_host(
+        let structure = HostStructure::of(&c);
+        let tables = self.install(|| reuse::Tables::build(&structure, ha, hb))?;
+        // Each thread's buffers, and the tables, which the plan holds and every execution
+        // reads.
+        let per_thread = reuse::scratch_bytes::<T>(&structure, tables.positions.is_some());
+        let mut requirement = MemoryRequirement::default();
+        requirement.output_bytes = csr_bytes(c.nrows(), c.nnz(), std::mem::size_of::<T>());
+        requirement.work_bytes = per_thread
+            .saturating_mul(self.threads as u64)
+            .saturating_add(tables.bytes());
+        tracing::debug!(
+            position_table = tables.positions.is_some(),
+            runs_of_b = tables.runs.is_some(),
+            table_bytes = tables.bytes(),
+            c_bytes = requirement.output_bytes,
+            "SpGEMM plan"
+        );
+        let structure = structure.with_extension(tables);
+        Ok(SpgemmPlan::from_state(
             self.memory_space(),
             options.clone(),
-            &a,
-            &b,
-            &c,
+            OperandPattern::of(&a),
+            OperandPattern::of(&b),
+            c.nnz(),
             products,
-            per_thread.saturating_mul(self.threads as u64),
+            requirement,
+            structure,
         ))
     }
 
@@ -239,7 +261,23 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        self.install(|| execute_on_host(self, plan, a, b, run))
+        let space = self.memory_space();
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        plan.check_operands(&space, &a, &b)?;
+        // Plans of other host backends hold the structure alone.
+        let structure = plan
+            .state::<HostStructure>()
+            .ok_or_else(|| Error::Internal {
+                backend: "cpu".into(),
+                what: "a SpGEMM plan of host memory without its structure".into(),
+            })?;
+        run.checkpoint()?;
+        run.add_planned(plan.products());
+        let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
+        let c = self.install(|| {
+            reuse::numeric::<T, PlusTimes>(structure, structure.extension(), ha, hb, run)
+        })?;
+        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
     }
 
     fn spgemm_chunks(

@@ -233,11 +233,25 @@ pub fn execute_on_host<T: Scalar>(
 /// The product's structure in host memory: the plan state of backends that compute there.
 /// Made only from a valid matrix, so it is always canonical.
 /// Every result of the plan shares it: an execution writes only values.
-#[derive(Debug)]
+///
+/// A backend may attach an extension of its own (say, where each product lands in C) that its
+/// executions use; every host backend can still execute the plan from the structure alone.
 pub struct HostStructure {
     ncols: usize,
     row_offsets: Arc<Vec<u64>>,
     col_indices: Arc<Vec<u32>>,
+    extension: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for HostStructure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostStructure")
+            .field("nrows", &self.nrows())
+            .field("ncols", &self.ncols)
+            .field("nnz", &self.col_indices.len())
+            .field("extension", &self.extension.is_some())
+            .finish()
+    }
 }
 
 impl HostStructure {
@@ -248,7 +262,61 @@ impl HostStructure {
             ncols: c.ncols(),
             row_offsets,
             col_indices,
+            extension: None,
         }
+    }
+    /// The same structure with a backend's extension attached.
+    pub fn with_extension<E: Any + Send + Sync>(self, extension: E) -> Self {
+        HostStructure {
+            extension: Some(Box::new(extension)),
+            ..self
+        }
+    }
+    /// The backend's extension, if there is one of type `E`.
+    pub fn extension<E: Any>(&self) -> Option<&E> {
+        self.extension.as_ref()?.downcast_ref::<E>()
+    }
+    /// Rows of the product.
+    #[inline]
+    pub fn nrows(&self) -> usize {
+        self.row_offsets.len() - 1
+    }
+    /// Columns of the product.
+    #[inline]
+    pub fn ncols(&self) -> usize {
+        self.ncols
+    }
+    /// Row offsets (`nrows + 1`, from 0 to the number of entries).
+    #[inline]
+    pub fn row_offsets(&self) -> &[u64] {
+        &self.row_offsets
+    }
+    /// Column indices, sorted within each row.
+    #[inline]
+    pub fn col_indices(&self) -> &[u32] {
+        &self.col_indices
+    }
+    /// The product with this structure and `values` (one per entry, in order), sharing the
+    /// structure; values of another length are an [`Error::InvalidArgument`].
+    pub fn with_values<T: Scalar>(&self, values: Vec<T>) -> Result<Csr<T>> {
+        if values.len() != self.col_indices.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a planned product of {} entries was given {} values",
+                self.col_indices.len(),
+                values.len()
+            )));
+        }
+        // SAFETY: the structure is that of a valid matrix of these dimensions (it was made
+        // from one), and there is one value per entry.
+        Ok(unsafe {
+            Csr::from_shared_parts_unchecked(
+                self.nrows(),
+                self.ncols,
+                Arc::clone(&self.row_offsets),
+                Arc::clone(&self.col_indices),
+                values,
+            )
+        })
     }
 }
 
