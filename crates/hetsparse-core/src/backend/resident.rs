@@ -154,6 +154,9 @@ impl<T: Scalar> ResidentCsr<T> {
         }
     }
     /// For backends that compute in host memory: `m` itself as the storage, not copied.
+    /// `pattern` must be `m`'s ([`PatternId::of`], or [`PatternId::of_product`] of the
+    /// operands whose product `m` is): plans check operands by it, and a plan's execution
+    /// trusts that operands of the planned pattern have the planned structure.
     pub fn from_host(space: MemorySpace, m: Csr<T>, pattern: PatternId) -> Self {
         let (shape, nnz) = (m.shape(), m.nnz());
         Self::from_storage(space, shape, nnz, pattern, m)
