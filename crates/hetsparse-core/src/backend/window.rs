@@ -289,7 +289,14 @@ mod tests {
     #[test]
     fn ranges_outside_the_matrix_are_errors() {
         let m = sample();
-        for (rows, cols) in [(0..5, 0..5), (0..4, 0..6), (3..2, 0..5), (0..4, 4..3)] {
+        // Reversed ranges, built from variables: what a caller computing them might pass.
+        let (three, two) = (3, 2);
+        for (rows, cols) in [
+            (0..5, 0..5),
+            (0..4, 0..6),
+            (three..two, 0..5),
+            (0..4, three + 1..three),
+        ] {
             let r = CsrWindow::new(&m, rows.clone(), cols.clone());
             assert!(
                 matches!(r, Err(Error::InvalidArgument(_))),
