@@ -367,6 +367,99 @@ mod tests {
         assert!(matches!(whole.as_csr().unwrap(), Cow::Borrowed(b) if std::ptr::eq(b, &m)));
     }
 
+    /// The reference kernels behind only the required methods, so that `spgemm_chunks` is
+    /// the trait's default.
+    struct Defaults;
+    impl crate::Device for Defaults {
+        fn info(&self) -> crate::DeviceInfo {
+            crate::ReferenceBackend.info()
+        }
+        fn capabilities(&self) -> &crate::Capabilities {
+            crate::ReferenceBackend.capabilities()
+        }
+    }
+    impl crate::Backend<f64> for Defaults {
+        fn spgemm_with(
+            &self,
+            a: CsrOperand<'_, f64>,
+            b: CsrOperand<'_, f64>,
+            options: &crate::SpgemmOptions,
+            run: &crate::RunControl,
+        ) -> Result<Csr<f64>> {
+            crate::ReferenceBackend.spgemm_with(a, b, options, run)
+        }
+        fn spmm_with(
+            &self,
+            a: crate::SparseOperand<'_, f64>,
+            b: crate::DenseOperand<'_, f64>,
+            options: &crate::SpmmOptions,
+            run: &crate::RunControl,
+        ) -> Result<crate::Dense<f64>> {
+            crate::ReferenceBackend.spmm_with(a, b, options, run)
+        }
+        fn spmv_with(
+            &self,
+            a: crate::SparseOperand<'_, f64>,
+            x: crate::VectorOperand<'_, f64>,
+            options: &crate::SpmvOptions,
+            run: &crate::RunControl,
+        ) -> Result<Vec<f64>> {
+            crate::ReferenceBackend.spmv_with(a, x, options, run)
+        }
+    }
+
+    #[test]
+    fn the_default_chunk_entry_point_multiplies_windows() {
+        use crate::Backend;
+        let a = generate::uniform::<f64>(40, 30, 4, 5);
+        let b = generate::uniform::<f64>(30, 50, 4, 6);
+        let resident = Defaults.upload(&b).unwrap();
+        let chunks = [
+            ProductChunk {
+                rows: 0..40,
+                cols: 0..50,
+            },
+            ProductChunk {
+                rows: 7..29,
+                cols: 0..50,
+            },
+            ProductChunk {
+                rows: 0..40,
+                cols: 11..12,
+            },
+            ProductChunk {
+                rows: 3..3,
+                cols: 20..45,
+            },
+        ];
+        for b_operand in [CsrOperand::Host(&b), CsrOperand::Resident(&resident)] {
+            let mut got = Vec::new();
+            Defaults
+                .spgemm_chunks(
+                    (&a).into(),
+                    b_operand,
+                    &chunks,
+                    &crate::SpgemmOptions::new(),
+                    &crate::RunControl::new(),
+                    &mut |c| {
+                        got.push(c);
+                        Ok(())
+                    },
+                )
+                .unwrap();
+            assert_eq!(got.len(), chunks.len());
+            for c in got {
+                let (wa, wb) = c.chunk.windows(&a, &b).unwrap();
+                let want = crate::reference::spgemm::<f64, crate::PlusTimes>(
+                    &wa.to_csr().unwrap(),
+                    &wb.to_csr().unwrap(),
+                )
+                .unwrap();
+                assert_eq!(c.product, want, "chunk {}", c.index);
+            }
+        }
+    }
+
     #[test]
     fn product_chunks_check_their_windows() {
         let a = generate::uniform::<f64>(30, 20, 3, 1);
