@@ -30,10 +30,11 @@ pub mod scalar;
 pub mod semiring;
 
 pub use backend::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace, Operation, PatternId,
-    ProductChunk, Progress, Reservation, ResidentCsr, ResidentDense, RunControl, SparseOperand,
-    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
+    DenseOperand, Device, DeviceInfo, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace,
+    Operation, PatternId, ProductChunk, Progress, Reservation, ResidentCsr, ResidentDense,
+    RunControl, Shaped, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};

@@ -3,11 +3,12 @@
 //! [`ReferenceBackend`] wraps them in the [`Backend`] trait and passes the conformance suite.
 
 use crate::backend::{
-    check, Backend, Capabilities, CsrOperand, DenseOperand, Device, DeviceInfo, DeviceKind,
-    Operation, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
-    VectorOperand,
+    check, Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
+    DenseOperand, Device, DeviceInfo, DeviceKind, Operation, ProductChunk, RunControl,
+    SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use crate::error::Result;
 use crate::format::{Csr, Dense, SparseFormat, SparseRef};
@@ -20,8 +21,17 @@ use crate::semiring::{PlusTimes, Semiring};
 /// slots, so a matrix with few entries and `u32::MAX` columns multiplies like a small one.
 /// Every product creates an entry, also where values cancel.
 pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>> {
-    check::spgemm(a, b)?;
-    let n = b.ncols();
+    spgemm_windows::<T, S>(&CsrWindow::whole(a), &CsrWindow::whole(b))
+}
+
+/// [`spgemm`] of two windows, read in place: `a`'s columns (relative to its window) are
+/// `b`'s rows (relative to its window), and C's columns are relative to `b`'s first column.
+pub fn spgemm_windows<T: Scalar, S: Semiring<T>>(
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
+) -> Result<Csr<T>> {
+    check::shapes("SpGEMM", a.shape(), b.shape())?;
+    let a_lo = a.col_lo();
     let mut products: Vec<(u32, T, T)> = Vec::new();
     let mut row_offsets = crate::host::try_with_capacity(a.nrows() + 1, "CSR row offsets")?;
     row_offsets.push(0u64);
@@ -30,8 +40,10 @@ pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T
     for i in 0..a.nrows() {
         let (acols, avals) = a.row(i);
         for (&k, &av) in acols.iter().zip(avals) {
-            let (bcols, bvals) = b.row(k as usize);
-            products.extend(bcols.iter().zip(bvals).map(|(&j, &bv)| (j, av, bv)));
+            products.extend(
+                b.row_entries((k - a_lo) as usize)
+                    .map(|(j, bv)| (j, av, bv)),
+            );
         }
         products.sort_by_key(|p| p.0);
         for run in products.chunk_by(|p, q| p.0 == q.0) {
@@ -44,8 +56,9 @@ pub fn spgemm<T: Scalar, S: Semiring<T>>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T
         products.clear();
         row_offsets.push(cols.len() as u64);
     }
-    // SAFETY: columns come from B (in bounds) and each row was sorted and deduplicated.
-    Ok(unsafe { Csr::from_parts_unchecked(a.nrows(), n, row_offsets, cols, vals) })
+    // SAFETY: columns come from B's window (in bounds, relative to its start) and each row was
+    // sorted and deduplicated.
+    Ok(unsafe { Csr::from_parts_unchecked(a.nrows(), b.ncols(), row_offsets, cols, vals) })
 }
 
 /// `y = A · x` over semiring `S`.
@@ -129,6 +142,41 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         Ok(c)
     }
 
+    /// Each chunk from its windows of the operands, read in place.
+    fn spgemm_chunks(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        check::spgemm(a, b)?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
+            let compute = || -> Result<Csr<T>> {
+                let (wa, wb) = chunk.windows(a, b)?;
+                let products = run.plan_product_rows(a, chunk.rows.clone(), b);
+                let c = spgemm_windows::<T, PlusTimes>(&wa, &wb)?;
+                run.add_done(products);
+                Ok(c)
+            };
+            let product = compute().map_err(|e| e.in_chunk(index))?;
+            sink(ChunkProduct {
+                index,
+                chunk: chunk.clone(),
+                product,
+                timing: ChunkTiming::host(start.elapsed()),
+            })?;
+        }
+        Ok(())
+    }
+
     fn spmm_with(
         &self,
         a: SparseOperand<'_, T>,
@@ -192,6 +240,21 @@ mod tests {
         let c = spgemm::<f64, PlusTimes>(&a, &b).unwrap();
         assert_eq!(c.nnz(), 1);
         assert_eq!(c.values(), &[0.0]);
+    }
+
+    #[test]
+    fn windows_multiply_like_their_copies() {
+        let a = crate::generate::uniform::<f64>(50, 40, 6, 1);
+        let b = crate::generate::uniform::<f64>(60, 70, 6, 2);
+        // A's columns 5..35 meet B's rows 20..50.
+        let wa = CsrWindow::new(&a, 10..45, 5..35).unwrap();
+        let wb = CsrWindow::new(&b, 20..50, 13..61).unwrap();
+        let c = spgemm_windows::<f64, PlusTimes>(&wa, &wb).unwrap();
+        let want = spgemm::<f64, PlusTimes>(&wa.to_csr().unwrap(), &wb.to_csr().unwrap()).unwrap();
+        assert_eq!(c, want);
+        assert_eq!(c.shape(), (35, 48));
+        let wrong = CsrWindow::new(&b, 0..31, 0..70).unwrap();
+        assert!(spgemm_windows::<f64, PlusTimes>(&wa, &wrong).is_err());
     }
 
     #[test]

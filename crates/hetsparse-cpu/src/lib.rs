@@ -54,10 +54,10 @@ use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlusTimes, ProductChunk,
-    ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm,
-    SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
+    DenseOperand, Device, DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlusTimes,
+    ProductChunk, ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand,
+    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 /// The SpGEMM algorithms this backend runs.
@@ -189,17 +189,12 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
-        let full = ProductChunk {
-            rows: 0..a.nrows(),
-            cols: 0..b.ncols(),
-        };
         self.install(|| {
             let products = run.plan_product(a, b)?;
             let c = spgemm::multiply::<T, PlusTimes>(
-                a,
-                b,
+                &CsrWindow::whole(a),
+                &CsrWindow::whole(b),
                 spgemm::shape_of_b(b),
-                &full,
                 options.algorithm,
             )?;
             run.add_done(products);
@@ -302,9 +297,9 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             // Column-Row copies the chunk's rows of A, to read them by columns).
             let product = self
                 .install(|| {
+                    let (wa, wb) = chunk.windows(a, b)?;
                     let products = run.plan_product_rows(a, chunk.rows.clone(), b);
-                    let c =
-                        spgemm::multiply::<T, PlusTimes>(a, b, b_shape, chunk, options.algorithm)?;
+                    let c = spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm)?;
                     run.add_done(products);
                     Ok(c)
                 })

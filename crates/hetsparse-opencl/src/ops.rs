@@ -11,8 +11,9 @@ use opencl3::program::Program;
 
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::backend::{
-    check, ChunkSink, CsrOperand, DenseOperand, MemoryRequirement, PatternId, ProductChunk,
-    ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand,
+    check, ChunkSink, CsrOperand, CsrWindow, DenseOperand, MemoryRequirement, PatternId,
+    ProductChunk, ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan,
+    VectorOperand,
 };
 use hetsparse_core::format::{Csr, Dense, Layout, SparseRef};
 use hetsparse_core::{ChunkProduct, Error, Reservation, Result, RunControl, Scalar};
@@ -542,24 +543,23 @@ impl OpenClBackend {
         Ok(())
     }
 
-    /// Chunks of host operands: the parts of the next chunk (rows of A, a panel of B) are cut
-    /// on another thread while the device computes this one. A chunk's wall time is its own
-    /// cutting plus its computation.
-    fn host_chunks<T: Scalar>(
+    /// Chunks of host operands: the parts of the next chunk (its windows of A and B, copied
+    /// where they are not a whole operand) are cut on another thread while the device
+    /// computes this one. A chunk's wall time is its own cutting plus its computation.
+    fn host_chunks<'m, T: Scalar>(
         &self,
         program: &Program,
-        (ha, hb): (&Csr<T>, &Csr<T>),
+        (ha, hb): (&'m Csr<T>, &'m Csr<T>),
         chunks: &[ProductChunk],
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        type Parts<T> = Result<(Csr<T>, Csr<T>, std::time::Duration)>;
-        let cut = |chunk: &ProductChunk| -> Parts<T> {
+        type Parts<'m, T> = Result<(Cow<'m, Csr<T>>, Cow<'m, Csr<T>>, std::time::Duration)>;
+        let cut = |chunk: &ProductChunk| -> Parts<'m, T> {
             let start = Instant::now();
             let _span = tracing::debug_span!("cut chunk").entered();
-            let rows = ha.rows(chunk.rows.clone())?;
-            let panel = hb.column_panel(chunk.cols.clone())?;
-            Ok((rows, panel, start.elapsed()))
+            let (rows, panel) = chunk.windows(ha, hb)?;
+            Ok((rows.as_csr()?, panel.as_csr()?, start.elapsed()))
         };
         let cut = &cut;
         std::thread::scope(|s| -> Result<()> {
@@ -611,8 +611,9 @@ impl OpenClBackend {
         })
     }
 
-    /// One chunk with a resident operand: its parts cut (resident) or copied (host) on the
-    /// device, C computed there; through the host path when its expansion does not fit.
+    /// One chunk with a resident operand: its windows used where they lie or cut there
+    /// (resident) or copied to the device (host), C computed there; through the host path
+    /// when its expansion does not fit.
     fn chunk_on_device<T: Scalar>(
         &self,
         q: &Queue<'_>,
@@ -622,32 +623,9 @@ impl OpenClBackend {
         chunk: &ProductChunk,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        let a_part = match a {
-            CsrOperand::Host(m) => {
-                let rows = m.rows(chunk.rows.clone())?;
-                esc::upload(q, &self.pool, &compressed(&rows), "rows of A")?
-            }
-            CsrOperand::Resident(r) => slice::rows::<T>(
-                q,
-                program,
-                &self.pool,
-                self.csr_storage(r)?.operand(),
-                chunk.rows.clone(),
-            )?,
-        };
-        let b_part = match b {
-            CsrOperand::Host(m) => {
-                let panel = m.column_panel(chunk.cols.clone())?;
-                esc::upload(q, &self.pool, &compressed(&panel), "panel of B")?
-            }
-            CsrOperand::Resident(r) => slice::column_panel::<T>(
-                q,
-                program,
-                &self.pool,
-                self.csr_storage(r)?.operand(),
-                chunk.cols.clone(),
-            )?,
-        };
+        let (a_window, b_window) = chunk.windows(a, b)?;
+        let a_part = self.window_on_device(q, program, a_window, "rows of A")?;
+        let b_part = self.window_on_device(q, program, b_window, "panel of B")?;
         let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
         let width = chunk.cols.len();
         match job.product_on_device::<T>(q, (a_part.view(), b_part.view()), width, run)? {
@@ -660,6 +638,32 @@ impl OpenClBackend {
                 let hb = resident::download_operand::<T>(q, b_part.view(), width, false)?;
                 drop((a_part, b_part));
                 self.spgemm_host(q, program, &ha, &hb, run)
+            }
+        }
+    }
+
+    /// Window `w` of an operand on the device: a resident one where it lies or cut there
+    /// ([`slice::window`]), a host one copied (only the window).
+    fn window_on_device<'a, T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        program: &Program,
+        w: CsrWindow<CsrOperand<'a, T>>,
+        what: &str,
+    ) -> Result<slice::Part<'a>> {
+        match *w.matrix() {
+            CsrOperand::Host(m) => {
+                let part = w.resolve(|_| Ok(m))?.as_csr()?;
+                Ok(slice::Part::Cut(esc::upload(
+                    q,
+                    &self.pool,
+                    &compressed(&part),
+                    what,
+                )?))
+            }
+            CsrOperand::Resident(r) => {
+                let storage = self.csr_storage(r)?;
+                slice::window::<T>(q, program, &self.pool, &w.resolve(|_| Ok(storage))?)
             }
         }
     }

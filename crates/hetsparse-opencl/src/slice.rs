@@ -1,18 +1,69 @@
-//! Parts of resident matrices cut on the device, for chunked products: a range of rows of A
-//! and a panel of columns of B, as matrices of their own (copies; the resident matrices stay
-//! as they are).
+//! Windows of resident matrices for chunked products ([`CsrWindow`]s of a [`ClCsr`], made and
+//! checked above the backend): a whole matrix is used where it lies; a range of rows of A or a
+//! panel of columns of B is cut on the device into arrays of its own (the resident matrices
+//! stay as they are).
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use opencl3::program::Program;
 
-use hetsparse_core::{Error, MemoryPool, Result, Scalar};
+use hetsparse_core::{CsrWindow, Error, MemoryPool, Result, Scalar, Shaped};
 
 use crate::esc::{exclusive_scan, DeviceOperand, Uploaded};
-use crate::resident::{structure_bytes, value_bytes};
+use crate::resident::{structure_bytes, value_bytes, ClCsr};
 use crate::runtime::Queue;
 use crate::BACKEND;
+
+impl Shaped for &ClCsr {
+    fn shape(&self) -> (usize, usize) {
+        (self.structure.nrows, self.structure.ncols)
+    }
+}
+
+/// A window on the device: the resident matrix itself, or the window cut into arrays of its
+/// own.
+pub(crate) enum Part<'a> {
+    Whole(DeviceOperand<'a>),
+    Cut(Uploaded),
+}
+
+impl Part<'_> {
+    /// The window as an ESC operand.
+    pub(crate) fn view(&self) -> DeviceOperand<'_> {
+        match self {
+            Part::Whole(m) => *m,
+            Part::Cut(u) => u.view(),
+        }
+    }
+}
+
+/// Window `w` of a resident matrix on the device: not copied where it is the whole matrix,
+/// otherwise its rows and then its columns cut by kernels.
+pub(crate) fn window<'a, T: Scalar>(
+    q: &Queue<'_>,
+    prog: &Program,
+    pool: &Arc<MemoryPool>,
+    w: &CsrWindow<&'a ClCsr>,
+) -> Result<Part<'a>> {
+    let m = w.matrix().operand();
+    Ok(match (w.all_rows(), w.all_columns()) {
+        (true, true) => Part::Whole(m),
+        (false, true) => Part::Cut(rows::<T>(q, prog, pool, m, w.rows())?),
+        (true, false) => Part::Cut(column_panel::<T>(q, prog, pool, m, w.col_lo(), w.col_hi())?),
+        (false, false) => {
+            let rows = rows::<T>(q, prog, pool, m, w.rows())?;
+            Part::Cut(column_panel::<T>(
+                q,
+                prog,
+                pool,
+                rows.view(),
+                w.col_lo(),
+                w.col_hi(),
+            )?)
+        }
+    })
+}
 
 fn len_of(n: u64, what: &str) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::TooLarge {
@@ -23,20 +74,14 @@ fn len_of(n: u64, what: &str) -> Result<usize> {
     })
 }
 
-/// Rows `rows` of `m` (which has at least `rows.end` rows).
-pub(crate) fn rows<T: Scalar>(
+/// Rows `rows` of `m` (rows of a window, inside `m`).
+fn rows<T: Scalar>(
     q: &Queue<'_>,
     prog: &Program,
     pool: &Arc<MemoryPool>,
     m: DeviceOperand<'_>,
     rows: Range<usize>,
 ) -> Result<Uploaded> {
-    if rows.start > rows.end || rows.end > m.nrows {
-        return Err(Error::Internal {
-            backend: BACKEND.into(),
-            what: format!("rows {rows:?} of a matrix of {} rows", m.nrows),
-        });
-    }
     let n = rows.len();
     let _span = tracing::debug_span!("slice rows", start = rows.start, n).entered();
     let base = q.download_at(m.offsets, rows.start, 1, "first offset of the rows")?[0];
@@ -77,23 +122,15 @@ pub(crate) fn rows<T: Scalar>(
     ))
 }
 
-/// Columns `cols` of `m` (which has at least `cols.end` columns), shifted to start at 0.
-pub(crate) fn column_panel<T: Scalar>(
+/// Columns `c0..c1` of `m` (columns of a window, inside `m`), shifted to start at 0.
+fn column_panel<T: Scalar>(
     q: &Queue<'_>,
     prog: &Program,
     pool: &Arc<MemoryPool>,
     m: DeviceOperand<'_>,
-    cols: Range<usize>,
+    c0: u32,
+    c1: u32,
 ) -> Result<Uploaded> {
-    let (c0, c1) = match (u32::try_from(cols.start), u32::try_from(cols.end)) {
-        (Ok(c0), Ok(c1)) if c0 <= c1 => (c0, c1),
-        _ => {
-            return Err(Error::Internal {
-                backend: BACKEND.into(),
-                what: format!("column range {cols:?} of a resident matrix"),
-            })
-        }
-    };
     let nrows = m.nrows;
     let _span = tracing::debug_span!("column panel", c0, c1, nrows).entered();
     let offsets_reservation = pool.reserve(structure_bytes(nrows, 0), "panel of B offsets")?;

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    Backend, ChunkProduct, Csr, CsrOperand, Error, MemorySpace, ProductChunk, ResidentCsr, Result,
-    RunControl, Scalar, SpgemmOptions,
+    Backend, ChunkProduct, Csr, CsrOperand, CsrWindow, Error, MemorySpace, ProductChunk,
+    ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
 };
 
 use crate::assemble::Tile;
@@ -442,7 +442,7 @@ fn compute<T: Scalar>(
         Placement::PerChunk { window } => {
             for (index, task) in batch.iter().enumerate() {
                 let ProductChunk { rows, cols } = &task.chunk;
-                let rows_of_a = work.a.rows(rows.clone())?;
+                let rows_of_a = CsrWindow::rows_of(work.a, rows.clone())?.as_csr()?;
                 if !matches!(window, Some((w, _)) if w == cols) {
                     // The old window goes before the new one comes.
                     *window = None;
@@ -461,7 +461,7 @@ fn compute<T: Scalar>(
                 };
                 device
                     .spgemm_chunks(
-                        (&rows_of_a).into(),
+                        (&*rows_of_a).into(),
                         b_window.into(),
                         &[local],
                         work.options,
@@ -475,24 +475,16 @@ fn compute<T: Scalar>(
     }
 }
 
-/// Columns `cols` of B, from the panel cut on the host that holds them.
+/// Columns `cols` of B as a matrix, from the narrowest host matrix that holds them (a panel
+/// cut beforehand, or B): that matrix itself where the columns are all of it, else a copy of
+/// its window.
 fn b_window<'a, T: Scalar>(work: &'a Work<'_, T>, cols: &Range<usize>) -> Result<Cow<'a, Csr<T>>> {
-    if cols.start == 0 && cols.end == work.b.ncols() {
-        return Ok(Cow::Borrowed(work.b));
-    }
-    Ok(
-        match work
-            .panels
-            .iter()
-            .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
-        {
-            Some((p, panel)) if p == cols => Cow::Borrowed(panel),
-            Some((p, panel)) => {
-                Cow::Owned(panel.column_panel(cols.start - p.start..cols.end - p.start)?)
-            }
-            None => Cow::Owned(work.b.column_panel(cols.clone())?),
-        },
-    )
+    let (first, holder) = work
+        .panels
+        .iter()
+        .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
+        .map_or((0, work.b), |(p, panel)| (p.start, panel));
+    CsrWindow::columns_of(holder, cols.start - first..cols.end - first)?.as_csr()
 }
 
 /// Takes a finished chunk.

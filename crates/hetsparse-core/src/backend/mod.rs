@@ -6,14 +6,15 @@
 //! `Vec<Box<dyn Backend<f64>>>` can mix CPU, CUDA and OpenCL backends.
 //!
 //! Data flows through the submodules in order: operands on the host or [`resident`] in a
-//! backend's memory, the operation's [`options`], a [`plan`] with its [`memory`] requirement,
-//! and a [`run`] that can be cancelled and watched.
+//! backend's memory (a chunk of a product reads [`window`]s of them), the operation's
+//! [`options`], a [`plan`] with its [`memory`] requirement, and a [`run`] that can be
+//! cancelled and watched.
 //!
 //! Operations that can be built from others have defaults: residency keeps matrices in host
 //! memory (what a backend that computes there needs), resident results go through the host
 //! result, plans through one product and [`plan::numeric`], every format's SpMV and SpMM
 //! through CSR, DIA×DIA and BSR×BSR through CSR SpGEMM, and the chunk entry point through
-//! [`Backend::spgemm_with`] on slices. A device backend overrides residency and what it runs
+//! [`Backend::spgemm_with`] on each chunk's [`CsrWindow`]s. A device backend overrides residency and what it runs
 //! natively.
 
 pub mod memory;
@@ -21,6 +22,7 @@ pub mod options;
 pub mod plan;
 pub mod resident;
 pub mod run;
+pub mod window;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -41,6 +43,7 @@ pub use resident::{
     VectorOperand,
 };
 pub use run::{ChunkTiming, Progress, RunControl};
+pub use window::{CsrWindow, Shaped};
 
 /// What kind of processor a backend runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -430,6 +433,11 @@ pub trait Backend<T: Scalar>: Device {
     /// Computes the listed chunks of `A · B`, handing each to `sink` as it completes. A GPU
     /// backend pipelines them, overlapping transfers with computation; results need not fit in
     /// device memory together. `run` is checked between chunks; an error names its chunk.
+    ///
+    /// A chunk multiplies two windows of the operands, [`ProductChunk::windows`]: backends read
+    /// them where they lie. The default hands each chunk to [`Backend::spgemm_with`], as the
+    /// operands themselves where a window is a whole matrix and as copies of the windows
+    /// ([`CsrWindow::as_csr`]) otherwise.
     fn spgemm_chunks(
         &self,
         a: CsrOperand<'_, T>,
@@ -441,14 +449,23 @@ pub trait Backend<T: Scalar>: Device {
     ) -> Result<()> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::chunks(a.shape(), b.shape(), chunks)?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
             let start = Instant::now();
             let compute = || -> Result<Csr<T>> {
-                let rows = ha.rows(chunk.rows.clone())?;
-                let panel = hb.column_panel(chunk.cols.clone())?;
-                self.spgemm_with((&rows).into(), (&panel).into(), options, run)
+                let (wa, wb) = chunk.windows(a, b)?;
+                let copy = |w: CsrWindow<CsrOperand<'_, T>>| -> Result<Option<Csr<T>>> {
+                    if w.is_whole() {
+                        return Ok(None);
+                    }
+                    w.resolve(|m| check::csr_operand(self, m))?
+                        .to_csr()
+                        .map(Some)
+                };
+                let (ca, cb) = (copy(wa)?, copy(wb)?);
+                let pa = ca.as_ref().map_or(a, CsrOperand::from);
+                let pb = cb.as_ref().map_or(b, CsrOperand::from);
+                self.spgemm_with(pa, pb, options, run)
             };
             let product = compute().map_err(|e| e.in_chunk(index))?;
             sink(ChunkProduct {

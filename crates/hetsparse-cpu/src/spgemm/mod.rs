@@ -23,14 +23,15 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use hetsparse_core::format::Csr;
-use hetsparse_core::{Error, ProductChunk, Result, Scalar, Semiring, SpgemmAlgorithm};
+use hetsparse_core::{CsrWindow, Error, Result, Scalar, Semiring, SpgemmAlgorithm};
 use rayon::prelude::*;
 
 use crate::memory::reserved;
 use crate::plan::{self, split_mut};
 use scratch::ScratchPool;
 
-/// The operands of one product or chunk, read in place: rows `rows` of A, columns `cols` of B.
+/// The operands of one product or chunk, read in place: a window of A's rows and one of B's
+/// columns ([`CsrWindow`]), unpacked into the fields the kernels' inner loops read.
 pub(crate) struct Operands<'a, T> {
     a: &'a Csr<T>,
     b: &'a Csr<T>,
@@ -130,21 +131,37 @@ const PREFETCH_ROWS_AHEAD: usize = 4;
 const PREFETCH_OFFSETS_AHEAD: usize = 8;
 
 impl<'a, T: Scalar> Operands<'a, T> {
-    fn new(a: &'a Csr<T>, b: &'a Csr<T>, b_shape: ShapeOfB, chunk: &ProductChunk) -> Self {
-        Operands {
-            a,
-            b,
-            row_base: chunk.rows.start,
-            nrows: chunk.rows.len(),
-            // Dimensions are at most u32::MAX (the formats check), so the casts are exact.
-            lo: chunk.cols.start as u32,
-            hi: chunk.cols.end as u32,
-            whole_width: chunk.cols.start == 0 && chunk.cols.end == b.ncols(),
+    /// Rows of A (`a`, all of its columns) times columns of B (`b`, all of its rows);
+    /// [`Error::Internal`] for windows of another kind, which the kernels do not read.
+    fn new(
+        a: &CsrWindow<&'a Csr<T>>,
+        b: &CsrWindow<&'a Csr<T>>,
+        b_shape: ShapeOfB,
+    ) -> Result<Self> {
+        if !a.all_columns() || !b.all_rows() || a.ncols() != b.nrows() {
+            return Err(Error::Internal {
+                backend: "cpu".into(),
+                what: format!(
+                    "SpGEMM of a {:?} window of A by a {:?} window of B: the kernels read rows of A by columns of B",
+                    (a.rows(), a.cols()),
+                    (b.rows(), b.cols())
+                ),
+            });
+        }
+        let (a_matrix, b_matrix): (&'a Csr<T>, &'a Csr<T>) = (a.matrix(), b.matrix());
+        Ok(Operands {
+            a: a_matrix,
+            b: b_matrix,
+            row_base: a.rows().start,
+            nrows: a.nrows(),
+            lo: b.col_lo(),
+            hi: b.col_hi(),
+            whole_width: b.all_columns(),
             reach: b_shape.reach,
             longest_b_row: b_shape.longest_row,
-            near_rows: near_rows::<T>(b),
+            near_rows: near_rows::<T>(b_matrix),
             prefetch: true,
-        }
+        })
     }
 
     /// The same operands with prefetching off, for rows [`Operands::near_diagonal`].
@@ -342,24 +359,23 @@ fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
     }
 }
 
-/// `C = A[rows, :] · B[:, cols]` over semiring `S`, column indices relative to `cols.start`;
-/// `b_shape` is [`shape_of_b`]`(b)`. The chunk must lie inside the product (the caller
-/// checks).
+/// `C = A[rows, :] · B[:, cols]` over semiring `S` for windows `a` (rows of A) and `b`
+/// (columns of B), column indices relative to `cols.start`; `b_shape` is
+/// [`shape_of_b`] of B.
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
-    a: &Csr<T>,
-    b: &Csr<T>,
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
     b_shape: ShapeOfB,
-    chunk: &ProductChunk,
     algorithm: SpgemmAlgorithm,
 ) -> Result<Csr<T>> {
-    let ops = Operands::new(a, b, b_shape, chunk);
+    let ops = Operands::new(a, b, b_shape)?;
     let span = tracing::debug_span!(
         "cpu_spgemm",
         ?algorithm,
         rows = ops.nrows,
         cols = ops.width(),
-        nnz_a = a.nnz(),
-        nnz_b = b.nnz()
+        nnz_a = ops.a.nnz(),
+        nnz_b = ops.b.nnz()
     );
     let _enter = span.enter();
 
@@ -390,7 +406,7 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         }
         tracing::debug!("C's upper bound cannot be reserved: counting first");
     }
-    multiply_counted::<T, S>(&ops, &products, &pool, chunk, algorithm)
+    multiply_counted::<T, S>(&ops, &products, &pool, a, algorithm)
 }
 
 /// The two-phase product: the symbolic phase counts every row, C is allocated exactly, and the
@@ -400,20 +416,16 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     products: &[u64],
     pool: &ScratchPool<T::Acc>,
-    chunk: &ProductChunk,
+    a: &CsrWindow<&Csr<T>>,
     algorithm: SpgemmAlgorithm,
 ) -> Result<Csr<T>> {
-    let a = ops.a;
     let ranges = plan::balanced_ranges(products);
-    // Column-Row reads A by columns: the transpose of the chunk's rows.
+    // Column-Row reads A by columns: the transpose of the chunk's rows (copied first only
+    // where they are not all of A).
     let a_columns = match algorithm {
         SpgemmAlgorithm::ColumnRow => {
-            let _s = tracing::debug_span!("transpose_a", nnz = a.nnz()).entered();
-            Some(if chunk.rows == (0..a.nrows()) {
-                a.transpose()?
-            } else {
-                a.rows(chunk.rows.clone())?.transpose()?
-            })
+            let _s = tracing::debug_span!("transpose_a", nnz = ops.a.nnz()).entered();
+            Some(a.as_csr()?.transpose()?)
         }
         _ => None,
     };
@@ -672,16 +684,13 @@ mod tests {
     /// The one-pass product (what every Row-Row call runs) and the counted one (its fallback
     /// when C's bound cannot be reserved) give the same matrix.
     fn both_ways(a: &Csr<f64>, b: &Csr<f64>, what: &str) {
-        let chunk = ProductChunk {
-            rows: 0..a.nrows(),
-            cols: 0..b.ncols(),
-        };
+        let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
         let pool_threads = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .expect("pool");
         pool_threads.install(|| {
-            let ops = Operands::new(a, b, shape_of_b(b), &chunk);
+            let ops = Operands::new(&wa, &wb, shape_of_b(b)).expect("windows");
             let products: Vec<u64> = (0..ops.nrows).map(|i| ops.row_products(i)).collect();
             let pool = ScratchPool::<f64>::new();
             let staged = staged::multiply::<f64, PlusTimes>(&ops, Some(&products), &pool)
@@ -695,7 +704,7 @@ mod tests {
                 &ops,
                 &products,
                 &pool,
-                &chunk,
+                &wa,
                 SpgemmAlgorithm::RowRow,
             )
             .expect("counted");
@@ -744,11 +753,8 @@ mod tests {
             (MatrixClass::Skewed, false),
         ] {
             let (a, b) = generate::product_operands::<f64>(class, 3000, 5);
-            let chunk = ProductChunk {
-                rows: 0..a.nrows(),
-                cols: 0..b.ncols(),
-            };
-            let ops = Operands::new(&a, &b, shape_of_b(&b), &chunk);
+            let (wa, wb) = (CsrWindow::whole(&a), CsrWindow::whole(&b));
+            let ops = Operands::new(&wa, &wb, shape_of_b(&b)).expect("windows");
             assert_eq!(ops.even_b_rows(), even, "{class}");
         }
     }

@@ -184,7 +184,8 @@ fn run_bins<T: DeviceScalar>(
             return Err(Error::TooLarge {
                 what: format!(
                     "hash tables of {count} rows of C (rows {}..{})",
-                    job.rows.start, job.rows.end
+                    job.rows().start,
+                    job.rows().end
                 ),
                 needed: size,
                 limit: u64::from(u32::MAX) / 2,
@@ -364,17 +365,17 @@ pub(super) fn symbolic<T: DeviceScalar>(
     let binned = binning::scatter(
         job,
         Weights::PerRow(products),
-        job.rows.start,
+        job.rows().start,
         width,
         hist,
         bin_arena,
     )?;
-    let (a, b) = (job.a, job.b);
+    let (a, b) = (*job.a.matrix(), *job.b.matrix());
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
             Arg::U64(l.rows.len() as u64),
-            Arg::U64(job.rows.start as u64),
+            Arg::U64(job.rows().start as u64),
             Arg::U32(l.table_size as u32),
         ];
         if !l.warp {
@@ -385,8 +386,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
             a.cols.slice().arg(),
             b.offsets.slice().arg(),
             b.cols.slice().arg(),
-            Arg::U32(job.col_lo),
-            Arg::U32(job.col_hi),
+            Arg::U32(job.col_lo()),
+            Arg::U32(job.col_hi()),
             row_nnz.arg(),
         ]);
         v
@@ -420,8 +421,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
                     a.cols.slice().arg(),
                     b.offsets.slice().arg(),
                     b.cols.slice().arg(),
-                    Arg::U32(job.col_lo),
-                    Arg::U32(job.col_hi),
+                    Arg::U32(job.col_lo()),
+                    Arg::U32(job.col_hi()),
                 ],
             )?;
             job.gpu.launch(
@@ -431,7 +432,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
                 &[
                     g.rows.arg(),
                     Arg::U64(n),
-                    Arg::U64(job.rows.start as u64),
+                    Arg::U64(job.rows().start as u64),
                     Arg::U64(stride),
                     g.flags.arg(),
                     row_nnz.arg(),
@@ -471,17 +472,17 @@ pub(super) fn numeric<T: DeviceScalar>(
     let binned = binning::scatter(
         job,
         weights,
-        job.rows.start + range.start,
+        job.rows().start + range.start,
         width,
         hist,
         bin_arena,
     )?;
-    let (a, b) = (job.a, job.b);
+    let (a, b) = (*job.a.matrix(), *job.b.matrix());
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
             Arg::U64(l.rows.len() as u64),
-            Arg::U64(job.rows.start as u64),
+            Arg::U64(job.rows().start as u64),
             Arg::U32(l.table_size as u32),
         ];
         if !l.warp {
@@ -494,8 +495,8 @@ pub(super) fn numeric<T: DeviceScalar>(
             b.offsets.slice().arg(),
             b.cols.slice().arg(),
             b.vals.slice().arg(),
-            Arg::U32(job.col_lo),
-            Arg::U32(job.col_hi),
+            Arg::U32(job.col_lo()),
+            Arg::U32(job.col_hi()),
             c_off.arg(),
             Arg::U64(base),
             out_cols,
@@ -546,8 +547,8 @@ pub(super) fn numeric<T: DeviceScalar>(
                     b.offsets.slice().arg(),
                     b.cols.slice().arg(),
                     b.vals.slice().arg(),
-                    Arg::U32(job.col_lo),
-                    Arg::U32(job.col_hi),
+                    Arg::U32(job.col_lo()),
+                    Arg::U32(job.col_hi()),
                 ],
             )?;
             job.gpu.launch(
@@ -557,7 +558,7 @@ pub(super) fn numeric<T: DeviceScalar>(
                 &[
                     g.rows.arg(),
                     Arg::U64(n),
-                    Arg::U64(job.rows.start as u64),
+                    Arg::U64(job.rows().start as u64),
                     Arg::U64(stride),
                     Arg::U64(width),
                     g.flags.arg(),

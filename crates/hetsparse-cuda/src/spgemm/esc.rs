@@ -41,10 +41,10 @@ pub(super) fn chunk<T: DeviceScalar>(
     scratch: &mut Scratch,
     output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a.host_offsets(job.stream)?.as_slice();
-    let b_off = job.b.host_offsets(job.stream)?.as_slice();
-    let e0 = a_off[job.rows.start] as usize;
-    let e1 = a_off[job.rows.end] as usize;
+    let a_off = job.a.matrix().host_offsets(job.stream)?.as_slice();
+    let b_off = job.b.matrix().host_offsets(job.stream)?.as_slice();
+    let e0 = a_off[job.rows().start] as usize;
+    let e1 = a_off[job.rows().end] as usize;
     let a_col = &job.a_cols.ok_or_else(|| missing("A's column indices"))?[e0..e1];
     // A column window inside B's rows needs B's columns; the whole width only B's offsets.
     let b_cols = if job.full_width() {
@@ -62,8 +62,8 @@ pub(super) fn chunk<T: DeviceScalar>(
             Some(cols) => {
                 let row = &cols[start as usize..end as usize];
                 (
-                    start + row.partition_point(|&c| c < job.col_lo) as u64,
-                    start + row.partition_point(|&c| c < job.col_hi) as u64,
+                    start + row.partition_point(|&c| c < job.col_lo()) as u64,
+                    start + row.partition_point(|&c| c < job.col_hi()) as u64,
                 )
             }
         };
@@ -72,8 +72,7 @@ pub(super) fn chunk<T: DeviceScalar>(
     }
     let entry_prefix = offsets(&per_entry);
     let row_products: Vec<u64> = job
-        .rows
-        .clone()
+        .rows()
         .map(|r| entry_prefix[a_off[r + 1] as usize - e0] - entry_prefix[a_off[r] as usize - e0])
         .collect();
     let total: u64 = row_products.iter().sum();
@@ -87,7 +86,7 @@ pub(super) fn chunk<T: DeviceScalar>(
         let mut products = 0u64;
         while end < n {
             let p = products + row_products[end];
-            let entries = a_off[job.rows.start + end + 1] - a_off[job.rows.start + start];
+            let entries = a_off[job.rows().start + end + 1] - a_off[job.rows().start + start];
             if p > capacity || need((end - start + 1) as u64, entries, p) > scratch.cap() {
                 break;
             }
@@ -96,10 +95,10 @@ pub(super) fn chunk<T: DeviceScalar>(
         }
         if end == start {
             return Err(out_of_memory(
-                &format!("ESC expansion of row {} of C", job.rows.start + start),
+                &format!("ESC expansion of row {} of C", job.rows().start + start),
                 need(
                     1,
-                    a_off[job.rows.start + start + 1] - a_off[job.rows.start + start],
+                    a_off[job.rows().start + start + 1] - a_off[job.rows().start + start],
                     row_products[start],
                 ),
                 scratch.cap(),
@@ -133,8 +132,8 @@ fn batch<T: DeviceScalar>(
     scratch: &mut Scratch,
     output: &mut impl Output<T>,
 ) -> Result<()> {
-    let a_off = job.a.host_offsets(job.stream)?.as_slice();
-    let first = job.rows.start + rows.start;
+    let a_off = job.a.matrix().host_offsets(job.stream)?.as_slice();
+    let first = job.rows().start + rows.start;
     let nrows = rows.len();
     let be0 = a_off[first] as usize - e0;
     let be1 = a_off[first + nrows] as usize - e0;
@@ -206,10 +205,10 @@ fn batch<T: DeviceScalar>(
                     Arg::U64(a_off[first]),
                     prefix_dev.arg(),
                     b_start_dev.arg(),
-                    job.a.vals.slice().arg(),
-                    job.b.cols.slice().arg(),
-                    job.b.vals.slice().arg(),
-                    Arg::U32(job.col_lo),
+                    job.a.matrix().vals.slice().arg(),
+                    job.b.matrix().cols.slice().arg(),
+                    job.b.matrix().vals.slice().arg(),
+                    Arg::U32(job.col_lo()),
                     keys.arg(),
                     vals.arg(),
                 ],

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    ChunkProduct, Csr, Error, MemoryPool, MemoryRequirement, ProductChunk, Result, RunControl,
-    SpgemmAlgorithm,
+    ChunkProduct, Csr, CsrWindow, Error, MemoryPool, MemoryRequirement, ProductChunk, Result,
+    RunControl, Shaped, SpgemmAlgorithm,
 };
 
 use crate::context::{Event, Gpu, LaunchConfig, Stream};
@@ -59,31 +59,81 @@ pub(crate) fn entry_bytes<T: DeviceScalar>() -> u64 {
     4 + std::mem::size_of::<T>() as u64
 }
 
-/// One chunk's operands and window: rows `rows` of A, columns `cols` of B. ESC plans its
-/// batches on the host from A's column indices (and B's, for a column window): those are
-/// `a_cols` and `b_cols` where it runs.
+/// One chunk's operands: its windows of A (rows, every column) and of B (columns, every row)
+/// on the device, as [`ProductChunk::windows`] made them. ESC plans its batches on the host
+/// from A's column indices (and B's, for a column window): those are `a_cols` and `b_cols`
+/// where it runs.
 pub(crate) struct Job<'a, T: DeviceScalar> {
     pub gpu: &'a Gpu,
     pub stream: &'a Stream,
-    pub a: &'a DeviceCsr<T>,
-    pub b: &'a DeviceCsr<T>,
+    pub a: CsrWindow<&'a DeviceCsr<T>>,
+    pub b: CsrWindow<&'a DeviceCsr<T>>,
     pub a_cols: Option<&'a [u32]>,
     pub b_cols: Option<&'a [u32]>,
-    pub rows: Range<usize>,
-    pub col_lo: u32,
-    pub col_hi: u32,
+}
+
+impl<T: DeviceScalar> Shaped for &DeviceCsr<T> {
+    fn shape(&self) -> (usize, usize) {
+        (self.nrows, self.ncols)
+    }
+}
+
+impl<'a, T: DeviceScalar> Job<'a, T> {
+    /// The job of `chunk` of `a · b` (which must lie inside the product: an error otherwise).
+    fn of_chunk(
+        gpu: &'a Gpu,
+        stream: &'a Stream,
+        (a, b): (&'a DeviceCsr<T>, &'a DeviceCsr<T>),
+        chunk: &ProductChunk,
+        (a_cols, b_cols): (Option<&'a [u32]>, Option<&'a [u32]>),
+    ) -> Result<Self> {
+        let (a, b) = chunk.windows(a, b)?;
+        Ok(Job {
+            gpu,
+            stream,
+            a,
+            b,
+            a_cols,
+            b_cols,
+        })
+    }
+    /// The job of all of `a · b`.
+    fn whole(
+        gpu: &'a Gpu,
+        stream: &'a Stream,
+        (a, b): (&'a DeviceCsr<T>, &'a DeviceCsr<T>),
+        a_cols: Option<&'a [u32]>,
+    ) -> Result<Self> {
+        let whole = ProductChunk {
+            rows: 0..a.nrows,
+            cols: 0..b.ncols,
+        };
+        Self::of_chunk(gpu, stream, (a, b), &whole, (a_cols, None))
+    }
 }
 
 impl<T: DeviceScalar> Job<'_, T> {
+    /// Rows of A (and of C).
+    pub fn rows(&self) -> Range<usize> {
+        self.a.rows()
+    }
     pub fn nrows(&self) -> usize {
-        self.rows.len()
+        self.a.nrows()
+    }
+    /// First column of B (and of C) in the window.
+    pub fn col_lo(&self) -> u32 {
+        self.b.col_lo()
+    }
+    /// One past the last column of B (and of C) in the window.
+    pub fn col_hi(&self) -> u32 {
+        self.b.col_hi()
     }
     pub fn width(&self) -> u64 {
-        u64::from(self.col_hi - self.col_lo)
+        self.b.ncols() as u64
     }
     /// Whether the window is all of B's columns.
     pub fn full_width(&self) -> bool {
-        self.col_lo == 0 && self.col_hi as usize == self.b.ncols
+        self.b.all_columns()
     }
 }
 
@@ -267,10 +317,10 @@ fn analyse<'a, T: DeviceScalar>(
             job.stream,
             &[
                 crate::Arg::U64(n as u64),
-                crate::Arg::U64(job.rows.start as u64),
-                job.a.offsets.slice().arg(),
-                job.a.cols.slice().arg(),
-                job.b.offsets.slice().arg(),
+                crate::Arg::U64(job.rows().start as u64),
+                job.a.matrix().offsets.slice().arg(),
+                job.a.matrix().cols.slice().arg(),
+                job.b.matrix().offsets.slice().arg(),
                 products.arg(),
             ],
         )?;
@@ -436,17 +486,7 @@ fn whole_histogram<T: DeviceScalar>(
     let n = a.nrows as u64;
     let arena = DeviceArena::new(gpu.memory(), footprint(&[(8, n)]), "row analysis")?;
     let mut bin_arena = DeviceArena::new(gpu.memory(), binning::bytes(0), "row bins")?;
-    let job = Job {
-        gpu,
-        stream,
-        a,
-        b,
-        a_cols: None,
-        b_cols: None,
-        rows: 0..a.nrows,
-        col_lo: 0,
-        col_hi: b.ncols as u32,
-    };
+    let job = Job::whole(gpu, stream, (a, b), None)?;
     Ok(analyse(&job, &arena, &mut bin_arena)?.1)
 }
 
@@ -621,18 +661,14 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         run.checkpoint()?;
         let started = Instant::now();
         chunk_arena.reset();
-        let job = Job {
-            gpu,
-            stream: &stream,
-            a: &da,
-            b: db,
-            a_cols: a_cols.as_deref(),
-            b_cols: b_cols.as_deref(),
-            rows: chunk.rows.clone(),
-            col_lo: chunk.cols.start as u32,
-            col_hi: chunk.cols.end as u32,
-        };
         let mut one = || -> Result<()> {
+            let job = Job::of_chunk(
+                gpu,
+                &stream,
+                (&da, db),
+                chunk,
+                (a_cols.as_deref(), b_cols.as_deref()),
+            )?;
             if !output.begin_chunk(index, chunk.clone(), job.width(), started, &mut sink)? {
                 return Ok(());
             }
@@ -843,7 +879,7 @@ fn numeric_batches<T: DeviceScalar>(
         }
         if end == start {
             return Err(out_of_memory(
-                &format!("row {} of C (output buffer)", job.rows.start + start),
+                &format!("row {} of C (output buffer)", job.rows().start + start),
                 counts[start] * entry_bytes::<T>(),
                 capacity.saturating_mul(entry_bytes::<T>()),
             ));
@@ -1039,17 +1075,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     };
     let tracker = gpu.memory();
     let a_cols = esc_columns(&stream, &da, a_host, matches!(method, Method::Esc))?;
-    let job = Job {
-        gpu,
-        stream: &stream,
-        a: &da,
-        b: db,
-        a_cols: a_cols.as_deref(),
-        b_cols: None,
-        rows: 0..nrows,
-        col_lo: 0,
-        col_hi: ncols as u32,
-    };
+    let job = Job::whole(gpu, &stream, (&da, db), a_cols.as_deref())?;
     let n = nrows as u64;
     run.checkpoint()?;
     let mut bin_arena = DeviceArena::new(tracker, binning::bytes(n), "row bins")?;
