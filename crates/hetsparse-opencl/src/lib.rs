@@ -116,7 +116,11 @@ pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 ///
 /// Clones share the device state (context, programs) and the memory pool; every backend on a
 /// device shares its context, and so each other's resident matrices, while each constructed
-/// backend accounts for its own memory (its pool).
+/// backend accounts for its own memory (its pool, the limit of
+/// [`with_memory_budget`](Self::with_memory_budget)). Every backend's pool reserves from one
+/// pool of the device's global memory too, backends with a context of their own
+/// ([`with_own_context`](Self::with_own_context)) included, so that backends on one device
+/// cannot together reserve more than it has.
 #[derive(Clone)]
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
@@ -182,7 +186,11 @@ impl OpenClBackend {
         let capabilities = Arc::new(capabilities_of(&description));
         let state = runtime::device_state(id, description)?;
         Ok(OpenClBackend {
-            pool: MemoryPool::new(BACKEND, state.description.global_memory_bytes),
+            pool: MemoryPool::with_parent(
+                BACKEND,
+                state.description.global_memory_bytes,
+                &state.device_memory,
+            ),
             state,
             capabilities,
             budget_bytes: None,
@@ -192,7 +200,9 @@ impl OpenClBackend {
 
     /// A backend on the same device with an OpenCL context of its own: a memory space of its
     /// own too, so resident matrices of either are refused by the other
-    /// ([`Error::WrongDevice`]). Programs are compiled again for the new context.
+    /// ([`Error::WrongDevice`]). Programs are compiled again for the new context. Its memory
+    /// is still the device's: its pool reserves from the same device pool as every other
+    /// backend on the device.
     pub fn with_own_context(&self) -> Result<Self> {
         let devices = device::enumerate()?;
         let (id, description) = devices
@@ -205,7 +215,11 @@ impl OpenClBackend {
             })?;
         let state = runtime::new_context(id, description)?;
         let global = state.description.global_memory_bytes;
-        let pool = MemoryPool::new(BACKEND, self.budget_bytes.map_or(global, |b| b.min(global)));
+        let pool = MemoryPool::with_parent(
+            BACKEND,
+            self.budget_bytes.map_or(global, |b| b.min(global)),
+            &state.device_memory,
+        );
         Ok(OpenClBackend {
             state,
             pool,
@@ -223,7 +237,7 @@ impl OpenClBackend {
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.budget_bytes = Some(bytes);
         let limit = bytes.min(self.state.description.global_memory_bytes);
-        self.pool = MemoryPool::new(BACKEND, limit);
+        self.pool = MemoryPool::with_parent(BACKEND, limit, &self.state.device_memory);
         self
     }
 

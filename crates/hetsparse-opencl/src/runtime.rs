@@ -19,7 +19,7 @@ use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::backend::MemorySpace;
-use hetsparse_core::{ChunkTiming, DeviceFault, Error, Result, ScalarType};
+use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -47,6 +47,9 @@ pub(crate) struct DeviceState {
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
     pool: Mutex<BufferPool>,
+    /// The device's memory, shared by every backend on the device, whatever its context: each
+    /// backend's own pool (its budget) reserves from this one too.
+    pub(crate) device_memory: Arc<MemoryPool>,
     pub(crate) context: Context,
 }
 
@@ -202,8 +205,25 @@ pub(crate) fn device_state(
     Ok(state)
 }
 
+/// The pool of device `id`'s memory, one per device in the process: contexts of their own on
+/// one device still share its memory.
+fn device_memory(id: usize, bytes: u64) -> Result<Arc<MemoryPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<MemoryPool>>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().map_err(|_| {
+        device_error(
+            "device memory registry",
+            "a thread panicked while holding it",
+        )
+    })?;
+    Ok(Arc::clone(
+        pools
+            .entry(id)
+            .or_insert_with(|| MemoryPool::new(BACKEND, bytes)),
+    ))
+}
+
 /// A state with a context of its own on device `id`, not shared through the registry: its
-/// buffers form a memory space of their own.
+/// buffers form a memory space of their own (its memory is the device's, shared).
 pub(crate) fn new_context(
     id: crate::device::DeviceId,
     description: DeviceDescription,
@@ -213,7 +233,9 @@ pub(crate) fn new_context(
     let context = Context::from_device(&ClDevice::new(id))
         .map_err(|e| cl_error(format!("creating a context on {}", description.name), e))?;
     let memory = description.global_memory_bytes;
+    let device_memory = device_memory(id as usize, memory)?;
     Ok(Arc::new(DeviceState {
+        device_memory,
         description,
         id,
         context,
