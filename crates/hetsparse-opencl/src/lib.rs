@@ -48,8 +48,10 @@
 //! Only when the expansion does not fit the memory left do resident operands go through the
 //! host, which cuts B into column slices. Plans keep the product's structure on the device;
 //! executing one recomputes the values only (a work-item per row of C over the planned
-//! structure; rows of more than 256 products, counted at plan time, get a work-group each,
-//! which adds with compare-and-swap atomics, where the device has them for the type). Chunks run one by one, each on a profiling queue (kernel and transfer times
+//! structure; rows of more than 256 products, counted at plan time, get a work-group per
+//! segment of the row that fits local memory, which adds there with compare-and-swap and
+//! writes each entry once, where the device has those atomics for the type). Chunks run one
+//! by one, each on a profiling queue (kernel and transfer times
 //! from OpenCL events): host operands are cut on the host (the next chunk's parts on another
 //! thread while the device computes this one) and their parts copied, resident ones cut on the
 //! device (kernels copying a range of rows of A or a panel of columns of B).
