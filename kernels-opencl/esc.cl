@@ -251,8 +251,8 @@ inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, 
 // segment, and one absent from the planned row sets *flag. Rows of B are sorted: a work-item
 // finds the segment's first column in row k by bisection and stops at its end. The NUM_WG
 // work-items split the products as `lanes` consecutive work-items per entry A[i,k] striding
-// over row k of B, the groups of lanes striding over the entries of A's row (lanes: the largest
-// power of two that still gives every entry of A's row its lanes).
+// over row k of B, the groups of lanes striding over the entries of A's row (lanes: a power of
+// two, see below).
 #define NUM_WG 256
 __kernel __attribute__((reqd_work_group_size(NUM_WG, 1, 1)))
 void spgemm_numeric_segments(ulong n, __global const ulong* segments,
@@ -263,6 +263,7 @@ void spgemm_numeric_segments(ulong n, __global const ulong* segments,
                              __global ACC* c_acc, __global uint* flag) {
     __local ACC acc[NUM_SEG];
     __local uint cols[NUM_SEG];
+    __local uint products;
     ulong g = get_group_id(0);
     if (g >= n) return; // the whole group leaves, before any barrier
     uint lid = get_local_id(0);
@@ -276,14 +277,27 @@ void spgemm_numeric_segments(ulong n, __global const ulong* segments,
         cols[t] = c_index[s0 + t];
         acc[t] = ZERO;
     }
+    if (lid == 0) products = 0;
     uint first = s0 == lo ? 0 : c_index[s0];
     int last = s1 == hi;
     uint end = last ? 0 : c_index[s1];
-    barrier(CLK_LOCAL_MEM_FENCE);
     ulong a0 = a_offsets[i], a1 = a_offsets[i + 1];
     ulong na = a1 - a0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // The row's products (saturated), for the mean length of its rows of B.
+    ulong mine = 0;
+    for (ulong ea = a0 + lid; ea < a1; ea += NUM_WG) {
+        uint k = a_index[ea];
+        mine += b_offsets[k + 1] - b_offsets[k];
+    }
+    atomic_add(&products, (uint)min(mine, (ulong)(UINT_MAX / NUM_WG)));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong mean = products / max(na, (ulong)1);
+    // Fewer lanes per entry of A only while the entries outnumber the groups of lanes and the
+    // lanes outnumber the mean row of B: a hub row of B then keeps several lanes instead of
+    // one work-item walking it alone.
     uint lanes = NUM_WG;
-    while (lanes > 1 && (ulong)lanes * na > NUM_WG) lanes >>= 1;
+    while (lanes > 1 && (ulong)lanes * na > NUM_WG && lanes > mean) lanes >>= 1;
     uint slot = lid / lanes, lane = lid % lanes, slots = NUM_WG / lanes;
     for (ulong ea = a0 + slot; ea < a1; ea += slots) {
         uint k = a_index[ea];

@@ -132,10 +132,10 @@ fn type_defines(ty: ScalarType) -> String {
 
 /// Entries of a row of C that one work-group of the numeric phase's long rows accumulates in
 /// local memory (`NUM_SEG` in esc.cl): an accumulator and a column index each, in the device's
-/// local memory (at most 48 KiB of it, 1 KiB left spare), a multiple of 64.
+/// local memory (at most 48 KiB of it, 2 KiB left spare), a multiple of 64.
 pub(crate) fn numeric_segment(ty: ScalarType, device: &DeviceDescription) -> usize {
     let local = (device.local_memory_bytes as usize).min(48 * 1024);
-    let usable = local.saturating_sub(1024);
+    let usable = local.saturating_sub(2048);
     (usable / (acc_bytes(ty) + 4) / 64 * 64).max(64)
 }
 
