@@ -86,4 +86,28 @@ inline void atomic_add_acc(__global ACC* p, ACC v) {
     atomic_add_real(dst + 1, v.y);
 #endif
 }
+
+// The same adds on local memory (cl_khr_int64_base_atomics covers local 64-bit compare-and-swap
+// too), where a work-group accumulates its part of a row of C.
+inline void local_add_real(volatile __local REAL* p, REAL v) {
+#if REAL_IS_DOUBLE
+    volatile __local ulong* u = (volatile __local ulong*)p;
+    ulong old = *u, seen;
+    while ((seen = atom_cmpxchg(u, old, as_ulong(as_double(old) + v))) != old) old = seen;
+#else
+    volatile __local uint* u = (volatile __local uint*)p;
+    uint old = *u, seen;
+    while ((seen = atomic_cmpxchg(u, old, as_uint(as_float(old) + v))) != old) old = seen;
+#endif
+}
+
+inline void local_add_acc(__local ACC* p, ACC v) {
+    volatile __local REAL* dst = (volatile __local REAL*)p;
+#if NCOMP == 1
+    local_add_real(dst, v);
+#else
+    local_add_real(dst, v.x);
+    local_add_real(dst + 1, v.y);
+#endif
+}
 #endif // HAS_ATOMICS

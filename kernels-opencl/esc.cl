@@ -139,8 +139,8 @@ void max_blocks(__global const ulong* in, ulong n, __global ulong* block_max) {
 // accumulator (the work-item owns the row, so no atomics). A product whose column is not in the
 // planned row sets *flag (operands of another pattern); acc_to_store then rounds to storage.
 // Rows with many products serialise on their work-item: plans whose product has such rows
-// split them off at plan time (spgemm_row_products) to spgemm_numeric_long, and the other rows
-// run through spgemm_numeric_rows.
+// split them off at plan time (spgemm_row_products) to spgemm_numeric_segments, and the other
+// rows run through spgemm_numeric_rows.
 
 // Position of column j in C's row [lo, hi), or hi when the row does not hold it.
 inline ulong planned_column(__global const uint* c_index, ulong lo, ulong hi, uint j) {
@@ -211,44 +211,6 @@ __kernel void spgemm_row_products(ulong nrows, __global const ulong* a_offsets,
     counts[i] = (uint)min(n, (ulong)UINT_MAX);
 }
 
-#if HAS_ATOMICS
-// Long rows: work-group g computes row rows[first + g] of C. Its NUM_WG work-items split the
-// row's products: `lanes` consecutive work-items share an entry A[i,k] and stride over row k of
-// B, the groups of lanes stride over the entries of A's row (lanes: the largest power of two
-// that still gives every entry of A's row its lanes, so rows of few entries of A with long rows
-// of B use the whole group too). Products of one column may come from several work-items, so
-// they are added atomically (order of summation varies between runs), to accumulators the host
-// zeroed (a fill of all of them). No barrier: the kernel needs none (and PoCL ran work-items of
-// a version that zeroed the row itself between two barriers past the end of their loop).
-#define NUM_WG 256
-__kernel __attribute__((reqd_work_group_size(NUM_WG, 1, 1)))
-void spgemm_numeric_long(ulong n, ulong first, __global const uint* rows,
-                         __global const ulong* a_offsets, __global const uint* a_index,
-                         __global const STORE* a_vals, __global const ulong* b_offsets,
-                         __global const uint* b_index, __global const STORE* b_vals,
-                         __global const ulong* c_offsets, __global const uint* c_index,
-                         __global ACC* c_acc, __global uint* flag) {
-    ulong g = get_group_id(0);
-    if (g >= n) return;
-    uint lid = get_local_id(0);
-    ulong i = rows[first + g];
-    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
-    ulong a0 = a_offsets[i], a1 = a_offsets[i + 1];
-    ulong na = a1 - a0;
-    uint lanes = NUM_WG;
-    while (lanes > 1 && (ulong)lanes * na > NUM_WG) lanes >>= 1;
-    uint slot = lid / lanes, lane = lid % lanes, slots = NUM_WG / lanes;
-    for (ulong ea = a0 + slot; ea < a1; ea += slots) {
-        uint k = a_index[ea];
-        ACC av = LOAD(a_vals, ea);
-        for (ulong eb = b_offsets[k] + lane; eb < b_offsets[k + 1]; eb += lanes) {
-            ulong c = planned_column(c_index, lo, hi, b_index[eb]);
-            if (c == hi) { *flag = 1; continue; }
-            atomic_add_acc(c_acc + c, MUL(av, LOAD(b_vals, eb)));
-        }
-    }
-}
-#endif // HAS_ATOMICS
 
 // Cutting resident matrices into the parts of a chunked product on the device.
 // Rows [r0, r0 + n) as a matrix of their own: offsets rebased to start at 0, and the entries
@@ -277,6 +239,87 @@ inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, 
     }
     return lo;
 }
+
+#if HAS_ATOMICS
+// Long rows, in segments: work-group g computes segment segments[g] & 0xffffffff of row
+// segments[g] >> 32 of C, the entries [s0, s1) = [lo + seg·NUM_SEG, min(s0 + NUM_SEG, hi)) of
+// the planned row. The group stages the segment's columns in local memory with an accumulator
+// each, adds every product whose column falls in the segment there, and writes the
+// accumulators once: products of a hub column meet in local memory, not in global atomics. The
+// segment takes the columns from its first entry's (0 for the first segment) up to the next
+// segment's first entry's (unbounded for the last), so every product falls in exactly one
+// segment, and one absent from the planned row sets *flag. Rows of B are sorted: a work-item
+// finds the segment's first column in row k by bisection and stops at its end. The NUM_WG
+// work-items split the products as `lanes` consecutive work-items per entry A[i,k] striding
+// over row k of B, the groups of lanes striding over the entries of A's row (lanes: a power of
+// two, see below).
+#define NUM_WG 256
+__kernel __attribute__((reqd_work_group_size(NUM_WG, 1, 1)))
+void spgemm_numeric_segments(ulong n, __global const ulong* segments,
+                             __global const ulong* a_offsets, __global const uint* a_index,
+                             __global const STORE* a_vals, __global const ulong* b_offsets,
+                             __global const uint* b_index, __global const STORE* b_vals,
+                             __global const ulong* c_offsets, __global const uint* c_index,
+                             __global ACC* c_acc, __global uint* flag) {
+    __local ACC acc[NUM_SEG];
+    __local uint cols[NUM_SEG];
+    __local uint products;
+    ulong g = get_group_id(0);
+    if (g >= n) return; // the whole group leaves, before any barrier
+    uint lid = get_local_id(0);
+    ulong d = segments[g];
+    ulong i = d >> 32;
+    ulong lo = c_offsets[i], hi = c_offsets[i + 1];
+    ulong s0 = min(lo + (d & 0xffffffffUL) * NUM_SEG, hi);
+    ulong s1 = min(s0 + NUM_SEG, hi);
+    uint len = (uint)(s1 - s0);
+    for (uint t = lid; t < len; t += NUM_WG) {
+        cols[t] = c_index[s0 + t];
+        acc[t] = ZERO;
+    }
+    if (lid == 0) products = 0;
+    uint first = s0 == lo ? 0 : c_index[s0];
+    int last = s1 == hi;
+    uint end = last ? 0 : c_index[s1];
+    ulong a0 = a_offsets[i], a1 = a_offsets[i + 1];
+    ulong na = a1 - a0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // The row's products (saturated), for the mean length of its rows of B.
+    ulong mine = 0;
+    for (ulong ea = a0 + lid; ea < a1; ea += NUM_WG) {
+        uint k = a_index[ea];
+        mine += b_offsets[k + 1] - b_offsets[k];
+    }
+    atomic_add(&products, (uint)min(mine, (ulong)(UINT_MAX / NUM_WG)));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong mean = products / max(na, (ulong)1);
+    // Fewer lanes per entry of A only while the entries outnumber the groups of lanes and the
+    // lanes outnumber the mean row of B: a hub row of B then keeps several lanes instead of
+    // one work-item walking it alone.
+    uint lanes = NUM_WG;
+    while (lanes > 1 && (ulong)lanes * na > NUM_WG && lanes > mean) lanes >>= 1;
+    uint slot = lid / lanes, lane = lid % lanes, slots = NUM_WG / lanes;
+    for (ulong ea = a0 + slot; ea < a1; ea += slots) {
+        uint k = a_index[ea];
+        ACC av = LOAD(a_vals, ea);
+        ulong b0 = b_offsets[k], b1 = b_offsets[k + 1];
+        if (first > 0) b0 = lower_bound_column(b_index, b0, b1, first);
+        for (ulong eb = b0 + lane; eb < b1; eb += lanes) {
+            uint j = b_index[eb];
+            if (!last && j >= end) break;
+            uint lo_c = 0, hi_c = len;
+            while (lo_c < hi_c) {
+                uint mid = lo_c + (hi_c - lo_c) / 2;
+                if (cols[mid] < j) lo_c = mid + 1; else hi_c = mid;
+            }
+            if (lo_c == len || cols[lo_c] != j) { *flag = 1; continue; }
+            local_add_acc(acc + lo_c, MUL(av, LOAD(b_vals, eb)));
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint t = lid; t < len; t += NUM_WG) c_acc[s0 + t] = acc[t];
+}
+#endif // HAS_ATOMICS
 
 // Columns [c0, c1) of each row: counts[i] entries (counts[nrows] = 0, for the exclusive scan
 // that turns the counts into the panel's offsets).

@@ -8,6 +8,11 @@
 //!   1.5× faster than full.
 //! - `chain/CLASS`: `A·A·A` with the intermediate resident and one download at the end.
 //!
+//! With the `opencl` feature, each class also prints a line `kernel-time resident-spmv/CLASS`:
+//! the OpenCL resident SpMV's time per call (host clock, as the criterion group measures it)
+//! beside its kernels' own device time from profiling events, so one run shows how far the
+//! call is above its kernel.
+//!
 //! Classes: stencil, power law and road, at the sizes of `cargo xtask bench`
 //! (`HETSPARSE_BENCH_QUICK=1` for small ones; `HETSPARSE_BENCH_THREADS=N` for the CPU).
 
@@ -73,6 +78,13 @@ fn v2(c: &mut Criterion) {
                 bench.iter(|| be.spmv_with(a.into(), x.into(), &opts, &run).expect("SpMV"))
             });
             g.finish();
+            #[cfg(feature = "opencl")]
+            if reg.name == "opencl" {
+                kernel_time::report(case.class, || {
+                    be.spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+                        .expect("SpMV");
+                });
+            }
 
             let mut g = c.benchmark_group(format!("plan-reuse/{}", case.class));
             configure(&mut g);
@@ -112,6 +124,91 @@ fn v2(c: &mut Criterion) {
                 g.finish();
             }
         }
+    }
+}
+
+/// The OpenCL kernels' own time, from the device times the backend reports on
+/// [`hetsparse_opencl::KERNEL_TIMES`] while a subscriber listens (its queues then profile).
+#[cfg(feature = "opencl")]
+mod kernel_time {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    use hetsparse_core::generate::MatrixClass;
+
+    /// Sums the `device_ns` of kernel-time events; enables nothing else.
+    #[derive(Default)]
+    struct KernelTimes {
+        ns: AtomicU64,
+        launches: AtomicU64,
+    }
+
+    struct DeviceNs(u64);
+
+    impl tracing::field::Visit for DeviceNs {
+        fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+            if field.name() == "device_ns" {
+                self.0 = value;
+            }
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for &'static KernelTimes {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            m.target() == hetsparse_opencl::KERNEL_TIMES
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut v = DeviceNs(0);
+            event.record(&mut v);
+            self.ns.fetch_add(v.0, Ordering::Relaxed);
+            self.launches.fetch_add(1, Ordering::Relaxed);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    const CALLS: u32 = 200;
+
+    /// Prints the mean time of `call` without profiling and with it, and the mean device
+    /// time of the kernels it launched.
+    pub fn report(class: MatrixClass, mut call: impl FnMut()) {
+        for _ in 0..20 {
+            call();
+        }
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            call();
+        }
+        let plain = start.elapsed() / CALLS;
+        let times: &'static KernelTimes = Box::leak(Box::default());
+        let (profiled, kernel, launches) = tracing::subscriber::with_default(times, || {
+            call();
+            times.ns.store(0, Ordering::Relaxed);
+            times.launches.store(0, Ordering::Relaxed);
+            let start = Instant::now();
+            for _ in 0..CALLS {
+                call();
+            }
+            (
+                start.elapsed() / CALLS,
+                times.ns.load(Ordering::Relaxed) as f64 / f64::from(CALLS),
+                times.launches.load(Ordering::Relaxed) as f64 / f64::from(CALLS),
+            )
+        });
+        eprintln!(
+            "kernel-time resident-spmv/{class}: call {:.1} us, kernel {:.1} us ({launches:.0} \
+             launches per call), call/kernel {:.2}; call on a profiling queue {:.1} us",
+            plain.as_secs_f64() * 1e6,
+            kernel / 1e3,
+            plain.as_secs_f64() * 1e9 / kernel.max(1.0),
+            profiled.as_secs_f64() * 1e6,
+        );
     }
 }
 

@@ -9,7 +9,7 @@ use std::ffi::{CStr, CString};
 use std::ops::Deref;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hetsparse_core::{Error, Result};
 
@@ -127,9 +127,29 @@ fn device_attribute(device: CUdevice, attribute: c_int) -> Result<i32> {
     Ok(value)
 }
 
+/// The pool of device `ordinal`'s memory, one per device in the process: every backend on the
+/// device reserves from it as well as from its own pool (its budget), so that backends on one
+/// device cannot together reserve more than it has.
+fn device_memory(ordinal: u32, bytes: u64) -> Result<Arc<MemoryPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<u32, Arc<MemoryPool>>>> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| Error::Internal {
+            backend: BACKEND.into(),
+            what: "the device memory registry: a thread panicked while holding it".into(),
+        })?;
+    Ok(Arc::clone(
+        pools
+            .entry(ordinal)
+            .or_insert_with(|| MemoryPool::new(BACKEND, bytes)),
+    ))
+}
+
 impl Gpu {
     /// Initialises the driver, retains device `ordinal`'s primary context and loads the
-    /// kernels. Its memory pool's limit is the device's memory. Without a driver, with the
+    /// kernels. Its memory pool's limit is the device's memory, and it reserves from the
+    /// device's pool too, which every [`Gpu`] of the device shares. Without a driver, with the
     /// link stub or without such a device: [`Error::NoDevice`].
     pub fn new(ordinal: u32) -> Result<Self> {
         // SAFETY: cuInit may be called any number of times.
@@ -185,7 +205,11 @@ impl Gpu {
             .map_err(|e| from_cust(e, "opening the device through cust"))?;
         let context = cust::context::Context::new(cust_device)
             .map_err(|e| from_cust(e, "retaining the primary context"))?;
-        let memory = MemoryPool::new(BACKEND, total as u64);
+        let memory = MemoryPool::with_parent(
+            BACKEND,
+            total as u64,
+            &device_memory(ordinal, total as u64)?,
+        );
         let mempool =
             if device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0 {
                 let mut pool: CUmemoryPool = ptr::null_mut();

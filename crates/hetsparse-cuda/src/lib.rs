@@ -62,7 +62,8 @@
 //! exactly as long as the buffers.
 //!
 //! Every device allocation reserves its bytes in the backend's [`MemoryPool`]
-//! ([`Device::memory_pool`]); [`Backend::spgemm_requirement`] and plan requirements bound
+//! ([`Device::memory_pool`]), and through it in the device's pool, which every backend on the
+//! device shares (so backends on one GPU cannot together reserve more than it has); [`Backend::spgemm_requirement`] and plan requirements bound
 //! what the calls reserve (the calls cap their work memory at the bound they report). Driver
 //! failures become [`Error::Device`] with a [`DeviceFault`](hetsparse_core::DeviceFault)
 //! (launch failures 701, 702, 719: `LaunchFailed`; faults that leave the context unusable,

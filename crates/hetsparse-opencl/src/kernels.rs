@@ -32,8 +32,9 @@ pub(crate) const EXP_WG: usize = 256;
 pub(crate) const EXP_CHUNK: usize = EXP_WG * 8;
 /// Work-group size of the numeric phase's long rows (`NUM_WG` in esc.cl): one group per row.
 pub(crate) const NUM_WG: usize = 256;
-/// Products above which a row of a planned product is long: its numeric phase runs on a
-/// work-group (`spgemm_numeric_long`) instead of one work-item.
+/// Products above which a row of a planned product is long: its numeric phase runs on
+/// work-groups (`spgemm_numeric_segments`, one per segment of the row) instead of one
+/// work-item.
 pub(crate) const LONG_ROW_PRODUCTS: u32 = 256;
 
 /// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
@@ -129,6 +130,15 @@ fn type_defines(ty: ScalarType) -> String {
     s
 }
 
+/// Entries of a row of C that one work-group of the numeric phase's long rows accumulates in
+/// local memory (`NUM_SEG` in esc.cl): an accumulator and a column index each, in the device's
+/// local memory (at most 48 KiB of it, 2 KiB left spare), a multiple of 64.
+pub(crate) fn numeric_segment(ty: ScalarType, device: &DeviceDescription) -> usize {
+    let local = (device.local_memory_bytes as usize).min(48 * 1024);
+    let usable = local.saturating_sub(2048);
+    (usable / (acc_bytes(ty) + 4) / 64 * 64).max(64)
+}
+
 /// Largest power-of-two tile (256 to 1024 entries) whose two key and payload buffers fit in
 /// local memory with room to spare.
 pub(crate) fn sort_tile(device: &DeviceDescription, payload_bytes: usize) -> usize {
@@ -156,10 +166,11 @@ pub(crate) fn scalar_program(
     }
     s.push_str(semiring.defines(ty.is_complex()));
     s.push_str(&format!(
-        "#define HAS_ATOMICS {}\n#define PAYLOAD ACC\n\
+        "#define HAS_ATOMICS {}\n#define NUM_SEG {}\n#define PAYLOAD ACC\n\
          #define EXPAND_VALUE(ea, eb) MUL(LOAD(a_vals, ea), LOAD(b_vals, eb))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n\
          #define LANE_WG {LANE_WG}\n#define VEC_LANES {VEC_LANES}\n#define ELL_T {ELL_T}\n#define ELL_LC {ELL_LC}\n",
         u8::from(atomics),
+        numeric_segment(ty, device),
         sort_tile(device, acc_bytes(ty)),
     ));
     for part in [COMMON, SCAN, SORT, ESC, SPMV] {

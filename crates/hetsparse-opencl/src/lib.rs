@@ -48,8 +48,10 @@
 //! Only when the expansion does not fit the memory left do resident operands go through the
 //! host, which cuts B into column slices. Plans keep the product's structure on the device;
 //! executing one recomputes the values only (a work-item per row of C over the planned
-//! structure; rows of more than 256 products, counted at plan time, get a work-group each,
-//! which adds with compare-and-swap atomics, where the device has them for the type). Chunks run one by one, each on a profiling queue (kernel and transfer times
+//! structure; rows of more than 256 products, counted at plan time, get a work-group per
+//! segment of the row that fits local memory, which adds there with compare-and-swap and
+//! writes each entry once, where the device has those atomics for the type). Chunks run one
+//! by one, each on a profiling queue (kernel and transfer times
 //! from OpenCL events): host operands are cut on the host (the next chunk's parts on another
 //! thread while the device computes this one) and their parts copied, resident ones cut on the
 //! device (kernels copying a range of rows of A or a panel of columns of B).
@@ -116,7 +118,11 @@ pub const DEVICE_ENV: &str = "HETSPARSE_OPENCL_DEVICE";
 ///
 /// Clones share the device state (context, programs) and the memory pool; every backend on a
 /// device shares its context, and so each other's resident matrices, while each constructed
-/// backend accounts for its own memory (its pool).
+/// backend accounts for its own memory (its pool, the limit of
+/// [`with_memory_budget`](Self::with_memory_budget)). Every backend's pool reserves from one
+/// pool of the device's global memory too, backends with a context of their own
+/// ([`with_own_context`](Self::with_own_context)) included, so that backends on one device
+/// cannot together reserve more than it has.
 #[derive(Clone)]
 pub struct OpenClBackend {
     state: Arc<DeviceState>,
@@ -182,7 +188,11 @@ impl OpenClBackend {
         let capabilities = Arc::new(capabilities_of(&description));
         let state = runtime::device_state(id, description)?;
         Ok(OpenClBackend {
-            pool: MemoryPool::new(BACKEND, state.description.global_memory_bytes),
+            pool: MemoryPool::with_parent(
+                BACKEND,
+                state.description.global_memory_bytes,
+                &state.device_memory,
+            ),
             state,
             capabilities,
             budget_bytes: None,
@@ -192,7 +202,9 @@ impl OpenClBackend {
 
     /// A backend on the same device with an OpenCL context of its own: a memory space of its
     /// own too, so resident matrices of either are refused by the other
-    /// ([`Error::WrongDevice`]). Programs are compiled again for the new context.
+    /// ([`Error::WrongDevice`]). Programs are compiled again for the new context. Its memory
+    /// is still the device's: its pool reserves from the same device pool as every other
+    /// backend on the device.
     pub fn with_own_context(&self) -> Result<Self> {
         let devices = device::enumerate()?;
         let (id, description) = devices
@@ -205,7 +217,11 @@ impl OpenClBackend {
             })?;
         let state = runtime::new_context(id, description)?;
         let global = state.description.global_memory_bytes;
-        let pool = MemoryPool::new(BACKEND, self.budget_bytes.map_or(global, |b| b.min(global)));
+        let pool = MemoryPool::with_parent(
+            BACKEND,
+            self.budget_bytes.map_or(global, |b| b.min(global)),
+            &state.device_memory,
+        );
         Ok(OpenClBackend {
             state,
             pool,
@@ -223,7 +239,7 @@ impl OpenClBackend {
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.budget_bytes = Some(bytes);
         let limit = bytes.min(self.state.description.global_memory_bytes);
-        self.pool = MemoryPool::new(BACKEND, limit);
+        self.pool = MemoryPool::with_parent(BACKEND, limit, &self.state.device_memory);
         self
     }
 

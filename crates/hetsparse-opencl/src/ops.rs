@@ -43,11 +43,15 @@ pub(crate) struct ClPlan {
 }
 
 /// The rows of a planned product with long rows (more than [`kernels::LONG_ROW_PRODUCTS`]
-/// products), for a program with atomics: `rows` holds the short rows, then the long ones.
+/// products), for a program with atomics: `rows` holds the short rows, then the long ones;
+/// `segments` the long rows' segments of at most [`kernels::numeric_segment`] entries of C, one
+/// work-group each, as `row << 32 | segment`.
 struct RowSplit {
     rows: DeviceBuffer<u32>,
+    segments: DeviceBuffer<u64>,
     short: usize,
     long: usize,
+    segment_count: usize,
     _reservation: Reservation,
 }
 
@@ -287,7 +291,7 @@ impl OpenClBackend {
         let structure = Arc::clone(&storage.structure);
         let (nrows, nnz_c) = (structure.nrows, structure.nnz);
         let split = if kernels::has_atomics(T::TYPE, &self.state.description) {
-            self.row_split(&q, program, a, b, nrows)?
+            self.row_split(&q, program, a, b, &structure)?
         } else {
             None
         };
@@ -324,8 +328,9 @@ impl OpenClBackend {
         program: &Program,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
-        nrows: usize,
+        structure: &ClStructure,
     ) -> Result<Option<RowSplit>> {
+        let nrows = structure.nrows;
         if nrows == 0 || u32::try_from(nrows).is_err() {
             return Ok(None);
         }
@@ -364,13 +369,43 @@ impl OpenClBackend {
             .filter(|&i| !is_long(counts[i as usize]))
             .chain((0..nrows as u32).filter(|&i| is_long(counts[i as usize])))
             .collect();
-        let reservation = self.pool.reserve(4 * nrows as u64, "SpGEMM plan rows")?;
+        // The long rows' segments, from C's row lengths (a row without entries still gets one,
+        // whose products all fall outside the structure and are flagged).
+        let c_offsets = q.download_at(&structure.offsets, 0, nrows + 1, "C offsets")?;
+        let seg = kernels::numeric_segment(T::TYPE, &self.state.description) as u64;
+        let mut segments = Vec::new();
+        for &i in &rows[nrows - long..] {
+            let len = c_offsets[i as usize + 1] - c_offsets[i as usize];
+            let n = len.div_ceil(seg).max(1);
+            if n > u64::from(u32::MAX) {
+                return Err(Error::TooLarge {
+                    what: "segments of a row of the planned product".into(),
+                    needed: n,
+                    limit: u64::from(u32::MAX),
+                    unit: "segments",
+                });
+            }
+            segments.extend((0..n).map(|k| (u64::from(i) << 32) | k));
+        }
+        let reservation = self.pool.reserve(
+            4 * nrows as u64 + 8 * segments.len() as u64,
+            "SpGEMM plan rows",
+        )?;
         let buffer = q.alloc_kept::<u32>(nrows, "plan rows")?;
-        q.write_all(&[buffer.upload_of(&rows, "plan rows")?], "plan rows")?;
+        let segment_buffer = q.alloc_kept::<u64>(segments.len(), "plan row segments")?;
+        q.write_all(
+            &[
+                buffer.upload_of(&rows, "plan rows")?,
+                segment_buffer.upload_of(&segments, "plan row segments")?,
+            ],
+            "plan rows",
+        )?;
         Ok(Some(RowSplit {
             rows: buffer,
+            segments: segment_buffer,
             short: nrows - long,
             long,
+            segment_count: segments.len(),
             _reservation: reservation,
         }))
     }
@@ -411,7 +446,7 @@ impl OpenClBackend {
         let values_reservation = self
             .pool
             .reserve(resident::value_bytes::<T>(s.nnz), "resident product values")?;
-        let mut acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
+        let acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
         let mut flag = q.alloc::<u32>(1, "pattern flag")?;
         q.zero(&mut flag, "pattern flag")?;
         let values = q.alloc_kept::<u8>(nnz * size::<T>(), "C values")?;
@@ -422,21 +457,27 @@ impl OpenClBackend {
                 numeric_args(launch, ops, s, &acc, &flag)?.run(&[s.nrows], None)?;
             }
             Some(split) => {
-                // Short rows one work-item each, as above; long rows one work-group each,
-                // adding to accumulators zeroed here.
-                q.zero(&mut acc, "C accumulators")?;
+                let _span = tracing::debug_span!(
+                    "split numeric phase",
+                    long_rows = split.long,
+                    segments = split.segment_count
+                )
+                .entered();
+                // Short rows one work-item each, as above; long rows one work-group per
+                // segment, each writing its segment's accumulators.
                 let launch = q
                     .kernel(program, "spgemm_numeric_rows")?
                     .arg(split.short as u64)?
                     .arg(split.rows.arg())?;
                 numeric_args(launch, ops, s, &acc, &flag)?.run(&[split.short], None)?;
                 let launch = q
-                    .kernel(program, "spgemm_numeric_long")?
-                    .arg(split.long as u64)?
-                    .arg(split.short as u64)?
-                    .arg(split.rows.arg())?;
-                numeric_args(launch, ops, s, &acc, &flag)?
-                    .run(&[split.long * kernels::NUM_WG], Some(&[kernels::NUM_WG]))?;
+                    .kernel(program, "spgemm_numeric_segments")?
+                    .arg(split.segment_count as u64)?
+                    .arg(split.segments.arg())?;
+                numeric_args(launch, ops, s, &acc, &flag)?.run(
+                    &[split.segment_count * kernels::NUM_WG],
+                    Some(&[kernels::NUM_WG]),
+                )?;
             }
         }
         q.kernel(program, "acc_to_store")?
@@ -975,7 +1016,13 @@ mod tests {
         let ry = b.upload(&y).unwrap();
         let q = b.state.queue().unwrap();
         let split = b
-            .row_split::<f64>(&q, &program, (&ry).into(), (&rx).into(), x.nrows())
+            .row_split::<f64>(
+                &q,
+                &program,
+                (&ry).into(),
+                (&rx).into(),
+                &plan.state::<ClPlan>().unwrap().structure,
+            )
             .unwrap();
         if !atomics {
             return;
@@ -999,5 +1046,86 @@ mod tests {
             .execute(&program, &forged, (&ry).into(), (&rx).into(), &run)
             .unwrap_err();
         assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod hub_tests {
+    use super::*;
+    use hetsparse_core::generate;
+    use hetsparse_core::Backend;
+
+    /// `m`'s pattern with positive values of its own (no cancellation, so a relative
+    /// tolerance holds).
+    fn revalued<T: Scalar>(m: &Csr<T>, salt: usize) -> Csr<T> {
+        let values = (0..m.nnz() as usize)
+            .map(|k| T::from_parts_lossy(0.5 + ((k * 7 + salt) % 13) as f64 / 13.0, 0.25))
+            .collect();
+        Csr::try_new(
+            m.nrows(),
+            m.ncols(),
+            m.row_offsets().to_vec(),
+            m.col_indices().to_vec(),
+            values,
+        )
+        .unwrap()
+    }
+
+    /// A plan of a power-law product, whose hub rows of C are longer than a local-memory
+    /// segment for types of wide accumulators (`split`), executed with new values equals the
+    /// reference product of those values.
+    fn hub_rows_match_the_reference<T: Scalar>(b: &OpenClBackend, tolerance: f64, split: bool) {
+        if !b.supports_scalar(T::TYPE) {
+            return;
+        }
+        let x: Csr<T> = generate::rmat(13, 8, 5);
+        let run = RunControl::new();
+        let rx = b.upload(&x).unwrap();
+        let plan = b
+            .plan_spgemm((&rx).into(), (&rx).into(), &SpgemmOptions::new())
+            .unwrap();
+        let x2 = revalued(&x, 3);
+        let rx2 = b.upload(&x2).unwrap();
+        let c = b
+            .execute_spgemm(&plan, (&rx2).into(), (&rx2).into(), &run)
+            .unwrap();
+        let c = b.download(&c).unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<T, hetsparse_core::PlusTimes>(&x2, &x2).unwrap();
+        assert_eq!(c.row_offsets(), e.row_offsets(), "{}", T::TYPE);
+        assert_eq!(c.col_indices(), e.col_indices(), "{}", T::TYPE);
+        for (k, (u, v)) in c.values().iter().zip(e.values()).enumerate() {
+            let (u, v) = (u.to_parts(), v.to_parts());
+            let scale = 1.0 + v.0.abs() + v.1.abs();
+            assert!(
+                (u.0 - v.0).abs() + (u.1 - v.1).abs() <= tolerance * scale,
+                "{} entry {k}: {u:?} vs {v:?}",
+                T::TYPE
+            );
+        }
+        if !split || !kernels::has_atomics(T::TYPE, &b.state.description) {
+            return;
+        }
+        // The product has rows split into several segments, and the test covered them.
+        let segment = kernels::numeric_segment(T::TYPE, &b.state.description) as u64;
+        let longest = (0..c.nrows()).map(|i| c.row_nnz(i)).max().unwrap();
+        assert!(longest > segment, "{}: longest row {longest}", T::TYPE);
+        let split = plan.state::<ClPlan>().unwrap().split.as_ref().unwrap();
+        assert!(split.segment_count > split.long, "{}", T::TYPE);
+    }
+
+    #[test]
+    fn hub_rows_longer_than_a_segment_match_the_reference() {
+        let Some(b) = crate::tests::device_backend("numeric hub rows") else {
+            return;
+        };
+        // Segments of 48 KiB of local memory: 3904 entries of f64 and 2304 of complex f64 (hub
+        // rows of this product reach 4323 entries), 5888 of the f32 accumulators.
+        hub_rows_match_the_reference::<f64>(&b, 1e-12, true);
+        hub_rows_match_the_reference::<hetsparse_core::Complex<f64>>(&b, 1e-12, true);
+        hub_rows_match_the_reference::<f32>(&b, 1e-5, false);
+        hub_rows_match_the_reference::<hetsparse_core::Complex<f32>>(&b, 1e-5, false);
+        hub_rows_match_the_reference::<hetsparse_core::f16>(&b, 2e-3, false);
+        hub_rows_match_the_reference::<hetsparse_core::bf16>(&b, 1e-2, false);
     }
 }

@@ -19,7 +19,7 @@ use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::backend::MemorySpace;
-use hetsparse_core::{ChunkTiming, DeviceFault, Error, Result, ScalarType};
+use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -46,7 +46,14 @@ pub(crate) struct DeviceState {
     pub(crate) serial: u64,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
     staging: Mutex<Option<Staging>>,
+    /// Command queues whose work finished, for the next calls (see [`IdleObjects`]).
+    idle_queues: Mutex<Vec<(bool, CommandQueue)>>,
+    /// Kernel objects not in use, by program and name.
+    idle_kernels: Mutex<HashMap<(usize, &'static str), Vec<Kernel>>>,
     pool: Mutex<BufferPool>,
+    /// The device's memory, shared by every backend on the device, whatever its context: each
+    /// backend's own pool (its budget) reserves from this one too.
+    pub(crate) device_memory: Arc<MemoryPool>,
     pub(crate) context: Context,
 }
 
@@ -202,8 +209,25 @@ pub(crate) fn device_state(
     Ok(state)
 }
 
+/// The pool of device `id`'s memory, one per device in the process: contexts of their own on
+/// one device still share its memory.
+fn device_memory(id: usize, bytes: u64) -> Result<Arc<MemoryPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<MemoryPool>>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().map_err(|_| {
+        device_error(
+            "device memory registry",
+            "a thread panicked while holding it",
+        )
+    })?;
+    Ok(Arc::clone(
+        pools
+            .entry(id)
+            .or_insert_with(|| MemoryPool::new(BACKEND, bytes)),
+    ))
+}
+
 /// A state with a context of its own on device `id`, not shared through the registry: its
-/// buffers form a memory space of their own.
+/// buffers form a memory space of their own (its memory is the device's, shared).
 pub(crate) fn new_context(
     id: crate::device::DeviceId,
     description: DeviceDescription,
@@ -213,13 +237,17 @@ pub(crate) fn new_context(
     let context = Context::from_device(&ClDevice::new(id))
         .map_err(|e| cl_error(format!("creating a context on {}", description.name), e))?;
     let memory = description.global_memory_bytes;
+    let device_memory = device_memory(id as usize, memory)?;
     Ok(Arc::new(DeviceState {
+        device_memory,
         description,
         id,
         context,
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         programs: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
+        idle_queues: Mutex::new(Vec::new()),
+        idle_kernels: Mutex::new(HashMap::new()),
         pool: Mutex::new(BufferPool::new(memory)),
     }))
 }
@@ -280,16 +308,31 @@ impl DeviceState {
     fn queue_with(&self, timed: bool) -> Result<Queue<'_>> {
         let _span = tracing::debug_span!("queue create").entered();
         let profile = timed || tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
-        let properties = if profile {
-            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
-        } else {
-            0
+        let reused = {
+            let mut idle = self
+                .idle_queues
+                .lock()
+                .map_err(|_| poisoned("idle queues"))?;
+            let at = idle.iter().rposition(|(p, _)| *p == profile);
+            at.map(|at| idle.swap_remove(at).1)
         };
-        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
-        let queue = CommandQueue::create_default(&self.context, properties)
-            .map_err(|e| cl_error("creating a command queue", e))?;
+        let queue = match reused {
+            Some(q) => q,
+            None => {
+                let properties = if profile {
+                    opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+                } else {
+                    0
+                };
+                #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+                CommandQueue::create_default(&self.context, properties)
+                    .map_err(|e| cl_error("creating a command queue", e))?
+            }
+        };
         Ok(Queue {
-            queue,
+            queue: std::mem::ManuallyDrop::new(queue),
+            idle_queues: &self.idle_queues,
+            idle_kernels: &self.idle_kernels,
             context: &self.context,
             staging: &self.staging,
             pool: &self.pool,
@@ -440,7 +483,10 @@ fn plain_bytes<T: Plain>(data: &[T]) -> &[u8] {
 
 /// A command queue with the context its buffers come from.
 pub(crate) struct Queue<'a> {
-    queue: CommandQueue,
+    /// Taken back into `idle_queues` when the queue ends (its work finished).
+    queue: std::mem::ManuallyDrop<CommandQueue>,
+    idle_queues: &'a Mutex<Vec<(bool, CommandQueue)>>,
+    idle_kernels: &'a Mutex<HashMap<(usize, &'static str), Vec<Kernel>>>,
     context: &'a Context,
     staging: &'a Mutex<Option<Staging>>,
     pool: &'a Mutex<BufferPool>,
@@ -506,7 +552,7 @@ impl Drop for Queue<'_> {
     fn drop(&mut self) {
         let _span = tracing::debug_span!("queue finish").entered();
         // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
-        let _ = self.queue.finish();
+        let finished = self.queue.finish().is_ok();
         self.retired.get_mut().clear();
         let pooled = std::mem::take(self.pooled.get_mut());
         if let Ok(mut pool) = self.pool.lock() {
@@ -517,8 +563,25 @@ impl Drop for Queue<'_> {
                 }
             }
         }
+        // SAFETY: taken once, here; the field is not used afterwards.
+        let queue = unsafe { std::mem::ManuallyDrop::take(&mut self.queue) };
+        if finished {
+            if let Ok(mut idle) = self.idle_queues.lock() {
+                if idle.len() < IDLE_OBJECTS {
+                    idle.push((self.profile, queue));
+                }
+            }
+        }
     }
 }
+
+/// Queues, and kernel objects of each kernel, kept for reuse at most. Creating a command queue
+/// and a kernel object for every call, and releasing them after, is host work on the path of
+/// each small operation (a resident SpMV is a single kernel); idle ones cost no device memory.
+/// A queue is kept only once its commands finished, and serves one [`Queue`] at a time; a
+/// kernel object serves one [`Launch`] at a time (argument setting is not thread-safe on one
+/// object), and every launch sets all its arguments again.
+const IDLE_OBJECTS: usize = 8;
 
 /// Element types that may cross to the device as they lie in memory.
 ///
@@ -1072,11 +1135,23 @@ impl Queue<'_> {
         name: &'static str,
     ) -> Result<Launch<'q>> {
         let _span = tracing::debug_span!("kernel create", name).entered();
-        let kernel =
-            Kernel::create(program, name).map_err(|e| cl_error(format!("kernel {name}"), e))?;
+        let key = (program.get() as usize, name);
+        let reused = self
+            .idle_kernels
+            .lock()
+            .map_err(|_| poisoned("idle kernels"))?
+            .get_mut(&key)
+            .and_then(Vec::pop);
+        let kernel = match reused {
+            Some(k) => k,
+            None => {
+                Kernel::create(program, name).map_err(|e| cl_error(format!("kernel {name}"), e))?
+            }
+        };
         Ok(Launch {
             queue: self,
-            kernel,
+            kernel: std::mem::ManuallyDrop::new(kernel),
+            key,
             name,
             next: 0,
         })
@@ -1089,7 +1164,9 @@ const DEFAULT_WG: usize = 128;
 /// Kernel arguments set in order, checked against the kernel's declared count before running.
 pub(crate) struct Launch<'q> {
     queue: &'q Queue<'q>,
-    kernel: Kernel,
+    /// Taken back into the queue's `idle_kernels` under `key` when the launch ends.
+    kernel: std::mem::ManuallyDrop<Kernel>,
+    key: (usize, &'static str),
     name: &'static str,
     next: u32,
 }
@@ -1127,6 +1204,19 @@ impl<T> DeviceBuffer<T> {
     /// This buffer as a kernel argument.
     pub(crate) fn arg(&self) -> Mem {
         Mem(self.mem())
+    }
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is not used afterwards.
+        let kernel = unsafe { std::mem::ManuallyDrop::take(&mut self.kernel) };
+        if let Ok(mut idle) = self.queue.idle_kernels.lock() {
+            let kept = idle.entry(self.key).or_default();
+            if kept.len() < IDLE_OBJECTS {
+                kept.push(kernel);
+            }
+        }
     }
 }
 
