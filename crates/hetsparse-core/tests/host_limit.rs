@@ -117,6 +117,17 @@ fn the_reference_backend_refuses_results_before_converting() {
         ReferenceBackend.spmm(SparseRef::Coo(&coo), &b),
         WIDE as u64 * 16,
     );
+    // A result that fits alone, but not beside the CSR copy of a COO A: refused before either
+    // is allocated; the same A in CSR (offsets already held) is multiplied.
+    let rows = (LIMIT / 8 - 8) as usize;
+    let coo = Coo::try_new(rows, 1, vec![7], vec![0], vec![1.0f64]).unwrap();
+    out_of_memory(
+        ReferenceBackend.spmv(SparseRef::Coo(&coo), &[2.0]),
+        rows as u64 * 8 + (rows as u64 + 1) * 8,
+    );
+    let csr = coo.to_csr().unwrap();
+    let y = ReferenceBackend.spmv(SparseRef::Csr(&csr), &[2.0]).unwrap();
+    assert_eq!((y.len(), y[7]), (rows, 2.0));
     // A wide product of one entry needs no buffer of one slot per column.
     let one = Csr::try_new(1, 1, vec![0, 1], vec![0], vec![2.0]).unwrap();
     let c = ReferenceBackend

@@ -573,7 +573,37 @@ pub mod check {
     /// sizes with the same error.
     pub fn spmv<T: Scalar>(a: &SparseRef<'_, T>, x: &[T]) -> Result<()> {
         shapes("SpMV", a.shape(), (x.len(), 1))?;
-        crate::host::check_buffer::<T>(a.shape().0 as u64, "SpMV result")
+        result_and_copy::<T>(a, a.shape().0 as u64, "SpMV")
+    }
+
+    /// Row offsets of A's CSR copy where some backend multiplies A through one (every format
+    /// but CSR and ELLPACK-R, which the row kernels read as they are), else 0: sized by the
+    /// shape, so they are counted before anything is converted.
+    fn copy_offsets<T: Scalar>(a: &SparseRef<'_, T>) -> u64 {
+        match a {
+            SparseRef::Csr(_) | SparseRef::Ellr(_) => 0,
+            _ => a.shape().0 as u64 + 1,
+        }
+    }
+
+    /// A result of `values` values, together with A's CSR copy where one is made, under the
+    /// host's buffer limit: both are sized by the shape, so a matrix of a few entries and
+    /// `u32::MAX` rows must not get the one and then the other. Every backend checks the same
+    /// sum, so the same operands give the same outcome everywhere.
+    fn result_and_copy<T: Scalar>(a: &SparseRef<'_, T>, values: u64, op: &str) -> Result<()> {
+        crate::host::check_buffer::<T>(values, &format!("{op} result"))?;
+        let offsets = copy_offsets(a);
+        if offsets == 0 {
+            return Ok(());
+        }
+        let bytes = u128::from(values) * size_of::<T>() as u128 + u128::from(offsets) * 8;
+        if bytes > u128::from(crate::host::buffer_limit()) {
+            return Err(crate::host::out_of_memory(
+                &format!("{op} result and the CSR copy of A"),
+                u64::try_from(bytes).unwrap_or(u64::MAX),
+            ));
+        }
+        Ok(())
     }
 
     /// SpMM operands, and a result `C` the host can hold ([`crate::host::check_buffer`]): a
@@ -582,7 +612,7 @@ pub mod check {
     pub fn spmm<T: Scalar>(a: &SparseRef<'_, T>, b: &Dense<T>) -> Result<()> {
         shapes("SpMM", a.shape(), b.shape())?;
         let values = (a.shape().0 as u64).saturating_mul(b.ncols() as u64);
-        crate::host::check_buffer::<T>(values, "SpMM result")
+        result_and_copy::<T>(a, values, "SpMM")
     }
 
     /// Chunks must lie inside the `a.0 × b.1` product.
