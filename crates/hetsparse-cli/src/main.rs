@@ -22,11 +22,10 @@ use hetsparse::backend::memory::csr_bytes;
 use hetsparse::generate::MatrixClass;
 use hetsparse::matrix_market::MatrixMarket;
 use hetsparse::{
-    Context, Csr, Dense, DeviceKind, Layout, Operation, RunControl, ScalarType, SpgemmAlgorithm,
-    SpgemmOptions, SpmmOptions, SpmvOptions,
+    Context, Csr, Dense, DeviceChoice, DeviceKind, Layout, Operation, RunControl, ScalarType,
+    SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
 };
 
-use devices::DeviceChoice;
 use error::CliError;
 use files::{Output, PendingOutput};
 use progress::{Stage, Unit};

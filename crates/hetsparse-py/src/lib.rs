@@ -22,8 +22,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use convert::{csr_to_py, Parts};
-use devices::{context, Choice, PyScalar};
+use devices::{context, PyScalar};
 use errors::{to_py, value, DeviceError};
+use hetsparse::DeviceChoice;
 
 /// Runs `work` on a thread of its own with the GIL released; the calling thread waits, and
 /// every 50 ms takes the GIL for a moment to let Python handle signals. When a handler raises
@@ -131,7 +132,7 @@ fn spgemm<'py>(
     transpose: bool,
     same: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let choice = Choice::parse(device)?;
+    let choice = devices::parse(device)?;
     let a = Parts::extract(a, "A")?;
     let b = Parts::extract(b, "B")?;
     if a.ncols != b.nrows {
@@ -149,7 +150,7 @@ fn spgemm_t<'py, T: PyScalar>(
     py: Python<'py>,
     a: &Parts<'py>,
     b: &Parts<'py>,
-    choice: &Choice,
+    choice: &DeviceChoice,
     transpose: bool,
     same: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -183,7 +184,7 @@ fn spmm_dense<'py>(
     x: &Bound<'py, PyAny>,
     device: &str,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
-    let choice = Choice::parse(device)?;
+    let choice = devices::parse(device)?;
     let a = Parts::extract(a, "A")?;
     with_scalar!(&a.data, "A", |T| spmm_t::<T>(py, &a, x, &choice))
 }
@@ -192,7 +193,7 @@ fn spmm_t<'py, T: PyScalar>(
     py: Python<'py>,
     a: &Parts<'py>,
     x: &Bound<'py, PyAny>,
-    choice: &Choice,
+    choice: &DeviceChoice,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
     let a_data = a.data::<T>("A")?;
     let a = a.view(&a_data)?;
@@ -242,7 +243,7 @@ fn spmv<'py>(
     x: &Bound<'py, PyAny>,
     device: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let choice = Choice::parse(device)?;
+    let choice = devices::parse(device)?;
     let a = Parts::extract(a, "A")?;
     with_scalar!(&a.data, "A", |T| spmv_t::<T>(py, &a, x, &choice))
 }
@@ -251,7 +252,7 @@ fn spmv_t<'py, T: PyScalar>(
     py: Python<'py>,
     a: &Parts<'py>,
     x: &Bound<'py, PyAny>,
-    choice: &Choice,
+    choice: &DeviceChoice,
 ) -> PyResult<Bound<'py, PyAny>> {
     let a_data = a.data::<T>("A")?;
     let a = a.view(&a_data)?;
@@ -287,7 +288,7 @@ fn spmv_t<'py, T: PyScalar>(
 #[pyfunction]
 #[pyo3(name = "devices", signature = (device="auto"))]
 fn list_devices<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyList>> {
-    let choice = Choice::parse(device)?;
+    let choice = devices::parse(device)?;
     let ctx = py.allow_threads(|| context::<f64>(&choice))?;
     let list = PyList::empty(py);
     for d in ctx.devices() {
@@ -365,7 +366,7 @@ fn time_spgemm<'py>(
     runs: usize,
     same: bool,
 ) -> PyResult<Vec<f64>> {
-    let choice = Choice::parse(device)?;
+    let choice = devices::parse(device)?;
     let (a, b) = (Parts::extract(a, "A")?, Parts::extract(b, "B")?);
     let (a_data, b_data) = (a.data::<f64>("A")?, b.data::<f64>("B")?);
     let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);

@@ -5,8 +5,10 @@
 //! uses them as one.
 #![warn(missing_docs)]
 
+mod choice;
 mod context;
 
+pub use choice::DeviceChoice;
 pub use context::{Context, ContextScalar, FoundDevice, Unavailable};
 pub use hetsparse_core::*;
 
