@@ -610,6 +610,13 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let _ = options;
         let program = self.check_spmm(&a, &b)?;
         run.checkpoint()?;
+        if let (SparseOperand::Resident(ra), DenseOperand::Resident(rb)) = (a, b) {
+            let shape = (ra.shape().0, rb.ncols());
+            let products = ra.nnz().saturating_mul(rb.ncols() as u64);
+            return self.queued(ra, rb, shape, products, "SpMM result", run, |q, a, b| {
+                multiply::spmm_device::<T>(q, &program, &a.rows(), &b.input(), true)
+            });
+        }
         let q = self.state.queue()?;
         let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true, run)?;
         Ok(self.keep_dense(c, shape, layout, held))
@@ -625,6 +632,12 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let _ = options;
         let program = self.check_spmv(&a, &x)?;
         run.checkpoint()?;
+        if let (SparseOperand::Resident(ra), VectorOperand::Resident(rx)) = (a, x) {
+            let shape = (ra.shape().0, 1);
+            return self.queued(ra, rx, shape, ra.nnz(), "SpMV result", run, |q, a, x| {
+                multiply::spmv_device::<T>(q, &program, &a.rows(), &x.data, true)
+            });
+        }
         let q = self.state.queue()?;
         let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true, run)?;
         Ok(self.keep_dense(y, (n, 1), Layout::ColMajor, held))

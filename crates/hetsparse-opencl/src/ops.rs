@@ -22,7 +22,7 @@ use crate::esc::{self, Compressed, DeviceOperand, DeviceProduct, Multiply, Uploa
 use crate::kernels;
 use crate::multiply::{self, DenseIn, RowOperand};
 use crate::resident::{self, ClCsr, ClDense, ClStructure};
-use crate::runtime::{DeviceBuffer, Queue};
+use crate::runtime::{DeviceBuffer, Queue, Ready};
 use crate::scalar::{bytes_of, is_device_scalar};
 use crate::slice;
 use crate::{compressed, OpenClBackend, BACKEND};
@@ -745,7 +745,11 @@ impl OpenClBackend {
         };
         let x_up;
         let x_dev: &DeviceBuffer<u8> = match x {
-            VectorOperand::Resident(d) => &self.dense_storage(d)?.data,
+            VectorOperand::Resident(d) => {
+                let d = self.dense_storage(d)?;
+                d.ready.wait()?;
+                &d.data
+            }
             VectorOperand::Host(v) => {
                 x_up = q.upload(bytes_of(v), "x")?;
                 &x_up
@@ -800,7 +804,11 @@ impl OpenClBackend {
         };
         let b_up;
         let b_in = match b {
-            DenseOperand::Resident(d) => self.dense_storage(d)?.input(),
+            DenseOperand::Resident(d) => {
+                let d = self.dense_storage(d)?;
+                d.ready.wait()?;
+                d.input()
+            }
             DenseOperand::Host(d) => {
                 b_up = q.upload(bytes_of(d.data()), "B")?;
                 DenseIn {
@@ -840,8 +848,48 @@ impl OpenClBackend {
             ncols,
             layout,
             data,
+            ready: Ready::default(),
+            from_stream: false,
             _reservation: reservation,
         })
+    }
+
+    /// `A·x` (or `A·B`) with every operand and the result resident, queued on the device's
+    /// stream by `launch`: returns before the kernel finishes; the result waits for it before
+    /// any other queue reads it. `products` for progress, counted when queued.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queued<T: Scalar>(
+        &self,
+        a: &ResidentCsr<T>,
+        b: &ResidentDense<T>,
+        (nrows, ncols): (usize, usize),
+        products: u64,
+        what: &str,
+        run: &RunControl,
+        launch: impl FnOnce(&Queue<'_>, &ClCsr, &ClDense) -> Result<DeviceBuffer<u8>>,
+    ) -> Result<ResidentDense<T>> {
+        let (a_dev, b_dev) = (self.csr_storage(a)?, self.dense_storage(b)?);
+        let reservation = self.pool.reserve(
+            resident::value_bytes::<T>((nrows as u64).saturating_mul(ncols as u64)),
+            what,
+        )?;
+        run.add_planned(products);
+        let (data, ready) = self.state.on_stream(|q| {
+            a_dev.hold(q)?;
+            q.hold(&b_dev.data)?;
+            launch(q, a_dev, b_dev)
+        })?;
+        run.add_done(products);
+        Ok(self.wrap_dense(ClDense {
+            _state: Arc::clone(&self.state),
+            nrows,
+            ncols,
+            layout: b_dev.layout,
+            data,
+            ready,
+            from_stream: true,
+            _reservation: reservation,
+        }))
     }
 
     /// A dense result brought to the host.

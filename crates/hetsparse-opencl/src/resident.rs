@@ -15,7 +15,7 @@ use hetsparse_core::{Error, MemoryPool, Reservation, Result, Scalar};
 
 use crate::esc::{DeviceOperand, DeviceProduct};
 use crate::multiply::{download_values, DenseIn, DeviceRows};
-use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
+use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue, Ready};
 use crate::scalar::bytes_of;
 use crate::BACKEND;
 
@@ -48,9 +48,21 @@ pub(crate) struct ClDense {
     pub(crate) ncols: usize,
     pub(crate) layout: Layout,
     pub(crate) data: DeviceBuffer<u8>,
+    /// When `data` is complete: results of the device's stream may still be computed.
+    pub(crate) ready: Ready,
+    /// Whether `data` came from the device's stream, which takes it back on drop.
+    pub(crate) from_stream: bool,
     pub(crate) _reservation: Reservation,
     /// Last: dropped after the buffer.
     pub(crate) _state: Arc<DeviceState>,
+}
+
+impl Drop for ClDense {
+    fn drop(&mut self) {
+        if self.from_stream {
+            self._state.recycle(&self.data);
+        }
+    }
 }
 
 /// Bytes of the structure of a CSR matrix: 64-bit offsets, 32-bit columns.
@@ -73,6 +85,13 @@ impl ClCsr {
             index: &self.structure.index,
             values: &self.values,
         }
+    }
+
+    /// Keeps the arrays alive until the commands `q` queued so far finished.
+    pub(crate) fn hold(&self, q: &Queue<'_>) -> Result<()> {
+        q.hold(&self.structure.offsets)?;
+        q.hold(&self.structure.index)?;
+        q.hold(&self.values)
     }
 
     /// As an operand of the row kernels (SpMV, SpMM).
@@ -263,12 +282,15 @@ pub(crate) fn upload_dense<T: Scalar>(
         ncols: d.ncols(),
         layout: d.layout(),
         data,
+        ready: Ready::default(),
+        from_stream: false,
         _reservation: reservation,
     })
 }
 
 /// Copies a resident dense matrix to the host.
 pub(crate) fn download_dense<T: Scalar>(q: &Queue<'_>, d: &ClDense) -> Result<Dense<T>> {
+    d.ready.wait()?;
     let len = d.nrows * d.ncols;
     let data = if len == 0 {
         Vec::new()

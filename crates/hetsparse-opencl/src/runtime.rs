@@ -2,7 +2,8 @@
 //! process, programs compiled once per (device, variant) and cached, and typed helpers for
 //! buffers and kernel launches that return errors instead of panicking.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -13,6 +14,7 @@ use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::Device as ClDevice;
 use opencl3::error_codes::ClError;
+use opencl3::event::Event;
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
@@ -51,6 +53,9 @@ pub(crate) struct DeviceState {
     /// Kernel objects not in use, by program and name.
     idle_kernels: Mutex<HashMap<(usize, &'static str), Vec<Kernel>>>,
     pool: Mutex<BufferPool>,
+    /// The in-order queue of operations that return before their kernels finish (see
+    /// [`Stream`]), made on first use.
+    stream: Mutex<Option<Stream>>,
     /// The device's memory, shared by every backend on the device, whatever its context: each
     /// backend's own pool (its budget) reserves from this one too.
     pub(crate) device_memory: Arc<MemoryPool>,
@@ -249,6 +254,7 @@ pub(crate) fn new_context(
         idle_queues: Mutex::new(Vec::new()),
         idle_kernels: Mutex::new(HashMap::new()),
         pool: Mutex::new(BufferPool::new(memory)),
+        stream: Mutex::new(None),
     }))
 }
 
@@ -343,7 +349,239 @@ impl DeviceState {
             retired: std::cell::RefCell::new(Vec::new()),
             profile,
             launched: std::cell::RefCell::new(Vec::new()),
+            recycled: None,
         })
+    }
+
+    /// Runs `f` on the device's [`Stream`] and returns as soon as its commands are queued,
+    /// with the event of the last kernel it launched (`None` when it launched none): what its
+    /// results wait for before any other queue reads them ([`Ready::wait`]).
+    ///
+    /// `f` may only allocate ([`Queue::alloc_kept`]) and launch kernels: the buffers it passes
+    /// to them are kept alive ([`Queue::hold`]) until its last kernel completed, and results
+    /// it keeps go back to the stream when dropped ([`DeviceState::recycle`]).
+    pub(crate) fn on_stream<R>(
+        &self,
+        f: impl FnOnce(&Queue<'_>) -> Result<R>,
+    ) -> Result<(R, Ready)> {
+        let mut guard = self.stream.lock().map_err(|_| poisoned("device stream"))?;
+        let mut stream = match guard.take() {
+            Some(s) => s,
+            None => Stream::new(&self.context)?,
+        };
+        let pruned = stream.prune();
+        let recycled = RefCell::new(std::mem::take(&mut stream.free));
+        let q = Queue {
+            // An alias of the stream's queue, never released through this wrapper (the
+            // field is not taken back in `drop`).
+            queue: std::mem::ManuallyDrop::new(CommandQueue::new(
+                stream.queue.get(),
+                stream.queue.max_work_item_dimensions(),
+            )),
+            idle_queues: &self.idle_queues,
+            idle_kernels: &self.idle_kernels,
+            context: &self.context,
+            staging: &self.staging,
+            pool: &self.pool,
+            pooled: RefCell::new(Vec::new()),
+            free_estimate: self.description.global_memory_bytes,
+            timing: std::cell::Cell::new(Timing::default()),
+            transfers: RefCell::new(Vec::new()),
+            retired: RefCell::new(Vec::new()),
+            // Every launch's event is kept: the last one is what the results wait for.
+            profile: true,
+            launched: RefCell::new(Vec::new()),
+            recycled: Some(&recycled),
+        };
+        let result = pruned.and_then(|()| f(&q));
+        let launched = q.launched.take();
+        let held = q.retired.take();
+        // Submitted now rather than when the queue next blocks.
+        let flushed = q
+            .queue
+            .flush()
+            .map_err(|e| cl_error("submitting the stream's commands", e));
+        drop(q);
+        stream.free = recycled.into_inner();
+        let ready = match launched.last() {
+            Some((_, e)) => Ready(Some(retained_event(e)?)),
+            None => Ready(None),
+        };
+        stream.queue_done(launched, held);
+        *guard = Some(stream);
+        let r = result?;
+        flushed?;
+        Ok((r, ready))
+    }
+
+    /// Takes back the buffer of a result made on the stream whose handle is being dropped:
+    /// kept for later commands of the stream, which run after every command queued before
+    /// (those that still read or write it included), or else held until those finished.
+    pub(crate) fn recycle(&self, b: &DeviceBuffer<u8>) {
+        let Ok(mut guard) = self.stream.lock() else {
+            return;
+        };
+        let Some(stream) = guard.as_mut() else {
+            return;
+        };
+        // SAFETY: a valid buffer; the retain is matched by the drop of the wrapper made here.
+        if unsafe { opencl3::memory::retain_mem_object(b.mem()) }.is_err() {
+            return;
+        }
+        let buffer = Buffer::<u8>::new(b.mem());
+        let bytes = b.bytes().max(1);
+        let kept: usize = stream.free.iter().map(|(n, _)| n).sum();
+        if stream.free.len() < IDLE_OBJECTS && kept + bytes <= POOL_LIMIT {
+            stream.free.push((bytes, buffer));
+        } else if let Some(last) = stream.in_flight.back_mut() {
+            last.held.push(buffer);
+        }
+        // Otherwise nothing queued can use it any more: released here.
+    }
+}
+
+/// Most entries the stream keeps in flight before a call waits for the oldest.
+const STREAM_IN_FLIGHT: usize = 256;
+
+/// The device's ordered stream: one in-order queue, shared by every backend on the device, for
+/// the operations whose operands and result all stay on the device (SpMV and SpMM). Such a
+/// call returns once its kernel is queued: in a solver loop it costs a launch, not a wait for
+/// the device and an allocation (on NVIDIA's OpenCL both cost about as much as a stencil's
+/// SpMV kernel). Its result carries the event of the kernel that writes it, which other queues
+/// wait for; its buffer, once the handle is dropped, is reused only by later commands of this
+/// queue, which run after every earlier use of it.
+struct Stream {
+    queue: CommandQueue,
+    /// Commands that may still run, oldest first, each with the buffers it uses: references
+    /// held until its last kernel completed, so that an operand dropped meanwhile stays valid
+    /// for it.
+    in_flight: VecDeque<InFlight>,
+    /// Buffers of dropped results, with their sizes in bytes.
+    free: Vec<(usize, Buffer<u8>)>,
+}
+
+/// One call's commands on the stream.
+struct InFlight {
+    launched: Vec<(&'static str, Event)>,
+    held: Vec<Buffer<u8>>,
+}
+
+impl InFlight {
+    fn done(&self) -> Result<bool> {
+        match self.launched.last() {
+            None => Ok(true),
+            Some((name, e)) => {
+                let status = e
+                    .command_execution_status()
+                    .map_err(|e| cl_error(format!("querying kernel {name}"), e))?;
+                if status.0 < 0 {
+                    return Err(launch_error(
+                        format!("kernel {name} on the device's stream"),
+                        ClError(status.0),
+                    ));
+                }
+                Ok(status.0 == opencl3::event::CL_COMPLETE)
+            }
+        }
+    }
+
+    /// Reports the kernels' device times (all completed).
+    fn report(&self) {
+        if tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG) {
+            for (kernel, event) in &self.launched {
+                if let Some(ns) = device_ns(event) {
+                    tracing::debug!(target: KERNEL_TIMES, kernel, device_ns = ns);
+                }
+            }
+        }
+    }
+}
+
+impl Stream {
+    fn new(context: &Context) -> Result<Stream> {
+        #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
+        let queue = CommandQueue::create_default(
+            context,
+            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE,
+        )
+        .map_err(|e| cl_error("creating the device's stream", e))?;
+        Ok(Stream {
+            queue,
+            in_flight: VecDeque::new(),
+            free: Vec::new(),
+        })
+    }
+
+    /// Drops the entries whose commands completed (an in-order queue completes them in
+    /// order), waiting for the oldest while more than [`STREAM_IN_FLIGHT`] are queued.
+    fn prune(&mut self) -> Result<()> {
+        while let Some(first) = self.in_flight.front() {
+            if self.in_flight.len() > STREAM_IN_FLIGHT {
+                if let Some((name, e)) = first.launched.last() {
+                    e.wait()
+                        .map_err(|e| cl_error(format!("waiting for kernel {name}"), e))?;
+                }
+            } else if !first.done()? {
+                break;
+            }
+            if let Some(entry) = self.in_flight.pop_front() {
+                entry.report();
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a call's commands; buffers of a call that launched nothing are held by the
+    /// latest entry instead (commands queued before may still use them).
+    fn queue_done(&mut self, launched: Vec<(&'static str, Event)>, held: Vec<Buffer<u8>>) {
+        if !launched.is_empty() {
+            self.in_flight.push_back(InFlight { launched, held });
+        } else if let Some(last) = self.in_flight.back_mut() {
+            last.held.extend(held);
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Nothing to report an error to; the held buffers go after their commands.
+        let _ = self.queue.finish();
+    }
+}
+
+/// A second handle to `e`.
+fn retained_event(e: &Event) -> Result<Event> {
+    // SAFETY: a valid event; the retain is matched by the drop of the handle made here.
+    unsafe { opencl3::event::retain_event(e.get()) }
+        .map_err(|c| cl_error("retaining an event", ClError(c)))?;
+    Ok(Event::new(e.get()))
+}
+
+/// When a result made on the device's stream is complete: the event of the last kernel that
+/// writes it (none for results made on a queue of their own, complete when handed out).
+#[derive(Default)]
+pub(crate) struct Ready(Option<Event>);
+
+impl Ready {
+    /// Blocks until the result is complete: before a queue other than the stream reads it.
+    pub(crate) fn wait(&self) -> Result<()> {
+        match &self.0 {
+            None => Ok(()),
+            Some(e) => {
+                e.wait()
+                    .map_err(|e| cl_error("waiting for a result of the device's stream", e))?;
+                let status = e
+                    .command_execution_status()
+                    .map_err(|e| cl_error("querying a result of the device's stream", e))?;
+                if status.0 < 0 {
+                    return Err(launch_error(
+                        "a kernel of the device's stream",
+                        ClError(status.0),
+                    ));
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -508,6 +746,9 @@ pub(crate) struct Queue<'a> {
     profile: bool,
     /// Kernels launched since the queue last drained, with their events, when profiling.
     launched: std::cell::RefCell<Vec<(&'static str, opencl3::event::Event)>>,
+    /// On the device's [`Stream`]: the buffers of dropped results, which allocations take
+    /// first (and which nothing else may use); `None` on a queue of its own.
+    recycled: Option<&'a RefCell<Vec<(usize, Buffer<u8>)>>>,
 }
 
 /// Device time of a completed command of a profiling queue.
@@ -550,6 +791,11 @@ pub const KERNEL_TIMES: &str = "hetsparse_opencl::kernel_times";
 
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
+        if self.recycled.is_some() {
+            // The stream's alias: the stream keeps the queue, and `on_stream` took what the
+            // commands hold.
+            return;
+        }
         let _span = tracing::debug_span!("queue finish").entered();
         // Nothing to report an error to here; a failing finish leaves the buffers to OpenCL.
         let finished = self.queue.finish().is_ok();
@@ -841,6 +1087,9 @@ impl Queue<'_> {
     ) -> Result<DeviceBuffer<T>> {
         let _span = tracing::debug_span!("alloc", len).entered();
         let bytes = (len.max(1) as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        if let Some(recycled) = self.recycled {
+            return self.alloc_on_stream(recycled, len, bytes, what);
+        }
         let class = usize::try_from(bytes)
             .ok()
             .and_then(pool_class)
@@ -887,6 +1136,60 @@ impl Queue<'_> {
             buffer: std::mem::ManuallyDrop::new(buffer),
             len,
         })
+    }
+
+    /// A buffer of the stream: a dropped result's of the same size, or a new one.
+    fn alloc_on_stream<T: Plain>(
+        &self,
+        recycled: &RefCell<Vec<(usize, Buffer<u8>)>>,
+        len: usize,
+        bytes: u64,
+        what: &str,
+    ) -> Result<DeviceBuffer<T>> {
+        let reused = {
+            let mut free = recycled.borrow_mut();
+            let at = free.iter().position(|(n, _)| *n as u64 == bytes);
+            at.map(|at| free.swap_remove(at).1)
+        };
+        let mem = match reused {
+            Some(b) => {
+                let mem = b.get();
+                // The reference moves into the DeviceBuffer made below.
+                std::mem::forget(b);
+                mem
+            }
+            None => {
+                let size = usize::try_from(bytes).map_err(|_| Error::TooLarge {
+                    what: what.to_string(),
+                    needed: bytes,
+                    limit: usize::MAX as u64,
+                    unit: "bytes",
+                })?;
+                // SAFETY: no host pointer is passed; the size is checked by the runtime.
+                let b = unsafe {
+                    Buffer::<u8>::create(self.context, CL_MEM_READ_WRITE, size, ptr::null_mut())
+                }
+                .map_err(|e| alloc_error(what, bytes, self.free_estimate, e))?;
+                let mem = b.get();
+                std::mem::forget(b);
+                mem
+            }
+        };
+        let buffer = DeviceBuffer {
+            buffer: std::mem::ManuallyDrop::new(Buffer::<T>::new(mem)),
+            len,
+        };
+        self.hold(&buffer)?;
+        Ok(buffer)
+    }
+
+    /// Keeps a reference to `b` until the commands queued so far finished (see `retired`).
+    pub(crate) fn hold<T>(&self, b: &DeviceBuffer<T>) -> Result<()> {
+        // SAFETY: a valid buffer; the retain is matched by the drop of the wrapper pushed here.
+        unsafe { opencl3::memory::retain_mem_object(b.mem()) }
+            .map_err(|e| cl_error("retaining a buffer", ClError(e)))?;
+        self.retired.borrow_mut().push(Buffer::new(b.mem()));
+        Ok(())
     }
 
     /// A buffer holding a copy of `data` (the copy has completed on return).

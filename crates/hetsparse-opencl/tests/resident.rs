@@ -200,6 +200,102 @@ fn resident_spmv_and_spmm_equal_the_host_results() {
     assert_eq!(watched.progress().done, 3 * a.nnz());
 }
 
+/// Resident SpMV and SpMM return before their kernels finish (the device's stream): chains of
+/// results that are dropped as the next is queued (their buffers reused), operands dropped
+/// while their kernels may still run, results read by other queues and several threads at
+/// once all give the host's values.
+#[test]
+fn queued_results_are_ordered_and_their_buffers_reused() {
+    let Some(b) = backend() else { return };
+    let run = RunControl::new();
+    let opts = SpmvOptions::new();
+    let a = generate::product_operands::<f64>(MatrixClass::PowerLaw, 3000, 7).0;
+    let x = vector(a.ncols(), 5);
+    let ra = b.upload(&a).unwrap();
+    let spmv = |v: &[f64]| reference::spmv::<f64, PlusTimes>(&a, v).unwrap();
+    // y ← A·y, twenty times, each result dropped once the next is queued.
+    let mut expected = x.clone();
+    let mut ry = Backend::<f64>::upload_vector(&b, &x).unwrap();
+    for step in 0..20 {
+        expected = spmv(&expected);
+        ry = b
+            .spmv_resident((&ra).into(), (&ry).into(), &opts, &run)
+            .unwrap();
+        if step % 7 == 3 {
+            // Read by another queue (host result) and downloaded, in the middle of the chain.
+            let next = b
+                .spmv_with((&ra).into(), (&ry).into(), &opts, &run)
+                .unwrap();
+            assert_values_close(&next, &spmv(&expected), &format!("A·y at step {step}"));
+            let y = b.download_dense(&ry).unwrap().into_data();
+            assert_values_close(&y, &expected, &format!("y at step {step}"));
+        }
+    }
+    let y = b.download_dense(&ry).unwrap().into_data();
+    assert_values_close(&y, &expected, "y after twenty steps");
+
+    // Operands dropped right after the call: the queued kernel still reads them.
+    let a2 = generate::banded::<f64>(5000, 9, 3);
+    let x2 = vector(5000, 2);
+    let (ra2, rx2) = (
+        b.upload(&a2).unwrap(),
+        Backend::<f64>::upload_vector(&b, &x2).unwrap(),
+    );
+    let ry2 = b
+        .spmv_resident((&ra2).into(), (&rx2).into(), &opts, &run)
+        .unwrap();
+    drop((ra2, rx2));
+    let y2 = b.download_dense(&ry2).unwrap().into_data();
+    assert_values_close(
+        &y2,
+        &reference::spmv::<f64, PlusTimes>(&a2, &x2).unwrap(),
+        "dropped operands",
+    );
+
+    // SpMM on the stream: C ← A·C three times, in both layouts.
+    let square = generate::banded::<f64>(400, 7, 11);
+    let rs = b.upload(&square).unwrap();
+    for layout in [Layout::RowMajor, Layout::ColMajor] {
+        let d = dense(400, 5, layout, 4);
+        let mut expected = d.clone();
+        let mut rc = b.upload_dense(&d).unwrap();
+        for _ in 0..3 {
+            expected = reference::spmm::<f64, PlusTimes>(&square, &expected).unwrap();
+            rc = b
+                .spmm_resident((&rs).into(), (&rc).into(), &SpmmOptions::new(), &run)
+                .unwrap();
+        }
+        let c = b.download_dense(&rc).unwrap();
+        assert_eq!(c.layout(), layout);
+        assert_values_close(c.data(), expected.data(), &format!("A·A·A·D {layout:?}"));
+    }
+
+    // Four threads with chains of their own on one backend (one stream).
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (b, ra, spmv, n) = (&b, &ra, &spmv, a.ncols());
+            s.spawn(move || {
+                let x = vector(n, 10 + t);
+                let mut expected = x.clone();
+                let mut ry = Backend::<f64>::upload_vector(b, &x).unwrap();
+                for _ in 0..8 {
+                    expected = spmv(&expected);
+                    ry = b
+                        .spmv_resident(
+                            ra.into(),
+                            (&ry).into(),
+                            &SpmvOptions::new(),
+                            &RunControl::new(),
+                        )
+                        .unwrap();
+                }
+                let y = b.download_dense(&ry).unwrap().into_data();
+                assert_values_close(&y, &expected, &format!("thread {t}"));
+            });
+        }
+    });
+}
+
 #[test]
 fn resident_operand_shapes_are_checked() {
     let Some(b) = backend() else { return };
