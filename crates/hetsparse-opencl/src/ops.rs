@@ -747,7 +747,7 @@ impl OpenClBackend {
         let x_dev: &DeviceBuffer<u8> = match x {
             VectorOperand::Resident(d) => {
                 let d = self.dense_storage(d)?;
-                d.ready.wait()?;
+                d.wait_ready()?;
                 &d.data
             }
             VectorOperand::Host(v) => {
@@ -806,7 +806,7 @@ impl OpenClBackend {
         let b_in = match b {
             DenseOperand::Resident(d) => {
                 let d = self.dense_storage(d)?;
-                d.ready.wait()?;
+                d.wait_ready()?;
                 d.input()
             }
             DenseOperand::Host(d) => {

@@ -102,6 +102,16 @@ impl ClCsr {
 }
 
 impl ClDense {
+    /// Blocks until the contents are complete: before a queue other than the device's stream
+    /// reads them.
+    pub(crate) fn wait_ready(&self) -> Result<()> {
+        if self.ready.is_pending() {
+            self.ready.wait()?;
+            self._state.settle_stream()?;
+        }
+        Ok(())
+    }
+
     /// As the dense operand of SpMM.
     pub(crate) fn input(&self) -> DenseIn<'_> {
         DenseIn {
@@ -290,7 +300,7 @@ pub(crate) fn upload_dense<T: Scalar>(
 
 /// Copies a resident dense matrix to the host.
 pub(crate) fn download_dense<T: Scalar>(q: &Queue<'_>, d: &ClDense) -> Result<Dense<T>> {
-    d.ready.wait()?;
+    d.wait_ready()?;
     let len = d.nrows * d.ncols;
     let data = if len == 0 {
         Vec::new()

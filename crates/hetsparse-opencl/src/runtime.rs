@@ -365,9 +365,13 @@ impl DeviceState {
         f: impl FnOnce(&Queue<'_>) -> Result<R>,
     ) -> Result<(R, Ready)> {
         let mut guard = self.stream.lock().map_err(|_| poisoned("device stream"))?;
+        // Profiling costs each call a few microseconds on NVIDIA's OpenCL: the stream profiles
+        // only while kernel times are listened to, and is replaced (its commands finished
+        // first) when that changes.
+        let profiled = tracing::enabled!(target: KERNEL_TIMES, tracing::Level::DEBUG);
         let mut stream = match guard.take() {
-            Some(s) => s,
-            None => Stream::new(&self.context)?,
+            Some(s) if s.profiled == profiled => s,
+            _ => Stream::new(&self.context, profiled)?,
         };
         let pruned = stream.prune();
         let recycled = RefCell::new(std::mem::take(&mut stream.free));
@@ -388,7 +392,8 @@ impl DeviceState {
             timing: std::cell::Cell::new(Timing::default()),
             transfers: RefCell::new(Vec::new()),
             retired: RefCell::new(Vec::new()),
-            // Every launch's event is kept: the last one is what the results wait for.
+            // Every launch's event is kept (profiled or not): the last one is what the
+            // results wait for.
             profile: true,
             launched: RefCell::new(Vec::new()),
             recycled: Some(&recycled),
@@ -412,6 +417,17 @@ impl DeviceState {
         let r = result?;
         flushed?;
         Ok((r, ready))
+    }
+
+    /// Lets go of what the stream's completed commands hold: after a result of the stream
+    /// was waited for, so that operands dropped meanwhile are released now, not some calls
+    /// later.
+    pub(crate) fn settle_stream(&self) -> Result<()> {
+        let mut guard = self.stream.lock().map_err(|_| poisoned("device stream"))?;
+        match guard.as_mut() {
+            Some(stream) => stream.settle(),
+            None => Ok(()),
+        }
     }
 
     /// Takes back the buffer of a result made on the stream whose handle is being dropped:
@@ -442,6 +458,10 @@ impl DeviceState {
 
 /// Most entries the stream keeps in flight before a call waits for the oldest.
 const STREAM_IN_FLIGHT: usize = 256;
+/// Entries in flight below which a call does not ask which completed: asking costs about as
+/// much as a small kernel's launch. The buffers they hold stay alive a few calls longer (or
+/// until a result of the stream is waited for).
+const STREAM_PRUNE_AT: usize = 8;
 
 /// The device's ordered stream: one in-order queue, shared by every backend on the device, for
 /// the operations whose operands and result all stay on the device (SpMV and SpMM). Such a
@@ -452,6 +472,8 @@ const STREAM_IN_FLIGHT: usize = 256;
 /// queue, which run after every earlier use of it.
 struct Stream {
     queue: CommandQueue,
+    /// Whether the queue profiles its commands (for [`KERNEL_TIMES`]).
+    profiled: bool,
     /// Commands that may still run, oldest first, each with the buffers it uses: references
     /// held until its last kernel completed, so that an operand dropped meanwhile stays valid
     /// for it.
@@ -498,23 +520,35 @@ impl InFlight {
 }
 
 impl Stream {
-    fn new(context: &Context) -> Result<Stream> {
+    fn new(context: &Context, profiled: bool) -> Result<Stream> {
+        let properties = if profiled {
+            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
         #[allow(deprecated)] // clCreateCommandQueue is the call every OpenCL 1.2 device has
-        let queue = CommandQueue::create_default(
-            context,
-            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE,
-        )
-        .map_err(|e| cl_error("creating the device's stream", e))?;
+        let queue = CommandQueue::create_default(context, properties)
+            .map_err(|e| cl_error("creating the device's stream", e))?;
         Ok(Stream {
             queue,
+            profiled,
             in_flight: VecDeque::new(),
             free: Vec::new(),
         })
     }
 
     /// Drops the entries whose commands completed (an in-order queue completes them in
-    /// order), waiting for the oldest while more than [`STREAM_IN_FLIGHT`] are queued.
+    /// order) once [`STREAM_PRUNE_AT`] are in flight, waiting for the oldest while more than
+    /// [`STREAM_IN_FLIGHT`] are.
     fn prune(&mut self) -> Result<()> {
+        if self.in_flight.len() < STREAM_PRUNE_AT {
+            return Ok(());
+        }
+        self.settle()
+    }
+
+    /// Drops every entry whose commands completed.
+    fn settle(&mut self) -> Result<()> {
         while let Some(first) = self.in_flight.front() {
             if self.in_flight.len() > STREAM_IN_FLIGHT {
                 if let Some((name, e)) = first.launched.last() {
@@ -563,6 +597,11 @@ fn retained_event(e: &Event) -> Result<Event> {
 pub(crate) struct Ready(Option<Event>);
 
 impl Ready {
+    /// Whether the result comes from the stream (and may still be computed).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Blocks until the result is complete: before a queue other than the stream reads it.
     pub(crate) fn wait(&self) -> Result<()> {
         match &self.0 {
