@@ -478,8 +478,8 @@ struct Stream {
     /// held until its last kernel completed, so that an operand dropped meanwhile stays valid
     /// for it.
     in_flight: VecDeque<InFlight>,
-    /// Buffers of dropped results, with their sizes in bytes.
-    free: Vec<(usize, Buffer<u8>)>,
+    /// Buffers of dropped results.
+    free: FreeBuffers,
 }
 
 /// One call's commands on the stream.
@@ -787,8 +787,11 @@ pub(crate) struct Queue<'a> {
     launched: std::cell::RefCell<Vec<(&'static str, opencl3::event::Event)>>,
     /// On the device's [`Stream`]: the buffers of dropped results, which allocations take
     /// first (and which nothing else may use); `None` on a queue of its own.
-    recycled: Option<&'a RefCell<Vec<(usize, Buffer<u8>)>>>,
+    recycled: Option<&'a RefCell<FreeBuffers>>,
 }
+
+/// Buffers of dropped results of the device's stream, with their sizes in bytes.
+type FreeBuffers = Vec<(usize, Buffer<u8>)>;
 
 /// Device time of a completed command of a profiling queue.
 fn device_ns(e: &opencl3::event::Event) -> Option<u64> {
@@ -1180,7 +1183,7 @@ impl Queue<'_> {
     /// A buffer of the stream: a dropped result's of the same size, or a new one.
     fn alloc_on_stream<T: Plain>(
         &self,
-        recycled: &RefCell<Vec<(usize, Buffer<u8>)>>,
+        recycled: &RefCell<FreeBuffers>,
         len: usize,
         bytes: u64,
         what: &str,
