@@ -139,8 +139,10 @@ void max_blocks(__global const ulong* in, ulong n, __global ulong* block_max) {
 // accumulator (the work-item owns the row, so no atomics). A product whose column is not in the
 // planned row sets *flag (operands of another pattern); acc_to_store then rounds to storage.
 // Rows with many products serialise on their work-item: plans whose product has such rows
-// split them off at plan time (spgemm_row_products) to spgemm_numeric_segments, and the other
-// rows run through spgemm_numeric_rows.
+// split them off at plan time (spgemm_row_products) into three tiers by products per row:
+// short rows run through spgemm_numeric_rows (one work-item each), medium ones through
+// spgemm_numeric_medium (MED_LANES work-items each, several rows per work-group) and long ones
+// through spgemm_numeric_segments (a work-group per segment of the row).
 
 // Position of column j in C's row [lo, hi), or hi when the row does not hold it.
 inline ulong planned_column(__global const uint* c_index, ulong lo, ulong hi, uint j) {
@@ -318,6 +320,101 @@ void spgemm_numeric_segments(ulong n, __global const ulong* segments,
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint t = lid; t < len; t += NUM_WG) c_acc[s0 + t] = acc[t];
+}
+
+// Medium rows, several per work-group: group g computes the rows rows[groups[g], groups[g+1])
+// of C (at most MED_ROWS of them, whose planned entries together fit MED_SEG), MED_LANES
+// consecutive work-items per row. Each row's columns are staged in local memory with an
+// accumulator each, after the group's earlier rows; its lanes add every product there and
+// write the accumulators once, like spgemm_numeric_segments but without segments (the plan
+// sends rows that do not fit to that kernel) and with many rows per group, so a power-law
+// product's rows of tens to hundreds of products no longer walk serially on one work-item
+// each. A product whose column is not in the planned row sets *flag. Within a row, `lanes`
+// consecutive lanes stride over the row of B of one entry A[i,k], the groups of lanes over the
+// entries of A's row (lanes chosen from the mean row of B as in spgemm_numeric_segments).
+#define MED_ROWS (NUM_WG / MED_LANES)
+__kernel __attribute__((reqd_work_group_size(NUM_WG, 1, 1)))
+void spgemm_numeric_medium(ulong n, __global const uint* rows, __global const uint* groups,
+                           __global const ulong* a_offsets, __global const uint* a_index,
+                           __global const STORE* a_vals, __global const ulong* b_offsets,
+                           __global const uint* b_index, __global const STORE* b_vals,
+                           __global const ulong* c_offsets, __global const uint* c_index,
+                           __global ACC* c_acc, __global uint* flag) {
+    __local ACC acc[MED_SEG];
+    __local uint cols[MED_SEG];
+    __local uint products[MED_ROWS];
+    ulong g = get_group_id(0);
+    if (g >= n) return; // the whole group leaves, before any barrier
+    uint lid = get_local_id(0);
+    uint r = lid / MED_LANES, lane = lid % MED_LANES;
+    uint first = groups[g], count = groups[g + 1] - first;
+    // This lane's row (when the group has an r-th) and where its entries start in local
+    // memory: after the entries of the group's earlier rows (at most MED_ROWS - 1 of them).
+    int has_row = r < count;
+    uint at = 0, len = 0;
+    ulong i = 0, lo = 0;
+    for (uint q = 0; q <= r && q < count; ++q) {
+        ulong row = rows[first + q];
+        ulong l0 = c_offsets[row], l1 = c_offsets[row + 1];
+        if (q < r) {
+            at += (uint)min(l1 - l0, (ulong)MED_SEG);
+        } else {
+            i = row;
+            lo = l0;
+            len = (uint)min(l1 - l0, (ulong)(MED_SEG + 1));
+        }
+    }
+    // The plan packs the groups from this structure, so the rows always fit; were they not to,
+    // the product is refused rather than written past the local arrays.
+    if (has_row && (at > MED_SEG || len > MED_SEG - at)) {
+        *flag = 1;
+        has_row = 0;
+    }
+    ulong a0 = 0, a1 = 0;
+    if (has_row) {
+        for (uint t = lane; t < len; t += MED_LANES) {
+            cols[at + t] = c_index[lo + t];
+            acc[at + t] = ZERO;
+        }
+        a0 = a_offsets[i];
+        a1 = a_offsets[i + 1];
+    }
+    if (lane == 0) products[r] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // The row's products (saturated), for the mean length of its rows of B.
+    ulong mine = 0;
+    for (ulong ea = a0 + lane; ea < a1; ea += MED_LANES) {
+        uint k = a_index[ea];
+        mine += b_offsets[k + 1] - b_offsets[k];
+    }
+    if (mine > 0) atomic_add(&products[r], (uint)min(mine, (ulong)(UINT_MAX / MED_LANES)));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong na = a1 - a0;
+    ulong mean = products[r] / max(na, (ulong)1);
+    // Fewer lanes per entry of A only while the entries outnumber the groups of lanes and the
+    // lanes outnumber the mean row of B.
+    uint lanes = MED_LANES;
+    while (lanes > 1 && (ulong)lanes * na > MED_LANES && lanes > mean) lanes >>= 1;
+    uint slot = lane / lanes, sub = lane % lanes, slots = MED_LANES / lanes;
+    __local const uint* row_cols = cols + at;
+    for (ulong ea = a0 + slot; ea < a1; ea += slots) {
+        uint k = a_index[ea];
+        ACC av = LOAD(a_vals, ea);
+        ulong b1 = b_offsets[k + 1];
+        for (ulong eb = b_offsets[k] + sub; eb < b1; eb += lanes) {
+            uint j = b_index[eb];
+            uint lo_c = 0, hi_c = len;
+            while (lo_c < hi_c) {
+                uint mid = lo_c + (hi_c - lo_c) / 2;
+                if (row_cols[mid] < j) lo_c = mid + 1; else hi_c = mid;
+            }
+            if (lo_c == len || row_cols[lo_c] != j) { *flag = 1; continue; }
+            local_add_acc(acc + at + lo_c, MUL(av, LOAD(b_vals, eb)));
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (has_row)
+        for (uint t = lane; t < len; t += MED_LANES) c_acc[lo + t] = acc[at + t];
 }
 #endif // HAS_ATOMICS
 

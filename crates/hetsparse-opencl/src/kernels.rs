@@ -32,10 +32,27 @@ pub(crate) const EXP_WG: usize = 256;
 pub(crate) const EXP_CHUNK: usize = EXP_WG * 8;
 /// Work-group size of the numeric phase's long rows (`NUM_WG` in esc.cl): one group per row.
 pub(crate) const NUM_WG: usize = 256;
+/// Products above which a row of a planned product is no longer short: its numeric phase
+/// leaves the one-work-item kernel (`spgemm_numeric_rows`, where each product is a bisection
+/// over C's row in global memory and the work-item's neighbours wait for its longest row) for
+/// [`MEDIUM_LANES`] work-items (`spgemm_numeric_medium`). 32 bounds a short row's serial walk
+/// (and so the tail its warp waits for) at 32 products, and keeps rows of a handful of
+/// products, whose 32 lanes would mostly idle through the medium kernel's staging and
+/// barriers, on one work-item.
+pub(crate) const MEDIUM_ROW_PRODUCTS: u32 = 32;
 /// Products above which a row of a planned product is long: its numeric phase runs on
-/// work-groups (`spgemm_numeric_segments`, one per segment of the row) instead of one
-/// work-item.
-pub(crate) const LONG_ROW_PRODUCTS: u32 = 256;
+/// work-groups (`spgemm_numeric_segments`, one per segment of the row) instead of
+/// [`MEDIUM_LANES`] work-items. Was 256 before the medium tier existed; rows up to 512 products
+/// have at most 512 entries in C, so several of them still share a medium work-group's local
+/// memory (about 380 entries each on a power-law product, R-MAT scale 15) and each lane makes
+/// at most ~16 products, while longer rows (their C rows average over 700 entries there) would
+/// leave most lanes of a medium group idle, and a work-group of their own keeps all 256 busy.
+pub(crate) const LONG_ROW_PRODUCTS: u32 = 512;
+/// Work-items per row of the numeric phase's medium rows (`MED_LANES` in esc.cl): a warp on
+/// NVIDIA, so a row's lanes branch together and rows of one group diverge only across warps.
+pub(crate) const MEDIUM_LANES: usize = 32;
+/// Medium rows per work-group at most (`NUM_WG / MED_LANES` in esc.cl).
+pub(crate) const MEDIUM_ROWS: usize = NUM_WG / MEDIUM_LANES;
 
 /// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -139,6 +156,17 @@ pub(crate) fn numeric_segment(ty: ScalarType, device: &DeviceDescription) -> usi
     (usable / (acc_bytes(ty) + 4) / 64 * 64).max(64)
 }
 
+/// Entries of C that one work-group of the numeric phase's medium rows accumulates in local
+/// memory for all its rows together (`MED_SEG` in esc.cl): half of [`numeric_segment`]'s
+/// budget, so the medium kernel never takes more local memory than the long-row kernel, and on
+/// a GPU twice as many of its groups stay resident (their rows are short: latency, not local
+/// memory, bounds them). A multiple of 64, at least 64 (as the long-row kernel's segments).
+pub(crate) fn numeric_medium_entries(ty: ScalarType, device: &DeviceDescription) -> usize {
+    let local = (device.local_memory_bytes as usize).min(48 * 1024);
+    let usable = local.saturating_sub(2048) / 2;
+    (usable / (acc_bytes(ty) + 4) / 64 * 64).max(64)
+}
+
 /// Largest power-of-two tile (256 to 1024 entries) whose two key and payload buffers fit in
 /// local memory with room to spare.
 pub(crate) fn sort_tile(device: &DeviceDescription, payload_bytes: usize) -> usize {
@@ -166,11 +194,13 @@ pub(crate) fn scalar_program(
     }
     s.push_str(semiring.defines(ty.is_complex()));
     s.push_str(&format!(
-        "#define HAS_ATOMICS {}\n#define NUM_SEG {}\n#define PAYLOAD ACC\n\
+        "#define HAS_ATOMICS {}\n#define NUM_SEG {}\n#define MED_SEG {}\n#define MED_LANES {MEDIUM_LANES}\n\
+         #define PAYLOAD ACC\n\
          #define EXPAND_VALUE(ea, eb) MUL(LOAD(a_vals, ea), LOAD(b_vals, eb))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n\
          #define LANE_WG {LANE_WG}\n#define VEC_LANES {VEC_LANES}\n#define ELL_T {ELL_T}\n#define ELL_LC {ELL_LC}\n",
         u8::from(atomics),
         numeric_segment(ty, device),
+        numeric_medium_entries(ty, device),
         sort_tile(device, acc_bytes(ty)),
     ));
     for part in [COMMON, SCAN, SORT, ESC, SPMV] {
@@ -186,7 +216,7 @@ pub(crate) fn has_cspr_kernel(ty: ScalarType, device: &DeviceDescription) -> boo
 }
 
 /// Whether the scalar program of `ty` has atomic adds (`HAS_ATOMICS`) on this device, and with
-/// them the CSPR kernel and the numeric phase's long-row kernel: double needs 64-bit
+/// them the CSPR kernel and the numeric phase's medium- and long-row kernels: double needs 64-bit
 /// compare-and-swap (`cl_khr_int64_base_atomics`).
 pub(crate) fn has_atomics(ty: ScalarType, device: &DeviceDescription) -> bool {
     !matches!(ty, ScalarType::F64 | ScalarType::C64) || device.int64_atomics

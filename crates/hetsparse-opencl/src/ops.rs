@@ -42,17 +42,35 @@ pub(crate) struct ClPlan {
     structure: Arc<ClStructure>,
 }
 
-/// The rows of a planned product with long rows (more than [`kernels::LONG_ROW_PRODUCTS`]
-/// products), for a program with atomics: `rows` holds the short rows, then the long ones;
-/// `segments` the long rows' segments of at most [`kernels::numeric_segment`] entries of C, one
-/// work-group each, as `row << 32 | segment`.
+/// The rows of a planned product with medium or long rows, for a program with atomics, in
+/// three tiers by their products (see [`kernels::MEDIUM_ROW_PRODUCTS`] and
+/// [`kernels::LONG_ROW_PRODUCTS`]): `rows` holds the short rows (one work-item each), then the
+/// medium ones ([`kernels::MEDIUM_LANES`] work-items each), then the long ones, so that each
+/// kernel reads a contiguous list. `groups` holds the medium rows' work-groups, group `g` the
+/// rows at positions `groups[g]..groups[g + 1]` of `rows`: at most [`kernels::MEDIUM_ROWS`]
+/// consecutive ones whose entries of C fit [`kernels::numeric_medium_entries`] together.
+/// `segments` holds the long rows' segments of at most [`kernels::numeric_segment`] entries of
+/// C, one work-group each, as `row << 32 | segment`.
 struct RowSplit {
     rows: DeviceBuffer<u32>,
+    groups: DeviceBuffer<u32>,
     segments: DeviceBuffer<u64>,
     short: usize,
+    medium: usize,
     long: usize,
+    group_count: usize,
     segment_count: usize,
+    /// Device bytes of the three buffers, which the plan holds for every execution.
+    bytes: u64,
     _reservation: Reservation,
+}
+
+/// Which numeric kernel a row of a planned product runs through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    Short,
+    Medium,
+    Long,
 }
 
 /// The arguments the numeric kernels share after their own (`a_offsets` to `flag` in esc.cl).
@@ -290,11 +308,14 @@ impl OpenClBackend {
         let storage = self.csr_storage(&c)?;
         let structure = Arc::clone(&storage.structure);
         let (nrows, nnz_c) = (structure.nrows, structure.nnz);
+        // Without atomics (double on a device without 64-bit compare-and-swap) the program has
+        // neither the medium- nor the long-row kernel: every row runs on one work-item.
         let split = if kernels::has_atomics(T::TYPE, &self.state.description) {
             self.row_split(&q, program, a, b, &structure)?
         } else {
             None
         };
+        let split_bytes = split.as_ref().map_or(0, |s| s.bytes);
         let mut requirement = MemoryRequirement::default();
         requirement.operand_bytes = [a, b]
             .iter()
@@ -305,7 +326,9 @@ impl OpenClBackend {
                 CsrOperand::Resident(_) => 0,
             })
             .sum();
-        requirement.work_bytes = numeric_work_bytes::<T>(nnz_c);
+        // The accumulators and flag of an execution, and the split's buffers, which the plan
+        // holds on the device for as long as it lives.
+        requirement.work_bytes = numeric_work_bytes::<T>(nnz_c).saturating_add(split_bytes);
         // The product as a matrix (executions share the plan's structure and add values).
         requirement.output_bytes =
             hetsparse_core::backend::memory::csr_bytes(nrows, nnz_c, size::<T>());
@@ -321,7 +344,8 @@ impl OpenClBackend {
         ))
     }
 
-    /// The rows of `A·B` split by their number of products: `None` when none is long.
+    /// The rows of `A·B` split by their number of products into tiers: `None` when every row is
+    /// short.
     fn row_split<T: Scalar>(
         &self,
         q: &Queue<'_>,
@@ -360,23 +384,57 @@ impl OpenClBackend {
                 .run(&[nrows], None)?;
             q.download_at(&counts, 0, nrows, "row products")?
         };
-        let is_long = |c: u32| c > kernels::LONG_ROW_PRODUCTS;
-        let long = counts.iter().filter(|&&c| is_long(c)).count();
-        if long == 0 {
+        // Every row short (road networks, for one): no split, and C's offsets stay on the
+        // device.
+        if counts.iter().all(|&c| c <= kernels::MEDIUM_ROW_PRODUCTS) {
             return Ok(None);
         }
-        let rows: Vec<u32> = (0..nrows as u32)
-            .filter(|&i| !is_long(counts[i as usize]))
-            .chain((0..nrows as u32).filter(|&i| is_long(counts[i as usize])))
-            .collect();
-        // The long rows' segments, from C's row lengths (a row without entries still gets one,
-        // whose products all fall outside the structure and are flagged).
+        // C's row lengths decide whether a medium row fits a medium group's local memory (else
+        // it goes to the long rows, whose segments take any length) and cut the long rows
+        // into segments.
         let c_offsets = q.download_at(&structure.offsets, 0, nrows + 1, "C offsets")?;
+        let c_len = |i: u32| c_offsets[i as usize + 1] - c_offsets[i as usize];
+        let medium_entries = kernels::numeric_medium_entries(T::TYPE, &self.state.description);
+        let medium_entries = medium_entries as u64;
+        let tiers: Vec<Tier> = (0..nrows as u32)
+            .map(|i| match counts[i as usize] {
+                c if c <= kernels::MEDIUM_ROW_PRODUCTS => Tier::Short,
+                c if c <= kernels::LONG_ROW_PRODUCTS && c_len(i) <= medium_entries => Tier::Medium,
+                _ => Tier::Long,
+            })
+            .collect();
+        let tiers = &tiers;
+        let in_tier = |t: Tier| (0..nrows as u32).filter(move |&i| tiers[i as usize] == t);
+        let rows: Vec<u32> = in_tier(Tier::Short)
+            .chain(in_tier(Tier::Medium))
+            .chain(in_tier(Tier::Long))
+            .collect();
+        let short = tiers.iter().filter(|&&t| t == Tier::Short).count();
+        let medium = tiers.iter().filter(|&&t| t == Tier::Medium).count();
+        let long = nrows - short - medium;
+        // The medium rows' groups, packed in order: a group closes when it has a row for each
+        // of its MEDIUM_ROWS sets of lanes or the next row's entries would not fit beside
+        // its rows' in local memory.
+        let mut groups = vec![short as u32];
+        let (mut in_group, mut entries) = (0usize, 0u64);
+        for (p, &i) in rows.iter().enumerate().skip(short).take(medium) {
+            if in_group == kernels::MEDIUM_ROWS || entries + c_len(i) > medium_entries {
+                groups.push(p as u32);
+                (in_group, entries) = (0, 0);
+            }
+            in_group += 1;
+            entries += c_len(i);
+        }
+        groups.push((short + medium) as u32);
+        if medium == 0 {
+            groups.truncate(1);
+        }
+        // The long rows' segments (a row without entries still gets one, whose products all
+        // fall outside the structure and are flagged).
         let seg = kernels::numeric_segment(T::TYPE, &self.state.description) as u64;
         let mut segments = Vec::new();
-        for &i in &rows[nrows - long..] {
-            let len = c_offsets[i as usize + 1] - c_offsets[i as usize];
-            let n = len.div_ceil(seg).max(1);
+        for &i in &rows[short + medium..] {
+            let n = c_len(i).div_ceil(seg).max(1);
             if n > u64::from(u32::MAX) {
                 return Err(Error::TooLarge {
                     what: "segments of a row of the planned product".into(),
@@ -387,25 +445,36 @@ impl OpenClBackend {
             }
             segments.extend((0..n).map(|k| (u64::from(i) << 32) | k));
         }
-        let reservation = self.pool.reserve(
-            4 * nrows as u64 + 8 * segments.len() as u64,
-            "SpGEMM plan rows",
-        )?;
+        let bytes = 4 * nrows as u64 + 4 * groups.len() as u64 + 8 * segments.len() as u64;
+        let reservation = self.pool.reserve(bytes, "SpGEMM plan rows")?;
         let buffer = q.alloc_kept::<u32>(nrows, "plan rows")?;
+        let group_buffer = q.alloc_kept::<u32>(groups.len(), "plan row groups")?;
         let segment_buffer = q.alloc_kept::<u64>(segments.len(), "plan row segments")?;
         q.write_all(
             &[
                 buffer.upload_of(&rows, "plan rows")?,
+                group_buffer.upload_of(&groups, "plan row groups")?,
                 segment_buffer.upload_of(&segments, "plan row segments")?,
             ],
             "plan rows",
         )?;
+        tracing::debug!(
+            short,
+            medium,
+            long,
+            segments = segments.len(),
+            "plan row split"
+        );
         Ok(Some(RowSplit {
             rows: buffer,
+            groups: group_buffer,
             segments: segment_buffer,
-            short: nrows - long,
+            short,
+            medium,
             long,
+            group_count: groups.len() - 1,
             segment_count: segments.len(),
+            bytes,
             _reservation: reservation,
         }))
     }
@@ -459,17 +528,29 @@ impl OpenClBackend {
             Some(split) => {
                 let _span = tracing::debug_span!(
                     "split numeric phase",
+                    medium_rows = split.medium,
+                    groups = split.group_count,
                     long_rows = split.long,
                     segments = split.segment_count
                 )
                 .entered();
-                // Short rows one work-item each, as above; long rows one work-group per
-                // segment, each writing its segment's accumulators.
+                // Short rows one work-item each, as above; medium rows MEDIUM_LANES
+                // work-items each, several rows per group; long rows one work-group per
+                // segment. Each tier writes its rows' accumulators, every entry exactly once.
                 let launch = q
                     .kernel(program, "spgemm_numeric_rows")?
                     .arg(split.short as u64)?
                     .arg(split.rows.arg())?;
                 numeric_args(launch, ops, s, &acc, &flag)?.run(&[split.short], None)?;
+                let launch = q
+                    .kernel(program, "spgemm_numeric_medium")?
+                    .arg(split.group_count as u64)?
+                    .arg(split.rows.arg())?
+                    .arg(split.groups.arg())?;
+                numeric_args(launch, ops, s, &acc, &flag)?.run(
+                    &[split.group_count * kernels::NUM_WG],
+                    Some(&[kernels::NUM_WG]),
+                )?;
                 let launch = q
                     .kernel(program, "spgemm_numeric_segments")?
                     .arg(split.segment_count as u64)?
@@ -1175,5 +1256,309 @@ mod hub_tests {
         hub_rows_match_the_reference::<hetsparse_core::Complex<f32>>(&b, 1e-5, false);
         hub_rows_match_the_reference::<hetsparse_core::f16>(&b, 2e-3, false);
         hub_rows_match_the_reference::<hetsparse_core::bf16>(&b, 1e-2, false);
+    }
+}
+
+#[cfg(test)]
+mod tier_tests {
+    use super::*;
+    use hetsparse_core::{Backend, Device};
+
+    const N: u32 = 4096;
+
+    /// What row `i` of [`three_tiers`] is.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum Kind {
+        /// Four hub rows: 1200 short columns (1200 products), row 0 also hub 1 (2400).
+        Hub,
+        /// 64 short columns: 64 products.
+        Wide,
+        /// Two wide columns and 20 short ones: 148 products.
+        Deep,
+        /// No entries.
+        Empty,
+        /// One short column: one product.
+        Short,
+    }
+
+    fn kind(i: u32) -> Kind {
+        match (i, i % 64) {
+            (0..=3, _) => Kind::Hub,
+            (_, 1..=4) => Kind::Wide,
+            (_, 5..=8) => Kind::Deep,
+            (_, 9) => Kind::Empty,
+            _ => Kind::Short,
+        }
+    }
+
+    /// `count` distinct columns of rows of kind `k`, spread pseudo-randomly by `seed`.
+    fn columns_of(k: Kind, count: usize, seed: u64) -> Vec<u32> {
+        let pool: Vec<u32> = (0..N).filter(|&j| kind(j) == k).collect();
+        let mut picked = std::collections::BTreeSet::new();
+        let mut h = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        while picked.len() < count {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            picked.insert(pool[(h % pool.len() as u64) as usize]);
+        }
+        picked.into_iter().collect()
+    }
+
+    /// A square matrix whose square has rows of every tier: rows of 0 and 1 products (short),
+    /// of 64 and 148 (medium), of 1200 and 2400 (long). `extra` adds a column to row
+    /// `extra.0`: `extra.1`.
+    fn three_tiers<T: Scalar>(salt: usize, extra: Option<(u32, u32)>) -> Csr<T> {
+        let (mut offsets, mut index) = (vec![0u64], Vec::new());
+        for i in 0..N {
+            let seed = u64::from(i) + 1;
+            let mut row = match kind(i) {
+                Kind::Hub => columns_of(Kind::Short, 1200, seed),
+                Kind::Wide => columns_of(Kind::Short, 64, seed),
+                Kind::Deep => {
+                    let mut r = columns_of(Kind::Wide, 2, seed);
+                    r.extend(columns_of(Kind::Short, 20, seed + 7));
+                    r
+                }
+                Kind::Empty => Vec::new(),
+                Kind::Short => columns_of(Kind::Short, 1, seed),
+            };
+            if i == 0 {
+                row.push(1);
+            }
+            if let Some((r, c)) = extra {
+                if r == i {
+                    row.push(c);
+                }
+            }
+            row.sort_unstable();
+            row.dedup();
+            index.extend(row);
+            offsets.push(index.len() as u64);
+        }
+        let values = (0..index.len())
+            .map(|k| T::from_parts_lossy(0.5 + ((k * 7 + salt) % 13) as f64 / 13.0, 0.25))
+            .collect();
+        Csr::try_new(N as usize, N as usize, offsets, index, values).unwrap()
+    }
+
+    /// Products of each row of `x·x`.
+    fn products<T: Scalar>(x: &Csr<T>) -> Vec<u64> {
+        (0..x.nrows())
+            .map(|i| x.row(i).0.iter().map(|&k| x.row_nnz(k as usize)).sum())
+            .collect()
+    }
+
+    fn assert_close<T: Scalar>(c: &Csr<T>, e: &Csr<T>, tolerance: f64) {
+        assert_eq!(c.row_offsets(), e.row_offsets(), "{}", T::TYPE);
+        assert_eq!(c.col_indices(), e.col_indices(), "{}", T::TYPE);
+        for (k, (u, v)) in c.values().iter().zip(e.values()).enumerate() {
+            let (u, v) = (u.to_parts(), v.to_parts());
+            let scale = 1.0 + v.0.abs() + v.1.abs();
+            assert!(
+                (u.0 - v.0).abs() + (u.1 - v.1).abs() <= tolerance * scale,
+                "{} entry {k}: {u:?} vs {v:?}",
+                T::TYPE
+            );
+        }
+    }
+
+    /// The plan of `x·x` splits its rows into the three tiers, and executing it with new
+    /// values equals the reference product of those values.
+    fn every_tier_matches_the_reference<T: Scalar>(b: &OpenClBackend, tolerance: f64) {
+        if !b.supports_scalar(T::TYPE) {
+            return;
+        }
+        let x: Csr<T> = three_tiers(0, None);
+        let p = products(&x);
+        let (short_max, medium_max) = (
+            u64::from(kernels::MEDIUM_ROW_PRODUCTS),
+            u64::from(kernels::LONG_ROW_PRODUCTS),
+        );
+        let rows_with = |f: &dyn Fn(u64) -> bool| p.iter().filter(|&&n| f(n)).count();
+        // The matrix has what the test claims: rows of 1, 50 to 200 and over 1000 products.
+        assert!(p.contains(&1) && p.contains(&64) && p.contains(&148) && p.contains(&2400));
+        assert!(p
+            .iter()
+            .all(|&n| n <= 1 || (64..=148).contains(&n) || n >= 1200));
+        let run = RunControl::new();
+        let rx = b.upload(&x).unwrap();
+        let plan = b
+            .plan_spgemm((&rx).into(), (&rx).into(), &SpgemmOptions::new())
+            .unwrap();
+        let split = plan.state::<ClPlan>().unwrap().split.as_ref();
+        if kernels::has_atomics(T::TYPE, &b.state.description) {
+            let split = split.unwrap();
+            let tiers = (split.short, split.medium, split.long);
+            // Every medium row's entries (at most 148) fit a medium group's local memory.
+            let expected = (
+                rows_with(&|n| n <= short_max),
+                rows_with(&|n| n > short_max && n <= medium_max),
+                rows_with(&|n| n > medium_max),
+            );
+            assert_eq!(tiers, expected, "{}", T::TYPE);
+            assert_eq!(expected.2, 4, "{}", T::TYPE);
+            // Groups of at most MEDIUM_ROWS rows, and the long rows' segments.
+            assert!(
+                split.group_count >= split.medium.div_ceil(kernels::MEDIUM_ROWS),
+                "{}",
+                T::TYPE
+            );
+            assert!(split.segment_count >= split.long, "{}", T::TYPE);
+            assert!(plan.requirement().work_bytes >= split.bytes, "{}", T::TYPE);
+        } else {
+            assert!(split.is_none(), "{}", T::TYPE);
+        }
+        let x2: Csr<T> = three_tiers(5, None);
+        let rx2 = b.upload_values(&rx, x2.values()).unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<T, hetsparse_core::PlusTimes>(&x2, &x2).unwrap();
+        // Twice: an execution leaves nothing behind that the next one adds to.
+        for _ in 0..2 {
+            let c = b
+                .execute_spgemm(&plan, (&rx2).into(), (&rx2).into(), &run)
+                .unwrap();
+            assert_close(&b.download(&c).unwrap(), &e, tolerance);
+        }
+    }
+
+    #[test]
+    fn plans_with_short_medium_and_long_rows_match_the_reference() {
+        let Some(b) = crate::tests::device_backend("numeric tiers") else {
+            return;
+        };
+        every_tier_matches_the_reference::<f64>(&b, 1e-12);
+        every_tier_matches_the_reference::<hetsparse_core::Complex<f64>>(&b, 1e-12);
+        every_tier_matches_the_reference::<f32>(&b, 1e-5);
+        every_tier_matches_the_reference::<hetsparse_core::bf16>(&b, 1e-2);
+    }
+
+    /// The scalar program built as for smaller devices: the medium-row kernel's local memory
+    /// fits their budget and never exceeds the long-row kernel's, and programs of double types
+    /// without 64-bit atomics build without either kernel (their plans have no split and run
+    /// every row on one work-item).
+    #[test]
+    fn numeric_kernels_fit_small_devices_and_doubles_without_atomics() {
+        let Some(b) = crate::tests::device_backend("numeric kernels, small devices") else {
+            return;
+        };
+        let real = &b.state.description;
+        for ty in hetsparse_core::ScalarType::ALL {
+            if !b.supports_scalar(ty) {
+                continue;
+            }
+            for (local, atomics) in [(16u64 << 10, true), (32 << 10, true), (48 << 10, false)] {
+                if local > real.local_memory_bytes {
+                    continue;
+                }
+                let mut d = real.clone();
+                d.local_memory_bytes = local;
+                d.int64_atomics &= atomics;
+                let src = kernels::scalar_program(ty, kernels::KernelSemiring::PlusTimes, &d);
+                let what = format!("{ty}, {local} bytes of local memory, atomics {atomics}");
+                let mut program = Program::create_from_source(&b.state.context, &src).unwrap();
+                if let Err(e) = program.build(&[b.state.id], "-cl-std=CL1.2") {
+                    let log = program.get_build_log(b.state.id).unwrap_or_default();
+                    panic!("{what}: {e}\n{log}");
+                }
+                let kernel = |name| opencl3::kernel::Kernel::create(&program, name);
+                assert!(kernel("spgemm_numeric").is_ok(), "{what}");
+                if !kernels::has_atomics(ty, &d) {
+                    assert!(kernel("spgemm_numeric_medium").is_err(), "{what}");
+                    assert!(kernel("spgemm_numeric_segments").is_err(), "{what}");
+                    continue;
+                }
+                let bytes = |name| {
+                    kernel(name)
+                        .unwrap()
+                        .get_local_mem_size(b.state.id)
+                        .unwrap()
+                };
+                let (medium, long) = (
+                    bytes("spgemm_numeric_medium"),
+                    bytes("spgemm_numeric_segments"),
+                );
+                assert!(medium <= long && long <= local, "{what}: {medium}, {long}");
+            }
+        }
+    }
+
+    /// Each tier's kernel flags a product outside the planned row: operands whose row `r` of
+    /// A has one more column than the plan's (forged to pass `check_operands`).
+    #[test]
+    fn every_tier_flags_products_outside_the_structure() {
+        let Some(b) = crate::tests::device_backend("numeric tiers, flags") else {
+            return;
+        };
+        if !kernels::has_atomics(<f64 as Scalar>::TYPE, &b.state.description) {
+            return;
+        }
+        let run = RunControl::new();
+        let opts = SpgemmOptions::new();
+        let x: Csr<f64> = three_tiers(0, None);
+        let rx = b.upload(&x).unwrap();
+        let plan = b.plan_spgemm((&rx).into(), (&rx).into(), &opts).unwrap();
+        let e =
+            hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&x, &x).unwrap();
+        let program = b
+            .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
+            .unwrap();
+        let q = b.state.queue().unwrap();
+        let planned = plan.state::<ClPlan>().unwrap();
+        let tiers = |s: &RowSplit| (s.short, s.medium, s.long);
+        let honest = tiers(planned.split.as_ref().unwrap());
+        // A short, a medium (wide and deep) and a long row.
+        for r in [10, 65, 69, 2] {
+            // A short column whose one product falls outside C's row r.
+            let c_row = e.row(r as usize).0;
+            let c = (0..N)
+                .find(|&j| {
+                    kind(j) == Kind::Short
+                        && !x.row(r as usize).0.contains(&j)
+                        && !c_row.contains(&x.row(j as usize).0[0])
+                })
+                .unwrap();
+            let y: Csr<f64> = three_tiers(0, Some((r, c)));
+            let ry = b.upload(&y).unwrap();
+            let split = b
+                .row_split::<f64>(&q, &program, (&ry).into(), (&rx).into(), &planned.structure)
+                .unwrap();
+            // One product more leaves the row in its tier.
+            assert_eq!(split.as_ref().map(tiers), Some(honest), "row {r}");
+            let state = ClPlan {
+                split,
+                structure: Arc::clone(&planned.structure),
+            };
+            let forged = SpgemmPlan::<f64>::from_state(
+                b.memory_space(),
+                opts.clone(),
+                OperandPattern::of(&(&ry).into()),
+                OperandPattern::of(&(&rx).into()),
+                plan.c_nnz(),
+                plan.products(),
+                plan.requirement(),
+                state,
+            );
+            let err = b
+                .execute(&program, &forged, (&ry).into(), (&rx).into(), &run)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::PatternMismatch { .. }),
+                "row {r}: {err}"
+            );
+            // Through the public call, operands of another pattern are refused before.
+            let err = b
+                .execute_spgemm(&plan, (&ry).into(), (&rx).into(), &run)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::PatternMismatch { .. }),
+                "row {r}: {err}"
+            );
+        }
+        // The honest plan still runs.
+        let c = b
+            .execute_spgemm(&plan, (&rx).into(), (&rx).into(), &run)
+            .unwrap();
+        assert_close(&b.download(&c).unwrap(), &e, 1e-12);
     }
 }
