@@ -515,15 +515,21 @@ impl OpenClBackend {
         let values_reservation = self
             .pool
             .reserve(resident::value_bytes::<T>(s.nnz), "resident product values")?;
-        let acc = q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?;
+        let values = q.alloc_kept::<u8>(nnz * size::<T>(), "C values")?;
+        let in_place = accumulates_in_place::<T>();
+        let separate = if in_place {
+            None
+        } else {
+            Some(q.alloc::<u8>(nnz * kernels::acc_bytes(T::TYPE), "C accumulators")?)
+        };
+        let acc = separate.as_ref().unwrap_or(&values);
         let mut flag = q.alloc::<u32>(1, "pattern flag")?;
         q.zero(&mut flag, "pattern flag")?;
-        let values = q.alloc_kept::<u8>(nnz * size::<T>(), "C values")?;
         let ops = (&a_dev, &b_dev);
         match &state.split {
             None => {
                 let launch = q.kernel(program, "spgemm_numeric")?.arg(s.nrows as u64)?;
-                numeric_args(launch, ops, s, &acc, &flag)?.run(&[s.nrows], None)?;
+                numeric_args(launch, ops, s, acc, &flag)?.run(&[s.nrows], None)?;
             }
             Some(split) => {
                 let _span = tracing::debug_span!(
@@ -541,13 +547,13 @@ impl OpenClBackend {
                     .kernel(program, "spgemm_numeric_rows")?
                     .arg(split.short as u64)?
                     .arg(split.rows.arg())?;
-                numeric_args(launch, ops, s, &acc, &flag)?.run(&[split.short], None)?;
+                numeric_args(launch, ops, s, acc, &flag)?.run(&[split.short], None)?;
                 let launch = q
                     .kernel(program, "spgemm_numeric_medium")?
                     .arg(split.group_count as u64)?
                     .arg(split.rows.arg())?
                     .arg(split.groups.arg())?;
-                numeric_args(launch, ops, s, &acc, &flag)?.run(
+                numeric_args(launch, ops, s, acc, &flag)?.run(
                     &[split.group_count * kernels::NUM_WG],
                     Some(&[kernels::NUM_WG]),
                 )?;
@@ -555,17 +561,19 @@ impl OpenClBackend {
                     .kernel(program, "spgemm_numeric_segments")?
                     .arg(split.segment_count as u64)?
                     .arg(split.segments.arg())?;
-                numeric_args(launch, ops, s, &acc, &flag)?.run(
+                numeric_args(launch, ops, s, acc, &flag)?.run(
                     &[split.segment_count * kernels::NUM_WG],
                     Some(&[kernels::NUM_WG]),
                 )?;
             }
         }
-        q.kernel(program, "acc_to_store")?
-            .arg(s.nnz)?
-            .arg(acc.arg())?
-            .arg(values.arg())?
-            .run(&[nnz], None)?;
+        if let Some(acc) = &separate {
+            q.kernel(program, "acc_to_store")?
+                .arg(s.nnz)?
+                .arg(acc.arg())?
+                .arg(values.arg())?
+                .run(&[nnz], None)?;
+        }
         if q.download_at(&flag, 0, 1, "pattern flag")?[0] != 0 {
             return Err(Error::PatternMismatch {
                 operand: "A·B",
@@ -1015,8 +1023,18 @@ fn size<T>() -> usize {
     std::mem::size_of::<T>()
 }
 
-/// Device bytes of the numeric phase beside the result: an accumulator per entry and the flag.
+/// Whether the numeric phase accumulates in the stored type itself (f32, f64 and their
+/// complex types), so that its accumulators are C's values, with no rounding pass after.
+fn accumulates_in_place<T: Scalar>() -> bool {
+    kernels::acc_bytes(T::TYPE) == size::<T>()
+}
+
+/// Device bytes of the numeric phase beside the result: the flag, and an accumulator per
+/// entry unless they are the values.
 fn numeric_work_bytes<T: Scalar>(nnz_c: u64) -> u64 {
+    if accumulates_in_place::<T>() {
+        return 4;
+    }
     nnz_c.saturating_mul(kernels::acc_bytes(T::TYPE) as u64) + 4
 }
 
