@@ -1,10 +1,15 @@
 //! ESC SpGEMM (Polok, Ila, Smrz): setup, perfectly balanced expansion, segmented sort,
 //! compression — with one host synchronisation (the size of the product; the paper's first, the
 //! expansion size, is computed on the host while the operands upload) — and column slicing of B
-//! when the expansion exceeds the memory budget.
+//! when the expansion exceeds the memory budget: the slices are core's windows of B
+//! ([`CsrWindow`]), their products laid side by side by core's [`assemble_chunks`], the
+//! assembly every product cut into chunks goes through.
 //!
 //! The same pipeline multiplies block matrices: then the expansion carries the indices of the two
-//! operand blocks instead of a value, and the blocks are multiplied during compression.
+//! operand blocks instead of a value, and the blocks are multiplied during compression. Core's
+//! windows and assembly hold scalars, so a block product over the budget is cut the other way,
+//! into bands of A's block rows: a band is a contiguous part of A's arrays, and the bands'
+//! products are C's rows in order, one after the other.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -13,8 +18,10 @@ use opencl3::program::Program;
 
 use std::sync::Arc;
 
+use hetsparse_core::backend::assemble_chunks;
 use hetsparse_core::{
-    host, DeviceKind, Error, MemoryPool, Reservation, Result, RunControl, Scalar,
+    host, Csr, CsrWindow, DeviceKind, Error, MemoryPool, ProductChunk, Reservation, Result,
+    RunControl, Scalar,
 };
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
@@ -75,54 +82,33 @@ impl<T: Scalar> Compressed<'_, T> {
             && same(&self.values, &other.values)
     }
 
-    /// Columns `range`, indices shifted to start at 0.
-    fn column_panel(&self, range: &Range<usize>) -> Compressed<'static, T> {
-        let (lo, hi) = (range.start as u32, range.end as u32);
-        let (mut offsets, mut index, mut values) = (vec![0u64], Vec::new(), Vec::new());
-        for i in 0..self.nrows {
-            let (s, e) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
-            let cols = &self.index[s..e];
-            let a = s + cols.partition_point(|&c| c < lo);
-            let b = s + cols.partition_point(|&c| c < hi);
-            index.extend(self.index[a..b].iter().map(|&c| c - lo));
-            values.extend_from_slice(&self.values[a * self.block..b * self.block]);
-            offsets.push(index.len() as u64);
-        }
-        Compressed {
-            nrows: self.nrows,
-            ncols: range.len(),
-            offsets: offsets.into(),
-            index: index.into(),
-            values: values.into(),
+    /// Rows `rows`, for a band of a block matrix (which has no window type in core): its
+    /// entries are a contiguous part of the arrays, borrowed; only the offsets are copied, to
+    /// start at 0. `rows` lies inside the matrix.
+    fn row_band(&self, rows: &Range<usize>) -> Result<Compressed<'_, T>> {
+        let offsets = &self.offsets[rows.start..=rows.end];
+        let first = offsets[0];
+        let (s, e) = (first as usize, offsets[rows.len()] as usize);
+        let mut rebased = host::try_with_capacity(rows.len() + 1, "ESC SpGEMM row band offsets")?;
+        rebased.extend(offsets.iter().map(|&o| o - first));
+        Ok(Compressed {
+            nrows: rows.len(),
+            ncols: self.ncols,
+            offsets: rebased.into(),
+            index: Cow::Borrowed(&self.index[s..e]),
+            values: Cow::Borrowed(&self.values[s * self.block..e * self.block]),
             block: self.block,
-        }
+        })
     }
+}
 
-    /// Side by side: each part holds the columns from its start on.
-    fn hstack(
-        nrows: usize,
-        ncols: usize,
-        block: usize,
-        parts: &[(usize, Compressed<'_, T>)],
-    ) -> Compressed<'static, T> {
-        let (mut offsets, mut index, mut values) = (vec![0u64], Vec::new(), Vec::new());
-        for i in 0..nrows {
-            for (start, p) in parts {
-                let (s, e) = (p.offsets[i] as usize, p.offsets[i + 1] as usize);
-                index.extend(p.index[s..e].iter().map(|&c| c + *start as u32));
-                values.extend_from_slice(&p.values[s * block..e * block]);
-            }
-            offsets.push(index.len() as u64);
-        }
-        Compressed {
-            nrows,
-            ncols,
-            offsets: offsets.into(),
-            index: index.into(),
-            values: values.into(),
-            block,
-        }
-    }
+/// The first attempt at a product of host operands: all of it in one pipeline.
+enum Whole<T: Scalar> {
+    /// The product, and whether the device checked its CSR invariants.
+    Done(Compressed<'static, T>, bool),
+    /// The expansion exceeds what the pool has left: the operands' copies on the device (B's
+    /// `None` when B is A), for the caller to cut the product into parts that fit.
+    OverBudget { a: Uploaded, b: Option<Uploaded> },
 }
 
 /// What is multiplied: scalars, or blocks of `r×k` (A) by `k×s` (B).
@@ -306,19 +292,18 @@ impl EscJob<'_> {
         (work, output)
     }
 
-    /// `C = A·B` from host operands, C on the host, cutting B into column slices when the
-    /// expansion does not fit. The flag is true when the device checked every CSR invariant of
-    /// the returned arrays (one pipeline, no column slices); the host must check the others.
-    pub(crate) fn product<T: Scalar>(
+    /// The whole of `C = A·B` from host operands in one pipeline, unless its expansion exceeds
+    /// what the pool has left.
+    fn whole<T: Scalar>(
         &self,
         q: &Queue<'_>,
         a: &Compressed<'_, T>,
         b: &Compressed<'_, T>,
         run: &RunControl,
-    ) -> Result<(Compressed<'static, T>, bool)> {
-        let block = self.entry_values();
+    ) -> Result<Whole<T>> {
         if a.nnz() == 0 || b.nnz() == 0 {
-            return Ok((Compressed::empty(a.nrows, b.ncols, block)?, false));
+            let c = Compressed::empty(a.nrows, b.ncols, self.entry_values())?;
+            return Ok(Whole::Done(c, false));
         }
         // The expansion's size and longest row, on another thread while A goes to the device.
         let mut sizes = None;
@@ -333,31 +318,72 @@ impl EscJob<'_> {
         run.add_planned(sizes.0);
         run.checkpoint()?;
         // A·A (the papers' usual benchmark, and squaring in general): B is already there.
-        let same = a.same_as(b);
-        {
-            let b_own;
-            let b_dev = if same {
-                a_dev.view()
-            } else {
-                b_own = upload(q, self.pool, b, "B")?;
-                b_own.view()
-            };
-            let limit = self.max_products::<T>(a.nnz(), a.nrows, 0);
-            let done = self.pipeline::<T>(
-                q,
-                (a_dev.view(), b_dev),
-                b.ncols,
-                Some(sizes),
-                limit,
-                false,
-                run,
-            )?;
-            if let Some(c) = done {
-                return self.download(q, c);
+        let b_dev = if a.same_as(b) {
+            None
+        } else {
+            Some(upload(q, self.pool, b, "B")?)
+        };
+        let limit = self.max_products::<T>(a.nnz(), a.nrows, 0);
+        let b_view = b_dev.as_ref().map_or_else(|| a_dev.view(), Uploaded::view);
+        let done = self.pipeline::<T>(
+            q,
+            (a_dev.view(), b_view),
+            b.ncols,
+            Some(sizes),
+            limit,
+            false,
+            run,
+        )?;
+        match done {
+            Some(c) => {
+                let (c, checked) = self.download(q, c)?;
+                Ok(Whole::Done(c, checked))
             }
+            None => Ok(Whole::OverBudget { a: a_dev, b: b_dev }),
         }
+    }
+
+    /// One part of a product cut to fit the budget (its expansion size counted on the host
+    /// when it was cut), computed and brought back.
+    fn part<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        operands: (DeviceOperand<'_>, DeviceOperand<'_>),
+        ncols: usize,
+        sizes: (u64, u64),
+        run: &RunControl,
+    ) -> Result<(Compressed<'static, T>, bool)> {
+        let c = self
+            .pipeline::<T>(q, operands, ncols, Some(sizes), u64::MAX, false, run)?
+            .ok_or_else(|| Error::Internal {
+                backend: BACKEND.into(),
+                what: "a part of a product without a limit was refused".into(),
+            })?;
+        self.download(q, c)
+    }
+
+    /// `C = A·B` of scalar host operands, C on the host. When the expansion does not fit what
+    /// the pool has left, A stays on the device and B goes in column slices (the paper's
+    /// slicing): each a window of B copied for its upload, its product brought back, and the
+    /// products laid side by side by [`assemble_chunks`].
+    pub(crate) fn spgemm<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let (ca, cb) = (crate::compressed(a), crate::compressed(b));
+        let a_dev = match self.whole(q, &ca, &cb, run)? {
+            Whole::Done(c, checked) => return crate::ops::assemble(c, checked),
+            // B's copy makes room for its slices.
+            Whole::OverBudget { a: a_dev, b: b_dev } => {
+                drop(b_dev);
+                a_dev
+            }
+        };
         // Each slice of B is copied while A stays: it takes at most B's bytes.
-        let limit = self.max_products::<T>(a.nnz(), a.nrows, operand_bytes(b));
+        let limit = self.max_products::<T>(ca.nnz(), a.nrows(), operand_bytes(&cb));
         let slices = column_slices(
             a,
             b,
@@ -367,30 +393,81 @@ impl EscJob<'_> {
         )?;
         let _span = tracing::info_span!("column slices", count = slices.len()).entered();
         let mut parts = Vec::with_capacity(slices.len());
-        for range in slices {
+        for cols in slices {
             run.checkpoint()?;
-            let panel = b.column_panel(&range);
+            let panel = CsrWindow::columns_of(b, cols.clone())?.to_csr()?;
+            let panel = crate::compressed(&panel);
             let b_dev = upload(q, self.pool, &panel, "B column slice")?;
-            let sizes = expansion_sizes(a, &panel);
-            let part = self
-                .pipeline::<T>(
-                    q,
-                    (a_dev.view(), b_dev.view()),
-                    panel.ncols,
-                    Some(sizes),
-                    u64::MAX,
-                    false,
-                    run,
-                )?
-                .ok_or_else(|| Error::Internal {
-                    backend: BACKEND.into(),
-                    what: "a column slice without a limit was refused".into(),
-                })?;
-            let (part, _) = self.download(q, part)?;
-            parts.push((range.start, part));
+            let sizes = expansion_sizes(&ca, &panel);
+            let (part, checked) =
+                self.part::<T>(q, (a_dev.view(), b_dev.view()), panel.ncols, sizes, run)?;
+            let chunk = ProductChunk {
+                rows: 0..a.nrows(),
+                cols,
+            };
+            parts.push((chunk, crate::ops::assemble(part, checked)?));
         }
-        // Assembled on the host: checked there again.
-        Ok((Compressed::hstack(a.nrows, b.ncols, block, &parts), false))
+        assemble_chunks(a.nrows(), b.ncols(), parts)
+    }
+
+    /// `C = A·B` of block host operands ([`Multiply::Block`]), C on the host. When the
+    /// expansion does not fit what the pool has left, B stays on the device and A goes in
+    /// bands of block rows, whose products are C's rows in order. The arrays are not checked
+    /// here: the caller makes a checked matrix of them.
+    pub(crate) fn block_product<T: Scalar>(
+        &self,
+        q: &Queue<'_>,
+        a: &Compressed<'_, T>,
+        b: &Compressed<'_, T>,
+        run: &RunControl,
+    ) -> Result<Compressed<'static, T>> {
+        let b_dev = match self.whole(q, a, b, run)? {
+            Whole::Done(c, _) => return Ok(c),
+            // A's copy makes room for its bands, unless it is B's too.
+            Whole::OverBudget {
+                a: a_dev,
+                b: Some(b_dev),
+            } => {
+                drop(a_dev);
+                b_dev
+            }
+            Whole::OverBudget { a: a_dev, b: None } => a_dev,
+        };
+        // Each band of A is copied while B stays: it takes at most A's bytes.
+        let limit = self.max_products::<T>(a.nnz(), a.nrows, operand_bytes(a));
+        let bands = row_bands(
+            a,
+            b,
+            limit,
+            self.bytes_per_product::<T>(),
+            self.pool.available(),
+        )?;
+        let _span = tracing::info_span!("row bands", count = bands.len()).entered();
+        let mut offsets = host::try_with_capacity(a.nrows + 1, "ESC SpGEMM block product offsets")?;
+        offsets.push(0u64);
+        let (mut index, mut values) = (Vec::new(), Vec::new());
+        for rows in bands {
+            run.checkpoint()?;
+            let band = a.row_band(&rows)?;
+            let a_dev = upload(q, self.pool, &band, "A row band")?;
+            let sizes = expansion_sizes(&band, b);
+            let (part, _) = self.part::<T>(q, (a_dev.view(), b_dev.view()), b.ncols, sizes, run)?;
+            // The band's rows follow the rows before: its offsets continue from their entries.
+            let before = index.len() as u64;
+            offsets.extend(part.offsets.iter().skip(1).map(|&o| o + before));
+            host::try_reserve(&mut index, part.index.len(), "ESC SpGEMM block product")?;
+            index.extend_from_slice(&part.index);
+            host::try_reserve(&mut values, part.values.len(), "ESC SpGEMM block product")?;
+            values.extend_from_slice(&part.values);
+        }
+        Ok(Compressed {
+            nrows: a.nrows,
+            ncols: b.ncols,
+            offsets: offsets.into(),
+            index: index.into(),
+            values: values.into(),
+            block: self.entry_values(),
+        })
     }
 
     /// `C = A·B` from operands on the device, C left there (its buffers of exact sizes);
@@ -853,46 +930,284 @@ pub(crate) fn exclusive_scan(
 
 /// Cuts B's columns into consecutive slices whose expansions hold at most `limit` products each.
 /// The products of column j are Σ over B's entries (k, j) of the entries in column k of A.
-/// `available_bytes` (what the memory pool has left) is what an error reports as available.
 /// The per-column counts are sized by the shapes, so they are asked of the host fallibly.
 fn column_slices<T: Scalar>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    limit: u64,
+    bytes_per_product: u64,
+    available_bytes: u64,
+) -> Result<Vec<Range<usize>>> {
+    let mut a_col = host::try_filled(a.ncols(), 0u64, "ESC SpGEMM products per column of A")?;
+    for &k in a.col_indices() {
+        a_col[k as usize] += 1;
+    }
+    let mut per_col = host::try_filled(b.ncols(), 0u64, "ESC SpGEMM products per column of B")?;
+    for (k, &count) in a_col.iter().enumerate().take(b.nrows()) {
+        for &j in b.row(k).0 {
+            per_col[j as usize] += count;
+        }
+    }
+    cut(
+        &per_col,
+        limit,
+        "column",
+        "B",
+        bytes_per_product,
+        available_bytes,
+    )
+}
+
+/// Cuts A's (block) rows into consecutive bands whose expansions hold at most `limit` products
+/// each. The products of row i are Σ over A's entries (i, k) of the entries in row k of B.
+fn row_bands<T: Scalar>(
     a: &Compressed<'_, T>,
     b: &Compressed<'_, T>,
     limit: u64,
     bytes_per_product: u64,
     available_bytes: u64,
 ) -> Result<Vec<Range<usize>>> {
-    let mut a_col = host::try_filled(a.ncols, 0u64, "ESC SpGEMM products per column of A")?;
-    for &k in a.index.iter() {
-        a_col[k as usize] += 1;
-    }
-    let mut per_col = host::try_filled(b.ncols, 0u64, "ESC SpGEMM products per column of B")?;
-    for (k, &count) in a_col.iter().enumerate().take(b.nrows) {
-        for &j in &b.index[b.offsets[k] as usize..b.offsets[k + 1] as usize] {
-            per_col[j as usize] += count;
-        }
-    }
-    let mut slices = Vec::new();
+    let mut per_row = host::try_with_capacity(a.nrows, "ESC SpGEMM products per row of A")?;
+    per_row.extend((0..a.nrows).map(|i| {
+        let (s, e) = (a.offsets[i] as usize, a.offsets[i + 1] as usize);
+        a.index[s..e].iter().fold(0u64, |sum, &k| {
+            let k = k as usize;
+            sum.saturating_add(b.offsets[k + 1] - b.offsets[k])
+        })
+    }));
+    cut(
+        &per_row,
+        limit,
+        "row",
+        "A",
+        bytes_per_product,
+        available_bytes,
+    )
+}
+
+/// Consecutive ranges of `weights` (products per column or row `what` of `operand`) each
+/// summing to at most `limit`; [`Error::OutOfMemory`] when one alone exceeds it, with the
+/// bytes its products need and `available_bytes` (what the memory pool has left).
+fn cut(
+    weights: &[u64],
+    limit: u64,
+    what: &str,
+    operand: &str,
+    bytes_per_product: u64,
+    available_bytes: u64,
+) -> Result<Vec<Range<usize>>> {
+    let mut ranges = Vec::new();
     let (mut start, mut sum) = (0usize, 0u64);
-    for (j, &w) in per_col.iter().enumerate() {
+    for (j, &w) in weights.iter().enumerate() {
         if w > limit {
             return Err(Error::OutOfMemory {
                 backend: BACKEND.into(),
                 what: format!(
-                    "ESC SpGEMM: column {j} of B alone makes {w} products, more than the {limit} \
-                     that fit the memory budget"
+                    "ESC SpGEMM: {what} {j} of {operand} alone makes {w} products, more than \
+                     the {limit} that fit the memory budget"
                 ),
                 needed_bytes: w.saturating_mul(bytes_per_product),
                 available_bytes,
             });
         }
+        // Both at most `limit`: no overflow.
         if sum + w > limit {
-            slices.push(start..j);
+            ranges.push(start..j);
             start = j;
             sum = 0;
         }
         sum += w;
     }
-    slices.push(start..b.ncols);
-    Ok(slices)
+    ranges.push(start..weights.len());
+    Ok(ranges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::format::Bsr;
+    use hetsparse_core::generate::{self, MatrixClass};
+    use hetsparse_core::{reference, Backend, Operation, PlusTimes, SpgemmAlgorithm};
+
+    use crate::{compressed, kernels, OpenClBackend};
+
+    fn assert_close(c: &Csr<f64>, e: &Csr<f64>, what: &str) {
+        assert_eq!(c.shape(), e.shape(), "{what}: shape");
+        assert_eq!(c.row_offsets(), e.row_offsets(), "{what}: row offsets");
+        assert_eq!(c.col_indices(), e.col_indices(), "{what}: columns");
+        for (k, (x, y)) in c.values().iter().zip(e.values()).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-9 * (1.0 + y.abs()),
+                "{what}: value {k}: {x} vs {y}"
+            );
+        }
+    }
+
+    /// Asserts that the whole product does not fit `backend`'s budget, so that the product
+    /// goes through its parts.
+    fn assert_over_budget<T: Scalar>(
+        job: &EscJob<'_>,
+        backend: &OpenClBackend,
+        a: &Compressed<'_, T>,
+        b: &Compressed<'_, T>,
+    ) {
+        let q = backend.state.queue().unwrap();
+        let whole = job.whole(&q, a, b, &RunControl::new()).unwrap();
+        assert!(
+            matches!(whole, Whole::OverBudget { .. }),
+            "the product fits"
+        );
+    }
+
+    #[test]
+    fn cuts_weigh_at_most_the_limit_and_refuse_what_cannot_be_cut() {
+        let ranges = cut(&[3, 1, 0, 4, 2], 4, "column", "B", 10, 7).unwrap();
+        assert_eq!(ranges, vec![0..3, 3..4, 4..5]);
+        assert_eq!(cut(&[], 4, "row", "A", 10, 7).unwrap(), vec![0..0]);
+        match cut(&[1, 5, 1], 4, "row", "A", 10, 7) {
+            Err(
+                e @ Error::OutOfMemory {
+                    needed_bytes: 50,
+                    available_bytes: 7,
+                    ..
+                },
+            ) => assert!(e.to_string().contains("row 1 of A"), "{e}"),
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn scalar_products_over_the_budget_are_assembled_from_column_slices() {
+        let Some(backend) = crate::tests::device_backend("esc column slices") else {
+            return;
+        };
+        let (x, y) = generate::product_operands::<f64>(MatrixClass::PowerLaw, 400, 7);
+        let e = reference::spgemm::<f64, PlusTimes>(&x, &y).unwrap();
+        // Room for the operands and a few hundred products: many slices.
+        let operands = 12 * (x.nnz() + y.nnz()) + 8 * (x.nrows() + y.nrows()) as u64 + 16;
+        let small = backend.with_memory_budget(operands + 200_000);
+        let program = small
+            .program::<f64>(Operation::Spgemm(SpgemmAlgorithm::Esc), false)
+            .unwrap();
+        let job = small.job(&program, Multiply::Scalar, kernels::acc_bytes(f64::TYPE));
+        assert_over_budget(&job, &small, &compressed(&x), &compressed(&y));
+        let q = small.state.queue().unwrap();
+        let run = RunControl::new();
+        let c = job.spgemm(&q, &x, &y, &run).unwrap();
+        assert_close(&c, &e, "sliced");
+        let progress = run.progress();
+        assert_eq!(progress.done, progress.planned);
+        // A·A: the one copy on the device is A and B both; B's slices come from it.
+        let e = reference::spgemm::<f64, PlusTimes>(&x, &x).unwrap();
+        assert_over_budget(&job, &small, &compressed(&x), &compressed(&x));
+        let c = job.spgemm(&q, &x, &x, &RunControl::new()).unwrap();
+        assert_close(&c, &e, "sliced A·A");
+        // Nothing stays reserved once the products are back.
+        assert_eq!(small.pool.available(), small.pool.limit());
+    }
+
+    fn block<T: Scalar>(m: &Bsr<T>) -> Compressed<'_, T> {
+        Compressed {
+            nrows: m.block_rows(),
+            ncols: m.block_cols(),
+            offsets: m.row_offsets().into(),
+            index: m.col_indices().into(),
+            values: m.values().into(),
+            block: m.block_shape().0 * m.block_shape().1,
+        }
+    }
+
+    #[test]
+    fn block_products_over_the_budget_are_assembled_from_row_bands() {
+        let Some(backend) = crate::tests::device_backend("esc row bands") else {
+            return;
+        };
+        let x = generate::stencil_3d::<f64>(5, generate::Stencil::TwentySeven, 2, 3);
+        let y = generate::stencil_3d::<f64>(5, generate::Stencil::Seven, 2, 4);
+        let (bx, by) = (
+            Bsr::from_csr(&x, (2, 2)).unwrap(),
+            Bsr::from_csr(&y, (2, 2)).unwrap(),
+        );
+        let bytes = |m: &Bsr<f64>| m.values().len() * 8 + m.col_indices().len() * 4;
+        let operands =
+            (bytes(&bx) + bytes(&by) + 8 * (bx.block_rows() + by.block_rows() + 2)) as u64;
+        // Room for the operands and a couple of thousand products: both the whole product and
+        // the first attempt's limit are exceeded, each band fits.
+        let small = backend.with_memory_budget(operands + 200_000);
+        let program = small.program::<f64>(Operation::BsrSpgemm, true).unwrap();
+        let multiply = Multiply::Block { r: 2, k: 2, s: 2 };
+        let job = small.job(&program, multiply, kernels::BLOCK_PAYLOAD_BYTES);
+        let q = small.state.queue().unwrap();
+        for (a, b, what) in [(&bx, &by, "A·B"), (&bx, &bx, "A·A")] {
+            let (ca, cb) = (block(a), block(b));
+            assert_over_budget(&job, &small, &ca, &cb);
+            let run = RunControl::new();
+            let c = job.block_product(&q, &ca, &cb, &run).unwrap();
+            let progress = run.progress();
+            assert_eq!(progress.done, progress.planned, "{what}");
+            let c = Bsr::try_new(
+                (2, 2),
+                c.nrows,
+                c.ncols,
+                c.offsets.into_owned(),
+                c.index.into_owned(),
+                c.values.into_owned(),
+            )
+            .unwrap();
+            let e = reference::spgemm::<f64, PlusTimes>(&a.to_csr().unwrap(), &b.to_csr().unwrap())
+                .unwrap();
+            // C's blocks hold explicit zeros where a block's product has some: compare the
+            // values at the reference's entries and require the rest to be zero.
+            let got = c.to_csr().unwrap();
+            for i in 0..e.nrows() {
+                let (ec, ev) = e.row(i);
+                for (j, v) in ec.iter().zip(ev) {
+                    let g = got.get(i, *j as usize).unwrap_or(0.0);
+                    assert!(
+                        (g - v).abs() <= 1e-9 * (1.0 + v.abs()),
+                        "{what}: C[{i},{j}]"
+                    );
+                }
+                let (gc, gv) = got.row(i);
+                for (j, g) in gc.iter().zip(gv) {
+                    if e.get(i, *j as usize).is_none() {
+                        assert_eq!(*g, 0.0, "{what}: C[{i},{j}] outside the product");
+                    }
+                }
+            }
+        }
+        assert_eq!(small.pool.available(), small.pool.limit());
+    }
+
+    #[test]
+    fn a_block_row_too_large_for_the_budget_is_an_out_of_memory_error() {
+        let Some(backend) = crate::tests::device_backend("esc row bands") else {
+            return;
+        };
+        let x = generate::stencil_3d::<f64>(4, generate::Stencil::TwentySeven, 2, 5);
+        let bx = Bsr::from_csr(&x, (2, 2)).unwrap();
+        // Room for A once (A·A) and a little: no band of A fits beside it.
+        let operand = (bx.values().len() * 8 + bx.col_indices().len() * 4) as u64
+            + 8 * (bx.block_rows() as u64 + 1);
+        let small = backend.with_memory_budget(operand + 1000);
+        let r = small.bsr_spgemm(&bx, &bx);
+        match r {
+            Err(
+                e @ Error::OutOfMemory {
+                    needed_bytes,
+                    available_bytes,
+                    ..
+                },
+            ) => {
+                assert!(e.to_string().contains("row 0 of A"), "{e}");
+                assert!(
+                    available_bytes > 0
+                        && available_bytes <= 1000
+                        && needed_bytes > available_bytes,
+                    "{e}"
+                );
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+    }
 }

@@ -732,7 +732,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         );
         // Bsr::try_new checks again on the host (the block path is not on a measured hot path).
         let q = self.state.queue()?;
-        let (c, _) = job.product(&q, &block(a), &block(b), &RunControl::unwatched())?;
+        let c = job.block_product(&q, &block(a), &block(b), &RunControl::unwatched())?;
         Ok(Bsr::try_new(
             (r, s),
             c.nrows,

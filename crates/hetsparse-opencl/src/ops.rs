@@ -207,8 +207,7 @@ impl OpenClBackend {
         let _span = tracing::info_span!("spgemm esc", m = a.nrows(), k = a.ncols(), n = b.ncols())
             .entered();
         let job = self.job(program, Multiply::Scalar, kernels::acc_bytes(T::TYPE));
-        let (c, checked) = job.product(q, &compressed(a), &compressed(b), run)?;
-        assemble(c, checked)
+        job.spgemm(q, a, b, run)
     }
 
     /// `C = A·B` with any operand resident: C stays on the device unless its expansion does

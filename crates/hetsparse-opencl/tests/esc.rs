@@ -141,7 +141,7 @@ fn block_products_match_the_scalar_product() {
             );
         }
     }
-    // Sliced block products agree with unsliced ones.
+    // Block products over the budget (cut into bands of A's block rows) agree with whole ones.
     let operands =
         2 * (bx.values().len() * 8 + bx.col_indices().len() * 4 + 8 * bx.block_rows() + 8);
     let sliced = b

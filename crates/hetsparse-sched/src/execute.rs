@@ -19,13 +19,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hetsparse_core::backend::assemble::Tile;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
     Backend, ChunkProduct, Csr, CsrOperand, CsrWindow, Error, MemorySpace, ProductChunk,
     ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
 };
 
-use crate::assemble::Tile;
 use crate::chunking::{split, Task};
 use crate::report::DeviceReport;
 

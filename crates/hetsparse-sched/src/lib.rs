@@ -36,7 +36,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod assemble;
 mod chunking;
 mod execute;
 mod learn;
@@ -47,8 +46,8 @@ mod rows;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use hetsparse_core::backend::check;
 use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::backend::{assemble_chunks, check};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
@@ -472,7 +471,7 @@ impl<T: Scalar> Scheduler<T> {
             run,
         )?;
         let assembling = Instant::now();
-        let c = assemble::assemble(a.nrows(), b.ncols(), finished.tiles)?;
+        let c = assemble_chunks(a.nrows(), b.ncols(), finished.tiles)?;
         self.record(RunReport {
             devices: finished.devices,
             chunks_planned,

@@ -14,9 +14,11 @@
 //! memory (what a backend that computes there needs), resident results go through the host
 //! result, plans through one product and [`plan::numeric`], every format's SpMV and SpMM
 //! through CSR, DIA×DIA and BSR×BSR through CSR SpGEMM, and the chunk entry point through
-//! [`Backend::spgemm_with`] on each chunk's [`CsrWindow`]s. A device backend overrides residency and what it runs
-//! natively.
+//! [`Backend::spgemm_with`] on each chunk's [`CsrWindow`]s (whoever cut a product lays the
+//! chunks' products into one matrix with [`assemble_chunks`]). A device backend overrides
+//! residency and what it runs natively.
 
+pub mod assemble;
 pub mod memory;
 pub mod options;
 pub mod plan;
@@ -35,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
 
+pub use assemble::assemble_chunks;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
 pub use plan::SpgemmPlan;

@@ -1,10 +1,20 @@
-//! C from its chunks: sized once from the chunks' row counts, each chunk copied once into its
-//! final place, rows in parallel.
+//! A product from its chunks: C sized once from the chunks' row counts, each chunk copied once
+//! into its final place, rows in parallel.
+//!
+//! One assembly for every caller that computes a product in parts: the scheduler (chunks from
+//! many devices, rows of A × column panels of B) and a backend that had to cut one product
+//! itself (OpenCL's ESC SpGEMM, B in column slices when the expansion exceeds its memory
+//! budget: the parts of one row band side by side).
 
 use std::ops::Range;
 
-use hetsparse_core::{Csr, Error, ProductChunk, Result, Scalar};
 use rayon::prelude::*;
+
+use super::ProductChunk;
+use crate::error::{Error, Result};
+use crate::format::Csr;
+use crate::host;
+use crate::scalar::Scalar;
 
 /// Rows one parallel task copies.
 const ROWS_PER_TASK: usize = 2048;
@@ -12,12 +22,16 @@ const ROWS_PER_TASK: usize = 2048;
 /// Rows of C and the tiles covering them, in column order.
 type Band = (Range<usize>, Vec<usize>);
 
-/// A computed chunk: its place in C and its values (columns relative to `chunk.cols.start`).
-pub(crate) type Tile<T> = (ProductChunk, Csr<T>);
+/// A computed part of a product: its place in C and its values (`chunk.rows.len() ×
+/// chunk.cols.len()`, columns relative to `chunk.cols.start`).
+pub type Tile<T> = (ProductChunk, Csr<T>);
 
-/// Assembles the `nrows × ncols` product from `tiles`, which must partition it (every entry
-/// of C in exactly one tile).
-pub(crate) fn assemble<T: Scalar>(
+/// Assembles the `nrows × ncols` product from `tiles`, which must partition it (every entry of
+/// C in exactly one tile), in any order. The result is canonical as the tiles are (each row's
+/// columns sorted: a row's tiles are laid side by side in column order). Tiles that do not
+/// partition the product, or whose shapes are not their chunks', are [`Error::Internal`] (a bug
+/// of the caller); host buffers that cannot be had are [`Error::OutOfMemory`].
+pub fn assemble_chunks<T: Scalar>(
     nrows: usize,
     ncols: usize,
     mut tiles: Vec<Tile<T>>,
@@ -33,7 +47,7 @@ pub(crate) fn assemble<T: Scalar>(
     let bands = bands(nrows, ncols, &tiles)?;
 
     // Entries per row, then offsets.
-    let mut row_nnz = vec![0u64; nrows];
+    let mut row_nnz = host::try_filled(nrows, 0u64, "assembled product row counts")?;
     split_by_rows(&mut row_nnz, &bands, |r| r)
         .into_par_iter()
         .for_each(|((rows, covering), out)| {
@@ -44,7 +58,7 @@ pub(crate) fn assemble<T: Scalar>(
                     .sum();
             }
         });
-    let mut offsets = Vec::with_capacity(nrows + 1);
+    let mut offsets = host::try_with_capacity(nrows + 1, "assembled product row offsets")?;
     let mut total = 0u64;
     offsets.push(0);
     for n in &row_nnz {
@@ -61,9 +75,9 @@ pub(crate) fn assemble<T: Scalar>(
 
     // Each band's rows, chunk by chunk in column order.
     // Filled in parallel, so that the pages are first touched by many threads.
-    let mut cols: Vec<u32> = Vec::with_capacity(nnz);
+    let mut cols: Vec<u32> = host::try_with_capacity(nnz, "assembled product column indices")?;
     cols.par_extend(rayon::iter::repeat_n(0u32, nnz));
-    let mut vals: Vec<T> = Vec::with_capacity(nnz);
+    let mut vals: Vec<T> = host::try_with_capacity(nnz, "assembled product values")?;
     vals.par_extend(rayon::iter::repeat_n(T::default(), nnz));
     let at = |r: usize| offsets[r] as usize;
     let col_parts = split_by_rows(&mut cols, &bands, at);
@@ -180,7 +194,7 @@ fn check_shapes<T: Scalar>(nrows: usize, ncols: usize, tiles: &[Tile<T>]) -> Res
 
 fn internal(what: String) -> Error {
     Error::Internal {
-        backend: "sched".into(),
+        backend: "core".into(),
         what,
     }
 }
@@ -188,7 +202,7 @@ fn internal(what: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hetsparse_core::{generate, reference, PlusTimes};
+    use crate::{generate, reference, PlusTimes};
 
     fn tile(a: &Csr<f64>, b: &Csr<f64>, rows: Range<usize>, cols: Range<usize>) -> Tile<f64> {
         let part = reference::spgemm::<f64, PlusTimes>(
@@ -211,25 +225,49 @@ mod tests {
             tile(&a, &b, 4000..5000, 0..10),
             tile(&a, &b, 4000..5000, 10..70),
         ];
-        assert_eq!(assemble(5000, 200, tiles).unwrap(), c);
+        assert_eq!(assemble_chunks(5000, 200, tiles).unwrap(), c);
+    }
+
+    #[test]
+    fn column_parts_of_one_band_lie_side_by_side() {
+        // What a backend that cuts B into column slices hands over: every row of A times each
+        // slice, the slices of unequal widths (one empty, one a single column).
+        let a = generate::uniform::<f64>(300, 120, 6, 3);
+        let b = generate::uniform::<f64>(120, 90, 5, 4);
+        let c = reference::spgemm::<f64, PlusTimes>(&a, &b).unwrap();
+        let cuts = [0, 1, 31, 31, 64, 90];
+        let mut tiles: Vec<Tile<f64>> = cuts
+            .windows(2)
+            .map(|w| tile(&a, &b, 0..300, w[0]..w[1]))
+            .collect();
+        tiles.reverse();
+        let got = assemble_chunks(300, 90, tiles).unwrap();
+        assert_eq!(got, c);
+        assert!((0..got.nrows()).all(|i| got.row(i).0.windows(2).all(|p| p[0] < p[1])));
     }
 
     #[test]
     fn a_gap_or_an_overlap_is_an_error() {
         let a = generate::uniform::<f64>(40, 30, 3, 1);
         let gap = vec![tile(&a, &a.transpose().unwrap(), 0..20, 0..40)];
-        assert!(matches!(assemble(40, 40, gap), Err(Error::Internal { .. })));
+        assert!(matches!(
+            assemble_chunks(40, 40, gap),
+            Err(Error::Internal { .. })
+        ));
         let overlap = vec![
             tile(&a, &a.transpose().unwrap(), 0..30, 0..40),
             tile(&a, &a.transpose().unwrap(), 20..30, 0..40),
             tile(&a, &a.transpose().unwrap(), 30..40, 0..40),
         ];
-        assert!(assemble(40, 40, overlap).is_err());
+        assert!(assemble_chunks(40, 40, overlap).is_err());
     }
 
     #[test]
     fn empty_products_assemble() {
-        assert_eq!(assemble::<f64>(0, 0, vec![]).unwrap().shape(), (0, 0));
+        assert_eq!(
+            assemble_chunks::<f64>(0, 0, vec![]).unwrap().shape(),
+            (0, 0)
+        );
         let z = Csr::<f64>::zeros(3, 4).unwrap();
         let tiles = vec![(
             ProductChunk {
@@ -238,6 +276,6 @@ mod tests {
             },
             z.clone(),
         )];
-        assert_eq!(assemble(3, 4, tiles).unwrap(), z);
+        assert_eq!(assemble_chunks(3, 4, tiles).unwrap(), z);
     }
 }
