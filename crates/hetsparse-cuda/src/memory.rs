@@ -680,6 +680,16 @@ impl DeviceArena {
             top: Cell::new(0),
         })
     }
+    /// Allocates an arena of `bytes` from `gpu`'s stream-ordered pool on `stream`, its home
+    /// ([`DeviceBuffer::new_on`]): for work memory used on that stream only. Dropping it queues
+    /// the free behind the work queued there (no wait on the host), and the pool keeps the
+    /// memory for the next call's arena.
+    pub(crate) fn new_on(gpu: &Gpu, stream: &Arc<Stream>, bytes: u64, what: &str) -> Result<Self> {
+        Ok(DeviceArena {
+            buffer: DeviceBuffer::new_on(gpu, stream, bytes as usize, what)?,
+            top: Cell::new(0),
+        })
+    }
     /// Bytes in the arena.
     pub fn capacity(&self) -> u64 {
         self.buffer.bytes

@@ -25,7 +25,7 @@ use crate::context::{Arg, Function, LaunchConfig};
 use crate::memory::{DeviceArena, DeviceSlice};
 use crate::scalar::{kernel_name, DeviceScalar};
 
-use super::binning::{self, Binned, Histogram, Weights};
+use super::binning::{self, Binned, Histogram, KeptBins, Weights};
 use super::{acc_bytes, footprint, Job, Scratch};
 
 /// Shared memory a bin's table may take per block: what the GPU allows after opting in,
@@ -157,6 +157,110 @@ struct DenseGroup<'s> {
     vals: Arg,
 }
 
+/// How the rows of one bin (tables of `size` slots) run: their accumulator and, for the
+/// accumulators in scratch memory, the rows of a group and the blocks of a dense row.
+#[derive(Clone, Copy)]
+struct BinPlan {
+    kind: Accumulator,
+    size: u64,
+    per_group: u64,
+    parts_per_row: u64,
+}
+
+impl BinPlan {
+    /// The plan of bin `b`'s `count` rows, with `value_bytes` per accumulator (0 in the
+    /// symbolic phase), `shared_bytes` of shared memory per block and `cap` bytes of scratch
+    /// memory at most.
+    fn of<T: DeviceScalar>(
+        job: &Job<'_, T>,
+        (b, count): (usize, u64),
+        value_bytes: u64,
+        shared_bytes: u64,
+        cap: u64,
+    ) -> Result<BinPlan> {
+        let size = Histogram::table_size(b);
+        if size > u64::from(u32::MAX) / 2 {
+            return Err(Error::TooLarge {
+                what: format!(
+                    "hash tables of {count} rows of C (rows {}..{})",
+                    job.rows().start,
+                    job.rows().end
+                ),
+                needed: size,
+                limit: u64::from(u32::MAX) / 2,
+                unit: "slots",
+            });
+        }
+        let width = job.width();
+        let stride = dense_stride(width);
+        let slot_bytes = 4 + value_bytes;
+        let mut kind = accumulator(size, width, slot_bytes, shared_bytes, value_bytes > 0);
+        if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > cap {
+            kind = Accumulator::Global;
+        }
+        let (per_group, parts_per_row) = match kind {
+            Accumulator::Warp | Accumulator::Shared => (count, 1),
+            Accumulator::Dense => {
+                let parts_per_row = (size / 2)
+                    .div_ceil(DENSE_WEIGHT_PER_BLOCK)
+                    .clamp(1, DENSE_MAX_PARTS);
+                let per_group = (cap / dense_footprint(1, stride, value_bytes))
+                    .clamp(1, (1 << 30) / parts_per_row);
+                (per_group, parts_per_row)
+            }
+            Accumulator::Global => {
+                // Groups of rows whose tables fit the scratch memory together.
+                let per_row = footprint(&[(8, 1), (4, size), (value_bytes, size)]);
+                let per_group = (cap / per_row).min(1 << 20);
+                if per_group == 0 {
+                    return Err(crate::error::out_of_memory(
+                        &format!("global hash table of a row of C ({size} slots)"),
+                        per_row,
+                        cap,
+                    ));
+                }
+                (per_group, 1)
+            }
+        };
+        Ok(BinPlan {
+            kind,
+            size,
+            per_group,
+            parts_per_row,
+        })
+    }
+
+    /// Scratch bytes of a group of `n` rows (none for tables in shared memory).
+    fn group_bytes(&self, n: u64, stride: u64, value_bytes: u64) -> u64 {
+        match self.kind {
+            Accumulator::Warp | Accumulator::Shared => 0,
+            Accumulator::Dense => dense_footprint(n, stride, value_bytes),
+            Accumulator::Global => {
+                let entries = n * self.size;
+                footprint(&[(8, n), (4, entries), (value_bytes, entries)])
+            }
+        }
+    }
+}
+
+/// The most scratch memory [`run_bins`] asks for at once for `binned`, so that it can be had
+/// before the first kernel is queued (no wait for the stream to grow it half way).
+fn scratch_need<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    binned: &Binned<'_>,
+    value_bytes: u64,
+    cap: u64,
+) -> Result<u64> {
+    let shared_bytes = shared_table_bytes(job.gpu);
+    let stride = dense_stride(job.width());
+    let mut need = 0;
+    for bin in binned.hist.bins() {
+        let plan = BinPlan::of(job, bin, value_bytes, shared_bytes, cap)?;
+        need = need.max(plan.group_bytes(plan.per_group.min(bin.1), stride, value_bytes));
+    }
+    Ok(need)
+}
+
 /// Runs every listed bin with its accumulator: hash bins through `kernels`, dense bins through
 /// `dense` (a group of rows at a time, flags and values cleared).
 fn run_bins<T: DeviceScalar>(
@@ -176,30 +280,14 @@ fn run_bins<T: DeviceScalar>(
         slot_bytes
     };
     let shared_bytes = shared_table_bytes(job.gpu);
-    let width = job.width();
-    let stride = dense_stride(width);
+    let stride = dense_stride(job.width());
     for (b, count) in binned.hist.bins() {
-        let size = Histogram::table_size(b);
-        if size > u64::from(u32::MAX) / 2 {
-            return Err(Error::TooLarge {
-                what: format!(
-                    "hash tables of {count} rows of C (rows {}..{})",
-                    job.rows().start,
-                    job.rows().end
-                ),
-                needed: size,
-                limit: u64::from(u32::MAX) / 2,
-                unit: "slots",
-            });
-        }
+        let plan = BinPlan::of(job, (b, count), value_bytes, shared_bytes, scratch.cap())?;
+        let size = plan.size;
         let rows = binned.rows(b);
-        let mut kind = accumulator(size, width, slot_bytes, shared_bytes, value_bytes > 0);
-        if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > scratch.cap() {
-            kind = Accumulator::Global;
-        }
-        match kind {
+        match plan.kind {
             Accumulator::Warp | Accumulator::Shared => {
-                let warp = kind == Accumulator::Warp;
+                let warp = plan.kind == Accumulator::Warp;
                 let launch = BinLaunch {
                     warp,
                     rows,
@@ -241,18 +329,13 @@ fn run_bins<T: DeviceScalar>(
                 };
             }
             Accumulator::Dense => {
-                let parts_per_row = (size / 2)
-                    .div_ceil(DENSE_WEIGHT_PER_BLOCK)
-                    .clamp(1, DENSE_MAX_PARTS);
-                let per_group = (scratch.cap() / dense_footprint(1, stride, value_bytes))
-                    .clamp(1, (1 << 30) / parts_per_row);
                 let mut first = 0;
                 while first < count {
-                    let n = per_group.min(count - first);
+                    let n = plan.per_group.min(count - first);
                     let arena = scratch.get(
-                        job.gpu.memory(),
+                        job.gpu,
                         job.stream,
-                        dense_footprint(n, stride, value_bytes),
+                        plan.group_bytes(n, stride, value_bytes),
                         "dense accumulators of long rows",
                     )?;
                     let flags = arena.alloc::<u8>((n * stride) as usize, "dense row flags")?;
@@ -268,7 +351,7 @@ fn run_bins<T: DeviceScalar>(
                     };
                     dense(&DenseGroup {
                         rows: rows.sub(first as usize, n as usize),
-                        parts_per_row,
+                        parts_per_row: plan.parts_per_row,
                         flags,
                         vals,
                     })?;
@@ -276,23 +359,12 @@ fn run_bins<T: DeviceScalar>(
                 }
             }
             Accumulator::Global => {
-                // Groups of rows whose tables fit the scratch memory together.
-                let per_row = footprint(&[(8, 1), (4, size), (value_bytes, size)]);
-                let per_group = (scratch.cap() / per_row).min(1 << 20);
-                if per_group == 0 {
-                    return Err(crate::error::out_of_memory(
-                        &format!("global hash table of a row of C ({size} slots)"),
-                        per_row,
-                        scratch.cap(),
-                    ));
-                }
                 let mut first = 0;
                 while first < count {
-                    let n = per_group.min(count - first);
+                    let n = plan.per_group.min(count - first);
                     let entries = n * size;
-                    let need = footprint(&[(8, n), (4, entries), (value_bytes, entries)]);
-                    let arena =
-                        scratch.get(job.gpu.memory(), job.stream, need, "global hash tables")?;
+                    let need = plan.group_bytes(n, stride, value_bytes);
+                    let arena = scratch.get(job.gpu, job.stream, need, "global hash tables")?;
                     let table_offsets: Vec<u64> = (0..n).map(|k| k * size).collect();
                     let offsets = arena.upload(job.stream, &table_offsets, "table offsets")?;
                     let keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
@@ -443,6 +515,47 @@ pub(super) fn symbolic<T: DeviceScalar>(
     run_bins(job, &binned, 0, scratch, &kernels, &dense)
 }
 
+/// The numeric phase's histogram of rows `range` (chunk-relative) of C: their entries
+/// (`c_off`'s differences) capped at the window's width, the weights it counted and the
+/// absolute index of their first row (one small read-back).
+fn numeric_histogram<'c, T: DeviceScalar>(
+    job: &Job<'_, T>,
+    range: Range<usize>,
+    c_off: DeviceSlice<'c, u64>,
+    arena: &DeviceArena,
+) -> Result<(Weights<'c>, usize, Histogram)> {
+    let weights = Weights::Offsets(c_off.sub(range.start, range.len() + 1));
+    let hist = binning::histogram(job, weights, job.width(), arena)?;
+    Ok((weights, job.rows().start + range.start, hist))
+}
+
+/// Rows `range` (chunk-relative) of C listed by the bins of the numeric phase, in `arena`
+/// (reset here).
+fn numeric_bins<'a, T: DeviceScalar>(
+    job: &Job<'_, T>,
+    range: Range<usize>,
+    c_off: DeviceSlice<'_, u64>,
+    arena: &'a mut DeviceArena,
+) -> Result<Binned<'a>> {
+    arena.reset();
+    let arena: &'a DeviceArena = arena;
+    let (weights, first_row, hist) = numeric_histogram(job, range, c_off, arena)?;
+    binning::scatter(job, weights, first_row, job.width(), hist, arena)
+}
+
+/// All the job's rows of C listed by the bins of the numeric phase, in memory of their own:
+/// they depend on C's structure only (`c_off`, its row offsets), so a plan keeps them and its
+/// executions bin nothing. Counters come from `arena`, reset here.
+pub(super) fn numeric_bins_kept<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    c_off: DeviceSlice<'_, u64>,
+    arena: &mut DeviceArena,
+) -> Result<KeptBins> {
+    arena.reset();
+    let (weights, first_row, hist) = numeric_histogram(job, 0..job.nrows(), c_off, arena)?;
+    binning::scatter_kept(job, weights, first_row, job.width(), hist, arena)
+}
+
 /// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first
 /// (`c_off`: the chunk's row offsets of C, on the device). With `known_cols`, `cols` already
 /// holds C's columns (a plan's structure): the kernels read them to place each value, and
@@ -459,6 +572,24 @@ pub(super) fn numeric<T: DeviceScalar>(
     scratch: &mut Scratch,
     bin_arena: &mut DeviceArena,
 ) -> Result<()> {
+    let binned = numeric_bins(job, range, c_off, bin_arena)?;
+    numeric_binned(job, &binned, c_off, base, cols, known_cols, vals, scratch)
+}
+
+/// [`numeric`] of the rows `binned` lists, binned already ([`numeric_bins`], or
+/// [`numeric_bins_kept`] for a plan): kernels only, no read-back. The scratch memory the
+/// long rows need is had before the first kernel is queued.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn numeric_binned<T: DeviceScalar>(
+    job: &Job<'_, T>,
+    binned: &Binned<'_>,
+    c_off: DeviceSlice<'_, u64>,
+    base: u64,
+    cols: DeviceSlice<'_, u32>,
+    known_cols: bool,
+    vals: DeviceSlice<'_, T::Device>,
+    scratch: &mut Scratch,
+) -> Result<()> {
     let (out_cols, read_cols) = if known_cols {
         (Arg::U64(0), cols.arg())
     } else {
@@ -466,17 +597,10 @@ pub(super) fn numeric<T: DeviceScalar>(
     };
     let width = job.width();
     let acc = acc_bytes::<T>();
-    bin_arena.reset();
-    let weights = Weights::Offsets(c_off.sub(range.start, range.len() + 1));
-    let hist = binning::histogram(job, weights, width, bin_arena)?;
-    let binned = binning::scatter(
-        job,
-        weights,
-        job.rows().start + range.start,
-        width,
-        hist,
-        bin_arena,
-    )?;
+    let need = scratch_need(job, binned, acc, scratch.cap())?;
+    if need > 0 {
+        scratch.get(job.gpu, job.stream, need, "numeric work memory")?;
+    }
     let (a, b) = (*job.a.matrix(), *job.b.matrix());
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
@@ -572,5 +696,5 @@ pub(super) fn numeric<T: DeviceScalar>(
             )
         }
     };
-    run_bins(job, &binned, acc, scratch, &kernels, &dense)
+    run_bins(job, binned, acc, scratch, &kernels, &dense)
 }

@@ -6,7 +6,7 @@
 use hetsparse_core::Result;
 
 use crate::context::{Arg, LaunchConfig};
-use crate::memory::{DeviceArena, DeviceSlice};
+use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 
 use super::{footprint, Job};
 
@@ -159,6 +159,19 @@ impl<'a> Binned<'a> {
     }
 }
 
+/// Where each bin's rows start in a list by bin of `hist`'s rows (the empty bin's start is
+/// the end of the listed ones), and how many rows are listed.
+fn starts(hist: &Histogram) -> ([u64; BIN_COUNT], u64) {
+    let mut start = [0u64; BIN_COUNT];
+    let mut at = 0;
+    for (s, &rows) in start.iter_mut().zip(&hist.rows[..BIN_EMPTY]) {
+        *s = at;
+        at += rows;
+    }
+    start[BIN_EMPTY] = at;
+    (start, at)
+}
+
 /// Writes the list of rows by bin; `first_row` is the absolute index of the weights' first row.
 pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
@@ -168,42 +181,84 @@ pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
     hist: Histogram,
     arena: &'a DeviceArena,
 ) -> Result<Binned<'a>> {
-    let n = weights.rows() as u64;
-    let mut start = [0u64; BIN_COUNT];
-    let mut at = 0;
-    for (s, &rows) in start.iter_mut().zip(&hist.rows[..BIN_EMPTY]) {
-        *s = at;
-        at += rows;
-    }
-    start[BIN_EMPTY] = at;
-    let list = arena.alloc::<u32>(at as usize, "rows by bin")?;
-    if at > 0 {
-        let counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
-        counters.zero(job.stream)?;
-        counters.upload(job.stream, &start)?;
-        let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
-        let [values, from_offsets] = weights.args();
-        // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
-        // listed bin, as counted by `hist` over the same weights.
-        unsafe {
-            job.gpu.launch(
-                f,
-                grid_for(n, 256),
-                job.stream,
-                &[
-                    Arg::U64(n),
-                    Arg::U64(first_row as u64),
-                    values,
-                    from_offsets,
-                    Arg::U64(cap),
-                    counters.arg(),
-                    counters.sub(BIN_COUNT, BIN_COUNT).arg(),
-                    list.arg(),
-                ],
-            )?;
+    let (start, listed) = starts(&hist);
+    let list = arena.alloc::<u32>(listed as usize, "rows by bin")?;
+    scatter_into(job, weights, first_row, cap, &start, list, arena)?;
+    Ok(Binned { list, start, hist })
+}
+
+/// Rows listed by bin in device memory of their own, for a plan to keep: what [`scatter`]
+/// lists, where the bins depend on C's structure only (the numeric phase's), made once.
+pub(super) struct KeptBins {
+    list: DeviceBuffer<u32>,
+    start: [u64; BIN_COUNT],
+    hist: Histogram,
+}
+
+impl KeptBins {
+    /// The bins as the kernels' launches take them.
+    pub fn binned(&self) -> Binned<'_> {
+        Binned {
+            list: self.list.slice(),
+            start: self.start,
+            hist: self.hist,
         }
     }
-    Ok(Binned { list, start, hist })
+}
+
+/// [`scatter`] into a list of its own (counters from `arena`).
+pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
+    job: &Job<'_, T>,
+    weights: Weights<'_>,
+    first_row: usize,
+    cap: u64,
+    hist: Histogram,
+    arena: &DeviceArena,
+) -> Result<KeptBins> {
+    let (start, listed) = starts(&hist);
+    let list = DeviceBuffer::<u32>::new(job.gpu.memory(), listed as usize, "rows of C by bin")?;
+    scatter_into(job, weights, first_row, cap, &start, list.slice(), arena)?;
+    Ok(KeptBins { list, start, hist })
+}
+
+/// Lists the rows of every listed bin from `start`, the bins' starts in `list`.
+fn scatter_into<T: crate::scalar::DeviceScalar>(
+    job: &Job<'_, T>,
+    weights: Weights<'_>,
+    first_row: usize,
+    cap: u64,
+    start: &[u64; BIN_COUNT],
+    list: DeviceSlice<'_, u32>,
+    arena: &DeviceArena,
+) -> Result<()> {
+    if list.is_empty() {
+        return Ok(());
+    }
+    let n = weights.rows() as u64;
+    let counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
+    counters.zero(job.stream)?;
+    counters.upload(job.stream, start)?;
+    let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
+    let [values, from_offsets] = weights.args();
+    // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
+    // listed bin, as counted by the histogram `start` came from, over the same weights.
+    unsafe {
+        job.gpu.launch(
+            f,
+            grid_for(n, 256),
+            job.stream,
+            &[
+                Arg::U64(n),
+                Arg::U64(first_row as u64),
+                values,
+                from_offsets,
+                Arg::U64(cap),
+                counters.arg(),
+                counters.sub(BIN_COUNT, BIN_COUNT).arg(),
+                list.arg(),
+            ],
+        )
+    }
 }
 
 /// Items per block of the scan kernels (`SCAN_THREADS * SCAN_ITEMS`).
@@ -292,5 +347,17 @@ mod tests {
         assert_eq!(Histogram::of(&[5, 50], 10).capped_weight, 15);
         assert_eq!(h.rows[BIN_EMPTY], 1);
         assert_eq!(h.bins().map(|(_, n)| n).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn bins_are_listed_one_after_another() {
+        let h = Histogram::of(&[0, 3, 40, 40, 5, 1 << 12, 0], u64::MAX);
+        let (start, listed) = starts(&h);
+        assert_eq!(listed, 5, "rows of weight 0 are not listed");
+        assert_eq!(start[0], 0);
+        for b in 1..BIN_COUNT {
+            assert_eq!(start[b], start[b - 1] + h.rows[b - 1], "bin {b}");
+        }
+        assert_eq!(start[BIN_EMPTY], listed);
     }
 }

@@ -181,8 +181,7 @@ fn batch<T: DeviceScalar>(
         (4, nrows as u64),
         (4 + acc, long_max),
     ]) + 256 * (sort_bins.len() as u64 + 2); // each sort list is aligned on its own
-    let tracker = job.gpu.memory();
-    let arena = scratch.get(tracker, job.stream, need, "ESC work memory")?;
+    let arena = scratch.get(job.gpu, job.stream, need, "ESC work memory")?;
     let stream = job.stream;
     let keys = arena.alloc::<u32>(products as usize, "ESC keys")?;
     let vals = arena.alloc::<u8>((products * acc) as usize, "ESC values")?;

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    ChunkProduct, Csr, CsrWindow, Error, MemoryPool, MemoryRequirement, ProductChunk, Result,
-    RunControl, Shaped, SpgemmAlgorithm,
+    ChunkProduct, Csr, CsrWindow, Error, MemoryRequirement, ProductChunk, Result, RunControl,
+    Shaped, SpgemmAlgorithm,
 };
 
 use crate::context::{Event, Gpu, LaunchConfig, Stream};
@@ -37,7 +37,7 @@ use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 use crate::resident::{DeviceCsr, Held};
 use crate::scalar::DeviceScalar;
 
-use binning::{Histogram, Weights};
+use binning::{Histogram, KeptBins, Weights};
 use pipeline::OutputPipeline;
 
 /// The algorithms this backend runs (each passes the conformance suite on the GPU).
@@ -239,21 +239,37 @@ impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
 pub(crate) struct Scratch {
     arena: Option<DeviceArena>,
     cap: u64,
+    /// The one stream that uses the arena, where it is stream-ordered memory on that stream.
+    home: Option<Arc<Stream>>,
 }
 
 impl Scratch {
     fn new(cap: u64) -> Self {
-        Scratch { arena: None, cap }
+        Scratch {
+            arena: None,
+            cap,
+            home: None,
+        }
+    }
+    /// An arena of stream-ordered memory for a call whose kernels all run on `home`: replacing
+    /// or dropping it queues the free behind them instead of waiting for them, and the pool
+    /// keeps the memory for the next call (a plan's executions ask for the same sizes each
+    /// time).
+    fn on(cap: u64, home: &Arc<Stream>) -> Self {
+        Scratch {
+            home: Some(Arc::clone(home)),
+            ..Scratch::new(cap)
+        }
     }
     /// The most a phase may ask for.
     pub fn cap(&self) -> u64 {
         self.cap
     }
     /// An empty arena of at least `bytes`. Waits for `stream` before replacing a smaller one
-    /// (kernels queued earlier may still use it).
+    /// of plain memory (kernels queued earlier may still use it).
     pub fn get(
         &mut self,
-        tracker: &std::sync::Arc<MemoryPool>,
+        gpu: &Gpu,
         stream: &Stream,
         bytes: u64,
         what: &str,
@@ -263,10 +279,18 @@ impl Scratch {
         }
         let have = self.arena.as_ref().map_or(0, |a| a.capacity());
         if have < bytes {
-            stream.synchronize()?;
-            self.arena = None;
             let size = bytes.max(have.saturating_mul(2)).min(self.cap);
-            self.arena = Some(DeviceArena::new(tracker, size, what)?);
+            let home = self.home.clone().filter(|h| h.raw() == stream.raw());
+            if self.arena.is_some() && home.is_none() {
+                stream.synchronize()?;
+            }
+            // Dropped first, so that its memory can serve the larger one: stream-ordered
+            // memory is freed on `home` behind the kernels queued there that use it.
+            self.arena = None;
+            self.arena = Some(match &home {
+                Some(home) => DeviceArena::new_on(gpu, home, size, what)?,
+                None => DeviceArena::new(gpu.memory(), size, what)?,
+            });
         }
         let arena = self.arena.as_mut().expect("allocated above");
         arena.reset();
@@ -501,7 +525,9 @@ fn pipeline_entries<T: DeviceScalar>(bound: u64) -> u64 {
 /// What a SpGEMM call needs in device memory: the operands it uploads, the row analysis and
 /// arrays, the work memory bound ([`work_bound`]), and C (on the device) or the two output
 /// buffers it passes through to the host, whichever is larger; C's size is bounded by the
-/// products per row (each makes at most one entry) and B's width.
+/// products per row (each makes at most one entry) and B's width. Adaptive's numeric bins of a
+/// product on the device (a list of its rows) are made once the row arrays, which are larger,
+/// are freed, and take their room.
 pub(crate) fn requirement<T: DeviceScalar>(
     gpu: &Gpu,
     a: Operand<'_, T>,
@@ -550,19 +576,20 @@ pub(crate) fn requirement<T: DeviceScalar>(
     Ok(r)
 }
 
-/// What executing a plan needs: C's values, the columns its numeric kernels write, its row
-/// arrays and work memory (operands resident).
+/// What executing a plan needs beyond what the plan holds (C's structure and Adaptive's
+/// numeric bins, reserved while the plan lives): C's values, the columns its numeric kernels
+/// write, and work memory (operands resident).
 pub(crate) fn plan_requirement<T: DeviceScalar>(structure: &Structure) -> MemoryRequirement {
     let nnz = structure.nnz;
     let mut r = MemoryRequirement::default();
     // Columns computed again, where the kernels cannot read the plan's. (An execution has no
-    // symbolic phase, so no row arrays.)
+    // symbolic phase, so no row arrays, and bins nothing: Adaptive's bins are the plan's.)
     let columns = if plan_reads_columns(&Method::of(structure.algorithm)) {
         0
     } else {
         nnz * 4
     };
-    r.work_bytes = columns + structure.work_bound + binning::bytes(structure.rows);
+    r.work_bytes = columns + structure.work_bound;
     r.output_bytes = nnz * std::mem::size_of::<T>() as u64;
     r
 }
@@ -1029,13 +1056,16 @@ fn multiply_pipelined<T: DeviceScalar>(
 /// state of a plan.
 pub(crate) struct Structure {
     pub algorithm: SpgemmAlgorithm,
-    pub rows: u64,
     pub nnz: u64,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub products: u64,
     /// The work memory bound of the numeric phase.
     pub work_bound: u64,
+    /// Adaptive's numeric bins (C's rows by their entries): they depend on C's structure
+    /// only, so an execution launches the numeric kernels from them with no counting, no
+    /// listing and no read-back. `None` for the other methods, which do not bin.
+    bins: Option<Arc<KeptBins>>,
 }
 
 /// `A · B` with `algorithm`, the result left on the device: symbolic (exact row counts, their
@@ -1078,22 +1108,29 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     let job = Job::whole(gpu, &stream, (&da, db), a_cols.as_deref())?;
     let n = nrows as u64;
     run.checkpoint()?;
-    let mut bin_arena = DeviceArena::new(tracker, binning::bytes(n), "row bins")?;
-    let (c_offsets, nnz, products, bound) = match plan {
+    let (c_offsets, nnz, products, bound, bins) = match plan {
         Some(p) => {
             run.add_planned(p.products);
-            (Arc::clone(&p.offsets), p.nnz, p.products, p.work_bound)
+            let bins = p.bins.as_ref().map(Arc::clone);
+            (
+                Arc::clone(&p.offsets),
+                p.nnz,
+                p.products,
+                p.work_bound,
+                bins,
+            )
         }
         None => {
-            // Row arrays of the symbolic phase only: a plan's execution needs none.
+            // Row arrays and bins of the symbolic phase only: a plan's execution needs none.
             let chunk_arena =
                 DeviceArena::new(tracker, row_arrays_bytes(n), "row arrays of SpGEMM")?;
+            let mut bin_arena = DeviceArena::new(tracker, binning::bytes(n), "row bins")?;
             let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
             let bound = match method {
                 Method::RowRow | Method::ColumnRow => 0,
                 _ => work_bound::<T>(method, &analysed.1, ncols as u64, da.nnz()),
             };
-            let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
+            let mut scratch = Scratch::on(scratch_cap(tracker.available()).min(bound), &stream);
             let symbolic_span = tracing::debug_span!("symbolic").entered();
             let (row_nnz, products) = symbolic(
                 &job,
@@ -1107,7 +1144,21 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             drop(symbolic_span);
             let c_offsets = DeviceBuffer::<u64>::new(tracker, nrows + 1, "row offsets of C")?;
             let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
-            (Arc::new(c_offsets), nnz, products, bound)
+            // The row arrays and the symbolic work memory go before the numeric bins are
+            // listed, which take their room.
+            drop(scratch);
+            drop(chunk_arena);
+            // Adaptive's numeric bins, listed once in memory of their own: the numeric phase
+            // below runs from them, and a plan made from this product keeps them.
+            let bins = match method {
+                Method::Adaptive => Some(Arc::new(adaptive::numeric_bins_kept(
+                    &job,
+                    c_offsets.slice(),
+                    &mut bin_arena,
+                )?)),
+                _ => None,
+            };
+            (Arc::new(c_offsets), nnz, products, bound, bins)
         }
     };
     let allocation = tracing::debug_span!("allocate C", nnz).entered();
@@ -1134,7 +1185,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
     drop(allocation);
     run.checkpoint()?;
-    let mut scratch = Scratch::new(scratch_cap(tracker.available()).min(bound));
+    let mut scratch = Scratch::on(scratch_cap(tracker.available()).min(bound), &stream);
     match method {
         Method::Esc => {
             let mut out = ToDevice::<T> {
@@ -1151,19 +1202,45 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 });
             }
         }
-        _ => {
+        Method::Adaptive => {
             let _numeric = tracing::debug_span!("numeric", rows = nrows, nnz).entered();
-            numeric_rows(
+            let bins = bins.as_deref().ok_or_else(|| Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: "an Adaptive SpGEMM structure without its numeric bins".into(),
+            })?;
+            let binned = bins.binned();
+            let binned_rows: u64 = binned.hist.rows.iter().sum();
+            if binned_rows != n {
+                return Err(Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: format!("numeric bins of {binned_rows} rows for a product of {n}"),
+                });
+            }
+            adaptive::numeric_binned(
                 &job,
-                &method,
-                0..nrows,
+                &binned,
                 c_offsets.slice(),
                 0,
                 cols_out,
                 known_cols,
                 c_vals.slice(),
                 &mut scratch,
-                &mut bin_arena,
+            )?;
+        }
+        Method::RowRow | Method::ColumnRow => {
+            let _numeric = tracing::debug_span!("numeric", rows = nrows, nnz).entered();
+            let tiling = match method {
+                Method::ColumnRow => tiled::Tiling::ColumnRow,
+                _ => tiled::Tiling::RowRow,
+            };
+            tiled::numeric(
+                &job,
+                tiling,
+                0..nrows,
+                c_offsets.slice(),
+                0,
+                cols_out,
+                c_vals.slice(),
             )?;
         }
     }
@@ -1173,12 +1250,12 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     run.add_done(products);
     let structure = Structure {
         algorithm,
-        rows: n,
         nnz,
         offsets: Arc::clone(&c_offsets),
         cols: Arc::clone(&c_cols),
         products,
         work_bound: bound,
+        bins,
     };
     Ok((
         DeviceCsr::from_device(nrows, ncols, nnz, c_offsets, c_cols, c_vals),
