@@ -146,21 +146,30 @@ fn device_memory(ordinal: u32, bytes: u64) -> Result<Arc<MemoryPool>> {
     ))
 }
 
+/// How many GPUs the CUDA driver sees (ordinals `0..count` for
+/// [`CudaBackend::with_device`](crate::CudaBackend::with_device)), without opening any: callers
+/// that want one backend per GPU can tell "no more devices" from a device that failed to open.
+/// Without a driver, with the link stub or with no device: [`Error::NoDevice`].
+pub fn device_count() -> Result<u32> {
+    // SAFETY: cuInit may be called any number of times.
+    check(unsafe { ffi::cuInit(0) }, "initialising the CUDA driver")?;
+    let mut count = 0;
+    // SAFETY: query into a local.
+    check(
+        unsafe { ffi::cuDeviceGetCount(&mut count) },
+        "counting devices",
+    )?;
+    Ok(count.max(0) as u32)
+}
+
 impl Gpu {
     /// Initialises the driver, retains device `ordinal`'s primary context and loads the
     /// kernels. Its memory pool's limit is the device's memory, and it reserves from the
     /// device's pool too, which every [`Gpu`] of the device shares. Without a driver, with the
     /// link stub or without such a device: [`Error::NoDevice`].
     pub fn new(ordinal: u32) -> Result<Self> {
-        // SAFETY: cuInit may be called any number of times.
-        check(unsafe { ffi::cuInit(0) }, "initialising the CUDA driver")?;
-        let mut count = 0;
-        // SAFETY: query into a local.
-        check(
-            unsafe { ffi::cuDeviceGetCount(&mut count) },
-            "counting devices",
-        )?;
-        if ordinal >= count.max(0) as u32 {
+        let count = device_count()?;
+        if ordinal >= count {
             return Err(Error::NoDevice {
                 backend: BACKEND.into(),
                 reason: format!("device {ordinal} asked for, the driver sees {count}"),

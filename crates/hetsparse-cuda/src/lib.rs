@@ -114,7 +114,7 @@ use resident::{DeviceCsr, DeviceDense, Kept};
 use spmm::{DenseIn, SparseIn};
 use spmv::VecIn;
 
-pub use context::{Arg, Event, Function, Gpu, LaunchConfig, Stream};
+pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream};
 pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
