@@ -52,6 +52,20 @@ pub(crate) struct Compressed<'a, T: Clone> {
     pub block: usize,
 }
 
+impl<'a, T: Scalar> Compressed<'a, T> {
+    /// A block matrix's arrays, borrowed: its entries are its blocks.
+    pub(crate) fn of_bsr(m: &'a hetsparse_core::Bsr<T>) -> Self {
+        Compressed {
+            nrows: m.block_rows(),
+            ncols: m.block_cols(),
+            offsets: m.row_offsets().into(),
+            index: m.col_indices().into(),
+            values: m.values().into(),
+            block: m.block_shape().0 * m.block_shape().1,
+        }
+    }
+}
+
 impl<T: Scalar> Compressed<'_, T> {
     fn nnz(&self) -> u64 {
         self.index.len() as u64
@@ -1106,17 +1120,6 @@ mod tests {
         assert_eq!(small.pool.available(), small.pool.limit());
     }
 
-    fn block<T: Scalar>(m: &Bsr<T>) -> Compressed<'_, T> {
-        Compressed {
-            nrows: m.block_rows(),
-            ncols: m.block_cols(),
-            offsets: m.row_offsets().into(),
-            index: m.col_indices().into(),
-            values: m.values().into(),
-            block: m.block_shape().0 * m.block_shape().1,
-        }
-    }
-
     #[test]
     fn block_products_over_the_budget_are_assembled_from_row_bands() {
         let Some(backend) = crate::tests::device_backend("esc row bands") else {
@@ -1139,7 +1142,7 @@ mod tests {
         let job = small.job(&program, multiply, kernels::BLOCK_PAYLOAD_BYTES);
         let q = small.state.queue().unwrap();
         for (a, b, what) in [(&bx, &by, "A·B"), (&bx, &bx, "A·A")] {
-            let (ca, cb) = (block(a), block(b));
+            let (ca, cb) = (Compressed::of_bsr(a), Compressed::of_bsr(b));
             assert_over_budget(&job, &small, &ca, &cb);
             let run = RunControl::new();
             let c = job.block_product(&q, &ca, &cb, &run).unwrap();

@@ -715,16 +715,6 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         let ((r, k), (_, s)) = (a.block_shape(), b.block_shape());
         let _span =
             tracing::info_span!("bsr spgemm esc", blocks_a = a.nnz_blocks(), r, k, s).entered();
-        fn block<T: Scalar>(m: &Bsr<T>) -> Compressed<'_, T> {
-            Compressed {
-                nrows: m.block_rows(),
-                ncols: m.block_cols(),
-                offsets: m.row_offsets().into(),
-                index: m.col_indices().into(),
-                values: m.values().into(),
-                block: m.block_shape().0 * m.block_shape().1,
-            }
-        }
         let job = self.job(
             &program,
             Multiply::Block { r, k, s },
@@ -732,7 +722,12 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         );
         // Bsr::try_new checks again on the host (the block path is not on a measured hot path).
         let q = self.state.queue()?;
-        let c = job.block_product(&q, &block(a), &block(b), &RunControl::unwatched())?;
+        let c = job.block_product(
+            &q,
+            &Compressed::of_bsr(a),
+            &Compressed::of_bsr(b),
+            &RunControl::unwatched(),
+        )?;
         Ok(Bsr::try_new(
             (r, s),
             c.nrows,

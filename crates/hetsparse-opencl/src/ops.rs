@@ -1174,24 +1174,35 @@ mod tests {
             return;
         }
         assert_eq!(split.as_ref().map(|s| (s.short, s.long)), Some((599, 1)));
+        let err = forged_execution(&b, &program, &plan, split, (&ry, &rx));
+        assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
+    }
+
+    /// The error of executing `plan`'s structure with `split` as its row split on `y·x`, by a
+    /// plan that claims to be for those operands (so that only the kernels can notice).
+    pub(super) fn forged_execution(
+        b: &OpenClBackend,
+        program: &Program,
+        plan: &SpgemmPlan<f64>,
+        split: Option<RowSplit>,
+        (ry, rx): (&ResidentCsr<f64>, &ResidentCsr<f64>),
+    ) -> Error {
         let state = ClPlan {
             split,
             structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
         };
         let forged = SpgemmPlan::<f64>::from_state(
             b.memory_space(),
-            opts.clone(),
-            OperandPattern::of(&(&ry).into()),
-            OperandPattern::of(&(&rx).into()),
+            plan.options().clone(),
+            OperandPattern::of(&ry.into()),
+            OperandPattern::of(&rx.into()),
             plan.c_nnz(),
             plan.products(),
             plan.requirement(),
             state,
         );
-        let err = b
-            .execute(&program, &forged, (&ry).into(), (&rx).into(), &run)
-            .unwrap_err();
-        assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
+        b.execute(program, &forged, ry.into(), rx.into(), &RunControl::new())
+            .unwrap_err()
     }
 }
 
@@ -1279,7 +1290,7 @@ mod hub_tests {
 #[cfg(test)]
 mod tier_tests {
     use super::*;
-    use hetsparse_core::{Backend, Device};
+    use hetsparse_core::Backend;
 
     const N: u32 = 4096;
 
@@ -1542,23 +1553,7 @@ mod tier_tests {
                 .unwrap();
             // One product more leaves the row in its tier.
             assert_eq!(split.as_ref().map(tiers), Some(honest), "row {r}");
-            let state = ClPlan {
-                split,
-                structure: Arc::clone(&planned.structure),
-            };
-            let forged = SpgemmPlan::<f64>::from_state(
-                b.memory_space(),
-                opts.clone(),
-                OperandPattern::of(&(&ry).into()),
-                OperandPattern::of(&(&rx).into()),
-                plan.c_nnz(),
-                plan.products(),
-                plan.requirement(),
-                state,
-            );
-            let err = b
-                .execute(&program, &forged, (&ry).into(), (&rx).into(), &run)
-                .unwrap_err();
+            let err = super::tests::forged_execution(&b, &program, &plan, split, (&ry, &rx));
             assert!(
                 matches!(err, Error::PatternMismatch { .. }),
                 "row {r}: {err}"
