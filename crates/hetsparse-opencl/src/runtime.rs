@@ -550,16 +550,29 @@ impl Stream {
     /// Drops every entry whose commands completed.
     fn settle(&mut self) -> Result<()> {
         while let Some(first) = self.in_flight.front() {
-            if self.in_flight.len() > STREAM_IN_FLIGHT {
-                if let Some((name, e)) = first.launched.last() {
-                    e.wait()
-                        .map_err(|e| cl_error(format!("waiting for kernel {name}"), e))?;
+            let done = if self.in_flight.len() > STREAM_IN_FLIGHT {
+                match first.launched.last() {
+                    Some((name, e)) => e
+                        .wait()
+                        .map_err(|e| cl_error(format!("waiting for kernel {name}"), e))
+                        .and_then(|()| first.done()),
+                    None => Ok(true),
                 }
-            } else if !first.done()? {
-                break;
-            }
-            if let Some(entry) = self.in_flight.pop_front() {
-                entry.report();
+            } else {
+                first.done()
+            };
+            match done {
+                Ok(false) => break,
+                Ok(true) => {
+                    if let Some(entry) = self.in_flight.pop_front() {
+                        entry.report();
+                    }
+                }
+                // Reported once, to the call that found it; the calls after it go on.
+                Err(e) => {
+                    self.in_flight.pop_front();
+                    return Err(e);
+                }
             }
         }
         Ok(())
