@@ -1178,6 +1178,21 @@ mod tests {
         assert!(matches!(err, Error::PatternMismatch { .. }), "{err}");
     }
 
+    /// `c` has `e`'s structure and values within `tolerance`, relative to each of `e`'s.
+    pub(super) fn assert_close<T: Scalar>(c: &Csr<T>, e: &Csr<T>, tolerance: f64) {
+        assert_eq!(c.row_offsets(), e.row_offsets(), "{}", T::TYPE);
+        assert_eq!(c.col_indices(), e.col_indices(), "{}", T::TYPE);
+        for (k, (u, v)) in c.values().iter().zip(e.values()).enumerate() {
+            let (u, v) = (u.to_parts(), v.to_parts());
+            let scale = 1.0 + v.0.abs() + v.1.abs();
+            assert!(
+                (u.0 - v.0).abs() + (u.1 - v.1).abs() <= tolerance * scale,
+                "{} entry {k}: {u:?} vs {v:?}",
+                T::TYPE
+            );
+        }
+    }
+
     /// The error of executing `plan`'s structure with `split` as its row split on `y·x`, by a
     /// plan that claims to be for those operands (so that only the kernels can notice).
     pub(super) fn forged_execution(
@@ -1249,17 +1264,7 @@ mod hub_tests {
         let c = b.download(&c).unwrap();
         let e =
             hetsparse_core::reference::spgemm::<T, hetsparse_core::PlusTimes>(&x2, &x2).unwrap();
-        assert_eq!(c.row_offsets(), e.row_offsets(), "{}", T::TYPE);
-        assert_eq!(c.col_indices(), e.col_indices(), "{}", T::TYPE);
-        for (k, (u, v)) in c.values().iter().zip(e.values()).enumerate() {
-            let (u, v) = (u.to_parts(), v.to_parts());
-            let scale = 1.0 + v.0.abs() + v.1.abs();
-            assert!(
-                (u.0 - v.0).abs() + (u.1 - v.1).abs() <= tolerance * scale,
-                "{} entry {k}: {u:?} vs {v:?}",
-                T::TYPE
-            );
-        }
+        super::tests::assert_close(&c, &e, tolerance);
         if !split || !kernels::has_atomics(T::TYPE, &b.state.description) {
             return;
         }
@@ -1377,20 +1382,6 @@ mod tier_tests {
             .collect()
     }
 
-    fn assert_close<T: Scalar>(c: &Csr<T>, e: &Csr<T>, tolerance: f64) {
-        assert_eq!(c.row_offsets(), e.row_offsets(), "{}", T::TYPE);
-        assert_eq!(c.col_indices(), e.col_indices(), "{}", T::TYPE);
-        for (k, (u, v)) in c.values().iter().zip(e.values()).enumerate() {
-            let (u, v) = (u.to_parts(), v.to_parts());
-            let scale = 1.0 + v.0.abs() + v.1.abs();
-            assert!(
-                (u.0 - v.0).abs() + (u.1 - v.1).abs() <= tolerance * scale,
-                "{} entry {k}: {u:?} vs {v:?}",
-                T::TYPE
-            );
-        }
-    }
-
     /// The plan of `x·x` splits its rows into the three tiers, and executing it with new
     /// values equals the reference product of those values.
     fn every_tier_matches_the_reference<T: Scalar>(b: &OpenClBackend, tolerance: f64) {
@@ -1446,7 +1437,7 @@ mod tier_tests {
             let c = b
                 .execute_spgemm(&plan, (&rx2).into(), (&rx2).into(), &run)
                 .unwrap();
-            assert_close(&b.download(&c).unwrap(), &e, tolerance);
+            super::tests::assert_close(&b.download(&c).unwrap(), &e, tolerance);
         }
     }
 
@@ -1571,6 +1562,6 @@ mod tier_tests {
         let c = b
             .execute_spgemm(&plan, (&rx).into(), (&rx).into(), &run)
             .unwrap();
-        assert_close(&b.download(&c).unwrap(), &e, 1e-12);
+        super::tests::assert_close(&b.download(&c).unwrap(), &e, 1e-12);
     }
 }
