@@ -60,3 +60,19 @@ __device__ __forceinline__ S shfl_stored(S v, int lane, int width) {
     for (int q = 0; q < words; ++q) u.w[q] = __shfl_sync(0xffffffffu, u.w[q], lane, width);
     return u.value;
 }
+
+// Largest r in [lo, hi) with offsets[r] <= k, given offsets[lo] <= k: a 32-way search by the
+// whole warp (each round one load per lane and a ballot), log32 of the range in rounds.
+__device__ __forceinline__ u64 warp_row_of(const u64* __restrict__ offsets, u64 lo, u64 hi,
+                                           u64 k) {
+    const u32 lane = threadIdx.x & 31u;
+    while (hi - lo > 1) {
+        const u64 step = (hi - lo + 31) / 32;
+        const u64 probe = lo + (u64)lane * step;
+        const bool le = probe < hi && offsets[probe] <= k;
+        const u32 below = __ballot_sync(0xffffffffu, le);
+        lo += (u64)(31 - __clz(below)) * step;
+        hi = min(lo + step, hi);
+    }
+    return lo;
+}

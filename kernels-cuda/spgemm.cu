@@ -7,7 +7,7 @@
 //   row analysis         spgemm_row_products                         products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
 //                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
-//                        spgemm_quarter_symbolic, spgemm_quarter_numeric_T  tiniest rows, 8 lanes each
+//                        spgemm_thread_symbolic, spgemm_thread_numeric_T  tiniest rows, a thread each
 //                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
 //                        spgemm_dense_write_T                         long rows, dense, several blocks each
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
@@ -281,9 +281,8 @@ HS_INSTANTIATE(spgemm_hash_numeric,
                                    known_col)))
 
 // ---------------------------------------------------------------------------------------------
-// Short rows: a group of G lanes per row (a warp, or a quarter warp for the tiniest tables, so
-// that 4 rows' memory accesses are in flight where one's would be), the row's hash table in the
-// group's part of shared memory, no block-wide synchronisation. The row's products are spread
+// Short rows: a group of G lanes per row (a warp), the row's hash table in the group's part of
+// shared memory, no block-wide synchronisation. The row's products are spread
 // evenly over the group's lanes whatever the lengths of the B rows they come from: G entries
 // of A at a time, a scan of their B-row lengths over the group, and each lane finds the entry
 // of its product by a binary search over the scan (shuffles). In the numeric phase the
@@ -402,10 +401,6 @@ extern "C" __global__ void spgemm_warp_symbolic WARP_SYMBOLIC_PARAMS {
     group_symbolic<32>(rows, nlist, row_base, table_size, a_off, a_col, b_off, b_col, col_lo,
                        col_hi, row_nnz);
 }
-extern "C" __global__ void spgemm_quarter_symbolic WARP_SYMBOLIC_PARAMS {
-    group_symbolic<8>(rows, nlist, row_base, table_size, a_off, a_col, b_off, b_col, col_lo,
-                      col_hi, row_nnz);
-}
 
 template <u32 G, class T, class S>
 __device__ void group_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
@@ -494,10 +489,127 @@ HS_INSTANTIATE(spgemm_warp_numeric, WARP_NUMERIC_PARAMS,
                (group_numeric<32, T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
                                         b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
                                         out_col, out_val, known_col)))
-HS_INSTANTIATE(spgemm_quarter_numeric, WARP_NUMERIC_PARAMS,
-               (group_numeric<8, T, S>(rows, nlist, row_base, table_size, a_off, a_col, a_val,
-                                       b_off, b_col, b_val, col_lo, col_hi, c_off, out_base,
-                                       out_col, out_val, known_col)))
+
+// ---------------------------------------------------------------------------------------------
+// The tiniest rows (the first bin: tables of 32 slots, so at most TR_MAX = 16 entries of C): a
+// thread per row, its entries in registers. A row's few products are too little work to spread
+// over lanes (the scan and search that spread them cost more than the products), while a
+// thread per row keeps 32 rows' loads in flight per warp. The list is kept sorted by column
+// with unrolled compare-and-shift steps, so every index is known at compile time and nothing
+// spills to local memory; the row comes out in order with no sort.
+
+#define TR_MAX 16
+#define TR_THREADS 128
+
+// Visits every product of row r of the window, in the order of A's and B's entries.
+template <class F>
+__device__ __forceinline__ void thread_products(u64 r, const u64* a_off, const u32* a_col,
+                                                const u64* b_off, const u32* b_col, u32 col_lo,
+                                                u32 col_hi, F visit) {
+    u64 e1 = a_off[r + 1];
+    for (u64 e = a_off[r]; e < e1; ++e) {
+        u32 k = a_col[e];
+        u64 q1 = b_off[k + 1];
+        for (u64 q = b_off[k]; q < q1; ++q) {
+            u32 c = b_col[q];
+            if (c >= col_lo && c < col_hi) visit(e, q, c);
+        }
+    }
+}
+
+extern "C" __global__ void spgemm_thread_symbolic WARP_SYMBOLIC_PARAMS {
+    for (u64 pos = (u64)blockIdx.x * blockDim.x + threadIdx.x; pos < nlist;
+         pos += (u64)gridDim.x * blockDim.x) {
+        u64 r = rows[pos];
+        u32 keys[TR_MAX];
+        u32 n = 0;
+        thread_products(r, a_off, a_col, b_off, b_col, col_lo, col_hi, [&](u64, u64, u32 c) {
+            bool seen = false;
+#pragma unroll
+            for (u32 j = 0; j < TR_MAX; ++j) seen |= j < n && keys[j] == c;
+            if (seen || n == TR_MAX) return;  // a row of this bin has at most TR_MAX columns
+#pragma unroll
+            for (u32 j = 0; j < TR_MAX; ++j)
+                if (j == n) keys[j] = c;
+            ++n;
+        });
+        row_nnz[r - row_base] = n;
+    }
+}
+
+template <class T, class S>
+__device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u64* a_off,
+                               const u32* a_col, const void* a_val_, const u64* b_off,
+                               const u32* b_col, const void* b_val_, u32 col_lo, u32 col_hi,
+                               const u64* c_off, u64 out_base, u32* out_col, void* out_val_,
+                               const u32* known_col) {
+    typedef typename S::acc A;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    for (u64 pos = (u64)blockIdx.x * blockDim.x + threadIdx.x; pos < nlist;
+         pos += (u64)gridDim.x * blockDim.x) {
+        u64 r = rows[pos];
+        u64 i = r - row_base;
+        u64 dst = c_off[i] - out_base;
+        u32 expected = (u32)min(c_off[i + 1] - c_off[i], (u64)TR_MAX);
+        u32 keys[TR_MAX];
+        A vals[TR_MAX];
+        u32 n = 0;
+        if (known_col) {
+            // A plan's structure: the row's columns are known and sorted.
+#pragma unroll
+            for (u32 j = 0; j < TR_MAX; ++j) {
+                if (j < expected) keys[j] = known_col[dst + j] + col_lo;
+                vals[j] = S::zero();
+            }
+            n = expected;
+        }
+        thread_products(r, a_off, a_col, b_off, b_col, col_lo, col_hi, [&](u64 e, u64 q, u32 c) {
+            A v = S::mul(a_val[e], b_val[q]);
+            u32 at = 0;
+            bool seen = false;
+#pragma unroll
+            for (u32 j = 0; j < TR_MAX; ++j) {
+                if (j < n) {
+                    at += keys[j] < c;
+                    if (keys[j] == c) {
+                        vals[j] = S::add(vals[j], v);
+                        seen = true;
+                    }
+                }
+            }
+            if (seen || n == TR_MAX) return;  // a row of this bin has at most TR_MAX columns
+#pragma unroll
+            for (u32 j = TR_MAX - 1; j > 0; --j) {
+                if (j > at && j <= n) {
+                    keys[j] = keys[j - 1];
+                    vals[j] = vals[j - 1];
+                }
+            }
+#pragma unroll
+            for (u32 j = 0; j < TR_MAX; ++j) {
+                if (j == at) {
+                    keys[j] = c;
+                    vals[j] = v;
+                }
+            }
+            ++n;
+        });
+#pragma unroll
+        for (u32 j = 0; j < TR_MAX; ++j) {
+            if (j < n && j < expected) {
+                if (!known_col) out_col[dst + j] = keys[j] - col_lo;
+                out_val[dst + j] = S::store(vals[j]);
+            }
+        }
+    }
+}
+
+HS_INSTANTIATE(spgemm_thread_numeric, WARP_NUMERIC_PARAMS,
+               (thread_numeric<T, S>(rows, nlist, row_base, a_off, a_col, a_val, b_off, b_col,
+                                     b_val, col_lo, col_hi, c_off, out_base, out_col, out_val,
+                                     known_col)))
 
 // ---------------------------------------------------------------------------------------------
 // Long rows whose window is not much wider than their hash table would be: a dense accumulator

@@ -65,6 +65,67 @@ __device__ void spmm_csr_rowmajor(u64 nrows, u64 ncols, const u64* __restrict__ 
     }
 }
 
+// CSR, B row-major, each warp an equal share of A's entries whatever the rows (as spmv_csr_tiles):
+// a warp takes SPMM_TILE consecutive entries, its lanes the columns of a pass of 32. The warp
+// loads 32 entries at a time (one per lane) and passes each to every lane by shuffles; each lane
+// adds the entry times its column of B's row (the reads of B coalesce) and stores a row of C
+// when the row ends. A row that starts or ends outside the tile is added atomically, so C is
+// zeroed first. A row of 10^6 entries is shared by thousands of warps instead of one.
+#define SPMM_TILE 256
+
+template <typename S, typename R>
+__device__ void spmm_csr_tiles(u64 nrows, u64 nnz, u64 ncols, const u64* __restrict__ offsets,
+                               const u32* __restrict__ cols, const S* __restrict__ vals,
+                               const S* __restrict__ b, u64 b_rs, u64 b_cs,
+                               typename R::acc* __restrict__ c, u64 c_rs, u64 c_cs) {
+    typedef typename R::acc Acc;
+    const u32 lane = threadIdx.x & 31u;
+    const u64 tiles = (nnz + SPMM_TILE - 1) / SPMM_TILE;
+    for (u64 t = global_thread() / 32; t < tiles; t += grid_threads() / 32) {
+        const u64 kb = t * SPMM_TILE;
+        const u64 ke = min(kb + SPMM_TILE, nnz);
+        const u64 r_first = warp_row_of(offsets, 0, nrows, kb);
+        for (u64 col0 = 0; col0 < ncols; col0 += 32) {
+            const u64 col = col0 + lane;
+            const bool live = col < ncols;
+            u64 row = r_first, row_start = offsets[row], row_end = offsets[row + 1];
+            bool whole = row_start >= kb;  // the row starts in this tile
+            Acc acc = R::zero();
+            for (u64 base = kb; base < ke; base += 32) {
+                u32 my_col = 0;
+                S my_val = S{};
+                if (base + lane < ke) {
+                    my_col = cols[base + lane];
+                    my_val = vals[base + lane];
+                }
+                const u32 count = (u32)min((u64)32, ke - base);
+                for (u32 e = 0; e < count; ++e) {
+                    const u64 k = base + e;
+                    while (k >= row_end) {  // the same for every lane
+                        if (live && row_end > row_start) {
+                            Acc* out = c + row * c_rs + col * c_cs;
+                            if (whole) *out = acc; else R::atomic_add(out, acc);
+                        }
+                        ++row;
+                        row_start = row_end;
+                        row_end = offsets[row + 1];
+                        whole = true;
+                        acc = R::zero();
+                    }
+                    const u32 j = __shfl_sync(0xffffffffu, my_col, e);
+                    const S v = shfl_stored(my_val, e, 32);
+                    if (live) acc = R::add(acc, R::mul(v, b[(u64)j * b_rs + col * b_cs]));
+                }
+            }
+            if (live) {
+                // The row of the tile's last entry: stored if it also ends here.
+                Acc* out = c + row * c_rs + col * c_cs;
+                if (whole && row_end <= ke) *out = acc; else R::atomic_add(out, acc);
+            }
+        }
+    }
+}
+
 // csrmm, B column-major: a half-warp per row of A, its lanes over the row's entries (a column of
 // B is contiguous, so the lanes' reads of B are gathers either way), four columns per pass, then
 // a half-warp reduction per column.
@@ -148,6 +209,12 @@ HS_INSTANTIATE(spmm_csr_rowmajor,
                 const void* b, u64 ldb, void* c, u64 ldc),
                (spmm_csr_rowmajor<T, S>(nrows, ncols, offsets, cols, (const T*)vals, (const T*)b,
                                        ldb, (T*)c, ldc)))
+HS_INSTANTIATE(spmm_csr_tiles,
+               (u64 nrows, u64 nnz, u64 ncols, const u64* offsets, const u32* cols,
+                const void* vals, const void* b, u64 b_rs, u64 b_cs, void* c, u64 c_rs,
+                u64 c_cs),
+               (spmm_csr_tiles<T, S>(nrows, nnz, ncols, offsets, cols, (const T*)vals,
+                                     (const T*)b, b_rs, b_cs, (S::acc*)c, c_rs, c_cs)))
 HS_INSTANTIATE(spmm_csr_colmajor,
                (u64 nrows, u64 ncols, const u64* offsets, const u32* cols, const void* vals,
                 const void* b, u64 ldb, void* c, u64 ldc),

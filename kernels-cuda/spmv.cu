@@ -42,6 +42,109 @@ __device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
     }
 }
 
+// CSR by equal shares of entries, whatever the rows (the idea of Merrill & Garland's merge-based
+// SpMV, in a segmented-sum form): each warp takes a tile of 32·TILE_ITEMS consecutive entries, so
+// a row of 10^6 entries is shared by thousands of warps and rows of 3 entries leave no lane idle.
+// The tile's products are staged in shared memory in entry order (the loads of A coalesce); each
+// lane then sums its run of TILE_ITEMS consecutive products row by row. Rows that start and end
+// in a run are stored directly; the open end of each run (its last row, unfinished) meets the
+// next runs' in a segmented scan over the lanes, and the lane where such a row's last run ends
+// stores it, or adds it atomically where the row crosses a tile boundary. y_acc is zeroed first,
+// so rows without entries are never written.
+#define TILE_ITEMS 8
+#define TILE_WARPS 8  // warps per block: BLOCK / 32 on the host
+
+template <typename S, typename R>
+__device__ void spmv_csr_tiles(u64 nrows, u64 nnz, const u64* __restrict__ offsets,
+                               const u32* __restrict__ cols, const S* __restrict__ vals,
+                               const S* __restrict__ x, typename R::acc* __restrict__ y_acc) {
+    typedef typename R::acc Acc;
+    constexpr u32 TILE = 32 * TILE_ITEMS;
+    // One padding slot per run, so that the lanes' reads of their runs miss each other's banks.
+    constexpr u32 PADDED = TILE + 32;
+    __shared__ Acc staged[TILE_WARPS][PADDED];
+    const u32 lane = threadIdx.x & 31u;
+    Acc* sh = staged[threadIdx.x >> 5];
+    const u64 tiles = (nnz + TILE - 1) / TILE;
+    for (u64 t = global_thread() / 32; t < tiles; t += grid_threads() / 32) {
+        const u64 kb = t * TILE;
+        const u64 ke = min(kb + TILE, nnz);
+#pragma unroll
+        for (u32 j = 0; j < TILE_ITEMS; ++j) {
+            const u32 idx = j * 32 + lane;
+            const u64 k = kb + idx;
+            sh[idx + idx / TILE_ITEMS] = k < ke ? R::mul(vals[k], x[cols[k]]) : R::zero();
+        }
+        const u64 r_first = warp_row_of(offsets, 0, nrows, kb);
+        const u64 r_last = warp_row_of(offsets, r_first, nrows, ke - 1);
+        __syncwarp();
+        const u64 k0 = kb + (u64)lane * TILE_ITEMS;
+        const u64 k1 = min(k0 + TILE_ITEMS, ke);
+        u64 row = r_last, first_row = r_last;
+        Acc head = R::zero(), sum = R::zero();
+        bool has_head = false, has_tail = false;
+        if (k0 < ke) {
+            u64 lo = r_first, hi = r_last + 1;
+            while (hi - lo > 1) {
+                const u64 mid = lo + (hi - lo) / 2;
+                if (offsets[mid] <= k0) lo = mid; else hi = mid;
+            }
+            row = first_row = lo;
+            u64 row_start = offsets[row], row_end = offsets[row + 1];
+            bool from_before = row_start < k0;  // the row's first entries are in earlier runs
+            for (u64 k = k0; k < k1; ++k) {
+                while (k >= row_end) {
+                    if (from_before) {
+                        head = sum;
+                        has_head = true;
+                        from_before = false;
+                    } else if (row_end > row_start) {
+                        y_acc[row] = sum;  // started and ended in this run
+                    }
+                    ++row;
+                    row_start = row_end;
+                    row_end = offsets[row + 1];
+                    sum = R::zero();
+                }
+                const u64 idx = k - kb;
+                sum = R::add(sum, sh[idx + idx / TILE_ITEMS]);
+            }
+            if (!from_before && row_end == k1) {
+                y_acc[row] = sum;  // started in this run and ends with it
+            } else {
+                has_tail = true;
+            }
+        }
+        // Keys of the open ends, non-decreasing over the lanes: equal keys are one row's runs.
+        // A lane without an open end gets an odd key no other lane has; idle lanes the largest.
+        const u64 key = k0 >= ke ? ~0ull : 2 * row + (has_tail ? 0 : 1);
+        Acc carry = has_tail ? sum : R::zero();
+        for (u32 d = 1; d < 32; d <<= 1) {
+            const int from = lane >= d ? (int)(lane - d) : (int)lane;
+            const Acc up = shfl_idx(carry, from, 32);
+            const u64 up_key = __shfl_sync(0xffffffffu, key, from);
+            if (lane >= d && up_key == key) carry = R::add(carry, up);
+        }
+        const int next = lane < 31 ? (int)lane + 1 : (int)lane;
+        const u64 next_key = __shfl_sync(0xffffffffu, key, next);
+        const u64 next_first = __shfl_sync(0xffffffffu, first_row, next);
+        const bool next_has_head = __shfl_sync(0xffffffffu, has_head, next);
+        const Acc next_head = shfl_idx(head, next, 32);
+        if (has_tail && (lane == 31 || next_key != key)) {
+            // The last of this row's runs here; its last entries, if any, are the next lane's head.
+            if (lane < 31 && next_has_head && next_first == row) carry = R::add(carry, next_head);
+            if (offsets[row] >= kb && offsets[row + 1] <= ke) {
+                y_acc[row] = carry;
+            } else {
+                R::atomic_add(&y_acc[row], carry);
+            }
+        }
+        // A row that came from the previous tile and ends in lane 0's run.
+        if (lane == 0 && has_head) R::atomic_add(&y_acc[first_row], head);
+        __syncwarp();
+    }
+}
+
 // ELLR-T (Ortega et al.): T threads per row (T a power of two up to 32). Thread p of a row takes
 // entries p, p+T, p+2T, ... of it; entry k of row i sits at k·N' + i, so for each k the threads
 // of consecutive rows read consecutive addresses. The T partial sums meet in a shuffle reduction
@@ -169,6 +272,18 @@ __device__ void spmv_bsr(u64 nrows, u32 r, u32 c, const u64* __restrict__ offset
     }
 }
 
+// The longest row of a CSR matrix: *out (zeroed by the caller) becomes the largest
+// offsets[i + 1] - offsets[i]. The host picks the SpMV and SpMM kernels from it.
+extern "C" __global__ void csr_longest_row(u64 nrows, const u64* __restrict__ offsets,
+                                           unsigned long long* out) {
+    u64 longest = 0;
+    for (u64 i = global_thread(); i < nrows; i += grid_threads())
+        longest = max(longest, offsets[i + 1] - offsets[i]);
+    for (int d = 16; d > 0; d /= 2)
+        longest = max(longest, (u64)__shfl_down_sync(0xffffffffu, longest, d));
+    if ((threadIdx.x & 31u) == 0 && longest > 0) atomicMax(out, (unsigned long long)longest);
+}
+
 // Rounds an accumulator buffer to storage.
 template <typename S, typename R>
 __device__ void acc_to_storage(u64 n, const typename R::acc* __restrict__ in,
@@ -185,6 +300,11 @@ HS_INSTANTIATE(spmv_csr_vector,
                (u64 nrows, const u64* offsets, const u32* cols, const void* vals, const void* x,
                 void* y),
                (spmv_csr_vector<T, S>(nrows, offsets, cols, (const T*)vals, (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_csr_tiles,
+               (u64 nrows, u64 nnz, const u64* offsets, const u32* cols, const void* vals,
+                const void* x, void* y_acc),
+               (spmv_csr_tiles<T, S>(nrows, nnz, offsets, cols, (const T*)vals, (const T*)x,
+                                     (S::acc*)y_acc)))
 HS_INSTANTIATE(spmv_ellr,
                (u64 nrows, u64 padded_rows, u32 t, const u32* row_lengths, const u32* cols,
                 const void* vals, const void* x, void* y),

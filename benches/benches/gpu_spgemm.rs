@@ -14,16 +14,26 @@
 //! (comma-separated class names; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
 //! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
 //! `HETSPARSE_BENCH_PROFILE=1` (one more resident call per class with the time of each stage,
-//! from the backend's tracing spans, on standard error).
+//! from the backend's tracing spans, on standard error), `HETSPARSE_BENCH_OPS` (`spgemm`,
+//! `spmv`, `spmm`, comma-separated; all).
 //! Without a GPU it prints that it skipped.
+//!
+//! SpMV and SpMM (32 columns, B row-major as a numpy array is) are timed on A of the same
+//! classes, resident: A, x or B already on the GPU and the result left there. A resident call
+//! returns once its kernel is queued, so each timing is a loop of [`LOOP`] calls ended by the
+//! download of the last result, divided by the calls; `benches/peers/cusparse_spmv_spmm.py`
+//! times cuSPARSE the same way on the same A, and measures the device-to-device copy bandwidth
+//! that SpMV's effective bandwidth is compared with.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hetsparse_bench::cases::{gpu_cases, SEED};
+use hetsparse_core::backend::ResidentDense;
 use hetsparse_core::{
-    analysis, generate, Backend, Csr, Device, RunControl, SpgemmAlgorithm, SpgemmOptions,
+    analysis, generate, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm,
+    SpgemmOptions, SpmmOptions, SpmvOptions,
 };
 use hetsparse_cpu::CpuBackend;
 use hetsparse_cuda::CudaBackend;
@@ -88,6 +98,137 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1e3)
 }
 
+/// Resident calls per timed loop of SpMV and SpMM.
+const LOOP: u32 = 50;
+
+/// Columns of SpMM's dense operand.
+const SPMM_COLUMNS: usize = 32;
+
+/// The value of x (and of B, `i * SPMM_COLUMNS + j`) at `i`; the peer script uses the same.
+fn dense_input(i: usize) -> f64 {
+    1.0 + (i % 13) as f64 * 0.25
+}
+
+/// Time per call of `call` in loops of [`LOOP`] calls, each loop ended by `finish` on the
+/// last result (which waits for every call of the loop): min and median of `reps` loops.
+fn time_loop(
+    reps: usize,
+    mut call: impl FnMut() -> ResidentDense<f64>,
+    finish: impl Fn(&ResidentDense<f64>),
+) -> (Duration, Duration) {
+    finish(&call());
+    time(reps, || {
+        let mut last = call();
+        for _ in 1..LOOP {
+            last = call();
+        }
+        finish(&last);
+    })
+    .map_both(|d| d / LOOP)
+}
+
+trait MapBoth {
+    fn map_both(self, f: impl Fn(Duration) -> Duration) -> Self;
+}
+
+impl MapBoth for (Duration, Duration) {
+    fn map_both(self, f: impl Fn(Duration) -> Duration) -> Self {
+        (f(self.0), f(self.1))
+    }
+}
+
+/// Largest difference between `got` and `want`, relative to the larger magnitude (at least 1).
+fn max_relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "result length");
+    got.iter()
+        .zip(want)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(y.abs()).max(1.0))
+        .fold(0.0, f64::max)
+}
+
+/// SpMV and SpMM on resident A, checked against the CPU backend; one table row.
+fn sparse_dense_row(
+    name: &str,
+    a: &Csr<f64>,
+    cuda: &CudaBackend,
+    cpu: &CpuBackend,
+    reps: usize,
+    ops: &[String],
+) {
+    let run = RunControl::unwatched();
+    let ra = cuda.upload(a).expect("upload A");
+    let finish = |y: &ResidentDense<f64>| {
+        cuda.download_dense(y).expect("download");
+    };
+    let bytes_a = a.nnz() as f64 * 12.0 + (a.nrows() as f64 + 1.0) * 8.0;
+    let mut cells = Vec::new();
+    if ops.iter().any(|o| o == "spmv") {
+        let x: Vec<f64> = (0..a.ncols()).map(dense_input).collect();
+        let want = cpu.spmv(a.into(), &x).expect("CPU SpMV");
+        let rx = cuda.upload_vector(&x).expect("upload x");
+        let opts = SpmvOptions::new();
+        let call = || {
+            cuda.spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+                .expect("CUDA SpMV, resident")
+        };
+        let got = cuda.download_dense(&call()).expect("download y");
+        let err = max_relative_error(got.data(), &want);
+        assert!(err <= 1e-12, "{name}: SpMV error {err}");
+        let (min, med) = time_loop(reps, call, finish);
+        let bytes = bytes_a + (a.ncols() + a.nrows()) as f64 * 8.0;
+        cells.push(format!(
+            "{} / {} | {:.0}",
+            us(min),
+            us(med),
+            bytes / min.as_secs_f64() / 1e9
+        ));
+    } else {
+        cells.push("– | –".into());
+    }
+    if ops.iter().any(|o| o == "spmm") {
+        let b = Dense::try_new(
+            a.ncols(),
+            SPMM_COLUMNS,
+            Layout::RowMajor,
+            (0..a.ncols() * SPMM_COLUMNS).map(dense_input).collect(),
+        )
+        .expect("B");
+        let want = cpu.spmm(a.into(), &b).expect("CPU SpMM");
+        let rb = cuda.upload_dense(&b).expect("upload B");
+        let opts = SpmmOptions::new();
+        let call = || {
+            cuda.spmm_resident((&ra).into(), (&rb).into(), &opts, &run)
+                .expect("CUDA SpMM, resident")
+        };
+        let got = cuda.download_dense(&call()).expect("download C");
+        let err = max_relative_error(
+            got.to_layout(Layout::RowMajor).data(),
+            want.to_layout(Layout::RowMajor).data(),
+        );
+        assert!(err <= 1e-12, "{name}: SpMM error {err}");
+        let (min, med) = time_loop(reps, call, finish);
+        cells.push(format!(
+            "{} / {} | {:.1}",
+            us(min),
+            us(med),
+            2.0 * a.nnz() as f64 * SPMM_COLUMNS as f64 / min.as_secs_f64() / 1e9
+        ));
+    } else {
+        cells.push("– | –".into());
+    }
+    println!(
+        "| {name} | {} | {} | {} |",
+        a.nrows(),
+        a.nnz(),
+        cells.join(" | ")
+    );
+    std::io::stdout().flush().ok();
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e6)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -111,6 +252,12 @@ fn main() {
     let only: Vec<String> = std::env::var("HETSPARSE_BENCH_CLASSES")
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
+    let ops: Vec<String> = std::env::var("HETSPARSE_BENCH_OPS")
+        .unwrap_or_else(|_| "spgemm,spmv,spmm".into())
+        .split(',')
+        .map(|o| o.trim().to_ascii_lowercase())
+        .collect();
+    let mut sparse_dense_rows = Vec::new();
     let mut manifest = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -135,6 +282,12 @@ fn main() {
         }
         let size = (case.size / divisor.max(1)).max(1);
         let (a, b) = generate::product_operands::<f64>(case.class, size, SEED);
+        if ops.iter().any(|o| o == "spmv" || o == "spmm") {
+            sparse_dense_rows.push((name, a.clone()));
+        }
+        if !ops.iter().any(|o| o == "spgemm") {
+            continue;
+        }
         let square = a == b;
         // A square product is `A · A` (one matrix, uploaded once), as a user writes it.
         let b_host = if square { &a } else { &b };
@@ -226,6 +379,36 @@ fn main() {
             2.0 * products as f64 / res_min.as_secs_f64() / 1e9
         );
         std::io::stdout().flush().ok();
+    }
+    if sparse_dense_rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "SpMV and SpMM ({SPMM_COLUMNS} columns, B row-major) on resident A, f64; time per call \
+         in loops of {LOOP} calls, min / median of {reps} loops, us; SpMV GB/s counts A, x and y \
+         once; SpMM GFLOP/s counts 2 flops per entry and column"
+    );
+    println!();
+    println!(
+        "| class | rows | nnz(A) | spmv resident | spmv GB/s | spmm resident | spmm GFLOP/s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut sparse_dense_manifest =
+        std::fs::File::create(dir.join("sparse_dense.tsv")).expect("SpMV/SpMM manifest");
+    for (name, a) in sparse_dense_rows {
+        // Files for the peer script, unless the SpGEMM part wrote them already.
+        if !ops.iter().any(|o| o == "spgemm") {
+            export(&dir, &format!("{name}.a"), &a).expect("writing A");
+        }
+        writeln!(
+            sparse_dense_manifest,
+            "{name}\t{}\t{}",
+            a.nrows(),
+            a.ncols()
+        )
+        .expect("SpMV/SpMM manifest");
+        sparse_dense_row(name, &a, &cuda, &cpu, reps, &ops);
     }
 }
 

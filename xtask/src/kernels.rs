@@ -5,6 +5,13 @@
 //! (CUDA_ERROR_UNSUPPORTED_PTX_VERSION); the kernels use nothing newer than ISA 8.0 (CUDA
 //! 12.0), and the restamped file is checked by assembling it with ptxas from CUDA 12.0. So
 //! the committed PTX loads on CUDA 12.0+ and 13 drivers, on sm_75 and newer GPUs.
+//!
+//! Beside the PTX, each module is compiled ahead of time for the architectures in
+//! [`BINARY_ARCHS`] (`NAME.sm_90.cubin`): on such a GPU the backend loads the binary and the
+//! driver has nothing to compile when a process starts; elsewhere, or if a driver refuses the
+//! binary, it loads the PTX. `kernels-cuda/SOURCES` records a fingerprint of the sources
+//! both were built from, which a test of the CUDA crate compares with the sources in the tree,
+//! so an edited kernel without rebuilt images fails the tests.
 
 use std::env;
 use std::ffi::OsStr;
@@ -18,6 +25,9 @@ const PTX_ISA: &str = "8.0";
 const ARCH: &str = "compute_75";
 /// Real architecture the ptxas check assembles for.
 const CHECK_SM: &str = "sm_75";
+/// Real architectures every module is also compiled for, as a binary the driver loads as is.
+/// sm_90: the H100 and H200 (a binary runs on its major version's later minors too).
+const BINARY_ARCHS: &[&str] = &["sm_90"];
 
 const HOW_TO_GET_NVCC: &str = "nvcc not found: set CUDA_PATH to a CUDA toolkit or put nvcc on PATH. \
 Without a toolkit: `python3 -m venv /tmp/nvcc && /tmp/nvcc/bin/pip install nvidia-cuda-nvcc` and add \
@@ -78,8 +88,59 @@ pub fn run(root: &Path) -> Result<(), String> {
             }
         }
         eprintln!("built {} (PTX ISA {PTX_ISA}, {ARCH})", ptx.display());
+        for sm in BINARY_ARCHS {
+            let stem = source
+                .file_stem()
+                .and_then(OsStr::to_str)
+                .unwrap_or("module");
+            let cubin = dir.join(format!("{stem}.{sm}.cubin"));
+            let status = Command::new(&nvcc)
+                .args(["-cubin", "-O3", "-std=c++17"])
+                .arg(format!("-arch={sm}"))
+                .arg("-I")
+                .arg(&dir)
+                .arg(&source)
+                .arg("-o")
+                .arg(&cubin)
+                .status()
+                .map_err(|e| format!("cannot run {}: {e}", nvcc.display()))?;
+            if !status.success() {
+                return Err(format!("nvcc failed on {} for {sm}", source.display()));
+            }
+            eprintln!("built {}", cubin.display());
+        }
     }
+    let fingerprint = sources_fingerprint(&dir)?;
+    let record = dir.join("SOURCES");
+    fs::write(&record, format!("{fingerprint:016x}\n"))
+        .map_err(|e| format!("{}: {e}", record.display()))?;
     Ok(())
+}
+
+/// FNV-1a (64 bits) over the names and contents of every `.cu` and `.cuh` file in `dir`, in
+/// name order. The CUDA crate's test `embedded_kernels_match_their_sources` computes the same.
+fn sources_fingerprint(dir: &Path) -> Result<u64, String> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(OsStr::to_str), Some("cu" | "cuh")))
+        .collect();
+    files.sort();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for file in files {
+        let name = file.file_name().and_then(OsStr::to_str).unwrap_or_default();
+        let text = fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        for &byte in name
+            .as_bytes()
+            .iter()
+            .chain([0u8].iter())
+            .chain(text.iter())
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    Ok(hash)
 }
 
 /// Replaces the `.version` directive with [`PTX_ISA`].

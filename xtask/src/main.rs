@@ -11,6 +11,7 @@ const USAGE: &str = "usage: cargo xtask <task> [ARGS]
 tasks:
   kernels
         compile kernels-cuda/*.cu to the committed PTX (nvcc; ISA 8.0, checked with ptxas 12.0)
+        and sm_90 binaries
   bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
         [--matrices SET|DIR]
         benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the

@@ -15,7 +15,7 @@ use hetsparse_core::{Error, Result};
 
 use crate::error::{check, from_code, from_cust, BACKEND};
 use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
-use crate::kernels::MODULES;
+use crate::kernels::{self, MODULES};
 use crate::memory::PinnedPool;
 use hetsparse_core::MemoryPool;
 
@@ -42,6 +42,8 @@ pub struct Gpu {
     pinned: PinnedPool,
     /// The device's default stream-ordered memory pool, where the driver supports them.
     mempool: Option<MemPool>,
+    /// Every kernel module was loaded from its binary for this architecture (no PTX compiled).
+    kernel_binaries: bool,
 }
 
 /// A driver memory pool handle.
@@ -246,13 +248,41 @@ impl Gpu {
             compute_capability,
             memory,
             pinned: PinnedPool::default(),
+            kernel_binaries: false,
         };
         gpu.bind()?;
         gpu.set_memory_limit(total as u64)?;
-        for &(module, ptx) in MODULES {
-            let loaded = load_module(module, ptx)?;
-            gpu.modules.push((module, loaded));
+        let mut binaries = 0;
+        for module in MODULES {
+            let binary = if kernels::binary_for(compute_capability) {
+                load_binary(module.name, module.sm90)
+                    .inspect_err(|e| {
+                        tracing::warn!(
+                            module = module.name,
+                            error = %e,
+                            "the sm_90 kernel binary did not load; compiling the PTX instead"
+                        )
+                    })
+                    .ok()
+            } else {
+                None
+            };
+            let loaded = match binary {
+                Some(loaded) => {
+                    binaries += 1;
+                    loaded
+                }
+                None => load_module(module.name, module.ptx)?,
+            };
+            gpu.modules.push((module.name, loaded));
         }
+        gpu.kernel_binaries = binaries == MODULES.len();
+        tracing::debug!(
+            ordinal,
+            binaries,
+            modules = MODULES.len(),
+            "kernel modules loaded"
+        );
         Ok(gpu)
     }
 
@@ -323,6 +353,11 @@ impl Gpu {
     /// Streaming multiprocessors.
     pub fn multiprocessors(&self) -> u32 {
         self.multiprocessors
+    }
+    /// Whether every kernel module was loaded from the binary compiled ahead of time for this
+    /// GPU's architecture (sm_90), rather than from PTX compiled by the driver at load time.
+    pub fn kernel_binaries(&self) -> bool {
+        self.kernel_binaries
     }
     /// Static shared memory a block may use, in bytes.
     pub fn max_shared_per_block(&self) -> u32 {
@@ -468,6 +503,32 @@ impl Gpu {
         };
         check(code, &format!("launching kernel `{}`", function.name))
     }
+}
+
+/// Loads a module compiled ahead of time (an ELF image for this GPU's architecture).
+fn load_binary(name: &str, image: &[u8]) -> Result<Module> {
+    // The driver parses the image in place: give it 8-byte alignment, which the bytes embedded
+    // in the program need not have.
+    let mut aligned = vec![0u64; image.len().div_ceil(8)];
+    // SAFETY: `aligned` holds at least `image.len()` bytes; the two do not overlap.
+    unsafe {
+        ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len())
+    };
+    let mut module: CUmodule = ptr::null_mut();
+    // SAFETY: the image is a complete cubin that outlives the call; the module goes to a local.
+    check(
+        unsafe {
+            ffi::cuModuleLoadDataEx(
+                &mut module,
+                aligned.as_ptr() as *const c_void,
+                0,
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        },
+        &format!("loading the sm_90 binary of kernel module `{name}`"),
+    )?;
+    Ok(Module(module))
 }
 
 fn load_module(name: &str, ptx: &str) -> Result<Module> {

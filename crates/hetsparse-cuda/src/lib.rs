@@ -1,9 +1,17 @@
 //! CUDA backend of hetsparse: the [`Backend`] operations on an NVIDIA GPU through `cust`.
 //!
 //! Kernels are CUDA C in `kernels-cuda/`, compiled by `cargo xtask kernels` to PTX (ISA 8.0,
-//! `compute_75`: Turing and newer GPUs, CUDA 12.0 and newer drivers) that this crate embeds,
-//! so building it needs no CUDA toolkit, only a `libcuda` to link against (the toolkit's stub
-//! is enough; see the README). At run time the driver JIT-compiles the PTX for the GPU.
+//! `compute_75`: Turing and newer GPUs, CUDA 12.0 and newer drivers) and to sm_90 binaries
+//! (H100, H200), both embedded, so building the crate needs no CUDA toolkit, only a `libcuda`
+//! to link against (the toolkit's stub is enough; see the README). An sm_90 GPU loads the
+//! binaries as they are; on other GPUs (or if a driver refuses a binary) the driver compiles
+//! the PTX when the backend starts ([`Gpu::kernel_binaries`] tells which happened).
+//!
+//! SpMV and SpMM of CSR matrices whose longest row is far longer than the mean
+//! ([`csr_rows_skewed`]) give each warp an equal share of the entries, whatever the rows they
+//! belong to ([`SpmvKernel::CsrBalanced`], [`SpmmKernel::CsrBalanced`]), so that the hub rows of
+//! a power-law graph or the dense rows of a circuit matrix do not hold up the product; other
+//! matrices keep a thread, a warp or a half-warp per row.
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`].
@@ -118,7 +126,7 @@ pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream}
 pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
-pub use spmv::{ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
+pub use spmv::{csr_rows_skewed, ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
 
 /// The CUDA backend on one GPU. Cheap to clone (the device is shared) and usable from several
 /// threads at once: every operation makes the device's context current on its thread.

@@ -27,6 +27,8 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     nnz: u64,
     /// The row offsets on the host, where they have been needed (or came from there).
     host_offsets: OnceLock<Arc<Vec<u64>>>,
+    /// Entries of the longest row, once SpMV or SpMM asked (it picks their kernel).
+    longest_row: OnceLock<u64>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
@@ -55,6 +57,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             // Fetched back only if the host needs them (ESC): a copy on every upload cost as
             // much as the upload on matrices of many short rows.
             host_offsets: OnceLock::new(),
+            longest_row: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -75,6 +78,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             ncols,
             nnz,
             host_offsets: OnceLock::new(),
+            longest_row: OnceLock::new(),
             offsets,
             cols,
             vals,
@@ -91,6 +95,50 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         self.offsets.await_on(stream)?;
         let h = Arc::new(self.offsets.slice().to_vec(stream)?);
         Ok(self.host_offsets.get_or_init(|| h))
+    }
+
+    /// Entries of the longest row: from the host offsets where they are there, else by a
+    /// reduction on the device after `stream` (one 8-byte read-back), the first time it is
+    /// asked for.
+    pub fn longest_row(&self, gpu: &Gpu, stream: &Stream) -> Result<u64> {
+        if let Some(&n) = self.longest_row.get() {
+            return Ok(n);
+        }
+        let n = match self.host_offsets.get() {
+            Some(h) => h.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
+            None if self.nrows == 0 => 0,
+            None => {
+                let _span = tracing::debug_span!("longest row", rows = self.nrows).entered();
+                self.offsets.await_on(stream)?;
+                let out = DeviceBuffer::<u64>::new(gpu.memory(), 1, "longest row")?;
+                out.slice().zero(stream)?;
+                let f = gpu.function("spmv", "csr_longest_row")?;
+                // SAFETY: the offsets hold nrows + 1 values, `out` one.
+                unsafe {
+                    gpu.launch(
+                        f,
+                        LaunchConfig::for_threads(self.nrows as u64, 256),
+                        stream,
+                        &[
+                            Arg::U64(self.nrows as u64),
+                            self.offsets.slice().arg(),
+                            out.slice().arg(),
+                        ],
+                    )?
+                };
+                out.slice().to_vec(stream)?.first().copied().unwrap_or(0)
+            }
+        };
+        Ok(*self.longest_row.get_or_init(|| n))
+    }
+
+    /// Whether the longest row is far longer than the mean ([`crate::csr_rows_skewed`]).
+    pub fn rows_skewed(&self, gpu: &Gpu, stream: &Stream) -> Result<bool> {
+        Ok(crate::csr_rows_skewed(
+            self.nrows,
+            self.nnz,
+            self.longest_row(gpu, stream)?,
+        ))
     }
 
     /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
@@ -116,6 +164,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             ncols: self.ncols,
             nnz: self.nnz,
             host_offsets: self.host_offsets.clone(),
+            longest_row: self.longest_row.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
             vals: put(gpu, stream, None, as_device(values), "new values")?,
@@ -125,15 +174,6 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     /// Stored entries.
     pub fn nnz(&self) -> u64 {
         self.nnz
-    }
-
-    /// Mean entries per row (0 without rows).
-    pub fn mean_row(&self) -> f64 {
-        if self.nrows == 0 {
-            0.0
-        } else {
-            self.nnz() as f64 / self.nrows as f64
-        }
     }
 
     /// Copies the matrix to the host (through page-locked staging), waiting for `stream`.

@@ -38,12 +38,17 @@ const MIN_PANELS: usize = 4;
 /// Which SpMM kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmmKernel {
-    /// The format's kernel: csrmm for CSR, ELLR-T with `T` from the mean row length and the
-    /// largest `L_c` up to 8 for ELLPACK-R, column-by-column SpMV for the other formats.
+    /// The format's kernel: for CSR the balanced kernel where B is row-major and A's rows are
+    /// skewed ([`crate::csr_rows_skewed`]), csrmm otherwise, ELLR-T with `T` from the mean row length and the largest `L_c` up to 8
+    /// for ELLPACK-R, column-by-column SpMV for the other formats.
     #[default]
     Auto,
     /// CSR: csrmm, a half-warp per row.
     CsrHalfWarp,
+    /// CSR with B row-major: each warp an equal share of A's entries whatever the rows, its
+    /// lanes over the columns; rows shared by several warps are added atomically, so no long
+    /// row holds up the product.
+    CsrBalanced,
     /// ELLPACK-R: ELLR-T SpMM.
     EllrT {
         /// `T`, a power of two from 1 to 32.
@@ -64,9 +69,13 @@ pub struct SpmmKernelOptions {
     pub panel_columns: Option<usize>,
 }
 
+/// Entries a warp of the balanced CSR kernel takes at a time (`SPMM_TILE` in `spmm.cu`).
+const SPMM_TILE_ENTRIES: u64 = 256;
+
 /// What runs on each panel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
+    CsrTiles,
     CsrRowMajor,
     CsrColMajor,
     Ellr { t: u32, lc: u32 },
@@ -75,12 +84,27 @@ enum Method {
 
 impl Method {
     fn choose<T: DeviceScalar>(
+        gpu: &Gpu,
+        stream: &Stream,
         a: &DeviceSparse<'_, T>,
         kernel: SpmmKernel,
         layout: Layout,
         ncols: usize,
     ) -> Result<Self> {
         Ok(match (a, kernel) {
+            (DeviceSparse::Csr(_), SpmmKernel::CsrBalanced) if layout == Layout::RowMajor => {
+                Method::CsrTiles
+            }
+            (DeviceSparse::Csr(m), SpmmKernel::Auto)
+                if layout == Layout::RowMajor && m.rows_skewed(gpu, stream)? =>
+            {
+                Method::CsrTiles
+            }
+            (DeviceSparse::Csr(_), SpmmKernel::CsrBalanced) => {
+                return Err(Error::InvalidArgument(
+                    "the balanced CSR SpMM kernel needs B row-major".into(),
+                ))
+            }
             (DeviceSparse::Csr(_), SpmmKernel::Auto | SpmmKernel::CsrHalfWarp) => match layout {
                 Layout::RowMajor => Method::CsrRowMajor,
                 Layout::ColMajor => Method::CsrColMajor,
@@ -110,7 +134,9 @@ impl Method {
                     lc: columns_per_pass,
                 }
             }
-            (_, SpmmKernel::Auto) => Method::ColumnSpmv(a.resolve(SpmvKernel::Auto)?),
+            (_, SpmmKernel::Auto) => {
+                Method::ColumnSpmv(a.resolve(gpu, stream, SpmvKernel::Auto)?)
+            }
             (_, kernel) => {
                 return Err(Error::InvalidArgument(format!(
                     "SpMM kernel {kernel:?} does not apply to this matrix's format"
@@ -119,10 +145,21 @@ impl Method {
         })
     }
 
+    /// The SpMV kernel that writes C column by column, where one does (it decides whether C is
+    /// summed atomically into a zeroed buffer).
+    fn spmv_kernel(self) -> SpmvKernel {
+        match self {
+            Method::ColumnSpmv(kernel) => kernel,
+            // Sums rows shared by several warps atomically, as the balanced SpMV does.
+            Method::CsrTiles => SpmvKernel::CsrBalanced,
+            _ => SpmvKernel::Auto,
+        }
+    }
+
     /// The layout panels of B and C take on the device.
     fn panel_layout(self, b_layout: Layout) -> Layout {
         match self {
-            Method::CsrRowMajor => Layout::RowMajor,
+            Method::CsrRowMajor | Method::CsrTiles => Layout::RowMajor,
             Method::CsrColMajor | Method::ColumnSpmv(_) => Layout::ColMajor,
             Method::Ellr { .. } => b_layout,
         }
@@ -225,10 +262,10 @@ pub(crate) fn spmm<T: DeviceScalar>(
     }
     let first = Stream::new()?;
     let dev = DeviceSparse::upload(gpu, &first, None, a)?;
-    let method = Method::choose(&dev, options.kernel, layout, ncols)?;
+    let method = Method::choose(gpu, &first, &dev, options.kernel, layout, ncols)?;
     let panel_layout = method.panel_layout(layout);
-    let bytes_per_column =
-        (inner * size_of::<T>()) as u64 + nrows as u64 * SpmvOutput::bytes_per_element(&dev);
+    let bytes_per_column = (inner * size_of::<T>()) as u64
+        + nrows as u64 * SpmvOutput::bytes_per_element(&dev, method.spmv_kernel());
     let w = panel_columns(
         options.panel_columns,
         ncols,
@@ -253,7 +290,7 @@ pub(crate) fn spmm<T: DeviceScalar>(
             b_host: pinned(inner * w, "SpMM B panel staging")?,
             c_host: pinned(nrows * w, "SpMM C panel staging")?,
             b_dev: DeviceBuffer::new(gpu.memory(), inner * w, "SpMM B panel")?,
-            c_dev: SpmvOutput::new(gpu, &dev, nrows * w)?,
+            c_dev: SpmvOutput::new(gpu, &dev, method.spmv_kernel(), nrows * w)?,
             pending: None,
         });
     }
@@ -477,6 +514,29 @@ fn run_panel<T: DeviceScalar>(
                 ],
             )
         }
+        (Method::CsrTiles, DeviceSparse::Csr(m)) => {
+            c_panel.prepare(stream)?;
+            let nnz = m.nnz();
+            launch(
+                "spmm_csr_tiles",
+                nnz.div_ceil(SPMM_TILE_ENTRIES) * 32,
+                &[
+                    Arg::U64(n),
+                    Arg::U64(nnz),
+                    Arg::U64(w),
+                    m.offsets.slice().arg(),
+                    m.cols.slice().arg(),
+                    m.vals.slice().arg(),
+                    b,
+                    Arg::U64(w),
+                    Arg::U64(1),
+                    c_panel.target(0),
+                    Arg::U64(w),
+                    Arg::U64(1),
+                ],
+            )?;
+            c_panel.finish(gpu, stream, nrows * pw)
+        }
         (Method::ColumnSpmv(kernel), _) => {
             c_panel.prepare(stream)?;
             for q in 0..pw {
@@ -543,7 +603,7 @@ fn spmm_queue<T: DeviceScalar>(
         m.await_on(stream)?;
     }
     let dev = a.place_on(gpu, stream)?;
-    let method = Method::choose(&dev, kernel, layout, ncols.max(1))?;
+    let method = Method::choose(gpu, stream, &dev, kernel, layout, ncols.max(1))?;
     if method.panel_layout(layout) != layout {
         let host_a = match a {
             SparseIn::Host(m) => m,
@@ -597,7 +657,7 @@ fn spmm_queue<T: DeviceScalar>(
             data
         }
     };
-    let c = SpmvOutput::new_in(gpu, Some(stream), &dev, nrows * ncols)?;
+    let c = SpmvOutput::new_in(gpu, Some(stream), &dev, method.spmv_kernel(), nrows * ncols)?;
     if nrows > 0 && ncols > 0 {
         let _k = tracing::debug_span!("kernel", ?method, columns = ncols).entered();
         run_panel(

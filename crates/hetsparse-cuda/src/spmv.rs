@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | a thread per row (scalar) or a warp per row (vector), chosen by the mean row length |
+//! | CSR | equal shares of entries per warp, whatever the rows (balanced); a thread per row (scalar) or a warp per row (vector) on request |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -27,26 +27,47 @@ use crate::resident::{put, DeviceCsr, Held};
 use crate::scalar::{as_device, kernel_name, DeviceScalar};
 use crate::spmm::SparseIn;
 
-/// Threads per block of every SpMV and SpMM launch.
+/// Threads per block of every SpMV and SpMM launch (`TILE_WARPS` warps in `spmv.cu`).
 pub(crate) const BLOCK: u32 = 256;
-
 /// Mean entries per row from which CSR SpMV gives each row a warp instead of a thread: below it
 /// most lanes of a warp would idle, above it one thread per row serialises long rows and its
 /// loads do not coalesce (Bell & Garland's scalar/vector trade-off).
 pub const CSR_VECTOR_MIN_MEAN_ROW: f64 = 16.0;
 
+/// Whether a CSR matrix of `nrows` rows, `nnz` entries and a longest row of `longest` entries
+/// has rows so much longer than the others that a row per thread or per warp would wait on
+/// them: the longest row is at least 256 entries and 16 times the mean. Such matrices (hubs of
+/// power-law graphs, dense rows of circuits and LP constraints) get the balanced kernels; the
+/// others keep the per-row ones, whose fixed cost per row is lower.
+pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
+    let mean = if nrows == 0 {
+        0.0
+    } else {
+        nnz as f64 / nrows as f64
+    };
+    longest >= 256 && longest as f64 >= 16.0 * mean.max(1.0)
+}
+
+/// Entries a warp of the balanced CSR kernel takes at a time: 32 lanes × `TILE_ITEMS`.
+const CSR_TILE_ENTRIES: u64 = 32 * 8;
+
 /// How SpMV maps threads to rows, for the formats where there is a choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
-    /// The backend's choice: for CSR scalar or vector by [`CSR_VECTOR_MIN_MEAN_ROW`], for
-    /// ELLPACK-R `T` from the mean row length ([`ellr_threads_per_row`]); the only kernel of
-    /// every other format.
+    /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
+    /// longer than the mean ([`csr_rows_skewed`]), else scalar or vector by the mean row length
+    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]); for ELLPACK-R `T` from the mean row length
+    /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
     Auto,
-    /// CSR, one thread per row.
+    /// CSR, one thread per row (Bell & Garland's scalar kernel): rows of a few entries only.
     CsrScalar,
-    /// CSR, one warp per row.
+    /// CSR, one warp per row (Bell & Garland's vector kernel): rows of similar, long lengths.
     CsrVector,
+    /// CSR, each warp an equal share of the entries whatever the rows they belong to, rows
+    /// summed in segments and the pieces of a row shared by several warps added atomically:
+    /// no row, however long, holds up the others, and short rows leave no lane idle.
+    CsrBalanced,
     /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
     EllrT {
         /// `T`.
@@ -201,25 +222,36 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         }
     }
 
-    /// Whether the kernel sums rows with atomics into a zeroed accumulator buffer.
-    pub(crate) fn sums_atomically(&self) -> bool {
+    /// Whether `kernel` (resolved) sums rows with atomics into a zeroed accumulator buffer.
+    pub(crate) fn sums_atomically(&self, kernel: SpmvKernel) -> bool {
         matches!(
             self,
             DeviceSparse::Csc { .. } | DeviceSparse::Coo { .. } | DeviceSparse::Cspr { .. }
-        )
+        ) || kernel == SpmvKernel::CsrBalanced
     }
 
-    /// The kernel `kernel` resolves to for this matrix, checked against its format.
-    pub(crate) fn resolve(&self, kernel: SpmvKernel) -> Result<SpmvKernel> {
+    /// The kernel `kernel` resolves to for this matrix, checked against its format. A CSR
+    /// matrix's longest row is found on `stream` the first time it is needed.
+    pub(crate) fn resolve(
+        &self,
+        gpu: &Gpu,
+        stream: &Stream,
+        kernel: SpmvKernel,
+    ) -> Result<SpmvKernel> {
         let resolved = match (self, kernel) {
             (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
-                if m.mean_row() >= CSR_VECTOR_MIN_MEAN_ROW {
+                if m.rows_skewed(gpu, stream)? {
+                    SpmvKernel::CsrBalanced
+                } else if m.nnz() as f64 >= CSR_VECTOR_MIN_MEAN_ROW * m.nrows as f64 {
                     SpmvKernel::CsrVector
                 } else {
                     SpmvKernel::CsrScalar
                 }
             }
-            (DeviceSparse::Csr(_), SpmvKernel::CsrScalar | SpmvKernel::CsrVector) => kernel,
+            (
+                DeviceSparse::Csr(_),
+                SpmvKernel::CsrScalar | SpmvKernel::CsrVector | SpmvKernel::CsrBalanced,
+            ) => kernel,
             (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
                 threads_per_row: ellr_threads_per_row(*mean_row),
             },
@@ -270,6 +302,22 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ];
                 match kernel {
                     SpmvKernel::CsrVector => run("spmv_csr_vector", nrows * 32, &args),
+                    SpmvKernel::CsrBalanced => {
+                        let nnz = m.nnz();
+                        run(
+                            "spmv_csr_tiles",
+                            nnz.div_ceil(CSR_TILE_ENTRIES) * 32,
+                            &[
+                                Arg::U64(nrows),
+                                Arg::U64(nnz),
+                                m.offsets.slice().arg(),
+                                m.cols.slice().arg(),
+                                m.vals.slice().arg(),
+                                x,
+                                y,
+                            ],
+                        )
+                    }
                     _ => run("spmv_csr_scalar", nrows, &args),
                 }
             }
@@ -442,8 +490,13 @@ pub(crate) struct SpmvOutput<T: DeviceScalar> {
 }
 
 impl<T: DeviceScalar> SpmvOutput<T> {
-    pub(crate) fn new(gpu: &Gpu, a: &DeviceSparse<'_, T>, len: usize) -> Result<Self> {
-        Self::new_in(gpu, None, a, len)
+    pub(crate) fn new(
+        gpu: &Gpu,
+        a: &DeviceSparse<'_, T>,
+        kernel: SpmvKernel,
+        len: usize,
+    ) -> Result<Self> {
+        Self::new_in(gpu, None, a, kernel, len)
     }
 
     /// The buffers in plain memory or, with `home`, stream-ordered on that stream.
@@ -451,6 +504,7 @@ impl<T: DeviceScalar> SpmvOutput<T> {
         gpu: &Gpu,
         home: Option<&Arc<Stream>>,
         a: &DeviceSparse<'_, T>,
+        kernel: SpmvKernel,
         len: usize,
     ) -> Result<Self> {
         fn alloc<X: Copy>(
@@ -464,7 +518,7 @@ impl<T: DeviceScalar> SpmvOutput<T> {
                 None => DeviceBuffer::new(gpu.memory(), len, what),
             }
         }
-        let atomic = a.sums_atomically();
+        let atomic = a.sums_atomically(kernel);
         let acc = if atomic && accumulates_wider::<T>() {
             Some(alloc(
                 gpu,
@@ -483,8 +537,8 @@ impl<T: DeviceScalar> SpmvOutput<T> {
     }
 
     /// Device memory one output element needs, in bytes.
-    pub(crate) fn bytes_per_element(a: &DeviceSparse<'_, T>) -> u64 {
-        let acc = if a.sums_atomically() && accumulates_wider::<T>() {
+    pub(crate) fn bytes_per_element(a: &DeviceSparse<'_, T>, kernel: SpmvKernel) -> u64 {
+        let acc = if a.sums_atomically(kernel) && accumulates_wider::<T>() {
             size_of::<T::Acc>()
         } else {
             0
@@ -570,7 +624,7 @@ fn spmv_queue<T: DeviceScalar>(
         m.await_on(stream)?;
     }
     let dev = a.place_on(gpu, stream)?;
-    let kernel = dev.resolve(kernel)?;
+    let kernel = dev.resolve(gpu, stream, kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
@@ -582,7 +636,7 @@ fn spmv_queue<T: DeviceScalar>(
             x
         }
     };
-    let y = SpmvOutput::new_in(gpu, Some(stream), &dev, nrows)?;
+    let y = SpmvOutput::new_in(gpu, Some(stream), &dev, kernel, nrows)?;
     y.prepare(stream)?;
     {
         let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
@@ -659,5 +713,23 @@ impl crate::CudaBackend {
         kernel: SpmvKernel,
     ) -> Result<Vec<T>> {
         spmv(self.gpu(), a, x, kernel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csr_rows_skewed;
+
+    #[test]
+    fn skewed_rows_are_long_against_the_mean() {
+        // A power-law graph: mean 8, a hub of 5000 entries.
+        assert!(csr_rows_skewed(131_072, 1_000_000, 5_000));
+        // A stencil: 77 on average, 81 at most.
+        assert!(!csr_rows_skewed(151_959, 11_655_261, 81));
+        // Long rows that are all alike (dense): not skewed.
+        assert!(!csr_rows_skewed(512, 512 * 512, 512));
+        // Short rows with one of 200: above 16 times the mean but short enough for a thread.
+        assert!(!csr_rows_skewed(1000, 3000, 200));
+        assert!(!csr_rows_skewed(0, 0, 0));
     }
 }

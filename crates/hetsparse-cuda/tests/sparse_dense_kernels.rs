@@ -99,7 +99,38 @@ fn spmv_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
         ("power law", generate::rmat(9, 12, 2)),
         ("uniform 40 per row", generate::uniform(333, 500, 40, 3)),
         ("banded", generate::banded(257, 9, 4)),
+        (
+            "row lengths at and across tile edges, runs of empty rows",
+            from_row_lengths(
+                &[
+                    0, 0, 3, 0, 0, 0, 256, 0, 1, 8, 7, 9, 0, 248, 8, 0, 0, 1, 1, 1, 300, 0, 255, 2,
+                    0, 0, 0,
+                ],
+                400,
+            ),
+        ),
+        (
+            "a row of 100 000 entries among short ones",
+            from_row_lengths(&[2, 5, 100_000, 1, 0, 3, 70_000, 0], 120_000),
+        ),
     ]
+}
+
+/// A matrix whose rows have the given lengths, columns spread over `ncols`, values varied.
+fn from_row_lengths<T: Scalar>(lengths: &[u64], ncols: usize) -> Csr<T> {
+    let mut offsets = vec![0u64];
+    let mut cols = Vec::new();
+    for (i, &len) in lengths.iter().enumerate() {
+        let step = (ncols as u64 / len.max(1)).max(1);
+        cols.extend((0..len).map(|j| ((j * step + i as u64) % ncols as u64) as u32));
+        let row = &mut cols[offsets[i] as usize..];
+        row.sort_unstable();
+        offsets.push(cols.len() as u64);
+    }
+    let vals = (0..cols.len())
+        .map(|k| T::from_parts_lossy(1.0 + (k % 7) as f64 * 0.5, (k % 3) as f64 - 1.0))
+        .collect();
+    Csr::try_new(lengths.len(), ncols, offsets, cols, vals).expect("row-length matrix")
 }
 
 fn csr_scalar_and_vector<T: DeviceScalar>() {
@@ -109,6 +140,7 @@ fn csr_scalar_and_vector<T: DeviceScalar>() {
             SpmvKernel::Auto,
             SpmvKernel::CsrScalar,
             SpmvKernel::CsrVector,
+            SpmvKernel::CsrBalanced,
         ] {
             check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
         }
@@ -238,6 +270,39 @@ fn spmm_csr_half_warp<T: DeviceScalar>() {
         ] {
             check_spmm(&b, &a, SparseRef::Csr(&a), layout, ncols, opts, what);
         }
+    }
+}
+
+fn spmm_csr_balanced<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in spmv_matrices::<T>() {
+        // 1 column; 32: one pass of the lanes; 70: three passes, the last partial; with panels
+        // of 24 columns, several panels (each summed atomically into its own zeroed C).
+        for (ncols, panel_columns) in [(1, None), (32, None), (70, None), (70, Some(24))] {
+            let opts = SpmmKernelOptions {
+                kernel: SpmmKernel::CsrBalanced,
+                panel_columns,
+            };
+            check_spmm(
+                &b,
+                &a,
+                SparseRef::Csr(&a),
+                Layout::RowMajor,
+                ncols,
+                opts,
+                what,
+            );
+        }
+    }
+    let a = generate::uniform::<T>(50, 40, 4, 9);
+    let d = Dense::zeros(40, 3, Layout::ColMajor).expect("B");
+    let opts = SpmmKernelOptions {
+        kernel: SpmmKernel::CsrBalanced,
+        panel_columns: None,
+    };
+    match b.spmm_with_kernel(SparseRef::Csr(&a), &d, opts) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("a column-major B with the balanced kernel: {other:?}"),
     }
 }
 
@@ -501,6 +566,7 @@ per_scalar!(
     atomic_formats,
     bsr_spmv,
     spmm_csr_half_warp,
+    spmm_csr_balanced,
     spmm_ellr_t_and_lc,
     spmm_other_formats,
     spmm_streamed,

@@ -306,3 +306,23 @@ fn long_rows_use_the_global_memory_path() {
         .unwrap();
     }
 }
+
+/// On sm_90 (H100, H200) every kernel module comes from its binary compiled ahead of time, so
+/// nothing is compiled when a process starts; elsewhere the PTX is, and gives the same results
+/// (the rest of the suite runs on whichever was loaded).
+#[test]
+fn sm_90_loads_the_kernel_binaries() {
+    let Some(gpu) = backend("sm_90_loads_the_kernel_binaries") else {
+        return;
+    };
+    let (major, minor) = gpu.gpu().compute_capability();
+    eprintln!(
+        "compute capability {major}.{minor}: kernels from {}",
+        if gpu.gpu().kernel_binaries() {
+            "sm_90 binaries"
+        } else {
+            "PTX"
+        }
+    );
+    assert_eq!(gpu.gpu().kernel_binaries(), major == 9);
+}

@@ -1,10 +1,11 @@
 //! The production path: rows binned by their work, each bin with the accumulator that suits it
 //! (the family of nsparse, spECK and OpSparse that Xia et al. §III.B build on):
 //!
-//! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row (8 lanes for the
-//!   smallest tables), its hash table in the warp's share of shared memory, the row's products
-//!   spread evenly over the lanes, and each entry written at its rank among the table's keys
-//!   (no sort, no block barrier);
+//! - the tiniest rows (tables of [`THREAD_TABLE`] slots: at most 16 entries): a thread per
+//!   row, its entries kept sorted in registers;
+//! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row, its hash table in
+//!   the warp's share of shared memory, the row's products spread evenly over the lanes, and
+//!   each entry written at its rank among the table's keys (no sort, no block barrier);
 //! - medium rows: a block per row with a hash table sized to the bin in shared memory, sorted in
 //!   place (bitonic) so the row comes out in column order;
 //! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table (in the numeric
@@ -50,12 +51,14 @@ fn threads_for(size: u64) -> u32 {
 
 /// Rows whose table has at most this many slots get a warp each.
 pub(super) const WARP_TABLE_MAX: u64 = 256;
-/// Threads per block of the warp-per-row kernels: 8 rows per block, or 32 for the tables of 32
-/// slots, which get 8 lanes per row (the `quarter` kernels).
+/// Threads per block of the warp-per-row kernels: 8 rows per block.
 const WARP_THREADS: u64 = 256;
 const WARP_ROWS_PER_BLOCK: u64 = WARP_THREADS / 32;
-const QUARTER_TABLE: u64 = 32;
-const QUARTER_ROWS_PER_BLOCK: u64 = WARP_THREADS / 8;
+/// Rows whose table has this many slots (the first bin) get a thread each, with their entries
+/// (`TR_MAX` = half the table) in registers: the `thread` kernels.
+const THREAD_TABLE: u64 = 32;
+/// Threads per block of the thread-per-row kernels; `TR_THREADS` in the kernels.
+const THREAD_ROWS_PER_BLOCK: u64 = 128;
 /// A long row gets a dense accumulator when its window is at most this many times its table:
 /// clearing and scanning a dense row costs a pass over the window, but a hash table in global
 /// memory costs a sort of the table, which is dearer up to about this ratio.
@@ -140,10 +143,10 @@ struct BinLaunch<'s> {
     vals: Arg,
 }
 
-/// The kernels of one phase: 8 lanes per row, warp per row, block per row (shared or global
+/// The kernels of one phase: thread per row, warp per row, block per row (shared or global
 /// hash table), and the builder of their argument lists.
 struct HashKernels<'a> {
-    quarter: Function,
+    thread: Function,
     warp: Function,
     block: Function,
     args: &'a dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
@@ -296,18 +299,22 @@ fn run_bins<T: DeviceScalar>(
                     keys: Arg::U64(0),
                     vals: Arg::U64(0),
                 };
-                let (function, config) = if warp {
-                    let (function, rows_per_block) = if size <= QUARTER_TABLE {
-                        (kernels.quarter, QUARTER_ROWS_PER_BLOCK)
-                    } else {
-                        (kernels.warp, WARP_ROWS_PER_BLOCK)
-                    };
+                let (function, config) = if warp && size <= THREAD_TABLE {
                     (
-                        function,
+                        kernels.thread,
                         LaunchConfig {
-                            grid: count.div_ceil(rows_per_block).min(1 << 20) as u32,
+                            grid: count.div_ceil(THREAD_ROWS_PER_BLOCK).min(1 << 20) as u32,
+                            block: THREAD_ROWS_PER_BLOCK as u32,
+                            shared_bytes: 0,
+                        },
+                    )
+                } else if warp {
+                    (
+                        kernels.warp,
+                        LaunchConfig {
+                            grid: count.div_ceil(WARP_ROWS_PER_BLOCK).min(1 << 20) as u32,
                             block: WARP_THREADS as u32,
-                            shared_bytes: (rows_per_block * size * warp_slot_bytes) as u32,
+                            shared_bytes: (WARP_ROWS_PER_BLOCK * size * warp_slot_bytes) as u32,
                         },
                     )
                 } else {
@@ -465,7 +472,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
-        quarter: job.gpu.function("spgemm", "spgemm_quarter_symbolic")?,
+        thread: job.gpu.function("spgemm", "spgemm_thread_symbolic")?,
         warp: job.gpu.function("spgemm", "spgemm_warp_symbolic")?,
         block: job.gpu.function("spgemm", "spgemm_hash_symbolic")?,
         args: &args,
@@ -630,9 +637,9 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
-        quarter: job
+        thread: job
             .gpu
-            .function("spgemm", kernel_name::<T>("spgemm_quarter_numeric"))?,
+            .function("spgemm", kernel_name::<T>("spgemm_thread_numeric"))?,
         warp: job
             .gpu
             .function("spgemm", kernel_name::<T>("spgemm_warp_numeric"))?,
