@@ -1118,3 +1118,58 @@ proptest! {
         let _ = matrix_market::read::<C64, _>(&bytes[..]);
     }
 }
+
+/// Real values are read bit for bit as `str::parse::<f64>` reads them, on the scanner's fast
+/// path (plain decimals) and off it (signs, exponents, `inf`, `nan`, Fortran `D`, 20+ digits).
+#[test]
+fn real_values_are_read_exactly_as_std_parses_them() {
+    let words = [
+        "0.8364128047185735",
+        "0.12345678901234567",
+        "-0.1",
+        "+1.5",
+        ".5",
+        "5.",
+        "-.25e1",
+        "1E-5",
+        "6.02214076e+23",
+        "1.7976931348623157e308",
+        "2.2250738585072014e-308",
+        "2.2250738585072011e-308",
+        "4.9e-324",
+        "1e-400",
+        "1e400",
+        "9007199254740993",
+        "4503599627370497.5",
+        "0.30000000000000004",
+        "12345678901234567890123",
+        "1.00000000000000011102230246251565",
+        "-0",
+        "inf",
+        "-infinity",
+        "NaN",
+    ];
+    let mut text = format!(
+        "%%MatrixMarket matrix coordinate real general\n{} 1 {}\n",
+        words.len(),
+        words.len()
+    );
+    for (i, w) in words.iter().enumerate() {
+        text.push_str(&format!("{} 1 {w}\n", i + 1));
+    }
+    let coo = sparse(read_str::<f64>(&text).unwrap());
+    for (k, w) in words.iter().enumerate() {
+        let expected: f64 = w.parse().unwrap();
+        let got = coo.values()[k];
+        assert!(
+            got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan()),
+            "`{w}`: {got:e}, std {expected:e}"
+        );
+    }
+    // `D` exponents (Fortran) are read as `e`.
+    let coo = sparse(
+        read_str::<f64>("%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 1.5D3\n")
+            .unwrap(),
+    );
+    assert_eq!(coo.values(), &[1500.0]);
+}

@@ -1,6 +1,7 @@
 //! Entry lines: a fast scanner over chunks of whole lines, run on every core, and the careful
 //! per-line parser that it falls back to for anything unusual, which also words the errors.
 
+use super::float;
 use super::header::{line_too_long, parse_error, parse_u64, quote, split_exact};
 use super::{Field, Format, Header, Symmetry};
 use crate::error::MatrixMarketError;
@@ -9,10 +10,7 @@ use crate::scalar::Scalar;
 /// A real value; Fortran `D` exponents are retried as `e`.
 #[inline]
 pub(super) fn parse_real(word: &[u8], line: u64, what: &str) -> Result<f64, MatrixMarketError> {
-    let parsed = std::str::from_utf8(word)
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok());
-    parsed
+    fast_real(word)
         .or_else(|| {
             let s = std::str::from_utf8(word).ok()?;
             if s.contains(['d', 'D']) {
@@ -222,27 +220,42 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// A real value as `str::parse::<f64>` reads it (bit for bit): our exact fast path for plain
+/// decimals, std for the rest.
 #[inline(always)]
 fn fast_real(word: &[u8]) -> Option<f64> {
-    std::str::from_utf8(word).ok()?.parse().ok()
+    float::parse_f64(word).or_else(|| std::str::from_utf8(word).ok()?.parse().ok())
+}
+
+impl Cursor<'_> {
+    /// A real value at the cursor, read in place by the exact fast path when it can (what
+    /// follows is checked by the caller: a blank or the line end), else as a word by std.
+    #[inline(always)]
+    fn real(&mut self) -> Option<f64> {
+        if let Some((v, len)) = float::parse_prefix(&self.bytes[self.pos..]) {
+            self.pos += len;
+            return Some(v);
+        }
+        fast_real(self.word())
+    }
 }
 
 #[inline(always)]
 fn fast_value<T: Scalar>(field: Field, c: &mut Cursor<'_>) -> Option<T> {
     match field {
         Field::Pattern => Some(T::from_f64(1.0)),
-        Field::Real => Some(T::from_f64(fast_real(c.word())?)),
+        Field::Real => Some(T::from_f64(c.real()?)),
         Field::Integer => {
             let w = c.word();
             let v = std::str::from_utf8(w).ok()?.parse::<i64>().ok()?;
             Some(T::from_f64(v as f64))
         }
         Field::Complex => {
-            let re = fast_real(c.word())?;
+            let re = c.real()?;
             if !c.blanks() {
                 return None;
             }
-            let im = fast_real(c.word())?;
+            let im = c.real()?;
             T::try_from_parts(re, im)
         }
     }
