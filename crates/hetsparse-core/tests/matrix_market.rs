@@ -1173,3 +1173,50 @@ fn real_values_are_read_exactly_as_std_parses_them() {
     );
     assert_eq!(coo.values(), &[1500.0]);
 }
+
+/// Indices of every length the scanner reads at once (up to 7 digits) or one by one, and
+/// integer values with signs and up to 19 digits.
+#[test]
+fn indices_and_integers_of_every_length() {
+    let rows: [u64; 8] = [
+        1,
+        9,
+        1_234_567,
+        9_999_999,
+        12_345_678,
+        123_456_789,
+        4_294_967_294,
+        4_294_967_295,
+    ];
+    let values = [
+        "+5",
+        "-12",
+        "0",
+        "1234567",
+        "12345678901234567",
+        "123456789012345678",
+        "-9223372036854775808",
+        "9223372036854775807",
+    ];
+    let mut text = format!(
+        "%%MatrixMarket matrix coordinate integer general\n4294967295 3 {}\n",
+        rows.len()
+    );
+    for (r, v) in rows.iter().zip(values) {
+        text.push_str(&format!("{r} 2 {v}\n"));
+    }
+    let coo = sparse(read_str::<f64>(&text).unwrap());
+    let expected_rows: Vec<u32> = rows.iter().map(|&r| (r - 1) as u32).collect();
+    assert_eq!(coo.row_indices(), &expected_rows[..]);
+    let expected: Vec<f64> = values
+        .iter()
+        .map(|v| v.parse::<i64>().unwrap() as f64)
+        .collect();
+    assert_eq!(coo.values(), &expected[..]);
+    // Past the bound, zero, and past u32 are errors at their line.
+    for (bad, line) in [("4294967296 1 1", 3), ("0 1 1", 3), ("1 4 1", 3)] {
+        let text =
+            format!("%%MatrixMarket matrix coordinate integer general\n4294967295 3 1\n{bad}\n");
+        assert_parse_error(&text, line, &[]);
+    }
+}

@@ -155,6 +155,15 @@ pub(super) fn parse_prefix(text: &[u8]) -> Option<(f64, usize)> {
     Some((if negative { -magnitude } else { magnitude }, i))
 }
 
+/// The number written by eight digit values (0..=9), one per byte, the first (lowest) byte
+/// the most significant: pairs, then quadruples, then the eight.
+#[inline(always)]
+pub(super) fn eight_digits(d: u64) -> u64 {
+    let pairs = (d.wrapping_mul(10) + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let quads = (pairs.wrapping_mul(100) + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
+    (quads.wrapping_mul(10_000) + (quads >> 32)) & 0xFFFF_FFFF
+}
+
 /// Appends the decimal digits at `text[i..]` to `w` (wrapping: the caller counts them) and
 /// returns the position after them; eight at a time while eight bytes are left.
 #[inline(always)]
@@ -168,11 +177,7 @@ fn digits(text: &[u8], mut i: usize, w: &mut u64) -> usize {
         {
             break;
         }
-        // Digit values, then pairs, quadruples and the eight (first digit most significant).
-        let d = x - 0x3030_3030_3030_3030;
-        let pairs = (d.wrapping_mul(10) + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
-        let quads = (pairs.wrapping_mul(100) + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-        let eight = (quads.wrapping_mul(10_000) + (quads >> 32)) & 0xFFFF_FFFF;
+        let eight = eight_digits(x - 0x3030_3030_3030_3030);
         *w = w.wrapping_mul(100_000_000).wrapping_add(eight);
         i += 8;
     }
