@@ -5,6 +5,9 @@
 //! Data flows format → analysis → plan → kernel → result: a product `A · B` starts as matrices
 //! in one of the [`format`](mod@format)s, is measured by [`analysis`], and is run by a [`Backend`].
 //!
+//! The Cargo features `sprs`, `nalgebra-sparse`, `faer` and `ndarray` add the module `interop`:
+//! `TryFrom` conversions between these formats and those libraries' matrices, moving the values.
+//!
 //! ```
 //! use hetsparse_core::{format::Csr, Backend, ReferenceBackend, SpgemmAlgorithm};
 //! let a = Csr::<f64>::identity(3)?;
@@ -24,6 +27,13 @@ pub mod fault;
 pub mod format;
 pub mod generate;
 pub mod host;
+#[cfg(any(
+    feature = "sprs",
+    feature = "nalgebra-sparse",
+    feature = "faer",
+    feature = "ndarray"
+))]
+pub mod interop;
 pub mod matrix_market;
 pub mod reference;
 pub mod scalar;

@@ -1118,3 +1118,105 @@ proptest! {
         let _ = matrix_market::read::<C64, _>(&bytes[..]);
     }
 }
+
+/// Real values are read bit for bit as `str::parse::<f64>` reads them, on the scanner's fast
+/// path (plain decimals) and off it (signs, exponents, `inf`, `nan`, Fortran `D`, 20+ digits).
+#[test]
+fn real_values_are_read_exactly_as_std_parses_them() {
+    let words = [
+        "0.8364128047185735",
+        "0.12345678901234567",
+        "-0.1",
+        "+1.5",
+        ".5",
+        "5.",
+        "-.25e1",
+        "1E-5",
+        "6.02214076e+23",
+        "1.7976931348623157e308",
+        "2.2250738585072014e-308",
+        "2.2250738585072011e-308",
+        "4.9e-324",
+        "1e-400",
+        "1e400",
+        "9007199254740993",
+        "4503599627370497.5",
+        "0.30000000000000004",
+        "12345678901234567890123",
+        "1.00000000000000011102230246251565",
+        "-0",
+        "inf",
+        "-infinity",
+        "NaN",
+    ];
+    let mut text = format!(
+        "%%MatrixMarket matrix coordinate real general\n{} 1 {}\n",
+        words.len(),
+        words.len()
+    );
+    for (i, w) in words.iter().enumerate() {
+        text.push_str(&format!("{} 1 {w}\n", i + 1));
+    }
+    let coo = sparse(read_str::<f64>(&text).unwrap());
+    for (k, w) in words.iter().enumerate() {
+        let expected: f64 = w.parse().unwrap();
+        let got = coo.values()[k];
+        assert!(
+            got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan()),
+            "`{w}`: {got:e}, std {expected:e}"
+        );
+    }
+    // `D` exponents (Fortran) are read as `e`.
+    let coo = sparse(
+        read_str::<f64>("%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 1.5D3\n")
+            .unwrap(),
+    );
+    assert_eq!(coo.values(), &[1500.0]);
+}
+
+/// Indices of every length the scanner reads at once (up to 7 digits) or one by one, and
+/// integer values with signs and up to 19 digits.
+#[test]
+fn indices_and_integers_of_every_length() {
+    let rows: [u64; 8] = [
+        1,
+        9,
+        1_234_567,
+        9_999_999,
+        12_345_678,
+        123_456_789,
+        4_294_967_294,
+        4_294_967_295,
+    ];
+    let values = [
+        "+5",
+        "-12",
+        "0",
+        "1234567",
+        "12345678901234567",
+        "123456789012345678",
+        "-9223372036854775808",
+        "9223372036854775807",
+    ];
+    let mut text = format!(
+        "%%MatrixMarket matrix coordinate integer general\n4294967295 3 {}\n",
+        rows.len()
+    );
+    for (r, v) in rows.iter().zip(values) {
+        text.push_str(&format!("{r} 2 {v}\n"));
+    }
+    let coo = sparse(read_str::<f64>(&text).unwrap());
+    let expected_rows: Vec<u32> = rows.iter().map(|&r| (r - 1) as u32).collect();
+    assert_eq!(coo.row_indices(), &expected_rows[..]);
+    let expected: Vec<f64> = values
+        .iter()
+        .map(|v| v.parse::<i64>().unwrap() as f64)
+        .collect();
+    assert_eq!(coo.values(), &expected[..]);
+    // Past the bound, zero, and past u32 are errors at their line.
+    for (bad, line) in [("4294967296 1 1", 3), ("0 1 1", 3), ("1 4 1", 3)] {
+        let text =
+            format!("%%MatrixMarket matrix coordinate integer general\n4294967295 3 1\n{bad}\n");
+        assert_parse_error(&text, line, &[]);
+    }
+}

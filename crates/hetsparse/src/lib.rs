@@ -3,6 +3,10 @@
 //! This crate re-exports [`hetsparse_core`] and, behind Cargo features, the backend crates:
 //! `cpu` (default), `cuda` and `opencl`. [`Context::auto`] finds every device they reach and
 //! uses them as one.
+//!
+//! The features `sprs`, `nalgebra-sparse`, `faer` and `ndarray` add conversions (`TryFrom`)
+//! between hetsparse's matrices and those libraries' in [`interop`](hetsparse_core::interop),
+//! moving the values rather than copying them.
 #![warn(missing_docs)]
 
 mod choice;

@@ -82,6 +82,7 @@
 //! ```
 
 mod convert;
+mod float;
 mod gzip;
 mod header;
 mod parse;

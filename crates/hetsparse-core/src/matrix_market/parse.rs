@@ -1,6 +1,7 @@
 //! Entry lines: a fast scanner over chunks of whole lines, run on every core, and the careful
 //! per-line parser that it falls back to for anything unusual, which also words the errors.
 
+use super::float;
 use super::header::{line_too_long, parse_error, parse_u64, quote, split_exact};
 use super::{Field, Format, Header, Symmetry};
 use crate::error::MatrixMarketError;
@@ -9,10 +10,7 @@ use crate::scalar::Scalar;
 /// A real value; Fortran `D` exponents are retried as `e`.
 #[inline]
 pub(super) fn parse_real(word: &[u8], line: u64, what: &str) -> Result<f64, MatrixMarketError> {
-    let parsed = std::str::from_utf8(word)
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok());
-    parsed
+    fast_real(word)
         .or_else(|| {
             let s = std::str::from_utf8(word).ok()?;
             if s.contains(['d', 'D']) {
@@ -171,17 +169,42 @@ impl<'a> Cursor<'a> {
     /// A 1-based index in `1..=bound`, returned 0-based; followed by a blank or the end.
     #[inline(always)]
     fn index(&mut self, bound: u64) -> Option<u32> {
+        // Up to seven digits and the byte after them within the next eight bytes: all at once.
+        if let Some(chunk) = self
+            .bytes
+            .get(self.pos..)
+            .and_then(|t| t.first_chunk::<8>())
+        {
+            // Digits become 0..=9, every other byte 10 or more.
+            let a = u64::from_le_bytes(*chunk) ^ 0x3030_3030_3030_3030;
+            let non_digit =
+                (((a & 0x7F7F_7F7F_7F7F_7F7F) + 0x7676_7676_7676_7676) | a) & 0x8080_8080_8080_8080;
+            let n = non_digit.trailing_zeros() / 8;
+            if n == 0 {
+                return None;
+            }
+            if n < 8 {
+                // The digits moved to the top bytes, zeros before them.
+                let v = float::eight_digits(a << (64 - 8 * n));
+                if v == 0 || v > bound {
+                    return None;
+                }
+                self.pos += n as usize;
+                return Some((v - 1) as u32);
+            }
+        }
         let start = self.pos;
         let mut v: u64 = 0;
         while let Some(&b) = self.bytes.get(self.pos) {
             let d = b.wrapping_sub(b'0');
-            if d > 9 {
+            // u32::MAX has 10 digits: an eleventh means the index is out of range, and
+            // stopping there keeps the sum from overflowing.
+            if d > 9 || self.pos - start > 10 {
                 break;
             }
             v = v * 10 + u64::from(d);
             self.pos += 1;
         }
-        // At most 10 digits: u32::MAX has 10, so the sum above cannot overflow.
         let digits = self.pos - start;
         if digits == 0 || digits > 10 || v == 0 || v > bound {
             return None;
@@ -222,27 +245,73 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// A real value as `str::parse::<f64>` reads it (bit for bit): our exact fast path for plain
+/// decimals, std for the rest.
 #[inline(always)]
 fn fast_real(word: &[u8]) -> Option<f64> {
-    std::str::from_utf8(word).ok()?.parse().ok()
+    float::parse_f64(word).or_else(|| std::str::from_utf8(word).ok()?.parse().ok())
+}
+
+impl Cursor<'_> {
+    /// An integer value at the cursor, read in place up to 17 digits (the caller checks what
+    /// follows), else as a word by std.
+    #[inline(always)]
+    fn integer(&mut self) -> Option<i64> {
+        let start = self.pos;
+        let negative = match self.bytes.get(self.pos) {
+            Some(b'-') => {
+                self.pos += 1;
+                true
+            }
+            Some(b'+') => {
+                self.pos += 1;
+                false
+            }
+            _ => false,
+        };
+        let digits = self.pos;
+        let mut v: i64 = 0;
+        while let Some(&b) = self.bytes.get(self.pos) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 || self.pos - digits == 18 {
+                break;
+            }
+            v = v * 10 + i64::from(d);
+            self.pos += 1;
+        }
+        match self.pos - digits {
+            1..=17 => Some(if negative { -v } else { v }),
+            _ => {
+                self.pos = start;
+                std::str::from_utf8(self.word()).ok()?.parse().ok()
+            }
+        }
+    }
+
+    /// A real value at the cursor, read in place by the exact fast path when it can (what
+    /// follows is checked by the caller: a blank or the line end), else as a word by std.
+    #[inline(always)]
+    fn real(&mut self) -> Option<f64> {
+        if let Some((v, len)) = float::parse_prefix(&self.bytes[self.pos..]) {
+            self.pos += len;
+            return Some(v);
+        }
+        fast_real(self.word())
+    }
 }
 
 #[inline(always)]
 fn fast_value<T: Scalar>(field: Field, c: &mut Cursor<'_>) -> Option<T> {
     match field {
         Field::Pattern => Some(T::from_f64(1.0)),
-        Field::Real => Some(T::from_f64(fast_real(c.word())?)),
-        Field::Integer => {
-            let w = c.word();
-            let v = std::str::from_utf8(w).ok()?.parse::<i64>().ok()?;
-            Some(T::from_f64(v as f64))
-        }
+        Field::Real => Some(T::from_f64(c.real()?)),
+        Field::Integer => Some(T::from_f64(c.integer()? as f64)),
         Field::Complex => {
-            let re = fast_real(c.word())?;
+            let re = c.real()?;
             if !c.blanks() {
                 return None;
             }
-            let im = fast_real(c.word())?;
+            let im = c.real()?;
             T::try_from_parts(re, im)
         }
     }
