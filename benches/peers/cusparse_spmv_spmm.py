@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import cupy as cp
 import cupyx.scipy.sparse as cpsp
-import scipy.sparse as sp
+
+from cusparse_spgemm import load  # the same operand files
 
 LOOP = 50
 SPMM_COLUMNS = 32
@@ -26,15 +27,6 @@ SPMM_COLUMNS = 32
 def dense_input(n):
     """The values the Rust bench uses: 1 + (i % 13) / 4."""
     return 1.0 + (np.arange(n) % 13) * 0.25
-
-
-def load(d, stem, shape):
-    indptr = np.fromfile(d / f"{stem}.indptr", dtype="<u8")
-    indices = np.fromfile(d / f"{stem}.indices", dtype="<u4")
-    data = np.fromfile(d / f"{stem}.data", dtype="<f8")
-    if indptr[-1] >= 2**31:
-        raise ValueError(f"{stem}: {indptr[-1]} entries do not fit cuSPARSE's 32-bit indices")
-    return sp.csr_matrix((data, indices.astype(np.int32), indptr.astype(np.int32)), shape=shape)
 
 
 def timed_loop(f, reps):

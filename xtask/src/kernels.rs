@@ -56,19 +56,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     }
     for source in sources {
         let ptx = source.with_extension("ptx");
-        let status = Command::new(&nvcc)
-            .args(["-ptx", "-O3", "-std=c++17"])
-            .arg(format!("-arch={ARCH}"))
-            .arg("-I")
-            .arg(&dir)
-            .arg(&source)
-            .arg("-o")
-            .arg(&ptx)
-            .status()
-            .map_err(|e| format!("cannot run {}: {e}", nvcc.display()))?;
-        if !status.success() {
-            return Err(format!("nvcc failed on {}", source.display()));
-        }
+        compile(&nvcc, "-ptx", ARCH, &dir, &source, &ptx)?;
         let text = fs::read_to_string(&ptx).map_err(|e| format!("{}: {e}", ptx.display()))?;
         let restamped = restamp(&text)?;
         fs::write(&ptx, restamped).map_err(|e| format!("{}: {e}", ptx.display()))?;
@@ -94,19 +82,7 @@ pub fn run(root: &Path) -> Result<(), String> {
                 .and_then(OsStr::to_str)
                 .unwrap_or("module");
             let cubin = dir.join(format!("{stem}.{sm}.cubin"));
-            let status = Command::new(&nvcc)
-                .args(["-cubin", "-O3", "-std=c++17"])
-                .arg(format!("-arch={sm}"))
-                .arg("-I")
-                .arg(&dir)
-                .arg(&source)
-                .arg("-o")
-                .arg(&cubin)
-                .status()
-                .map_err(|e| format!("cannot run {}: {e}", nvcc.display()))?;
-            if !status.success() {
-                return Err(format!("nvcc failed on {} for {sm}", source.display()));
-            }
+            compile(&nvcc, "-cubin", sm, &dir, &source, &cubin)?;
             eprintln!("built {}", cubin.display());
         }
     }
@@ -114,6 +90,32 @@ pub fn run(root: &Path) -> Result<(), String> {
     let record = dir.join("SOURCES");
     fs::write(&record, format!("{fingerprint:016x}\n"))
         .map_err(|e| format!("{}: {e}", record.display()))?;
+    Ok(())
+}
+
+/// Runs nvcc on `source` (headers from `dir`): `kind` is `-ptx` or `-cubin`, `arch` the
+/// virtual or real architecture.
+fn compile(
+    nvcc: &Path,
+    kind: &str,
+    arch: &str,
+    dir: &Path,
+    source: &Path,
+    out: &Path,
+) -> Result<(), String> {
+    let status = Command::new(nvcc)
+        .args([kind, "-O3", "-std=c++17"])
+        .arg(format!("-arch={arch}"))
+        .arg("-I")
+        .arg(dir)
+        .arg(source)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", nvcc.display()))?;
+    if !status.success() {
+        return Err(format!("nvcc failed on {} for {arch}", source.display()));
+    }
     Ok(())
 }
 
