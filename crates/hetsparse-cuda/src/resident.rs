@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use hetsparse_core::{Csr, Dense, Error, Layout, Result};
+use hetsparse_core::{Csr, Dense, Error, HostArray, Layout, Result};
 
 use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::error::BACKEND;
@@ -25,8 +25,9 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     pub nrows: usize,
     pub ncols: usize,
     nnz: u64,
-    /// The row offsets on the host, where they have been needed (or came from there).
-    host_offsets: OnceLock<Arc<Vec<u64>>>,
+    /// The row offsets on the host, where they have been needed (or came from there); shared
+    /// with the matrices downloaded from this one.
+    host_offsets: OnceLock<HostArray<u64>>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
@@ -52,9 +53,10 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             nrows: m.nrows(),
             ncols: m.ncols(),
             nnz: m.nnz(),
-            // Fetched back only if the host needs them (ESC): a copy on every upload cost as
-            // much as the upload on matrices of many short rows.
-            host_offsets: OnceLock::new(),
+            // The host matrix's own offsets, shared (not copied: a copy on every upload cost as
+            // much as the upload on matrices of many short rows), for when the host needs them
+            // (ESC) or a download.
+            host_offsets: OnceLock::from(m.arrays().0.clone()),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -83,13 +85,13 @@ impl<T: DeviceScalar> DeviceCsr<T> {
 
     /// The row offsets on the host: copied from the device (after `stream`) the first time
     /// they are asked for.
-    pub fn host_offsets(&self, stream: &Stream) -> Result<&Arc<Vec<u64>>> {
+    pub fn host_offsets(&self, stream: &Stream) -> Result<&HostArray<u64>> {
         if let Some(h) = self.host_offsets.get() {
             return Ok(h);
         }
         let _span = tracing::debug_span!("D2H", what = "row offsets", rows = self.nrows).entered();
         self.offsets.await_on(stream)?;
-        let h = Arc::new(self.offsets.slice().to_vec(stream)?);
+        let h = HostArray::from(self.offsets.slice().to_vec(stream)?);
         Ok(self.host_offsets.get_or_init(|| h))
     }
 
@@ -140,12 +142,14 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
         let offsets = match self.host_offsets.get() {
-            Some(h) => h.as_ref().clone(),
+            Some(h) => h.clone(),
             None => {
                 self.offsets.await_on(stream)?;
-                self.offsets
-                    .slice()
-                    .to_vec_staged(stream, gpu.pinned_pool())?
+                HostArray::from(
+                    self.offsets
+                        .slice()
+                        .to_vec_staged(stream, gpu.pinned_pool())?,
+                )
             }
         };
         self.cols.await_on(stream)?;
@@ -160,13 +164,15 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         };
         if self.nrows == 0 || !self.valid_on_device(gpu, stream)? {
             // The host check says what is wrong (and where).
-            return Csr::try_new(self.nrows, self.ncols, offsets, cols, vals)
+            return Csr::try_from_arrays(self.nrows, self.ncols, offsets, cols.into(), vals.into())
                 .map_err(|e| invalid(e.to_string()));
         }
         // SAFETY: the arrays are copies of the device's, which `valid_on_device` found to
         // satisfy every CSR invariant (offsets from 0 to nnz, monotone; columns in bounds,
         // sorted, without repeats); their lengths are the matrix's by construction.
-        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) })
+        Ok(unsafe {
+            Csr::from_arrays_unchecked(self.nrows, self.ncols, offsets, cols.into(), vals.into())
+        })
     }
 
     /// Whether the matrix satisfies the CSR invariants, checked where it lies
