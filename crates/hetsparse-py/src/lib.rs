@@ -357,9 +357,9 @@ fn generate_operands<'py>(
 }
 
 /// Seconds each of `runs` products `A · B` take when called from Rust on `device`: the
-/// operands (tuples as for [`spgemm`], float64) are converted once, untimed, then
-/// `Context::spgemm` is timed on hetsparse's own arrays, the result dropped after its time is
-/// taken. The benchmark's measure of what the Python layer adds.
+/// operands (tuples as for [`spgemm`], float64) are made into hetsparse matrices once (read
+/// in place or converted, as [`spgemm`] does), untimed, then `Context::spgemm` is timed on
+/// them, the result dropped after its time is taken. The benchmark's measure of what the Python layer adds.
 #[pyfunction]
 #[pyo3(signature = (a, b, device="auto", runs=5, same=false))]
 fn time_spgemm<'py>(
