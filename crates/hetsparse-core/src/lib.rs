@@ -47,7 +47,9 @@ pub use backend::{
     SpmvOptions, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
-pub use format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
+pub use format::{
+    Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, HostArray, Layout, SparseFormat, SparseRef,
+};
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};
 pub use semiring::{PlusTimes, Semiring};

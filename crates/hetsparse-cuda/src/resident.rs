@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use hetsparse_core::{Csr, Dense, Error, Layout, Result};
+use hetsparse_core::{Csr, Dense, Error, HostArray, Layout, Result};
 
 use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
 use crate::error::BACKEND;
@@ -25,8 +25,9 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     pub nrows: usize,
     pub ncols: usize,
     nnz: u64,
-    /// The row offsets on the host, where they have been needed (or came from there).
-    host_offsets: OnceLock<Arc<Vec<u64>>>,
+    /// The row offsets on the host, where they have been needed (or came from there); shared
+    /// with the matrices downloaded from this one.
+    host_offsets: OnceLock<HostArray<u64>>,
     /// Entries of the longest row, once SpMV or SpMM asked (it picks their kernel).
     longest_row: OnceLock<u64>,
     pub offsets: Arc<DeviceBuffer<u64>>,
@@ -54,9 +55,10 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             nrows: m.nrows(),
             ncols: m.ncols(),
             nnz: m.nnz(),
-            // Fetched back only if the host needs them (ESC): a copy on every upload cost as
-            // much as the upload on matrices of many short rows.
-            host_offsets: OnceLock::new(),
+            // The host matrix's own offsets, shared (not copied: a copy on every upload cost as
+            // much as the upload on matrices of many short rows), for when the host needs them
+            // (ESC) or a download.
+            host_offsets: OnceLock::from(m.arrays().0.clone()),
             longest_row: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
@@ -87,47 +89,45 @@ impl<T: DeviceScalar> DeviceCsr<T> {
 
     /// The row offsets on the host: copied from the device (after `stream`) the first time
     /// they are asked for.
-    pub fn host_offsets(&self, stream: &Stream) -> Result<&Arc<Vec<u64>>> {
+    pub fn host_offsets(&self, stream: &Stream) -> Result<&HostArray<u64>> {
         if let Some(h) = self.host_offsets.get() {
             return Ok(h);
         }
         let _span = tracing::debug_span!("D2H", what = "row offsets", rows = self.nrows).entered();
         self.offsets.await_on(stream)?;
-        let h = Arc::new(self.offsets.slice().to_vec(stream)?);
+        let h = HostArray::from(self.offsets.slice().to_vec(stream)?);
         Ok(self.host_offsets.get_or_init(|| h))
     }
 
-    /// Entries of the longest row: from the host offsets where they are there, else by a
-    /// reduction on the device after `stream` (one 8-byte read-back), the first time it is
-    /// asked for.
+    /// Entries of the longest row, by a reduction on the device after `stream` (one 8-byte
+    /// read-back; a host pass over the offsets, even where they are on the host, costs more
+    /// on matrices of millions of rows), the first time it is asked for.
     pub fn longest_row(&self, gpu: &Gpu, stream: &Stream) -> Result<u64> {
         if let Some(&n) = self.longest_row.get() {
             return Ok(n);
         }
-        let n = match self.host_offsets.get() {
-            Some(h) => h.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
-            None if self.nrows == 0 => 0,
-            None => {
-                let _span = tracing::debug_span!("longest row", rows = self.nrows).entered();
-                self.offsets.await_on(stream)?;
-                let out = DeviceBuffer::<u64>::new(gpu.memory(), 1, "longest row")?;
-                out.slice().zero(stream)?;
-                let f = gpu.function("spmv", "csr_longest_row")?;
-                // SAFETY: the offsets hold nrows + 1 values, `out` one.
-                unsafe {
-                    gpu.launch(
-                        f,
-                        LaunchConfig::for_threads(self.nrows as u64, 256),
-                        stream,
-                        &[
-                            Arg::U64(self.nrows as u64),
-                            self.offsets.slice().arg(),
-                            out.slice().arg(),
-                        ],
-                    )?
-                };
-                out.slice().to_vec(stream)?.first().copied().unwrap_or(0)
-            }
+        let n = if self.nrows == 0 {
+            0
+        } else {
+            let _span = tracing::debug_span!("longest row", rows = self.nrows).entered();
+            self.offsets.await_on(stream)?;
+            let out = DeviceBuffer::<u64>::new(gpu.memory(), 1, "longest row")?;
+            out.slice().zero(stream)?;
+            let f = gpu.function("spmv", "csr_longest_row")?;
+            // SAFETY: the offsets hold nrows + 1 values, `out` one.
+            unsafe {
+                gpu.launch(
+                    f,
+                    LaunchConfig::for_threads(self.nrows as u64, 256),
+                    stream,
+                    &[
+                        Arg::U64(self.nrows as u64),
+                        self.offsets.slice().arg(),
+                        out.slice().arg(),
+                    ],
+                )?
+            };
+            out.slice().to_vec(stream)?.first().copied().unwrap_or(0)
         };
         Ok(*self.longest_row.get_or_init(|| n))
     }
@@ -180,12 +180,14 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     pub fn download(&self, gpu: &Gpu, stream: &Stream) -> Result<Csr<T>> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
         let offsets = match self.host_offsets.get() {
-            Some(h) => h.as_ref().clone(),
+            Some(h) => h.clone(),
             None => {
                 self.offsets.await_on(stream)?;
-                self.offsets
-                    .slice()
-                    .to_vec_staged(stream, gpu.pinned_pool())?
+                HostArray::from(
+                    self.offsets
+                        .slice()
+                        .to_vec_staged(stream, gpu.pinned_pool())?,
+                )
             }
         };
         self.cols.await_on(stream)?;
@@ -200,13 +202,15 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         };
         if self.nrows == 0 || !self.valid_on_device(gpu, stream)? {
             // The host check says what is wrong (and where).
-            return Csr::try_new(self.nrows, self.ncols, offsets, cols, vals)
+            return Csr::try_from_arrays(self.nrows, self.ncols, offsets, cols.into(), vals.into())
                 .map_err(|e| invalid(e.to_string()));
         }
         // SAFETY: the arrays are copies of the device's, which `valid_on_device` found to
         // satisfy every CSR invariant (offsets from 0 to nnz, monotone; columns in bounds,
         // sorted, without repeats); their lengths are the matrix's by construction.
-        Ok(unsafe { Csr::from_parts_unchecked(self.nrows, self.ncols, offsets, cols, vals) })
+        Ok(unsafe {
+            Csr::from_arrays_unchecked(self.nrows, self.ncols, offsets, cols.into(), vals.into())
+        })
     }
 
     /// Whether the matrix satisfies the CSR invariants, checked where it lies

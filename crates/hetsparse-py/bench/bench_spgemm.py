@@ -5,9 +5,9 @@ For every matrix class of hetsparse's benchmarks (the operands of ``cargo xtask 
 
 - ``scipy``: ``A @ B`` (scipy's own SpGEMM, one thread);
 - ``hetsparse``: ``hetsparse.spgemm(A, B, device)``, scipy operands in, scipy result out;
-- ``rust``: the same product called from Rust on hetsparse's own arrays
-  (``hetsparse._hetsparse.time_spgemm``: the operands converted once, untimed, then
-  ``Context::spgemm`` timed), i.e. without the Python layer;
+- ``rust``: the same product called from Rust on hetsparse matrices
+  (``hetsparse._hetsparse.time_spgemm``: the operands made into matrices once, untimed, as
+  ``spgemm`` makes them, then ``Context::spgemm`` timed), i.e. without the Python layer;
 - ``cupy`` (``--cupy``): CuPy's ``A @ B`` including its transfers: the operands copied to
   the GPU, the product, the result copied back to a scipy matrix.
 

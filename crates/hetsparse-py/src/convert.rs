@@ -1,11 +1,30 @@
 //! scipy.sparse arrays in, hetsparse matrices out, and back.
 //!
-//! hetsparse's matrices own their arrays (`Vec<u64>` row offsets, `Vec<u32>` indices, `Vec<T>`
-//! values), so an operand is copied once into them: indices are converted (scipy stores
-//! `int32` or `int64`) and checked in the same parallel pass, values are copied as they are.
+//! A canonical CSR or CSC operand (indices sorted and unique in each line, as scipy's own
+//! products leave them) is read in place: hetsparse's matrices take `u64` row offsets, `u32`
+//! indices and values of the compute dtype as [`HostArray`]s, which may be NumPy's memory. So
+//! `int64` offsets are NumPy's (the same bits once checked non-negative), `int32` ones are
+//! widened (only `rows + 1` of them); `int32` indices are NumPy's (the same bits once checked
+//! to lie in `0..columns`), `int64` ones are narrowed into a vector of ours; values are
+//! NumPy's. [`Csr::try_from_arrays`] then checks every invariant in one parallel pass that only
+//! reads. An operand it rejects (unsorted or repeated indices, which scipy allows, or a
+//! malformed one) takes the copying path: indices converted and checked in one parallel pass,
+//! values copied, lines sorted and repeats summed, faults reported in NumPy's terms. COO
+//! operands are always converted.
+//!
+//! NumPy's memory is read while the GIL is released. It is kept alive by references to the
+//! arrays ([`NumpyArrays`], held by the matrices that read them) and kept from writers in this
+//! process that follow NumPy's borrow rules by read-only borrows (`PyReadonlyArray`) that the
+//! caller holds for the whole call; that no borrowed matrix outlives the call is checked
+//! ([`View::released`]). Python code that writes an operand's arrays from another thread
+//! during a call is not supported (as with scipy's own products): the result is undefined.
+//!
 //! Results go the other way without copying values: NumPy takes ownership of the vectors.
 
-use hetsparse::{Coo, Csc, Csr, Scalar};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hetsparse::{Coo, Csc, Csr, HostArray, Scalar};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -70,13 +89,34 @@ impl<'py> Index<'py> {
         }
     }
 
+    /// A new reference to the array (the GIL is held: `'py`).
+    fn reference(&self) -> Py<PyAny> {
+        match self {
+            Index::I32(a) => a.as_any().clone().unbind(),
+            Index::I64(a) => a.as_any().clone().unbind(),
+        }
+    }
+
     fn slice(&self, what: &str) -> PyResult<IndexSlice<'_>> {
-        let not_contiguous = |_| value(format!("{what} is not contiguous"));
         Ok(match self {
-            Index::I32(a) => IndexSlice::I32(a.as_slice().map_err(not_contiguous)?),
-            Index::I64(a) => IndexSlice::I64(a.as_slice().map_err(not_contiguous)?),
+            Index::I32(a) => IndexSlice::I32(contents(a, what)?),
+            Index::I64(a) => IndexSlice::I64(contents(a, what)?),
         })
     }
+}
+
+/// The elements of a contiguous, aligned array (`ValueError` for another: the Python layer
+/// passes only such arrays, copying others).
+pub fn contents<'a, X: numpy::Element, D: numpy::ndarray::Dimension>(
+    array: &'a numpy::PyReadonlyArray<'_, X, D>,
+    what: &str,
+) -> PyResult<&'a [X]> {
+    if !array.data().cast_const().is_aligned() {
+        return Err(value(format!("{what} is not aligned")));
+    }
+    array
+        .as_slice()
+        .map_err(|_| value(format!("{what} is not contiguous")))
 }
 
 /// One sparse operand as the Python layer hands it over:
@@ -130,8 +170,9 @@ impl<'py> Parts<'py> {
         })
     }
 
-    /// Borrows the arrays for a computation without the GIL; `T` is the dtype the data must
-    /// have (`TypeError` otherwise).
+    /// Borrows the arrays for a computation without the GIL (`data`, from [`Parts::data`], is
+    /// the data as the compute dtype). The read-only borrows (`self`'s and `data`) must be held
+    /// until the view is dropped: matrices made from the view read the arrays in place.
     pub fn view<'a, T: Scalar + numpy::Element>(
         &'a self,
         data: &'a PyReadonlyArray1<'py, T>,
@@ -142,9 +183,14 @@ impl<'py> Parts<'py> {
             ncols: self.ncols,
             major: self.major.slice("indptr")?,
             minor: self.minor.slice("indices")?,
-            data: data
-                .as_slice()
-                .map_err(|_| value("data is not contiguous"))?,
+            data: contents(data, "data")?,
+            arrays: Arc::new(NumpyArrays {
+                _references: [
+                    self.major.reference(),
+                    self.minor.reference(),
+                    data.as_any().clone().unbind(),
+                ],
+            }),
         })
     }
 
@@ -164,7 +210,6 @@ impl<'py> Parts<'py> {
 }
 
 /// A sparse operand's arrays, borrowed from NumPy.
-#[derive(Clone, Copy)]
 pub struct View<'a, T> {
     format: Format,
     nrows: usize,
@@ -172,6 +217,18 @@ pub struct View<'a, T> {
     major: IndexSlice<'a>,
     minor: IndexSlice<'a>,
     data: &'a [T],
+    /// What keeps the arrays alive for the matrices that read them in place.
+    arrays: Arc<NumpyArrays>,
+}
+
+/// References to an operand's three NumPy arrays, taken with the GIL held: the owner of the
+/// [`HostArray`]s that read NumPy's memory in place. It is `Send + Sync` (`Py` is): dropped
+/// without the GIL, as it may be on a worker thread, PyO3 defers the reference count's
+/// decrement to the next time a thread holds the GIL; the [`View`] it came from holds one
+/// more reference and drops it with the GIL held, so in practice the arrays are released
+/// there.
+pub struct NumpyArrays {
+    _references: [Py<PyAny>; 3],
 }
 
 /// A host sparse matrix in the format scipy gave, for SpMV and SpMM.
@@ -210,31 +267,47 @@ impl<T: Scalar> View<'_, T> {
     pub fn matrix(&self) -> PyResult<Owned<T>> {
         Ok(match self.format {
             Format::Csr => Owned::Csr(self.csr(false)?),
-            Format::Csc => {
-                let (_, _, offsets, indices, values) = self.csr(true)?.into_parts();
-                Owned::Csc(
-                    Csc::try_new(self.nrows, self.ncols, offsets, indices, values)
-                        .map_err(|e| to_py(e.into()))?,
-                )
-            }
+            // CSC arrays are the CSR arrays of the transpose.
+            Format::Csc => Owned::Csc(Csc::from_transpose(self.csr(true)?)),
             Format::Coo => Owned::Coo(self.coo(false)?),
         })
     }
 
+    /// Checks that no matrix made from this view (which may read NumPy's memory) is still
+    /// alive: called once a computation is over, before the read-only borrows are released.
+    /// One that is would be a bug of this module (`RuntimeError`).
+    pub fn released(&self) -> PyResult<()> {
+        if Arc::strong_count(&self.arrays) == 1 {
+            Ok(())
+        } else {
+            Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "hetsparse: a matrix reading an operand's arrays outlived the call (a bug, \
+                 please report it)",
+            ))
+        }
+    }
+
     /// The matrix (or, with `transpose`, its transpose) in canonical CSR. CSR arrays are the
-    /// CSR of the matrix and CSC arrays the CSR of its transpose, so one of the two is a
-    /// conversion of indices only; the other transposes after that.
+    /// CSR of the matrix and CSC arrays the CSR of its transpose, so one of the two reads the
+    /// arrays in place where it can (see the module's documentation); the other transposes
+    /// after that.
     pub fn csr(&self, transpose: bool) -> PyResult<Csr<T>> {
         let (nrows, ncols) = (self.nrows, self.ncols);
+        let lines = |nmajor, nminor| {
+            compressed(
+                nmajor,
+                nminor,
+                self.major,
+                self.minor,
+                self.data,
+                &self.arrays,
+            )
+        };
         match (self.format, transpose) {
-            (Format::Csr, false) => compressed(nrows, ncols, self.major, self.minor, self.data),
-            (Format::Csc, true) => compressed(ncols, nrows, self.major, self.minor, self.data),
-            (Format::Csr, true) => compressed(nrows, ncols, self.major, self.minor, self.data)?
-                .transpose()
-                .map_err(to_py),
-            (Format::Csc, false) => compressed(ncols, nrows, self.major, self.minor, self.data)?
-                .transpose()
-                .map_err(to_py),
+            (Format::Csr, false) => lines(nrows, ncols),
+            (Format::Csc, true) => lines(ncols, nrows),
+            (Format::Csr, true) => lines(nrows, ncols)?.transpose().map_err(to_py),
+            (Format::Csc, false) => lines(ncols, nrows)?.transpose().map_err(to_py),
             (Format::Coo, t) => self.coo(t)?.to_csr().map_err(to_py),
         }
     }
@@ -386,14 +459,135 @@ fn widen<I: Copy + Into<i64> + Sync>(src: &[I], out: &mut [std::mem::MaybeUninit
 }
 
 /// Canonical CSR of `nmajor` lines over `nminor` from compressed arrays that may be unsorted
-/// or hold duplicates (those are summed, as scipy means them).
+/// or hold duplicates (those are summed, as scipy means them): NumPy's arrays read in place
+/// when they are canonical ([`in_place`]), else converted ([`converted`]).
+///
+/// `arrays` must hold references to the arrays of `major`, `minor` and `data`, and the caller
+/// must keep read-only borrows of them until every matrix made here is dropped.
 fn compressed<T: Scalar>(
     nmajor: usize,
     nminor: usize,
     major: IndexSlice<'_>,
     minor: IndexSlice<'_>,
     data: &[T],
+    arrays: &Arc<NumpyArrays>,
 ) -> PyResult<Csr<T>> {
+    // SAFETY: forwarded from this function's contract.
+    match unsafe { in_place(nmajor, nminor, major, minor, data, arrays) }? {
+        Some(matrix) => Ok(matrix),
+        None => converted(nmajor, nminor, major, minor, data),
+    }
+}
+
+/// How compressed operands were read, counted for the tests (`_hetsparse._conversions`): the
+/// operands whose offsets, indices and values were read in place, and those converted.
+pub static CONVERSIONS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn count(which: usize) {
+    CONVERSIONS[which].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The canonical CSR matrix over NumPy's arrays, or `None` when they are not canonical (or
+/// malformed: the converting path says how). Reads in place what it can (see the module's
+/// documentation); [`Csr::try_from_arrays`] checks every invariant.
+///
+/// # Safety
+/// As for [`compressed`]: `arrays` keeps the arrays behind `major`, `minor` and `data` alive
+/// and the caller holds read-only borrows of them for as long as the matrix made here lives.
+unsafe fn in_place<T: Scalar>(
+    nmajor: usize,
+    nminor: usize,
+    major: IndexSlice<'_>,
+    minor: IndexSlice<'_>,
+    data: &[T],
+    arrays: &Arc<NumpyArrays>,
+) -> PyResult<Option<Csr<T>>> {
+    let max = hetsparse::format::MAX_DIMENSION;
+    if nmajor > max || nminor > max {
+        return Ok(None);
+    }
+    // SAFETY (each `from_foreign` below): the slice is NumPy's array, which `arrays` keeps
+    // alive and the caller's read-only borrow keeps unwritten (this function's contract), and
+    // the element type read has the size and alignment of the stored one with every bit
+    // pattern valid (i64 as u64, i32 as u32, T as T). Values read as u64 or u32 that were
+    // negative become huge and fail the bounds and order checks of `try_from_arrays`, whose
+    // rejection drops the arrays unread further.
+    let offsets = match major {
+        IndexSlice::I64(s) => unsafe {
+            HostArray::from_foreign(s.as_ptr().cast::<u64>(), s.len(), Arc::clone(arrays))
+        },
+        IndexSlice::I32(s) => {
+            let mut widened: Vec<u64> = try_vec(s.len(), "indptr")?;
+            widen(s, &mut widened.spare_capacity_mut()[..s.len()]);
+            // SAFETY: `widen` wrote all of them.
+            unsafe { widened.set_len(s.len()) };
+            HostArray::from(widened)
+        }
+    };
+    let indices = match minor {
+        // Only then is every non-negative i32 a valid index and every negative one (read as
+        // u32, at least 2^31) out of bounds.
+        IndexSlice::I32(s) if nminor <= 1 << 31 => unsafe {
+            HostArray::from_foreign(s.as_ptr().cast::<u32>(), s.len(), Arc::clone(arrays))
+        },
+        IndexSlice::I32(_) => return Ok(None),
+        IndexSlice::I64(s) => match narrow(s)? {
+            Some(narrowed) => HostArray::from(narrowed),
+            None => return Ok(None),
+        },
+    };
+    let values = unsafe { HostArray::from_foreign(data.as_ptr(), data.len(), Arc::clone(arrays)) };
+    let Ok(matrix) = Csr::try_from_arrays(nmajor, nminor, offsets, indices, values) else {
+        return Ok(None);
+    };
+    let (offsets, indices, values) = matrix.arrays();
+    for (which, in_place) in [
+        offsets.is_foreign(),
+        indices.is_foreign(),
+        values.is_foreign(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if in_place {
+            count(which);
+        }
+    }
+    Ok(Some(matrix))
+}
+
+/// `src` as `u32` in a vector of ours, or `None` when one is outside `0..2^32`.
+fn narrow(src: &[i64]) -> PyResult<Option<Vec<u32>>> {
+    let n = src.len();
+    let mut out: Vec<u32> = try_vec(n, "indices")?;
+    let all_fit = out.spare_capacity_mut()[..n]
+        .par_chunks_mut(PIECE)
+        .zip(src.par_chunks(PIECE))
+        .map(|(out, src)| {
+            let mut outside = false;
+            for (slot, &i) in out.iter_mut().zip(src) {
+                outside |= i as u64 > u64::from(u32::MAX);
+                slot.write(i as u32);
+            }
+            !outside
+        })
+        .reduce(|| true, |a, b| a && b);
+    // SAFETY: every chunk wrote each of its elements.
+    unsafe { out.set_len(n) };
+    Ok(all_fit.then_some(out))
+}
+
+/// Canonical CSR of `nmajor` lines over `nminor` from compressed arrays converted into vectors
+/// of ours, lines sorted and repeats summed where they are not canonical; faults reported in
+/// NumPy's terms (`ValueError`).
+fn converted<T: Scalar>(
+    nmajor: usize,
+    nminor: usize,
+    major: IndexSlice<'_>,
+    minor: IndexSlice<'_>,
+    data: &[T],
+) -> PyResult<Csr<T>> {
+    count(3);
     if minor.len() != data.len() {
         return Err(value(format!(
             "indices and data have lengths {} and {}; they must be equal",

@@ -171,6 +171,8 @@ fn spgemm_t<'py, T: PyScalar>(
         };
         chunked::spgemm(&ctx, &left, right, &run).map_err(to_py)
     })?;
+    a.released()?;
+    b.released()?;
     csr_to_py(py, c)
 }
 
@@ -217,7 +219,7 @@ fn spmm_t<'py, T: PyScalar>(
             a.shape().1
         )));
     }
-    let x_data = x.as_slice().map_err(|_| value("X is not contiguous"))?;
+    let x_data = convert::contents(&x, "X")?;
     let run = run_control();
     let y = detached(py, &run, a.nnz() + x_data.len(), || {
         let ctx = context::<T>(choice)?;
@@ -231,6 +233,7 @@ fn spmm_t<'py, T: PyScalar>(
             .spmm_with(a.as_ref().into(), (&x).into(), &SpmmOptions::new(), &run)
             .map_err(to_py)
     })?;
+    a.released()?;
     let row_major = y.layout() == Layout::RowMajor;
     Ok((PyArray1::from_vec(py, y.into_data()).into_any(), row_major))
 }
@@ -261,7 +264,7 @@ fn spmv_t<'py, T: PyScalar>(
         .map_err(|_| PyTypeError::new_err("x must be a one-dimensional array of A's dtype"))?
         .try_readonly()
         .map_err(|_| value("x is being written elsewhere"))?;
-    let x = x.as_slice().map_err(|_| value("x is not contiguous"))?;
+    let x = convert::contents(&x, "x")?;
     if a.shape().1 != x.len() {
         return Err(value(format!(
             "dimension mismatch: A is {}×{}, x has length {}",
@@ -278,6 +281,7 @@ fn spmv_t<'py, T: PyScalar>(
             .spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
             .map_err(to_py)
     })?;
+    a.released()?;
     Ok(PyArray1::from_vec(py, y).into_any())
 }
 
@@ -353,9 +357,9 @@ fn generate_operands<'py>(
 }
 
 /// Seconds each of `runs` products `A · B` take when called from Rust on `device`: the
-/// operands (tuples as for [`spgemm`], float64) are converted once, untimed, then
-/// `Context::spgemm` is timed on hetsparse's own arrays, the result dropped after its time is
-/// taken. The benchmark's measure of what the Python layer adds.
+/// operands (tuples as for [`spgemm`], float64) are made into hetsparse matrices once (read
+/// in place or converted, as [`spgemm`] does), untimed, then `Context::spgemm` is timed on
+/// them, the result dropped after its time is taken. The benchmark's measure of what the Python layer adds.
 #[pyfunction]
 #[pyo3(signature = (a, b, device="auto", runs=5, same=false))]
 fn time_spgemm<'py>(
@@ -369,8 +373,9 @@ fn time_spgemm<'py>(
     let choice = devices::parse(device)?;
     let (a, b) = (Parts::extract(a, "A")?, Parts::extract(b, "B")?);
     let (a_data, b_data) = (a.data::<f64>("A")?, b.data::<f64>("B")?);
-    let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
-    py.allow_threads(|| {
+    let (a_view, b_view) = (a.view(&a_data)?, b.view(&b_data)?);
+    let (a, b) = (&a_view, &b_view);
+    let times = py.allow_threads(|| {
         let ctx = context::<f64>(&choice)?;
         let a: Csr<f64> = a.csr(false)?;
         let b_owned;
@@ -387,8 +392,22 @@ fn time_spgemm<'py>(
             times.push(start.elapsed().as_secs_f64());
             drop(c);
         }
-        Ok(times)
-    })
+        Ok::<_, PyErr>(times)
+    })?;
+    a_view.released()?;
+    b_view.released()?;
+    Ok(times)
+}
+
+/// How many compressed operands were read in place (their offsets, their indices, their
+/// values) and how many were converted, since the module was loaded: `(offsets, indices,
+/// values, converted)`. For the tests; not part of the package's API.
+#[pyfunction]
+#[pyo3(name = "_conversions")]
+fn conversions() -> (u64, u64, u64, u64) {
+    let [offsets, indices, values, converted] = &convert::CONVERSIONS;
+    let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    (read(offsets), read(indices), read(values), read(converted))
 }
 
 /// The native module.
@@ -400,6 +419,7 @@ fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(list_devices, m)?)?;
     m.add_function(wrap_pyfunction!(generate_operands, m)?)?;
     m.add_function(wrap_pyfunction!(time_spgemm, m)?)?;
+    m.add_function(wrap_pyfunction!(conversions, m)?)?;
     m.add("DeviceError", m.py().get_type::<DeviceError>())?;
     m.add(
         "FEATURES",

@@ -21,7 +21,7 @@ use super::resident::{CsrOperand, MemorySpace, PatternId, ResidentCsr};
 use super::run::RunControl;
 use super::{check, Device};
 use crate::error::{Error, Result};
-use crate::format::Csr;
+use crate::format::{Csr, HostArray};
 use crate::scalar::Scalar;
 use crate::semiring::{PlusTimes, Semiring};
 
@@ -238,8 +238,8 @@ pub fn execute_on_host<T: Scalar>(
 /// executions use; every host backend can still execute the plan from the structure alone.
 pub struct HostStructure {
     ncols: usize,
-    row_offsets: Arc<Vec<u64>>,
-    col_indices: Arc<Vec<u32>>,
+    row_offsets: HostArray<u64>,
+    col_indices: HostArray<u32>,
     extension: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -257,11 +257,11 @@ impl fmt::Debug for HostStructure {
 impl HostStructure {
     /// The structure of a computed product (shared with it, not copied).
     pub fn of<T: Scalar>(c: &Csr<T>) -> Self {
-        let (row_offsets, col_indices) = c.shared_structure();
+        let (row_offsets, col_indices, _) = c.arrays();
         HostStructure {
             ncols: c.ncols(),
-            row_offsets,
-            col_indices,
+            row_offsets: row_offsets.clone(),
+            col_indices: col_indices.clone(),
             extension: None,
         }
     }
@@ -309,12 +309,12 @@ impl HostStructure {
         // SAFETY: the structure is that of a valid matrix of these dimensions (it was made
         // from one), and there is one value per entry.
         Ok(unsafe {
-            Csr::from_shared_parts_unchecked(
+            Csr::from_arrays_unchecked(
                 self.nrows(),
                 self.ncols,
-                Arc::clone(&self.row_offsets),
-                Arc::clone(&self.col_indices),
-                values,
+                self.row_offsets.clone(),
+                self.col_indices.clone(),
+                values.into(),
             )
         })
     }
@@ -433,12 +433,12 @@ pub fn numeric<T: Scalar, S: Semiring<T>>(
     // SAFETY: the structure is that of a canonical product (sorted, in bounds: it was made
     // from a valid matrix of these dimensions, checked above); every value was written.
     Ok(unsafe {
-        Csr::from_shared_parts_unchecked(
+        Csr::from_arrays_unchecked(
             nrows,
             ncols,
-            Arc::clone(&structure.row_offsets),
-            Arc::clone(&structure.col_indices),
-            values,
+            structure.row_offsets.clone(),
+            structure.col_indices.clone(),
+            values.into(),
         )
     })
 }

@@ -1,9 +1,8 @@
 use std::ops::Range;
-use std::sync::Arc;
 
 use super::{
     check_len, check_shape, sort_and_sum_lines, validate_compressed, CompressedNames, Coo, Dense,
-    Layout,
+    HostArray, Layout,
 };
 use crate::error::{Error, FormatError};
 use crate::host;
@@ -34,16 +33,18 @@ const CSC: CompressedNames = CompressedNames {
 /// # Ok::<(), hetsparse_core::FormatError>(())
 /// ```
 ///
-/// The structure (offsets and column indices) is reference-counted: matrices of one pattern
-/// with different values (a plan's results, `Backend::upload_values` on the host) share it, and
-/// cloning copies only the values.
+/// The three arrays are [`HostArray`]s: reference-counted, so clones share them (values are
+/// copied when one clone writes them, [`Csr::values_mut`]) and matrices of one pattern with
+/// different values (a plan's results, `Backend::upload_values` on the host) share the
+/// structure; and they may be memory that someone else owns, read in place
+/// ([`Csr::try_from_arrays`] over [`HostArray::from_foreign`] arrays: NumPy's, say).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Csr<T> {
     nrows: usize,
     ncols: usize,
-    row_offsets: Arc<Vec<u64>>,
-    col_indices: Arc<Vec<u32>>,
-    values: Vec<T>,
+    row_offsets: HostArray<u64>,
+    col_indices: HostArray<u32>,
+    values: HostArray<T>,
 }
 
 impl<T: Scalar> Csr<T> {
@@ -59,9 +60,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         })
     }
 
@@ -87,8 +88,39 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
+        })
+    }
+
+    /// Builds a CSR matrix from canonical arrays wherever they are stored (owned vectors,
+    /// shared ones, or foreign memory: [`HostArray::from_foreign`]), checking every invariant
+    /// that [`Csr::try_new`] checks, in a pass that only reads them (in parallel on large
+    /// matrices). Nothing is copied: the matrix reads the arrays in place.
+    ///
+    /// ```
+    /// use hetsparse_core::format::{Csr, HostArray};
+    /// let offsets = HostArray::from(vec![0u64, 1, 2]);
+    /// let a = Csr::try_from_arrays(2, 2, offsets.clone(), vec![1].into(), vec![5.0].into());
+    /// assert!(a.is_err()); // two rows' offsets end at 2: one column index is too few
+    /// let a = Csr::try_from_arrays(2, 2, offsets, vec![1, 0].into(), vec![5.0, 6.0].into())?;
+    /// assert_eq!(a.get(1, 0), Some(6.0));
+    /// # Ok::<(), hetsparse_core::FormatError>(())
+    /// ```
+    pub fn try_from_arrays(
+        nrows: usize,
+        ncols: usize,
+        row_offsets: HostArray<u64>,
+        col_indices: HostArray<u32>,
+        values: HostArray<T>,
+    ) -> Result<Self, FormatError> {
+        Self::check_parts(CSR, nrows, ncols, &row_offsets, &col_indices, &values, true)?;
+        Ok(Csr {
+            nrows,
+            ncols,
+            row_offsets,
+            col_indices,
             values,
         })
     }
@@ -112,9 +144,9 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows,
             ncols,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         }
     }
 
@@ -144,9 +176,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows,
             ncols,
-            row_offsets: Arc::new(host::try_filled(nrows + 1, 0, "CSR row offsets")?),
-            col_indices: Arc::new(Vec::new()),
-            values: Vec::new(),
+            row_offsets: HostArray::from(host::try_filled(nrows + 1, 0, "CSR row offsets")?),
+            col_indices: HostArray::default(),
+            values: HostArray::default(),
         })
     }
 
@@ -160,9 +192,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: n,
             ncols: n,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values: host::try_filled(n, T::from_f64(1.0), "CSR values")?,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(host::try_filled(n, T::from_f64(1.0), "CSR values")?),
         })
     }
 
@@ -194,9 +226,15 @@ impl<T: Scalar> Csr<T> {
     pub fn values(&self) -> &[T] {
         &self.values
     }
-    /// Stored values, mutable (the structure stays fixed).
+    /// Stored values, mutable (the structure stays fixed). Values that are shared with a
+    /// clone or that are someone else's memory are copied first (copy on write).
     pub fn values_mut(&mut self) -> &mut [T] {
-        &mut self.values
+        self.values.make_mut()
+    }
+    /// The three arrays, as stored: `(row_offsets, col_indices, values)` (clone one to share
+    /// it, or ask whether it is foreign memory).
+    pub fn arrays(&self) -> (&HostArray<u64>, &HostArray<u32>, &HostArray<T>) {
+        (&self.row_offsets, &self.col_indices, &self.values)
     }
     /// Row `i`'s column indices and values. Panics if `i >= nrows` (a programming error).
     pub fn row(&self, i: usize) -> (&[u32], &[T]) {
@@ -239,28 +277,29 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: self.nrows,
             ncols: self.ncols,
-            row_offsets: Arc::clone(&self.row_offsets),
-            col_indices: Arc::clone(&self.col_indices),
-            values,
+            row_offsets: self.row_offsets.clone(),
+            col_indices: self.col_indices.clone(),
+            values: HostArray::from(values),
         })
     }
 
-    /// The structure, shared.
-    pub(crate) fn shared_structure(&self) -> (Arc<Vec<u64>>, Arc<Vec<u32>>) {
-        (Arc::clone(&self.row_offsets), Arc::clone(&self.col_indices))
-    }
-
-    /// A matrix over a shared structure.
+    /// A matrix over arrays as they are stored (shared or foreign), without checking.
     ///
     /// # Safety
-    /// The structure must be canonical for `nrows × ncols` and `values` as long as its indices.
-    pub(crate) unsafe fn from_shared_parts_unchecked(
+    /// The arrays must satisfy every invariant [`Csr::try_new`] checks (a structure canonical
+    /// for `nrows × ncols`, as many values as column indices): kernels index with them without
+    /// bounds checks. Debug builds check anyway.
+    pub unsafe fn from_arrays_unchecked(
         nrows: usize,
         ncols: usize,
-        row_offsets: Arc<Vec<u64>>,
-        col_indices: Arc<Vec<u32>>,
-        values: Vec<T>,
+        row_offsets: HostArray<u64>,
+        col_indices: HostArray<u32>,
+        values: HostArray<T>,
     ) -> Self {
+        debug_assert_eq!(
+            Self::check_parts(CSR, nrows, ncols, &row_offsets, &col_indices, &values, true),
+            Ok(())
+        );
         Csr {
             nrows,
             ncols,
@@ -270,14 +309,16 @@ impl<T: Scalar> Csr<T> {
         }
     }
 
-    /// `(nrows, ncols, row_offsets, col_indices, values)`.
+    /// `(nrows, ncols, row_offsets, col_indices, values)`: each array handed over as it is when
+    /// this matrix owns it alone, copied when it is shared with another matrix or is someone
+    /// else's memory.
     pub fn into_parts(self) -> (usize, usize, Vec<u64>, Vec<u32>, Vec<T>) {
         (
             self.nrows,
             self.ncols,
-            Arc::try_unwrap(self.row_offsets).unwrap_or_else(|shared| (*shared).clone()),
-            Arc::try_unwrap(self.col_indices).unwrap_or_else(|shared| (*shared).clone()),
-            self.values,
+            self.row_offsets.into_vec(),
+            self.col_indices.into_vec(),
+            self.values.into_vec(),
         )
     }
 
@@ -297,14 +338,14 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: range.len(),
             ncols: self.ncols,
-            row_offsets: Arc::new(
+            row_offsets: HostArray::from(
                 self.row_offsets[range.start..=range.end]
                     .iter()
                     .map(|o| o - base)
-                    .collect(),
+                    .collect::<Vec<u64>>(),
             ),
-            col_indices: Arc::new(self.col_indices[s..e].to_vec()),
-            values: self.values[s..e].to_vec(),
+            col_indices: HostArray::from(self.col_indices[s..e].to_vec()),
+            values: HostArray::from(self.values[s..e].to_vec()),
         })
     }
 
@@ -335,9 +376,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: self.nrows,
             ncols: range.len(),
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         })
     }
 
@@ -370,9 +411,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: self.ncols,
             ncols: self.nrows,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         })
     }
 
@@ -396,9 +437,9 @@ impl<T: Scalar> Csr<T> {
         Csr {
             nrows: self.nrows,
             ncols: self.ncols,
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         }
     }
 
@@ -413,7 +454,7 @@ impl<T: Scalar> Csr<T> {
             self.ncols,
             rows,
             self.col_indices.to_vec(),
-            self.values.clone(),
+            self.values.to_vec(),
         )
     }
 
@@ -450,9 +491,9 @@ impl<T: Scalar> Csr<T> {
         Ok(Csr {
             nrows: d.nrows(),
             ncols: d.ncols(),
-            row_offsets: Arc::new(row_offsets),
-            col_indices: Arc::new(col_indices),
-            values,
+            row_offsets: HostArray::from(row_offsets),
+            col_indices: HostArray::from(col_indices),
+            values: HostArray::from(values),
         })
     }
 
@@ -463,14 +504,15 @@ impl<T: Scalar> Csr<T> {
             ncols: self.ncols,
             row_offsets: self.row_offsets.clone(),
             col_indices: self.col_indices.clone(),
-            values: self
-                .values
-                .iter()
-                .map(|v| {
-                    let (re, im) = v.to_parts();
-                    U::from_parts_lossy(re, im)
-                })
-                .collect(),
+            values: HostArray::from(
+                self.values
+                    .iter()
+                    .map(|v| {
+                        let (re, im) = v.to_parts();
+                        U::from_parts_lossy(re, im)
+                    })
+                    .collect::<Vec<U>>(),
+            ),
         }
     }
 }
@@ -498,9 +540,9 @@ impl<T: Scalar> Csc<T> {
             transposed: Csr {
                 nrows: ncols,
                 ncols: nrows,
-                row_offsets: Arc::new(col_offsets),
-                col_indices: Arc::new(row_indices),
-                values,
+                row_offsets: HostArray::from(col_offsets),
+                col_indices: HostArray::from(row_indices),
+                values: HostArray::from(values),
             },
         })
     }
@@ -528,9 +570,9 @@ impl<T: Scalar> Csc<T> {
             transposed: Csr {
                 nrows: ncols,
                 ncols: nrows,
-                row_offsets: Arc::new(col_offsets),
-                col_indices: Arc::new(row_indices),
-                values,
+                row_offsets: HostArray::from(col_offsets),
+                col_indices: HostArray::from(row_indices),
+                values: HostArray::from(values),
             },
         })
     }
@@ -581,11 +623,17 @@ impl<T: Scalar> Csc<T> {
     pub fn into_transpose(self) -> Csr<T> {
         self.transposed
     }
+    /// The CSC matrix with the arrays of `transposed` (its column offsets are `transposed`'s
+    /// row offsets): the transpose of `transposed`, at no cost.
+    pub fn from_transpose(transposed: Csr<T>) -> Self {
+        Csc { transposed }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn sample() -> Csr<f64> {
         Csr::try_new(
@@ -737,6 +785,205 @@ mod tests {
         let e =
             Csc::<f64>::try_from_unsorted(MAX_DIM_PLUS, 2, vec![0], vec![], vec![]).unwrap_err();
         assert!(e.to_string().contains(&format!("{MAX_DIM_PLUS}×2")), "{e}");
+    }
+
+    /// Foreign memory for the tests: vectors that are not the matrix's, and a count of the
+    /// owners still alive.
+    struct Foreign {
+        offsets: Vec<u64>,
+        cols: Vec<u32>,
+        values: Vec<f64>,
+    }
+
+    /// A matrix over `f`'s arrays, read in place, and a handle that says whether any array of
+    /// it is still held.
+    fn over(f: &Arc<Foreign>) -> Result<Csr<f64>, FormatError> {
+        let nrows = f.offsets.len() - 1;
+        // SAFETY: the vectors live, unwritten, as long as any clone of `f` (each array holds
+        // one).
+        let (offsets, cols, values) = unsafe {
+            (
+                HostArray::from_foreign(f.offsets.as_ptr(), f.offsets.len(), Arc::clone(f)),
+                HostArray::from_foreign(f.cols.as_ptr(), f.cols.len(), Arc::clone(f)),
+                HostArray::from_foreign(f.values.as_ptr(), f.values.len(), Arc::clone(f)),
+            )
+        };
+        Csr::try_from_arrays(nrows, 4, offsets, cols, values)
+    }
+
+    fn foreign_sample() -> Arc<Foreign> {
+        let (_, _, offsets, cols, values) = sample().into_parts();
+        Arc::new(Foreign {
+            offsets,
+            cols,
+            values,
+        })
+    }
+
+    #[test]
+    fn foreign_arrays_are_read_in_place() {
+        let f = foreign_sample();
+        let a = over(&f).unwrap();
+        assert_eq!(a, sample());
+        assert_eq!(a.row_offsets().as_ptr(), f.offsets.as_ptr());
+        assert_eq!(a.col_indices().as_ptr(), f.cols.as_ptr());
+        assert_eq!(a.values().as_ptr(), f.values.as_ptr());
+        let (o, c, v) = a.arrays();
+        assert!(o.is_foreign() && c.is_foreign() && v.is_foreign());
+        // Products and transposes read them like any other matrix.
+        assert_eq!(a.transpose().unwrap(), sample().transpose().unwrap());
+        assert_eq!(a.get(2, 2), Some(5.0));
+        // Each array holds its owner (here one reference to `f` each); clones share the arrays,
+        // and the last one lets go of the owners.
+        let b = a.clone();
+        assert_eq!(Arc::strong_count(&f), 4);
+        assert!(b.arrays().2.is_shared());
+        drop(a);
+        assert_eq!(Arc::strong_count(&f), 4);
+        assert!(!b.arrays().2.is_shared());
+        drop(b);
+        assert_eq!(Arc::strong_count(&f), 1);
+    }
+
+    #[test]
+    fn clones_share_values_until_one_writes_them() {
+        let a = sample();
+        let mut b = a.clone();
+        assert_eq!(a.values().as_ptr(), b.values().as_ptr());
+        assert_eq!(a.col_indices().as_ptr(), b.col_indices().as_ptr());
+        b.values_mut()[0] = 10.0;
+        assert_ne!(a.values().as_ptr(), b.values().as_ptr());
+        assert_eq!((a.values()[0], b.values()[0]), (1.0, 10.0));
+        // The structure stays shared.
+        assert_eq!(a.col_indices().as_ptr(), b.col_indices().as_ptr());
+        // Not shared: written in place.
+        let mut c = sample();
+        let at = c.values().as_ptr();
+        c.values_mut()[1] = 0.5;
+        assert_eq!(c.values().as_ptr(), at);
+    }
+
+    #[test]
+    fn writing_foreign_values_copies_them_and_leaves_the_memory_alone() {
+        let f = foreign_sample();
+        let mut a = over(&f).unwrap();
+        a.values_mut()[0] = -1.0;
+        assert_eq!(f.values[0], 1.0);
+        assert_eq!(a.values()[0], -1.0);
+        assert!(!a.arrays().2.is_foreign());
+        // The structure is still read in place.
+        assert_eq!(a.col_indices().as_ptr(), f.cols.as_ptr());
+    }
+
+    #[test]
+    fn into_parts_copies_only_what_the_matrix_does_not_own_alone() {
+        let a = sample();
+        let (offsets_at, values_at) = (a.row_offsets().as_ptr(), a.values().as_ptr());
+        let (_, _, offsets, _, values) = a.into_parts();
+        assert_eq!((offsets.as_ptr(), values.as_ptr()), (offsets_at, values_at));
+        // A clone alive: copies, and the clone keeps its arrays.
+        let a = sample();
+        let b = a.clone();
+        let (_, _, offsets, _, values) = a.into_parts();
+        assert_ne!(offsets.as_ptr(), b.row_offsets().as_ptr());
+        assert_ne!(values.as_ptr(), b.values().as_ptr());
+        assert_eq!((&offsets[..], &values[..]), (b.row_offsets(), b.values()));
+        // Foreign memory: copied, and the owner let go.
+        let f = foreign_sample();
+        let (_, _, offsets, cols, values) = over(&f).unwrap().into_parts();
+        assert_eq!(Arc::strong_count(&f), 1);
+        assert_ne!(cols.as_ptr(), f.cols.as_ptr());
+        assert_eq!(
+            (offsets, cols, values),
+            (f.offsets.clone(), f.cols.clone(), f.values.clone())
+        );
+    }
+
+    #[test]
+    fn invalid_foreign_arrays_are_rejected_without_a_copy() {
+        let broken = |offsets: Vec<u64>, cols: Vec<u32>| {
+            let f = Arc::new(Foreign {
+                values: vec![1.0; cols.len()],
+                offsets,
+                cols,
+            });
+            let e = over(&f).unwrap_err();
+            // Nothing kept, nothing written.
+            assert_eq!(Arc::strong_count(&f), 1);
+            e
+        };
+        assert!(matches!(
+            broken(vec![0, 2, 2, 5], vec![0, 3, 0, 1, 4]),
+            FormatError::IndexOutOfBounds { position: 4, .. }
+        ));
+        assert!(matches!(
+            broken(vec![0, 2, 2, 5], vec![3, 0, 0, 1, 2]),
+            FormatError::Unsorted { line: 0, .. }
+        ));
+        assert!(matches!(
+            broken(vec![0, 2, 2, 5], vec![0, 3, 1, 1, 2]),
+            FormatError::Duplicate { row: 2, col: 1, .. }
+        ));
+        assert!(matches!(
+            broken(vec![0, 3, 2, 5], vec![0, 1, 3, 0, 2]),
+            FormatError::OffsetsNotMonotone { position: 2, .. }
+        ));
+        assert!(matches!(
+            broken(vec![0, 2, 2, 4], vec![0, 1, 0, 1, 2]),
+            FormatError::OffsetsEnds {
+                last: 4,
+                nnz: 5,
+                ..
+            }
+        ));
+        // Values of another length.
+        let f = foreign_sample();
+        let a = over(&f).unwrap();
+        let (o, c, _) = a.arrays();
+        let e = Csr::try_from_arrays(3, 4, o.clone(), c.clone(), vec![1.0].into()).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::LengthMismatch {
+                array: "values",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn large_matrices_are_validated_in_pieces_of_whole_rows() {
+        // Rows of 3 entries, faults past the first piece: the first in order is reported.
+        let n = 100_000usize;
+        let offsets: Vec<u64> = (0..=n as u64).map(|i| 3 * i).collect();
+        let cols: Vec<u32> = (0..3 * n as u32).map(|k| k % 3).collect();
+        let values = vec![1.0f64; 3 * n];
+        assert!(Csr::try_new(n, 3, offsets.clone(), cols.clone(), values.clone()).is_ok());
+        let mut unsorted = cols.clone();
+        unsorted.swap(3 * 90_000, 3 * 90_000 + 1);
+        unsorted[3 * 95_000] = 3;
+        let e = Csr::try_new(n, 3, offsets.clone(), unsorted, values.clone()).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Unsorted { line: 90_000, .. }),
+            "{e}"
+        );
+        let mut decreasing = offsets.clone();
+        decreasing[80_000] = 3 * 80_000 + 5;
+        let e = Csr::try_new(n, 3, decreasing, cols.clone(), values.clone()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::OffsetsNotMonotone {
+                    position: 80_001,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // One long row across many pieces, with one index out of bounds at its end.
+        let mut long = (0..3 * n as u32).collect::<Vec<u32>>();
+        long[3 * n - 1] = 3 * n as u32;
+        let e = Csr::try_new(1, 3 * n, vec![0, 3 * n as u64], long, values).unwrap_err();
+        assert!(matches!(e, FormatError::IndexOutOfBounds { .. }), "{e}");
     }
 
     #[test]

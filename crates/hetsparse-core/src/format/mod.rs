@@ -12,6 +12,7 @@ mod csr;
 mod dense;
 mod dia;
 mod ellr;
+mod host_array;
 
 use std::borrow::Cow;
 
@@ -22,6 +23,7 @@ pub use csr::{Csc, Csr};
 pub use dense::{Dense, Layout};
 pub use dia::Dia;
 pub use ellr::{Ellr, ELLR_ROW_ALIGN};
+pub use host_array::HostArray;
 
 use crate::error::{Error, FormatError};
 use crate::scalar::Scalar;
@@ -190,8 +192,14 @@ pub(crate) struct CompressedNames {
     pub minor: &'static str,
 }
 
+/// Entries (and, for offsets, positions) per parallel piece of a validation.
+const VALIDATION_PIECE: usize = 1 << 16;
+
 /// Validates offsets (length, ends, monotone) and minor indices (bounds; strictly increasing
-/// within a line when `canonical`). Large matrices are checked in parallel.
+/// within a line when `canonical`), reading them only. Large matrices are checked in parallel,
+/// in pieces of whole lines of about [`VALIDATION_PIECE`] entries, each piece first in one
+/// pass without early exits (which vectorises) and, only where that finds a fault, line by
+/// line to say which; the first fault in order is reported, as a serial check would.
 pub(crate) fn validate_compressed(
     names: CompressedNames,
     nmajor: usize,
@@ -213,7 +221,26 @@ pub(crate) fn validate_compressed(
             nnz,
         });
     }
-    if let Some(p) = offsets.windows(2).position(|w| w[0] > w[1]) {
+    let parallel = nnz >= VALIDATION_PIECE as u64 || nmajor >= VALIDATION_PIECE;
+    let decrease_in = |start: usize, end: usize| {
+        offsets[start..end]
+            .windows(2)
+            .position(|w| w[0] > w[1])
+            .map(|p| start + p)
+    };
+    let decrease = if parallel {
+        (0..offsets.len().div_ceil(VALIDATION_PIECE))
+            .into_par_iter()
+            .map(|c| {
+                let start = c * VALIDATION_PIECE;
+                decrease_in(start, (start + VALIDATION_PIECE + 1).min(offsets.len()))
+            })
+            .find_first(Option::is_some)
+            .flatten()
+    } else {
+        decrease_in(0, offsets.len())
+    };
+    if let Some(p) = decrease {
         return Err(FormatError::OffsetsNotMonotone {
             format,
             position: p as u64 + 1,
@@ -221,6 +248,7 @@ pub(crate) fn validate_compressed(
             next: offsets[p + 1],
         });
     }
+    // From here on, offsets run from 0 to nnz without decreasing: every line is in bounds.
     let check_line = |line: usize| -> Result<(), FormatError> {
         let (s, e) = (offsets[line] as usize, offsets[line + 1] as usize);
         let mut prev: Option<u32> = None;
@@ -263,19 +291,44 @@ pub(crate) fn validate_compressed(
         }
         Ok(())
     };
-    if nnz < 1 << 16 {
-        (0..nmajor).try_for_each(check_line)
-    } else {
-        // The first failing line is reported, as a serial check would.
-        match (0..nmajor)
-            .into_par_iter()
-            .map(check_line)
-            .find_first(|r| r.is_err())
-        {
-            Some(err) => err,
-            None => Ok(()),
+    let check_lines = |lines: std::ops::Range<usize>| -> Result<(), FormatError> {
+        let mut fault = false;
+        for line in lines.clone() {
+            let line_indices = &indices[offsets[line] as usize..offsets[line + 1] as usize];
+            for &j in line_indices {
+                fault |= j as usize >= nminor;
+            }
+            if canonical {
+                for w in line_indices.windows(2) {
+                    fault |= w[0] >= w[1];
+                }
+            }
         }
+        if fault {
+            lines.into_iter().try_for_each(check_line)
+        } else {
+            Ok(())
+        }
+    };
+    if !parallel {
+        return check_lines(0..nmajor);
     }
+    // Pieces end at the first line end at or past the next cut, or after VALIDATION_PIECE
+    // lines.
+    let mut bounds = vec![0usize];
+    let mut next_cut = VALIDATION_PIECE as u64;
+    while let Some(&start) = bounds.last().filter(|&&l| l < nmajor) {
+        let end = offsets
+            .partition_point(|&o| o < next_cut)
+            .clamp(start + 1, (start + VALIDATION_PIECE).min(nmajor));
+        bounds.push(end);
+        next_cut = offsets[end] + VALIDATION_PIECE as u64;
+    }
+    bounds
+        .par_windows(2)
+        .map(|w| check_lines(w[0]..w[1]))
+        .find_first(Result::is_err)
+        .unwrap_or(Ok(()))
 }
 
 /// Sorts each line of a compressed matrix by minor index and sums duplicates, in place; returns

@@ -65,7 +65,13 @@ def _index(a):
     a = np.asarray(a)
     if a.dtype not in _INDEX_DTYPES:
         a = a.astype(np.int64)
-    return np.ascontiguousarray(a)
+    return _in_memory_order(a)
+
+
+def _in_memory_order(a):
+    """``a`` itself when it is contiguous and aligned (the native module reads it in place),
+    else a copy that is."""
+    return np.require(a, requirements=["C", "A"])
 
 
 def _parts(m, dtype):
@@ -77,7 +83,7 @@ def _parts(m, dtype):
     data = m.data
     if data.dtype != dtype:
         data = data.astype(dtype)
-    data = np.ascontiguousarray(data)
+    data = _in_memory_order(data)
     nrows, ncols = m.shape
     if fmt == "coo":
         major, minor = m.row, m.col
@@ -112,9 +118,14 @@ def spgemm(A, B, device="auto"):
     gives, with sorted indices. Unlike scipy, entries whose value cancels to zero are kept
     (the structure of the result depends only on the structures of ``A`` and ``B``).
 
-    The operands are copied once into hetsparse's own arrays (indices converted and checked,
-    values copied; no dtype conversion where the dtypes match); the result's arrays are handed
-    to NumPy without a copy. The GIL is released while converting and computing.
+    CSR and CSC operands in canonical form (sorted indices without repeats, as scipy's own
+    products give) are read in place, without a copy, once checked: their values where the
+    dtype is the one computed in, ``int32`` indices and ``int64`` offsets (``int64`` indices
+    and ``int32`` offsets are converted). Other operands are copied into hetsparse's own arrays
+    (indices converted and checked, lines sorted and repeats summed). The result's arrays are
+    handed to NumPy without a copy. The GIL is released while checking and computing; writing
+    an operand's arrays from another Python thread during the call is not supported (as with
+    scipy's products).
 
     Raises ``ValueError`` when the shapes do not match or an operand's arrays are malformed,
     ``TypeError`` for another dtype, ``MemoryError`` when the product cannot fit,
@@ -152,7 +163,7 @@ def spmm(A, X, device="auto"):
     dtype = _compute_dtype(A.dtype, X.dtype)
     if X.dtype != dtype:
         X = X.astype(dtype)
-    if not (X.flags.c_contiguous or X.flags.f_contiguous):
+    if not (X.flags.c_contiguous or X.flags.f_contiguous) or not X.flags.aligned:
         X = np.ascontiguousarray(X)
     data, row_major = _hetsparse.spmm(_parts(A, dtype), X, device)
     m, k = A.shape[0], X.shape[1]
@@ -175,7 +186,7 @@ def spmv(A, x, device="auto"):
     dtype = _compute_dtype(A.dtype, x.dtype)
     if x.dtype != dtype:
         x = x.astype(dtype)
-    x = np.ascontiguousarray(x)
+    x = _in_memory_order(x)
     return _hetsparse.spmv(_parts(A, dtype), x, device)
 
 
