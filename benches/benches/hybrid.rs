@@ -9,7 +9,9 @@
 //! `HETSPARSE_BENCH_QUICK=1` for small sizes, `HETSPARSE_BENCH_REPS=N` timed repetitions after
 //! one warm-up (default 3), `HETSPARSE_BENCH_CLASSES=stencil3d,powerlaw` to pick classes,
 //! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: every
-//! core, as the CPU backend alone has).
+//! core, as the CPU backend alone has), `HETSPARSE_BENCH_SPGEMM_ONLY=1` to leave out the SpMV and
+//! SpMM table, `HETSPARSE_BENCH_PROFILE=1` for one more call of each scheduler with its spans
+//! printed as they close (busy and idle time of each stage) on standard error.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -77,6 +79,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let hybrid_threads =
         env_usize("HETSPARSE_BENCH_HYBRID_THREADS").unwrap_or(cores.saturating_sub(1).max(1));
+    let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
     let wanted: Option<Vec<String>> = std::env::var("HETSPARSE_BENCH_CLASSES")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
@@ -120,6 +123,13 @@ fn main() {
                     .policy(Policy::WorkStealing)
                     .share_always(),
             ),
+            // The GPU's chunk path on its own: two workers on the one GPU, no CPU work beside.
+            (
+                "gpu + gpu, always shared".to_string(),
+                Scheduler::from_shared(vec![gpu.clone(), gpu.clone()])
+                    .policy(Policy::WorkStealing)
+                    .share_always(),
+            ),
         ];
         if single.len() > 2 {
             let mut all = vec![hybrid_cpu.clone()];
@@ -143,9 +153,9 @@ fn main() {
     );
     let _ = writeln!(
         table,
-        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | assembly ms |"
+        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | busy ms (cpu, gpu, ...) | assembly ms |"
     );
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|");
     for case in cases(Scale::from_env()) {
         if let Some(w) = &wanted {
             if !w.iter().any(|c| c == case.class.name()) {
@@ -173,14 +183,14 @@ fn main() {
                         expected = Some(c);
                     }
                     best_single = best_single.min(ms(min));
-                    rows.push((name, min, median, ok, " | ".to_string()));
+                    rows.push((name, min, median, ok, " | | ".to_string()));
                 }
                 None => rows.push((
                     name,
                     Duration::ZERO,
                     Duration::ZERO,
                     false,
-                    "failed | ".into(),
+                    "failed | | ".into(),
                 )),
             }
         }
@@ -202,9 +212,26 @@ fn main() {
                                     .map(|x| format!("{:.0}%", x * 100.0))
                                     .collect::<Vec<_>>()
                                     .join(", ");
-                                format!("{shares} | {:.2}", ms(r.assembly))
+                                let busy = r
+                                    .devices
+                                    .iter()
+                                    .map(|d| format!("{:.1}", ms(d.busy)))
+                                    .collect::<Vec<_>>()
+                                    .join(", ");
+                                format!("{shares} | {busy} | {:.2}", ms(r.assembly))
                             })
                             .unwrap_or_default();
+                        if profile {
+                            let subscriber = tracing_subscriber::fmt()
+                                .with_max_level(tracing::Level::DEBUG)
+                                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+                                .with_writer(std::io::stderr)
+                                .finish();
+                            eprintln!("profile of {class}, {label}:");
+                            tracing::subscriber::with_default(subscriber, || {
+                                let _ = s.spgemm(a, b, SpgemmAlgorithm::Auto);
+                            });
+                        }
                         rows.push((label, min, median, ok, shares));
                     }
                     None => rows.push((
@@ -212,12 +239,13 @@ fn main() {
                         Duration::ZERO,
                         Duration::ZERO,
                         false,
-                        "failed".into(),
+                        "failed | | ".into(),
                     )),
                 }
             }
         }
-        if let Some(gpu) = &gpu {
+        let spgemm_only = std::env::var("HETSPARSE_BENCH_SPGEMM_ONLY").is_ok_and(|v| v == "1");
+        if let Some(gpu) = gpu.as_ref().filter(|_| !spgemm_only) {
             let cpu = single[0].clone();
             let pair = || vec![hybrid_cpu.clone(), gpu.clone()];
             let stealing = Scheduler::from_shared(pair());

@@ -36,6 +36,11 @@ impl Task {
             splits: 0,
         }
     }
+
+    /// Where the chunk lies in C, as the work-stealing queue orders it: B's panel, then rows.
+    pub fn place(&self) -> (usize, usize) {
+        (self.chunk.cols.start, self.chunk.rows.start)
+    }
 }
 
 /// Column panels of `b` whose CSR bytes each stay within `budget` (one panel when all of B
@@ -93,15 +98,33 @@ pub(crate) fn panel_row_products<T: Scalar>(
         .collect()
 }
 
-/// Products before each row: `prefix[i]` is the sum over rows `0..i`.
+/// Products before each row: `prefix[i]` is the sum over rows `0..i`. Written in parallel (the
+/// sums of blocks of rows first): a fresh array of millions of rows costs more in first touches
+/// of its pages than in additions.
 pub(crate) fn prefix_sums(per_row: &[u64]) -> Vec<u64> {
-    let mut prefix = Vec::with_capacity(per_row.len() + 1);
-    let mut total = 0u64;
-    prefix.push(0);
-    for &p in per_row {
-        total += p;
-        prefix.push(total);
-    }
+    const BLOCK: usize = 1 << 16;
+    let block_sums: Vec<u64> = per_row.par_chunks(BLOCK).map(|b| b.iter().sum()).collect();
+    let mut prefix = vec![0u64; per_row.len() + 1];
+    let mut before = 0u64;
+    let starts: Vec<u64> = block_sums
+        .iter()
+        .map(|s| {
+            let at = before;
+            before += s;
+            at
+        })
+        .collect();
+    prefix[1..]
+        .par_chunks_mut(BLOCK)
+        .zip(per_row.par_chunks(BLOCK))
+        .zip(starts)
+        .for_each(|((out, rows), start)| {
+            let mut total = start;
+            for (slot, &p) in out.iter_mut().zip(rows) {
+                total += p;
+                *slot = total;
+            }
+        });
     prefix
 }
 
@@ -214,6 +237,20 @@ mod tests {
         }
         assert_eq!(panel_row_products(&a, 0..n, &a, &(0..n)), all);
         assert_eq!(panel_row_products(&a, 10..20, &a, &(0..n)), all[10..20]);
+    }
+
+    #[test]
+    fn prefix_sums_over_several_blocks() {
+        let per_row: Vec<u64> = (0..200_003u64).map(|i| i % 7 + i / 1000).collect();
+        let prefix = prefix_sums(&per_row);
+        assert_eq!(prefix.len(), per_row.len() + 1);
+        let mut total = 0;
+        for (i, &p) in per_row.iter().enumerate() {
+            assert_eq!(prefix[i], total);
+            total += p;
+        }
+        assert_eq!(prefix[per_row.len()], total);
+        assert_eq!(prefix_sums(&[]), vec![0]);
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(crate) struct Work<'a, T: Scalar> {
     pub taking_part: Vec<bool>,
     /// Each device's assigned tasks, in the order it runs them.
     pub own: Vec<Vec<Task>>,
-    /// Tasks for whichever device is free, most products first.
+    /// Tasks for whichever device is free, in row order per panel of B.
     pub shared: Vec<Task>,
     /// Device memory for operands, below which a device gets its operands chunk by chunk.
     pub operand_budget: u64,
@@ -75,9 +75,9 @@ struct State<T: Scalar> {
 }
 
 impl<T: Scalar> State<T> {
-    /// Puts `task` back in the queue at its place by products.
+    /// Puts `task` back in the queue at its place: by B's panel, then by rows.
     fn requeue(&mut self, task: Task) {
-        let at = self.queue.partition_point(|t| t.products >= task.products);
+        let at = self.queue.partition_point(|t| t.place() < task.place());
         self.queue.insert(at, task);
     }
 
@@ -148,6 +148,7 @@ impl<T: Scalar> Shared<T> {
 
 /// Runs `work` to the end: every chunk finished, or the error that stopped the run.
 pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Finished<T>> {
+    let _span = tracing::debug_span!("run_chunks").entered();
     let n = work.devices.len();
     let outstanding = work.shared.len() + work.own.iter().map(Vec::len).sum::<usize>();
     let planned: u64 = work
@@ -359,11 +360,13 @@ fn next_batch<T: Scalar>(
 }
 
 /// Work stealing, weighted by speed. A device's speed is what it reached in this run, else in
-/// earlier ones. The fastest device takes the chunks with the most products (the queue's
-/// front); the others take the fewest (its back), so a slow device never holds the run's
-/// longest chunk at the end. A batch is about half the device's share of what is left
-/// (guided self-scheduling with shares by speed), so batches shrink towards the end; a device
-/// of unknown speed takes one small chunk, which measures it.
+/// earlier ones. The queue holds the chunks in row order (per panel of B); the fastest device
+/// takes from its front, the others from its back, so each batch is a run of adjacent rows,
+/// computed as one chunk, and the fastest device's first batch starts at row 0: the largest
+/// part of C is then C's first rows, which the assembly does not copy. A batch is about half
+/// the device's share of what is left (guided self-scheduling with shares by speed), so
+/// batches shrink towards the end; a device of unknown speed takes one chunk, which measures
+/// it.
 fn take_from_queue<T: Scalar>(
     state: &mut State<T>,
     work: &Work<'_, T>,
@@ -416,7 +419,34 @@ fn take_from_queue<T: Scalar>(
             break;
         }
     }
+    let taken = batch.len();
+    let batch = merge_adjacent(batch);
+    state.outstanding -= taken - batch.len();
     batch
+}
+
+/// `batch` with every run of chunks of adjacent rows (same columns, same exclusions) made one
+/// chunk: one call and one part of C instead of several. Halves of a chunk that ran out of
+/// memory stay apart.
+fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
+    batch.sort_by_key(Task::place);
+    let mut merged: Vec<Task> = Vec::with_capacity(batch.len());
+    for task in batch {
+        match merged.last_mut() {
+            Some(last)
+                if last.chunk.cols == task.chunk.cols
+                    && last.chunk.rows.end == task.chunk.rows.start
+                    && last.excluded == task.excluded
+                    && last.splits == 0
+                    && task.splits == 0 =>
+            {
+                last.chunk.rows.end = task.chunk.rows.end;
+                last.products += task.products;
+            }
+            _ => merged.push(task),
+        }
+    }
+    merged
 }
 
 /// Runs `batch` on `device`, handing each finished chunk (by its position in the batch) to
@@ -616,4 +646,39 @@ fn settle<T: Scalar>(shared: &Shared<T>, state: &mut State<T>) {
         shared.abort(state, e);
     }
     shared.wake.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_chunks_of_a_batch_become_one() {
+        let mut split = Task::new(8..10, 0..5, 2);
+        split.splits = 1;
+        let mut excluded = Task::new(14..16, 0..5, 1);
+        excluded.excluded.push(1);
+        let batch = vec![
+            Task::new(4..8, 0..5, 4),
+            excluded,
+            Task::new(0..4, 0..5, 3),
+            split,
+            Task::new(12..14, 0..5, 1),
+            Task::new(0..4, 5..9, 7),
+        ];
+        let merged: Vec<(Range<usize>, Range<usize>, u64)> = merge_adjacent(batch)
+            .into_iter()
+            .map(|t| (t.chunk.rows, t.chunk.cols, t.products))
+            .collect();
+        assert_eq!(
+            merged,
+            vec![
+                (0..8, 0..5, 7),
+                (8..10, 0..5, 2),
+                (12..14, 0..5, 1),
+                (14..16, 0..5, 1),
+                (0..4, 5..9, 7),
+            ]
+        );
+    }
 }

@@ -341,13 +341,15 @@ impl<T: Scalar> Scheduler<T> {
         part: &[bool],
         operand_budget: u64,
     ) -> Result<Assignment> {
+        let _span = tracing::debug_span!("plan_chunks", policy = ?self.policy).entered();
         let n = self.backends.len();
         let live = part.iter().filter(|p| **p).count().max(1);
         let panels = column_panels(b, operand_budget);
         let whole_rows = analysis::row_products(a, b)?;
         let global_prefix = prefix_sums(&whole_rows);
+        // Per panel of B; one panel's are the whole rows' (borrowed below, not copied).
         let prefixes: Vec<Vec<u64>> = if panels.len() == 1 {
-            vec![global_prefix.clone()]
+            Vec::new()
         } else {
             panels
                 .iter()
@@ -364,7 +366,8 @@ impl<T: Scalar> Scheduler<T> {
         };
         let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
             let mut tasks = Vec::new();
-            for (cols, prefix) in panels.iter().zip(&prefixes) {
+            for (k, cols) in panels.iter().enumerate() {
+                let prefix = prefixes.get(k).unwrap_or(&global_prefix);
                 for r in row_panels(a, prefix, rows.clone(), target, operand_budget) {
                     let products = prefix[r.end] - prefix[r.start];
                     tasks.push(Task::new(r, cols.clone(), products));
@@ -379,8 +382,8 @@ impl<T: Scalar> Scheduler<T> {
         let participants: Vec<usize> = (0..n).filter(|&d| part[d]).collect();
         match &self.policy {
             Policy::WorkStealing => {
+                // In row order, per panel of B, as the queue keeps them.
                 shared = cut(0..a.nrows(), target);
-                by_products(&mut shared);
             }
             Policy::RowSplitAssumed(_) | Policy::RowSplitMeasured => {
                 let speeds = match &self.policy {

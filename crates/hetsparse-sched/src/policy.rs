@@ -10,9 +10,10 @@ use hetsparse_core::{Error, Result};
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub enum Policy {
-    /// Dynamic work stealing: chunks wait in one queue ordered by products, most first; a free
-    /// device takes the next batch (a share of what is left, so batches shrink towards the end),
-    /// and a device that finishes early takes more. The default.
+    /// Dynamic work stealing: chunks wait in one queue in row order; a free device takes the
+    /// next batch (a share of what is left, so batches shrink towards the end; the fastest
+    /// device from the first rows, the others from the last), and a device that finishes early
+    /// takes more. The default.
     #[default]
     WorkStealing,
     /// Matam et al.'s Heuristic I: one contiguous row range per backend, in the order given,

@@ -6,6 +6,7 @@
 //! itself (OpenCL's ESC SpGEMM, B in column slices when the expansion exceeds its memory
 //! budget: the parts of one row band side by side).
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -31,6 +32,9 @@ pub type Tile<T> = (ProductChunk, Csr<T>);
 /// columns sorted: a row's tiles are laid side by side in column order). Tiles that do not
 /// partition the product, or whose shapes are not their chunks', are [`Error::Internal`] (a bug
 /// of the caller); host buffers that cannot be had are [`Error::OutOfMemory`].
+///
+/// C's arrays are allocated once, backed by huge pages where the system allows, and written
+/// once: in parallel over bands of rows, a band of one chunk of every column as one copy.
 pub fn assemble_chunks<T: Scalar>(
     nrows: usize,
     ncols: usize,
@@ -45,62 +49,138 @@ pub fn assemble_chunks<T: Scalar>(
     }
     tiles.sort_by_key(|(chunk, _)| (chunk.cols.start, chunk.rows.start));
     let bands = bands(nrows, ncols, &tiles)?;
+    // Entries of each band, then where each starts.
+    let band_nnz: Vec<u64> = bands
+        .par_iter()
+        .map(|(rows, covering)| {
+            covering
+                .iter()
+                .map(|&t| tile_entries(&tiles[t], rows))
+                .sum()
+        })
+        .collect();
 
-    // Entries per row, then offsets.
-    let mut row_nnz = host::try_filled(nrows, 0u64, "assembled product row counts")?;
-    split_by_rows(&mut row_nnz, &bands, |r| r)
-        .into_par_iter()
-        .for_each(|((rows, covering), out)| {
-            for (slot, i) in out.iter_mut().zip(rows.clone()) {
-                *slot = covering
-                    .iter()
-                    .map(|&t| tiles[t].1.row_nnz(i - tiles[t].0.rows.start))
-                    .sum();
-            }
-        });
-    let mut offsets = host::try_with_capacity(nrows + 1, "assembled product row offsets")?;
+    let mut band_start = Vec::with_capacity(bands.len() + 1);
     let mut total = 0u64;
-    offsets.push(0);
-    for n in &row_nnz {
+    band_start.push(total);
+    for n in &band_nnz {
         total += n;
-        offsets.push(total);
+        band_start.push(total);
     }
-    drop(row_nnz);
     let nnz = usize::try_from(total).map_err(|_| Error::TooLarge {
         what: "the product's entries".into(),
         needed: total,
         limit: usize::MAX as u64,
         unit: "entries",
     })?;
-
-    // Each band's rows, chunk by chunk in column order.
-    // Filled in parallel, so that the pages are first touched by many threads.
+    let mut offsets = host::try_with_capacity(nrows + 1, "assembled product row offsets")?;
+    offsets.push(0u64);
     let mut cols: Vec<u32> = host::try_with_capacity(nnz, "assembled product column indices")?;
-    cols.par_extend(rayon::iter::repeat_n(0u32, nnz));
     let mut vals: Vec<T> = host::try_with_capacity(nnz, "assembled product values")?;
-    vals.par_extend(rayon::iter::repeat_n(T::default(), nnz));
-    let at = |r: usize| offsets[r] as usize;
-    let col_parts = split_by_rows(&mut cols, &bands, at);
-    let val_parts = split_by_rows(&mut vals, &bands, at);
+    crate::advise_huge_pages(cols.spare_capacity_mut());
+    crate::advise_huge_pages(vals.spare_capacity_mut());
+    let copy = tracing::debug_span!("copy the chunks", entries = total).entered();
+
+    // Row offsets, band by band in parallel.
+    let offset_parts = split_spare(&mut offsets, &bands, |b| b.0.len());
+    offset_parts
+        .into_par_iter()
+        .zip(&band_start)
+        .for_each(|(((rows, covering), out), &start)| {
+            let mut at = start;
+            for (slot, i) in out.iter_mut().zip(rows.clone()) {
+                at += covering
+                    .iter()
+                    .map(|&t| tiles[t].1.row_nnz(i - tiles[t].0.rows.start))
+                    .sum::<u64>();
+                slot.write(at);
+            }
+        });
+    // Columns and values: each band's rows, chunk by chunk in column order.
+    let len_of = |b: &Band| -> usize {
+        b.1.iter()
+            .map(|&t| tile_entries(&tiles[t], &b.0) as usize)
+            .sum()
+    };
+    let col_parts = split_spare(&mut cols, &bands, len_of);
+    let val_parts = split_spare(&mut vals, &bands, len_of);
     col_parts.into_par_iter().zip(val_parts).for_each(
         |(((rows, covering), out_cols), (_, out_vals))| {
+            if let [t] = covering[..] {
+                // One chunk of every column: the band is one run of its arrays.
+                let (chunk, tile) = (&tiles[t].0, &tiles[t].1);
+                let at = |i: usize| tile.row_offsets()[i - chunk.rows.start] as usize;
+                let run = at(rows.start)..at(rows.end);
+                copy_into(out_cols, &tile.col_indices()[run.clone()]);
+                copy_into(out_vals, &tile.values()[run]);
+                return;
+            }
             let mut pos = 0;
             for i in rows.clone() {
                 for &t in covering {
                     let (chunk, tile) = (&tiles[t].0, &tiles[t].1);
                     let (tc, tv) = tile.row(i - chunk.rows.start);
-                    let shift = chunk.cols.start as u32;
-                    for (dst, &c) in out_cols[pos..pos + tc.len()].iter_mut().zip(tc) {
-                        *dst = c + shift;
-                    }
-                    out_vals[pos..pos + tv.len()].copy_from_slice(tv);
-                    pos += tc.len();
+                    let end = pos + tc.len();
+                    shifted_into(&mut out_cols[pos..end], tc, chunk.cols.start as u32);
+                    copy_into(&mut out_vals[pos..end], tv);
+                    pos = end;
                 }
             }
         },
     );
-    drop(tiles);
+    drop(copy);
+    tracing::debug_span!("free the chunks").in_scope(|| drop(tiles));
+    // SAFETY: the bands cover rows `0..nrows` once each, in order (`bands` checks it), and
+    // `split_spare` gave each band the part of the spare capacity its rows own: one offset per
+    // row, and as many entries as its tiles hold there (`len_of`, the same sums the offsets
+    // were made from). Each band wrote all of its part above (a run of the one tile's arrays,
+    // or every covering tile's row in turn), so every position up to these lengths is written.
+    unsafe {
+        offsets.set_len(nrows + 1);
+        cols.set_len(nnz);
+        vals.set_len(nnz);
+    }
+    let _check = tracing::debug_span!("check C").entered();
     Ok(Csr::try_new(nrows, ncols, offsets, cols, vals)?)
+}
+
+/// Entries of `tile` in `rows` (rows of C inside its chunk).
+fn tile_entries<T: Scalar>((chunk, tile): &Tile<T>, rows: &Range<usize>) -> u64 {
+    let off = tile.row_offsets();
+    off[rows.end - chunk.rows.start] - off[rows.start - chunk.rows.start]
+}
+
+/// The spare capacity of `data` cut into one part per band, `len(band)` elements each, in order.
+fn split_spare<'a, 'b, E>(
+    data: &'a mut Vec<E>,
+    bands: &'b [Band],
+    len: impl Fn(&Band) -> usize,
+) -> Vec<(&'b Band, &'a mut [MaybeUninit<E>])> {
+    let mut rest = data.spare_capacity_mut();
+    let mut parts = Vec::with_capacity(bands.len());
+    for band in bands {
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(len(band));
+        parts.push((band, part));
+        rest = tail;
+    }
+    parts
+}
+
+/// Copies `src` into `dst`, of the same length.
+fn copy_into<E: Copy>(dst: &mut [MaybeUninit<E>], src: &[E]) {
+    assert_eq!(dst.len(), src.len(), "a tile's part of C has its length");
+    // SAFETY: both hold `src.len()` elements (checked); `dst` is unwritten capacity of C's
+    // arrays and `src` a tile's, so they do not overlap; `E: Copy`, and `MaybeUninit<E>` has
+    // the layout of `E`.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<E>(), src.len()) }
+}
+
+/// Writes the column indices `src` into `dst` (of the same length), moved by `shift`.
+fn shifted_into(dst: &mut [MaybeUninit<u32>], src: &[u32], shift: u32) {
+    assert_eq!(dst.len(), src.len(), "a tile's part of C has its length");
+    for (d, &c) in dst.iter_mut().zip(src) {
+        d.write(c + shift);
+    }
 }
 
 /// Row ranges of at most [`ROWS_PER_TASK`] rows, each inside one tile of every column range,
@@ -151,25 +231,6 @@ fn bands<T: Scalar>(nrows: usize, ncols: usize, tiles: &[Tile<T>]) -> Result<Vec
         }
     }
     Ok(bands)
-}
-
-/// `data` cut at the bands' boundaries (`at(row)` is a row's position in `data`), each part
-/// with its band.
-fn split_by_rows<'a, 'b, E>(
-    mut data: &'a mut [E],
-    bands: &'b [Band],
-    at: impl Fn(usize) -> usize,
-) -> Vec<(&'b Band, &'a mut [E])> {
-    let mut parts = Vec::with_capacity(bands.len());
-    let mut consumed = 0;
-    for band in bands {
-        let end = at(band.0.end);
-        let (part, rest) = std::mem::take(&mut data).split_at_mut(end - consumed);
-        parts.push((band, part));
-        data = rest;
-        consumed = end;
-    }
-    parts
 }
 
 /// Every tile has its chunk's shape and lies inside the product (that the tiles cover it
@@ -260,6 +321,35 @@ mod tests {
             tile(&a, &a.transpose().unwrap(), 30..40, 0..40),
         ];
         assert!(assemble_chunks(40, 40, overlap).is_err());
+    }
+
+    #[test]
+    fn chunks_of_rows_and_columns_in_any_mix() {
+        let a = generate::uniform::<f64>(3000, 400, 6, 5);
+        let b = generate::uniform::<f64>(400, 300, 5, 6);
+        let c = reference::spgemm::<f64, PlusTimes>(&a, &b).unwrap();
+        let first = tile(&a, &b, 0..1000, 0..300);
+        let kept = first.1.clone();
+        let tiles = vec![
+            tile(&a, &b, 1000..3000, 150..300),
+            tile(&a, &b, 1000..2999, 0..150),
+            tile(&a, &b, 2999..3000, 0..150),
+            first,
+        ];
+        assert_eq!(assemble_chunks(3000, 300, tiles).unwrap(), c);
+        assert_eq!(kept, c.rows(0..1000).unwrap());
+        // Chunks of rows of every column only, and one of all of C with empty chunks beside.
+        let rows_only: Vec<Tile<f64>> = [0, 7, 700, 701, 2500, 3000]
+            .windows(2)
+            .map(|w| tile(&a, &b, w[0]..w[1], 0..300))
+            .collect();
+        assert_eq!(assemble_chunks(3000, 300, rows_only).unwrap(), c);
+        let alone = vec![
+            tile(&a, &b, 0..3000, 0..300),
+            tile(&a, &b, 3000..3000, 0..300),
+            tile(&a, &b, 0..3000, 300..300),
+        ];
+        assert_eq!(assemble_chunks(3000, 300, alone).unwrap(), c);
     }
 
     #[test]
