@@ -145,6 +145,108 @@ __device__ void spmv_csr_tiles(u64 nrows, u64 nnz, const u64* __restrict__ offse
     }
 }
 
+// CSR-stream (the row blocks of Greathouse & Daga's CSR-Adaptive): rows are grouped once per
+// matrix into row blocks of whole rows; a thread block takes one row block, loads its entries'
+// products vals[k]·x[cols[k]] into shared memory with consecutive threads on consecutive
+// entries (the loads of A coalesce whatever the rows), then sums the rows out of shared memory,
+// `t` threads per row with `t` the largest power of two up to 32 that gives every row its own
+// group. Each row is summed by one thread block in entry order, with no atomics: y needs no
+// zeroing and the result does not depend on scheduling.
+//
+// Row block c holds the rows i with floor((i + offsets[i]) / STREAM_SPAN) = c: a row's position
+// on the merge path of rows and entries. So every row block but those of runs of long rows
+// covers STREAM_SPAN rows-plus-entries, which bounds both the rows (the serial part of the
+// reduction) and the entries before its last row (fewer than STREAM_SPAN). Its last row may be
+// of any length: if the block's entries do not fit STREAM_BUDGET, that row is summed apart by
+// the whole thread block, each thread striding over it in registers.
+#define STREAM_SPAN 1024    // CSR_STREAM_SPAN on the host
+#define STREAM_BUDGET 2048  // products staged in shared memory per thread block
+static_assert(STREAM_SPAN <= STREAM_BUDGET, "the rows before a block's last fit its budget");
+
+// The row blocks: first[c] = the first row i with i + offsets[i] >= c·STREAM_SPAN (nrows if
+// none), for c in 0..=nblocks. Row block c is rows first[c]..first[c + 1], empty where a long
+// row spans several spans of the merge path.
+extern "C" __global__ void csr_stream_blocks(u64 nrows, u64 nblocks,
+                                             const u64* __restrict__ offsets,
+                                             u64* __restrict__ first) {
+    for (u64 c = global_thread(); c <= nblocks; c += grid_threads()) {
+        const u64 target = c * STREAM_SPAN;
+        u64 lo = 0, hi = nrows + 1;  // the answer lies in [lo, hi]; nrows + 1 is none
+        while (lo < hi) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (mid + offsets[mid] >= target) hi = mid; else lo = mid + 1;
+        }
+        first[c] = min(lo, nrows);
+    }
+}
+
+template <typename S, typename R>
+__device__ void spmv_csr_stream(u64 nblocks, const u64* __restrict__ first,
+                                const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                                const S* __restrict__ vals, const S* __restrict__ x,
+                                S* __restrict__ y) {
+    typedef typename R::acc Acc;
+    __shared__ Acc staged[STREAM_BUDGET];
+    __shared__ Acc warp_sums[32];
+    const u32 tid = threadIdx.x;
+    // Every bound below is uniform over the thread block, so all threads reach each barrier.
+    for (u64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        const u64 r0 = first[b], r1 = first[b + 1];
+        if (r0 == r1) continue;
+        const u64 kb = offsets[r0], ke = offsets[r1];
+        // Rows r0..staged_end are summed from shared memory: all of them where they fit.
+        u64 staged_end = r1, ks = ke;
+        if (ke - kb > STREAM_BUDGET) {
+            staged_end = r1 - 1;
+            ks = offsets[r1 - 1];  // fewer than STREAM_SPAN entries before the last row
+        }
+#pragma unroll 4
+        for (u64 k = kb + tid; k < ks; k += blockDim.x) {
+            staged[k - kb] = R::mul(vals[k], x[cols[k]]);
+        }
+        __syncthreads();
+        const u64 nr = staged_end - r0;
+        if (nr > 0) {
+            u32 t = 1;
+            while (t < 32 && nr * (2 * t) <= blockDim.x) t *= 2;
+            const u32 p = tid % t;
+            const u64 groups = blockDim.x / t;
+            const u64 rounds = (nr + groups - 1) / groups;
+            // Groups of t lanes fill whole warps and every lane takes every round, so the
+            // shuffles of group_sum see all 32 lanes.
+            for (u64 round = 0; round < rounds; ++round) {
+                const u64 row = r0 + tid / t + round * groups;
+                Acc acc = R::zero();
+                if (row < staged_end) {
+                    const u64 end = offsets[row + 1] - kb;
+                    for (u64 k = offsets[row] - kb + p; k < end; k += t) {
+                        acc = R::add(acc, staged[k]);
+                    }
+                }
+                acc = group_sum<R>(acc, (int)t);
+                if (row < staged_end && p == 0) y[row] = R::store(acc);
+            }
+        }
+        if (staged_end < r1) {
+            Acc acc = R::zero();
+#pragma unroll 4
+            for (u64 k = ks + tid; k < ke; k += blockDim.x) {
+                acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+            }
+            acc = group_sum<R>(acc, 32);
+            if ((tid & 31u) == 0) warp_sums[tid >> 5] = acc;
+            __syncthreads();
+            if (tid < 32) {
+                Acc v = tid < (blockDim.x + 31) / 32 ? warp_sums[tid] : R::zero();
+                v = group_sum<R>(v, 32);
+                if (tid == 0) y[staged_end] = R::store(v);
+            }
+        }
+        // The next row block overwrites staged and warp_sums.
+        __syncthreads();
+    }
+}
+
 // ELLR-T (Ortega et al.): T threads per row (T a power of two up to 32). Thread p of a row takes
 // entries p, p+T, p+2T, ... of it; entry k of row i sits at k·N' + i, so for each k the threads
 // of consecutive rows read consecutive addresses. The T partial sums meet in a shuffle reduction
@@ -305,6 +407,11 @@ HS_INSTANTIATE(spmv_csr_tiles,
                 const void* x, void* y_acc),
                (spmv_csr_tiles<T, S>(nrows, nnz, offsets, cols, (const T*)vals, (const T*)x,
                                      (S::acc*)y_acc)))
+HS_INSTANTIATE(spmv_csr_stream,
+               (u64 nblocks, const u64* first, const u64* offsets, const u32* cols,
+                const void* vals, const void* x, void* y),
+               (spmv_csr_stream<T, S>(nblocks, first, offsets, cols, (const T*)vals,
+                                      (const T*)x, (T*)y)))
 HS_INSTANTIATE(spmv_ellr,
                (u64 nrows, u64 padded_rows, u32 t, const u32* row_lengths, const u32* cols,
                 const void* vals, const void* x, void* y),

@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | equal shares of entries per warp, whatever the rows (balanced); a thread per row (scalar) or a warp per row (vector) on request |
+//! | CSR | row blocks of whole rows staged in shared memory (CSR-stream) where no row is long; equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; a thread per row (scalar) or a warp per row (vector) on request |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -51,11 +51,18 @@ pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
 /// Entries a warp of the balanced CSR kernel takes at a time: 32 lanes × `TILE_ITEMS`.
 const CSR_TILE_ENTRIES: u64 = 32 * 8;
 
+/// Rows plus entries of a row block of the CSR-stream kernel (`STREAM_SPAN` in `spmv.cu`): row
+/// `i` belongs to block `(i + offsets[i]) / CSR_STREAM_SPAN`. It is also the longest row for
+/// which [`SpmvKernel::Auto`] picks the kernel: every row of such a matrix is staged in shared
+/// memory with its block's others (`STREAM_BUDGET`, 2048 products, holds them).
+pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
+
 /// How SpMV maps threads to rows, for the formats where there is a choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
-    /// longer than the mean ([`csr_rows_skewed`]), else scalar or vector by the mean row length
+    /// longer than the mean ([`csr_rows_skewed`]), else [`SpmvKernel::CsrStream`] where no row
+    /// is longer than 1024 entries, else scalar or vector by the mean row length
     /// ([`CSR_VECTOR_MIN_MEAN_ROW`]); for ELLPACK-R `T` from the mean row length
     /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
@@ -68,6 +75,16 @@ pub enum SpmvKernel {
     /// summed in segments and the pieces of a row shared by several warps added atomically:
     /// no row, however long, holds up the others, and short rows leave no lane idle.
     CsrBalanced,
+    /// CSR in row blocks (the CSR-stream part of Greathouse & Daga's CSR-Adaptive): rows are
+    /// grouped once per matrix (and kept with a resident one) into blocks of whole rows, about
+    /// 1024 rows plus entries each; a thread block loads its block's products into shared
+    /// memory, consecutive threads on consecutive entries whatever the rows, then sums each
+    /// row there with a thread, a few lanes or a warp by how many rows the block has. Reads of
+    /// A coalesce even where rows are short and uneven, and no atomics are used. A block's last
+    /// row, if too long for shared memory, is summed by the whole thread block, so rows of any
+    /// length are correct, but one very long row keeps one thread block busy: matrices with such
+    /// rows are better served by [`SpmvKernel::CsrBalanced`].
+    CsrStream,
     /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
     EllrT {
         /// `T`.
@@ -242,6 +259,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
             (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
                 if m.rows_skewed(gpu, stream)? {
                     SpmvKernel::CsrBalanced
+                } else if m.longest_row(gpu, stream)? <= CSR_STREAM_SPAN {
+                    SpmvKernel::CsrStream
                 } else if m.nnz() as f64 >= CSR_VECTOR_MIN_MEAN_ROW * m.nrows as f64 {
                     SpmvKernel::CsrVector
                 } else {
@@ -250,7 +269,10 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
             }
             (
                 DeviceSparse::Csr(_),
-                SpmvKernel::CsrScalar | SpmvKernel::CsrVector | SpmvKernel::CsrBalanced,
+                SpmvKernel::CsrScalar
+                | SpmvKernel::CsrVector
+                | SpmvKernel::CsrBalanced
+                | SpmvKernel::CsrStream,
             ) => kernel,
             (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
                 threads_per_row: ellr_threads_per_row(*mean_row),
@@ -270,9 +292,25 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         Ok(resolved)
     }
 
+    /// Queues on `stream` what `kernel` (resolved) needs before [`DeviceSparse::launch`]: the
+    /// row blocks of the CSR-stream kernel, computed the first time (and kept with a resident
+    /// matrix).
+    pub(crate) fn prepare(
+        &self,
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        kernel: SpmvKernel,
+    ) -> Result<()> {
+        if let (DeviceSparse::Csr(m), SpmvKernel::CsrStream) = (self, kernel) {
+            m.stream_blocks(gpu, stream)?;
+        }
+        Ok(())
+    }
+
     /// Queues `y = A·x` on `stream`. `x` is the device address of `ncols` values; `y` of
     /// `nrows` values of `T` or, where [`DeviceSparse::sums_atomically`], of a zeroed buffer of
-    /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`].
+    /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`], and
+    /// [`DeviceSparse::prepare`] must have queued its data on `stream` or before it.
     ///
     /// # Safety
     /// `x` and `y` must be valid device addresses of those sizes.
@@ -302,6 +340,33 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ];
                 match kernel {
                     SpmvKernel::CsrVector => run("spmv_csr_vector", nrows * 32, &args),
+                    SpmvKernel::CsrStream => {
+                        let Some(blocks) = m.prepared_stream_blocks() else {
+                            // No rows, nothing to write; or not prepared, a bug of the caller.
+                            return if nrows == 0 {
+                                Ok(())
+                            } else {
+                                Err(Error::Internal {
+                                    backend: crate::error::BACKEND.into(),
+                                    what: "CSR-stream SpMV launched without its row blocks".into(),
+                                })
+                            };
+                        };
+                        let nblocks = m.stream_block_count();
+                        run(
+                            "spmv_csr_stream",
+                            nblocks * u64::from(BLOCK),
+                            &[
+                                Arg::U64(nblocks),
+                                blocks.slice().arg(),
+                                m.offsets.slice().arg(),
+                                m.cols.slice().arg(),
+                                m.vals.slice().arg(),
+                                x,
+                                y,
+                            ],
+                        )
+                    }
                     SpmvKernel::CsrBalanced => {
                         let nnz = m.nnz();
                         run(
@@ -625,6 +690,7 @@ fn spmv_queue<T: DeviceScalar>(
     }
     let dev = a.place_on(gpu, stream)?;
     let kernel = dev.resolve(gpu, stream, kernel)?;
+    dev.prepare(gpu, stream, kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {

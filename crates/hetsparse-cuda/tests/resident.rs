@@ -415,6 +415,54 @@ fn assert_vec_close(actual: &[f64], expected: &[f64], what: &str) {
     }
 }
 
+/// The row blocks the CSR-stream SpMV keeps with a resident matrix belong to its pattern: they
+/// are right for new values ([`Backend::upload_values`], which shares them), for the matrix
+/// whose SpMV made them and for the other one after either handle is dropped, and for a matrix
+/// computed on the device (whose offsets never were on the host).
+#[test]
+fn stream_row_blocks_follow_the_pattern() {
+    let Some(gpu) = backend("stream_row_blocks_follow_the_pattern") else {
+        return;
+    };
+    // Rows of 0 to 12 entries: the CSR-stream kernel's matrices.
+    let a = generate::uniform::<f64>(50_000, 50_000, 6, 8);
+    let a2 = Csr::try_new(
+        a.nrows(),
+        a.ncols(),
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        a.values().iter().map(|v| 1.5 - v).collect(),
+    )
+    .unwrap();
+    let x: Vec<f64> = (0..a.ncols())
+        .map(|i| ((i % 11) as f64) * 0.25 - 1.0)
+        .collect();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let spmv = |m: &hetsparse_core::ResidentCsr<f64>| {
+        let y = gpu
+            .spmv_resident(m.into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        gpu.download_dense(&y).unwrap().data().to_vec()
+    };
+    assert_vec_close(&spmv(&ra), &host_spmv(&a, &x), "A");
+    let ra2 = gpu.upload_values(&ra, a2.values()).unwrap();
+    assert_vec_close(&spmv(&ra2), &host_spmv(&a2, &x), "A with new values");
+    assert_vec_close(&spmv(&ra), &host_spmv(&a, &x), "A again");
+    drop(ra);
+    assert_vec_close(&spmv(&ra2), &host_spmv(&a2, &x), "new values, A dropped");
+    let c = gpu
+        .spgemm_resident((&ra2).into(), (&a).into(), &SpgemmOptions::new(), &run)
+        .unwrap();
+    let c_host = gpu.download(&c).unwrap();
+    assert_vec_close(
+        &spmv(&c),
+        &host_spmv(&c_host, &x),
+        "a product left on the device",
+    );
+}
+
 /// Resident SpMVs queued back to back from several threads, each result fed straight into the
 /// next call and dropped while that call may still be running: every result is right (a read
 /// before its writer finished, or memory freed and reused under a running kernel, shows as
@@ -434,8 +482,13 @@ fn resident_spmv_chains_from_many_threads() {
     let pool = Device::memory_pool(&gpu).unwrap();
     let ra = gpu.upload(&a).unwrap();
     let rx = gpu.upload_vector(&x).unwrap();
-    let baseline = pool.reserved();
     let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    // A first call leaves with A what its kernel keeps per matrix (the CSR-stream row blocks).
+    drop(
+        gpu.spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap(),
+    );
+    let baseline = pool.reserved();
     std::thread::scope(|s| {
         for t in 0..4 {
             let (gpu, ra, rx, opts, run) = (&gpu, &ra, &rx, &opts, &run);
