@@ -784,7 +784,158 @@ impl crate::CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::csr_rows_skewed;
+    use super::{csr_rows_skewed, CSR_STREAM_SPAN};
+
+    /// `STREAM_BUDGET` and the threads of a block in `spmv.cu`.
+    const STREAM_BUDGET: u64 = 2048;
+    const THREADS: u64 = super::BLOCK as u64;
+
+    /// `csr_stream_blocks` on the host: the first row of each row block, the row count last.
+    fn stream_blocks(offsets: &[u64]) -> Vec<u64> {
+        let nrows = offsets.len() as u64 - 1;
+        let nblocks = (nrows + offsets[nrows as usize]).div_ceil(CSR_STREAM_SPAN);
+        (0..=nblocks)
+            .map(|c| {
+                let target = c * CSR_STREAM_SPAN;
+                let (mut lo, mut hi) = (0u64, nrows + 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if mid + offsets[mid as usize] >= target {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                lo.min(nrows)
+            })
+            .collect()
+    }
+
+    /// `spmv_csr_stream` on the host, thread by thread, with `x` all ones and the product of
+    /// entry `k` equal to `k + 1` (exact in f64): each row's sum, and how often it was written.
+    fn stream_spmv(offsets: &[u64]) -> (Vec<f64>, Vec<u32>) {
+        let nrows = offsets.len() - 1;
+        let first = stream_blocks(offsets);
+        let product = |k: u64| (k + 1) as f64;
+        let (mut y, mut writes) = (vec![0.0; nrows], vec![0u32; nrows]);
+        for b in 0..first.len() - 1 {
+            let (r0, r1) = (first[b], first[b + 1]);
+            if r0 == r1 {
+                continue;
+            }
+            let (kb, ke) = (offsets[r0 as usize], offsets[r1 as usize]);
+            let (mut staged_end, mut ks) = (r1, ke);
+            if ke - kb > STREAM_BUDGET {
+                staged_end = r1 - 1;
+                ks = offsets[(r1 - 1) as usize];
+            }
+            let mut staged = vec![f64::NAN; STREAM_BUDGET as usize];
+            for tid in 0..THREADS {
+                let mut k = kb + tid;
+                while k < ks {
+                    staged[(k - kb) as usize] = product(k);
+                    k += THREADS;
+                }
+            }
+            let nr = staged_end - r0;
+            if nr > 0 {
+                let mut t = 1u64;
+                while t < 32 && nr * (2 * t) <= THREADS {
+                    t *= 2;
+                }
+                assert!(t == 1 || nr * t <= THREADS, "a round of {t} lanes per row");
+                let groups = THREADS / t;
+                for round in 0..nr.div_ceil(groups) {
+                    for group in 0..groups {
+                        let row = r0 + group + round * groups;
+                        if row >= staged_end {
+                            continue;
+                        }
+                        let (start, end) =
+                            (offsets[row as usize] - kb, offsets[row as usize + 1] - kb);
+                        let mut sum = 0.0;
+                        for p in 0..t {
+                            let mut k = start + p;
+                            while k < end {
+                                sum += staged[k as usize];
+                                k += t;
+                            }
+                        }
+                        y[row as usize] = sum;
+                        writes[row as usize] += 1;
+                    }
+                }
+            }
+            if staged_end < r1 {
+                let mut sum = 0.0;
+                for tid in 0..THREADS {
+                    let mut k = ks + tid;
+                    while k < ke {
+                        sum += product(k);
+                        k += THREADS;
+                    }
+                }
+                y[staged_end as usize] = sum;
+                writes[staged_end as usize] += 1;
+            }
+        }
+        (y, writes)
+    }
+
+    fn check_stream(lengths: &[u64], what: &str) {
+        let mut offsets = vec![0u64];
+        for &len in lengths {
+            offsets.push(offsets.last().unwrap() + len);
+        }
+        let (y, writes) = stream_spmv(&offsets);
+        for i in 0..lengths.len() {
+            assert_eq!(writes[i], 1, "{what}: row {i} written {} times", writes[i]);
+            let (a, b) = (offsets[i], offsets[i + 1]);
+            // Σ (k + 1) over the row's entries.
+            let expected = ((b * (b + 1) - a * (a + 1)) / 2) as f64;
+            assert_eq!(y[i], expected, "{what}: row {i}");
+        }
+    }
+
+    /// The row blocks and the kernel's walk over them, emulated on the host: every row is
+    /// written once, with its sum, and staged products stay within the budget (the index
+    /// would panic), on the shapes of the GPU tests and on random ones.
+    #[test]
+    fn stream_row_blocks_cover_every_row_once() {
+        check_stream(&[], "no rows");
+        check_stream(&[0], "one empty row");
+        check_stream(&[0; 3000], "rows without entries");
+        check_stream(&[5000], "one long row");
+        check_stream(&[1022, 1026, 3, 4], "a block of exactly the budget");
+        check_stream(&[1022, 1027, 3, 4], "a block one over the budget");
+        check_stream(&[3, 5000, 2, 0, 7], "a long row behind a short one");
+        check_stream(&[1024, 1, 1025, 1024, 0, 1024], "rows of 1024 and 1025");
+        check_stream(&[100_000, 2, 70_000], "rows of 10^5 entries");
+        check_stream(&[vec![3; 600], vec![7; 300]].concat(), "rows of 3 and 7");
+        check_stream(
+            &[vec![120; 8], vec![60; 20]].concat(),
+            "warps and half-warps",
+        );
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..40 {
+            let nrows = next() % 20_000;
+            let lengths: Vec<u64> = (0..nrows)
+                .map(|_| match next() % 100 {
+                    0..=29 => 0,
+                    30..=94 => next() % 16,
+                    95..=98 => next() % 1100,
+                    _ => next() % 6000,
+                })
+                .collect();
+            check_stream(&lengths, &format!("random case {case}"));
+        }
+    }
 
     #[test]
     fn skewed_rows_are_long_against_the_mean() {

@@ -594,6 +594,49 @@ fn kernel_choices_are_checked() {
         ),
         Err(Error::InvalidArgument(_))
     ));
+    assert!(matches!(
+        b.clone()
+            .with_csr_spmv_kernel(SpmvKernel::EllrT { threads_per_row: 4 }),
+        Err(Error::InvalidArgument(_))
+    ));
+    // The Backend calls with a chosen CSR kernel, and other formats keeping theirs.
+    let expected = reference::spmv::<f32, PlusTimes>(&a, &x).expect("reference");
+    // Three terms a row, summed in any order.
+    let near = |y: &[f32], what: &str| {
+        assert_eq!(y.len(), expected.len(), "{what}");
+        for (k, (u, v)) in y.iter().zip(&expected).enumerate() {
+            assert!(
+                (u - v).abs() <= 1e-5 * (1.0 + v.abs()),
+                "{what}: {k}: {u} vs {v}"
+            );
+        }
+    };
+    for kernel in [
+        SpmvKernel::CsrScalar,
+        SpmvKernel::CsrVector,
+        SpmvKernel::CsrBalanced,
+        SpmvKernel::CsrStream,
+    ] {
+        let chosen = b
+            .clone()
+            .with_csr_spmv_kernel(kernel)
+            .expect("a CSR kernel");
+        let ra = chosen.upload(&a).expect("upload");
+        let y = Backend::spmv(&chosen, SparseRef::Csr(&a), &x).expect("SpMV");
+        near(&y, &format!("{kernel:?}, from the host"));
+        let y = chosen
+            .spmv_resident(
+                (&ra).into(),
+                x.as_slice().into(),
+                &hetsparse_core::SpmvOptions::new(),
+                &hetsparse_core::RunControl::new(),
+            )
+            .expect("resident SpMV");
+        let y = chosen.download_dense(&y).expect("download");
+        near(y.data(), &format!("{kernel:?}, resident"));
+        let y = Backend::spmv(&chosen, SparseRef::Ellr(&e), &x).expect("ELLPACK-R SpMV");
+        near(&y, &format!("ELLPACK-R beside {kernel:?}"));
+    }
     let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor).unwrap();
     let bad_lc = SpmmKernelOptions {
         kernel: SpmmKernel::EllrT {
