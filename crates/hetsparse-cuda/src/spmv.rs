@@ -80,10 +80,10 @@ pub enum SpmvKernel {
     /// 1024 rows plus entries each; a thread block loads its block's products into shared
     /// memory, consecutive threads on consecutive entries whatever the rows, then sums each
     /// row there with a thread, a few lanes or a warp by how many rows the block has. Reads of
-    /// A coalesce even where rows are short and uneven, and no atomics are used. A block's last
-    /// row, if too long for shared memory, is summed by the whole thread block, so rows of any
-    /// length are correct, but one very long row keeps one thread block busy: matrices with such
-    /// rows are better served by [`SpmvKernel::CsrBalanced`].
+    /// A coalesce even where rows are short and uneven, and y is written without atomics. A
+    /// block's last row, if too long for shared memory, is summed by the whole thread block;
+    /// a row of 1024 entries or more is shared by the row blocks its entries span, and the one
+    /// that finishes it last adds their parts in order, so no sum depends on scheduling.
     CsrStream,
     /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
     EllrT {
@@ -294,20 +294,38 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
 
     /// Queues on `stream` what `kernel` (resolved) needs before [`DeviceSparse::launch`]: the
     /// row blocks of the CSR-stream kernel, computed the first time (and kept with a resident
-    /// matrix).
+    /// matrix), and where a row is long enough to span several row blocks, the buffers in
+    /// which they share it (for this product only: stream-ordered on `stream`).
     pub(crate) fn prepare(
         &self,
         gpu: &Gpu,
         stream: &Arc<Stream>,
         kernel: SpmvKernel,
-    ) -> Result<()> {
+    ) -> Result<SpmvScratch> {
+        let mut scratch = SpmvScratch::none();
         if let (DeviceSparse::Csr(m), SpmvKernel::CsrStream) = (self, kernel) {
-            m.stream_blocks(gpu, stream)?;
+            if m.stream_blocks(gpu, stream)?.is_some()
+                && m.longest_row(gpu, stream)? >= CSR_STREAM_SPAN
+            {
+                let nblocks = usize::try_from(m.stream_block_count())
+                    .map_err(|_| Error::InvalidArgument("too many CSR-stream row blocks".into()))?;
+                let partials = DeviceBuffer::<u8>::new_on(
+                    gpu,
+                    stream,
+                    nblocks * size_of::<T::Acc>(),
+                    "CSR-stream parts of long rows",
+                )?;
+                let arrivals =
+                    DeviceBuffer::<u32>::new_on(gpu, stream, nblocks, "CSR-stream part counts")?;
+                arrivals.slice().zero(stream)?;
+                scratch.stream_parts = Some((partials, arrivals));
+            }
         }
-        Ok(())
+        Ok(scratch)
     }
 
-    /// Queues `y = A·x` on `stream`. `x` is the device address of `ncols` values; `y` of
+    /// Queues `y = A·x` on `stream`, with the `scratch` [`DeviceSparse::prepare`] made for
+    /// `kernel` (or [`SpmvScratch::none`] for kernels that need none). `x` is the device address of `ncols` values; `y` of
     /// `nrows` values of `T` or, where [`DeviceSparse::sums_atomically`], of a zeroed buffer of
     /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`], and
     /// [`DeviceSparse::prepare`] must have queued its data on `stream` or before it.
@@ -321,6 +339,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         kernel: SpmvKernel,
         x: Arg,
         y: Arg,
+        scratch: &SpmvScratch,
     ) -> Result<()> {
         let run = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
             let f = gpu.function("spmv", kernel_name::<T>(base))?;
@@ -353,6 +372,11 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                             };
                         };
                         let nblocks = m.stream_block_count();
+                        // Null where no row spans several row blocks: each is summed whole.
+                        let (partials, arrivals) = match &scratch.stream_parts {
+                            Some((p, a)) => (p.slice().arg(), a.slice().arg()),
+                            None => (Arg::U64(0), Arg::U64(0)),
+                        };
                         run(
                             "spmv_csr_stream",
                             nblocks * u64::from(BLOCK),
@@ -364,6 +388,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                                 m.vals.slice().arg(),
                                 x,
                                 y,
+                                partials,
+                                arrivals,
                             ],
                         )
                     }
@@ -508,6 +534,20 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ],
             ),
         }
+    }
+}
+
+/// Buffers a kernel needs for one product besides A, x and y.
+pub(crate) struct SpmvScratch {
+    /// CSR-stream: a partial sum per row block and a counter per row block (zeroed), for rows
+    /// shared by several row blocks.
+    stream_parts: Option<(DeviceBuffer<u8>, DeviceBuffer<u32>)>,
+}
+
+impl SpmvScratch {
+    /// Nothing.
+    pub(crate) fn none() -> Self {
+        SpmvScratch { stream_parts: None }
     }
 }
 
@@ -690,7 +730,7 @@ fn spmv_queue<T: DeviceScalar>(
     }
     let dev = a.place_on(gpu, stream)?;
     let kernel = dev.resolve(gpu, stream, kernel)?;
-    dev.prepare(gpu, stream, kernel)?;
+    let scratch = dev.prepare(gpu, stream, kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
@@ -708,7 +748,16 @@ fn spmv_queue<T: DeviceScalar>(
         let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
         // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type;
         // every buffer stays allocated until the stream has passed the kernel (module doc).
-        unsafe { dev.launch(gpu, stream, kernel, x_dev.slice().arg(), y.target(0))? };
+        unsafe {
+            dev.launch(
+                gpu,
+                stream,
+                kernel,
+                x_dev.slice().arg(),
+                y.target(0),
+                &scratch,
+            )?
+        };
         y.finish(gpu, stream, nrows)?;
     }
     let done = Arc::new(Event::new(false)?);
@@ -811,23 +860,85 @@ mod tests {
             .collect()
     }
 
-    /// `spmv_csr_stream` on the host, thread by thread, with `x` all ones and the product of
-    /// entry `k` equal to `k + 1` (exact in f64): each row's sum, and how often it was written.
-    fn stream_spmv(offsets: &[u64]) -> (Vec<f64>, Vec<u32>) {
+    /// `spmv_csr_stream` on the host, thread by thread, the row blocks taken in the order
+    /// `order`, rows spanning several row blocks shared by them where `split`; with `x` all
+    /// ones and the product of entry `k` equal to `k + 1` (exact in f64): each row's sum, and
+    /// how often it was written.
+    fn stream_spmv(offsets: &[u64], split: bool, order: &[u64]) -> (Vec<f64>, Vec<u32>) {
         let nrows = offsets.len() - 1;
         let first = stream_blocks(offsets);
+        let nblocks = first.len() as u64 - 1;
+        assert_eq!(order.len() as u64, nblocks);
         let product = |k: u64| (k + 1) as f64;
+        // The whole block's sum of entries k0..k1, each thread striding over them.
+        let block_sum = |k0: u64, k1: u64| -> f64 {
+            let mut sum = 0.0;
+            for tid in 0..THREADS {
+                let mut k = k0 + tid;
+                while k < k1 {
+                    sum += product(k);
+                    k += THREADS;
+                }
+            }
+            sum
+        };
         let (mut y, mut writes) = (vec![0.0; nrows], vec![0u32; nrows]);
-        for b in 0..first.len() - 1 {
-            let (r0, r1) = (first[b], first[b + 1]);
+        let mut partials = vec![f64::NAN; nblocks as usize];
+        let mut arrivals = vec![0u64; nblocks as usize];
+        let mut finish_part = |row: u64,
+                               b: u64,
+                               owner: u64,
+                               parts: u64,
+                               sum: f64,
+                               y: &mut Vec<f64>,
+                               writes: &mut Vec<u32>| {
+            partials[b as usize] = sum;
+            arrivals[owner as usize] += 1;
+            if arrivals[owner as usize] == parts {
+                let total = (owner..owner + parts).map(|j| partials[j as usize]).sum();
+                y[row as usize] = total;
+                writes[row as usize] += 1;
+                arrivals[owner as usize] = 0;
+            }
+        };
+        let span = CSR_STREAM_SPAN;
+        for &b in order {
+            let (r0, r1) = (first[b as usize], first[b as usize + 1]);
             if r0 == r1 {
+                if !split {
+                    continue;
+                }
+                let row = r0 - 1;
+                let owner = (row + offsets[row as usize]) / span;
+                let next = (row + 1 + offsets[row as usize + 1]) / span;
+                if b >= next {
+                    continue;
+                }
+                let k0 = b * span - row - 1;
+                let k1 = if b + 1 == next {
+                    offsets[row as usize + 1]
+                } else {
+                    (b + 1) * span - row - 1
+                };
+                assert!(
+                    k0 >= offsets[row as usize] && k0 <= k1,
+                    "block {b}: a part outside its row"
+                );
+                let sum = block_sum(k0, k1);
+                finish_part(row, b, owner, next - owner, sum, &mut y, &mut writes);
                 continue;
             }
             let (kb, ke) = (offsets[r0 as usize], offsets[r1 as usize]);
+            let last_row = r1 - 1;
+            let parts = if split {
+                (last_row + 1 + ke) / span - b
+            } else {
+                1
+            };
             let (mut staged_end, mut ks) = (r1, ke);
-            if ke - kb > STREAM_BUDGET {
-                staged_end = r1 - 1;
-                ks = offsets[(r1 - 1) as usize];
+            if ke - kb > STREAM_BUDGET || parts > 1 {
+                staged_end = last_row;
+                ks = offsets[last_row as usize];
             }
             let mut staged = vec![f64::NAN; STREAM_BUDGET as usize];
             for tid in 0..THREADS {
@@ -867,18 +978,24 @@ mod tests {
                 }
             }
             if staged_end < r1 {
-                let mut sum = 0.0;
-                for tid in 0..THREADS {
-                    let mut k = ks + tid;
-                    while k < ke {
-                        sum += product(k);
-                        k += THREADS;
-                    }
+                if parts > 1 {
+                    let k1 = (b + 1) * span - last_row - 1;
+                    assert!(
+                        k1 >= ks && k1 <= ke,
+                        "block {b}: its part of row {last_row}"
+                    );
+                    let sum = block_sum(ks, k1);
+                    finish_part(last_row, b, b, parts, sum, &mut y, &mut writes);
+                } else {
+                    y[last_row as usize] = block_sum(ks, ke);
+                    writes[last_row as usize] += 1;
                 }
-                y[staged_end as usize] = sum;
-                writes[staged_end as usize] += 1;
             }
         }
+        assert!(
+            arrivals.iter().all(|&a| a == 0),
+            "a shared row was not finished"
+        );
         (y, writes)
     }
 
@@ -887,13 +1004,32 @@ mod tests {
         for &len in lengths {
             offsets.push(offsets.last().unwrap() + len);
         }
-        let (y, writes) = stream_spmv(&offsets);
-        for i in 0..lengths.len() {
-            assert_eq!(writes[i], 1, "{what}: row {i} written {} times", writes[i]);
-            let (a, b) = (offsets[i], offsets[i + 1]);
-            // Σ (k + 1) over the row's entries.
-            let expected = ((b * (b + 1) - a * (a + 1)) / 2) as f64;
-            assert_eq!(y[i], expected, "{what}: row {i}");
+        let nblocks = stream_blocks(&offsets).len() as u64 - 1;
+        let forward: Vec<u64> = (0..nblocks).collect();
+        let backward: Vec<u64> = (0..nblocks).rev().collect();
+        // Odd blocks first: parts of a row arrive out of order.
+        let interleaved: Vec<u64> = (0..nblocks)
+            .filter(|b| b % 2 == 1)
+            .chain((0..nblocks).filter(|b| b % 2 == 0))
+            .collect();
+        for (split, order) in [
+            (false, &forward),
+            (true, &forward),
+            (true, &backward),
+            (true, &interleaved),
+        ] {
+            let (y, writes) = stream_spmv(&offsets, split, order);
+            for i in 0..lengths.len() {
+                assert_eq!(
+                    writes[i], 1,
+                    "{what} (split {split}): row {i} written {} times",
+                    writes[i]
+                );
+                let (a, b) = (offsets[i], offsets[i + 1]);
+                // Σ (k + 1) over the row's entries.
+                let expected = ((b * (b + 1) - a * (a + 1)) / 2) as f64;
+                assert_eq!(y[i], expected, "{what} (split {split}): row {i}");
+            }
         }
     }
 
@@ -911,6 +1047,12 @@ mod tests {
         check_stream(&[3, 5000, 2, 0, 7], "a long row behind a short one");
         check_stream(&[1024, 1, 1025, 1024, 0, 1024], "rows of 1024 and 1025");
         check_stream(&[100_000, 2, 70_000], "rows of 10^5 entries");
+        // Rows ending exactly at a span's end, or one short of it, last or followed by others.
+        check_stream(&[2047], "a last row ending at a span's end");
+        check_stream(&[2046], "a last row ending one short of a span's end");
+        check_stream(&[1023, 1], "a row whose next starts a span");
+        check_stream(&[1024, 1], "a row of one span");
+        check_stream(&[3071, 0, 0, 5], "a row of three spans before empty rows");
         check_stream(&[vec![3; 600], vec![7; 300]].concat(), "rows of 3 and 7");
         check_stream(
             &[vec![120; 8], vec![60; 20]].concat(),

@@ -10,7 +10,7 @@ use hetsparse_core::{
     Backend, Coo, Csr, Dense, Device, Error, Layout, MemorySpace, ProductChunk, ReferenceBackend,
     RunControl, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
 };
-use hetsparse_cuda::CudaBackend;
+use hetsparse_cuda::{CudaBackend, SpmvKernel};
 
 const ALGORITHMS: [SpgemmAlgorithm; 4] = [
     SpgemmAlgorithm::Adaptive,
@@ -461,6 +461,64 @@ fn stream_row_blocks_follow_the_pattern() {
         &host_spmv(&c_host, &x),
         "a product left on the device",
     );
+}
+
+/// The CSR-stream kernel on rows long enough to be shared by several row blocks, from several
+/// threads at once: every result is right and all are the same bits (the parts of a row are
+/// added in order, whichever block finishes it).
+#[test]
+fn stream_spmv_of_long_rows_is_deterministic() {
+    let Some(gpu) = backend("stream_spmv_of_long_rows_is_deterministic") else {
+        return;
+    };
+    let gpu = gpu.with_csr_spmv_kernel(SpmvKernel::CsrStream).unwrap();
+    // 200 000 rows of about 4 entries, 20 rows and columns of 200 000 entries.
+    let a = generate::skewed::<f64>(200_000, 4, 20, 20, 4);
+    let x: Vec<f64> = (0..a.ncols())
+        .map(|i| ((i % 23) as f64) * 0.1 - 1.1)
+        .collect();
+    let expected = host_spmv(&a, &x);
+    // Σ|a||x| per row: sums of 200 000 terms in another order differ by up to n·ε of it.
+    let mut abs_a = a.clone();
+    abs_a.values_mut().iter_mut().for_each(|v| *v = v.abs());
+    let abs_x: Vec<f64> = x.iter().map(|v| v.abs()).collect();
+    let scale = host_spmv(&abs_a, &abs_x);
+    let check = |y: &[f64], what: &str| {
+        assert_eq!(y.len(), expected.len(), "{what}: length");
+        for (k, (u, v)) in y.iter().zip(&expected).enumerate() {
+            assert!(
+                (u - v).abs() <= 1e-10 * (1.0 + scale[k]),
+                "{what}: element {k}: {u} vs {v}"
+            );
+        }
+    };
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    let once = |_: usize| {
+        let y = gpu
+            .spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        gpu.download_dense(&y).unwrap().data().to_vec()
+    };
+    let reference_bits: Vec<u64> = once(0).iter().map(|v| v.to_bits()).collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (once, reference_bits, check) = (&once, &reference_bits, &check);
+            s.spawn(move || {
+                for i in 0..10 {
+                    let y = once(i);
+                    check(&y, &format!("thread {t}, call {i}"));
+                    assert!(
+                        y.iter()
+                            .map(|v| v.to_bits())
+                            .eq(reference_bits.iter().copied()),
+                        "thread {t}, call {i}: not the bits of the first call"
+                    );
+                }
+            });
+        }
+    });
 }
 
 /// Resident SpMVs queued back to back from several threads, each result fed straight into the

@@ -150,7 +150,8 @@ fn csr_scalar_and_vector<T: DeviceScalar>() {
 
 /// Row lengths that put a row block's entries at the kernel's limits. Row `i` is in block
 /// `(i + offsets[i]) / 1024`; a block's products are staged in shared memory if they are at
-/// most 2048, else its last row is summed apart by the whole thread block.
+/// most 2048, else its last row is summed apart by the whole thread block, or shared with the
+/// blocks after it where it spans them (1024 entries or more).
 fn stream_edge_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
     let mut lengths_and_names: Vec<(&'static str, Vec<u64>, usize)> = vec![
         // Block 0: rows 0 and 1 (1 + 1022 < 1024), 2048 entries: the budget exactly.
@@ -200,6 +201,21 @@ fn stream_edge_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
         900,
     ));
     lengths_and_names.push(("rows of one entry", vec![1; 5000], 5000));
+    // Rows of 1024 entries and more are shared by the row blocks they span: one ending at a
+    // span's end (1 + 2047 positions), neighbours, and many at once among short rows.
+    lengths_and_names.push(("a row ending at a span's end", vec![2047], 3000));
+    lengths_and_names.push((
+        "long neighbours",
+        vec![3000, 3000, 1, 3000, 1024, 1023],
+        4000,
+    ));
+    lengths_and_names.push((
+        "many long rows among short ones",
+        (0..400u64)
+            .map(|i| if i % 8 == 0 { 12_000 } else { i % 13 })
+            .collect(),
+        20_000,
+    ));
     let mut out: Vec<(&'static str, Csr<T>)> = lengths_and_names
         .into_iter()
         .map(|(what, lengths, ncols)| (what, from_row_lengths::<T>(&lengths, ncols)))
