@@ -53,8 +53,9 @@ const CSR_TILE_ENTRIES: u64 = 32 * 8;
 
 /// Rows plus entries of a row block of the CSR-stream kernel (`STREAM_SPAN` in `spmv.cu`): row
 /// `i` belongs to block `(i + offsets[i]) / CSR_STREAM_SPAN`. It is also the longest row for
-/// which [`SpmvKernel::Auto`] picks the kernel: every row of such a matrix is staged in shared
-/// memory with its block's others (`STREAM_BUDGET`, 2048 products, holds them).
+/// which [`SpmvKernel::Auto`] picks the kernel: a block holds fewer entries than this before
+/// its last row, so with rows no longer, all of a block's products fit shared memory
+/// (`STREAM_BUDGET`, 2048), and rows shared by several blocks are rare or absent.
 pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
 
 /// How SpMV maps threads to rows, for the formats where there is a choice.
@@ -324,11 +325,11 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         Ok(scratch)
     }
 
-    /// Queues `y = A·x` on `stream`, with the `scratch` [`DeviceSparse::prepare`] made for
-    /// `kernel` (or [`SpmvScratch::none`] for kernels that need none). `x` is the device address of `ncols` values; `y` of
+    /// Queues `y = A·x` on `stream`. `x` is the device address of `ncols` values; `y` of
     /// `nrows` values of `T` or, where [`DeviceSparse::sums_atomically`], of a zeroed buffer of
     /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`], and
-    /// [`DeviceSparse::prepare`] must have queued its data on `stream` or before it.
+    /// `scratch` from [`DeviceSparse::prepare`] for it (queued on `stream` or before it), or
+    /// [`SpmvScratch::none`] for a kernel that needs none.
     ///
     /// # Safety
     /// `x` and `y` must be valid device addresses of those sizes.
