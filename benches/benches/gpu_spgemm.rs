@@ -174,7 +174,8 @@ fn sparse_dense_row(
         };
         let got = cuda.download_dense(&call()).expect("download y");
         let err = max_relative_error(got.data(), &want);
-        assert!(err <= 1e-12, "{name}: SpMV error {err}");
+        // Rows of thousands of terms summed in another order than the CPU's.
+        assert!(err <= 1e-10, "{name}: SpMV error {err}");
         let (min, med) = time_loop(reps, call, finish);
         let bytes = bytes_a + (a.ncols() + a.nrows()) as f64 * 8.0;
         cells.push(format!(

@@ -11,9 +11,9 @@
 //! ([`csr_rows_skewed`]) give each warp an equal share of the entries, whatever the rows they
 //! belong to ([`SpmvKernel::CsrBalanced`], [`SpmmKernel::CsrBalanced`]), so that the hub rows of
 //! a power-law graph or the dense rows of a circuit matrix do not hold up the product. SpMV of
-//! other CSR matrices whose rows are at most 1024 entries sums blocks of whole rows staged in
-//! shared memory ([`SpmvKernel::CsrStream`]), so that short rows still read A coalesced; the
-//! rest, and SpMM, keep a thread, a warp or a half-warp per row.
+//! other CSR matrices whose rows average 4 to 16 entries (none over 1024) sums blocks of whole
+//! rows staged in shared memory ([`SpmvKernel::CsrStream`]), so that their reads of A coalesce;
+//! the rest, and SpMM, keep a thread, a warp or a half-warp per row.
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`].

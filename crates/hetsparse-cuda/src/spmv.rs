@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | row blocks of whole rows staged in shared memory (CSR-stream) where no row is long; equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; a thread per row (scalar) or a warp per row (vector) on request |
+//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, row blocks of whole rows staged in shared memory (CSR-stream) for rows of 4 to 16 entries, a thread per row (scalar) for shorter ones |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -58,13 +58,19 @@ const CSR_TILE_ENTRIES: u64 = 32 * 8;
 /// (`STREAM_BUDGET`, 2048), and rows shared by several blocks are rare or absent.
 pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
 
+/// Mean row length from which [`SpmvKernel::Auto`] stages rows in shared memory
+/// ([`SpmvKernel::CsrStream`]) rather than giving each row a thread: rows shorter than this
+/// leave a warp's reads nearly contiguous already, and staging them costs more than it saves.
+pub(crate) const CSR_STREAM_MIN_MEAN_ROW: f64 = 4.0;
+
 /// How SpMV maps threads to rows, for the formats where there is a choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
-    /// longer than the mean ([`csr_rows_skewed`]), else [`SpmvKernel::CsrStream`] where no row
-    /// is longer than 1024 entries, else scalar or vector by the mean row length
-    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]); for ELLPACK-R `T` from the mean row length
+    /// longer than the mean ([`csr_rows_skewed`]), else vector for long rows
+    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrStream`] for rows of 4 to 16 entries on
+    /// average where none is longer than 1024, scalar for shorter ones; for ELLPACK-R `T` from
+    /// the mean row length
     /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
     Auto,
@@ -260,10 +266,12 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
             (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
                 if m.rows_skewed(gpu, stream)? {
                     SpmvKernel::CsrBalanced
-                } else if m.longest_row(gpu, stream)? <= CSR_STREAM_SPAN {
-                    SpmvKernel::CsrStream
                 } else if m.nnz() as f64 >= CSR_VECTOR_MIN_MEAN_ROW * m.nrows as f64 {
                     SpmvKernel::CsrVector
+                } else if m.nnz() as f64 >= CSR_STREAM_MIN_MEAN_ROW * m.nrows as f64
+                    && m.longest_row(gpu, stream)? <= CSR_STREAM_SPAN
+                {
+                    SpmvKernel::CsrStream
                 } else {
                     SpmvKernel::CsrScalar
                 }
