@@ -145,6 +145,198 @@ __device__ void spmv_csr_tiles(u64 nrows, u64 nnz, const u64* __restrict__ offse
     }
 }
 
+// CSR-stream (the row blocks of Greathouse & Daga's CSR-Adaptive): rows are grouped once per
+// matrix into row blocks of whole rows; a thread block takes one row block, loads its entries'
+// products vals[k]·x[cols[k]] into shared memory with consecutive threads on consecutive
+// entries (the loads of A coalesce whatever the rows), then sums the rows out of shared memory,
+// `t` threads per row with `t` the largest power of two up to 32 that gives every row its own
+// group. Every sum is formed in a fixed order, with no atomics on y: y needs no zeroing and the
+// result does not depend on scheduling.
+//
+// Row block c holds the rows i with floor((i + offsets[i]) / STREAM_SPAN) = c: a row's position
+// on the merge path of rows and entries (row i at i + offsets[i], its entries after it). So a
+// row block covers STREAM_SPAN rows-plus-entries, which bounds both its rows (the serial part
+// of the reduction) and the entries before its last row (fewer than STREAM_SPAN). Its last row
+// may be of any length: if the block's entries do not fit STREAM_BUDGET, that row is summed
+// apart by the whole thread block, each thread striding over it in registers. A row of
+// STREAM_SPAN entries or more leaves the row blocks its entries cover without rows; given
+// `partials` and `arrivals` (the host passes them where the longest row is that long), those
+// blocks share the row: each sums the entries in its span of the merge path, and the block that
+// finishes the row last (a counter per row) adds the parts in order and stores it.
+#define STREAM_SPAN 1024    // CSR_STREAM_SPAN on the host
+#define STREAM_BUDGET 2048  // products staged in shared memory per thread block
+static_assert(STREAM_SPAN <= STREAM_BUDGET, "the rows before a block's last fit its budget");
+
+// The row blocks: first[c] = the first row i with i + offsets[i] >= c·STREAM_SPAN (nrows if
+// none), for c in 0..=nblocks. Row block c is rows first[c]..first[c + 1], empty where it lies
+// inside the entries of row first[c] - 1.
+extern "C" __global__ void csr_stream_blocks(u64 nrows, u64 nblocks,
+                                             const u64* __restrict__ offsets,
+                                             u64* __restrict__ first) {
+    for (u64 c = global_thread(); c <= nblocks; c += grid_threads()) {
+        const u64 target = c * STREAM_SPAN;
+        u64 lo = 0, hi = nrows + 1;  // the answer lies in [lo, hi]; nrows + 1 is none
+        while (lo < hi) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (mid + offsets[mid] >= target) hi = mid; else lo = mid + 1;
+        }
+        first[c] = min(lo, nrows);
+    }
+}
+
+// Loads that bypass L1, for partial sums other thread blocks wrote (L1 is not coherent).
+__device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ double load_cg(const double* p) { return __ldcg(p); }
+__device__ __forceinline__ hs_c32 load_cg(const hs_c32* p) {
+    return {__ldcg(&p->re), __ldcg(&p->im)};
+}
+__device__ __forceinline__ hs_c64 load_cg(const hs_c64* p) {
+    return {__ldcg(&p->re), __ldcg(&p->im)};
+}
+
+// Sum of v over the thread block, in thread 0 (a fixed order). Every thread must call it; it
+// begins and ends with a barrier, so `warp_sums` is free again when it returns.
+template <typename R>
+__device__ typename R::acc stream_block_sum(typename R::acc v, typename R::acc* warp_sums) {
+    const u32 tid = threadIdx.x;
+    v = group_sum<R>(v, 32);
+    __syncthreads();
+    if ((tid & 31u) == 0) warp_sums[tid >> 5] = v;
+    __syncthreads();
+    if (tid < 32) {
+        v = tid < (blockDim.x + 31) / 32 ? warp_sums[tid] : R::zero();
+        v = group_sum<R>(v, 32);
+    }
+    __syncthreads();
+    return v;
+}
+
+// Entries [k0, k1) of a row, summed by the whole thread block (in thread 0).
+template <typename S, typename R>
+__device__ typename R::acc stream_row_part(u64 k0, u64 k1, const u32* __restrict__ cols,
+                                           const S* __restrict__ vals,
+                                           const S* __restrict__ x,
+                                           typename R::acc* warp_sums) {
+    typename R::acc acc = R::zero();
+#pragma unroll 4
+    for (u64 k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+        acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+    }
+    return stream_block_sum<R>(acc, warp_sums);
+}
+
+// Part `b - owner` of `parts` of row `row` is `sum` (in thread 0): stored in partials[b]; the
+// block that stores the row's last part adds all of them, in order, into y[row]. Every thread
+// must call it.
+template <typename S, typename R>
+__device__ void stream_finish_part(u64 row, u64 b, u64 owner, u64 parts,
+                                   typename R::acc sum, typename R::acc* __restrict__ partials,
+                                   u32* __restrict__ arrivals, typename R::acc* warp_sums,
+                                   S* __restrict__ y) {
+    typedef typename R::acc Acc;
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        partials[b] = sum;
+        __threadfence();  // the part is visible before the count says so
+        last = atomicAdd(&arrivals[owner], 1u) == (u32)(parts - 1);
+    }
+    __syncthreads();
+    if (!last) return;  // uniform: `last` is the block's
+    __threadfence();
+    Acc acc = R::zero();
+    for (u64 j = threadIdx.x; j < parts; j += blockDim.x) {
+        acc = R::add(acc, load_cg(&partials[owner + j]));
+    }
+    acc = stream_block_sum<R>(acc, warp_sums);
+    if (threadIdx.x == 0) {
+        y[row] = R::store(acc);
+        arrivals[owner] = 0;  // as the caller gave it, for the next product on this buffer
+    }
+}
+
+template <typename S, typename R>
+__device__ void spmv_csr_stream(u64 nblocks, const u64* __restrict__ first,
+                                const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                                const S* __restrict__ vals, const S* __restrict__ x,
+                                S* __restrict__ y, typename R::acc* __restrict__ partials,
+                                u32* __restrict__ arrivals) {
+    typedef typename R::acc Acc;
+    __shared__ Acc staged[STREAM_BUDGET];
+    __shared__ Acc warp_sums[32];
+    const u32 tid = threadIdx.x;
+    const bool split = partials != nullptr;
+    // Every bound below is uniform over the thread block, so all threads reach each barrier.
+    for (u64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        const u64 r0 = first[b], r1 = first[b + 1];
+        if (r0 == r1) {
+            // Inside the entries of row r0 - 1 (r0 > 0: row 0 is in block 0).
+            if (!split) continue;
+            const u64 row = r0 - 1;
+            const u64 owner = (row + offsets[row]) / STREAM_SPAN;
+            const u64 next = (row + 1 + offsets[row + 1]) / STREAM_SPAN;  // the next row's
+            if (b >= next) continue;  // past the last row's end
+            // Entry k of the row lies at row + 1 + k on the merge path; the last part also
+            // takes the entries in the next row's block.
+            const u64 k0 = b * STREAM_SPAN - row - 1;
+            const u64 k1 = b + 1 == next ? offsets[row + 1] : (b + 1) * STREAM_SPAN - row - 1;
+            const Acc sum = stream_row_part<S, R>(k0, k1, cols, vals, x, warp_sums);
+            stream_finish_part<S, R>(row, b, owner, next - owner, sum, partials, arrivals,
+                                     warp_sums, y);
+            continue;
+        }
+        const u64 kb = offsets[r0], ke = offsets[r1];
+        const u64 last_row = r1 - 1;
+        // Row blocks this block's last row is shared by (1 unless it is split).
+        const u64 parts = split ? (last_row + 1 + ke) / STREAM_SPAN - b : 1;
+        // Rows r0..staged_end are summed from shared memory: all of them where they fit.
+        u64 staged_end = r1, ks = ke;
+        if (ke - kb > STREAM_BUDGET || parts > 1) {
+            staged_end = last_row;
+            ks = offsets[last_row];  // fewer than STREAM_SPAN entries before the last row
+        }
+#pragma unroll 4
+        for (u64 k = kb + tid; k < ks; k += blockDim.x) {
+            staged[k - kb] = R::mul(vals[k], x[cols[k]]);
+        }
+        __syncthreads();
+        const u64 nr = staged_end - r0;
+        if (nr > 0) {
+            u32 t = 1;
+            while (t < 32 && nr * (2 * t) <= blockDim.x) t *= 2;
+            const u32 p = tid % t;
+            const u64 groups = blockDim.x / t;
+            const u64 rounds = (nr + groups - 1) / groups;
+            // Groups of t lanes fill whole warps and every lane takes every round, so the
+            // shuffles of group_sum see all 32 lanes.
+            for (u64 round = 0; round < rounds; ++round) {
+                const u64 row = r0 + tid / t + round * groups;
+                Acc acc = R::zero();
+                if (row < staged_end) {
+                    const u64 end = offsets[row + 1] - kb;
+                    for (u64 k = offsets[row] - kb + p; k < end; k += t) {
+                        acc = R::add(acc, staged[k]);
+                    }
+                }
+                acc = group_sum<R>(acc, (int)t);
+                if (row < staged_end && p == 0) y[row] = R::store(acc);
+            }
+        }
+        if (staged_end < r1) {
+            if (parts > 1) {
+                const u64 k1 = (b + 1) * STREAM_SPAN - last_row - 1;
+                const Acc sum = stream_row_part<S, R>(ks, k1, cols, vals, x, warp_sums);
+                stream_finish_part<S, R>(last_row, b, b, parts, sum, partials, arrivals,
+                                         warp_sums, y);
+            } else {
+                const Acc sum = stream_row_part<S, R>(ks, ke, cols, vals, x, warp_sums);
+                if (tid == 0) y[last_row] = R::store(sum);
+            }
+        }
+        // The next row block overwrites staged.
+        __syncthreads();
+    }
+}
+
 // ELLR-T (Ortega et al.): T threads per row (T a power of two up to 32). Thread p of a row takes
 // entries p, p+T, p+2T, ... of it; entry k of row i sits at k·N' + i, so for each k the threads
 // of consecutive rows read consecutive addresses. The T partial sums meet in a shuffle reduction
@@ -305,6 +497,11 @@ HS_INSTANTIATE(spmv_csr_tiles,
                 const void* x, void* y_acc),
                (spmv_csr_tiles<T, S>(nrows, nnz, offsets, cols, (const T*)vals, (const T*)x,
                                      (S::acc*)y_acc)))
+HS_INSTANTIATE(spmv_csr_stream,
+               (u64 nblocks, const u64* first, const u64* offsets, const u32* cols,
+                const void* vals, const void* x, void* y, void* partials, u32* arrivals),
+               (spmv_csr_stream<T, S>(nblocks, first, offsets, cols, (const T*)vals,
+                                      (const T*)x, (T*)y, (S::acc*)partials, arrivals)))
 HS_INSTANTIATE(spmv_ellr,
                (u64 nrows, u64 padded_rows, u32 t, const u32* row_lengths, const u32* cols,
                 const void* vals, const void* x, void* y),

@@ -15,7 +15,8 @@
 //! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
 //! `HETSPARSE_BENCH_PROFILE=1` (one more resident call per class with the time of each stage,
 //! from the backend's tracing spans, on standard error), `HETSPARSE_BENCH_OPS` (`spgemm`,
-//! `spmv`, `spmm`, comma-separated; all).
+//! `spmv`, `spmm`, comma-separated; all), `HETSPARSE_BENCH_SPMV_KERNEL` (the CUDA SpMV kernel
+//! of CSR matrices: `auto`, `scalar`, `vector`, `balanced` or `stream`; `auto`).
 //! Without a GPU it prints that it skipped.
 //!
 //! SpMV and SpMM (32 columns, B row-major as a numpy array is) are timed on A of the same
@@ -36,7 +37,7 @@ use hetsparse_core::{
     SpgemmOptions, SpmmOptions, SpmvOptions,
 };
 use hetsparse_cpu::CpuBackend;
-use hetsparse_cuda::CudaBackend;
+use hetsparse_cuda::{CudaBackend, SpmvKernel};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -173,7 +174,8 @@ fn sparse_dense_row(
         };
         let got = cuda.download_dense(&call()).expect("download y");
         let err = max_relative_error(got.data(), &want);
-        assert!(err <= 1e-12, "{name}: SpMV error {err}");
+        // Rows of thousands of terms summed in another order than the CPU's.
+        assert!(err <= 1e-10, "{name}: SpMV error {err}");
         let (min, med) = time_loop(reps, call, finish);
         let bytes = bytes_a + (a.ncols() + a.nrows()) as f64 * 8.0;
         cells.push(format!(
@@ -233,7 +235,15 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let cuda = match CudaBackend::new() {
+    let spmv_kernel = match std::env::var("HETSPARSE_BENCH_SPMV_KERNEL").as_deref() {
+        Err(_) | Ok("auto") => SpmvKernel::Auto,
+        Ok("scalar") => SpmvKernel::CsrScalar,
+        Ok("vector") => SpmvKernel::CsrVector,
+        Ok("balanced") => SpmvKernel::CsrBalanced,
+        Ok("stream") => SpmvKernel::CsrStream,
+        Ok(other) => panic!("HETSPARSE_BENCH_SPMV_KERNEL={other}: not a CSR SpMV kernel"),
+    };
+    let cuda = match CudaBackend::new().and_then(|b| b.with_csr_spmv_kernel(spmv_kernel)) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("gpu_spgemm: SKIPPED, {e}");

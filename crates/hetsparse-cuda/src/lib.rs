@@ -10,8 +10,10 @@
 //! SpMV and SpMM of CSR matrices whose longest row is far longer than the mean
 //! ([`csr_rows_skewed`]) give each warp an equal share of the entries, whatever the rows they
 //! belong to ([`SpmvKernel::CsrBalanced`], [`SpmmKernel::CsrBalanced`]), so that the hub rows of
-//! a power-law graph or the dense rows of a circuit matrix do not hold up the product; other
-//! matrices keep a thread, a warp or a half-warp per row.
+//! a power-law graph or the dense rows of a circuit matrix do not hold up the product. SpMV of
+//! other CSR matrices whose rows average 4 to 16 entries (none over 1024) sums blocks of whole
+//! rows staged in shared memory ([`SpmvKernel::CsrStream`]), so that their reads of A coalesce;
+//! the rest, and SpMM, keep a thread, a warp or a half-warp per row.
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`].
@@ -114,8 +116,8 @@ use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkSink, Csr, CsrOperand, Dense, DenseOperand, Device,
     DeviceInfo, DeviceKind, Dia, Error, Layout, MemoryPool, MemoryRequirement, MemorySpace,
     Operation, PatternId, ProductChunk, ResidentCsr, ResidentDense, Result, RunControl, ScalarType,
-    SparseFormat, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    SparseFormat, SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 use resident::{DeviceCsr, DeviceDense, Kept};
@@ -133,6 +135,8 @@ pub use spmv::{csr_rows_skewed, ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN
 #[derive(Clone)]
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
+    /// The kernel of [`Backend`] SpMVs of CSR matrices ([`CudaBackend::with_csr_spmv_kernel`]).
+    csr_spmv_kernel: SpmvKernel,
 }
 
 impl CudaBackend {
@@ -145,6 +149,7 @@ impl CudaBackend {
     pub fn with_device(ordinal: u32) -> Result<Self> {
         Ok(CudaBackend {
             gpu: Arc::new(Gpu::new(ordinal)?),
+            csr_spmv_kernel: SpmvKernel::Auto,
         })
     }
 
@@ -159,6 +164,34 @@ impl CudaBackend {
             .gpu
             .set_memory_limit(bytes.min(self.gpu.total_memory()));
         self
+    }
+
+    /// Runs the [`Backend`] SpMVs (`spmv_with`, `spmv_resident`) of CSR matrices, host or
+    /// resident, with `kernel` instead of the backend's choice ([`SpmvKernel::Auto`]), for
+    /// comparing the CSR kernels where only those calls are at hand; other formats keep theirs.
+    /// [`Error::InvalidArgument`] for a kernel that is not a CSR one.
+    pub fn with_csr_spmv_kernel(self, kernel: SpmvKernel) -> Result<Self> {
+        match kernel {
+            SpmvKernel::Auto
+            | SpmvKernel::CsrScalar
+            | SpmvKernel::CsrVector
+            | SpmvKernel::CsrBalanced
+            | SpmvKernel::CsrStream => Ok(CudaBackend {
+                csr_spmv_kernel: kernel,
+                ..self
+            }),
+            SpmvKernel::EllrT { .. } => Err(Error::InvalidArgument(format!(
+                "{kernel:?} is not a CSR SpMV kernel"
+            ))),
+        }
+    }
+
+    /// The SpMV kernel of the [`Backend`] calls for `a`.
+    fn spmv_kernel_for<T: DeviceScalar>(&self, a: &SparseIn<'_, T>) -> SpmvKernel {
+        match a {
+            SparseIn::Host(SparseRef::Csr(_)) | SparseIn::Device(_) => self.csr_spmv_kernel,
+            SparseIn::Host(_) => SpmvKernel::Auto,
+        }
     }
 
     /// The device and its kernels, for code built on this backend.
@@ -349,7 +382,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::shapes("SpMV", a.shape(), (x.len(), 1))?;
         let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
-        let y = spmv::spmv_device(&self.gpu, a, x, SpmvKernel::Auto)?;
+        let y = spmv::spmv_device(&self.gpu, a, x, self.spmv_kernel_for(&a))?;
         spmv::download_vec::<T>(&self.gpu, &y)
     }
 
@@ -441,7 +474,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let nrows = a.shape().0;
         let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
-        let y = spmv::spmv_device(&self.gpu, a, x, SpmvKernel::Auto)?;
+        let y = spmv::spmv_device(&self.gpu, a, x, self.spmv_kernel_for(&a))?;
         Ok(self.wrap_dense(y, (nrows, 1), Layout::ColMajor))
     }
 

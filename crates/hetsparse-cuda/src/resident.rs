@@ -30,6 +30,9 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     host_offsets: OnceLock<HostArray<u64>>,
     /// Entries of the longest row, once SpMV or SpMM asked (it picks their kernel).
     longest_row: OnceLock<u64>,
+    /// The row blocks of the CSR-stream SpMV kernel, once it ran (they depend on the pattern
+    /// only, so matrices of one pattern share them).
+    stream_blocks: OnceLock<Arc<DeviceBuffer<u64>>>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
@@ -60,6 +63,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             // (ESC) or a download.
             host_offsets: OnceLock::from(m.arrays().0.clone()),
             longest_row: OnceLock::new(),
+            stream_blocks: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -81,6 +85,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             nnz,
             host_offsets: OnceLock::new(),
             longest_row: OnceLock::new(),
+            stream_blocks: OnceLock::new(),
             offsets,
             cols,
             vals,
@@ -141,10 +146,74 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         ))
     }
 
+    /// Row blocks of the CSR-stream SpMV kernel (`spmv_csr_stream`).
+    pub fn stream_block_count(&self) -> u64 {
+        (self.nrows as u64 + self.nnz).div_ceil(crate::spmv::CSR_STREAM_SPAN)
+    }
+
+    /// The first row of each row block of the CSR-stream SpMV kernel and the row count last
+    /// ([`DeviceCsr::stream_block_count`] + 1 values), computed on the device on `stream` the
+    /// first time they are asked for (stream-ordered, `stream` their home) and ready for work
+    /// queued on `stream` from here on. `None` for a matrix without rows.
+    pub fn stream_blocks(
+        &self,
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+    ) -> Result<Option<&DeviceBuffer<u64>>> {
+        if self.nrows == 0 {
+            return Ok(None);
+        }
+        if let Some(blocks) = self.stream_blocks.get() {
+            blocks.await_on(stream)?;
+            return Ok(Some(blocks));
+        }
+        let nblocks = self.stream_block_count();
+        let len = usize::try_from(nblocks + 1).map_err(|_| {
+            Error::InvalidArgument(format!("{nblocks} CSR-stream row blocks do not fit memory"))
+        })?;
+        let _span =
+            tracing::debug_span!("CSR-stream row blocks", rows = self.nrows, nblocks).entered();
+        self.offsets.await_on(stream)?;
+        let mut blocks = DeviceBuffer::<u64>::new_on(gpu, stream, len, "CSR-stream row blocks")?;
+        let f = gpu.function("spmv", "csr_stream_blocks")?;
+        // SAFETY: `csr_stream_blocks(u64 nrows, u64 nblocks, offsets, first)`; the offsets
+        // hold nrows + 1 values, `blocks` nblocks + 1, and the kernel writes only those.
+        unsafe {
+            gpu.launch(
+                f,
+                LaunchConfig::for_threads(nblocks + 1, 256),
+                stream,
+                &[
+                    Arg::U64(self.nrows as u64),
+                    Arg::U64(nblocks),
+                    self.offsets.slice().arg(),
+                    blocks.slice().arg(),
+                ],
+            )?
+        };
+        let done = Arc::new(Event::new(false)?);
+        done.record(stream)?;
+        blocks.set_ready(&done);
+        self.offsets.note_use(stream, &done);
+        // Another thread may have computed them meanwhile: theirs are kept and these freed on
+        // `stream` behind the kernel that wrote them.
+        let kept = self.stream_blocks.get_or_init(|| Arc::new(blocks));
+        kept.await_on(stream)?;
+        Ok(Some(kept))
+    }
+
+    /// The row blocks of the CSR-stream kernel, where [`DeviceCsr::stream_blocks`] has made them.
+    pub fn prepared_stream_blocks(&self) -> Option<&DeviceBuffer<u64>> {
+        self.stream_blocks.get().map(|b| &**b)
+    }
+
     /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
     pub fn await_on(&self, stream: &Stream) -> Result<()> {
         self.offsets.await_on(stream)?;
         self.cols.await_on(stream)?;
+        if let Some(blocks) = self.stream_blocks.get() {
+            blocks.await_on(stream)?;
+        }
         self.vals.await_on(stream)
     }
 
@@ -152,6 +221,9 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     pub fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
         self.offsets.note_use(stream, done);
         self.cols.note_use(stream, done);
+        if let Some(blocks) = self.stream_blocks.get() {
+            blocks.note_use(stream, done);
+        }
         self.vals.note_use(stream, done);
     }
 
@@ -165,6 +237,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             nnz: self.nnz,
             host_offsets: self.host_offsets.clone(),
             longest_row: self.longest_row.clone(),
+            stream_blocks: self.stream_blocks.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
             vals: put(gpu, stream, None, as_device(values), "new values")?,

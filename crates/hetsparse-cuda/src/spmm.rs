@@ -25,7 +25,8 @@ use crate::memory::{pinned, DeviceBuffer, DeviceSlice, PinnedBuffer};
 use crate::resident::{put, DeviceCsr};
 use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
 use crate::spmv::{
-    check_threads_per_row, ellr_threads_per_row, DeviceSparse, SpmvKernel, SpmvOutput, BLOCK,
+    check_threads_per_row, ellr_threads_per_row, DeviceSparse, SpmvKernel, SpmvOutput, SpmvScratch,
+    BLOCK,
 };
 
 /// B and C together from this size stream in panels even when they fit, so that copies overlap
@@ -542,7 +543,16 @@ fn run_panel<T: DeviceScalar>(
             for q in 0..pw {
                 let x = b_panel.sub(q * inner, inner).arg();
                 // SAFETY: column q of the B panel holds `inner` values, the output `nrows`.
-                unsafe { a.launch(gpu, stream, kernel, x, c_panel.target(q * nrows))? };
+                unsafe {
+                    a.launch(
+                        gpu,
+                        stream,
+                        kernel,
+                        x,
+                        c_panel.target(q * nrows),
+                        &SpmvScratch::none(),
+                    )?
+                };
             }
             c_panel.finish(gpu, stream, nrows * pw)
         }

@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | equal shares of entries per warp, whatever the rows (balanced); a thread per row (scalar) or a warp per row (vector) on request |
+//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, row blocks of whole rows staged in shared memory (CSR-stream) for rows of 4 to 16 entries, a thread per row (scalar) for shorter ones |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -51,12 +51,26 @@ pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
 /// Entries a warp of the balanced CSR kernel takes at a time: 32 lanes × `TILE_ITEMS`.
 const CSR_TILE_ENTRIES: u64 = 32 * 8;
 
+/// Rows plus entries of a row block of the CSR-stream kernel (`STREAM_SPAN` in `spmv.cu`): row
+/// `i` belongs to block `(i + offsets[i]) / CSR_STREAM_SPAN`. It is also the longest row for
+/// which [`SpmvKernel::Auto`] picks the kernel: a block holds fewer entries than this before
+/// its last row, so with rows no longer, all of a block's products fit shared memory
+/// (`STREAM_BUDGET`, 2048), and rows shared by several blocks are rare or absent.
+pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
+
+/// Mean row length from which [`SpmvKernel::Auto`] stages rows in shared memory
+/// ([`SpmvKernel::CsrStream`]) rather than giving each row a thread: rows shorter than this
+/// leave a warp's reads nearly contiguous already, and staging them costs more than it saves.
+pub(crate) const CSR_STREAM_MIN_MEAN_ROW: f64 = 4.0;
+
 /// How SpMV maps threads to rows, for the formats where there is a choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
-    /// longer than the mean ([`csr_rows_skewed`]), else scalar or vector by the mean row length
-    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]); for ELLPACK-R `T` from the mean row length
+    /// longer than the mean ([`csr_rows_skewed`]), else vector for long rows
+    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrStream`] for rows of 4 to 16 entries on
+    /// average where none is longer than 1024, scalar for shorter ones; for ELLPACK-R `T` from
+    /// the mean row length
     /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
     Auto,
@@ -68,6 +82,16 @@ pub enum SpmvKernel {
     /// summed in segments and the pieces of a row shared by several warps added atomically:
     /// no row, however long, holds up the others, and short rows leave no lane idle.
     CsrBalanced,
+    /// CSR in row blocks (the CSR-stream part of Greathouse & Daga's CSR-Adaptive): rows are
+    /// grouped once per matrix (and kept with a resident one) into blocks of whole rows, about
+    /// 1024 rows plus entries each; a thread block loads its block's products into shared
+    /// memory, consecutive threads on consecutive entries whatever the rows, then sums each
+    /// row there with a thread, a few lanes or a warp by how many rows the block has. Reads of
+    /// A coalesce even where rows are short and uneven, and y is written without atomics. A
+    /// block's last row, if too long for shared memory, is summed by the whole thread block;
+    /// a row of 1024 entries or more is shared by the row blocks its entries span, and the one
+    /// that finishes it last adds their parts in order, so no sum depends on scheduling.
+    CsrStream,
     /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
     EllrT {
         /// `T`.
@@ -244,13 +268,20 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     SpmvKernel::CsrBalanced
                 } else if m.nnz() as f64 >= CSR_VECTOR_MIN_MEAN_ROW * m.nrows as f64 {
                     SpmvKernel::CsrVector
+                } else if m.nnz() as f64 >= CSR_STREAM_MIN_MEAN_ROW * m.nrows as f64
+                    && m.longest_row(gpu, stream)? <= CSR_STREAM_SPAN
+                {
+                    SpmvKernel::CsrStream
                 } else {
                     SpmvKernel::CsrScalar
                 }
             }
             (
                 DeviceSparse::Csr(_),
-                SpmvKernel::CsrScalar | SpmvKernel::CsrVector | SpmvKernel::CsrBalanced,
+                SpmvKernel::CsrScalar
+                | SpmvKernel::CsrVector
+                | SpmvKernel::CsrBalanced
+                | SpmvKernel::CsrStream,
             ) => kernel,
             (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
                 threads_per_row: ellr_threads_per_row(*mean_row),
@@ -270,9 +301,43 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         Ok(resolved)
     }
 
+    /// Queues on `stream` what `kernel` (resolved) needs before [`DeviceSparse::launch`]: the
+    /// row blocks of the CSR-stream kernel, computed the first time (and kept with a resident
+    /// matrix), and where a row is long enough to span several row blocks, the buffers in
+    /// which they share it (for this product only: stream-ordered on `stream`).
+    pub(crate) fn prepare(
+        &self,
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        kernel: SpmvKernel,
+    ) -> Result<SpmvScratch> {
+        let mut scratch = SpmvScratch::none();
+        if let (DeviceSparse::Csr(m), SpmvKernel::CsrStream) = (self, kernel) {
+            if m.stream_blocks(gpu, stream)?.is_some()
+                && m.longest_row(gpu, stream)? >= CSR_STREAM_SPAN
+            {
+                let nblocks = usize::try_from(m.stream_block_count())
+                    .map_err(|_| Error::InvalidArgument("too many CSR-stream row blocks".into()))?;
+                let partials = DeviceBuffer::<u8>::new_on(
+                    gpu,
+                    stream,
+                    nblocks * size_of::<T::Acc>(),
+                    "CSR-stream parts of long rows",
+                )?;
+                let arrivals =
+                    DeviceBuffer::<u32>::new_on(gpu, stream, nblocks, "CSR-stream part counts")?;
+                arrivals.slice().zero(stream)?;
+                scratch.stream_parts = Some((partials, arrivals));
+            }
+        }
+        Ok(scratch)
+    }
+
     /// Queues `y = A·x` on `stream`. `x` is the device address of `ncols` values; `y` of
     /// `nrows` values of `T` or, where [`DeviceSparse::sums_atomically`], of a zeroed buffer of
-    /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`].
+    /// `nrows` accumulators (`T::Acc`). `kernel` must come from [`DeviceSparse::resolve`], and
+    /// `scratch` from [`DeviceSparse::prepare`] for it (queued on `stream` or before it), or
+    /// [`SpmvScratch::none`] for a kernel that needs none.
     ///
     /// # Safety
     /// `x` and `y` must be valid device addresses of those sizes.
@@ -283,6 +348,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         kernel: SpmvKernel,
         x: Arg,
         y: Arg,
+        scratch: &SpmvScratch,
     ) -> Result<()> {
         let run = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
             let f = gpu.function("spmv", kernel_name::<T>(base))?;
@@ -302,6 +368,40 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ];
                 match kernel {
                     SpmvKernel::CsrVector => run("spmv_csr_vector", nrows * 32, &args),
+                    SpmvKernel::CsrStream => {
+                        let Some(blocks) = m.prepared_stream_blocks() else {
+                            // No rows, nothing to write; or not prepared, a bug of the caller.
+                            return if nrows == 0 {
+                                Ok(())
+                            } else {
+                                Err(Error::Internal {
+                                    backend: crate::error::BACKEND.into(),
+                                    what: "CSR-stream SpMV launched without its row blocks".into(),
+                                })
+                            };
+                        };
+                        let nblocks = m.stream_block_count();
+                        // Null where no row spans several row blocks: each is summed whole.
+                        let (partials, arrivals) = match &scratch.stream_parts {
+                            Some((p, a)) => (p.slice().arg(), a.slice().arg()),
+                            None => (Arg::U64(0), Arg::U64(0)),
+                        };
+                        run(
+                            "spmv_csr_stream",
+                            nblocks * u64::from(BLOCK),
+                            &[
+                                Arg::U64(nblocks),
+                                blocks.slice().arg(),
+                                m.offsets.slice().arg(),
+                                m.cols.slice().arg(),
+                                m.vals.slice().arg(),
+                                x,
+                                y,
+                                partials,
+                                arrivals,
+                            ],
+                        )
+                    }
                     SpmvKernel::CsrBalanced => {
                         let nnz = m.nnz();
                         run(
@@ -443,6 +543,20 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ],
             ),
         }
+    }
+}
+
+/// Buffers a kernel needs for one product besides A, x and y.
+pub(crate) struct SpmvScratch {
+    /// CSR-stream: a partial sum per row block and a counter per row block (zeroed), for rows
+    /// shared by several row blocks.
+    stream_parts: Option<(DeviceBuffer<u8>, DeviceBuffer<u32>)>,
+}
+
+impl SpmvScratch {
+    /// Nothing.
+    pub(crate) fn none() -> Self {
+        SpmvScratch { stream_parts: None }
     }
 }
 
@@ -625,6 +739,7 @@ fn spmv_queue<T: DeviceScalar>(
     }
     let dev = a.place_on(gpu, stream)?;
     let kernel = dev.resolve(gpu, stream, kernel)?;
+    let scratch = dev.prepare(gpu, stream, kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
@@ -642,7 +757,16 @@ fn spmv_queue<T: DeviceScalar>(
         let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
         // SAFETY: x holds ncols values and y's target nrows elements of the kernel's type;
         // every buffer stays allocated until the stream has passed the kernel (module doc).
-        unsafe { dev.launch(gpu, stream, kernel, x_dev.slice().arg(), y.target(0))? };
+        unsafe {
+            dev.launch(
+                gpu,
+                stream,
+                kernel,
+                x_dev.slice().arg(),
+                y.target(0),
+                &scratch,
+            )?
+        };
         y.finish(gpu, stream, nrows)?;
     }
     let done = Arc::new(Event::new(false)?);
@@ -718,7 +842,251 @@ impl crate::CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::csr_rows_skewed;
+    use super::{csr_rows_skewed, CSR_STREAM_SPAN};
+
+    /// `STREAM_BUDGET` and the threads of a block in `spmv.cu`.
+    const STREAM_BUDGET: u64 = 2048;
+    const THREADS: u64 = super::BLOCK as u64;
+
+    /// `csr_stream_blocks` on the host: the first row of each row block, the row count last.
+    fn stream_blocks(offsets: &[u64]) -> Vec<u64> {
+        let nrows = offsets.len() as u64 - 1;
+        let nblocks = (nrows + offsets[nrows as usize]).div_ceil(CSR_STREAM_SPAN);
+        (0..=nblocks)
+            .map(|c| {
+                let target = c * CSR_STREAM_SPAN;
+                let (mut lo, mut hi) = (0u64, nrows + 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if mid + offsets[mid as usize] >= target {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                lo.min(nrows)
+            })
+            .collect()
+    }
+
+    /// `spmv_csr_stream` on the host, thread by thread, the row blocks taken in the order
+    /// `order`, rows spanning several row blocks shared by them where `split`; with `x` all
+    /// ones and the product of entry `k` equal to `k + 1` (exact in f64): each row's sum, and
+    /// how often it was written.
+    fn stream_spmv(offsets: &[u64], split: bool, order: &[u64]) -> (Vec<f64>, Vec<u32>) {
+        let nrows = offsets.len() - 1;
+        let first = stream_blocks(offsets);
+        let nblocks = first.len() as u64 - 1;
+        assert_eq!(order.len() as u64, nblocks);
+        let product = |k: u64| (k + 1) as f64;
+        // The whole block's sum of entries k0..k1, each thread striding over them.
+        let block_sum = |k0: u64, k1: u64| -> f64 {
+            let mut sum = 0.0;
+            for tid in 0..THREADS {
+                let mut k = k0 + tid;
+                while k < k1 {
+                    sum += product(k);
+                    k += THREADS;
+                }
+            }
+            sum
+        };
+        let (mut y, mut writes) = (vec![0.0; nrows], vec![0u32; nrows]);
+        let mut partials = vec![f64::NAN; nblocks as usize];
+        let mut arrivals = vec![0u64; nblocks as usize];
+        let mut finish_part = |row: u64,
+                               b: u64,
+                               owner: u64,
+                               parts: u64,
+                               sum: f64,
+                               y: &mut Vec<f64>,
+                               writes: &mut Vec<u32>| {
+            partials[b as usize] = sum;
+            arrivals[owner as usize] += 1;
+            if arrivals[owner as usize] == parts {
+                let total = (owner..owner + parts).map(|j| partials[j as usize]).sum();
+                y[row as usize] = total;
+                writes[row as usize] += 1;
+                arrivals[owner as usize] = 0;
+            }
+        };
+        let span = CSR_STREAM_SPAN;
+        for &b in order {
+            let (r0, r1) = (first[b as usize], first[b as usize + 1]);
+            if r0 == r1 {
+                if !split {
+                    continue;
+                }
+                let row = r0 - 1;
+                let owner = (row + offsets[row as usize]) / span;
+                let next = (row + 1 + offsets[row as usize + 1]) / span;
+                if b >= next {
+                    continue;
+                }
+                let k0 = b * span - row - 1;
+                let k1 = if b + 1 == next {
+                    offsets[row as usize + 1]
+                } else {
+                    (b + 1) * span - row - 1
+                };
+                assert!(
+                    k0 >= offsets[row as usize] && k0 <= k1,
+                    "block {b}: a part outside its row"
+                );
+                let sum = block_sum(k0, k1);
+                finish_part(row, b, owner, next - owner, sum, &mut y, &mut writes);
+                continue;
+            }
+            let (kb, ke) = (offsets[r0 as usize], offsets[r1 as usize]);
+            let last_row = r1 - 1;
+            let parts = if split {
+                (last_row + 1 + ke) / span - b
+            } else {
+                1
+            };
+            let (mut staged_end, mut ks) = (r1, ke);
+            if ke - kb > STREAM_BUDGET || parts > 1 {
+                staged_end = last_row;
+                ks = offsets[last_row as usize];
+            }
+            let mut staged = vec![f64::NAN; STREAM_BUDGET as usize];
+            for tid in 0..THREADS {
+                let mut k = kb + tid;
+                while k < ks {
+                    staged[(k - kb) as usize] = product(k);
+                    k += THREADS;
+                }
+            }
+            let nr = staged_end - r0;
+            if nr > 0 {
+                let mut t = 1u64;
+                while t < 32 && nr * (2 * t) <= THREADS {
+                    t *= 2;
+                }
+                assert!(t == 1 || nr * t <= THREADS, "a round of {t} lanes per row");
+                let groups = THREADS / t;
+                for round in 0..nr.div_ceil(groups) {
+                    for group in 0..groups {
+                        let row = r0 + group + round * groups;
+                        if row >= staged_end {
+                            continue;
+                        }
+                        let (start, end) =
+                            (offsets[row as usize] - kb, offsets[row as usize + 1] - kb);
+                        let mut sum = 0.0;
+                        for p in 0..t {
+                            let mut k = start + p;
+                            while k < end {
+                                sum += staged[k as usize];
+                                k += t;
+                            }
+                        }
+                        y[row as usize] = sum;
+                        writes[row as usize] += 1;
+                    }
+                }
+            }
+            if staged_end < r1 {
+                if parts > 1 {
+                    let k1 = (b + 1) * span - last_row - 1;
+                    assert!(
+                        k1 >= ks && k1 <= ke,
+                        "block {b}: its part of row {last_row}"
+                    );
+                    let sum = block_sum(ks, k1);
+                    finish_part(last_row, b, b, parts, sum, &mut y, &mut writes);
+                } else {
+                    y[last_row as usize] = block_sum(ks, ke);
+                    writes[last_row as usize] += 1;
+                }
+            }
+        }
+        assert!(
+            arrivals.iter().all(|&a| a == 0),
+            "a shared row was not finished"
+        );
+        (y, writes)
+    }
+
+    fn check_stream(lengths: &[u64], what: &str) {
+        let mut offsets = vec![0u64];
+        for &len in lengths {
+            offsets.push(offsets.last().unwrap() + len);
+        }
+        let nblocks = stream_blocks(&offsets).len() as u64 - 1;
+        let forward: Vec<u64> = (0..nblocks).collect();
+        let backward: Vec<u64> = (0..nblocks).rev().collect();
+        // Odd blocks first: parts of a row arrive out of order.
+        let interleaved: Vec<u64> = (0..nblocks)
+            .filter(|b| b % 2 == 1)
+            .chain((0..nblocks).filter(|b| b % 2 == 0))
+            .collect();
+        for (split, order) in [
+            (false, &forward),
+            (true, &forward),
+            (true, &backward),
+            (true, &interleaved),
+        ] {
+            let (y, writes) = stream_spmv(&offsets, split, order);
+            for i in 0..lengths.len() {
+                assert_eq!(
+                    writes[i], 1,
+                    "{what} (split {split}): row {i} written {} times",
+                    writes[i]
+                );
+                let (a, b) = (offsets[i], offsets[i + 1]);
+                // Σ (k + 1) over the row's entries.
+                let expected = ((b * (b + 1) - a * (a + 1)) / 2) as f64;
+                assert_eq!(y[i], expected, "{what} (split {split}): row {i}");
+            }
+        }
+    }
+
+    /// The row blocks and the kernel's walk over them, emulated on the host: every row is
+    /// written once, with its sum, and staged products stay within the budget (the index
+    /// would panic), on the shapes of the GPU tests and on random ones.
+    #[test]
+    fn stream_row_blocks_cover_every_row_once() {
+        check_stream(&[], "no rows");
+        check_stream(&[0], "one empty row");
+        check_stream(&[0; 3000], "rows without entries");
+        check_stream(&[5000], "one long row");
+        check_stream(&[1022, 1026, 3, 4], "a block of exactly the budget");
+        check_stream(&[1022, 1027, 3, 4], "a block one over the budget");
+        check_stream(&[3, 5000, 2, 0, 7], "a long row behind a short one");
+        check_stream(&[1024, 1, 1025, 1024, 0, 1024], "rows of 1024 and 1025");
+        check_stream(&[100_000, 2, 70_000], "rows of 10^5 entries");
+        // Rows ending exactly at a span's end, or one short of it, last or followed by others.
+        check_stream(&[2047], "a last row ending at a span's end");
+        check_stream(&[2046], "a last row ending one short of a span's end");
+        check_stream(&[1023, 1], "a row whose next starts a span");
+        check_stream(&[1024, 1], "a row of one span");
+        check_stream(&[3071, 0, 0, 5], "a row of three spans before empty rows");
+        check_stream(&[vec![3; 600], vec![7; 300]].concat(), "rows of 3 and 7");
+        check_stream(
+            &[vec![120; 8], vec![60; 20]].concat(),
+            "warps and half-warps",
+        );
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..40 {
+            let nrows = next() % 20_000;
+            let lengths: Vec<u64> = (0..nrows)
+                .map(|_| match next() % 100 {
+                    0..=29 => 0,
+                    30..=94 => next() % 16,
+                    95..=98 => next() % 1100,
+                    _ => next() % 6000,
+                })
+                .collect();
+            check_stream(&lengths, &format!("random case {case}"));
+        }
+    }
 
     #[test]
     fn skewed_rows_are_long_against_the_mean() {

@@ -10,7 +10,7 @@ use hetsparse_core::{
     Backend, Coo, Csr, Dense, Device, Error, Layout, MemorySpace, ProductChunk, ReferenceBackend,
     RunControl, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
 };
-use hetsparse_cuda::CudaBackend;
+use hetsparse_cuda::{CudaBackend, SpmvKernel};
 
 const ALGORITHMS: [SpgemmAlgorithm; 4] = [
     SpgemmAlgorithm::Adaptive,
@@ -415,6 +415,112 @@ fn assert_vec_close(actual: &[f64], expected: &[f64], what: &str) {
     }
 }
 
+/// The row blocks the CSR-stream SpMV keeps with a resident matrix belong to its pattern: they
+/// are right for new values ([`Backend::upload_values`], which shares them), for the matrix
+/// whose SpMV made them and for the other one after either handle is dropped, and for a matrix
+/// computed on the device (whose offsets never were on the host).
+#[test]
+fn stream_row_blocks_follow_the_pattern() {
+    let Some(gpu) = backend("stream_row_blocks_follow_the_pattern") else {
+        return;
+    };
+    // Rows of 0 to 12 entries: the CSR-stream kernel's matrices.
+    let a = generate::uniform::<f64>(50_000, 50_000, 6, 8);
+    let a2 = Csr::try_new(
+        a.nrows(),
+        a.ncols(),
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        a.values().iter().map(|v| 1.5 - v).collect(),
+    )
+    .unwrap();
+    let x: Vec<f64> = (0..a.ncols())
+        .map(|i| ((i % 11) as f64) * 0.25 - 1.0)
+        .collect();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let spmv = |m: &hetsparse_core::ResidentCsr<f64>| {
+        let y = gpu
+            .spmv_resident(m.into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        gpu.download_dense(&y).unwrap().data().to_vec()
+    };
+    assert_vec_close(&spmv(&ra), &host_spmv(&a, &x), "A");
+    let ra2 = gpu.upload_values(&ra, a2.values()).unwrap();
+    assert_vec_close(&spmv(&ra2), &host_spmv(&a2, &x), "A with new values");
+    assert_vec_close(&spmv(&ra), &host_spmv(&a, &x), "A again");
+    drop(ra);
+    assert_vec_close(&spmv(&ra2), &host_spmv(&a2, &x), "new values, A dropped");
+    let c = gpu
+        .spgemm_resident((&ra2).into(), (&a).into(), &SpgemmOptions::new(), &run)
+        .unwrap();
+    let c_host = gpu.download(&c).unwrap();
+    assert_vec_close(
+        &spmv(&c),
+        &host_spmv(&c_host, &x),
+        "a product left on the device",
+    );
+}
+
+/// The CSR-stream kernel on rows long enough to be shared by several row blocks, from several
+/// threads at once: every result is right and all are the same bits (the parts of a row are
+/// added in order, whichever block finishes it).
+#[test]
+fn stream_spmv_of_long_rows_is_deterministic() {
+    let Some(gpu) = backend("stream_spmv_of_long_rows_is_deterministic") else {
+        return;
+    };
+    let gpu = gpu.with_csr_spmv_kernel(SpmvKernel::CsrStream).unwrap();
+    // 200 000 rows of about 4 entries, 20 rows and columns of 200 000 entries.
+    let a = generate::skewed::<f64>(200_000, 4, 20, 20, 4);
+    let x: Vec<f64> = (0..a.ncols())
+        .map(|i| ((i % 23) as f64) * 0.1 - 1.1)
+        .collect();
+    let expected = host_spmv(&a, &x);
+    // Σ|a||x| per row: sums of 200 000 terms in another order differ by up to n·ε of it.
+    let mut abs_a = a.clone();
+    abs_a.values_mut().iter_mut().for_each(|v| *v = v.abs());
+    let abs_x: Vec<f64> = x.iter().map(|v| v.abs()).collect();
+    let scale = host_spmv(&abs_a, &abs_x);
+    let check = |y: &[f64], what: &str| {
+        assert_eq!(y.len(), expected.len(), "{what}: length");
+        for (k, (u, v)) in y.iter().zip(&expected).enumerate() {
+            assert!(
+                (u - v).abs() <= 1e-10 * (1.0 + scale[k]),
+                "{what}: element {k}: {u} vs {v}"
+            );
+        }
+    };
+    let ra = gpu.upload(&a).unwrap();
+    let rx = gpu.upload_vector(&x).unwrap();
+    let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    let once = |_: usize| {
+        let y = gpu
+            .spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap();
+        gpu.download_dense(&y).unwrap().data().to_vec()
+    };
+    let reference_bits: Vec<u64> = once(0).iter().map(|v| v.to_bits()).collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (once, reference_bits, check) = (&once, &reference_bits, &check);
+            s.spawn(move || {
+                for i in 0..10 {
+                    let y = once(i);
+                    check(&y, &format!("thread {t}, call {i}"));
+                    assert!(
+                        y.iter()
+                            .map(|v| v.to_bits())
+                            .eq(reference_bits.iter().copied()),
+                        "thread {t}, call {i}: not the bits of the first call"
+                    );
+                }
+            });
+        }
+    });
+}
+
 /// Resident SpMVs queued back to back from several threads, each result fed straight into the
 /// next call and dropped while that call may still be running: every result is right (a read
 /// before its writer finished, or memory freed and reused under a running kernel, shows as
@@ -434,8 +540,13 @@ fn resident_spmv_chains_from_many_threads() {
     let pool = Device::memory_pool(&gpu).unwrap();
     let ra = gpu.upload(&a).unwrap();
     let rx = gpu.upload_vector(&x).unwrap();
-    let baseline = pool.reserved();
     let (opts, run) = (SpmvOptions::new(), RunControl::new());
+    // A first call leaves with A what its kernel keeps per matrix (the CSR-stream row blocks).
+    drop(
+        gpu.spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
+            .unwrap(),
+    );
+    let baseline = pool.reserved();
     std::thread::scope(|s| {
         for t in 0..4 {
             let (gpu, ra, rx, opts, run) = (&gpu, &ra, &rx, &opts, &run);

@@ -141,7 +141,102 @@ fn csr_scalar_and_vector<T: DeviceScalar>() {
             SpmvKernel::CsrScalar,
             SpmvKernel::CsrVector,
             SpmvKernel::CsrBalanced,
+            SpmvKernel::CsrStream,
         ] {
+            check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
+        }
+    }
+}
+
+/// Row lengths that put a row block's entries at the kernel's limits. Row `i` is in block
+/// `(i + offsets[i]) / 1024`; a block's products are staged in shared memory if they are at
+/// most 2048, else its last row is summed apart by the whole thread block, or shared with the
+/// blocks after it where it spans them (1024 entries or more).
+fn stream_edge_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
+    let mut lengths_and_names: Vec<(&'static str, Vec<u64>, usize)> = vec![
+        // Block 0: rows 0 and 1 (1 + 1022 < 1024), 2048 entries: the budget exactly.
+        (
+            "a block of exactly 2048 entries",
+            vec![1022, 1026, 3, 4],
+            3000,
+        ),
+        // 2049 entries: the last row of block 0 is summed apart.
+        (
+            "a block one entry over its budget",
+            vec![1022, 1027, 3, 4],
+            3000,
+        ),
+        // Block 0 is row 0 alone, over the budget; blocks 1 to 4 hold no row.
+        ("a single row of 5000 entries", vec![5000], 6000),
+        ("a single short row", vec![5], 10),
+        ("a single empty row", vec![0], 10),
+        // A short row then a long one in the same block, the long one spanning empty blocks.
+        (
+            "a long row behind a short one",
+            vec![3, 5000, 2, 0, 7],
+            6000,
+        ),
+        // 1024 and 1025 entries: the longest rows Auto sends to the stream kernel and beyond.
+        (
+            "rows of 1024 and 1025 entries",
+            vec![1024, 1, 1025, 1024, 0, 1024],
+            2000,
+        ),
+        // Eight rows of 120 (a warp per row), then rows of 60 (half-warps).
+        (
+            "rows that take a warp or half a warp",
+            [vec![120; 8], vec![60; 20], vec![1; 3]].concat(),
+            500,
+        ),
+    ];
+    // More than 1024 empty rows: blocks of rows without entries (y is never zeroed).
+    let mut empty_runs = vec![0u64; 2500];
+    empty_runs[1300] = 4;
+    empty_runs[2499] = 2;
+    lengths_and_names.push(("runs of over 1024 empty rows", empty_runs, 50));
+    // Exactly 256 and 128 rows per block and a block of 1024 rows of one entry.
+    lengths_and_names.push((
+        "rows of 3 and 7 entries",
+        [vec![3; 600], vec![7; 300]].concat(),
+        900,
+    ));
+    lengths_and_names.push(("rows of one entry", vec![1; 5000], 5000));
+    // Rows of 1024 entries and more are shared by the row blocks they span: one ending at a
+    // span's end (1 + 2047 positions), neighbours, and many at once among short rows.
+    lengths_and_names.push(("a row ending at a span's end", vec![2047], 3000));
+    lengths_and_names.push((
+        "long neighbours",
+        vec![3000, 3000, 1, 3000, 1024, 1023],
+        4000,
+    ));
+    lengths_and_names.push((
+        "many long rows among short ones",
+        (0..400u64)
+            .map(|i| if i % 8 == 0 { 12_000 } else { i % 13 })
+            .collect(),
+        20_000,
+    ));
+    let mut out: Vec<(&'static str, Csr<T>)> = lengths_and_names
+        .into_iter()
+        .map(|(what, lengths, ncols)| (what, from_row_lengths::<T>(&lengths, ncols)))
+        .collect();
+    out.push((
+        "no rows",
+        Csr::try_new(0, 7, vec![0], Vec::new(), Vec::new()).expect("empty"),
+    ));
+    out.push((
+        "rows without entries only",
+        Csr::try_new(3000, 7, vec![0; 3001], Vec::new(), Vec::new()).expect("no entries"),
+    ));
+    out.push(("short uneven rows", generate::uniform(20_000, 20_000, 3, 6)));
+    out.push(("banded, 11 per row", generate::banded(30_000, 11, 5)));
+    out
+}
+
+fn csr_stream_row_blocks<T: DeviceScalar>() {
+    let Some(b) = backend() else { return };
+    for (what, a) in stream_edge_matrices::<T>() {
+        for kernel in [SpmvKernel::CsrStream, SpmvKernel::Auto] {
             check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
         }
     }
@@ -515,6 +610,49 @@ fn kernel_choices_are_checked() {
         ),
         Err(Error::InvalidArgument(_))
     ));
+    assert!(matches!(
+        b.clone()
+            .with_csr_spmv_kernel(SpmvKernel::EllrT { threads_per_row: 4 }),
+        Err(Error::InvalidArgument(_))
+    ));
+    // The Backend calls with a chosen CSR kernel, and other formats keeping theirs.
+    let expected = reference::spmv::<f32, PlusTimes>(&a, &x).expect("reference");
+    // Three terms a row, summed in any order.
+    let near = |y: &[f32], what: &str| {
+        assert_eq!(y.len(), expected.len(), "{what}");
+        for (k, (u, v)) in y.iter().zip(&expected).enumerate() {
+            assert!(
+                (u - v).abs() <= 1e-5 * (1.0 + v.abs()),
+                "{what}: {k}: {u} vs {v}"
+            );
+        }
+    };
+    for kernel in [
+        SpmvKernel::CsrScalar,
+        SpmvKernel::CsrVector,
+        SpmvKernel::CsrBalanced,
+        SpmvKernel::CsrStream,
+    ] {
+        let chosen = b
+            .clone()
+            .with_csr_spmv_kernel(kernel)
+            .expect("a CSR kernel");
+        let ra = chosen.upload(&a).expect("upload");
+        let y = Backend::spmv(&chosen, SparseRef::Csr(&a), &x).expect("SpMV");
+        near(&y, &format!("{kernel:?}, from the host"));
+        let y = chosen
+            .spmv_resident(
+                (&ra).into(),
+                x.as_slice().into(),
+                &hetsparse_core::SpmvOptions::new(),
+                &hetsparse_core::RunControl::new(),
+            )
+            .expect("resident SpMV");
+        let y = chosen.download_dense(&y).expect("download");
+        near(y.data(), &format!("{kernel:?}, resident"));
+        let y = Backend::spmv(&chosen, SparseRef::Ellr(&e), &x).expect("ELLPACK-R SpMV");
+        near(&y, &format!("ELLPACK-R beside {kernel:?}"));
+    }
     let d = Dense::<f32>::zeros(40, 4, Layout::RowMajor).unwrap();
     let bad_lc = SpmmKernelOptions {
         kernel: SpmmKernel::EllrT {
@@ -562,6 +700,7 @@ macro_rules! per_scalar {
 
 per_scalar!(
     csr_scalar_and_vector,
+    csr_stream_row_blocks,
     ellr_every_t,
     atomic_formats,
     bsr_spmv,
