@@ -32,6 +32,12 @@ pub(crate) enum Kind {
 /// where CUDA alone was 2.5 times faster).
 pub(crate) const TRY_ALONE_SHARE: f64 = 0.2;
 
+/// A backend timed alone once is timed alone a second time when that first speed is at least
+/// this share of the fastest's: a first whole run may pay a cold start (buffers, memory pools,
+/// pages not yet mapped) that later runs do not, and one slow first run must not keep a
+/// backend that is as fast or faster out for good.
+pub(crate) const RETRY_ALONE_SHARE: f64 = 0.7;
+
 /// Speeds (work units per second: intermediate products for SpGEMM, entries of A times columns
 /// of the dense operand for SpMM and SpMV) and the sharing overhead: how much longer shared runs
 /// took than their work over the speeds together (threads, placing operands, the tail,
@@ -41,6 +47,8 @@ pub(crate) const TRY_ALONE_SHARE: f64 = 0.2;
 pub(crate) struct Learned {
     pub speeds: Vec<Option<f64>>,
     pub alone: Vec<Option<f64>>,
+    /// Whole runs alone timed per backend (speeds set by the caller count none).
+    pub alone_runs: Vec<u32>,
     pub overhead: Option<f64>,
 }
 
@@ -56,15 +64,22 @@ impl Learned {
         Learned {
             speeds: vec![None; backends],
             alone: vec![None; backends],
+            alone_runs: vec![0; backends],
             overhead: None,
         }
     }
 
-    /// Learns from a whole run of `work` units on backend `d` alone.
+    /// Learns from a whole run of `work` units on backend `d` alone. The second run keeps the
+    /// better of the first two speeds (the first may have paid a cold start); later ones blend.
     pub fn record_alone(&mut self, d: usize, work: u64, wall: Duration) {
         let secs = wall.as_secs_f64();
         if work > 0 && secs > 0.0 {
-            self.alone[d] = Some(blend(self.alone[d], work as f64 / secs));
+            let speed = work as f64 / secs;
+            self.alone[d] = Some(match (self.alone[d], self.alone_runs[d]) {
+                (Some(first), 1) => first.max(speed),
+                (old, _) => blend(old, speed),
+            });
+            self.alone_runs[d] += 1;
         }
     }
 
@@ -102,7 +117,8 @@ impl Learned {
     /// The backend that should run alone, when every member's speed is known. First, each
     /// member never timed alone whose speed in shared runs is at least [`TRY_ALONE_SHARE`] of
     /// the fastest's is run alone once (a bounded exploration: shared runs can misjudge a
-    /// backend). Then the fastest alone (on whole-run speeds where known) runs alone when
+    /// backend), and each timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run
+    /// alone once more. Then the fastest alone (on whole-run speeds where known) runs alone when
     /// sharing is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
     /// (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
     /// (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds). `None`:
@@ -118,6 +134,14 @@ impl Learned {
         });
         if untried.is_some() {
             return untried;
+        }
+        let once = members.iter().copied().find(|&d| {
+            d != best
+                && self.alone_runs[d] == 1
+                && self.alone[d].is_some_and(|s| s >= RETRY_ALONE_SHARE * fastest)
+        });
+        if once.is_some() {
+            return once;
         }
         let alone = match self.overhead {
             Some(overhead) => overhead / total >= SHARING_GAIN / fastest,
@@ -162,7 +186,40 @@ mod tests {
         even.record_alone(0, 1, Duration::from_secs(1));
         assert_eq!(even.alone(&[0, 1]), Some(1));
         even.record_alone(1, 1, Duration::from_secs(1));
+        // Each within RETRY_ALONE_SHARE of the other: the one not chosen is timed again.
+        assert_eq!(even.alone(&[0, 1]), Some(0));
+        even.record_alone(0, 1, Duration::from_secs(1));
         assert_eq!(even.alone(&[0, 1]), None);
+    }
+
+    #[test]
+    fn a_slow_first_run_alone_is_timed_again() {
+        let mut l = Learned::new(2);
+        l.speeds = vec![Some(100.0), Some(90.0)];
+        l.overhead = Some(2.0);
+        // 0's first run alone was cold (60 units/s), 1's was not (80).
+        l.record_alone(0, 60, Duration::from_secs(1));
+        l.record_alone(1, 80, Duration::from_secs(1));
+        assert_eq!(l.fastest(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        // Warm, 0 does 100: the better of its two runs stands. 1, now the one timed once
+        // within reach, is timed again; then 0 runs alone from now on.
+        l.record_alone(0, 100, Duration::from_secs(1));
+        assert_eq!(l.alone[0], Some(100.0));
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        l.record_alone(1, 80, Duration::from_secs(1));
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        // Later runs blend.
+        l.record_alone(0, 50, Duration::from_secs(1));
+        assert_eq!(l.alone[0], Some(75.0));
+        // A backend far below the fastest after its first run is not timed again.
+        let mut far = Learned::new(2);
+        far.speeds = vec![Some(100.0), Some(90.0)];
+        far.overhead = Some(2.0);
+        far.record_alone(0, 100, Duration::from_secs(1));
+        far.record_alone(1, 50, Duration::from_secs(1));
+        assert_eq!(far.alone(&[0, 1]), Some(0));
     }
 
     #[test]
