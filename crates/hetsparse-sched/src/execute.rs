@@ -362,11 +362,9 @@ fn next_batch<T: Scalar>(
 /// Work stealing, weighted by speed. A device's speed is what it reached in this run, else in
 /// earlier ones. The queue holds the chunks in row order (per panel of B); the fastest device
 /// takes from its front, the others from its back, so each batch is a run of adjacent rows,
-/// computed as one chunk, and the fastest device's first batch starts at row 0: the largest
-/// part of C is then C's first rows, which the assembly does not copy. A batch is about half
-/// the device's share of what is left (guided self-scheduling with shares by speed), so
-/// batches shrink towards the end; a device of unknown speed takes one chunk, which measures
-/// it.
+/// computed as one chunk (one call, one part of C). A batch is about half the device's share
+/// of what is left (guided self-scheduling with shares by speed), so batches shrink towards
+/// the end; a device of unknown speed takes one chunk, which measures it.
 fn take_from_queue<T: Scalar>(
     state: &mut State<T>,
     work: &Work<'_, T>,
