@@ -39,6 +39,9 @@ use hetsparse_core::{
 use hetsparse_cpu::CpuBackend;
 use hetsparse_cuda::{CudaBackend, SpmvKernel};
 
+#[path = "common/spans.rs"]
+mod spans;
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -348,13 +351,8 @@ fn main() {
         if profile {
             // One more call with the backend's spans printed as they close (busy and idle
             // time of each stage), on standard error.
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::DEBUG)
-                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-                .with_writer(std::io::stderr)
-                .finish();
             eprintln!("profile of {name}, resident, then from host:");
-            tracing::subscriber::with_default(subscriber, || {
+            spans::printed(|| {
                 cuda.spgemm_resident((&ra).into(), rb_ref.into(), &options, &run)
                     .expect("CUDA SpGEMM, resident");
                 if !no_host {

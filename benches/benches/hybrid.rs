@@ -22,6 +22,9 @@ use hetsparse_bench::cases::{cases, Scale};
 use hetsparse_core::{Backend, Csr, DeviceKind, SpgemmAlgorithm};
 use hetsparse_sched::{Policy, Scheduler};
 
+#[path = "common/spans.rs"]
+mod spans;
+
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -80,6 +83,7 @@ fn main() {
     let hybrid_threads =
         env_usize("HETSPARSE_BENCH_HYBRID_THREADS").unwrap_or(cores.saturating_sub(1).max(1));
     let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
+    let spgemm_only = std::env::var("HETSPARSE_BENCH_SPGEMM_ONLY").is_ok_and(|v| v == "1");
     let wanted: Option<Vec<String>> = std::env::var("HETSPARSE_BENCH_CLASSES")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
@@ -222,15 +226,8 @@ fn main() {
                             })
                             .unwrap_or_default();
                         if profile {
-                            let subscriber = tracing_subscriber::fmt()
-                                .with_max_level(tracing::Level::DEBUG)
-                                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-                                .with_writer(std::io::stderr)
-                                .finish();
                             eprintln!("profile of {class}, {label}:");
-                            tracing::subscriber::with_default(subscriber, || {
-                                let _ = s.spgemm(a, b, SpgemmAlgorithm::Auto);
-                            });
+                            let _ = spans::printed(|| s.spgemm(a, b, SpgemmAlgorithm::Auto));
                         }
                         rows.push((label, min, median, ok, shares));
                     }
@@ -244,7 +241,6 @@ fn main() {
                 }
             }
         }
-        let spgemm_only = std::env::var("HETSPARSE_BENCH_SPGEMM_ONLY").is_ok_and(|v| v == "1");
         if let Some(gpu) = gpu.as_ref().filter(|_| !spgemm_only) {
             let cpu = single[0].clone();
             let pair = || vec![hybrid_cpu.clone(), gpu.clone()];
