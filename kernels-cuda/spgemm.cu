@@ -7,7 +7,7 @@
 //   row analysis         spgemm_row_products                         products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
 //                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
-//                        spgemm_thread_symbolic, spgemm_thread_numeric_T  tiniest rows, a thread each
+//                        spgemm_threadM_symbolic, spgemm_threadM_numeric_T  tiniest rows, a thread each
 //                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
 //                        spgemm_dense_write_T                         long rows, dense, several blocks each
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
@@ -491,14 +491,15 @@ HS_INSTANTIATE(spgemm_warp_numeric, WARP_NUMERIC_PARAMS,
                                         out_col, out_val, known_col)))
 
 // ---------------------------------------------------------------------------------------------
-// The tiniest rows (the first bin: tables of 32 slots, so at most TR_MAX = 16 entries of C): a
-// thread per row, its entries in registers. A row's few products are too little work to spread
+// The tiniest rows (the first two bins: tables of 16 or 32 slots, so at most M = 8 or 16
+// entries of C): a thread per row, its entries in registers. A row's few products are too little work to spread
 // over lanes (the scan and search that spread them cost more than the products), while a
 // thread per row keeps 32 rows' loads in flight per warp. The list is kept sorted by column
 // with unrolled compare-and-shift steps, so every index is known at compile time and nothing
-// spills to local memory; the row comes out in order with no sort.
+// spills to local memory; the row comes out in order with no sort. Every product costs a step
+// per register slot, so rows of at most 8 entries get their own instances with 8 slots: half
+// the work per product and half the registers (more rows in flight).
 
-#define TR_MAX 16
 #define TR_THREADS 128
 
 // Visits every product of row r of the window, in the order of A's and B's entries.
@@ -517,19 +518,22 @@ __device__ __forceinline__ void thread_products(u64 r, const u64* a_off, const u
     }
 }
 
-extern "C" __global__ void spgemm_thread_symbolic WARP_SYMBOLIC_PARAMS {
+template <u32 M>
+__device__ void thread_symbolic(const u32* rows, u64 nlist, u64 row_base, const u64* a_off,
+                                const u32* a_col, const u64* b_off, const u32* b_col,
+                                u32 col_lo, u32 col_hi, u64* row_nnz) {
     for (u64 pos = (u64)blockIdx.x * blockDim.x + threadIdx.x; pos < nlist;
          pos += (u64)gridDim.x * blockDim.x) {
         u64 r = rows[pos];
-        u32 keys[TR_MAX];
+        u32 keys[M];
         u32 n = 0;
         thread_products(r, a_off, a_col, b_off, b_col, col_lo, col_hi, [&](u64, u64, u32 c) {
             bool seen = false;
 #pragma unroll
-            for (u32 j = 0; j < TR_MAX; ++j) seen |= j < n && keys[j] == c;
-            if (seen || n == TR_MAX) return;  // a row of this bin has at most TR_MAX columns
+            for (u32 j = 0; j < M; ++j) seen |= j < n && keys[j] == c;
+            if (seen || n == M) return;  // a row of this bin has at most M columns
 #pragma unroll
-            for (u32 j = 0; j < TR_MAX; ++j)
+            for (u32 j = 0; j < M; ++j)
                 if (j == n) keys[j] = c;
             ++n;
         });
@@ -537,7 +541,16 @@ extern "C" __global__ void spgemm_thread_symbolic WARP_SYMBOLIC_PARAMS {
     }
 }
 
-template <class T, class S>
+extern "C" __global__ void spgemm_thread8_symbolic WARP_SYMBOLIC_PARAMS {
+    thread_symbolic<8>(rows, nlist, row_base, a_off, a_col, b_off, b_col, col_lo, col_hi,
+                       row_nnz);
+}
+extern "C" __global__ void spgemm_thread16_symbolic WARP_SYMBOLIC_PARAMS {
+    thread_symbolic<16>(rows, nlist, row_base, a_off, a_col, b_off, b_col, col_lo, col_hi,
+                        row_nnz);
+}
+
+template <u32 M, class T, class S>
 __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u64* a_off,
                                const u32* a_col, const void* a_val_, const u64* b_off,
                                const u32* b_col, const void* b_val_, u32 col_lo, u32 col_hi,
@@ -552,14 +565,14 @@ __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u
         u64 r = rows[pos];
         u64 i = r - row_base;
         u64 dst = c_off[i] - out_base;
-        u32 expected = (u32)min(c_off[i + 1] - c_off[i], (u64)TR_MAX);
-        u32 keys[TR_MAX];
-        A vals[TR_MAX];
+        u32 expected = (u32)min(c_off[i + 1] - c_off[i], (u64)M);
+        u32 keys[M];
+        A vals[M];
         u32 n = 0;
         if (known_col) {
             // A plan's structure: the row's columns are known and sorted.
 #pragma unroll
-            for (u32 j = 0; j < TR_MAX; ++j) {
+            for (u32 j = 0; j < M; ++j) {
                 if (j < expected) keys[j] = known_col[dst + j] + col_lo;
                 vals[j] = S::zero();
             }
@@ -570,7 +583,7 @@ __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u
             u32 at = 0;
             bool seen = false;
 #pragma unroll
-            for (u32 j = 0; j < TR_MAX; ++j) {
+            for (u32 j = 0; j < M; ++j) {
                 if (j < n) {
                     at += keys[j] < c;
                     if (keys[j] == c) {
@@ -579,16 +592,16 @@ __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u
                     }
                 }
             }
-            if (seen || n == TR_MAX) return;  // a row of this bin has at most TR_MAX columns
+            if (seen || n == M) return;  // a row of this bin has at most M columns
 #pragma unroll
-            for (u32 j = TR_MAX - 1; j > 0; --j) {
+            for (u32 j = M - 1; j > 0; --j) {
                 if (j > at && j <= n) {
                     keys[j] = keys[j - 1];
                     vals[j] = vals[j - 1];
                 }
             }
 #pragma unroll
-            for (u32 j = 0; j < TR_MAX; ++j) {
+            for (u32 j = 0; j < M; ++j) {
                 if (j == at) {
                     keys[j] = c;
                     vals[j] = v;
@@ -597,7 +610,7 @@ __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u
             ++n;
         });
 #pragma unroll
-        for (u32 j = 0; j < TR_MAX; ++j) {
+        for (u32 j = 0; j < M; ++j) {
             if (j < n && j < expected) {
                 if (!known_col) out_col[dst + j] = keys[j] - col_lo;
                 out_val[dst + j] = S::store(vals[j]);
@@ -606,10 +619,14 @@ __device__ void thread_numeric(const u32* rows, u64 nlist, u64 row_base, const u
     }
 }
 
-HS_INSTANTIATE(spgemm_thread_numeric, WARP_NUMERIC_PARAMS,
-               (thread_numeric<T, S>(rows, nlist, row_base, a_off, a_col, a_val, b_off, b_col,
-                                     b_val, col_lo, col_hi, c_off, out_base, out_col, out_val,
-                                     known_col)))
+HS_INSTANTIATE(spgemm_thread8_numeric, WARP_NUMERIC_PARAMS,
+               (thread_numeric<8, T, S>(rows, nlist, row_base, a_off, a_col, a_val, b_off,
+                                        b_col, b_val, col_lo, col_hi, c_off, out_base, out_col,
+                                        out_val, known_col)))
+HS_INSTANTIATE(spgemm_thread16_numeric, WARP_NUMERIC_PARAMS,
+               (thread_numeric<16, T, S>(rows, nlist, row_base, a_off, a_col, a_val, b_off,
+                                         b_col, b_val, col_lo, col_hi, c_off, out_base, out_col,
+                                         out_val, known_col)))
 
 // ---------------------------------------------------------------------------------------------
 // Long rows whose window is not much wider than their hash table would be: a dense accumulator
@@ -1165,13 +1182,13 @@ HS_INSTANTIATE(spgemm_esc_compress,
 // ---------------------------------------------------------------------------------------------
 // Row binning on the GPU, so that no per-row array has to visit the host: each row's weight
 // (its products, or its entries from C's offsets, capped at the window's width) gives a bin,
-// the log2 of its hash table's size less 5 (tables of 32 to 2^31 slots: bins 0 to 26); rows of
+// the log2 of its hash table's size less 4 (tables of 16 to 2^31 slots: bins 0 to 27); rows of
 // weight 0 land in bin BIN_EMPTY and are not listed. spgemm_bin_count counts the rows of each
 // bin and sums the raw weights; spgemm_bin_scatter writes each row's index into its bin's part
 // of a list (bin_start gives each bin's first position; order within a bin is arbitrary).
 
-#define BIN_COUNT 28u
-#define BIN_EMPTY 27u
+#define BIN_COUNT 29u
+#define BIN_EMPTY 28u
 #define BIN_THREADS 256u
 
 __device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u64 i) {
@@ -1182,9 +1199,9 @@ __device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
     w = min(w, cap);
     if (w == 0) return BIN_EMPTY;
     u64 slots = 2 * w;
-    if (slots <= 32) return 0;
+    if (slots <= 16) return 0;
     u32 bits = 64u - (u32)__clzll(slots - 1);  // table of 2^bits slots
-    return min(bits - 5u, BIN_EMPTY - 1u);
+    return min(bits - 4u, BIN_EMPTY - 1u);
 }
 
 // Lanes of the warp with the same bin find each other (__match_any_sync): the lowest of them

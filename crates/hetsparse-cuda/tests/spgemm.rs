@@ -326,3 +326,99 @@ fn sm_90_loads_the_kernel_binaries() {
     );
     assert_eq!(gpu.gpu().kernel_binaries(), major == 9);
 }
+
+/// Rows of C of every length from 0 to 40 entries, each entry the sum of one or two products:
+/// the edges of the thread-per-row bins (8 and 16 entries, 8 and 16 products) and of the
+/// warp-per-row ones, for every algorithm, a plan executed with new values, and column windows
+/// that start inside B.
+#[test]
+fn short_rows_at_the_edges_of_their_bins() {
+    let Some(gpu) = backend("short_rows_at_the_edges_of_their_bins") else {
+        return;
+    };
+    let n = 4100usize;
+    // Row i of A: m = i % 41 consecutive columns from (7 i) mod n; row k of B: columns k and
+    // k + 1 + k % 3 (mod n). Row i of C then has between m + 1 and 2 m entries.
+    let mut offsets = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let m = i % 41;
+        let mut row: Vec<u32> = (0..m).map(|j| ((7 * i + j) % n) as u32).collect();
+        row.sort_unstable();
+        vals.extend(row.iter().map(|&c| 1.0 + f64::from(c % 7)));
+        cols.extend(row);
+        offsets.push(cols.len() as u64);
+    }
+    let a = Csr::try_new(n, n, offsets, cols, vals).unwrap();
+    let mut offsets = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for k in 0..n {
+        let mut row = vec![k as u32, ((k + 1 + k % 3) % n) as u32];
+        row.sort_unstable();
+        vals.extend(row.iter().map(|&c| 0.5 + f64::from(c % 5)));
+        cols.extend(row);
+        offsets.push(cols.len() as u64);
+    }
+    let b = Csr::try_new(n, n, offsets, cols, vals).unwrap();
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    let lengths: std::collections::BTreeSet<u64> = expected
+        .row_offsets()
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .collect();
+    for len in [0, 8, 9, 16, 17, 32, 33, 40] {
+        assert!(lengths.contains(&len), "no row of C has {len} entries");
+    }
+    for alg in EXPLICIT {
+        let c = gpu.spgemm(&a, &b, alg).unwrap();
+        assert_close(&c, &expected, &format!("{alg:?}, short rows"));
+    }
+    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    let plan = gpu
+        .plan_spgemm((&ra).into(), (&rb).into(), &SpgemmOptions::new())
+        .unwrap();
+    let tripled: Vec<f64> = a.values().iter().map(|v| 3.0 * v).collect();
+    let ra3 = gpu.upload_values(&ra, &tripled).unwrap();
+    let c3 = gpu
+        .execute_spgemm(&plan, (&ra3).into(), (&rb).into(), &RunControl::new())
+        .unwrap();
+    let a3 = Csr::try_new(
+        n,
+        n,
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        tripled,
+    )
+    .unwrap();
+    let expected3 = ReferenceBackend
+        .spgemm(&a3, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    assert_close(
+        &gpu.download(&c3).unwrap(),
+        &expected3,
+        "short rows, plan with new values",
+    );
+    let chunks: Vec<ProductChunk> = [0..1000, 1000..n]
+        .into_iter()
+        .map(|cols| ProductChunk { rows: 0..n, cols })
+        .collect();
+    gpu.spgemm_chunks(
+        (&a).into(),
+        (&b).into(),
+        &chunks,
+        &SpgemmAlgorithm::Adaptive.into(),
+        &RunControl::new(),
+        &mut |c| {
+            let want = expected.column_panel(c.chunk.cols.clone())?;
+            assert_close(
+                &c.product,
+                &want,
+                &format!("short rows, window {:?}", c.chunk.cols),
+            );
+            Ok(())
+        },
+    )
+    .unwrap();
+}

@@ -1,8 +1,8 @@
 //! The production path: rows binned by their work, each bin with the accumulator that suits it
 //! (the family of nsparse, spECK and OpSparse that Xia et al. §III.B build on):
 //!
-//! - the tiniest rows (tables of [`THREAD_TABLE`] slots: at most 16 entries): a thread per
-//!   row, its entries kept sorted in registers;
+//! - the tiniest rows (tables of up to [`THREAD_TABLE`] slots: at most 16 entries): a thread
+//!   per row, its entries kept sorted in registers (8 or 16 of them, by the row's bin);
 //! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row, its hash table in
 //!   the warp's share of shared memory, the row's products spread evenly over the lanes, and
 //!   each entry written at its rank among the table's keys (no sort, no block barrier);
@@ -54,8 +54,9 @@ pub(super) const WARP_TABLE_MAX: u64 = 256;
 /// Threads per block of the warp-per-row kernels: 8 rows per block.
 const WARP_THREADS: u64 = 256;
 const WARP_ROWS_PER_BLOCK: u64 = WARP_THREADS / 32;
-/// Rows whose table has this many slots (the first bin) get a thread each, with their entries
-/// (`TR_MAX` = half the table) in registers: the `thread` kernels.
+/// Rows whose table has at most this many slots (the first two bins, 16 and 32 slots) get a
+/// thread each, with their entries (at most half the table) in registers: the `thread`
+/// kernels, one instance per bin.
 const THREAD_TABLE: u64 = 32;
 /// Threads per block of the thread-per-row kernels; `TR_THREADS` in the kernels.
 const THREAD_ROWS_PER_BLOCK: u64 = 128;
@@ -143,10 +144,10 @@ struct BinLaunch<'s> {
     vals: Arg,
 }
 
-/// The kernels of one phase: thread per row, warp per row, block per row (shared or global
-/// hash table), and the builder of their argument lists.
+/// The kernels of one phase: thread per row (rows of at most 8 and 16 entries), warp per row,
+/// block per row (shared or global hash table), and the builder of their argument lists.
 struct HashKernels<'a> {
-    thread: Function,
+    thread: [Function; 2],
     warp: Function,
     block: Function,
     args: &'a dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
@@ -301,7 +302,7 @@ fn run_bins<T: DeviceScalar>(
                 };
                 let (function, config) = if warp && size <= THREAD_TABLE {
                     (
-                        kernels.thread,
+                        kernels.thread[usize::from(size > THREAD_TABLE / 2)],
                         LaunchConfig {
                             grid: count.div_ceil(THREAD_ROWS_PER_BLOCK).min(1 << 20) as u32,
                             block: THREAD_ROWS_PER_BLOCK as u32,
@@ -472,7 +473,10 @@ pub(super) fn symbolic<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
-        thread: job.gpu.function("spgemm", "spgemm_thread_symbolic")?,
+        thread: [
+            job.gpu.function("spgemm", "spgemm_thread8_symbolic")?,
+            job.gpu.function("spgemm", "spgemm_thread16_symbolic")?,
+        ],
         warp: job.gpu.function("spgemm", "spgemm_warp_symbolic")?,
         block: job.gpu.function("spgemm", "spgemm_hash_symbolic")?,
         args: &args,
@@ -637,9 +641,12 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         v
     };
     let kernels = HashKernels {
-        thread: job
-            .gpu
-            .function("spgemm", kernel_name::<T>("spgemm_thread_numeric"))?,
+        thread: [
+            job.gpu
+                .function("spgemm", kernel_name::<T>("spgemm_thread8_numeric"))?,
+            job.gpu
+                .function("spgemm", kernel_name::<T>("spgemm_thread16_numeric"))?,
+        ],
         warp: job
             .gpu
             .function("spgemm", kernel_name::<T>("spgemm_warp_numeric"))?,

@@ -10,10 +10,10 @@ use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 
 use super::{footprint, Job};
 
-/// Bins: tables of `32 << b` slots for bin `b` below [`BIN_EMPTY`]; rows of weight 0 in
+/// Bins: tables of `16 << b` slots for bin `b` below [`BIN_EMPTY`]; rows of weight 0 in
 /// [`BIN_EMPTY`] (counted, never listed). `BIN_COUNT` and `BIN_EMPTY` in the kernels.
-pub(super) const BIN_COUNT: usize = 28;
-pub(super) const BIN_EMPTY: usize = 27;
+pub(super) const BIN_COUNT: usize = 29;
+pub(super) const BIN_EMPTY: usize = 28;
 
 /// Rows per bin of a list of rows, and the sums of their weights, uncapped and capped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl Histogram {
 
     /// Slots of the tables of bin `b`.
     pub fn table_size(b: usize) -> u64 {
-        32u64 << b
+        16u64 << b
     }
 
     /// The listed (non-empty) bins with their rows.
@@ -57,11 +57,11 @@ pub(super) fn bin_of(w: u64, cap: u64) -> usize {
         return BIN_EMPTY;
     }
     let slots = 2 * w;
-    if slots <= 32 {
+    if slots <= 16 {
         return 0;
     }
     let bits = 64 - (slots - 1).leading_zeros() as usize;
-    (bits - 5).min(BIN_EMPTY - 1)
+    (bits - 4).min(BIN_EMPTY - 1)
 }
 
 /// Where a list's weights are on the device.
@@ -331,17 +331,22 @@ mod tests {
     fn bins_follow_table_sizes() {
         assert_eq!(bin_of(0, 100), BIN_EMPTY);
         assert_eq!(bin_of(5, 0), BIN_EMPTY);
-        for w in 1..=16 {
+        for w in 1..=8 {
             assert_eq!(bin_of(w, u64::MAX), 0, "{w}");
         }
-        // Tables hold at least twice the weight, in powers of two from 32.
-        for w in [17u64, 100, 4096, 4097, 1 << 20, (1 << 20) + 1] {
+        for w in 9..=16 {
+            assert_eq!(bin_of(w, u64::MAX), 1, "{w}");
+        }
+        // Tables hold at least twice the weight, in powers of two from 16.
+        for w in [9u64, 17, 100, 4096, 4097, 1 << 20, (1 << 20) + 1] {
             let b = bin_of(w, u64::MAX);
             let size = Histogram::table_size(b);
             assert!(size >= 2 * w && size / 2 < 2 * w, "{w}: {size}");
         }
         assert_eq!(bin_of(u64::MAX / 4, u64::MAX), BIN_EMPTY - 1);
-        assert_eq!(bin_of(1000, 10), 0);
+        assert_eq!(Histogram::table_size(BIN_EMPTY - 1), 1 << 31);
+        assert_eq!(bin_of(1000, 8), 0);
+        assert_eq!(bin_of(1000, 10), 1);
         let h = Histogram::of(&[0, 3, 40, 40, 1 << 12], u64::MAX);
         assert_eq!(h.weight, 83 + (1 << 12));
         assert_eq!(Histogram::of(&[5, 50], 10).capped_weight, 15);
