@@ -4,7 +4,7 @@
 // window [col_lo, col_hi) (the whole of B for a plain product), with output columns relative to
 // col_lo. Row offsets and product counts are 64-bit throughout.
 //
-//   row analysis         spgemm_row_products                         products per row
+//   row analysis         spgemm_row_products(_huge)                  products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
 //                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
 //                        spgemm_threadM_symbolic, spgemm_threadM_numeric_T  tiniest rows, a thread each
@@ -82,12 +82,16 @@ __device__ u32 block_exclusive_scan(u32 v, u32* total) {
 // ---------------------------------------------------------------------------------------------
 // Row analysis: products (upper bound of C's entries) per row of the chunk. A thread per row,
 // except that rows of A longer than RP_LONG entries are summed by their whole warp, so that a
-// dense row of A does not hold up its warp's other 31 rows.
+// dense row of A does not hold up its warp's other 31 rows; rows longer than RP_HUGE (a warp
+// would walk them for milliseconds: a skewed matrix's dense rows hold 90 % of its columns) are
+// listed instead, their products 0, and summed by every block of spgemm_row_products_huge.
 
 #define RP_LONG 256u
+#define RP_HUGE 16384u
 
 extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a_off,
-                                               const u32* a_col, const u64* b_off, u64* products) {
+                                               const u32* a_col, const u64* b_off, u64* products,
+                                               u32* huge_rows, u32* huge_count) {
     u32 lane = threadIdx.x & 31u;
     u64 warp_id = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
@@ -97,12 +101,15 @@ extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a
         bool long_row = false;
         if (i < nrows) {
             u64 r = row0 + i, e0 = a_off[r], e1 = a_off[r + 1];
-            long_row = e1 - e0 > RP_LONG;
-            if (!long_row)
+            long_row = e1 - e0 > RP_LONG && e1 - e0 <= RP_HUGE;
+            if (e1 - e0 > RP_HUGE) {
+                huge_rows[atomicAdd(huge_count, 1u)] = (u32)i;
+            } else if (!long_row) {
                 for (u64 e = e0; e < e1; ++e) {
                     u32 k = a_col[e];
                     sum += b_off[k + 1] - b_off[k];
                 }
+            }
         }
         u32 pending = __ballot_sync(0xffffffffu, long_row);
         while (pending) {
@@ -117,6 +124,28 @@ extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a
             if (lane == j) sum = part;
         }
         if (i < nrows) products[i] = sum;
+    }
+}
+
+// The listed rows' products: each row's entries split evenly over the grid's blocks, a warp's
+// sum added to the row's count.
+extern "C" __global__ void spgemm_row_products_huge(u64 row0, const u64* a_off, const u32* a_col,
+                                                    const u64* b_off, const u32* huge_rows,
+                                                    const u32* huge_count, u64* products) {
+    u32 count = *huge_count;
+    for (u32 j = 0; j < count; ++j) {
+        u64 i = huge_rows[j], r = row0 + i;
+        u64 e0 = a_off[r], e1 = a_off[r + 1];
+        u64 per = (e1 - e0 + gridDim.x - 1) / gridDim.x;
+        u64 lo = min(e1, e0 + per * blockIdx.x), hi = min(e1, lo + per);
+        u64 part = 0;
+        for (u64 e = lo + threadIdx.x; e < hi; e += blockDim.x) {
+            u32 k = a_col[e];
+            part += b_off[k + 1] - b_off[k];
+        }
+        for (u32 d = 16; d > 0; d >>= 1) part += __shfl_xor_sync(0xffffffffu, part, d);
+        if ((threadIdx.x & 31u) == 0 && part)
+            atomicAdd((unsigned long long*)&products[i], (unsigned long long)part);
     }
 }
 

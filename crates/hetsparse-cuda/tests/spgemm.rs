@@ -422,3 +422,64 @@ fn short_rows_at_the_edges_of_their_bins() {
     )
     .unwrap();
 }
+
+/// Rows of A longer than a warp's share of the row analysis (16 384 entries; the skewed class's
+/// dense rows) are summed by every block of the grid: rows at and around that length, beside
+/// short rows, for every algorithm and a column window.
+#[test]
+fn rows_of_a_too_long_for_one_warp() {
+    let Some(gpu) = backend("rows_of_a_too_long_for_one_warp") else {
+        return;
+    };
+    let n = 60_000usize;
+    let long = [16_384usize, 16_385, 40_000, 59_999];
+    let mut offsets = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let len = if i % 1000 == 7 {
+            long[(i / 1000) % long.len()]
+        } else {
+            i % 5
+        };
+        let stride = n / len.max(1);
+        let row = (0..len).map(|j| ((j * stride + i) % n) as u32);
+        let mut row: Vec<u32> = row.collect();
+        row.sort_unstable();
+        row.dedup();
+        vals.extend(row.iter().map(|&c| 1.0 + f64::from(c % 3)));
+        cols.extend(row);
+        offsets.push(cols.len() as u64);
+    }
+    let a = Csr::try_new(n, n, offsets, cols, vals).unwrap();
+    let b = generate::uniform::<f64>(n, n, 2, 11);
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    for alg in EXPLICIT {
+        let c = gpu.spgemm(&a, &b, alg).unwrap();
+        assert_close(
+            &c,
+            &expected,
+            &format!("{alg:?}, rows of A of 16 384 entries and more"),
+        );
+    }
+    let chunks = [ProductChunk {
+        rows: 1000..n,
+        cols: 20_000..n,
+    }];
+    gpu.spgemm_chunks(
+        (&a).into(),
+        (&b).into(),
+        &chunks,
+        &SpgemmAlgorithm::Adaptive.into(),
+        &RunControl::new(),
+        &mut |c| {
+            let want = expected
+                .rows(c.chunk.rows.clone())?
+                .column_panel(c.chunk.cols.clone())?;
+            assert_close(&c.product, &want, "long rows of A, a chunk");
+            Ok(())
+        },
+    )
+    .unwrap();
+}

@@ -332,19 +332,47 @@ fn analyse<'a, T: DeviceScalar>(
     if n == 0 {
         return Ok((products, Histogram::default()));
     }
-    let f = job.gpu.function("spgemm", "spgemm_row_products")?;
-    // SAFETY: arguments match spgemm_row_products; all buffers cover the rows read.
+    // Rows too long for one warp are listed (at most one per row; the count after the list).
+    let huge = arena.alloc::<u32>(n + 1, "rows of A too long for a warp")?;
+    let (huge_rows, huge_count) = (huge.sub(0, n), huge.sub(n, 1));
+    huge_count.zero(job.stream)?;
+    let a_off = job.a.matrix().offsets.slice().arg();
+    let a_col = job.a.matrix().cols.slice().arg();
+    let b_off = job.b.matrix().offsets.slice().arg();
+    let row0 = crate::Arg::U64(job.rows().start as u64);
+    // SAFETY: arguments match spgemm_row_products and spgemm_row_products_huge; all buffers
+    // cover the rows read, the list holds every row of the job.
     unsafe {
         job.gpu.launch(
-            f,
+            job.gpu.function("spgemm", "spgemm_row_products")?,
             LaunchConfig::for_threads(n as u64, 256),
             job.stream,
             &[
                 crate::Arg::U64(n as u64),
-                crate::Arg::U64(job.rows().start as u64),
-                job.a.matrix().offsets.slice().arg(),
-                job.a.matrix().cols.slice().arg(),
-                job.b.matrix().offsets.slice().arg(),
+                row0,
+                a_off,
+                a_col,
+                b_off,
+                products.arg(),
+                huge_rows.arg(),
+                huge_count.arg(),
+            ],
+        )?;
+        job.gpu.launch(
+            job.gpu.function("spgemm", "spgemm_row_products_huge")?,
+            LaunchConfig {
+                grid: 4 * job.gpu.multiprocessors(),
+                block: 256,
+                shared_bytes: 0,
+            },
+            job.stream,
+            &[
+                row0,
+                a_off,
+                a_col,
+                b_off,
+                huge_rows.arg(),
+                huge_count.arg(),
                 products.arg(),
             ],
         )?;
@@ -354,10 +382,16 @@ fn analyse<'a, T: DeviceScalar>(
     Ok((products, hist))
 }
 
-/// Bytes of the per-chunk row arrays of a chunk of `n` rows: products, entries and offsets
-/// per row, and the scan's block sums.
+/// Bytes of the row analysis of `n` rows: products per row and the list of rows too long
+/// for a warp.
+fn analysis_bytes(n: u64) -> u64 {
+    footprint(&[(8, n), (4, n + 1)])
+}
+
+/// Bytes of the per-chunk row arrays of a chunk of `n` rows: the row analysis, entries and
+/// offsets per row, and the scan's block sums.
 fn row_arrays_bytes(n: u64) -> u64 {
-    footprint(&[(8, n), (8, n), (8, n + 1)]) + binning::scan_bytes(n)
+    analysis_bytes(n) + footprint(&[(8, n), (8, n + 1)]) + binning::scan_bytes(n)
 }
 
 /// How an algorithm computes a chunk.
@@ -508,7 +542,7 @@ fn whole_histogram<T: DeviceScalar>(
     b: &DeviceCsr<T>,
 ) -> Result<Histogram> {
     let n = a.nrows as u64;
-    let arena = DeviceArena::new(gpu.memory(), footprint(&[(8, n)]), "row analysis")?;
+    let arena = DeviceArena::new(gpu.memory(), analysis_bytes(n), "row analysis")?;
     let mut bin_arena = DeviceArena::new(gpu.memory(), binning::bytes(0), "row bins")?;
     let job = Job::whole(gpu, stream, (a, b), None)?;
     Ok(analyse(&job, &arena, &mut bin_arena)?.1)
@@ -567,7 +601,7 @@ pub(crate) fn requirement<T: DeviceScalar>(
     let pipeline = 2 * pipeline_entries::<T>(batch) * entry_bytes::<T>();
     let mut r = MemoryRequirement::default();
     r.operand_bytes = operand(a) + operand(b);
-    r.work_bytes = footprint(&[(8, n)])
+    r.work_bytes = analysis_bytes(n)
         + row_arrays_bytes(n)
         + binning::bytes(n)
         + work_bound::<T>(method, &hist, width, a_nnz);
