@@ -396,6 +396,198 @@ __device__ __forceinline__ void group_products(u64 r, const u64* a_off, const u3
     }
 }
 
+// Rows of at most 32 entries of A and 33 to 64 products, in the numeric warp kernel: the warp
+// holds the row's products in registers, P = 2 a lane (product g + 32 h in lane g, register
+// h), sorts them by column (a bitonic network: partners 32 or more apart are in the same lane,
+// nearer ones are exchanged by shuffles), adds up each run of one column (a segmented scan)
+// and writes each column's sum at its rank. No table to clear, no shared-memory atomics, no
+// compaction or ranking by comparisons, which took most of the hash path's instructions on
+// such rows (uniform random rows of 64 products: the numeric pass 8.2 -> 7.0 ms on an H200).
+// The network's cost is fixed by its size, so rows of fewer products, the symbolic phase and
+// rows of 4 products a lane (rows of up to 128 products of banded matrices, which repeat
+// columns often) stay faster on the hash path.
+
+#define WS_FULL 0xffffffffu
+
+// Shuffles of an accumulator of any size as 32-bit words.
+template <class A>
+__device__ __forceinline__ A acc_shfl_xor(A v, u32 d) {
+    constexpr int words = sizeof(A) / 4;
+    union {
+        A value;
+        u32 w[words];
+    } u;
+    u.value = v;
+#pragma unroll
+    for (int q = 0; q < words; ++q) u.w[q] = __shfl_xor_sync(WS_FULL, u.w[q], d);
+    return u.value;
+}
+template <class A>
+__device__ __forceinline__ A acc_shfl_up(A v, u32 d) {
+    constexpr int words = sizeof(A) / 4;
+    union {
+        A value;
+        u32 w[words];
+    } u;
+    u.value = v;
+#pragma unroll
+    for (int q = 0; q < words; ++q) u.w[q] = __shfl_up_sync(WS_FULL, u.w[q], d);
+    return u.value;
+}
+template <class A>
+__device__ __forceinline__ A acc_shfl(A v, u32 lane) {
+    constexpr int words = sizeof(A) / 4;
+    union {
+        A value;
+        u32 w[words];
+    } u;
+    u.value = v;
+#pragma unroll
+    for (int q = 0; q < words; ++q) u.w[q] = __shfl_sync(WS_FULL, u.w[q], lane);
+    return u.value;
+}
+
+// Sorts the warp's 32·P keys ascending (empty keys, all ones, last), values moving along.
+// Element lane + 32 h is k[h].
+template <u32 P, class A>
+__device__ __forceinline__ void warp_sort(u32 (&k)[P], A (&v)[P]) {
+    u32 lane = threadIdx.x & 31u;
+#pragma unroll
+    for (u32 size = 2; size <= 32 * P; size <<= 1) {
+#pragma unroll
+        for (u32 j = size >> 1; j > 0; j >>= 1) {
+#pragma unroll
+            for (u32 h = 0; h < P; ++h) {
+                bool ascending = ((lane + 32 * h) & size) == 0;
+                if (j >= 32) {
+                    u32 hp = h ^ (j / 32);
+                    if (hp > h && (ascending ? k[h] > k[hp] : k[h] < k[hp])) {
+                        u32 t = k[h]; k[h] = k[hp]; k[hp] = t;
+                        A w = v[h]; v[h] = v[hp]; v[hp] = w;
+                    }
+                } else {
+                    u32 other = __shfl_xor_sync(WS_FULL, k[h], j);
+                    A other_v = acc_shfl_xor(v[h], j);
+                    // Both lanes of a pair decide from the same two keys, so ties swap on
+                    // neither side.
+                    bool lower = (lane & j) == 0;
+                    u32 lo = lower ? k[h] : other, hi = lower ? other : k[h];
+                    if (ascending ? lo > hi : lo < hi) {
+                        k[h] = other;
+                        v[h] = other_v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The products of row r (at most 32 entries of A, whose B rows start at bs and hold len
+// products, start the exclusive scan of len over the lanes, total the row's products <= 32 P)
+// as keys (columns; empty outside the window or past the last product) and values.
+template <u32 P, class T, class S>
+__device__ __forceinline__ void warp_row_products(u64 e0, u64 bs, u64 start, u64 total,
+                                                  const T* a_val, const u32* b_col,
+                                                  const T* b_val, u32 col_lo, u32 col_hi,
+                                                  u32 (&k)[P], typename S::acc (&v)[P]) {
+    u32 lane = threadIdx.x & 31u;
+#pragma unroll
+    for (u32 h = 0; h < P; ++h) {
+        u64 p = lane + 32 * h;
+        u32 j = group_find_entry<32>(start, p, WS_FULL);
+        u64 sj = __shfl_sync(WS_FULL, start, j);
+        u64 bj = __shfl_sync(WS_FULL, bs, j);
+        k[h] = HS_EMPTY;
+        v[h] = S::zero();
+        if (p < total) {
+            u64 q = bj + (p - sj);
+            u32 c = b_col[q];
+            if (c >= col_lo && c < col_hi) {
+                k[h] = c;
+                v[h] = S::mul(a_val[e0 + j], b_val[q]);
+            }
+        }
+    }
+}
+
+// Whether each sorted element ends a run of one column (and is not empty), as ballots per
+// register.
+template <u32 P>
+__device__ __forceinline__ void warp_run_ends(const u32 (&k)[P], u32 (&ends)[P]) {
+    u32 lane = threadIdx.x & 31u;
+#pragma unroll
+    for (u32 h = 0; h < P; ++h) {
+        u32 next = __shfl_down_sync(WS_FULL, k[h], 1);
+        // The first key of the next register follows lane 31's (no key after the last).
+        u32 following = __shfl_sync(WS_FULL, k[h + 1 < P ? h + 1 : h], 0);
+        if (lane == 31) next = h + 1 < P ? following : HS_EMPTY;
+        ends[h] = __ballot_sync(WS_FULL, k[h] != HS_EMPTY && k[h] != next);
+    }
+}
+
+// The row's scan of B-row lengths when it has at most 32 entries of A (else total is
+// u64 max): each lane's entry's B row start, and the exclusive scan.
+__device__ __forceinline__ u64 warp_short_row_scan(u64 e0, u64 e1, const u32* a_col,
+                                                   const u64* b_off, u64* bs, u64* start) {
+    if (e1 - e0 > 32) return ~0ull;
+    u32 lane = threadIdx.x & 31u;
+    u64 e = e0 + lane, len = 0;
+    *bs = 0;
+    if (e < e1) {
+        u32 c = a_col[e];
+        *bs = b_off[c];
+        len = b_off[c + 1] - *bs;
+    }
+    u64 incl = group_inclusive_scan64<32>(len, WS_FULL);
+    *start = incl - len;
+    return __shfl_sync(WS_FULL, incl, 31);
+}
+
+template <u32 P, class T, class S>
+__device__ __forceinline__ void warp_sorted_write(u64 e0, u64 bs, u64 start, u64 total,
+                                                  const T* a_val, const u32* b_col,
+                                                  const T* b_val, u32 col_lo, u32 col_hi,
+                                                  u32* out_col, T* out_val,
+                                                  const u32* known_col) {
+    typedef typename S::acc A;
+    u32 lane = threadIdx.x & 31u;
+    u32 k[P], ends[P];
+    A v[P];
+    warp_row_products<P, T, S>(e0, bs, start, total, a_val, b_col, b_val, col_lo, col_hi,
+                                     k, v);
+    warp_sort<P>(k, v);
+    // Segmented inclusive scan: a run's last element gets the run's sum. Keys are sorted, so
+    // an equal key d places back means the whole stretch between is the same column.
+#pragma unroll
+    for (u32 h = 0; h < P; ++h) {
+#pragma unroll
+        for (u32 d = 1; d < 32; d <<= 1) {
+            u32 kd = __shfl_up_sync(WS_FULL, k[h], d);
+            A vd = acc_shfl_up(v[h], d);
+            if (lane >= d && kd == k[h]) v[h] = S::add(vd, v[h]);
+        }
+    }
+    // A run may go on from one register into the next: its part there (from lane 0) gets
+    // what the previous register's last lane holds, itself complete, registers in order.
+#pragma unroll
+    for (u32 h = 1; h < P; ++h) {
+        u32 kl = __shfl_sync(WS_FULL, k[h - 1], 31);
+        A vl = acc_shfl(v[h - 1], 31);
+        if (k[h] == kl) v[h] = S::add(vl, v[h]);
+    }
+    warp_run_ends<P>(k, ends);
+    u32 before = 0;
+#pragma unroll
+    for (u32 h = 0; h < P; ++h) {
+        if ((ends[h] >> lane) & 1u) {
+            u32 rank = before + __popc(ends[h] & ((1u << lane) - 1u));
+            if (!known_col) out_col[rank] = k[h] - col_lo;
+            out_val[rank] = S::store(v[h]);
+        }
+        before += __popc(ends[h]);
+    }
+}
+
 template <u32 G>
 __device__ void group_symbolic(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
                                const u64* a_off, const u32* a_col, const u64* b_off,
@@ -456,6 +648,16 @@ __device__ void group_numeric(const u32* rows, u64 nlist, u64 row_base, u32 tabl
         u64 i = r - row_base;
         u64 dst = c_off[i] - out_base;
         u64 n = c_off[i + 1] - c_off[i];
+        if constexpr (G == 32) {
+            u64 e0 = a_off[r], bs, start;
+            u64 total = warp_short_row_scan(e0, a_off[r + 1], a_col, b_off, &bs, &start);
+            if (total > 32 && total <= 64) {
+                warp_sorted_write<2, T, S>(e0, bs, start, total, a_val, b_col, b_val, col_lo,
+                                           col_hi, out_col + dst, out_val + dst,
+                                           known_col ? known_col + dst : nullptr);
+                continue;
+            }
+        }
         for (u32 t = g; t < table_size; t += G) {
             keys[t] = HS_EMPTY;
             vals[t] = S::zero();
