@@ -5,7 +5,9 @@
 //!   per row, its entries kept sorted in registers (8 or 16 of them, by the row's bin);
 //! - short rows (tables of up to [`WARP_TABLE_MAX`] slots): a warp per row, its hash table in
 //!   the warp's share of shared memory, the row's products spread evenly over the lanes, and
-//!   each entry written at its rank among the table's keys (no sort, no block barrier);
+//!   each entry written at its rank among the table's keys (no sort, no block barrier); in the
+//!   numeric phase a row of at most 32 entries of A and 33 to 64 products is instead sorted in
+//!   the warp's registers and its runs of one column summed (no table at all);
 //! - medium rows: a block per row with a hash table sized to the bin in shared memory, sorted in
 //!   place (bitonic) so the row comes out in column order;
 //! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table (in the numeric
