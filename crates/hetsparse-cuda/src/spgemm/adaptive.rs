@@ -93,9 +93,12 @@ enum Accumulator {
 }
 
 /// In the numeric phase, tables of at least this many slots go dense where the window is at
-/// most [`DENSE_OVER_SHARED_FACTOR`] times the table, even if they fit shared memory: sorting
-/// a table this large (bitonic, a block per row) costs more than clearing and scanning a dense
-/// row of the window.
+/// most [`DENSE_OVER_SHARED_FACTOR`] times the table, even if they fit shared memory, unless
+/// the window's bitmap goes beside the table ([`bitmap_words`]) and both take at most half the
+/// shared memory a block may have: sorting a table this large (bitonic, a block per row) costs
+/// more than clearing and scanning a dense row of the window, while ranking through the bitmap
+/// in shared memory costs less, as long as at least two blocks share an SM (one's products
+/// loading while another ranks).
 const DENSE_OVER_SHARED_MIN: u64 = 4096;
 const DENSE_OVER_SHARED_FACTOR: u64 = 16;
 
@@ -267,6 +270,40 @@ mod bitmap_rule_tests {
     }
 
     #[test]
+    fn large_shared_tables_rank_through_the_bitmap_rather_than_go_dense() {
+        // 4096 f64 slots (48 KiB) and 12 KiB of bitmap: 60 KiB, three blocks per SM.
+        assert_eq!(
+            accumulator(4096, 65_536, F64, HOPPER, true),
+            Accumulator::Shared
+        );
+        // 8192 f32 slots (64 KiB) and 24 KiB of bitmap in 131 072 columns: two blocks.
+        assert_eq!(
+            accumulator(8192, 131_072, F32, HOPPER, true),
+            Accumulator::Shared
+        );
+        // 8192 f64 slots (96 KiB) and 24 KiB: one block per SM, dense.
+        assert_eq!(
+            accumulator(8192, 131_072, F64, HOPPER, true),
+            Accumulator::Dense
+        );
+        // 16 384 f64 slots (192 KiB) in 262 144 columns leave no room for the bitmap: dense.
+        assert_eq!(
+            accumulator(16_384, 262_144, F64, HOPPER, true),
+            Accumulator::Dense
+        );
+        // Without the opt-in, tables of 4096 f64 slots are too large for shared memory.
+        assert_eq!(
+            accumulator(4096, 65_536, F64, DEFAULT, true),
+            Accumulator::Dense
+        );
+        // The symbolic phase is unchanged.
+        assert_eq!(
+            accumulator(8192, 131_072, 4, HOPPER, false),
+            Accumulator::Shared
+        );
+    }
+
+    #[test]
     fn symbolic_bitmaps_replace_tables_no_smaller_than_them() {
         // The LP rows' symbolic tables (~1060 products: 4096 slots).
         assert_eq!(bitmap_words(4096, 100_000, 4, HOPPER, false), 3125);
@@ -292,7 +329,11 @@ fn accumulator(
     let warp_max = WARP_TABLE_MAX.min(shared_bytes / (WARP_ROWS_PER_BLOCK * warp_slot));
     if size <= warp_max {
         Accumulator::Warp
-    } else if numeric && size >= DENSE_OVER_SHARED_MIN && width <= DENSE_OVER_SHARED_FACTOR * size {
+    } else if numeric
+        && size >= DENSE_OVER_SHARED_MIN
+        && width <= DENSE_OVER_SHARED_FACTOR * size
+        && !shared_ranking_fits_twice(size, width, slot_bytes, shared_bytes)
+    {
         Accumulator::Dense
     } else if size * slot_bytes <= shared_bytes {
         Accumulator::Shared
@@ -301,6 +342,13 @@ fn accumulator(
     } else {
         Accumulator::Global
     }
+}
+
+/// Whether a numeric shared table of `size` slots ranks through the window's bitmap with table
+/// and bitmap in at most half of `shared_bytes`.
+fn shared_ranking_fits_twice(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64) -> bool {
+    let words = bitmap_words(size, width, slot_bytes, shared_bytes, true);
+    words > 0 && 2 * (size * slot_bytes + ranking_bytes(words)) <= shared_bytes
 }
 
 /// Whether rows of tables of `size` slots may get dense rows (whatever the GPU's shared
