@@ -167,31 +167,68 @@ __device__ __forceinline__ u32 hash_insert(u32* keys, u32 mask, u32 col, bool* f
     }
 }
 
+// Sets, over the whole warp, the bits of the lanes' columns (`in`: the lane has one, `rel`
+// relative to the window) in a bitmap of the window; returns on one lane of each run of
+// neighbouring lanes whose columns share a word how many of the run's columns were new (0 on
+// the others). A run ORs its bits together first (shuffles) and takes one atomicOr: a row of B
+// is sorted, so lanes reading neighbouring entries of it often hit one word, and would
+// otherwise queue on it. Runs that share a word without being neighbours stay correct, each
+// counting only the bits that the others had not set.
+__device__ __forceinline__ u32 bitmap_set_warp(u32* bitmap, bool in, u32 rel) {
+    u32 lane = threadIdx.x & 31u;
+    u32 word = in ? rel >> 5 : HS_EMPTY;
+    u32 bits = in ? 1u << (rel & 31u) : 0u;
+    u32 prev = __shfl_up_sync(0xffffffffu, word, 1);
+    bool head = lane == 0 || prev != word;
+    u32 later_heads = __ballot_sync(0xffffffffu, head) & ~((2u << lane) - 1u);
+    u32 run_end = later_heads ? __ffs(later_heads) - 1 : 32u;
+    for (u32 d = 1; d < 32; d <<= 1) {
+        u32 y = __shfl_down_sync(0xffffffffu, bits, d);
+        if (lane + d < run_end) bits |= y;
+    }
+    if (!head || !bits) return 0;
+    return __popc(bits & ~atomicOr(&bitmap[word], bits));
+}
+
+// With bitmap_words > 0 (a table in shared memory, a window of at most 32 * bitmap_words
+// columns) the row's columns are the bits of a bitmap of the window instead of the keys of a
+// hash table: an atomicOr per run of a warp's products instead of probing, and a clear of
+// bitmap_words words. The host chooses it where the bitmap is no larger than the table.
 extern "C" __global__ void spgemm_hash_symbolic(const u32* rows, u64 nlist, u64 row_base,
                                                 u32 table_size, const u64* table_offsets,
                                                 u32* global_keys, const u64* a_off,
                                                 const u32* a_col, const u64* b_off,
                                                 const u32* b_col, u32 col_lo, u32 col_hi,
-                                                u64* row_nnz) {
+                                                u64* row_nnz, u32 bitmap_words) {
     unsigned char* smem = hs_smem;
     __shared__ unsigned long long count;
     u32 mask = table_size - 1;
     u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    bool bitmap = bitmap_words != 0 && !table_offsets;
     for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
         u32* keys = table_offsets ? global_keys + table_offsets[pos] : (u32*)smem;
         u64 r = rows[pos];
-        for (u32 t = threadIdx.x; t < table_size; t += blockDim.x) keys[t] = HS_EMPTY;
+        u32 clear = bitmap ? bitmap_words : table_size;
+        u32 empty = bitmap ? 0u : HS_EMPTY;
+        for (u32 t = threadIdx.x; t < clear; t += blockDim.x) keys[t] = empty;
         if (threadIdx.x == 0) count = 0;
         __syncthreads();
         u64 local = 0;
         for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
             u32 k = a_col[e];
-            for (u64 q = b_off[k] + lane; q < b_off[k + 1]; q += 32) {
-                u32 c = b_col[q];
-                if (c < col_lo || c >= col_hi) continue;
-                bool fresh;
-                hash_insert(keys, mask, c, &fresh);
-                local += fresh;
+            u64 q1 = b_off[k + 1];
+            // Whole warps (e, so k, is the warp's): the bitmap's runs are formed over them.
+            for (u64 q0 = b_off[k]; q0 < q1; q0 += 32) {
+                u64 q = q0 + lane;
+                u32 c = q < q1 ? b_col[q] : col_hi;
+                bool in = c >= col_lo && c < col_hi;
+                if (bitmap) {
+                    local += bitmap_set_warp(keys, in, c - col_lo);
+                } else if (in) {
+                    bool fresh;
+                    hash_insert(keys, mask, c, &fresh);
+                    local += fresh;
+                }
             }
         }
         if (local) atomicAdd(&count, (unsigned long long)local);
@@ -207,10 +244,13 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                              const u64* a_off, const u32* a_col, const void* a_val_,
                              const u64* b_off, const u32* b_col, const void* b_val_, u32 col_lo,
                              u32 col_hi, const u64* c_off, u64 out_base, u32* out_col,
-                             void* out_val_, const u32* known_col) {
+                             void* out_val_, const u32* known_col, u32 bitmap_words) {
     typedef typename S::acc A;
     unsigned char* smem = hs_smem;
     __shared__ u32 packed;
+    // A bitmap of the window after the table (shared tables only): see below.
+    bool ranked = bitmap_words != 0 && !table_offsets && !known_col;
+    u32* bitmap = (u32*)(smem + (u64)table_size * (4u + sizeof(A)));
     const T* a_val = (const T*)a_val_;
     const T* b_val = (const T*)b_val_;
     T* out_val = (T*)out_val_;
@@ -232,6 +272,8 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
             keys[t] = HS_EMPTY;
             vals[t] = S::zero();
         }
+        if (ranked)
+            for (u32 t = threadIdx.x; t < bitmap_words; t += blockDim.x) bitmap[t] = 0;
         __syncthreads();
         for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
             u32 k = a_col[e];
@@ -262,6 +304,46 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                     k = keys[h];
                 }
                 out_val[dst + t] = S::store(k == c ? vals[h] : S::zero());
+            }
+        } else if (ranked) {
+            // Ranking through a bitmap of the window: a bit per occupied slot's column (slots
+            // hold scattered columns, so a warp's atomics rarely meet on a word); the bits
+            // before each word (threads take equal runs of words: their counts, a block scan,
+            // then each word's prefix); then each occupied slot's entry goes to its rank, the
+            // bits before its column. Passes over the window's words and the table, one block
+            // scan, instead of a sort of the table. The work per thread follows the slots, not
+            // the columns, so columns bunched in a few words do not load a few threads.
+            unsigned short* prefix = (unsigned short*)(bitmap + bitmap_words);
+            for (u32 t = threadIdx.x; t < table_size; t += blockDim.x) {
+                u32 k = keys[t];
+                if (k != HS_EMPTY) {
+                    u32 rel = k - col_lo;
+                    atomicOr(&bitmap[rel >> 5], 1u << (rel & 31u));
+                }
+            }
+            __syncthreads();
+            // An odd run length puts the words a warp's threads read at once in distinct banks.
+            u32 run = ((bitmap_words + blockDim.x - 1) / blockDim.x) | 1u;
+            u32 w0 = min(threadIdx.x * run, bitmap_words), w1 = min(w0 + run, bitmap_words);
+            u32 mine = 0;
+            for (u32 w = w0; w < w1; ++w) mine += __popc(bitmap[w]);
+            u32 total;
+            u32 before = block_exclusive_scan(mine, &total);  // ends synchronised
+            // A row of a shared table has fewer than 2^16 entries (the host checks).
+            for (u32 w = w0; w < w1; ++w) {
+                prefix[w] = (unsigned short)before;
+                before += __popc(bitmap[w]);
+            }
+            __syncthreads();
+            for (u32 t = threadIdx.x; t < table_size; t += blockDim.x) {
+                u32 k = keys[t];
+                if (k == HS_EMPTY) continue;
+                u32 rel = k - col_lo, w = rel >> 5;
+                u64 rank = prefix[w] + __popc(bitmap[w] & ((1u << (rel & 31u)) - 1u));
+                if (rank < n) {  // the symbolic phase's count: always, unless it is wrong
+                    out_col[dst + rank] = rel;
+                    out_val[dst + rank] = S::store(vals[t]);
+                }
             }
         } else {
             // The occupied slots compacted to the front, blockDim slots at a time (a slot moves
@@ -303,11 +385,11 @@ HS_INSTANTIATE(spgemm_hash_numeric,
                 const u64* table_offsets, u32* global_keys, void* global_vals, const u64* a_off,
                 const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,
                 const void* b_val, u32 col_lo, u32 col_hi, const u64* c_off, u64 out_base,
-                u32* out_col, void* out_val, const u32* known_col),
+                u32* out_col, void* out_val, const u32* known_col, u32 bitmap_words),
                (hash_numeric<T, S>(rows, nlist, row_base, table_size, table_offsets,
                                    global_keys, global_vals, a_off, a_col, a_val, b_off, b_col,
                                    b_val, col_lo, col_hi, c_off, out_base, out_col, out_val,
-                                   known_col)))
+                                   known_col, bitmap_words)))
 
 // ---------------------------------------------------------------------------------------------
 // Short rows: a group of G lanes per row (a warp), the row's hash table in the group's part of

@@ -7,9 +7,10 @@ mod common;
 
 use hetsparse_core::generate;
 use hetsparse_core::{
-    Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl, SpgemmAlgorithm, SpgemmOptions,
+    bf16, f16, Accumulator, Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl,
+    Scalar, ScalarType, SpgemmAlgorithm, SpgemmOptions,
 };
-use hetsparse_cuda::CudaBackend;
+use hetsparse_cuda::{CudaBackend, DeviceScalar};
 
 fn backend(test: &str) -> Option<CudaBackend> {
     common::obtain(test, CudaBackend::new())
@@ -483,3 +484,268 @@ fn rows_of_a_too_long_for_one_warp() {
     )
     .unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Medium rows (a block per row, shared hash tables): rows of C with 500 to 5000 entries, whose
+// numeric phase ranks the columns through a bitmap of the window where it fits shared memory
+// beside the table (and whose symbolic phase counts them in one where it is no larger than the
+// table), or sorts the table where the window is too wide.
+
+/// The accumulator's machine epsilon and the storage's of `T`.
+fn epsilons<T: Scalar>() -> (f64, f64) {
+    let acc = <T::Acc as Accumulator>::EPSILON;
+    let storage = match T::TYPE {
+        ScalarType::F32 | ScalarType::C32 => f64::from(f32::EPSILON),
+        ScalarType::F64 | ScalarType::C64 => f64::EPSILON,
+        ScalarType::F16 => f64::from(f16::EPSILON.to_f32()),
+        ScalarType::Bf16 => f64::from(bf16::EPSILON.to_f32()),
+    };
+    (acc, storage)
+}
+
+/// `|a|` entrywise, as f64.
+fn magnitudes<T: Scalar>(a: &Csr<T>) -> Csr<f64> {
+    let (nrows, ncols) = a.shape();
+    Csr::try_new(
+        nrows,
+        ncols,
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        a.values().iter().map(|v| v.magnitude()).collect(),
+    )
+    .unwrap()
+}
+
+/// What a product of `a` and `b` must equal: the reference's C, Σ|a||b| per entry (the same
+/// structure) and the terms of each row of A.
+struct Reference<T> {
+    c: Csr<T>,
+    magnitude: Csr<f64>,
+    terms: Vec<u64>,
+}
+
+impl<T: Scalar> Reference<T> {
+    fn of(a: &Csr<T>, b: &Csr<T>) -> Self {
+        let c = ReferenceBackend
+            .spgemm(a, b, SpgemmAlgorithm::Auto)
+            .unwrap();
+        let magnitude = ReferenceBackend
+            .spgemm(&magnitudes(a), &magnitudes(b), SpgemmAlgorithm::Auto)
+            .unwrap();
+        assert_eq!(c.col_indices(), magnitude.col_indices());
+        let terms = (0..a.nrows()).map(|i| a.row_nnz(i)).collect();
+        Reference {
+            c,
+            magnitude,
+            terms,
+        }
+    }
+
+    /// Columns `cols` of the reference.
+    fn panel(&self, cols: std::ops::Range<usize>) -> Self {
+        Reference {
+            c: self.c.column_panel(cols.clone()).unwrap(),
+            magnitude: self.magnitude.column_panel(cols).unwrap(),
+            terms: self.terms.clone(),
+        }
+    }
+
+    /// `actual` has the reference's structure exactly and its values within the rounding of
+    /// either order of summation.
+    fn check(&self, actual: &Csr<T>, what: &str) {
+        let expected = &self.c;
+        assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+        assert_eq!(
+            actual.row_offsets(),
+            expected.row_offsets(),
+            "{what}: row offsets"
+        );
+        assert_eq!(
+            actual.col_indices(),
+            expected.col_indices(),
+            "{what}: columns"
+        );
+        let (acc_eps, storage_eps) = epsilons::<T>();
+        for i in 0..expected.nrows() {
+            let (_, want) = expected.row(i);
+            let (_, got) = actual.row(i);
+            let (_, mag) = self.magnitude.row(i);
+            let terms = self.terms[i].max(1) as f64;
+            for (j, ((x, y), m)) in got.iter().zip(want).zip(mag).enumerate() {
+                let ((xr, xi), (yr, yi)) = (x.to_parts(), y.to_parts());
+                let err = (xr - yr).hypot(xi - yi);
+                let tol = 2.0 * terms * acc_eps * m + 2.0 * storage_eps * y.magnitude();
+                assert!(
+                    err <= tol + f64::MIN_POSITIVE,
+                    "{what}: row {i}, entry {j}: {x:?} vs {y:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A `nrows × k` matrix whose row `i` has `lengths[i % lengths.len()]` distinct random columns,
+/// with values `±[0.1, 1)` in each part.
+fn rows_of_lengths<T: Scalar>(nrows: usize, k: usize, lengths: &[usize], seed: u64) -> Csr<T> {
+    let mut rng = generate::Rng::new(seed);
+    let value = |rng: &mut generate::Rng| {
+        let mut part = || {
+            let m = 0.1 + 0.9 * rng.next_f64();
+            if rng.next_u64() & 1 == 0 {
+                m
+            } else {
+                -m
+            }
+        };
+        let (re, im) = (part(), part());
+        T::from_parts_lossy(re, im)
+    };
+    let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+    for i in 0..nrows {
+        let len = lengths[i % lengths.len()].min(k);
+        let mut row = std::collections::BTreeSet::new();
+        while row.len() < len {
+            row.insert(rng.below(k as u64) as u32);
+        }
+        for c in row {
+            cols.push(c);
+            vals.push(value(&mut rng));
+        }
+        offsets.push(cols.len() as u64);
+    }
+    Csr::try_new(nrows, k, offsets, cols, vals).unwrap()
+}
+
+/// A · B on the adaptive path, whole and in column windows (`panels`), and a plan of it executed
+/// with new values of A (the planned columns read out of the tables).
+fn check_medium_rows<T: DeviceScalar>(
+    gpu: &CudaBackend,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    panels: &[std::ops::Range<usize>],
+    what: &str,
+) {
+    let expected = Reference::of(a, b);
+    let c = gpu.spgemm(a, b, SpgemmAlgorithm::Adaptive).unwrap();
+    expected.check(&c, &format!("{what}: whole"));
+    let chunks: Vec<ProductChunk> = panels
+        .iter()
+        .map(|cols| ProductChunk {
+            rows: 0..a.nrows(),
+            cols: cols.clone(),
+        })
+        .collect();
+    let mut seen = vec![false; chunks.len()];
+    gpu.spgemm_chunks(
+        a.into(),
+        b.into(),
+        &chunks,
+        &SpgemmAlgorithm::Adaptive.into(),
+        &RunControl::new(),
+        &mut |c| {
+            seen[c.index] = true;
+            expected
+                .panel(c.chunk.cols.clone())
+                .check(&c.product, &format!("{what}: window {:?}", c.chunk.cols));
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(seen.iter().all(|&s| s), "{what}: every window arrives");
+    let (ra, rb) = (gpu.upload(a).unwrap(), gpu.upload(b).unwrap());
+    let plan = gpu
+        .plan_spgemm((&ra).into(), (&rb).into(), &SpgemmOptions::new())
+        .unwrap();
+    let negated: Vec<T> = a.values().iter().map(|v| v.neg()).collect();
+    let ra2 = gpu.upload_values(&ra, &negated).unwrap();
+    let c2 = gpu
+        .execute_spgemm(&plan, (&ra2).into(), (&rb).into(), &RunControl::new())
+        .unwrap();
+    let (nrows, ncols) = a.shape();
+    let a2 = Csr::try_new(
+        nrows,
+        ncols,
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        negated,
+    )
+    .unwrap();
+    Reference::of(&a2, b).check(
+        &gpu.download(&c2).unwrap(),
+        &format!("{what}: plan with new values"),
+    );
+}
+
+/// Wide windows (100 000 and 200 000 columns, as in the LP class; and windows of them that
+/// start inside B): A's rows have 13 to 110 entries, B's 40, so rows of C have about 500 to
+/// 4400 entries, in tables of 1024 to 16 384 slots; most rank through the bitmap, tables
+/// smaller than the bitmap sort.
+fn medium_rows_in_wide_windows<T: DeviceScalar>() {
+    let Some(gpu) = backend("medium_rows_in_wide_windows") else {
+        return;
+    };
+    let (n, k) = (600, 3000);
+    let a = rows_of_lengths::<T>(n, k, &[13, 30, 60, 110, 45], 21);
+    for width in [100_000, 200_000] {
+        let b = generate::uniform::<T>(k, width, 40, 22);
+        let panels = [0..width / 4, width / 4..width];
+        check_medium_rows(&gpu, &a, &b, &panels, &format!("{width} columns"));
+    }
+}
+
+/// Narrow windows (a B of 8000 columns, and windows of 3000 and 4000 columns from column 3000
+/// on): many products per column, rows of C with about 500 to 3000 entries.
+fn medium_rows_in_narrow_windows<T: DeviceScalar>() {
+    let Some(gpu) = backend("medium_rows_in_narrow_windows") else {
+        return;
+    };
+    let (n, k, width) = (600, 3000, 8000);
+    let a = rows_of_lengths::<T>(n, k, &[15, 25, 40, 60], 23);
+    let b = generate::uniform::<T>(k, width, 40, 24);
+    let panels = [0..3000, 3000..7000, 7000..8000];
+    check_medium_rows(&gpu, &a, &b, &panels, "8000 columns");
+}
+
+/// Windows too wide for a bitmap beside the table (1 million columns: the bitmap takes more
+/// than the table; 3 million: more than shared memory): the tables are sorted.
+fn medium_rows_in_windows_too_wide_for_the_bitmap<T: DeviceScalar>() {
+    let Some(gpu) = backend("medium_rows_in_windows_too_wide_for_the_bitmap") else {
+        return;
+    };
+    let (n, k) = (400, 3000);
+    let a = rows_of_lengths::<T>(n, k, &[13, 30, 60], 25);
+    for width in [1_000_000, 3_000_000] {
+        let b = generate::uniform::<T>(k, width, 40, 26);
+        let panels = [1000..width / 2, width / 2..width - 1000];
+        check_medium_rows(&gpu, &a, &b, &panels, &format!("{width} columns"));
+    }
+}
+
+macro_rules! medium_rows_per_scalar {
+    ($($module:ident: $ty:ty),+) => {
+        $(
+            mod $module {
+                #[test]
+                fn medium_rows_in_wide_windows() {
+                    super::medium_rows_in_wide_windows::<$ty>()
+                }
+                #[test]
+                fn medium_rows_in_narrow_windows() {
+                    super::medium_rows_in_narrow_windows::<$ty>()
+                }
+                #[test]
+                fn medium_rows_in_windows_too_wide_for_the_bitmap() {
+                    super::medium_rows_in_windows_too_wide_for_the_bitmap::<$ty>()
+                }
+            }
+        )+
+    };
+}
+
+medium_rows_per_scalar!(
+    f32_: f32,
+    f64_: f64,
+    c32: hetsparse_core::Complex<f32>,
+    c64: hetsparse_core::Complex<f64>,
+    f16_: hetsparse_core::f16
+);

@@ -8,8 +8,11 @@
 //!   each entry written at its rank among the table's keys (no sort, no block barrier); in the
 //!   numeric phase a row of at most 32 entries of A and 33 to 64 products is instead sorted in
 //!   the warp's registers and its runs of one column summed (no table at all);
-//! - medium rows: a block per row with a hash table sized to the bin in shared memory, sorted in
-//!   place (bitonic) so the row comes out in column order;
+//! - medium rows: a block per row with a hash table sized to the bin in shared memory. In the
+//!   numeric phase the row comes out in column order by ranking through a bitmap of the window
+//!   beside the table where that is cheaper than sorting the table (bitonic, in place) and fits
+//!   ([`bitmap_words`]); in the symbolic phase a bitmap of the window replaces the table where it
+//!   is no larger;
 //! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table (in the numeric
 //!   phase also large shared tables, whose sort costs more): a dense
 //!   accumulator per row in global memory, filled by several blocks per row (each an equal
@@ -93,11 +96,226 @@ enum Accumulator {
 }
 
 /// In the numeric phase, tables of at least this many slots go dense where the window is at
-/// most [`DENSE_OVER_SHARED_FACTOR`] times the table, even if they fit shared memory: sorting
-/// a table this large (bitonic, a block per row) costs more than clearing and scanning a dense
-/// row of the window.
+/// most [`DENSE_OVER_SHARED_FACTOR`] times the table, even if they fit shared memory, unless
+/// the window's bitmap goes beside the table ([`bitmap_words`]) and both take at most half the
+/// shared memory a block may have: sorting a table this large (bitonic, a block per row) costs
+/// more than clearing and scanning a dense row of the window, while ranking through the bitmap
+/// in shared memory costs less, as long as at least two blocks share an SM (one's products
+/// loading while another ranks).
 const DENSE_OVER_SHARED_MIN: u64 = 4096;
 const DENSE_OVER_SHARED_FACTOR: u64 = 16;
+
+/// Words (32 columns each) of a bitmap of a window of `width` columns.
+fn window_words(width: u64) -> u64 {
+    width.div_ceil(32)
+}
+
+/// Thread steps of the numeric phase's tail that the bitmap ranking replaces: the bitonic sort
+/// of a row's keys (a bin's rows have more than `size / 4` entries, so `m = size / 2` keys:
+/// `L (L + 1) / 2` barrier-separated passes over them, `L = log2 m`). The compaction before
+/// the sort costs a pass over the slots, as does the ranking's setting of bits, so neither
+/// counts.
+fn sort_steps(size: u64) -> u64 {
+    let m = size / 2;
+    let l = u64::from(m.max(1).trailing_zeros());
+    m * l * (l + 1) / 2
+}
+
+/// Thread steps of the ranking through a bitmap of `words` words: clear and count them, and
+/// write each one's prefix.
+fn ranking_steps(words: u64) -> u64 {
+    3 * words
+}
+
+/// Shared bytes of the numeric ranking's bitmap of `words` words: the words and a 16-bit
+/// prefix (the bits before it) per word.
+fn ranking_bytes(words: u64) -> u64 {
+    6 * words
+}
+
+/// Largest table whose rows (at most half its slots) have prefixes that fit 16 bits.
+const RANKING_TABLE_MAX: u64 = 1 << 16;
+
+/// Words of the window's bitmap that a bin of shared tables of `size` slots (`slot_bytes`
+/// each) uses in a window of `width` columns, or 0 for none; `numeric` for the phase that
+/// ranks the row's columns.
+///
+/// - Symbolic: the bitmap replaces the table where it has at most as many words as the table
+///   has slots: no more memory (so no fewer blocks per SM) and no more clearing than the
+///   table, while each product costs one atomicOr per run of a warp's neighbouring columns
+///   instead of a probe.
+/// - Numeric: the bitmap and its prefixes ([`ranking_bytes`]) go beside the table, and rank
+///   the columns instead of the sort, where table and bitmap fit the shared memory a block may
+///   have, the bitmap takes no more memory than the table (so that blocks per SM, which hide
+///   the latency of the products' loads, at most halve), and the ranking's steps
+///   ([`ranking_steps`]) are no more than the sort's ([`sort_steps`]); otherwise the sort
+///   stays. Both paths make two passes over the table besides (compaction and output, or bits
+///   and output), so those do not count.
+fn bitmap_words(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64, numeric: bool) -> u64 {
+    let words = window_words(width);
+    let use_bitmap = if numeric {
+        let table = size * slot_bytes;
+        let bitmap = ranking_bytes(words);
+        size <= RANKING_TABLE_MAX
+            && table + bitmap <= shared_bytes
+            && bitmap <= table
+            && ranking_steps(words) <= sort_steps(size)
+    } else {
+        words <= size
+    };
+    if use_bitmap {
+        words
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod bitmap_rule_tests {
+    use super::*;
+
+    /// An H100's or H200's opt-in shared memory per block (227 KiB) less the static variables.
+    const HOPPER: u64 = 227 * 1024 - 1024;
+    /// Without the opt-in.
+    const DEFAULT: u64 = 48 * 1024 - 1024;
+    const F32: u64 = 8;
+    const F64: u64 = 12;
+    const C64: u64 = 20;
+
+    #[test]
+    fn linear_programming_rows_rank_through_the_bitmap() {
+        // A·Aᵀ of 100 000 rows: ~917 entries per row, tables of 2048 (and 4096) slots.
+        assert_eq!(bitmap_words(2048, 100_000, F64, HOPPER, true), 3125);
+        assert_eq!(bitmap_words(4096, 100_000, F64, HOPPER, true), 3125);
+        assert_eq!(bitmap_words(2048, 100_000, F64, DEFAULT, true), 3125);
+        // A width that is no multiple of 32 rounds up.
+        assert_eq!(bitmap_words(2048, 100_001, F64, HOPPER, true), 3126);
+        // Tables of 1024 f64 slots (12 KiB) are smaller than the bitmap and its prefixes
+        // (18.3 KiB): sort.
+        assert_eq!(bitmap_words(1024, 100_000, F64, HOPPER, true), 0);
+        // Complex f64 slots are larger, so the bitmap is the smaller part.
+        assert_eq!(bitmap_words(1024, 100_000, C64, HOPPER, true), 3125);
+    }
+
+    #[test]
+    fn power_law_rows_rank_through_the_bitmap_where_it_is_no_larger_than_the_table() {
+        // 131 072 columns: a 16 KiB bitmap and 8 KiB of prefixes, as large as a table of 2048
+        // f64 slots.
+        assert_eq!(bitmap_words(2048, 131_072, F64, HOPPER, true), 4096);
+        assert_eq!(bitmap_words(2048, 131_072, F32, HOPPER, true), 0);
+        assert_eq!(bitmap_words(4096, 131_072, F32, HOPPER, true), 4096);
+        assert_eq!(bitmap_words(1024, 131_072, F64, HOPPER, true), 0);
+        assert_eq!(bitmap_words(8192, 131_072, F64, HOPPER, true), 4096);
+    }
+
+    #[test]
+    fn windows_too_wide_for_shared_memory_keep_the_sort() {
+        // 3 million columns: a 366 KiB bitmap.
+        for size in [512, 1024, 2048, 4096, 8192, 16384] {
+            for slot in [F32, F64, C64] {
+                assert_eq!(bitmap_words(size, 3_000_000, slot, HOPPER, true), 0);
+            }
+        }
+        // Table and bitmap must fit together: 4096 f64 slots (48 KiB) and 12 KiB of bitmap
+        // and prefixes fit 227 KiB but not 47 KiB.
+        assert_eq!(bitmap_words(4096, 65_536, F64, HOPPER, true), 2048);
+        assert_eq!(bitmap_words(4096, 65_536, F64, DEFAULT, true), 0);
+    }
+
+    #[test]
+    fn narrow_windows_rank_through_the_bitmap() {
+        assert_eq!(bitmap_words(512, 1000, F32, HOPPER, true), 32);
+        assert_eq!(bitmap_words(512, 1, F64, HOPPER, true), 1);
+    }
+
+    #[test]
+    fn chosen_bitmaps_fit_are_no_larger_than_the_table_and_cheaper_than_the_sort() {
+        let mut chosen = 0;
+        for shift in 9..16 {
+            let size = 1u64 << shift;
+            for width in [
+                1,
+                31,
+                1000,
+                40_000,
+                100_000,
+                131_072,
+                400_000,
+                1 << 20,
+                1 << 32,
+            ] {
+                for slot in [F32, F64, C64] {
+                    for shared in [HOPPER, DEFAULT] {
+                        if size * slot > shared {
+                            continue; // not a shared table
+                        }
+                        let words = bitmap_words(size, width, slot, shared, true);
+                        if words == 0 {
+                            continue;
+                        }
+                        chosen += 1;
+                        assert_eq!(words, width.div_ceil(32));
+                        assert!(size * slot + 6 * words <= shared);
+                        assert!(6 * words <= size * slot);
+                        assert!(ranking_steps(words) <= sort_steps(size));
+                    }
+                }
+            }
+        }
+        assert!(chosen > 20, "{chosen} cases chose the bitmap");
+    }
+
+    #[test]
+    fn sort_steps_count_the_bitonic_passes() {
+        // 1024 keys: 55 passes.
+        assert_eq!(sort_steps(2048), 1024 * 55);
+        assert_eq!(sort_steps(512), 256 * 36);
+    }
+
+    #[test]
+    fn large_shared_tables_rank_through_the_bitmap_rather_than_go_dense() {
+        // 4096 f64 slots (48 KiB) and 12 KiB of bitmap: 60 KiB, three blocks per SM.
+        assert_eq!(
+            accumulator(4096, 65_536, F64, HOPPER, true),
+            Accumulator::Shared
+        );
+        // 8192 f32 slots (64 KiB) and 24 KiB of bitmap in 131 072 columns: two blocks.
+        assert_eq!(
+            accumulator(8192, 131_072, F32, HOPPER, true),
+            Accumulator::Shared
+        );
+        // 8192 f64 slots (96 KiB) and 24 KiB: one block per SM, dense.
+        assert_eq!(
+            accumulator(8192, 131_072, F64, HOPPER, true),
+            Accumulator::Dense
+        );
+        // 16 384 f64 slots (192 KiB) in 262 144 columns leave no room for the bitmap: dense.
+        assert_eq!(
+            accumulator(16_384, 262_144, F64, HOPPER, true),
+            Accumulator::Dense
+        );
+        // Without the opt-in, tables of 4096 f64 slots are too large for shared memory.
+        assert_eq!(
+            accumulator(4096, 65_536, F64, DEFAULT, true),
+            Accumulator::Dense
+        );
+        // The symbolic phase is unchanged.
+        assert_eq!(
+            accumulator(8192, 131_072, 4, HOPPER, false),
+            Accumulator::Shared
+        );
+    }
+
+    #[test]
+    fn symbolic_bitmaps_replace_tables_no_smaller_than_them() {
+        // The LP rows' symbolic tables (~1060 products: 4096 slots).
+        assert_eq!(bitmap_words(4096, 100_000, 4, HOPPER, false), 3125);
+        assert_eq!(bitmap_words(4096, 131_072, 4, HOPPER, false), 4096);
+        assert_eq!(bitmap_words(2048, 100_000, 4, HOPPER, false), 0);
+        assert_eq!(bitmap_words(512, 16_384, 4, HOPPER, false), 512);
+        assert_eq!(bitmap_words(512, 16_385, 4, HOPPER, false), 0);
+    }
+}
 
 /// The accumulator of rows with tables of `size` slots of `slot_bytes` each, in a window of
 /// `width` columns, given the shared memory a block may have; `numeric` for the phase whose
@@ -114,7 +332,11 @@ fn accumulator(
     let warp_max = WARP_TABLE_MAX.min(shared_bytes / (WARP_ROWS_PER_BLOCK * warp_slot));
     if size <= warp_max {
         Accumulator::Warp
-    } else if numeric && size >= DENSE_OVER_SHARED_MIN && width <= DENSE_OVER_SHARED_FACTOR * size {
+    } else if numeric
+        && size >= DENSE_OVER_SHARED_MIN
+        && width <= DENSE_OVER_SHARED_FACTOR * size
+        && !shared_ranking_fits_twice(size, width, slot_bytes, shared_bytes)
+    {
         Accumulator::Dense
     } else if size * slot_bytes <= shared_bytes {
         Accumulator::Shared
@@ -123,6 +345,13 @@ fn accumulator(
     } else {
         Accumulator::Global
     }
+}
+
+/// Whether a numeric shared table of `size` slots ranks through the window's bitmap with table
+/// and bitmap in at most half of `shared_bytes`.
+fn shared_ranking_fits_twice(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64) -> bool {
+    let words = bitmap_words(size, width, slot_bytes, shared_bytes, true);
+    words > 0 && 2 * (size * slot_bytes + ranking_bytes(words)) <= shared_bytes
 }
 
 /// Whether rows of tables of `size` slots may get dense rows (whatever the GPU's shared
@@ -144,6 +373,8 @@ struct BinLaunch<'s> {
     table_offsets: Arg,
     keys: Arg,
     vals: Arg,
+    /// Words of the window's bitmap (block per row, shared tables; else 0): [`bitmap_words`].
+    bitmap_words: u64,
 }
 
 /// The kernels of one phase: thread per row (rows of at most 8 and 16 entries), warp per row,
@@ -268,11 +499,14 @@ fn scratch_need<T: DeviceScalar>(
 }
 
 /// Runs every listed bin with its accumulator: hash bins through `kernels`, dense bins through
-/// `dense` (a group of rows at a time, flags and values cleared).
+/// `dense` (a group of rows at a time, flags and values cleared). `bitmaps`: whether block per
+/// row kernels may get a bitmap of the window ([`bitmap_words`]; not where a plan's columns
+/// are known, which needs no ranking).
 fn run_bins<T: DeviceScalar>(
     job: &Job<'_, T>,
     binned: &Binned<'_>,
     value_bytes: u64,
+    bitmaps: bool,
     scratch: &mut Scratch,
     kernels: &HashKernels<'_>,
     dense: &dyn Fn(&DenseGroup<'_>) -> Result<()>,
@@ -294,6 +528,11 @@ fn run_bins<T: DeviceScalar>(
         match plan.kind {
             Accumulator::Warp | Accumulator::Shared => {
                 let warp = plan.kind == Accumulator::Warp;
+                let words = if bitmaps && !warp {
+                    bitmap_words(size, job.width(), slot_bytes, shared_bytes, value_bytes > 0)
+                } else {
+                    0
+                };
                 let launch = BinLaunch {
                     warp,
                     rows,
@@ -301,6 +540,7 @@ fn run_bins<T: DeviceScalar>(
                     table_offsets: Arg::U64(0),
                     keys: Arg::U64(0),
                     vals: Arg::U64(0),
+                    bitmap_words: words,
                 };
                 let (function, config) = if warp && size <= THREAD_TABLE {
                     (
@@ -321,12 +561,19 @@ fn run_bins<T: DeviceScalar>(
                         },
                     )
                 } else {
+                    // The symbolic bitmap replaces the table; the numeric one (with its
+                    // prefixes) follows it.
+                    let shared = match (words, value_bytes) {
+                        (0, _) => size * slot_bytes,
+                        (_, 0) => 4 * words,
+                        _ => size * slot_bytes + ranking_bytes(words),
+                    };
                     (
                         kernels.block,
                         LaunchConfig {
                             grid: count.min(1 << 20) as u32,
                             block: threads_for(size),
-                            shared_bytes: (size * slot_bytes) as u32,
+                            shared_bytes: shared as u32,
                         },
                     )
                 };
@@ -387,6 +634,7 @@ fn run_bins<T: DeviceScalar>(
                         table_offsets: offsets.arg(),
                         keys: keys.arg(),
                         vals: vals.arg(),
+                        bitmap_words: 0,
                     };
                     let config = LaunchConfig {
                         grid: n as u32,
@@ -472,6 +720,9 @@ pub(super) fn symbolic<T: DeviceScalar>(
             Arg::U32(job.col_hi()),
             row_nnz.arg(),
         ]);
+        if !l.warp {
+            v.push(Arg::U32(l.bitmap_words as u32));
+        }
         v
     };
     let kernels = HashKernels {
@@ -525,7 +776,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
             )
         }
     };
-    run_bins(job, &binned, 0, scratch, &kernels, &dense)
+    run_bins(job, &binned, 0, true, scratch, &kernels, &dense)
 }
 
 /// The numeric phase's histogram of rows `range` (chunk-relative) of C: their entries
@@ -640,6 +891,9 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
             vals.arg(),
             read_cols,
         ]);
+        if !l.warp {
+            v.push(Arg::U32(l.bitmap_words as u32));
+        }
         v
     };
     let kernels = HashKernels {
@@ -712,5 +966,5 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
             )
         }
     };
-    run_bins(job, binned, acc, scratch, &kernels, &dense)
+    run_bins(job, binned, acc, !known_cols, scratch, &kernels, &dense)
 }
