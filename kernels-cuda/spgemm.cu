@@ -238,6 +238,12 @@ extern "C" __global__ void spgemm_hash_symbolic(const u32* rows, u64 nlist, u64 
     }
 }
 
+// Calls visit(entry of A, position in B) for every product of the entries [e0, e1) of A, over
+// the block (defined with the short-row kernels below, whose helpers it shares).
+template <class F>
+__device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_col,
+                                                   const u64* b_off, F visit);
+
 template <class T, class S>
 __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
                              const u64* table_offsets, u32* global_keys, void* global_vals,
@@ -275,17 +281,13 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
         if (ranked)
             for (u32 t = threadIdx.x; t < bitmap_words; t += blockDim.x) bitmap[t] = 0;
         __syncthreads();
-        for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
-            u32 k = a_col[e];
-            T av = a_val[e];
-            for (u64 q = b_off[k] + lane; q < b_off[k + 1]; q += 32) {
-                u32 c = b_col[q];
-                if (c < col_lo || c >= col_hi) continue;
-                bool fresh;
-                u32 h = hash_insert(keys, mask, c, &fresh);
-                S::atomic_add(&vals[h], S::mul(av, b_val[q]));
-            }
-        }
+        block_row_products(a_off[r], a_off[r + 1], a_col, b_off, [&](u64 e, u64 q) {
+            u32 c = b_col[q];
+            if (c < col_lo || c >= col_hi) return;
+            bool fresh;
+            u32 h = hash_insert(keys, mask, c, &fresh);
+            S::atomic_add(&vals[h], S::mul(a_val[e], b_val[q]));
+        });
         __syncthreads();
         u64 i = r - row_base;
         u64 n = c_off[i + 1] - c_off[i];
@@ -448,6 +450,46 @@ __device__ __forceinline__ u32 group_find_entry(u64 start, u64 p, u32 mask) {
         if (probe < G && s <= p) j = probe;
     }
     return j;
+}
+
+// Calls visit(entry of A, position in B) for every product of the entries [e0, e1) of A, over
+// the block: each warp takes an equal run of the entries, 32 at a time. Where their B rows hold
+// 16 entries or more on average, the warp's lanes walk each B row in turn; where they are
+// shorter (LP's Aᵀ: 7 entries) the batch's products are spread evenly over the lanes (a scan of
+// the lengths, a search per product), which a lane per B entry would leave mostly idle.
+template <class F>
+__device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_col,
+                                                   const u64* b_off, F visit) {
+    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    u64 share = (e1 - e0 + nwarps - 1) / nwarps;
+    u64 begin = min(e1, e0 + share * warp), end = min(e1, begin + share);
+    for (u64 base = begin; base < end; base += 32) {
+        u64 e = base + lane, len = 0, bs = 0;
+        if (e < end) {
+            u32 k = a_col[e];
+            bs = b_off[k];
+            len = b_off[k + 1] - bs;
+        }
+        u64 n = min((u64)32, end - base);
+        u64 incl = group_inclusive_scan64<32>(len, 0xffffffffu);
+        u64 total = __shfl_sync(0xffffffffu, incl, 31);
+        if (total >= 16 * n) {
+            for (u32 j = 0; j < n; ++j) {
+                u64 bj = __shfl_sync(0xffffffffu, bs, j);
+                u64 lj = __shfl_sync(0xffffffffu, len, j);
+                for (u64 q = bj + lane; q < bj + lj; q += 32) visit(base + j, q);
+            }
+        } else {
+            u64 start = incl - len;
+            for (u64 p0 = 0; p0 < total; p0 += 32) {
+                u64 p = p0 + lane;
+                u32 j = group_find_entry<32>(start, p, 0xffffffffu);
+                u64 sj = __shfl_sync(0xffffffffu, start, j);
+                u64 bj = __shfl_sync(0xffffffffu, bs, j);
+                if (p < total) visit(base + j, bj + (p - sj));
+            }
+        }
+    }
 }
 
 // Calls visit(entry of A, position in B) for every product of row r, each by one lane of the
