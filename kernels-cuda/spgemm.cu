@@ -238,11 +238,11 @@ extern "C" __global__ void spgemm_hash_symbolic(const u32* rows, u64 nlist, u64 
     }
 }
 
-// Calls visit(entry of A, position in B) for every product of the entries [e0, e1) of A, over
-// the block (defined with the short-row kernels below, whose helpers it shares).
-template <class F>
+// Calls visit(position in B, entry(its entry of A)) for every product of the entries [e0, e1)
+// of A, over the block (defined with the short-row kernels below, whose helpers it shares).
+template <class E, class F>
 __device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_col,
-                                                   const u64* b_off, F visit);
+                                                   const u64* b_off, E entry, F visit);
 
 template <class T, class S>
 __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table_size,
@@ -261,7 +261,6 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
     const T* b_val = (const T*)b_val_;
     T* out_val = (T*)out_val_;
     u32 mask = table_size - 1;
-    u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     if (threadIdx.x == 0) packed = 0;
     for (u64 pos = blockIdx.x; pos < nlist; pos += gridDim.x) {
         u32* keys;
@@ -281,13 +280,15 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
         if (ranked)
             for (u32 t = threadIdx.x; t < bitmap_words; t += blockDim.x) bitmap[t] = 0;
         __syncthreads();
-        block_row_products(a_off[r], a_off[r + 1], a_col, b_off, [&](u64 e, u64 q) {
-            u32 c = b_col[q];
-            if (c < col_lo || c >= col_hi) return;
-            bool fresh;
-            u32 h = hash_insert(keys, mask, c, &fresh);
-            S::atomic_add(&vals[h], S::mul(a_val[e], b_val[q]));
-        });
+        block_row_products(
+            a_off[r], a_off[r + 1], a_col, b_off, [&](u64 e) { return a_val[e]; },
+            [&](u64 q, T av) {
+                u32 c = b_col[q];
+                if (c < col_lo || c >= col_hi) return;
+                bool fresh;
+                u32 h = hash_insert(keys, mask, c, &fresh);
+                S::atomic_add(&vals[h], S::mul(av, b_val[q]));
+            });
         __syncthreads();
         u64 i = r - row_base;
         u64 n = c_off[i + 1] - c_off[i];
@@ -452,14 +453,14 @@ __device__ __forceinline__ u32 group_find_entry(u64 start, u64 p, u32 mask) {
     return j;
 }
 
-// Calls visit(entry of A, position in B) for every product of the entries [e0, e1) of A, over
-// the block: each warp takes an equal run of the entries, 32 at a time. Where their B rows hold
+// Calls visit(position in B, entry(its entry of A)) for every product of the entries [e0, e1)
+// of A, over the block: each warp takes an equal run of the entries, 32 at a time. Where their B rows hold
 // 16 entries or more on average, the warp's lanes walk each B row in turn; where they are
 // shorter (LP's Aᵀ: 7 entries) the batch's products are spread evenly over the lanes (a scan of
 // the lengths, a search per product), which a lane per B entry would leave mostly idle.
-template <class F>
+template <class E, class F>
 __device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_col,
-                                                   const u64* b_off, F visit) {
+                                                   const u64* b_off, E entry, F visit) {
     u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     u64 share = (e1 - e0 + nwarps - 1) / nwarps;
     u64 begin = min(e1, e0 + share * warp), end = min(e1, begin + share);
@@ -477,7 +478,8 @@ __device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_
             for (u32 j = 0; j < n; ++j) {
                 u64 bj = __shfl_sync(0xffffffffu, bs, j);
                 u64 lj = __shfl_sync(0xffffffffu, len, j);
-                for (u64 q = bj + lane; q < bj + lj; q += 32) visit(base + j, q);
+                auto ej = entry(base + j);  // once per entry of A, not per product
+                for (u64 q = bj + lane; q < bj + lj; q += 32) visit(q, ej);
             }
         } else {
             u64 start = incl - len;
@@ -486,7 +488,7 @@ __device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_
                 u32 j = group_find_entry<32>(start, p, 0xffffffffu);
                 u64 sj = __shfl_sync(0xffffffffu, start, j);
                 u64 bj = __shfl_sync(0xffffffffu, bs, j);
-                if (p < total) visit(base + j, bj + (p - sj));
+                if (p < total) visit(bj + (p - sj), entry(base + j));
             }
         }
     }
