@@ -7,7 +7,8 @@
 //   row analysis         spgemm_row_products(_huge)                  products per row
 //   Adaptive             spgemm_hash_symbolic, spgemm_hash_numeric_T  hash accumulators per bin
 //                        spgemm_warp_symbolic, spgemm_warp_numeric_T  short rows, a warp each
-//                        spgemm_threadM_symbolic, spgemm_threadM_numeric_T  tiniest rows, a thread each
+//                        spgemm_threadM_symbolic, spgemm_threadM_numeric_T
+//                                                                     tiniest rows, a thread each
 //                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
 //                        spgemm_dense_write_T                         long rows, dense, several blocks each
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
@@ -454,10 +455,11 @@ __device__ __forceinline__ u32 group_find_entry(u64 start, u64 p, u32 mask) {
 }
 
 // Calls visit(position in B, entry(its entry of A)) for every product of the entries [e0, e1)
-// of A, over the block: each warp takes an equal run of the entries, 32 at a time. Where their B rows hold
-// 16 entries or more on average, the warp's lanes walk each B row in turn; where they are
-// shorter (LP's Aᵀ: 7 entries) the batch's products are spread evenly over the lanes (a scan of
-// the lengths, a search per product), which a lane per B entry would leave mostly idle.
+// of A, over the block: each warp takes an equal run of the entries, 32 at a time. Where
+// their B rows hold 16 entries or more on average, the warp's lanes walk each B row in turn;
+// where they are shorter (LP's Aᵀ: 7 entries) the batch's products are spread evenly over the
+// lanes (a scan of the lengths, a search per product), which a lane per B entry would leave
+// mostly idle.
 template <class E, class F>
 __device__ __forceinline__ void block_row_products(u64 e0, u64 e1, const u32* a_col,
                                                    const u64* b_off, E entry, F visit) {
@@ -535,9 +537,9 @@ __device__ __forceinline__ void group_products(u64 r, const u64* a_off, const u3
 
 #define WS_FULL 0xffffffffu
 
-// Shuffles of an accumulator of any size as 32-bit words.
-template <class A>
-__device__ __forceinline__ A acc_shfl_xor(A v, u32 d) {
+// A shuffle of an accumulator of any size, as 32-bit words each moved by shuffle_word.
+template <class A, class F>
+__device__ __forceinline__ A acc_shuffle(A v, F shuffle_word) {
     constexpr int words = sizeof(A) / 4;
     union {
         A value;
@@ -545,31 +547,7 @@ __device__ __forceinline__ A acc_shfl_xor(A v, u32 d) {
     } u;
     u.value = v;
 #pragma unroll
-    for (int q = 0; q < words; ++q) u.w[q] = __shfl_xor_sync(WS_FULL, u.w[q], d);
-    return u.value;
-}
-template <class A>
-__device__ __forceinline__ A acc_shfl_up(A v, u32 d) {
-    constexpr int words = sizeof(A) / 4;
-    union {
-        A value;
-        u32 w[words];
-    } u;
-    u.value = v;
-#pragma unroll
-    for (int q = 0; q < words; ++q) u.w[q] = __shfl_up_sync(WS_FULL, u.w[q], d);
-    return u.value;
-}
-template <class A>
-__device__ __forceinline__ A acc_shfl(A v, u32 lane) {
-    constexpr int words = sizeof(A) / 4;
-    union {
-        A value;
-        u32 w[words];
-    } u;
-    u.value = v;
-#pragma unroll
-    for (int q = 0; q < words; ++q) u.w[q] = __shfl_sync(WS_FULL, u.w[q], lane);
+    for (int q = 0; q < words; ++q) u.w[q] = shuffle_word(u.w[q]);
     return u.value;
 }
 
@@ -593,7 +571,8 @@ __device__ __forceinline__ void warp_sort(u32 (&k)[P], A (&v)[P]) {
                     }
                 } else {
                     u32 other = __shfl_xor_sync(WS_FULL, k[h], j);
-                    A other_v = acc_shfl_xor(v[h], j);
+                    A other_v =
+                        acc_shuffle(v[h], [&](u32 w) { return __shfl_xor_sync(WS_FULL, w, j); });
                     // Both lanes of a pair decide from the same two keys, so ties swap on
                     // neither side.
                     bool lower = (lane & j) == 0;
@@ -689,7 +668,7 @@ __device__ __forceinline__ void warp_sorted_write(u64 e0, u64 bs, u64 start, u64
 #pragma unroll
         for (u32 d = 1; d < 32; d <<= 1) {
             u32 kd = __shfl_up_sync(WS_FULL, k[h], d);
-            A vd = acc_shfl_up(v[h], d);
+            A vd = acc_shuffle(v[h], [&](u32 w) { return __shfl_up_sync(WS_FULL, w, d); });
             if (lane >= d && kd == k[h]) v[h] = S::add(vd, v[h]);
         }
     }
@@ -698,7 +677,7 @@ __device__ __forceinline__ void warp_sorted_write(u64 e0, u64 bs, u64 start, u64
 #pragma unroll
     for (u32 h = 1; h < P; ++h) {
         u32 kl = __shfl_sync(WS_FULL, k[h - 1], 31);
-        A vl = acc_shfl(v[h - 1], 31);
+        A vl = acc_shuffle(v[h - 1], [](u32 w) { return __shfl_sync(WS_FULL, w, 31); });
         if (k[h] == kl) v[h] = S::add(vl, v[h]);
     }
     warp_run_ends<P>(k, ends);
@@ -849,13 +828,14 @@ HS_INSTANTIATE(spgemm_warp_numeric, WARP_NUMERIC_PARAMS,
 
 // ---------------------------------------------------------------------------------------------
 // The tiniest rows (the first two bins: tables of 16 or 32 slots, so at most M = 8 or 16
-// entries of C): a thread per row, its entries in registers. A row's few products are too little work to spread
-// over lanes (the scan and search that spread them cost more than the products), while a
-// thread per row keeps 32 rows' loads in flight per warp. The list is kept sorted by column
-// with unrolled compare-and-shift steps, so every index is known at compile time and nothing
-// spills to local memory; the row comes out in order with no sort. Every product costs a step
-// per register slot, so rows of at most 8 entries get their own instances with 8 slots: half
-// the work per product and half the registers (more rows in flight).
+// entries of C): a thread per row, its entries in registers. A row's few products are too
+// little work to spread over lanes (the scan and search that spread them cost more than the
+// products), while a thread per row keeps 32 rows' loads in flight per warp. The list is
+// kept sorted by column with unrolled compare-and-shift steps, so every index is known at
+// compile time and nothing spills to local memory; the row comes out in order with no sort.
+// Every product costs a step per register slot, so rows of at most 8 entries get their own
+// instances with 8 slots: half the work per product and half the registers (more rows in
+// flight).
 
 #define TR_THREADS 128
 

@@ -260,52 +260,75 @@ fn long_rows_use_the_global_memory_path() {
                 &format!("{alg:?} with a long row, {width} columns"),
             );
         }
-        // A plan executed with new values reads the planned columns out of the accumulators.
-        let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
-        let options = SpgemmOptions::new();
-        let plan = gpu
-            .plan_spgemm((&ra).into(), (&rb).into(), &options)
-            .unwrap();
-        let doubled: Vec<f64> = a.values().iter().map(|v| 2.0 * v).collect();
-        let ra2 = gpu.upload_values(&ra, &doubled).unwrap();
-        let c2 = gpu
-            .execute_spgemm(&plan, (&ra2).into(), (&rb).into(), &RunControl::new())
-            .unwrap();
-        let a2 = Csr::try_new(
-            n,
-            n,
-            a.row_offsets().to_vec(),
-            a.col_indices().to_vec(),
-            doubled,
-        )
-        .unwrap();
-        let expected2 = ReferenceBackend
-            .spgemm(&a2, &b, SpgemmAlgorithm::Auto)
-            .unwrap();
-        assert_close(
-            &gpu.download(&c2).unwrap(),
-            &expected2,
-            "plan with new values",
+        check_plan_and_windows(
+            &gpu,
+            (&a, &b, &expected),
+            2.0,
+            &[0..width / 3, width / 3..width],
+            &format!("a long row, {width} columns"),
         );
-        // Column windows that start inside B: the accumulators cover the window only.
-        let chunks: Vec<ProductChunk> = [0..width / 3, width / 3..width]
-            .into_iter()
-            .map(|cols| ProductChunk { rows: 0..n, cols })
-            .collect();
-        gpu.spgemm_chunks(
-            (&a).into(),
-            (&b).into(),
-            &chunks,
-            &SpgemmAlgorithm::Adaptive.into(),
-            &RunControl::new(),
-            &mut |c| {
-                let want = expected.column_panel(c.chunk.cols.clone())?;
-                assert_close(&c.product, &want, &format!("window {:?}", c.chunk.cols));
-                Ok(())
-            },
-        )
-        .unwrap();
     }
+}
+
+/// A plan of `A·B` executed with A's values times `factor` (the planned columns read out of
+/// the accumulators), then the column windows `windows` of `A·B` (windows that start inside B:
+/// the accumulators cover the window only), each against `expected`'s panel.
+fn check_plan_and_windows(
+    gpu: &CudaBackend,
+    (a, b, expected): (&Csr<f64>, &Csr<f64>, &Csr<f64>),
+    factor: f64,
+    windows: &[std::ops::Range<usize>],
+    what: &str,
+) {
+    let (ra, rb) = (gpu.upload(a).unwrap(), gpu.upload(b).unwrap());
+    let plan = gpu
+        .plan_spgemm((&ra).into(), (&rb).into(), &SpgemmOptions::new())
+        .unwrap();
+    let scaled: Vec<f64> = a.values().iter().map(|v| factor * v).collect();
+    let ra2 = gpu.upload_values(&ra, &scaled).unwrap();
+    let c2 = gpu
+        .execute_spgemm(&plan, (&ra2).into(), (&rb).into(), &RunControl::new())
+        .unwrap();
+    let a2 = Csr::try_new(
+        a.nrows(),
+        a.ncols(),
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        scaled,
+    )
+    .unwrap();
+    let expected2 = ReferenceBackend
+        .spgemm(&a2, b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    assert_close(
+        &gpu.download(&c2).unwrap(),
+        &expected2,
+        &format!("{what}: plan with new values"),
+    );
+    let chunks: Vec<ProductChunk> = windows
+        .iter()
+        .map(|cols| ProductChunk {
+            rows: 0..a.nrows(),
+            cols: cols.clone(),
+        })
+        .collect();
+    gpu.spgemm_chunks(
+        a.into(),
+        b.into(),
+        &chunks,
+        &SpgemmAlgorithm::Adaptive.into(),
+        &RunControl::new(),
+        &mut |c| {
+            let want = expected.column_panel(c.chunk.cols.clone())?;
+            assert_close(
+                &c.product,
+                &want,
+                &format!("{what}: window {:?}", c.chunk.cols),
+            );
+            Ok(())
+        },
+    )
+    .unwrap();
 }
 
 /// On sm_90 (H100, H200) every kernel module comes from its binary compiled ahead of time, so
@@ -376,52 +399,13 @@ fn short_rows_at_the_edges_of_their_bins() {
         let c = gpu.spgemm(&a, &b, alg).unwrap();
         assert_close(&c, &expected, &format!("{alg:?}, short rows"));
     }
-    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
-    let plan = gpu
-        .plan_spgemm((&ra).into(), (&rb).into(), &SpgemmOptions::new())
-        .unwrap();
-    let tripled: Vec<f64> = a.values().iter().map(|v| 3.0 * v).collect();
-    let ra3 = gpu.upload_values(&ra, &tripled).unwrap();
-    let c3 = gpu
-        .execute_spgemm(&plan, (&ra3).into(), (&rb).into(), &RunControl::new())
-        .unwrap();
-    let a3 = Csr::try_new(
-        n,
-        n,
-        a.row_offsets().to_vec(),
-        a.col_indices().to_vec(),
-        tripled,
-    )
-    .unwrap();
-    let expected3 = ReferenceBackend
-        .spgemm(&a3, &b, SpgemmAlgorithm::Auto)
-        .unwrap();
-    assert_close(
-        &gpu.download(&c3).unwrap(),
-        &expected3,
-        "short rows, plan with new values",
+    check_plan_and_windows(
+        &gpu,
+        (&a, &b, &expected),
+        3.0,
+        &[0..1000, 1000..n],
+        "short rows",
     );
-    let chunks: Vec<ProductChunk> = [0..1000, 1000..n]
-        .into_iter()
-        .map(|cols| ProductChunk { rows: 0..n, cols })
-        .collect();
-    gpu.spgemm_chunks(
-        (&a).into(),
-        (&b).into(),
-        &chunks,
-        &SpgemmAlgorithm::Adaptive.into(),
-        &RunControl::new(),
-        &mut |c| {
-            let want = expected.column_panel(c.chunk.cols.clone())?;
-            assert_close(
-                &c.product,
-                &want,
-                &format!("short rows, window {:?}", c.chunk.cols),
-            );
-            Ok(())
-        },
-    )
-    .unwrap();
 }
 
 /// Rows of A longer than a warp's share of the row analysis (16 384 entries; the skewed class's
