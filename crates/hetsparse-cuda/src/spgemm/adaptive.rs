@@ -24,10 +24,11 @@
 //! the exact counts.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use hetsparse_core::{Error, Result};
 
-use crate::context::{Arg, Function, LaunchConfig};
+use crate::context::{Arg, Function, LaunchConfig, Stream};
 use crate::memory::{DeviceArena, DeviceSlice};
 use crate::scalar::{kernel_name, DeviceScalar};
 
@@ -812,12 +813,13 @@ fn numeric_bins<'a, T: DeviceScalar>(
 /// executions bin nothing. Counters come from `arena`, reset here.
 pub(super) fn numeric_bins_kept<T: DeviceScalar>(
     job: &Job<'_, T>,
+    home: &Arc<Stream>,
     c_off: DeviceSlice<'_, u64>,
     arena: &mut DeviceArena,
 ) -> Result<KeptBins> {
     arena.reset();
     let (weights, first_row, hist) = numeric_histogram(job, 0..job.nrows(), c_off, arena)?;
-    binning::scatter_kept(job, weights, first_row, job.width(), hist, arena)
+    binning::scatter_kept(job, home, weights, first_row, job.width(), hist, arena)
 }
 
 /// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first

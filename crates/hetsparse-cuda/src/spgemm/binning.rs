@@ -5,7 +5,9 @@
 
 use hetsparse_core::Result;
 
-use crate::context::{Arg, LaunchConfig};
+use std::sync::Arc;
+
+use crate::context::{Arg, LaunchConfig, Stream};
 use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
 
 use super::{footprint, Job};
@@ -206,9 +208,11 @@ impl KeptBins {
     }
 }
 
-/// [`scatter`] into a list of its own (counters from `arena`).
+/// [`scatter`] into a list of its own (counters from `arena`), stream-ordered memory whose
+/// home is `home`, the job's stream.
 pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
+    home: &Arc<Stream>,
     weights: Weights<'_>,
     first_row: usize,
     cap: u64,
@@ -216,7 +220,7 @@ pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
     arena: &DeviceArena,
 ) -> Result<KeptBins> {
     let (start, listed) = starts(&hist);
-    let list = DeviceBuffer::<u32>::new(job.gpu.memory(), listed as usize, "rows of C by bin")?;
+    let list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
     scatter_into(job, weights, first_row, cap, &start, list.slice(), arena)?;
     Ok(KeptBins { list, start, hist })
 }

@@ -435,15 +435,21 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
     fn same_host_matrix(&self, other: &Self) -> bool {
         matches!((self, other), (Operand::Host(x), Operand::Host(y)) if std::ptr::eq(*x, *y))
     }
-    /// The operand on the device (uploaded on `stream` if it is on the host), and the host
-    /// matrix where there is one.
-    fn place(self, gpu: &Gpu, stream: &Stream, name: &str) -> Result<Placed<'a, T>> {
+    /// The operand on the device (uploaded on `stream` if it is on the host, into
+    /// stream-ordered memory the call's end frees without waiting), and the host matrix where
+    /// there is one.
+    fn place(self, gpu: &Gpu, stream: &Arc<Stream>, name: &str) -> Result<Placed<'a, T>> {
         Ok(match self {
             Operand::Host(m) => (
-                Held::Owned(DeviceCsr::upload(gpu, stream, m, name)?),
+                Held::Owned(DeviceCsr::upload_to(gpu, stream, Some(stream), m, name)?),
                 Some(m),
             ),
-            Operand::Device(m) => (Held::Borrowed(m), None),
+            Operand::Device(m) => {
+                // A resident operand may still be written on its home stream (stream-ordered
+                // results of other calls).
+                m.await_on(stream)?;
+                (Held::Borrowed(m), None)
+            }
         })
     }
 }
@@ -537,13 +543,13 @@ fn work_bound<T: DeviceScalar>(method: Method, hist: &Histogram, width: u64, a_n
 /// kernel.
 fn whole_histogram<T: DeviceScalar>(
     gpu: &Gpu,
-    stream: &Stream,
+    stream: &Arc<Stream>,
     a: &DeviceCsr<T>,
     b: &DeviceCsr<T>,
 ) -> Result<Histogram> {
     let n = a.nrows as u64;
-    let arena = DeviceArena::new(gpu.memory(), analysis_bytes(n), "row analysis")?;
-    let mut bin_arena = DeviceArena::new(gpu.memory(), binning::bytes(0), "row bins")?;
+    let arena = DeviceArena::new_on(gpu, stream, analysis_bytes(n), "row analysis")?;
+    let mut bin_arena = DeviceArena::new_on(gpu, stream, binning::bytes(0), "row bins")?;
     let job = Job::whole(gpu, stream, (a, b), None)?;
     Ok(analyse(&job, &arena, &mut bin_arena)?.1)
 }
@@ -577,7 +583,7 @@ pub(crate) fn requirement<T: DeviceScalar>(
         }
         _ => {
             gpu.bind()?;
-            let stream = Stream::new()?;
+            let stream = gpu.stream()?;
             let (da, _) = a.place(gpu, &stream, "A")?;
             let (db, _) = b.place(gpu, &stream, "B")?;
             whole_histogram(gpu, &stream, &da, &db)?
@@ -656,7 +662,9 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         chunks = chunks.len()
     )
     .entered();
-    let stream = Stream::new()?;
+    // A stream of the device's pool: its work memory and chunks of C come from the
+    // stream-ordered pool on it (no allocation or free waits for the device).
+    let stream = gpu.stream()?;
     let uploaded = Event::new(true)?;
     uploaded.record(&stream)?;
     let (da, a_host) = a.place(gpu, &stream, "A")?;
@@ -695,11 +703,15 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         }
     };
     // Per-chunk arrays: products, row counts and offsets; the rows' bin lists.
-    let mut chunk_arena =
-        DeviceArena::new(tracker, row_arrays_bytes(max_rows), "per-chunk row arrays")?;
-    let mut bin_arena = DeviceArena::new(tracker, binning::bytes(max_rows), "row bins")?;
+    let mut chunk_arena = DeviceArena::new_on(
+        gpu,
+        &stream,
+        row_arrays_bytes(max_rows),
+        "per-chunk row arrays",
+    )?;
+    let mut bin_arena = DeviceArena::new_on(gpu, &stream, binning::bytes(max_rows), "row bins")?;
     let rest = tracker.available();
-    let mut scratch = Scratch::new(scratch_cap(rest).min(bound));
+    let mut scratch = Scratch::on(scratch_cap(rest).min(bound), &stream);
     let mut output =
         OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2, !matches!(method, Method::Esc))?;
     let (k0, k1) = (Event::new(true)?, Event::new(true)?);
@@ -790,6 +802,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     if direct_bytes.saturating_add(scratch.cap()) <= tracker.available() {
                         let (product, kernel, d2h) = chunk_on_device(
                             &job,
+                            &stream,
                             &method,
                             c_off,
                             c_off_dev,
@@ -835,6 +848,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
 /// `c_off_dev`, on the device).
 fn chunk_on_device<T: DeviceScalar>(
     job: &Job<'_, T>,
+    home: &Arc<Stream>,
     method: &Method,
     c_off: Vec<u64>,
     c_off_dev: DeviceSlice<'_, u64>,
@@ -844,9 +858,8 @@ fn chunk_on_device<T: DeviceScalar>(
     let n = job.nrows();
     let nnz = c_off.last().copied().unwrap_or(0);
     let _span = tracing::debug_span!("chunk on the device", rows = n, nnz).entered();
-    let tracker = job.gpu.memory();
-    let cols = DeviceBuffer::<u32>::new(tracker, nnz as usize, "column indices of C")?;
-    let vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
+    let cols = DeviceBuffer::<u32>::new_on(job.gpu, home, nnz as usize, "column indices of C")?;
+    let vals = DeviceBuffer::<T::Device>::new_on(job.gpu, home, nnz as usize, "values of C")?;
     let (k0, k1) = (Event::new(true)?, Event::new(true)?);
     k0.record(job.stream)?;
     numeric_rows(
@@ -1156,9 +1169,12 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         }
         None => {
             // Row arrays and bins of the symbolic phase only: a plan's execution needs none.
+            // Work memory and C come from the stream-ordered pool on the call's stream: no
+            // allocation or free waits for the device, and the pool keeps the memory for the
+            // next call (cuMemAlloc and cuMemFree of C's gigabytes took milliseconds).
             let chunk_arena =
-                DeviceArena::new(tracker, row_arrays_bytes(n), "row arrays of SpGEMM")?;
-            let mut bin_arena = DeviceArena::new(tracker, binning::bytes(n), "row bins")?;
+                DeviceArena::new_on(gpu, &stream, row_arrays_bytes(n), "row arrays of SpGEMM")?;
+            let mut bin_arena = DeviceArena::new_on(gpu, &stream, binning::bytes(n), "row bins")?;
             let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
             let bound = match method {
                 Method::RowRow | Method::ColumnRow => 0,
@@ -1176,7 +1192,8 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 run,
             )?;
             drop(symbolic_span);
-            let c_offsets = DeviceBuffer::<u64>::new(tracker, nrows + 1, "row offsets of C")?;
+            let c_offsets =
+                DeviceBuffer::<u64>::new_on(gpu, &stream, nrows + 1, "row offsets of C")?;
             let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
             // The row arrays and the symbolic work memory go before the numeric bins are
             // listed, which take their room.
@@ -1187,6 +1204,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             let bins = match method {
                 Method::Adaptive => Some(Arc::new(adaptive::numeric_bins_kept(
                     &job,
+                    &stream,
                     c_offsets.slice(),
                     &mut bin_arena,
                 )?)),
@@ -1198,19 +1216,21 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
     let allocation = tracing::debug_span!("allocate C", nnz).entered();
     let c_cols = match plan {
         Some(p) => Arc::clone(&p.cols),
-        None => Arc::new(DeviceBuffer::<u32>::new(
-            tracker,
+        None => Arc::new(DeviceBuffer::<u32>::new_on(
+            gpu,
+            &stream,
             nnz as usize,
             "column indices of C",
         )?),
     };
-    let c_vals = DeviceBuffer::<T::Device>::new(tracker, nnz as usize, "values of C")?;
+    let c_vals = DeviceBuffer::<T::Device>::new_on(gpu, &stream, nnz as usize, "values of C")?;
     // A plan's structure is shared and immutable. The hash kernels read its columns to place
     // each value; the others write the columns they compute into a buffer of their own.
     let known_cols = plan.is_some() && plan_reads_columns(&method);
     let scratch_cols = match plan {
-        Some(_) if !known_cols => Some(DeviceBuffer::<u32>::new(
-            tracker,
+        Some(_) if !known_cols => Some(DeviceBuffer::<u32>::new_on(
+            gpu,
+            &stream,
             nnz as usize,
             "column indices of C (numeric phase)",
         )?),
