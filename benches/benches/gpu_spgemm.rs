@@ -9,10 +9,14 @@
 //! python3 benches/peers/cusparse_spgemm.py target/gpu-spgemm
 //! ```
 //!
+//! or both at once, in one table: `cargo xtask bench --gpu --peers`.
+//!
 //! Environment: `HETSPARSE_BENCH_DIR` (where the operands go; `target/gpu-spgemm`),
 //! `HETSPARSE_BENCH_REPS` (timed calls per implementation, 5), `HETSPARSE_BENCH_CLASSES`
 //! (comma-separated class names; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
 //! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
+//! `HETSPARSE_BENCH_PEERS` (a Python with CuPy: runs `benches/peers/cusparse_spgemm.py` on the
+//! operands after our classes and prints one table of both, with the ratios),
 //! `HETSPARSE_BENCH_PROFILE=1` (one more resident call per class with the time of each stage,
 //! from the backend's tracing spans, on standard error), `HETSPARSE_BENCH_OPS` (`spgemm`,
 //! `spmv`, `spmm`, comma-separated; all), `HETSPARSE_BENCH_SPMV_KERNEL` (the CUDA SpMV kernel
@@ -31,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hetsparse_bench::cases::{gpu_cases, SEED};
+use hetsparse_bench::gpu_table::{combined_table, parse_cusparse_table, OursRow};
 use hetsparse_core::backend::ResidentDense;
 use hetsparse_core::{
     analysis, generate, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm,
@@ -230,6 +235,49 @@ fn sparse_dense_row(
     std::io::stdout().flush().ok();
 }
 
+/// The cuSPARSE peer script (`benches/peers/cusparse_spgemm.py`, found from the working
+/// directory, which is the repository's root or, under `cargo bench`, the bench crate's) run
+/// by `python` on the operands in `dir`, and the one table of ours and its times.
+fn cusparse_table(python: &str, dir: &Path, reps: usize, ours: &[OursRow]) {
+    let script = [
+        "benches/peers/cusparse_spgemm.py",
+        "peers/cusparse_spgemm.py",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file());
+    let Some(script) = script else {
+        eprintln!(
+            "gpu_spgemm: benches/peers/cusparse_spgemm.py not found from here: no peer table"
+        );
+        return;
+    };
+    let output = std::process::Command::new(python)
+        .arg(&script)
+        .arg(dir)
+        .arg(reps.min(3).to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output();
+    let text = match output {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            eprintln!("gpu_spgemm: the cuSPARSE peer script failed ({})", o.status);
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        }
+        Err(e) => {
+            eprintln!("gpu_spgemm: cannot run {python}: {e}");
+            return;
+        }
+    };
+    println!();
+    print!("{text}");
+    println!();
+    println!("One table: ours (above) and cuSPARSE (through CuPy, just above) on the same operands, min, ms");
+    println!();
+    print!("{}", combined_table(ours, &parse_cusparse_table(&text)));
+    std::io::stdout().flush().ok();
+}
+
 fn us(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
 }
@@ -271,11 +319,12 @@ fn main() {
         .map(|o| o.trim().to_ascii_lowercase())
         .collect();
     let mut sparse_dense_rows = Vec::new();
-    let mut manifest = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("manifest.tsv"))
-        .expect("manifest");
+    // This run's classes only: the peer script times every class the manifest lists.
+    let mut manifest = std::fs::File::create(dir.join("manifest.tsv")).expect("manifest");
+    let peers_python = std::env::var("HETSPARSE_BENCH_PEERS")
+        .ok()
+        .filter(|p| !p.is_empty());
+    let mut spgemm_rows = Vec::new();
     let info = cuda.info();
     println!(
         "SpGEMM A·B at GPU sizes, f64, {} ({}), CPU backend with {} threads; min / median of {reps} calls, ms",
@@ -361,6 +410,7 @@ fn main() {
                 }
             });
         }
+        let mut host_min = None;
         let host = if no_host {
             "–".to_string()
         } else {
@@ -373,8 +423,17 @@ fn main() {
                 cuda.spgemm(&a, b_host, SpgemmAlgorithm::Auto)
                     .expect("CUDA SpGEMM from host");
             });
+            host_min = Some(min.as_secs_f64() * 1e3);
             format!("{} / {}", ms(min), ms(med))
         };
+        spgemm_rows.push(OursRow {
+            class: name.to_string(),
+            products,
+            nnz: expected.nnz(),
+            cpu_ms: cpu_min.as_secs_f64() * 1e3,
+            resident_ms: res_min.as_secs_f64() * 1e3,
+            from_host_ms: host_min,
+        });
         println!(
             "| {name} | {} | {} | {products} | {} | {} / {} | {} / {} | {host} | {:.1} |",
             a.nrows(),
@@ -387,6 +446,12 @@ fn main() {
             2.0 * products as f64 / res_min.as_secs_f64() / 1e9
         );
         std::io::stdout().flush().ok();
+    }
+    if let Some(python) = peers_python {
+        if !spgemm_rows.is_empty() {
+            drop(manifest);
+            cusparse_table(&python, &dir, reps, &spgemm_rows);
+        }
     }
     if sparse_dense_rows.is_empty() {
         return;

@@ -23,6 +23,7 @@
 pub mod backends;
 pub mod cases;
 pub mod export;
+pub mod gpu_table;
 pub mod operation;
 pub mod report;
 pub mod results;

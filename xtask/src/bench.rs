@@ -12,8 +12,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--rounds N] [--features LIST] [--reference] [--python PATH] [--matrices SET|DIR]
+const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] [--rounds N] [--features LIST] [--reference] [--python PATH] [--matrices SET|DIR] [--gpu]
   --quick          small matrices (a smoke run of a minute)
+  --gpu            SpGEMM at GPU sizes (10^8-10^9 products) instead: the CPU backend and
+                   CUDA on resident operands and from host memory (the gpu_spgemm bench,
+                   needs a CUDA GPU), with --peers cuSPARSE on device data and in whole calls
+                   (CuPy) on the same operands, in one table with the ratios; then SpMV and
+                   SpMM on resident operands; --quick divides every size by 16
   --matrices SET|DIR
                    real matrices instead of the generated classes: a set of
                    `cargo xtask download` (downloaded first if missing) or every .mtx file
@@ -40,6 +45,7 @@ struct Options {
     reference: bool,
     python: Option<String>,
     matrices: Option<String>,
+    gpu: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -55,6 +61,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--quick" => o.quick = true,
             "--peers" => o.peers = true,
             "--reference" => o.reference = true,
+            "--gpu" => o.gpu = true,
             "--threads" => o.threads = Some(positive("--threads", &value("--threads")?)?),
             "--rounds" => o.rounds = Some(positive("--rounds", &value("--rounds")?)?),
             "--features" => o.features.extend(
@@ -92,6 +99,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let scale_flag: &[&str] = if o.quick { &["--quick"] } else { &[] };
+    if o.gpu {
+        return gpu_bench(&root, &target, &o);
+    }
     if let Some(which) = &o.matrices {
         let files = real_matrices(which)?;
         let results = target.join("bench-results").join(format!(
@@ -342,6 +352,74 @@ fn manifest_classes(manifest: &Path) -> Result<Vec<String>, String> {
     Ok(classes)
 }
 
+/// `--gpu`: the `gpu_spgemm` bench (and with `--peers` the cuSPARSE peer script it runs),
+/// its output printed and saved in `target/bench-results/gpu[-quick]/table.md`.
+fn gpu_bench(root: &Path, target: &Path, o: &Options) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let results = target
+        .join("bench-results")
+        .join(if o.quick { "gpu-quick" } else { "gpu" });
+    std::fs::create_dir_all(&results)
+        .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
+    let mut features = vec!["cuda".to_string()];
+    features.extend(o.features.iter().filter(|f| *f != "cuda").cloned());
+    let mut bench = Command::new(cargo);
+    bench
+        .current_dir(root)
+        .args([
+            "bench",
+            "-p",
+            "hetsparse-bench",
+            "--bench",
+            "gpu_spgemm",
+            "--features",
+            &features.join(","),
+        ])
+        .env("HETSPARSE_BENCH_DIR", target.join("gpu-spgemm"))
+        .stdout(std::process::Stdio::piped());
+    if o.quick {
+        bench.env("HETSPARSE_BENCH_SIZE_DIVISOR", "16");
+    }
+    if let Some(rounds) = o.rounds {
+        bench.env("HETSPARSE_BENCH_REPS", rounds.to_string());
+    }
+    if let Some(threads) = o.threads {
+        bench.env("RAYON_NUM_THREADS", threads.to_string());
+    }
+    if o.peers {
+        bench.env("HETSPARSE_BENCH_PEERS", peers_python(o));
+    }
+    eprintln!(
+        "== the gpu_spgemm bench{}",
+        if o.peers { " and cuSPARSE" } else { "" }
+    );
+    let output = bench
+        .spawn()
+        .and_then(|c| c.wait_with_output())
+        .map_err(|e| format!("cannot start cargo bench: {e}"))?;
+    let table = String::from_utf8_lossy(&output.stdout);
+    print!("{table}");
+    if !output.status.success() {
+        return Err(format!("cargo bench failed ({})", output.status));
+    }
+    if table.trim().is_empty() {
+        return Err("the gpu_spgemm bench found no CUDA GPU".into());
+    }
+    let path = results.join("table.md");
+    std::fs::write(&path, table.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("== saved {}", path.display());
+    Ok(())
+}
+
+/// The Python that runs the peers' scripts.
+fn peers_python(o: &Options) -> String {
+    o.python
+        .clone()
+        .or_else(|| std::env::var("HETSPARSE_PEERS_PYTHON").ok())
+        .unwrap_or_else(|| "python3".into())
+}
+
 fn run_peers(
     root: &Path,
     o: &Options,
@@ -350,11 +428,7 @@ fn run_peers(
     class: &str,
     out: &Path,
 ) -> Result<(), String> {
-    let python = o
-        .python
-        .clone()
-        .or_else(|| std::env::var("HETSPARSE_PEERS_PYTHON").ok())
-        .unwrap_or_else(|| "python3".into());
+    let python = peers_python(o);
     eprintln!("== {class}: the peers with {python}, {threads} threads");
     let mut peers = Command::new(&python);
     peers
@@ -426,8 +500,10 @@ mod tests {
                 reference: true,
                 python: Some("/v/bin/python".into()),
                 matrices: None,
+                gpu: false,
             }
         );
+        assert!(parse(&args("--gpu --peers")).unwrap().gpu);
         assert_eq!(
             parse(&args("--matrices spgemm"))
                 .unwrap()

@@ -13,10 +13,11 @@ tasks:
         compile kernels-cuda/*.cu to the committed PTX (nvcc; ISA 8.0, checked with ptxas 12.0)
         and sm_90 binaries
   bench [--quick] [--peers] [--threads N] [--features LIST] [--reference] [--python PATH]
-        [--matrices SET|DIR]
+        [--matrices SET|DIR] [--gpu]
         benchmark every backend (and with --peers scipy, MKL, GraphBLAS, cuSPARSE) on the
         generated matrix classes, or on real .mtx files, and print one markdown table
-        (docs/benchmarks.md)
+        (docs/benchmarks.md); --gpu: SpGEMM at GPU sizes, CUDA resident and from host
+        against the CPU backend and (--peers) cuSPARSE, one table
   download [--dir DIR] [--base-url URL] [--timeout SECS] NAME... | --set SET | --list-sets
         SuiteSparse matrices (Group/Name or Name, or a named set of the papers') into the
         cache folder ($HETSPARSE_DATA, else the user's cache folder)
