@@ -83,6 +83,15 @@ enum Method {
     ColumnSpmv(SpmvKernel),
 }
 
+/// Whether `nrows` rows of `nnz` entries are too few to keep the GPU busy with a half-warp
+/// each (under half of its resident threads) and long enough on average that the equal tiles
+/// of the balanced kernel ([`SPMM_TILE_ENTRIES`] a warp) give more warps than rows, and few
+/// rows cut by a tile: a 512×512 dense A had 256 warps on 132 SMs.
+fn few_long_rows(gpu: &Gpu, nrows: u64, nnz: u64) -> bool {
+    let half_the_threads = u64::from(gpu.multiprocessors()) * 1024;
+    nrows > 0 && nrows * 16 < half_the_threads && nnz / nrows >= SPMM_TILE_ENTRIES / 2
+}
+
 impl Method {
     fn choose<T: DeviceScalar>(
         gpu: &Gpu,
@@ -97,7 +106,9 @@ impl Method {
                 Method::CsrTiles
             }
             (DeviceSparse::Csr(m), SpmmKernel::Auto)
-                if layout == Layout::RowMajor && m.rows_skewed(gpu, stream)? =>
+                if layout == Layout::RowMajor
+                    && (few_long_rows(gpu, m.nrows as u64, m.nnz())
+                        || m.rows_skewed(gpu, stream)?) =>
             {
                 Method::CsrTiles
             }

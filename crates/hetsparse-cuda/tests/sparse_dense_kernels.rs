@@ -389,6 +389,24 @@ fn spmm_csr_balanced<T: DeviceScalar>() {
             );
         }
     }
+    // Few long rows (a dense 300×300 A): Auto gives them the balanced kernel's tiles, which cut
+    // every row; 32 columns as a user's B of that width.
+    let dense = generate::dense::<T>(300, 300, 5);
+    let auto = SpmmKernelOptions {
+        kernel: SpmmKernel::Auto,
+        panel_columns: None,
+    };
+    for ncols in [1, 32] {
+        check_spmm(
+            &b,
+            &dense,
+            SparseRef::Csr(&dense),
+            Layout::RowMajor,
+            ncols,
+            auto,
+            "dense A, Auto",
+        );
+    }
     let a = generate::uniform::<T>(50, 40, 4, 9);
     let d = Dense::zeros(40, 3, Layout::ColMajor).expect("B");
     let opts = SpmmKernelOptions {
