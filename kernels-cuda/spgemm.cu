@@ -11,6 +11,8 @@
 //                                                                     tiniest rows, a thread each
 //                        spgemm_dense_symbolic, spgemm_dense_numeric_T, spgemm_dense_count,
 //                        spgemm_dense_write_T                         long rows, dense, several blocks each
+//                        spgemm_range_count, spgemm_range_numeric_T   long rows, by column ranges
+//                                                                     dense in shared memory
 //   Row-Row (Matam 1)    spgemm_rowrow_symbolic, spgemm_rowrow_numeric_T
 //   Column-Row (Matam 2) spgemm_colrow_symbolic, spgemm_colrow_numeric_T
 //   ESC (Polok 1-3)      spgemm_esc_expand_T, spgemm_esc_sort_T, spgemm_esc_sort_long_T,
@@ -966,8 +968,9 @@ HS_INSTANTIATE(spgemm_thread16_numeric, WARP_NUMERIC_PARAMS,
                                          out_val, known_col)))
 
 // ---------------------------------------------------------------------------------------------
-// Long rows whose window is not much wider than their hash table would be: a dense accumulator
-// per row in global memory (a byte per column saying the column occurs, and in the numeric phase
+// Long rows whose window is not much wider than their hash table would be, and whose rows of A
+// are long (the skewed class's dense rows; see the column ranges below for the others): a dense
+// accumulator per row in global memory (a byte per column saying the column occurs, and in the numeric phase
 // a value per column), filled by several blocks per row, each taking an equal share of the
 // row's products. Columns then come out in order by a scan over the flags: no table to sort.
 //
@@ -1140,6 +1143,193 @@ HS_INSTANTIATE(spgemm_dense_write,
                 u32* out_col, void* out_val, const u32* known_col),
                (dense_write<T, S>(rows, nlist, row_base, stride, width, flags, vals, c_off,
                                   out_base, out_col, out_val, known_col)))
+
+// ---------------------------------------------------------------------------------------------
+// Long rows whose window is not much wider than their hash table would be, and whose rows of A
+// are short against their products (the Rust side decides by each bin's longest row of A, from
+// spgemm_bin_count; long rows of A take the dense rows above): the window
+// [col_lo, col_hi) cut into ranges of range_cols columns (a power of two, at least 1024), each
+// accumulated densely in shared memory (a value and a bit per column) by one block, and
+// written from there in column order straight into C. A listed row gets blocks_per_row
+// blocks; block `part` of row `pos` (blockIdx.x = pos * blocks_per_row + part) takes ranges
+// part * ranges_per_block onwards, one after another.
+//
+// For its range [lo, hi) a block walks all of the row's A entries, blockDim at a time staged
+// in shared memory with the positions where each one's B row enters and leaves the range
+// (binary searches: B's columns are sorted in each row), and spreads the range's products
+// evenly over its threads whatever the lengths of the B rows they come from. Where the row's
+// A entries fit one stage, the block's later ranges start each B row where the previous range
+// left it: one search per entry and range.
+//
+// Counting (spgemm_range_count: the symbolic phase, and in the numeric phase the pass that
+// places rows split over several blocks): each range's entries are added to the row's count
+// (row_nnz), or stored per (row, range) in range_counts (pos * ranges + range). Numeric
+// (spgemm_range_numeric_T): a range's entries go after those of the row's earlier ranges (the
+// counts of the other blocks' ranges from range_counts, this block's own as it goes); with
+// known_col (a plan's execution) each of C's known columns in the range takes its value from
+// the accumulator, and no bit is kept.
+//
+// Dynamic shared memory, in this order: values (numeric: range_cols accumulators), bits
+// (range_cols / 32 words), then per staged entry its first B position in the range (u64), its
+// B row's end (u64), the start of its products in the range's (u32) and (numeric) its value.
+
+
+template <bool NUMERIC, class T, class S>
+__device__ void range_accumulate(const u32* rows, u64 nlist, u64 row_base, u32 range_cols,
+                                 u32 ranges_per_block, u32 blocks_per_row, const u64* a_off,
+                                 const u32* a_col, const void* a_val_, const u64* b_off,
+                                 const u32* b_col, const void* b_val_, u32 col_lo, u32 col_hi,
+                                 u64* row_nnz, u32* range_counts, const u64* c_off,
+                                 u64 out_base, u32* out_col, void* out_val_,
+                                 const u32* known_col) {
+    typedef typename S::acc A;
+    const T* a_val = (const T*)a_val_;
+    const T* b_val = (const T*)b_val_;
+    T* out_val = (T*)out_val_;
+    const u32 R = range_cols, nb = blockDim.x, t = threadIdx.x;
+    const u32 lane = t & 31u, warp = t >> 5, nwarps = nb >> 5;
+    unsigned char* smem = hs_smem;
+    A* acc = (A*)smem;
+    u32* bits = (u32*)(smem + (NUMERIC ? (u64)R * sizeof(A) : 0));
+    u64* st_lo = (u64*)(bits + R / 32);
+    u64* st_end = st_lo + nb;
+    u32* st_start = (u32*)(st_end + nb);
+    T* st_val = (T*)(st_start + nb);
+    const bool keep_bits = !NUMERIC || known_col == nullptr;
+
+    const u64 ranges = ((u64)col_hi - col_lo + R - 1) / R;
+    const u64 pos = blockIdx.x / blocks_per_row, part = blockIdx.x % blocks_per_row;
+    if (pos >= nlist) return;
+    const u64 j0 = part * ranges_per_block, j1 = min(j0 + ranges_per_block, ranges);
+    if (j0 >= j1) return;
+    const u64 r = rows[pos], i = r - row_base;
+    const u64 e0 = a_off[r], e1 = a_off[r + 1];
+    const bool carried = e1 - e0 <= nb;
+    // Numeric, columns to write: where this block's first range starts in C.
+    u64 dst = 0;
+    if (NUMERIC && !known_col) {
+        u64 before = 0;
+        if (range_counts)
+            for (u64 j = t; j < j0; j += nb) before += range_counts[pos * ranges + j];
+        u64 all;
+        block_exclusive_scan64(before, &all);
+        dst = c_off[i] - out_base + all;
+    }
+    for (u64 j = j0; j < j1; ++j) {
+        const u32 lo = col_lo + (u32)(j * R);
+        const u32 hi = (u32)min((u64)lo + R, (u64)col_hi);
+        if (NUMERIC)
+            for (u32 x = t; x < R; x += nb) acc[x] = S::zero();
+        if (keep_bits)
+            for (u32 w = t; w < R / 32; w += nb) bits[w] = 0;
+        __syncthreads();
+        for (u64 cs = e0; cs < e1; cs += nb) {
+            const u64 e = cs + t;
+            const bool valid = e < e1;
+            u64 from = 0, to = 0;
+            if (valid) {
+                if (carried && j > j0) {
+                    from = st_lo[t];
+                } else {
+                    u32 k = a_col[e];
+                    u64 be = b_off[k + 1];
+                    st_end[t] = be;
+                    from = lower_bound_col(b_col, b_off[k], be, lo);
+                    if (NUMERIC) st_val[t] = a_val[e];
+                }
+                to = lower_bound_col(b_col, from, st_end[t], hi);
+                st_lo[t] = from;
+            }
+            u32 total;
+            const u32 start = block_exclusive_scan((u32)(to - from), &total);  // synchronised
+            st_start[t] = start;
+            __syncthreads();
+            const u32 n = (u32)min((u64)nb, e1 - cs);
+            for (u32 p = t; p < total; p += nb) {
+                // The last staged entry whose products start at or before p.
+                u32 jl = 0, jh = n;
+                while (jh - jl > 1) {
+                    u32 mid = (jl + jh) >> 1;
+                    if (st_start[mid] <= p) jl = mid; else jh = mid;
+                }
+                const u64 q = st_lo[jl] + (p - st_start[jl]);
+                const u32 x = b_col[q] - lo;
+                if (keep_bits) atomicOr(&bits[x >> 5], 1u << (x & 31u));
+                if (NUMERIC) S::atomic_add(&acc[x], S::mul(st_val[jl], b_val[q]));
+            }
+            __syncthreads();
+            if (valid) st_lo[t] = to;  // where the block's next range starts in this B row
+        }
+        __syncthreads();
+        if (!NUMERIC) {
+            u32 count = 0;
+            for (u32 w = t; w < R / 32; w += nb) count += __popc(bits[w]);
+            u32 total;
+            block_exclusive_scan(count, &total);
+            if (t == 0) {
+                if (range_counts)
+                    range_counts[pos * ranges + j] = total;
+                else
+                    atomicAdd((unsigned long long*)&row_nnz[i], (unsigned long long)total);
+            }
+        } else if (known_col) {
+            const u64 s = c_off[i] - out_base, e = c_off[i + 1] - out_base;
+            const u64 from = lower_bound_col(known_col, s, e, lo - col_lo);
+            const u64 to = lower_bound_col(known_col, from, e, hi - col_lo);
+            for (u64 q = from + t; q < to; q += nb)
+                out_val[q] = S::store(acc[known_col[q] + col_lo - lo]);
+        } else {
+            // The range's words split evenly over the warps, in order: a warp's entries start
+            // after those of the warps before it; lane l writes bit l of each word.
+            const u32 words = (hi - lo + 31) / 32;
+            const u32 per_warp = (words + nwarps - 1) / nwarps;
+            const u32 w_lo = min(warp * per_warp, words), w_hi = min(w_lo + per_warp, words);
+            u32 count = 0;
+            for (u32 w = w_lo + lane; w < w_hi; w += 32) count += __popc(bits[w]);
+            for (u32 d = 16; d > 0; d >>= 1) count += __shfl_xor_sync(0xffffffffu, count, d);
+            u32 total;
+            const u32 before = block_exclusive_scan(lane == 0 ? count : 0u, &total);
+            u64 o = dst + __shfl_sync(0xffffffffu, before, 0);
+            for (u32 w = w_lo; w < w_hi; ++w) {
+                const u32 word = bits[w];
+                if ((word >> lane) & 1u) {
+                    const u64 at = o + __popc(word & ((1u << lane) - 1u));
+                    const u32 x = w * 32u + lane;
+                    out_col[at] = lo - col_lo + x;
+                    out_val[at] = S::store(acc[x]);
+                }
+                o += __popc(word);
+            }
+            dst += total;
+        }
+        __syncthreads();  // the accumulator is cleared for the next range
+    }
+}
+
+extern "C" __global__ void spgemm_range_count(const u32* rows, u64 nlist, u64 row_base,
+                                              u32 range_cols, u32 ranges_per_block,
+                                              u32 blocks_per_row, const u64* a_off,
+                                              const u32* a_col, const u64* b_off,
+                                              const u32* b_col, u32 col_lo, u32 col_hi,
+                                              u64* row_nnz, u32* range_counts) {
+    range_accumulate<false, float, PlusTimes<float>>(
+        rows, nlist, row_base, range_cols, ranges_per_block, blocks_per_row, a_off, a_col,
+        nullptr, b_off, b_col, nullptr, col_lo, col_hi, row_nnz, range_counts, nullptr, 0,
+        nullptr, nullptr, nullptr);
+}
+
+HS_INSTANTIATE(spgemm_range_numeric,
+               (const u32* rows, u64 nlist, u64 row_base, u32 range_cols, u32 ranges_per_block,
+                u32 blocks_per_row, const u64* a_off, const u32* a_col, const void* a_val,
+                const u64* b_off, const u32* b_col, const void* b_val, u32 col_lo, u32 col_hi,
+                const u32* range_counts, const u64* c_off, u64 out_base, u32* out_col,
+                void* out_val, const u32* known_col),
+               (range_accumulate<true, T, S>(rows, nlist, row_base, range_cols,
+                                             ranges_per_block, blocks_per_row, a_off, a_col,
+                                             a_val, b_off, b_col, b_val, col_lo, col_hi, nullptr,
+                                             (u32*)range_counts, c_off, out_base, out_col,
+                                             out_val, known_col)))
+
 
 // ---------------------------------------------------------------------------------------------
 // Row-Row, Matam et al. Alg. 1: a warp per row of A. The row of C is built TR_B columns at a
@@ -1548,12 +1738,19 @@ __device__ __forceinline__ u32 lanes_below(u32 peers) {
     return __popc(peers & ((1u << (threadIdx.x & 31u)) - 1u));
 }
 
-// sums[0] gets the sum of the raw weights, sums[1] of the capped ones.
+// sums[0] gets the sum of the raw weights, sums[1] of the capped ones. For the bins of long
+// rows (LONG_A_MIN_BIN on), bin_longest_a gets the longest row of A among the bin's rows (row
+// i of the list is row row0 + i of A): what walking a row's A entries once per column range
+// costs (the Rust side's choice between column ranges and a dense row in global memory).
+#define LONG_A_MIN_BIN 8u
+
 extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets, u64 cap,
-                                            u64* bin_rows, u64* sums) {
+                                            u64* bin_rows, u64* sums, const u64* a_off, u64 row0,
+                                            u64* bin_longest_a) {
     __shared__ unsigned long long counts[BIN_COUNT];
+    __shared__ unsigned long long longest[BIN_COUNT];
     __shared__ unsigned long long block_sums[2];
-    if (threadIdx.x < BIN_COUNT) counts[threadIdx.x] = 0;
+    if (threadIdx.x < BIN_COUNT) counts[threadIdx.x] = longest[threadIdx.x] = 0;
     if (threadIdx.x < 2) block_sums[threadIdx.x] = 0;
     __syncthreads();
     u64 raw = 0, capped = 0;
@@ -1571,6 +1768,8 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
         u32 peers = __match_any_sync(0xffffffffu, b);
         if (b < BIN_COUNT && lanes_below(peers) == 0)
             atomicAdd(&counts[b], (unsigned long long)__popc(peers));
+        if (b >= LONG_A_MIN_BIN && b < BIN_EMPTY)
+            atomicMax(&longest[b], (unsigned long long)(a_off[row0 + i + 1] - a_off[row0 + i]));
     }
     for (u32 d = 16; d > 0; d >>= 1) {
         raw += __shfl_xor_sync(0xffffffffu, raw, d);
@@ -1583,6 +1782,8 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
     __syncthreads();
     if (threadIdx.x < BIN_COUNT && counts[threadIdx.x])
         atomicAdd((unsigned long long*)&bin_rows[threadIdx.x], counts[threadIdx.x]);
+    if (threadIdx.x < BIN_COUNT && longest[threadIdx.x])
+        atomicMax((unsigned long long*)&bin_longest_a[threadIdx.x], longest[threadIdx.x]);
     if (threadIdx.x < 2 && block_sums[threadIdx.x])
         atomicAdd((unsigned long long*)&sums[threadIdx.x], block_sums[threadIdx.x]);
 }

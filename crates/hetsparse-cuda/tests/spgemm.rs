@@ -733,3 +733,282 @@ medium_rows_per_scalar!(
     c64: hetsparse_core::Complex<f64>,
     f16_: hetsparse_core::f16
 );
+
+/// Exact equality (the column-range tests use small integers, whose sums every type holds
+/// exactly, in any order).
+fn assert_same<T: hetsparse_core::Scalar>(actual: &Csr<T>, expected: &Csr<T>, what: &str) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    assert_eq!(
+        actual.row_offsets(),
+        expected.row_offsets(),
+        "{what}: row offsets"
+    );
+    assert_eq!(
+        actual.col_indices(),
+        expected.col_indices(),
+        "{what}: columns"
+    );
+    for (k, (x, y)) in actual.values().iter().zip(expected.values()).enumerate() {
+        assert_eq!(x.to_parts(), y.to_parts(), "{what}: value {k}");
+    }
+}
+
+/// A small deterministic generator for the column-range tests.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Rows of `cols` (sorted, without repeats) with small integer values.
+fn integer_csr<T: hetsparse_core::Scalar>(ncols: usize, rows: Vec<Vec<u32>>, seed: u64) -> Csr<T> {
+    let mut rng = Lcg(seed);
+    let mut offsets = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    let nrows = rows.len();
+    for mut row in rows {
+        row.sort_unstable();
+        row.dedup();
+        for c in row {
+            cols.push(c);
+            let re = 1.0 + rng.below(3) as f64;
+            let im = rng.below(3) as f64 - 1.0;
+            vals.push(T::from_parts_lossy(re, im));
+        }
+        offsets.push(cols.len() as u64);
+    }
+    Csr::try_new(nrows, ncols, offsets, cols, vals).unwrap()
+}
+
+/// `A·B` of long rows (`premise` checks the fixture's shape on the reference product) as a
+/// whole product, a plan executed with new values (the known columns of C take their values
+/// from the accumulators), and chunks: column windows starting inside B (ranges start at the
+/// window's first column) and a row range starting past the first long rows.
+fn check_long_rows<T: DeviceScalar>(
+    gpu: &CudaBackend,
+    (a, b): (Csr<T>, Csr<T>),
+    premise: impl Fn(&Csr<T>),
+    what: &str,
+) {
+    let width = b.ncols();
+    let expected = ReferenceBackend
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    premise(&expected);
+    let c = gpu.spgemm(&a, &b, SpgemmAlgorithm::Adaptive).unwrap();
+    assert_same(&c, &expected, &format!("{what}: A·B"));
+    // Resident product, then a plan executed with new values: the known columns of C take
+    // their values from the ranges' accumulators.
+    let (ra, rb) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    let plan = gpu
+        .plan_spgemm((&ra).into(), (&rb).into(), &SpgemmOptions::new())
+        .unwrap();
+    let tripled: Vec<T> = a
+        .values()
+        .iter()
+        .map(|v| {
+            let (re, im) = v.to_parts();
+            T::from_parts_lossy(3.0 * re, 3.0 * im)
+        })
+        .collect();
+    let ra3 = gpu.upload_values(&ra, &tripled).unwrap();
+    let c3 = gpu
+        .execute_spgemm(&plan, (&ra3).into(), (&rb).into(), &RunControl::new())
+        .unwrap();
+    let a3 = Csr::try_new(
+        a.nrows(),
+        a.ncols(),
+        a.row_offsets().to_vec(),
+        a.col_indices().to_vec(),
+        tripled,
+    )
+    .unwrap();
+    let expected3 = ReferenceBackend
+        .spgemm(&a3, &b, SpgemmAlgorithm::Auto)
+        .unwrap();
+    assert_same(
+        &gpu.download(&c3).unwrap(),
+        &expected3,
+        &format!("{what}: plan with new values"),
+    );
+    // Column windows starting inside B (ranges start at the window's first column) and row
+    // ranges starting past the long rows.
+    let chunks: Vec<ProductChunk> = [
+        (0..a.nrows(), 0..25_000),
+        (0..a.nrows(), 25_000..width),
+        (3..45, 1_000..width - 1),
+    ]
+    .into_iter()
+    .map(|(rows, cols)| ProductChunk { rows, cols })
+    .collect();
+    let mut seen = 0;
+    gpu.spgemm_chunks(
+        (&a).into(),
+        (&b).into(),
+        &chunks,
+        &SpgemmAlgorithm::Adaptive.into(),
+        &RunControl::new(),
+        &mut |c| {
+            let want = ReferenceBackend
+                .spgemm(
+                    &a.rows(c.chunk.rows.clone())?,
+                    &b.column_panel(c.chunk.cols.clone())?,
+                    SpgemmAlgorithm::Auto,
+                )
+                .unwrap();
+            assert_same(&c.product, &want, &format!("{what}: chunk {:?}", c.chunk));
+            seen += 1;
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, chunks.len(), "{what}: every chunk arrives");
+}
+
+/// Width of the long-row fixtures: wider than one column range of every type (f32: 32 768
+/// columns on an H100, f64 16 384, complex f64 8 192), a multiple of none.
+const LONG_ROW_WIDTH: usize = 70_000;
+
+/// Rows of `count` random columns of `width`.
+fn random_rows(rng: &mut Lcg, rows: usize, count: usize, width: usize) -> Vec<Vec<u32>> {
+    (0..rows)
+        .map(|_| (0..count).map(|_| rng.below(width as u64) as u32).collect())
+        .collect()
+}
+
+/// Long rows whose rows of A are short (power-law hubs): column ranges in both phases.
+/// B: 64 hub rows (about 1 340 entries) holding every column next to a range edge (each
+/// multiple of 1024 and the column before it, from 0 and from the chunk start 25 000) and
+/// 1 200 columns of a pool of 1 500; 64 wide rows of 2 000 random columns; the other rows 4
+/// random columns. A: rows 0..4 the hubs, the wide rows and 1 300 others (more A entries
+/// than a block stages at once), 4..8 the same with 600 others (staged once for all of a
+/// block's ranges), 8..40 the hubs only (85 000 products on at most 1 700 columns: long in
+/// the symbolic phase, short in the numeric one), 40..42 the wide rows only (128 000 products);
+/// the rest 5 random entries. Rows 0..8 and 40..42 have over 32 768 entries of C: tables of
+/// 2^17 slots, ranges split over several blocks.
+fn hub_operands<T: Scalar>() -> (Csr<T>, Csr<T>) {
+    const N: usize = 3000;
+    const HUBS: u32 = 64;
+    const WIDE: u32 = 64;
+    let width = LONG_ROW_WIDTH;
+    let mut rng = Lcg(0x5eed);
+    let mut edges: Vec<u32> = Vec::new();
+    for start in [0usize, 25_000] {
+        for m in 0.. {
+            let c = start + m * 1024;
+            if c >= width {
+                break;
+            }
+            edges.push(c as u32);
+            if c > 0 {
+                edges.push(c as u32 - 1);
+            }
+        }
+    }
+    edges.push(width as u32 - 1);
+    let pool: Vec<u32> = (0..1500).map(|_| rng.below(width as u64) as u32).collect();
+    let mut b_rows: Vec<Vec<u32>> = (0..HUBS)
+        .map(|_| {
+            let mut r = edges.clone();
+            r.extend((0..1200).map(|_| pool[rng.below(1500) as usize]));
+            r
+        })
+        .collect();
+    b_rows.extend(random_rows(&mut rng, WIDE as usize, 2000, width));
+    b_rows.extend(random_rows(&mut rng, N - b_rows.len(), 4, width));
+    let first_other = u64::from(HUBS + WIDE);
+    let others = |rng: &mut Lcg, count: usize| -> Vec<u32> {
+        (0..count)
+            .map(|_| (first_other + rng.below(N as u64 - first_other)) as u32)
+            .collect()
+    };
+    let a_rows = (0..N)
+        .map(|i| match i {
+            0..8 => {
+                let mut row: Vec<u32> = (0..HUBS + WIDE).collect();
+                row.extend(others(&mut rng, if i < 4 { 1300 } else { 600 }));
+                row
+            }
+            8..40 => (0..HUBS).collect(),
+            40..42 => (HUBS..HUBS + WIDE).collect(),
+            _ => (0..5).map(|_| rng.below(N as u64) as u32).collect(),
+        })
+        .collect();
+    (integer_csr(N, a_rows, 1), integer_csr(width, b_rows, 2))
+}
+
+/// Long rows whose rows of A are long too (the skewed class's): a dense row in global memory.
+/// B: 48 000 rows of 6 random columns. A: row 0 every row of B (288 000 products, nearly every
+/// column: the longest bin of both phases), row 1 rows 0..2 872 (17 000 products, 15 000
+/// entries: a dense row in the numeric phase, column ranges in the symbolic one); the rest 5
+/// random entries.
+fn long_a_operands<T: Scalar>() -> (Csr<T>, Csr<T>) {
+    const N: usize = 48_000;
+    let mut rng = Lcg(0xa11);
+    let b_rows = random_rows(&mut rng, N, 6, LONG_ROW_WIDTH);
+    let a_rows = (0..3000)
+        .map(|i| match i {
+            0 => (0..N as u32).collect(),
+            1 => (0..2872).collect(),
+            _ => (0..5).map(|_| rng.below(N as u64) as u32).collect(),
+        })
+        .collect();
+    (
+        integer_csr(N, a_rows, 3),
+        integer_csr(LONG_ROW_WIDTH, b_rows, 4),
+    )
+}
+
+fn long_rows_of<T: DeviceScalar>(gpu: &CudaBackend, what: &str) {
+    check_long_rows(
+        gpu,
+        hub_operands::<T>(),
+        |c| {
+            for i in [0, 4, 40] {
+                assert!(
+                    c.row_nnz(i) > 32_768,
+                    "{what}: row {i} of C must take tables of 2^17 slots ({} entries)",
+                    c.row_nnz(i)
+                );
+            }
+        },
+        &format!("{what}, short rows of A"),
+    );
+    check_long_rows(
+        gpu,
+        long_a_operands::<T>(),
+        |c| {
+            assert!(
+                c.row_nnz(0) > 65_536,
+                "{what}: row 0 of C: {}",
+                c.row_nnz(0)
+            );
+            assert!(
+                (8_192..16_384).contains(&c.row_nnz(1)),
+                "{what}: row 1 of C: {}",
+                c.row_nnz(1)
+            );
+        },
+        &format!("{what}, long rows of A"),
+    );
+}
+
+/// Long rows (tables beyond shared memory): column ranges in shared memory where the rows of A
+/// are short against their products, dense rows in global memory where they are long (both in
+/// one product where both occur), checked exactly (small integers) in f32, f64 and complex f64
+/// as whole products, plans and chunks.
+#[test]
+fn long_rows_by_column_ranges_and_dense_rows() {
+    let Some(gpu) = backend("long_rows_by_column_ranges_and_dense_rows") else {
+        return;
+    };
+    long_rows_of::<f32>(&gpu, "f32");
+    long_rows_of::<f64>(&gpu, "f64");
+    long_rows_of::<hetsparse_core::Complex<f64>>(&gpu, "complex f64");
+}

@@ -14,7 +14,10 @@
 //!   ([`bitmap_words`]); in the symbolic phase a bitmap of the window replaces the table where it
 //!   is no larger;
 //! - long rows whose window is at most [`DENSE_WIDTH_FACTOR`] times their table (in the numeric
-//!   phase also large shared tables, whose sort costs more): a dense
+//!   phase also large shared tables, whose sort costs more): where the bin's rows of A are short
+//!   against their products ([`ranges_pay`]), the window cut into column ranges, each
+//!   accumulated densely in one block's shared memory (a value and a bit per column) and written
+//!   from there in column order straight into C ([`RangePlan`]); otherwise a dense
 //!   accumulator per row in global memory, filled by several blocks per row (each an equal
 //!   share of the row's products, so a row of 10^6 products keeps many SMs busy), columns in
 //!   order by a scan over the flags;
@@ -83,6 +86,125 @@ pub(super) fn dense_stride(width: u64) -> u64 {
     width.div_ceil(16) * 16
 }
 
+/// Threads of a block of the range kernels, which stage as many A entries at a time.
+const RANGE_THREADS: u64 = 1024;
+/// Shared memory of a staged A entry: its first B position in the range and its B row's end
+/// (u64 each), the start of its products (u32), and in the numeric phase its value.
+const RANGE_STAGE_BYTES: u64 = 8 + 8 + 4;
+/// Narrowest and widest column range (powers of two; the kernels need multiples of 64, and
+/// a range's products, at most `RANGE_THREADS` times its width at a time, count in 32 bits).
+pub(super) const RANGE_MIN_COLS: u64 = 1024;
+const RANGE_MAX_COLS: u64 = 1 << 20;
+/// Weight (products in the symbolic phase, entries in the numeric) a range takes at most
+/// where shared memory allows: ranges narrower than the widest that fits cost a walk over
+/// the row's A entries each, so a row is cut finer only as far as its weight asks.
+const RANGE_MAX_WEIGHT: u64 = 256 * 1024;
+/// Weight one block takes at least where a row has ranges enough: lighter ranges are taken
+/// by one block one after another (clearing, the walk over A and the write are per range;
+/// the block's launch and its first search are per block).
+const RANGE_BLOCK_WEIGHT: u64 = 16 * 1024;
+/// Most (row, range) entry counts one group of rows keeps (the numeric phase's placing of
+/// rows split over several blocks): 16 MiB.
+const RANGE_COUNTS_MAX: u64 = 1 << 22;
+
+/// How the long rows of one bin are cut into column ranges, and how the ranges go to blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RangePlan {
+    /// Columns of a range (a power of two); the last range of the window may be narrower.
+    pub range_cols: u64,
+    /// Ranges of the window.
+    pub ranges: u64,
+    /// Consecutive ranges one block takes, one after another.
+    pub ranges_per_block: u64,
+    /// Blocks per row.
+    pub blocks_per_row: u64,
+}
+
+impl RangePlan {
+    /// The ranges of rows of weight up to `size / 2` (tables of `size` slots) in a window of
+    /// `width` columns, with `value_bytes` per accumulator (0: counting, a bit per column)
+    /// and `stored_bytes` per stored value (staged with each A entry; 0 when counting), given
+    /// `shared_bytes` of shared memory per block; `None` where not even the narrowest range
+    /// fits.
+    pub(super) fn choose(
+        size: u64,
+        width: u64,
+        value_bytes: u64,
+        stored_bytes: u64,
+        shared_bytes: u64,
+    ) -> Option<RangePlan> {
+        let stage = RANGE_THREADS * (RANGE_STAGE_BYTES + stored_bytes);
+        let room = shared_bytes.checked_sub(stage)?;
+        // A column takes its value and one bit.
+        let fit = (room * 8 / (8 * value_bytes + 1)).min(RANGE_MAX_COLS);
+        if fit < RANGE_MIN_COLS {
+            return None;
+        }
+        let widest = 1u64 << (63 - fit.leading_zeros());
+        let width = width.max(1);
+        let weight = (size / 2).max(1);
+        let wanted = weight.div_ceil(RANGE_MAX_WEIGHT);
+        let range_cols = width
+            .div_ceil(wanted)
+            .next_power_of_two()
+            .clamp(RANGE_MIN_COLS, widest);
+        let ranges = width.div_ceil(range_cols);
+        let per_range = (weight / ranges).max(1);
+        let together = (RANGE_BLOCK_WEIGHT / per_range).clamp(1, ranges);
+        let blocks_per_row = ranges.div_ceil(together);
+        Some(RangePlan {
+            range_cols,
+            ranges,
+            ranges_per_block: ranges.div_ceil(blocks_per_row),
+            blocks_per_row,
+        })
+    }
+
+    /// The same ranges, all taken by one block per row (no per-range counts needed).
+    fn one_block_per_row(self) -> RangePlan {
+        RangePlan {
+            ranges_per_block: self.ranges,
+            blocks_per_row: 1,
+            ..self
+        }
+    }
+
+    /// Dynamic shared memory of a block, as the kernels lay it out (`value_bytes`,
+    /// `stored_bytes`: as for [`RangePlan::choose`]).
+    pub(super) fn shared_bytes(&self, value_bytes: u64, stored_bytes: u64) -> u64 {
+        self.range_cols * value_bytes
+            + self.range_cols / 8
+            + RANGE_THREADS * (RANGE_STAGE_BYTES + stored_bytes)
+    }
+
+    /// Scratch bytes of the per-range entry counts of `n` rows.
+    fn counts_bytes(&self, n: u64) -> u64 {
+        footprint(&[(4, n * self.ranges)])
+    }
+}
+
+/// The most scratch memory the ranges of `rows` long rows in a window of `width` columns ask
+/// for (their entry counts, in groups of at most [`RANGE_COUNTS_MAX`]).
+pub(super) fn range_counts_bound(rows: u64, width: u64) -> u64 {
+    if rows == 0 {
+        0
+    } else {
+        let ranges = width.max(1).div_ceil(RANGE_MIN_COLS);
+        footprint(&[(4, rows.saturating_mul(ranges).min(RANGE_COUNTS_MAX))])
+    }
+}
+
+/// Rows of a bin take column ranges rather than a dense row in global memory where walking
+/// the bin's longest row of A once per range costs at most an eighth of the table (the bin's
+/// rows have more than a quarter of it in weight): each range walks all of a row's A entries
+/// with a search in each one's B row, while a dense row costs its products' atomics and a pass
+/// over the window. Power-law hubs (rows of A of a few hundred entries, 10^4-10^5 products, 8
+/// ranges of 131 072 columns) take ranges; the skewed class's rows of A of 450 000 entries
+/// (31 ranges) a dense row.
+fn ranges_pay(ranges: u64, longest_a: u64, size: u64) -> bool {
+    ranges.saturating_mul(longest_a) <= size / 8
+}
+
 /// How the rows of one bin (tables of one size) accumulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Accumulator {
@@ -92,6 +214,8 @@ enum Accumulator {
     Shared,
     /// Several blocks per row, a dense row in global memory.
     Dense,
+    /// Column ranges, each dense in one block's shared memory ([`RangePlan`]).
+    Ranges,
     /// A block per row, the table in global memory.
     Global,
 }
@@ -395,23 +519,42 @@ struct DenseGroup<'s> {
     vals: Arg,
 }
 
+/// What the column-range rows of one group need: the kernels' row list, their ranges and
+/// (numeric phase, rows split over several blocks) the per-range entry counts.
+struct RangeGroup<'s> {
+    rows: DeviceSlice<'s, u32>,
+    ranges: RangePlan,
+    counts: Option<DeviceSlice<'s, u32>>,
+}
+
+/// The kernels of a phase's long rows: dense rows in global memory, and column ranges.
+struct LongRowKernels<'a> {
+    dense: &'a dyn Fn(&DenseGroup<'_>) -> Result<()>,
+    ranges: &'a dyn Fn(&RangeGroup<'_>) -> Result<()>,
+}
+
 /// How the rows of one bin (tables of `size` slots) run: their accumulator and, for the
-/// accumulators in scratch memory, the rows of a group and the blocks of a dense row.
+/// accumulators in scratch memory, the rows of a group and the blocks of a dense row; for
+/// column ranges their plan.
 #[derive(Clone, Copy)]
 struct BinPlan {
     kind: Accumulator,
     size: u64,
     per_group: u64,
     parts_per_row: u64,
+    ranges: Option<RangePlan>,
 }
 
 impl BinPlan {
-    /// The plan of bin `b`'s `count` rows, with `value_bytes` per accumulator (0 in the
-    /// symbolic phase), `shared_bytes` of shared memory per block and `cap` bytes of scratch
-    /// memory at most.
+    /// The plan of bin `b`'s `count` rows, whose longest row of A has `longest_a` entries,
+    /// with `value_bytes` per accumulator (0 in the symbolic phase), `shared_bytes` of shared
+    /// memory per block and `cap` bytes of scratch memory at most. Column ranges count their
+    /// entries per range (numeric phase, rows split over several blocks) in groups of rows
+    /// whose counts fit `cap`; where not even one row's do, each row gets one block.
     fn of<T: DeviceScalar>(
         job: &Job<'_, T>,
         (b, count): (usize, u64),
+        longest_a: u64,
         value_bytes: u64,
         shared_bytes: u64,
         cap: u64,
@@ -432,12 +575,43 @@ impl BinPlan {
         let width = job.width();
         let stride = dense_stride(width);
         let slot_bytes = 4 + value_bytes;
-        let mut kind = accumulator(size, width, slot_bytes, shared_bytes, value_bytes > 0);
+        let numeric = value_bytes > 0;
+        let mut kind = accumulator(size, width, slot_bytes, shared_bytes, numeric);
+        let mut ranges = None;
+        if kind == Accumulator::Dense && b >= binning::LONG_A_MIN_BIN {
+            let stored_bytes = if numeric {
+                std::mem::size_of::<T::Device>() as u64
+            } else {
+                0
+            };
+            ranges = RangePlan::choose(size, width, value_bytes, stored_bytes, shared_bytes)
+                .filter(|p| ranges_pay(p.ranges, longest_a, size));
+            if ranges.is_some() {
+                kind = Accumulator::Ranges;
+            }
+        }
         if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > cap {
             kind = Accumulator::Global;
         }
         let (per_group, parts_per_row) = match kind {
             Accumulator::Warp | Accumulator::Shared => (count, 1),
+            Accumulator::Ranges => {
+                let mut per_group = count;
+                if let Some(plan) = ranges.as_mut() {
+                    if numeric && plan.blocks_per_row > 1 {
+                        per_group = (RANGE_COUNTS_MAX / plan.ranges)
+                            .min(cap / plan.counts_bytes(1))
+                            .min(count);
+                        if per_group == 0 {
+                            *plan = plan.one_block_per_row();
+                            per_group = count;
+                        }
+                    }
+                    let blocks_limit = u64::from(i32::MAX as u32) / plan.blocks_per_row;
+                    per_group = per_group.clamp(1, blocks_limit);
+                }
+                (per_group, 1)
+            }
             Accumulator::Dense => {
                 let parts_per_row = (size / 2)
                     .div_ceil(DENSE_WEIGHT_PER_BLOCK)
@@ -465,13 +639,24 @@ impl BinPlan {
             size,
             per_group,
             parts_per_row,
+            ranges,
         })
+    }
+
+    /// The ranges whose entries a group counts first: the numeric phase's rows split over
+    /// several blocks.
+    fn counted_ranges(&self, value_bytes: u64) -> Option<RangePlan> {
+        self.ranges
+            .filter(|p| value_bytes > 0 && p.blocks_per_row > 1)
     }
 
     /// Scratch bytes of a group of `n` rows (none for tables in shared memory).
     fn group_bytes(&self, n: u64, stride: u64, value_bytes: u64) -> u64 {
         match self.kind {
             Accumulator::Warp | Accumulator::Shared => 0,
+            Accumulator::Ranges => self
+                .counted_ranges(value_bytes)
+                .map_or(0, |p| p.counts_bytes(n)),
             Accumulator::Dense => dense_footprint(n, stride, value_bytes),
             Accumulator::Global => {
                 let entries = n * self.size;
@@ -493,16 +678,18 @@ fn scratch_need<T: DeviceScalar>(
     let stride = dense_stride(job.width());
     let mut need = 0;
     for bin in binned.hist.bins() {
-        let plan = BinPlan::of(job, bin, value_bytes, shared_bytes, cap)?;
+        let longest_a = binned.hist.longest_a[bin.0];
+        let plan = BinPlan::of(job, bin, longest_a, value_bytes, shared_bytes, cap)?;
         need = need.max(plan.group_bytes(plan.per_group.min(bin.1), stride, value_bytes));
     }
     Ok(need)
 }
 
-/// Runs every listed bin with its accumulator: hash bins through `kernels`, dense bins through
-/// `dense` (a group of rows at a time, flags and values cleared). `bitmaps`: whether block per
-/// row kernels may get a bitmap of the window ([`bitmap_words`]; not where a plan's columns
-/// are known, which needs no ranking).
+/// Runs every listed bin with its accumulator: hash bins through `kernels`, long rows through
+/// `long` (a group of rows at a time: dense rows with flags and values cleared, column ranges
+/// with scratch for their range counts where the numeric phase needs them). `bitmaps`:
+/// whether block per row kernels may get a bitmap of the window ([`bitmap_words`]; not where
+/// a plan's columns are known, which needs no ranking).
 fn run_bins<T: DeviceScalar>(
     job: &Job<'_, T>,
     binned: &Binned<'_>,
@@ -510,7 +697,7 @@ fn run_bins<T: DeviceScalar>(
     bitmaps: bool,
     scratch: &mut Scratch,
     kernels: &HashKernels<'_>,
-    dense: &dyn Fn(&DenseGroup<'_>) -> Result<()>,
+    long: &LongRowKernels<'_>,
 ) -> Result<()> {
     let slot_bytes = 4 + value_bytes;
     // The numeric warp kernels also compact the occupied slots: a key and a slot index for
@@ -523,7 +710,15 @@ fn run_bins<T: DeviceScalar>(
     let shared_bytes = shared_table_bytes(job.gpu);
     let stride = dense_stride(job.width());
     for (b, count) in binned.hist.bins() {
-        let plan = BinPlan::of(job, (b, count), value_bytes, shared_bytes, scratch.cap())?;
+        let longest_a = binned.hist.longest_a[b];
+        let plan = BinPlan::of(
+            job,
+            (b, count),
+            longest_a,
+            value_bytes,
+            shared_bytes,
+            scratch.cap(),
+        )?;
         let size = plan.size;
         let rows = binned.rows(b);
         match plan.kind {
@@ -607,12 +802,49 @@ fn run_bins<T: DeviceScalar>(
                     } else {
                         Arg::U64(0)
                     };
-                    dense(&DenseGroup {
+                    (long.dense)(&DenseGroup {
                         rows: rows.sub(first as usize, n as usize),
                         parts_per_row: plan.parts_per_row,
                         flags,
                         vals,
                     })?;
+                    first += n;
+                }
+            }
+            Accumulator::Ranges => {
+                let ranges = plan.ranges.ok_or_else(|| Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: format!("column ranges of bin {b} without a plan"),
+                })?;
+                let mut first = 0;
+                while first < count {
+                    let n = plan.per_group.min(count - first);
+                    let rows = rows.sub(first as usize, n as usize);
+                    match plan.counted_ranges(value_bytes) {
+                        Some(counted) => {
+                            let arena = scratch.get(
+                                job.gpu,
+                                job.stream,
+                                plan.group_bytes(n, stride, value_bytes),
+                                "entry counts of the column ranges of long rows",
+                            )?;
+                            // Every (row, range) count is written by the counting pass.
+                            let counts = arena.alloc::<u32>(
+                                (n * counted.ranges) as usize,
+                                "entry counts of column ranges",
+                            )?;
+                            (long.ranges)(&RangeGroup {
+                                rows,
+                                ranges,
+                                counts: Some(counts),
+                            })?;
+                        }
+                        None => (long.ranges)(&RangeGroup {
+                            rows,
+                            ranges,
+                            counts: None,
+                        })?,
+                    }
                     first += n;
                 }
             }
@@ -675,6 +907,29 @@ fn dense_configs(group: &DenseGroup<'_>) -> (LaunchConfig, LaunchConfig) {
             shared_bytes: 0,
         },
     )
+}
+
+/// Launch configuration of the range kernels for a group: `blocks_per_row` blocks per row,
+/// with `shared_bytes` of dynamic shared memory.
+fn range_config(group: &RangeGroup<'_>, shared_bytes: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid: (group.rows.len() as u64 * group.ranges.blocks_per_row) as u32,
+        block: RANGE_THREADS as u32,
+        shared_bytes: shared_bytes as u32,
+    }
+}
+
+/// The range kernels' leading arguments: the group's rows and how they are cut.
+fn range_args(group: &RangeGroup<'_>, row_base: usize) -> [Arg; 6] {
+    let plan = group.ranges;
+    [
+        group.rows.arg(),
+        Arg::U64(group.rows.len() as u64),
+        Arg::U64(row_base as u64),
+        Arg::U32(plan.range_cols as u32),
+        Arg::U32(plan.ranges_per_block as u32),
+        Arg::U32(plan.blocks_per_row as u32),
+    ]
 }
 
 /// Entries per row of the chunk into `row_nnz` (chunk-relative, zeroed here), from the
@@ -777,7 +1032,30 @@ pub(super) fn symbolic<T: DeviceScalar>(
             )
         }
     };
-    run_bins(job, &binned, 0, true, scratch, &kernels, &dense)
+    let count = job.gpu.function("spgemm", "spgemm_range_count")?;
+    let ranges = |g: &RangeGroup<'_>| {
+        let config = range_config(g, g.ranges.shared_bytes(0, 0));
+        job.gpu.allow_shared(count, config.shared_bytes)?;
+        let mut args = range_args(g, job.rows().start).to_vec();
+        args.extend([
+            a.offsets.slice().arg(),
+            a.cols.slice().arg(),
+            b.offsets.slice().arg(),
+            b.cols.slice().arg(),
+            Arg::U32(job.col_lo()),
+            Arg::U32(job.col_hi()),
+            row_nnz.arg(),
+            Arg::U64(0),
+        ]);
+        // SAFETY: arguments match spgemm_range_count, which adds each range's entries to its
+        // row's count in `row_nnz` (zeroed above; one slot per row of the chunk).
+        unsafe { job.gpu.launch(count, config, job.stream, &args) }
+    };
+    let long = LongRowKernels {
+        dense: &dense,
+        ranges: &ranges,
+    };
+    run_bins(job, &binned, 0, true, scratch, &kernels, &long)
 }
 
 /// The numeric phase's histogram of rows `range` (chunk-relative) of C: their entries
@@ -790,8 +1068,9 @@ fn numeric_histogram<'c, T: DeviceScalar>(
     arena: &DeviceArena,
 ) -> Result<(Weights<'c>, usize, Histogram)> {
     let weights = Weights::Offsets(c_off.sub(range.start, range.len() + 1));
-    let hist = binning::histogram(job, weights, job.width(), arena)?;
-    Ok((weights, job.rows().start + range.start, hist))
+    let first_row = job.rows().start + range.start;
+    let hist = binning::histogram(job, weights, first_row, job.width(), arena)?;
+    Ok((weights, first_row, hist))
 }
 
 /// Rows `range` (chunk-relative) of C listed by the bins of the numeric phase, in `arena`
@@ -968,5 +1247,209 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
             )
         }
     };
-    run_bins(job, binned, acc, !known_cols, scratch, &kernels, &dense)
+    let count = job.gpu.function("spgemm", "spgemm_range_count")?;
+    let range_accumulate = job
+        .gpu
+        .function("spgemm", kernel_name::<T>("spgemm_range_numeric"))?;
+    let stored = std::mem::size_of::<T::Device>() as u64;
+    let ranges = |g: &RangeGroup<'_>| {
+        let leading = range_args(g, job.rows().start);
+        // Where C's columns are to be written and a row's ranges are spread over several
+        // blocks, each range's entries are counted first: a range's place in C is the row's
+        // offset plus the entries of its earlier ranges.
+        let counts = match g.counts {
+            Some(counts) if !known_cols => {
+                let config = range_config(g, g.ranges.shared_bytes(0, 0));
+                job.gpu.allow_shared(count, config.shared_bytes)?;
+                let mut args = leading.to_vec();
+                args.extend([
+                    a.offsets.slice().arg(),
+                    a.cols.slice().arg(),
+                    b.offsets.slice().arg(),
+                    b.cols.slice().arg(),
+                    Arg::U32(job.col_lo()),
+                    Arg::U32(job.col_hi()),
+                    Arg::U64(0),
+                    counts.arg(),
+                ]);
+                // SAFETY: arguments match spgemm_range_count; `counts` holds a slot for each
+                // range of each of the group's rows.
+                unsafe { job.gpu.launch(count, config, job.stream, &args)? };
+                counts.arg()
+            }
+            _ if known_cols || g.ranges.blocks_per_row == 1 => Arg::U64(0),
+            _ => {
+                return Err(Error::Internal {
+                    backend: crate::error::BACKEND.into(),
+                    what: "rows of C split over several blocks without their range counts".into(),
+                })
+            }
+        };
+        let config = range_config(g, g.ranges.shared_bytes(acc, stored));
+        job.gpu
+            .allow_shared(range_accumulate, config.shared_bytes)?;
+        let mut args = leading.to_vec();
+        args.extend([
+            a.offsets.slice().arg(),
+            a.cols.slice().arg(),
+            a.vals.slice().arg(),
+            b.offsets.slice().arg(),
+            b.cols.slice().arg(),
+            b.vals.slice().arg(),
+            Arg::U32(job.col_lo()),
+            Arg::U32(job.col_hi()),
+            counts,
+            c_off.arg(),
+            Arg::U64(base),
+            out_cols,
+            vals.arg(),
+            read_cols,
+        ]);
+        // SAFETY: arguments match spgemm_range_numeric_T: each row's entries land inside
+        // its part of `cols`/`vals` as `c_off` gives it (the ranges' counts add up to it).
+        unsafe { job.gpu.launch(range_accumulate, config, job.stream, &args) }
+    };
+    let long = LongRowKernels {
+        dense: &dense,
+        ranges: &ranges,
+    };
+    run_bins(job, binned, acc, !known_cols, scratch, &kernels, &long)
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    /// Shared memory of an H100/H200 block after the opt-in, less the static variables.
+    const HOPPER: u64 = 227 * 1024 - 1024;
+
+    /// Checks the invariants the kernels rely on and returns the plan.
+    fn checked(size: u64, width: u64, value: u64, stored: u64, shared: u64) -> RangePlan {
+        let p = RangePlan::choose(size, width, value, stored, shared)
+            .unwrap_or_else(|| panic!("no ranges for {size} slots, {width} columns"));
+        assert!(p.range_cols.is_power_of_two(), "{p:?}");
+        assert!(
+            (RANGE_MIN_COLS..=RANGE_MAX_COLS).contains(&p.range_cols),
+            "{p:?}"
+        );
+        assert!(p.shared_bytes(value, stored) <= shared, "{p:?}");
+        assert!(
+            p.ranges * p.range_cols >= width,
+            "ranges cover the window: {p:?}"
+        );
+        assert!(
+            (p.ranges - 1) * p.range_cols < width,
+            "no empty range: {p:?}"
+        );
+        assert!(p.ranges_per_block * p.blocks_per_row >= p.ranges, "{p:?}");
+        assert!(
+            (p.blocks_per_row - 1) * p.ranges_per_block < p.ranges,
+            "every block has a range: {p:?}"
+        );
+        p
+    }
+
+    #[test]
+    fn numeric_ranges_fill_the_shared_memory_by_the_accumulator_type() {
+        // f64 on Hopper: 16 384 columns of 8 bytes and a bit (130 KiB) beside 1024 staged
+        // entries of 28 bytes; f32 twice as many, complex f64 half.
+        for (value, stored, cols) in [(8, 8, 16_384), (4, 4, 32_768), (16, 16, 8_192)] {
+            let p = checked(1 << 16, 131_072, value, stored, HOPPER);
+            assert_eq!(p.range_cols, cols, "{value}-byte accumulators");
+            assert_eq!(p.ranges, 131_072 / cols);
+        }
+        // Only 48 KiB: narrower ranges, more of them.
+        let p = checked(1 << 16, 131_072, 8, 8, 48 * 1024 - 1024);
+        assert_eq!(p.range_cols, 2048);
+        assert_eq!(p.ranges, 64);
+        // Not even the narrowest range fits: no plan (the rows take global hash tables).
+        assert_eq!(RangePlan::choose(1 << 16, 131_072, 16, 16, 24 * 1024), None);
+    }
+
+    #[test]
+    fn light_ranges_share_a_block_and_heavy_ones_get_their_own() {
+        // Power-law rows of about 2 500 entries over 131 072 columns (f64): 8 ranges of ~300
+        // entries, all taken by one block one after another.
+        let p = checked(8192, 131_072, 8, 8, HOPPER);
+        assert_eq!((p.ranges, p.blocks_per_row, p.ranges_per_block), (8, 1, 8));
+        // Rows of up to 65 536 entries: 8 192 per range, two ranges a block.
+        let p = checked(1 << 17, 131_072, 8, 8, HOPPER);
+        assert_eq!((p.ranges, p.blocks_per_row, p.ranges_per_block), (8, 4, 2));
+        // A window of 500 000 columns and rows of 450 000 entries: 31 ranges, a block each.
+        let p = checked(1 << 20, 500_000, 8, 8, HOPPER);
+        assert_eq!(
+            (p.ranges, p.blocks_per_row, p.ranges_per_block),
+            (31, 31, 1)
+        );
+    }
+
+    #[test]
+    fn counting_ranges_are_as_wide_as_the_weight_allows() {
+        // Bits only: the whole window in one range while a row's products are few enough...
+        let p = checked(1 << 17, 131_072, 0, 0, HOPPER);
+        assert_eq!((p.range_cols, p.ranges, p.blocks_per_row), (131_072, 1, 1));
+        // ...and cut finer for rows of millions of products, a block a range.
+        let p = checked(1 << 23, 131_072, 0, 0, HOPPER);
+        assert_eq!(p.ranges, 16);
+        assert_eq!(p.blocks_per_row, 16);
+        // A narrow window (a chunk's column panel): one range of at least the narrowest width.
+        let p = checked(1 << 12, 700, 0, 0, HOPPER);
+        assert_eq!((p.range_cols, p.ranges), (RANGE_MIN_COLS, 1));
+        // The widest windows stay within the 32-bit product counts of a stage.
+        let p = checked(1 << 31, u64::from(u32::MAX), 0, 0, HOPPER);
+        assert!(p.range_cols <= RANGE_MAX_COLS);
+    }
+
+    #[test]
+    fn one_block_per_row_takes_every_range() {
+        let p = checked(1 << 17, 131_072, 8, 8, HOPPER).one_block_per_row();
+        assert_eq!((p.blocks_per_row, p.ranges_per_block), (1, p.ranges));
+    }
+
+    #[test]
+    fn range_counts_are_bounded() {
+        assert_eq!(range_counts_bound(0, 1 << 20), 0);
+        // 10 rows of 128 ranges at the narrowest width.
+        assert_eq!(range_counts_bound(10, 131_072), footprint(&[(4, 10 * 128)]));
+        assert_eq!(
+            range_counts_bound(1 << 30, u64::from(u32::MAX)),
+            footprint(&[(4, RANGE_COUNTS_MAX)])
+        );
+    }
+
+    #[test]
+    fn long_rows_of_narrow_windows_take_ranges() {
+        // The accumulator choice is the one column ranges replace the global dense rows in.
+        assert_eq!(
+            accumulator(8192, 131_072, 12, HOPPER, true),
+            Accumulator::Dense
+        );
+        assert_eq!(
+            accumulator(1 << 17, 131_072, 4, HOPPER, false),
+            Accumulator::Dense
+        );
+        assert_eq!(
+            accumulator(1 << 17, 1 << 30, 4, HOPPER, false),
+            Accumulator::Global
+        );
+    }
+
+    #[test]
+    fn ranges_pay_for_hubs_not_for_rows_of_a_that_span_the_window() {
+        // Power law, f64: 8 ranges of 16 384 columns; a bin of tables of 2^17 slots (rows of
+        // 32 768 to 65 536 entries) whose longest row of A has 346 entries.
+        let hub = checked(1 << 17, 131_072, 8, 8, HOPPER);
+        assert!(ranges_pay(hub.ranges, 346, 1 << 17));
+        // Skewed: 31 ranges over 500 000 columns, rows of A of 450 005 entries.
+        let dense_a = checked(1 << 20, 500_000, 8, 8, HOPPER);
+        assert_eq!(dense_a.ranges, 31);
+        assert!(!ranges_pay(dense_a.ranges, 450_005, 1 << 25));
+        // The limit: the walks over A (ranges times its longest row) at most an eighth of the
+        // table; no overflow for any row length.
+        assert!(ranges_pay(8, 1024, 1 << 16));
+        assert!(!ranges_pay(8, 1025, 1 << 16));
+        assert!(!ranges_pay(31, u64::MAX, 1 << 20));
+        // A histogram of host weights knows no row of A (0): ranges wherever they fit.
+        assert!(ranges_pay(31, 0, 1 << 12));
+    }
 }

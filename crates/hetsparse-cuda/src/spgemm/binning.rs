@@ -17,12 +17,20 @@ use super::{footprint, Job};
 pub(super) const BIN_COUNT: usize = 29;
 pub(super) const BIN_EMPTY: usize = 28;
 
-/// Rows per bin of a list of rows, and the sums of their weights, uncapped and capped.
+/// Bins from which the GPU's histogram records the longest row of A among a bin's rows
+/// (`LONG_A_MIN_BIN` in the kernels): tables of 4096 slots and more, the rows that may go to
+/// column ranges.
+pub(super) const LONG_A_MIN_BIN: usize = 8;
+
+/// Rows per bin of a list of rows, and the sums of their weights, uncapped and capped; from
+/// the GPU also the longest row of A among each bin's rows from [`LONG_A_MIN_BIN`] on (0 where
+/// not known: a histogram of host weights).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Histogram {
     pub rows: [u64; BIN_COUNT],
     pub weight: u64,
     pub capped_weight: u64,
+    pub longest_a: [u64; BIN_COUNT],
 }
 
 impl Histogram {
@@ -93,7 +101,11 @@ impl Weights<'_> {
 /// Bytes a [`Binned`] list of `n` rows takes with its counters (what [`histogram`] and
 /// [`scatter`] allocate).
 pub(super) fn bytes(n: u64) -> u64 {
-    footprint(&[(8, BIN_COUNT as u64 + 2), (8, 2 * BIN_COUNT as u64), (4, n)])
+    footprint(&[
+        (8, 2 * BIN_COUNT as u64 + 2),
+        (8, 2 * BIN_COUNT as u64),
+        (4, n),
+    ])
 }
 
 fn grid_for(n: u64, threads: u32) -> LaunchConfig {
@@ -104,10 +116,11 @@ fn grid_for(n: u64, threads: u32) -> LaunchConfig {
     }
 }
 
-/// Counts the rows of each bin (one small read-back).
+/// Counts the rows of each bin (one small read-back); list row `i` is row `first_row + i` of A.
 pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
     weights: Weights<'_>,
+    first_row: usize,
     cap: u64,
     arena: &DeviceArena,
 ) -> Result<Histogram> {
@@ -115,11 +128,13 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
     if n == 0 {
         return Ok(Histogram::default());
     }
-    let counters = arena.alloc::<u64>(BIN_COUNT + 2, "bin counters")?;
+    // Rows per bin, the two sums, the longest rows of A per bin.
+    let counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
     counters.zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
     let [values, from_offsets] = weights.args();
-    // SAFETY: arguments match spgemm_bin_count; `counters` has BIN_COUNT + 2 slots.
+    // SAFETY: arguments match spgemm_bin_count; `counters` has 2 * BIN_COUNT + 2 slots; A's
+    // offsets cover rows first_row .. first_row + n (the job's rows).
     unsafe {
         job.gpu.launch(
             f,
@@ -132,6 +147,9 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 Arg::U64(cap),
                 counters.arg(),
                 counters.sub(BIN_COUNT, 2).arg(),
+                job.a.matrix().offsets.slice().arg(),
+                Arg::U64(first_row as u64),
+                counters.sub(BIN_COUNT + 2, BIN_COUNT).arg(),
             ],
         )?;
     }
@@ -142,6 +160,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
         ..Histogram::default()
     };
     h.rows.copy_from_slice(&c[..BIN_COUNT]);
+    h.longest_a.copy_from_slice(&c[BIN_COUNT + 2..]);
     Ok(h)
 }
 

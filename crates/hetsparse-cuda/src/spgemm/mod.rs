@@ -378,7 +378,13 @@ fn analyse<'a, T: DeviceScalar>(
         )?;
     }
     bin_arena.reset();
-    let hist = binning::histogram(job, Weights::PerRow(products), job.width(), bin_arena)?;
+    let hist = binning::histogram(
+        job,
+        Weights::PerRow(products),
+        job.rows().start,
+        job.width(),
+        bin_arena,
+    )?;
     Ok((products, hist))
 }
 
@@ -514,8 +520,9 @@ fn work_bound<T: DeviceScalar>(method: Method, hist: &Histogram, width: u64, a_n
         .bins()
         .map(|(b, rows)| rows * Histogram::table_size(b))
         .sum();
-    // Rows that may get a dense accumulator (the GPU's shared memory decides which exactly),
-    // up to as many as make a group wide enough to keep the GPU busy.
+    // Rows that may get a dense accumulator or column ranges (the GPU's shared memory and the
+    // rows of A decide which exactly), up to as many as make a group wide enough to keep the
+    // GPU busy.
     let dense_rows: u64 = hist
         .bins()
         .filter(|&(b, _)| adaptive::may_be_dense(Histogram::table_size(b), width))
@@ -527,6 +534,7 @@ fn work_bound<T: DeviceScalar>(method: Method, hist: &Histogram, width: u64, a_n
             0
         } else {
             adaptive::dense_footprint(dense_rows.min(1024), stride, value_bytes)
+                .max(adaptive::range_counts_bound(dense_rows, width))
         }
     };
     let hash = |value_bytes: u64| {
