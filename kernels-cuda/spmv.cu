@@ -42,6 +42,32 @@ __device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
     }
 }
 
+// CSR sub-warp: `lanes` lanes per row (a power of two, 2 to 32), 32 / lanes rows per warp, lanes
+// striding over their row so that a warp's loads of A cover its rows' consecutive entries, then
+// a reduction within each group. For rows of a few to a few tens of entries, where a thread per
+// row reads scattered and a warp per row idles most lanes. Every warp runs the same number of
+// rounds (rows past the end sum nothing), so the shuffles see all 32 lanes.
+template <typename S, typename R>
+__device__ void spmv_csr_subwarp(u64 nrows, u32 lanes, const u64* __restrict__ offsets,
+                                 const u32* __restrict__ cols, const S* __restrict__ vals,
+                                 const S* __restrict__ x, S* __restrict__ y) {
+    const u32 lane = threadIdx.x & (lanes - 1u);
+    const u64 groups = grid_threads() / lanes;
+    const u64 rounds = (nrows + groups - 1) / groups;
+    for (u64 r = 0; r < rounds; ++r) {
+        const u64 i = global_thread() / lanes + r * groups;
+        typename R::acc acc = R::zero();
+        if (i < nrows) {
+            const u64 end = offsets[i + 1];
+            for (u64 k = offsets[i] + lane; k < end; k += lanes) {
+                acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+            }
+        }
+        acc = group_sum<R>(acc, (int)lanes);
+        if (lane == 0 && i < nrows) y[i] = R::store(acc);
+    }
+}
+
 // CSR by equal shares of entries, whatever the rows (the idea of Merrill & Garland's merge-based
 // SpMV, in a segmented-sum form): each warp takes a tile of 32·TILE_ITEMS consecutive entries, so
 // a row of 10^6 entries is shared by thousands of warps and rows of 3 entries leave no lane idle.
@@ -492,6 +518,11 @@ HS_INSTANTIATE(spmv_csr_vector,
                (u64 nrows, const u64* offsets, const u32* cols, const void* vals, const void* x,
                 void* y),
                (spmv_csr_vector<T, S>(nrows, offsets, cols, (const T*)vals, (const T*)x, (T*)y)))
+HS_INSTANTIATE(spmv_csr_subwarp,
+               (u64 nrows, u32 lanes, const u64* offsets, const u32* cols, const void* vals,
+                const void* x, void* y),
+               (spmv_csr_subwarp<T, S>(nrows, lanes, offsets, cols, (const T*)vals, (const T*)x,
+                                       (T*)y)))
 HS_INSTANTIATE(spmv_csr_tiles,
                (u64 nrows, u64 nnz, const u64* offsets, const u32* cols, const void* vals,
                 const void* x, void* y_acc),

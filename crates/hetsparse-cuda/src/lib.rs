@@ -11,9 +11,9 @@
 //! ([`csr_rows_skewed`]) give each warp an equal share of the entries, whatever the rows they
 //! belong to ([`SpmvKernel::CsrBalanced`], [`SpmmKernel::CsrBalanced`]), so that the hub rows of
 //! a power-law graph or the dense rows of a circuit matrix do not hold up the product. SpMV of
-//! other CSR matrices whose rows average 4 to 16 entries (none over 1024) sums blocks of whole
-//! rows staged in shared memory ([`SpmvKernel::CsrStream`]), so that their reads of A coalesce;
-//! the rest, and SpMM, keep a thread, a warp or a half-warp per row.
+//! other CSR matrices whose rows average 4 to 16 entries gives each row 4 lanes of a warp
+//! ([`SpmvKernel::CsrSubwarp`]), so that their reads of A coalesce; the rest, and SpMM, keep a
+//! thread, a warp or a half-warp per row (SpMM of a few long rows: the balanced tiles).
 //!
 //! Without a GPU, without a driver, or linked against the stub, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`].
@@ -171,12 +171,16 @@ impl CudaBackend {
     /// comparing the CSR kernels where only those calls are at hand; other formats keep theirs.
     /// [`Error::InvalidArgument`] for a kernel that is not a CSR one.
     pub fn with_csr_spmv_kernel(self, kernel: SpmvKernel) -> Result<Self> {
+        if let SpmvKernel::CsrSubwarp { lanes } = kernel {
+            spmv::check_subwarp_lanes(lanes)?;
+        }
         match kernel {
             SpmvKernel::Auto
             | SpmvKernel::CsrScalar
             | SpmvKernel::CsrVector
             | SpmvKernel::CsrBalanced
-            | SpmvKernel::CsrStream => Ok(CudaBackend {
+            | SpmvKernel::CsrStream
+            | SpmvKernel::CsrSubwarp { .. } => Ok(CudaBackend {
                 csr_spmv_kernel: kernel,
                 ..self
             }),

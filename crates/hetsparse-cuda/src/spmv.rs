@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, row blocks of whole rows staged in shared memory (CSR-stream) for rows of 4 to 16 entries, a thread per row (scalar) for shorter ones |
+//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, 4 lanes a row (sub-warp) for rows of 4 to 16 entries, a thread per row (scalar) for shorter ones; row blocks of whole rows staged in shared memory (CSR-stream) on request |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -58,18 +58,42 @@ const CSR_TILE_ENTRIES: u64 = 32 * 8;
 /// (`STREAM_BUDGET`, 2048), and rows shared by several blocks are rare or absent.
 pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
 
-/// Mean row length from which [`SpmvKernel::Auto`] stages rows in shared memory
-/// ([`SpmvKernel::CsrStream`]) rather than giving each row a thread: rows shorter than this
-/// leave a warp's reads nearly contiguous already, and staging them costs more than it saves.
-pub(crate) const CSR_STREAM_MIN_MEAN_ROW: f64 = 4.0;
+/// Mean row length from which [`SpmvKernel::Auto`] gives rows a group of lanes
+/// ([`SpmvKernel::CsrSubwarp`]) rather than a thread each: rows shorter than this leave a
+/// warp's reads nearly contiguous already (road's rows of 3.4: a thread per row 470 us on an
+/// H200, two lanes 507 us).
+pub(crate) const CSR_SUBWARP_MIN_MEAN_ROW: f64 = 4.0;
+
+/// Lanes per row [`SpmvKernel::Auto`] gives rows of 4 to 16 entries on average: on an H200,
+/// banded rows of 11 took 232 us with 2 or 4 lanes, 328 with 8, 350 staged in row blocks
+/// ([`SpmvKernel::CsrStream`]); uniform rows of 8 took 389 us with 4 lanes, 385 with 8, 407
+/// staged.
+pub(crate) const CSR_SUBWARP_LANES: u32 = 4;
+
+/// The CSR kernel [`SpmvKernel::Auto`] picks for `nrows` rows of `nnz` entries whose longest
+/// has `longest`.
+pub(crate) fn csr_auto_kernel(nrows: usize, nnz: u64, longest: u64) -> SpmvKernel {
+    let rows = nrows as f64;
+    if csr_rows_skewed(nrows, nnz, longest) {
+        SpmvKernel::CsrBalanced
+    } else if nnz as f64 >= CSR_VECTOR_MIN_MEAN_ROW * rows {
+        SpmvKernel::CsrVector
+    } else if nnz as f64 >= CSR_SUBWARP_MIN_MEAN_ROW * rows {
+        SpmvKernel::CsrSubwarp {
+            lanes: CSR_SUBWARP_LANES,
+        }
+    } else {
+        SpmvKernel::CsrScalar
+    }
+}
 
 /// How SpMV maps threads to rows, for the formats where there is a choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
     /// longer than the mean ([`csr_rows_skewed`]), else vector for long rows
-    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrStream`] for rows of 4 to 16 entries on
-    /// average where none is longer than 1024, scalar for shorter ones; for ELLPACK-R `T` from
+    /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrSubwarp`] with 4 lanes for rows of 4 to
+    /// 16 entries on average, scalar for shorter ones; for ELLPACK-R `T` from
     /// the mean row length
     /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
@@ -92,6 +116,13 @@ pub enum SpmvKernel {
     /// a row of 1024 entries or more is shared by the row blocks its entries span, and the one
     /// that finishes it last adds their parts in order, so no sum depends on scheduling.
     CsrStream,
+    /// CSR with `lanes` lanes per row (a power of two from 2 to 32), `32 / lanes` rows per warp:
+    /// a warp's reads of A cover its rows' consecutive entries, and rows of a few to a few tens
+    /// of entries leave few lanes idle.
+    CsrSubwarp {
+        /// Lanes per row.
+        lanes: u32,
+    },
     /// ELLPACK-R with `threads_per_row` threads per row (a power of two from 1 to 32).
     EllrT {
         /// `T`.
@@ -115,6 +146,16 @@ pub(crate) fn check_threads_per_row(t: u32) -> Result<()> {
     if t == 0 || t > 32 || !t.is_power_of_two() {
         return Err(Error::InvalidArgument(format!(
             "ELLR-T threads per row must be a power of two from 1 to 32, not {t}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the lanes per row of [`SpmvKernel::CsrSubwarp`].
+pub(crate) fn check_subwarp_lanes(lanes: u32) -> Result<()> {
+    if !(2..=32).contains(&lanes) || !lanes.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "CSR sub-warp SpMV lanes per row must be a power of two from 2 to 32, not {lanes}"
         )));
     }
     Ok(())
@@ -264,17 +305,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
     ) -> Result<SpmvKernel> {
         let resolved = match (self, kernel) {
             (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
-                if m.rows_skewed(gpu, stream)? {
-                    SpmvKernel::CsrBalanced
-                } else if m.nnz() as f64 >= CSR_VECTOR_MIN_MEAN_ROW * m.nrows as f64 {
-                    SpmvKernel::CsrVector
-                } else if m.nnz() as f64 >= CSR_STREAM_MIN_MEAN_ROW * m.nrows as f64
-                    && m.longest_row(gpu, stream)? <= CSR_STREAM_SPAN
-                {
-                    SpmvKernel::CsrStream
-                } else {
-                    SpmvKernel::CsrScalar
-                }
+                csr_auto_kernel(m.nrows, m.nnz(), m.longest_row(gpu, stream)?)
             }
             (
                 DeviceSparse::Csr(_),
@@ -283,6 +314,10 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 | SpmvKernel::CsrBalanced
                 | SpmvKernel::CsrStream,
             ) => kernel,
+            (DeviceSparse::Csr(_), SpmvKernel::CsrSubwarp { lanes }) => {
+                check_subwarp_lanes(lanes)?;
+                kernel
+            }
             (DeviceSparse::Ellr { mean_row, .. }, SpmvKernel::Auto) => SpmvKernel::EllrT {
                 threads_per_row: ellr_threads_per_row(*mean_row),
             },
@@ -368,6 +403,19 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ];
                 match kernel {
                     SpmvKernel::CsrVector => run("spmv_csr_vector", nrows * 32, &args),
+                    SpmvKernel::CsrSubwarp { lanes } => run(
+                        "spmv_csr_subwarp",
+                        nrows * u64::from(lanes),
+                        &[
+                            Arg::U64(nrows),
+                            Arg::U32(lanes),
+                            m.offsets.slice().arg(),
+                            m.cols.slice().arg(),
+                            m.vals.slice().arg(),
+                            x,
+                            y,
+                        ],
+                    ),
                     SpmvKernel::CsrStream => {
                         let Some(blocks) = m.prepared_stream_blocks() else {
                             // No rows, nothing to write; or not prepared, a bug of the caller.
@@ -1099,5 +1147,43 @@ mod tests {
         // Short rows with one of 200: above 16 times the mean but short enough for a thread.
         assert!(!csr_rows_skewed(1000, 3000, 200));
         assert!(!csr_rows_skewed(0, 0, 0));
+    }
+}
+
+#[cfg(test)]
+mod auto_tests {
+    use super::*;
+
+    #[test]
+    fn auto_picks_by_mean_and_longest_row() {
+        // The GPU-size classes: stencil (77 a row), banded (11), uniform (8), road (3.4),
+        // power law and skewed (hubs), LP (140).
+        assert_eq!(
+            csr_auto_kernel(151_959, 11_655_261, 81),
+            SpmvKernel::CsrVector
+        );
+        let four = SpmvKernel::CsrSubwarp { lanes: 4 };
+        assert_eq!(csr_auto_kernel(4_000_000, 43_999_970, 11), four);
+        assert_eq!(csr_auto_kernel(4_000_000, 32_000_000, 8), four);
+        assert_eq!(
+            csr_auto_kernel(16_000_000, 54_967_152, 4),
+            SpmvKernel::CsrScalar
+        );
+        assert_eq!(
+            csr_auto_kernel(131_072, 999_995, 6073),
+            SpmvKernel::CsrBalanced
+        );
+        assert_eq!(
+            csr_auto_kernel(500_000, 16_399_022, 450_005),
+            SpmvKernel::CsrBalanced
+        );
+        assert_eq!(
+            csr_auto_kernel(100_000, 14_000_312, 150),
+            SpmvKernel::CsrVector
+        );
+        // Edges: exactly 4 and 16 a row.
+        assert_eq!(csr_auto_kernel(10, 40, 4), four);
+        assert_eq!(csr_auto_kernel(10, 39, 4), SpmvKernel::CsrScalar);
+        assert_eq!(csr_auto_kernel(10, 160, 16), SpmvKernel::CsrVector);
     }
 }

@@ -145,6 +145,12 @@ fn csr_scalar_and_vector<T: DeviceScalar>() {
         ] {
             check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
         }
+        // Every group width: rows shorter and longer than a group, and (with 2 lanes) 16
+        // rows a warp.
+        for lanes in [2, 4, 8, 16, 32] {
+            let kernel = SpmvKernel::CsrSubwarp { lanes };
+            check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
+        }
     }
 }
 
@@ -633,6 +639,17 @@ fn kernel_choices_are_checked() {
             .with_csr_spmv_kernel(SpmvKernel::EllrT { threads_per_row: 4 }),
         Err(Error::InvalidArgument(_))
     ));
+    for lanes in [0, 1, 3, 64] {
+        let kernel = SpmvKernel::CsrSubwarp { lanes };
+        assert!(matches!(
+            b.spmv_with_kernel(SparseRef::Csr(&a), &x, kernel),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            b.clone().with_csr_spmv_kernel(kernel),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
     // The Backend calls with a chosen CSR kernel, and other formats keeping theirs.
     let expected = reference::spmv::<f32, PlusTimes>(&a, &x).expect("reference");
     // Three terms a row, summed in any order.
@@ -650,6 +667,7 @@ fn kernel_choices_are_checked() {
         SpmvKernel::CsrVector,
         SpmvKernel::CsrBalanced,
         SpmvKernel::CsrStream,
+        SpmvKernel::CsrSubwarp { lanes: 4 },
     ] {
         let chosen = b
             .clone()
