@@ -909,6 +909,23 @@ fn dense_configs(group: &DenseGroup<'_>) -> (LaunchConfig, LaunchConfig) {
     )
 }
 
+/// The operands as the kernels of both phases take them after their own leading arguments:
+/// A's offsets and columns, B's, then the window's first and last column; with `values` each
+/// matrix's values after its columns.
+fn operand_args<T: DeviceScalar>(job: &Job<'_, T>, values: bool) -> Vec<Arg> {
+    let (a, b) = (job.a.matrix(), job.b.matrix());
+    let mut v = vec![a.offsets.slice().arg(), a.cols.slice().arg()];
+    if values {
+        v.push(a.vals.slice().arg());
+    }
+    v.extend([b.offsets.slice().arg(), b.cols.slice().arg()]);
+    if values {
+        v.push(b.vals.slice().arg());
+    }
+    v.extend([Arg::U32(job.col_lo()), Arg::U32(job.col_hi())]);
+    v
+}
+
 /// Launch configuration of the range kernels for a group: `blocks_per_row` blocks per row,
 /// with `shared_bytes` of dynamic shared memory.
 fn range_config(group: &RangeGroup<'_>, shared_bytes: u64) -> LaunchConfig {
@@ -956,7 +973,6 @@ pub(super) fn symbolic<T: DeviceScalar>(
         hist,
         bin_arena,
     )?;
-    let (a, b) = (*job.a.matrix(), *job.b.matrix());
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -967,15 +983,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys]);
         }
-        v.extend([
-            a.offsets.slice().arg(),
-            a.cols.slice().arg(),
-            b.offsets.slice().arg(),
-            b.cols.slice().arg(),
-            Arg::U32(job.col_lo()),
-            Arg::U32(job.col_hi()),
-            row_nnz.arg(),
-        ]);
+        v.extend(operand_args(job, false));
+        v.push(row_nnz.arg());
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
         }
@@ -1004,18 +1013,16 @@ pub(super) fn symbolic<T: DeviceScalar>(
                 blocks,
                 job.stream,
                 &[
-                    g.rows.arg(),
-                    Arg::U32(g.parts_per_row as u32),
-                    Arg::U64(n),
-                    Arg::U64(stride),
-                    g.flags.arg(),
-                    a.offsets.slice().arg(),
-                    a.cols.slice().arg(),
-                    b.offsets.slice().arg(),
-                    b.cols.slice().arg(),
-                    Arg::U32(job.col_lo()),
-                    Arg::U32(job.col_hi()),
-                ],
+                    &[
+                        g.rows.arg(),
+                        Arg::U32(g.parts_per_row as u32),
+                        Arg::U64(n),
+                        Arg::U64(stride),
+                        g.flags.arg(),
+                    ][..],
+                    &operand_args(job, false),
+                ]
+                .concat(),
             )?;
             job.gpu.launch(
                 count,
@@ -1037,16 +1044,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
         let config = range_config(g, g.ranges.shared_bytes(0, 0));
         job.gpu.allow_shared(count, config.shared_bytes)?;
         let mut args = range_args(g, job.rows().start).to_vec();
-        args.extend([
-            a.offsets.slice().arg(),
-            a.cols.slice().arg(),
-            b.offsets.slice().arg(),
-            b.cols.slice().arg(),
-            Arg::U32(job.col_lo()),
-            Arg::U32(job.col_hi()),
-            row_nnz.arg(),
-            Arg::U64(0),
-        ]);
+        args.extend(operand_args(job, false));
+        args.extend([row_nnz.arg(), Arg::U64(0)]);
         // SAFETY: arguments match spgemm_range_count, which adds each range's entries to its
         // row's count in `row_nnz` (zeroed above; one slot per row of the chunk).
         unsafe { job.gpu.launch(count, config, job.stream, &args) }
@@ -1146,7 +1145,6 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
     if need > 0 {
         scratch.get(job.gpu, job.stream, need, "numeric work memory")?;
     }
-    let (a, b) = (*job.a.matrix(), *job.b.matrix());
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -1157,21 +1155,8 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys, l.vals]);
         }
-        v.extend([
-            a.offsets.slice().arg(),
-            a.cols.slice().arg(),
-            a.vals.slice().arg(),
-            b.offsets.slice().arg(),
-            b.cols.slice().arg(),
-            b.vals.slice().arg(),
-            Arg::U32(job.col_lo()),
-            Arg::U32(job.col_hi()),
-            c_off.arg(),
-            Arg::U64(base),
-            out_cols,
-            vals.arg(),
-            read_cols,
-        ]);
+        v.extend(operand_args(job, true));
+        v.extend([c_off.arg(), Arg::U64(base), out_cols, vals.arg(), read_cols]);
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
         }
@@ -1210,21 +1195,17 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                 blocks,
                 job.stream,
                 &[
-                    g.rows.arg(),
-                    Arg::U32(g.parts_per_row as u32),
-                    Arg::U64(n),
-                    Arg::U64(stride),
-                    g.flags.arg(),
-                    g.vals,
-                    a.offsets.slice().arg(),
-                    a.cols.slice().arg(),
-                    a.vals.slice().arg(),
-                    b.offsets.slice().arg(),
-                    b.cols.slice().arg(),
-                    b.vals.slice().arg(),
-                    Arg::U32(job.col_lo()),
-                    Arg::U32(job.col_hi()),
-                ],
+                    &[
+                        g.rows.arg(),
+                        Arg::U32(g.parts_per_row as u32),
+                        Arg::U64(n),
+                        Arg::U64(stride),
+                        g.flags.arg(),
+                        g.vals,
+                    ][..],
+                    &operand_args(job, true),
+                ]
+                .concat(),
             )?;
             job.gpu.launch(
                 write,
@@ -1262,16 +1243,8 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                 let config = range_config(g, g.ranges.shared_bytes(0, 0));
                 job.gpu.allow_shared(count, config.shared_bytes)?;
                 let mut args = leading.to_vec();
-                args.extend([
-                    a.offsets.slice().arg(),
-                    a.cols.slice().arg(),
-                    b.offsets.slice().arg(),
-                    b.cols.slice().arg(),
-                    Arg::U32(job.col_lo()),
-                    Arg::U32(job.col_hi()),
-                    Arg::U64(0),
-                    counts.arg(),
-                ]);
+                args.extend(operand_args(job, false));
+                args.extend([Arg::U64(0), counts.arg()]);
                 // SAFETY: arguments match spgemm_range_count; `counts` holds a slot for each
                 // range of each of the group's rows.
                 unsafe { job.gpu.launch(count, config, job.stream, &args)? };
@@ -1289,15 +1262,8 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         job.gpu
             .allow_shared(range_accumulate, config.shared_bytes)?;
         let mut args = leading.to_vec();
+        args.extend(operand_args(job, true));
         args.extend([
-            a.offsets.slice().arg(),
-            a.cols.slice().arg(),
-            a.vals.slice().arg(),
-            b.offsets.slice().arg(),
-            b.cols.slice().arg(),
-            b.vals.slice().arg(),
-            Arg::U32(job.col_lo()),
-            Arg::U32(job.col_hi()),
             counts,
             c_off.arg(),
             Arg::U64(base),
