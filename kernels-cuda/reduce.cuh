@@ -41,6 +41,108 @@ __device__ __forceinline__ Acc group_sum(Acc v, int width) {
 }
 
 
+// Loads of data read many times and never written by the kernel (the vector x of SpMV),
+// through the read-only data cache (ld.global.nc), explicitly: the compiler stops proving it
+// read-only once a kernel also stores with `store_once`.
+template <typename T>
+__device__ __forceinline__ T load_read_only(const T* p) {
+    if constexpr (alignof(T) == 8) {
+        union { T value; unsigned long long w[sizeof(T) / 8]; } u;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 8; ++q) u.w[q] = __ldg((const unsigned long long*)p + q);
+        return u.value;
+    } else if constexpr (alignof(T) == 4) {
+        union { T value; unsigned w[sizeof(T) / 4]; } u;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 4; ++q) u.w[q] = __ldg((const unsigned*)p + q);
+        return u.value;
+    } else if constexpr (alignof(T) == 2 && sizeof(T) == 2) {
+        union { T value; unsigned short w; } u;
+        u.w = __ldg((const unsigned short*)p);
+        return u.value;
+    } else {
+        return *p;
+    }
+}
+
+// Loads and stores of data touched once (a streamed matrix's entries, the vector a product
+// writes), marked evict-first in L2: in SpMV the vector x is gathered again and again while A
+// streams past, and A's lines, cached normally, push x's out of L2. L2 cache hints need sm_80;
+// the portable PTX (and older GPUs) loads normally. L1 keeps its normal policy (the streaming
+// hint `.cs` also evicts from L1, which costs kernels that reuse a line of A from L1).
+// Done in words of T's alignment, so complex values (8-aligned, 16 bytes) need no 16-byte
+// alignment; read-only data (A, x) through the non-coherent path.
+#if __CUDA_ARCH__ >= 800
+#define HS_L2_HINTS 1
+__device__ __forceinline__ u64 l2_evict_first_policy() {
+    u64 policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+#endif
+
+template <typename T>
+__device__ __forceinline__ T load_once(const T* p) {
+#ifdef HS_L2_HINTS
+    const u64 policy = l2_evict_first_policy();
+    if constexpr (alignof(T) == 8) {
+        union { T value; unsigned long long w[sizeof(T) / 8]; } u;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 8; ++q) {
+            asm("ld.global.nc.L2::cache_hint.b64 %0, [%1], %2;"
+                : "=l"(u.w[q]) : "l"((const unsigned long long*)p + q), "l"(policy));
+        }
+        return u.value;
+    } else if constexpr (alignof(T) == 4) {
+        union { T value; unsigned w[sizeof(T) / 4]; } u;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 4; ++q) {
+            asm("ld.global.nc.L2::cache_hint.b32 %0, [%1], %2;"
+                : "=r"(u.w[q]) : "l"((const unsigned*)p + q), "l"(policy));
+        }
+        return u.value;
+    } else if constexpr (alignof(T) == 2 && sizeof(T) == 2) {
+        union { T value; unsigned short w; } u;
+        asm("ld.global.nc.L2::cache_hint.b16 %0, [%1], %2;"
+            : "=h"(u.w) : "l"((const unsigned short*)p), "l"(policy));
+        return u.value;
+    }
+#endif
+    return load_read_only(p);
+}
+template <typename T>
+__device__ __forceinline__ void store_once(T* p, T v) {
+#ifdef HS_L2_HINTS
+    const u64 policy = l2_evict_first_policy();
+    if constexpr (alignof(T) == 8) {
+        union { T value; unsigned long long w[sizeof(T) / 8]; } u;
+        u.value = v;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 8; ++q) {
+            asm volatile("st.global.L2::cache_hint.b64 [%0], %1, %2;"
+                         :: "l"((unsigned long long*)p + q), "l"(u.w[q]), "l"(policy) : "memory");
+        }
+        return;
+    } else if constexpr (alignof(T) == 4) {
+        union { T value; unsigned w[sizeof(T) / 4]; } u;
+        u.value = v;
+#pragma unroll
+        for (unsigned q = 0; q < sizeof(T) / 4; ++q) {
+            asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;"
+                         :: "l"((unsigned*)p + q), "r"(u.w[q]), "l"(policy) : "memory");
+        }
+        return;
+    } else if constexpr (alignof(T) == 2 && sizeof(T) == 2) {
+        union { T value; unsigned short w; } u;
+        u.value = v;
+        asm volatile("st.global.L2::cache_hint.b16 [%0], %1, %2;"
+                     :: "l"((unsigned short*)p), "h"(u.w), "l"(policy) : "memory");
+        return;
+    }
+#endif
+    *p = v;
+}
+
 __device__ __forceinline__ u64 global_thread() {
     return (u64)blockIdx.x * blockDim.x + threadIdx.x;
 }

@@ -23,7 +23,9 @@ __device__ void spmv_csr_scalar(u64 nrows, const u64* __restrict__ offsets,
 }
 
 // CSR vector: one warp per row, lanes stride over the row so loads of A coalesce, then a warp
-// reduction. Best when rows are long.
+// reduction. Best when rows are long. Each load of the warp takes whole lines of A, which are
+// then done with: A and y pass L2 as evict-first, leaving L2 to x. (Kernels whose warps come
+// back to a line of A in later loads, scalar and sub-warp, measured slower with the hint.)
 template <typename S, typename R>
 __device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
                                 const u32* __restrict__ cols, const S* __restrict__ vals,
@@ -35,10 +37,10 @@ __device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
         typename R::acc acc = R::zero();
         const u64 end = offsets[i + 1];
         for (u64 k = offsets[i] + lane; k < end; k += 32) {
-            acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+            acc = R::add(acc, R::mul(load_once(vals + k), load_read_only(x + load_once(cols + k))));
         }
         acc = group_sum<R>(acc, 32);
-        if (lane == 0) y[i] = R::store(acc);
+        if (lane == 0) store_once(y + i, R::store(acc));
     }
 }
 

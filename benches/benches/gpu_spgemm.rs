@@ -11,6 +11,10 @@
 //!
 //! or both at once, in one table: `cargo xtask bench --gpu --peers`.
 //!
+//! Beside each whole call from host memory, the "host write floor": the time the host's
+//! threads take to write C's bytes into fresh memory ([`host_write_floor`]), the part of a
+//! download into a new host CSR no GPU or link can shorten.
+//!
 //! Environment: `HETSPARSE_BENCH_DIR` (where the operands go; `target/gpu-spgemm`),
 //! `HETSPARSE_BENCH_REPS` (timed calls per implementation, 5), `HETSPARSE_BENCH_CLASSES`
 //! (comma-separated class names; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
@@ -337,8 +341,8 @@ fn main() {
         rayon_threads()
     );
     println!();
-    println!("| class | rows | nnz(A) | products | nnz(C) | cpu | cuda resident | cuda from host | cuda resident GFLOP/s |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| class | rows | nnz(A) | products | nnz(C) | cpu | cuda resident | cuda from host | host write floor | cuda resident GFLOP/s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let options = SpgemmOptions::new();
     let run = RunControl::unwatched();
     for case in gpu_cases() {
@@ -430,6 +434,13 @@ fn main() {
             host_min = Some(min.as_secs_f64() * 1e3);
             format!("{} / {}", ms(min), ms(med))
         };
+        let floor = if no_host {
+            "–".to_string()
+        } else {
+            let c_bytes = expected.nnz() as usize * (size_of::<u32>() + size_of::<f64>())
+                + (a.nrows() + 1) * size_of::<u64>();
+            ms(host_write_floor(c_bytes, reps))
+        };
         spgemm_rows.push(OursRow {
             class: name.to_string(),
             products,
@@ -439,7 +450,7 @@ fn main() {
             from_host_ms: host_min,
         });
         println!(
-            "| {name} | {} | {} | {products} | {} | {} / {} | {} / {} | {host} | {:.1} |",
+            "| {name} | {} | {} | {products} | {} | {} / {} | {} / {} | {host} | {floor} | {:.1} |",
             a.nrows(),
             a.nnz(),
             expected.nnz(),
@@ -487,6 +498,33 @@ fn main() {
         .expect("SpMV/SpMM manifest");
         sparse_dense_row(name, &a, &cuda, &cpu, reps, &ops);
     }
+}
+
+/// The least a result of `bytes` downloaded into a new host CSR costs the host, min of `reps`:
+/// the bytes written into fresh memory (huge pages asked for, as the backend does) by every
+/// thread from a warm buffer of the staging buffers' size, as the download's host side does.
+/// Fresh pages are zeroed by the operating system as they are first touched, so this is
+/// bounded by the host's memory bandwidth, not by the link.
+fn host_write_floor(bytes: usize, reps: usize) -> Duration {
+    use rayon::prelude::*;
+    const SOURCE: usize = 64 << 20;
+    const GRAIN: usize = 256 << 10;
+    let source = vec![0x5au8; SOURCE];
+    time(reps, || {
+        let mut out: Vec<u8> = Vec::with_capacity(bytes);
+        hetsparse_core::advise_huge_pages(out.spare_capacity_mut());
+        out.spare_capacity_mut()
+            .par_chunks_mut(GRAIN)
+            .enumerate()
+            .for_each(|(i, to)| {
+                let at = i * GRAIN % SOURCE;
+                hetsparse_core::host::copy_streaming(to, &source[at..at + to.len()]);
+            });
+        // SAFETY: every byte of the capacity was written above.
+        unsafe { out.set_len(bytes) };
+        std::hint::black_box(&out);
+    })
+    .0
 }
 
 fn rayon_threads() -> usize {

@@ -103,9 +103,132 @@ pub fn try_reserve<X>(v: &mut Vec<X>, additional: usize, what: &str) -> Result<(
         .map_err(|_| out_of_memory(what, total.saturating_mul(std::mem::size_of::<X>() as u64)))
 }
 
+/// Copies `from` into `to` (of the same length) for data the CPU will not read again soon: a
+/// result landing in fresh memory, a staging buffer a device copy reads. On x86-64 the stores
+/// are non-temporal (`movntdq`): they go to memory without first reading each destination
+/// line into the cache (an ordinary store does, and for fresh memory that read is a third
+/// stream of traffic beside the copy's two) and without evicting what the caches hold. Copies
+/// under 256 KiB, and other architectures, use an ordinary copy.
+///
+/// ```
+/// use std::mem::MaybeUninit;
+/// let from: Vec<u32> = (0..100_000).collect();
+/// let mut to = vec![MaybeUninit::<u32>::uninit(); from.len()];
+/// hetsparse_core::host::copy_streaming(&mut to, &from);
+/// // SAFETY: copy_streaming wrote every element.
+/// let to: Vec<u32> = to.into_iter().map(|x| unsafe { x.assume_init() }).collect();
+/// assert_eq!(to, from);
+/// ```
+///
+/// # Panics
+/// If the slices' lengths differ.
+pub fn copy_streaming<X: Copy>(to: &mut [std::mem::MaybeUninit<X>], from: &[X]) {
+    assert_eq!(
+        to.len(),
+        from.len(),
+        "streaming copy between slices of other lengths"
+    );
+    let bytes = std::mem::size_of_val(from);
+    let dst = to.as_mut_ptr().cast::<u8>();
+    let src = from.as_ptr().cast::<u8>();
+    #[cfg(target_arch = "x86_64")]
+    if bytes >= STREAMING_MIN_BYTES {
+        // SAFETY: `to` and `from` are valid for `bytes` bytes each and cannot overlap (one is
+        // borrowed mutably); any bytes are valid contents of MaybeUninit<X>, and after the
+        // call `to` holds a bit copy of `from`, as for X: Copy.
+        unsafe { copy_non_temporal(dst, src, bytes) };
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+}
+
+/// Below this, a copy's destination lines are as likely to be wanted in the cache soon.
+const STREAMING_MIN_BYTES: usize = 256 << 10;
+
+/// Byte copy with non-temporal 16-byte stores (SSE2, part of every x86-64): the unaligned head
+/// of `dst` and the tail are copied ordinarily, the body four stores at a time, then a store
+/// fence, so that the data is visible to whatever reads it next (another thread, a DMA
+/// engine) in order with the stores after this call.
+///
+/// # Safety
+/// `dst` and `src` valid for `bytes` bytes, not overlapping.
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_non_temporal(dst: *mut u8, src: *const u8, bytes: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    const UNIT: usize = 64;
+    let head = dst.align_offset(16).min(bytes);
+    // SAFETY (every block below): the offsets stay within `bytes`; the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
+    let body = (bytes - head) / UNIT * UNIT;
+    let mut k = head;
+    while k < head + body {
+        unsafe {
+            let s = src.add(k).cast::<__m128i>();
+            let d = dst.add(k).cast::<__m128i>();
+            let a0 = _mm_loadu_si128(s);
+            let a1 = _mm_loadu_si128(s.add(1));
+            let a2 = _mm_loadu_si128(s.add(2));
+            let a3 = _mm_loadu_si128(s.add(3));
+            // `d` is 16-aligned: `head` aligned it and UNIT keeps it so.
+            _mm_stream_si128(d, a0);
+            _mm_stream_si128(d.add(1), a1);
+            _mm_stream_si128(d.add(2), a2);
+            _mm_stream_si128(d.add(3), a3);
+        }
+        k += UNIT;
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.add(k), dst.add(k), bytes - k);
+        _mm_sfence();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_copies_every_byte_at_any_alignment_and_length() {
+        use std::mem::MaybeUninit;
+        // Above and below the streaming threshold, with heads, bodies and tails of every
+        // remainder: destinations and sources start at every offset within 16 bytes.
+        let len = STREAMING_MIN_BYTES + 1000;
+        let source: Vec<u8> = (0..len + 16).map(|i| (i * 7 + i / 251) as u8).collect();
+        for (n, src_off, dst_off) in [
+            (len, 0, 0),
+            (len, 3, 5),
+            (len - 63, 15, 1),
+            (len, 8, 0),
+            (5, 1, 2),
+            (0, 0, 0),
+        ] {
+            let mut target = vec![MaybeUninit::<u8>::new(0xAA); len + 16];
+            let from = &source[src_off..src_off + n];
+            copy_streaming(&mut target[dst_off..dst_off + n], from);
+            // SAFETY: every element was initialised by `new` or by the copy.
+            let got: Vec<u8> = target.iter().map(|x| unsafe { x.assume_init() }).collect();
+            assert_eq!(
+                &got[dst_off..dst_off + n],
+                from,
+                "n {n} src {src_off} dst {dst_off}"
+            );
+            assert!(got[..dst_off].iter().all(|&b| b == 0xAA), "before the copy");
+            assert!(
+                got[dst_off + n..].iter().all(|&b| b == 0xAA),
+                "after the copy"
+            );
+        }
+        // Wider elements.
+        let wide: Vec<f64> = (0..100_000).map(|i| i as f64 * 0.5).collect();
+        let mut to = vec![MaybeUninit::<f64>::uninit(); wide.len()];
+        copy_streaming(&mut to, &wide);
+        // SAFETY: the copy wrote every element.
+        assert!(to
+            .iter()
+            .zip(&wide)
+            .all(|(a, b)| unsafe { a.assume_init() } == *b));
+    }
 
     #[test]
     fn buffers_above_the_limit_are_refused_with_their_size() {

@@ -112,11 +112,13 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
                 }
                 let (start, n) = (k * piece, piece.min(host.len() - k * piece));
                 let grain = (COPY_GRAIN_BYTES / size).max(1);
-                stage[i]
-                    .typed_mut::<T>(n)
-                    .par_chunks_mut(grain)
+                let to = stage[i].typed_mut::<T>(n);
+                // SAFETY: a view of initialised values as MaybeUninit<T> (same layout), through
+                // which only values of T are written.
+                let to = unsafe { &mut *(to as *mut [T] as *mut [std::mem::MaybeUninit<T>]) };
+                to.par_chunks_mut(grain)
                     .zip(host[start..start + n].par_chunks(grain))
-                    .for_each(|(to, from)| to.copy_from_slice(from));
+                    .for_each(|(to, from)| hetsparse_core::host::copy_streaming(to, from));
                 // SAFETY: the staging buffer is page-locked; it is written again or returned
                 // to the pool only after its event has been waited for.
                 unsafe {
@@ -626,8 +628,9 @@ const STAGE_MIN_BYTES: u64 = 1 << 20;
 /// Bytes one host thread copies at a time between staging and pageable memory.
 const COPY_GRAIN_BYTES: usize = 256 << 10;
 
-/// Copies `from` into `to` (of the same length) on the host's threads: one thread copies
-/// well under the link's speed, and into fresh pages far less.
+/// Copies `from` into `to` (of the same length) on the host's threads, with streaming stores
+/// ([`hetsparse_core::host::copy_streaming`]): one thread copies well under the link's speed,
+/// and into fresh pages far less.
 pub(crate) fn parallel_copy<X: Copy + Send + Sync>(
     to: &mut [std::mem::MaybeUninit<X>],
     from: &[X],
@@ -641,11 +644,7 @@ pub(crate) fn parallel_copy<X: Copy + Send + Sync>(
     let grain = (COPY_GRAIN_BYTES / size_of::<X>().max(1)).max(1);
     to.par_chunks_mut(grain)
         .zip(from.par_chunks(grain))
-        .for_each(|(to, from)| {
-            for (to, &from) in to.iter_mut().zip(from) {
-                to.write(from);
-            }
-        });
+        .for_each(|(to, from)| hetsparse_core::host::copy_streaming(to, from));
 }
 
 /// Appends `from` to `v` ([`parallel_copy`]), growing it without aborting.

@@ -738,27 +738,23 @@ impl Staging {
     }
 }
 
-/// `dst.copy_from_slice(src)` on several threads for large copies: the fresh pages of a result
-/// being written fault in one at a time, and on a GPU host a single thread copied results
-/// out of the staging buffer at about 1.5 GB/s.
+/// `dst.copy_from_slice(src)` on several threads for large copies, with streaming stores
+/// ([`hetsparse_core::host::copy_streaming`]): the fresh pages of a result being written fault
+/// in one at a time, and on a GPU host a single thread copied results out of the staging
+/// buffer at about 1.5 GB/s.
 fn parallel_copy(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
+    use hetsparse_core::host::copy_streaming;
     use rayon::prelude::*;
-    fn copy(d: &mut [MaybeUninit<u8>], s: &[u8]) {
-        debug_assert_eq!(d.len(), s.len());
-        // SAFETY: the two slices do not overlap (one is borrowed mutably) and have the same
-        // length; writing initialised bytes into MaybeUninit<u8> is always valid.
-        unsafe { ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len()) }
-    }
     // Rayon's threads live across calls: spawning threads per copy cost about 20 µs each,
     // which added up over the hundreds of staging slots of a large result.
     const PER_TASK: usize = 512 << 10;
     if dst.len() <= PER_TASK || rayon::current_num_threads() <= 1 {
-        copy(dst, src);
+        copy_streaming(dst, src);
         return;
     }
     dst.par_chunks_mut(PER_TASK)
         .zip(src.par_chunks(PER_TASK))
-        .for_each(|(d, s)| copy(d, s));
+        .for_each(|(d, s)| copy_streaming(d, s));
 }
 
 fn poisoned(what: &str) -> Error {

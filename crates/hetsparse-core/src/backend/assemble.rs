@@ -166,13 +166,10 @@ fn split_spare<'a, 'b, E>(
     parts
 }
 
-/// Copies `src` into `dst`, of the same length.
+/// Copies `src` into `dst`, of the same length: C's fresh arrays, written with streaming
+/// stores ([`crate::host::copy_streaming`]).
 fn copy_into<E: Copy>(dst: &mut [MaybeUninit<E>], src: &[E]) {
-    assert_eq!(dst.len(), src.len(), "a tile's part of C has its length");
-    // SAFETY: both hold `src.len()` elements (checked); `dst` is unwritten capacity of C's
-    // arrays and `src` a tile's, so they do not overlap; `E: Copy`, and `MaybeUninit<E>` has
-    // the layout of `E`.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<E>(), src.len()) }
+    crate::host::copy_streaming(dst, src);
 }
 
 /// Writes the column indices `src` into `dst` (of the same length), moved by `shift`.
