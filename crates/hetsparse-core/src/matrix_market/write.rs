@@ -94,7 +94,9 @@ pub fn write_dense<T: Scalar, W: Write>(w: W, a: &Dense<T>) -> Result<(), Matrix
 const BLOCK_ENTRIES: usize = 1 << 15;
 
 /// Formats entries `0..count` in blocks on every core of the current rayon pool and writes
-/// the blocks in order; at most a few blocks per thread are held at a time.
+/// the blocks in order; at most two windows of a few blocks per thread are held at a time.
+/// The calling thread writes one window while the pool formats the next: writing the text
+/// out is one thread's work, and with 16 threads formatting it was as long as the formatting.
 fn write_blocks<W: Write>(
     w: &mut W,
     count: usize,
@@ -103,10 +105,9 @@ fn write_blocks<W: Write>(
     use rayon::prelude::*;
     let blocks = count.div_ceil(BLOCK_ENTRIES);
     let window = 4 * rayon::current_num_threads().max(1);
-    let mut first = 0;
-    while first < blocks {
+    let format_window = |first: usize| -> Vec<Vec<u8>> {
         let last = (first + window).min(blocks);
-        let texts: Vec<Vec<u8>> = (first..last)
+        (first..last)
             .into_par_iter()
             .map(|b| {
                 let range = b * BLOCK_ENTRIES..((b + 1) * BLOCK_ENTRIES).min(count);
@@ -114,12 +115,26 @@ fn write_blocks<W: Write>(
                 format(range, &mut out);
                 out
             })
-            .collect();
-        for t in &texts {
-            w.write_all(t)?;
-        }
-        first = last;
+            .collect()
+    };
+    let write_window = |w: &mut W, texts: &[Vec<u8>]| -> std::io::Result<()> {
+        texts.iter().try_for_each(|t| w.write_all(t))
+    };
+    let mut ready = format_window(0);
+    let mut first = ready.len();
+    while first < blocks {
+        let mut next = Vec::new();
+        // The scope runs its body on this thread (`w` need not be Send) and returns once the
+        // spawned formatting is done too.
+        let written = rayon::in_place_scope(|scope| {
+            scope.spawn(|_| next = format_window(first));
+            write_window(w, &ready)
+        });
+        written?;
+        first += next.len();
+        ready = next;
     }
+    write_window(w, &ready)?;
     Ok(())
 }
 
