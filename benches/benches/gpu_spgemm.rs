@@ -29,7 +29,8 @@
 //! Without a GPU it prints that it skipped.
 //!
 //! SpMV and SpMM (32 columns, B row-major as a numpy array is) are timed on A of the same
-//! classes, resident: A, x or B already on the GPU and the result left there. A resident call
+//! classes, resident: A, x or B already on the GPU and the result left there; SpMM also in
+//! whole calls from host memory, beside the host write floor of its C. A resident call
 //! returns once its kernel is queued, so each timing is a loop of [`LOOP`] calls ended by the
 //! download of the last result, divided by the calls; `benches/peers/cusparse_spmv_spmm.py`
 //! times cuSPARSE the same way on the same A, and measures the device-to-device copy bandwidth
@@ -160,7 +161,8 @@ fn max_relative_error(got: &[f64], want: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// SpMV and SpMM on resident A, checked against the CPU backend; one table row.
+/// SpMV and SpMM on resident A, and SpMM in a whole call from host memory unless `no_host`,
+/// checked against the CPU backend; one table row.
 fn sparse_dense_row(
     name: &str,
     a: &Csr<f64>,
@@ -168,6 +170,7 @@ fn sparse_dense_row(
     cpu: &CpuBackend,
     reps: usize,
     ops: &[String],
+    no_host: bool,
 ) {
     let run = RunControl::unwatched();
     let ra = cuda.upload(a).expect("upload A");
@@ -228,7 +231,28 @@ fn sparse_dense_row(
             us(med),
             2.0 * a.nnz() as f64 * SPMM_COLUMNS as f64 / min.as_secs_f64() / 1e9
         ));
+        if no_host {
+            cells.push("– | –".into());
+        } else {
+            let whole = || cuda.spmm(a.into(), &b).expect("CUDA SpMM from host");
+            let got = whole();
+            let err = max_relative_error(
+                got.to_layout(Layout::RowMajor).data(),
+                want.to_layout(Layout::RowMajor).data(),
+            );
+            assert!(err <= 1e-12, "{name}: SpMM from host, error {err}");
+            drop(got);
+            let (min, med) = time(reps, || drop(whole()));
+            let c_bytes = a.nrows() * SPMM_COLUMNS * size_of::<f64>();
+            cells.push(format!(
+                "{} / {} | {}",
+                ms(min),
+                ms(med),
+                ms(host_write_floor(c_bytes, reps))
+            ));
+        }
     } else {
+        cells.push("– | –".into());
         cells.push("– | –".into());
     }
     println!(
@@ -475,13 +499,15 @@ fn main() {
     println!(
         "SpMV and SpMM ({SPMM_COLUMNS} columns, B row-major) on resident A, f64; time per call \
          in loops of {LOOP} calls, min / median of {reps} loops, us; SpMV GB/s counts A, x and y \
-         once; SpMM GFLOP/s counts 2 flops per entry and column"
+         once; SpMM GFLOP/s counts 2 flops per entry and column; SpMM from host is a whole \
+         call (A and B uploaded, C downloaded into a new host matrix), min / median of {reps} \
+         calls"
     );
     println!();
     println!(
-        "| class | rows | nnz(A) | spmv resident | spmv GB/s | spmm resident | spmm GFLOP/s |"
+        "| class | rows | nnz(A) | spmv resident | spmv GB/s | spmm resident | spmm GFLOP/s | spmm from host (ms) | host write floor of C (ms) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut sparse_dense_manifest =
         std::fs::File::create(dir.join("sparse_dense.tsv")).expect("SpMV/SpMM manifest");
     for (name, a) in sparse_dense_rows {
@@ -496,7 +522,7 @@ fn main() {
             a.ncols()
         )
         .expect("SpMV/SpMM manifest");
-        sparse_dense_row(name, &a, &cuda, &cpu, reps, &ops);
+        sparse_dense_row(name, &a, &cuda, &cpu, reps, &ops, no_host);
     }
 }
 
