@@ -152,6 +152,25 @@ template <class T> struct PlusTimes {
         typedef PlusTimes<type> S;                          \
         body;                                               \
     }
+// The same with __launch_bounds__(threads, min_blocks): registers capped so that min_blocks
+// blocks of `threads` fit an SM, for latency-bound kernels that need warps in flight more
+// than registers; half as many blocks for 16-byte types (complex f64), whose shared memory
+// allows no more and whose registers would spill.
+#define HS_INSTANTIATE_ONE_BOUNDED(name, suffix, type, threads, min_blocks, params, body) \
+    extern "C" __global__ void                                                               \
+    __launch_bounds__(threads, sizeof(type) > 8 ? (min_blocks) / 2 : (min_blocks))           \
+        name##_##suffix params {                                                             \
+        typedef type T;                                                                      \
+        typedef PlusTimes<type> S;                                                           \
+        body;                                                                                \
+    }
+#define HS_INSTANTIATE_BOUNDED(name, threads, min_blocks, params, body)                          \
+    HS_INSTANTIATE_ONE_BOUNDED(name, f32, float, threads, min_blocks, params, body)              \
+    HS_INSTANTIATE_ONE_BOUNDED(name, f64, double, threads, min_blocks, params, body)             \
+    HS_INSTANTIATE_ONE_BOUNDED(name, c32, hs_c32, threads, min_blocks, params, body)             \
+    HS_INSTANTIATE_ONE_BOUNDED(name, c64, hs_c64, threads, min_blocks, params, body)             \
+    HS_INSTANTIATE_ONE_BOUNDED(name, f16, hs_f16, threads, min_blocks, params, body)             \
+    HS_INSTANTIATE_ONE_BOUNDED(name, bf16, hs_bf16, threads, min_blocks, params, body)
 #define HS_INSTANTIATE(name, params, body)                   \
     HS_INSTANTIATE_ONE(name, f32, float, params, body)       \
     HS_INSTANTIATE_ONE(name, f64, double, params, body)      \

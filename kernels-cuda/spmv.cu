@@ -81,6 +81,10 @@ __device__ void spmv_csr_subwarp(u64 nrows, u32 lanes, const u64* __restrict__ o
 // so rows without entries are never written.
 #define TILE_ITEMS 8
 #define TILE_WARPS 8  // warps per block: BLOCK / 32 on the host
+// Blocks per SM the kernel's registers must allow: its warps wait on chains of dependent
+// loads (row searches, gathers of x), and 8 blocks (32 registers) hid them better than the 5
+// its 48 registers allowed.
+#define TILE_MIN_BLOCKS 8
 
 template <typename S, typename R>
 __device__ void spmv_csr_tiles(u64 nrows, u64 nnz, const u64* __restrict__ offsets,
@@ -525,7 +529,7 @@ HS_INSTANTIATE(spmv_csr_subwarp,
                 const void* x, void* y),
                (spmv_csr_subwarp<T, S>(nrows, lanes, offsets, cols, (const T*)vals, (const T*)x,
                                        (T*)y)))
-HS_INSTANTIATE(spmv_csr_tiles,
+HS_INSTANTIATE_BOUNDED(spmv_csr_tiles, TILE_WARPS * 32, TILE_MIN_BLOCKS,
                (u64 nrows, u64 nnz, const u64* offsets, const u32* cols, const void* vals,
                 const void* x, void* y_acc),
                (spmv_csr_tiles<T, S>(nrows, nnz, offsets, cols, (const T*)vals, (const T*)x,
