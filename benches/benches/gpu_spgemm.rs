@@ -17,7 +17,7 @@
 //!
 //! Environment: `HETSPARSE_BENCH_DIR` (where the operands go; `target/gpu-spgemm`),
 //! `HETSPARSE_BENCH_REPS` (timed calls per implementation, 5), `HETSPARSE_BENCH_CLASSES`
-//! (comma-separated class names; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
+//! (comma-separated class names, or `stencil27` for the scalar 27-point stencil of 10^6 rows; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
 //! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
 //! `HETSPARSE_BENCH_PEERS` (a Python with CuPy: runs `benches/peers/cusparse_spgemm.py` on the
 //! operands after our classes and prints one table of both, with the ratios),
@@ -369,13 +369,11 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let options = SpgemmOptions::new();
     let run = RunControl::unwatched();
-    for case in gpu_cases() {
-        let name = case.class.name();
+    for name in gpu_operand_names() {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let size = (case.size / divisor.max(1)).max(1);
-        let (a, b) = generate::product_operands::<f64>(case.class, size, SEED);
+        let (a, b) = gpu_operands(name, divisor);
         if ops.iter().any(|o| o == "spmv" || o == "spmm") {
             sparse_dense_rows.push((name, a.clone()));
         }
@@ -551,6 +549,33 @@ fn host_write_floor(bytes: usize, reps: usize) -> Duration {
         std::hint::black_box(&out);
     })
     .0
+}
+
+/// The scalar 27-point stencil: the classic FEM-like SpGEMM matrix (the `stencil3d` class
+/// has 3 unknowns a node, like elasticity), here at 10^6 rows.
+const SCALAR_STENCIL: &str = "stencil27";
+
+/// What the GPU tables run: every class at its [`gpu_cases`] size, then [`SCALAR_STENCIL`].
+fn gpu_operand_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = gpu_cases().iter().map(|c| c.class.name()).collect();
+    names.push(SCALAR_STENCIL);
+    names
+}
+
+/// The operands `(A, B)` named `name` (one of [`gpu_operand_names`]), their rows divided by
+/// `divisor`.
+fn gpu_operands(name: &str, divisor: usize) -> (Csr<f64>, Csr<f64>) {
+    let divisor = divisor.max(1);
+    if name == SCALAR_STENCIL {
+        let side = ((1e6 / divisor as f64).cbrt().round() as usize).max(1);
+        let a = generate::stencil_3d(side, generate::Stencil::TwentySeven, 1, SEED);
+        return (a.clone(), a);
+    }
+    let case = gpu_cases()
+        .into_iter()
+        .find(|c| c.class.name() == name)
+        .expect("a class of gpu_cases");
+    generate::product_operands::<f64>(case.class, (case.size / divisor).max(1), SEED)
 }
 
 fn rayon_threads() -> usize {

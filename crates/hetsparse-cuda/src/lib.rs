@@ -11,7 +11,7 @@
 //! ([`csr_rows_skewed`]) give each warp an equal share of the entries, whatever the rows they
 //! belong to ([`SpmvKernel::CsrBalanced`], [`SpmmKernel::CsrBalanced`]), so that the hub rows of
 //! a power-law graph or the dense rows of a circuit matrix do not hold up the product. SpMV of
-//! other CSR matrices whose rows average 4 to 16 entries gives each row 4 lanes of a warp
+//! other CSR matrices whose rows average 4 to 32 entries gives each row 4 lanes of a warp
 //! ([`SpmvKernel::CsrSubwarp`]), so that their reads of A coalesce; the rest, and SpMM, keep a
 //! thread, a warp or a half-warp per row (SpMM of a few long rows: the balanced tiles).
 //!

@@ -4,7 +4,7 @@
 //!
 //! | format | kernel |
 //! |---|---|
-//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, 4 lanes a row (sub-warp) for rows of 4 to 16 entries, a thread per row (scalar) for shorter ones; row blocks of whole rows staged in shared memory (CSR-stream) on request |
+//! | CSR | equal shares of entries per warp, whatever the rows (balanced), where a few rows are far longer than the others; otherwise a warp per row (vector) for long rows, 4 lanes a row (sub-warp) for rows of 4 to 32 entries, a thread per row (scalar) for shorter ones; row blocks of whole rows staged in shared memory (CSR-stream) on request |
 //! | ELLPACK-R | ELLR-T: `T` threads per row (Ortega et al.) |
 //! | CSPR | a thread per entry, rows summed with atomics (Neelima & Raghavendra, Fig. 2) |
 //! | COO | a thread per triplet, rows summed with atomics |
@@ -29,10 +29,11 @@ use crate::spmm::SparseIn;
 
 /// Threads per block of every SpMV and SpMM launch (`TILE_WARPS` warps in `spmv.cu`).
 pub(crate) const BLOCK: u32 = 256;
-/// Mean entries per row from which CSR SpMV gives each row a warp instead of a thread: below it
-/// most lanes of a warp would idle, above it one thread per row serialises long rows and its
-/// loads do not coalesce (Bell & Garland's scalar/vector trade-off).
-pub const CSR_VECTOR_MIN_MEAN_ROW: f64 = 16.0;
+/// Mean entries per row from which CSR SpMV gives each row a whole warp: below it most lanes
+/// of a warp would idle and a few lanes a row ([`SpmvKernel::CsrSubwarp`]) serve better; the
+/// scalar 27-point stencil's rows of 27 took 194 us a warp each on an H200 and 124 us with 4
+/// lanes, the 3-unknown stencil's rows of 77 took 48 us a warp each and 55 with 16 lanes.
+pub const CSR_VECTOR_MIN_MEAN_ROW: f64 = 32.0;
 
 /// Whether a CSR matrix of `nrows` rows, `nnz` entries and a longest row of `longest` entries
 /// has rows so much longer than the others that a row per thread or per warp would wait on
@@ -64,7 +65,7 @@ pub(crate) const CSR_STREAM_SPAN: u64 = 1024;
 /// H200, two lanes 507 us).
 pub(crate) const CSR_SUBWARP_MIN_MEAN_ROW: f64 = 4.0;
 
-/// Lanes per row [`SpmvKernel::Auto`] gives rows of 4 to 16 entries on average: on an H200,
+/// Lanes per row [`SpmvKernel::Auto`] gives rows of 4 to 32 entries on average: on an H200,
 /// banded rows of 11 took 232 us with 2 or 4 lanes, 328 with 8, 350 staged in row blocks
 /// ([`SpmvKernel::CsrStream`]); uniform rows of 8 took 389 us with 4 lanes, 385 with 8, 407
 /// staged.
@@ -93,7 +94,7 @@ pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
     /// longer than the mean ([`csr_rows_skewed`]), else vector for long rows
     /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrSubwarp`] with 4 lanes for rows of 4 to
-    /// 16 entries on average, scalar for shorter ones; for ELLPACK-R `T` from
+    /// 32 entries on average, scalar for shorter ones; for ELLPACK-R `T` from
     /// the mean row length
     /// ([`ellr_threads_per_row`]); the only kernel of every other format.
     #[default]
@@ -1157,7 +1158,7 @@ mod auto_tests {
     #[test]
     fn auto_picks_by_mean_and_longest_row() {
         // The GPU-size classes: stencil (77 a row), banded (11), uniform (8), road (3.4),
-        // power law and skewed (hubs), LP (140).
+        // power law and skewed (hubs), LP (140), the scalar 27-point stencil (26.5).
         assert_eq!(
             csr_auto_kernel(151_959, 11_655_261, 81),
             SpmvKernel::CsrVector
@@ -1181,9 +1182,11 @@ mod auto_tests {
             csr_auto_kernel(100_000, 14_000_312, 150),
             SpmvKernel::CsrVector
         );
-        // Edges: exactly 4 and 16 a row.
+        assert_eq!(csr_auto_kernel(1_000_000, 26_463_592, 27), four);
+        // Edges: exactly 4 and 32 a row.
         assert_eq!(csr_auto_kernel(10, 40, 4), four);
         assert_eq!(csr_auto_kernel(10, 39, 4), SpmvKernel::CsrScalar);
-        assert_eq!(csr_auto_kernel(10, 160, 16), SpmvKernel::CsrVector);
+        assert_eq!(csr_auto_kernel(10, 320, 32), SpmvKernel::CsrVector);
+        assert_eq!(csr_auto_kernel(10, 319, 32), four);
     }
 }
