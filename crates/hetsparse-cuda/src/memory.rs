@@ -83,7 +83,6 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     where
         T: DeviceCopy + Send + Sync,
     {
-        use rayon::prelude::*;
         assert!(
             host.len() <= self.len,
             "upload larger than the device slice"
@@ -111,14 +110,11 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
                     sent[i].synchronize()?;
                 }
                 let (start, n) = (k * piece, piece.min(host.len() - k * piece));
-                let grain = (COPY_GRAIN_BYTES / size).max(1);
                 let to = stage[i].typed_mut::<T>(n);
                 // SAFETY: a view of initialised values as MaybeUninit<T> (same layout), through
                 // which only values of T are written.
                 let to = unsafe { &mut *(to as *mut [T] as *mut [std::mem::MaybeUninit<T>]) };
-                to.par_chunks_mut(grain)
-                    .zip(host[start..start + n].par_chunks(grain))
-                    .for_each(|(to, from)| hetsparse_core::host::copy_streaming(to, from));
+                parallel_copy(to, &host[start..start + n]);
                 // SAFETY: the staging buffer is page-locked; it is written again or returned
                 // to the pool only after its event has been waited for.
                 unsafe {
