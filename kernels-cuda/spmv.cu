@@ -79,100 +79,166 @@ __device__ void spmv_csr_subwarp(u64 nrows, u32 lanes, const u64* __restrict__ o
 // next runs' in a segmented scan over the lanes, and the lane where such a row's last run ends
 // stores it, or adds it atomically where the row crosses a tile boundary. y_acc is zeroed first,
 // so rows without entries are never written.
+//
+// Each tile's first row comes from `tile_rows` (computed once per matrix by csr_tile_rows), and
+// the offsets of its rows are loaded by the whole warp at once into shared memory, where the
+// lanes find their runs' rows: the only global loads a tile waits on are that one and its
+// products, where searching `offsets` cost a chain of dependent loads per lane.
 #define TILE_ITEMS 8
 #define TILE_WARPS 8  // warps per block: BLOCK / 32 on the host
-// Blocks per SM the kernel's registers must allow: its warps wait on chains of dependent
-// loads (row searches, gathers of x), and 8 blocks (32 registers) hid them better than the 5
-// its 48 registers allowed.
+#define TILE_ENTRIES (32 * TILE_ITEMS)  // CSR_TILE_ENTRIES on the host
+// Offsets a warp keeps in shared memory: a tile meets at most TILE_ENTRIES rows with entries in it and
+// the row after them; more (empty rows) and the lanes read `offsets` from global memory.
+#define TILE_OFFSETS (TILE_ENTRIES + 2)
+// Blocks per SM the kernel's registers must allow: its warps wait on the gathers of x, and 8
+// blocks (32 registers) hid them better than the 5 its 48 registers allowed.
 #define TILE_MIN_BLOCKS 8
 
-template <typename S, typename R>
-__device__ void spmv_csr_tiles(u64 nrows, u64 nnz, const u64* __restrict__ offsets,
-                               const u32* __restrict__ cols, const S* __restrict__ vals,
-                               const S* __restrict__ x, typename R::acc* __restrict__ y_acc) {
+// tile_rows[t] = the row holding entry min(t·TILE_ENTRIES, nnz - 1), for t in 0..=tiles (nnz > 0): the
+// last row that starts at or before it.
+extern "C" __global__ void csr_tile_rows(u64 nrows, u64 nnz, const u64* __restrict__ offsets,
+                                         u64* __restrict__ tile_rows) {
+    const u64 tiles = (nnz + TILE_ENTRIES - 1) / TILE_ENTRIES;
+    for (u64 t = global_thread(); t <= tiles; t += grid_threads()) {
+        const u64 k = min(t * TILE_ENTRIES, nnz - 1);
+        u64 lo = 0, hi = nrows;  // offsets[lo] <= k < offsets[hi]
+        while (hi - lo > 1) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (offsets[mid] <= k) lo = mid; else hi = mid;
+        }
+        tile_rows[t] = lo;
+    }
+}
+
+// A row offset relative to the tile's first entry, clamped to [-1, TILE_ENTRIES + 1]: every comparison
+// the tile makes (with 0, its runs' bounds and its end, all in [0, TILE_ENTRIES]) keeps its answer.
+__device__ __forceinline__ int tile_relative(u64 offset, u64 kb) {
+    if (offset < kb) return -1;
+    return (int)min(offset - kb, (u64)TILE_ENTRIES + 1);
+}
+
+// The offsets of the tile's rows, relative to it: from shared memory, or global past its room.
+struct TileOffsetsShared {
+    const int* rel;
+    __device__ int operator()(u64 r) const { return rel[r]; }
+};
+struct TileOffsetsGlobal {
+    const u64* offsets;  // from the tile's first row
+    u64 kb;
+    __device__ int operator()(u64 r) const { return tile_relative(offsets[r], kb); }
+};
+
+// One tile of entries kb.. (`entries` of them) whose rows are r_first + 0..rows, their offsets
+// relative to kb in `off` (rows + 1 of them). `sh` holds the tile's products in entry order.
+template <typename R, typename Off>
+__device__ __forceinline__ void spmv_tile_rows(u64 r_first, u64 rows, int entries, Off off,
+                                               const typename R::acc* sh,
+                                               typename R::acc* __restrict__ y_acc) {
     typedef typename R::acc Acc;
-    constexpr u32 TILE = 32 * TILE_ITEMS;
+    const u32 lane = threadIdx.x & 31u;
+    const int k0 = (int)(lane * TILE_ITEMS);
+    const int k1 = min(k0 + TILE_ITEMS, entries);
+    u64 row = 0, first_row = 0;
+    Acc head = R::zero(), sum = R::zero();
+    bool has_head = false, has_tail = false;
+    if (k0 < entries) {
+        u64 lo = 0, hi = rows;
+        while (hi - lo > 1) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (off(mid) <= k0) lo = mid; else hi = mid;
+        }
+        row = first_row = lo;
+        int row_start = off(row), row_end = off(row + 1);
+        bool from_before = row_start < k0;  // the row's first entries are in earlier runs
+        for (int k = k0; k < k1; ++k) {
+            while (k >= row_end) {
+                if (from_before) {
+                    head = sum;
+                    has_head = true;
+                    from_before = false;
+                } else if (row_end > row_start) {
+                    y_acc[r_first + row] = sum;  // started and ended in this run
+                }
+                ++row;
+                row_start = row_end;
+                row_end = off(row + 1);
+                sum = R::zero();
+            }
+            sum = R::add(sum, sh[k + k / TILE_ITEMS]);
+        }
+        if (!from_before && row_end == k1) {
+            y_acc[r_first + row] = sum;  // started in this run and ends with it
+        } else {
+            has_tail = true;
+        }
+    }
+    // Keys of the open ends, non-decreasing over the lanes: equal keys are one row's runs.
+    // A lane without an open end gets an odd key no other lane has; idle lanes the largest.
+    const u64 key = k0 >= entries ? ~0ull : 2 * row + (has_tail ? 0 : 1);
+    Acc carry = has_tail ? sum : R::zero();
+    for (u32 d = 1; d < 32; d <<= 1) {
+        const int from = lane >= d ? (int)(lane - d) : (int)lane;
+        const Acc up = shfl_idx(carry, from, 32);
+        const u64 up_key = __shfl_sync(0xffffffffu, key, from);
+        if (lane >= d && up_key == key) carry = R::add(carry, up);
+    }
+    const int next = lane < 31 ? (int)lane + 1 : (int)lane;
+    const u64 next_key = __shfl_sync(0xffffffffu, key, next);
+    const u64 next_first = __shfl_sync(0xffffffffu, first_row, next);
+    const bool next_has_head = __shfl_sync(0xffffffffu, has_head, next);
+    const Acc next_head = shfl_idx(head, next, 32);
+    if (has_tail && (lane == 31 || next_key != key)) {
+        // The last of this row's runs here; its last entries, if any, are the next lane's head.
+        if (lane < 31 && next_has_head && next_first == row) carry = R::add(carry, next_head);
+        if (off(row) >= 0 && off(row + 1) <= entries) {
+            y_acc[r_first + row] = carry;
+        } else {
+            R::atomic_add(&y_acc[r_first + row], carry);
+        }
+    }
+    // A row that came from the previous tile and ends in lane 0's run.
+    if (lane == 0 && has_head) R::atomic_add(&y_acc[r_first + first_row], head);
+}
+
+template <typename S, typename R>
+__device__ void spmv_csr_tiles(u64 nnz, const u64* __restrict__ tile_rows,
+                               const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                               const S* __restrict__ vals, const S* __restrict__ x,
+                               typename R::acc* __restrict__ y_acc) {
+    typedef typename R::acc Acc;
     // One padding slot per run, so that the lanes' reads of their runs miss each other's banks.
-    constexpr u32 PADDED = TILE + 32;
+    constexpr u32 PADDED = TILE_ENTRIES + 32;
     __shared__ Acc staged[TILE_WARPS][PADDED];
+    __shared__ int staged_offsets[TILE_WARPS][TILE_OFFSETS];
     const u32 lane = threadIdx.x & 31u;
     Acc* sh = staged[threadIdx.x >> 5];
-    const u64 tiles = (nnz + TILE - 1) / TILE;
+    int* sh_off = staged_offsets[threadIdx.x >> 5];
+    const u64 tiles = (nnz + TILE_ENTRIES - 1) / TILE_ENTRIES;
     for (u64 t = global_thread() / 32; t < tiles; t += grid_threads() / 32) {
-        const u64 kb = t * TILE;
-        const u64 ke = min(kb + TILE, nnz);
+        const u64 kb = t * TILE_ENTRIES;
+        const u64 ke = min(kb + TILE_ENTRIES, nnz);
+        const u64 r_first = tile_rows[t];
+        // Rows r_first..=tile_rows[t + 1]: the last may start at or after ke.
+        const u64 rows = tile_rows[t + 1] - r_first + 1;
 #pragma unroll
         for (u32 j = 0; j < TILE_ITEMS; ++j) {
             const u32 idx = j * 32 + lane;
             const u64 k = kb + idx;
             sh[idx + idx / TILE_ITEMS] = k < ke ? R::mul(vals[k], x[cols[k]]) : R::zero();
         }
-        const u64 r_first = warp_row_of(offsets, 0, nrows, kb);
-        const u64 r_last = warp_row_of(offsets, r_first, nrows, ke - 1);
+        const bool fits = rows + 1 <= TILE_OFFSETS;
+        if (fits) {
+            for (u32 r = lane; r <= (u32)rows; r += 32) {
+                sh_off[r] = tile_relative(offsets[r_first + r], kb);
+            }
+        }
         __syncwarp();
-        const u64 k0 = kb + (u64)lane * TILE_ITEMS;
-        const u64 k1 = min(k0 + TILE_ITEMS, ke);
-        u64 row = r_last, first_row = r_last;
-        Acc head = R::zero(), sum = R::zero();
-        bool has_head = false, has_tail = false;
-        if (k0 < ke) {
-            u64 lo = r_first, hi = r_last + 1;
-            while (hi - lo > 1) {
-                const u64 mid = lo + (hi - lo) / 2;
-                if (offsets[mid] <= k0) lo = mid; else hi = mid;
-            }
-            row = first_row = lo;
-            u64 row_start = offsets[row], row_end = offsets[row + 1];
-            bool from_before = row_start < k0;  // the row's first entries are in earlier runs
-            for (u64 k = k0; k < k1; ++k) {
-                while (k >= row_end) {
-                    if (from_before) {
-                        head = sum;
-                        has_head = true;
-                        from_before = false;
-                    } else if (row_end > row_start) {
-                        y_acc[row] = sum;  // started and ended in this run
-                    }
-                    ++row;
-                    row_start = row_end;
-                    row_end = offsets[row + 1];
-                    sum = R::zero();
-                }
-                const u64 idx = k - kb;
-                sum = R::add(sum, sh[idx + idx / TILE_ITEMS]);
-            }
-            if (!from_before && row_end == k1) {
-                y_acc[row] = sum;  // started in this run and ends with it
-            } else {
-                has_tail = true;
-            }
+        if (fits) {
+            spmv_tile_rows<R>(r_first, rows, (int)(ke - kb), TileOffsetsShared{sh_off}, sh, y_acc);
+        } else {
+            spmv_tile_rows<R>(r_first, rows, (int)(ke - kb),
+                              TileOffsetsGlobal{offsets + r_first, kb}, sh, y_acc);
         }
-        // Keys of the open ends, non-decreasing over the lanes: equal keys are one row's runs.
-        // A lane without an open end gets an odd key no other lane has; idle lanes the largest.
-        const u64 key = k0 >= ke ? ~0ull : 2 * row + (has_tail ? 0 : 1);
-        Acc carry = has_tail ? sum : R::zero();
-        for (u32 d = 1; d < 32; d <<= 1) {
-            const int from = lane >= d ? (int)(lane - d) : (int)lane;
-            const Acc up = shfl_idx(carry, from, 32);
-            const u64 up_key = __shfl_sync(0xffffffffu, key, from);
-            if (lane >= d && up_key == key) carry = R::add(carry, up);
-        }
-        const int next = lane < 31 ? (int)lane + 1 : (int)lane;
-        const u64 next_key = __shfl_sync(0xffffffffu, key, next);
-        const u64 next_first = __shfl_sync(0xffffffffu, first_row, next);
-        const bool next_has_head = __shfl_sync(0xffffffffu, has_head, next);
-        const Acc next_head = shfl_idx(head, next, 32);
-        if (has_tail && (lane == 31 || next_key != key)) {
-            // The last of this row's runs here; its last entries, if any, are the next lane's head.
-            if (lane < 31 && next_has_head && next_first == row) carry = R::add(carry, next_head);
-            if (offsets[row] >= kb && offsets[row + 1] <= ke) {
-                y_acc[row] = carry;
-            } else {
-                R::atomic_add(&y_acc[row], carry);
-            }
-        }
-        // A row that came from the previous tile and ends in lane 0's run.
-        if (lane == 0 && has_head) R::atomic_add(&y_acc[first_row], head);
         __syncwarp();
     }
 }
@@ -530,9 +596,9 @@ HS_INSTANTIATE(spmv_csr_subwarp,
                (spmv_csr_subwarp<T, S>(nrows, lanes, offsets, cols, (const T*)vals, (const T*)x,
                                        (T*)y)))
 HS_INSTANTIATE_BOUNDED(spmv_csr_tiles, TILE_WARPS * 32, TILE_MIN_BLOCKS,
-               (u64 nrows, u64 nnz, const u64* offsets, const u32* cols, const void* vals,
-                const void* x, void* y_acc),
-               (spmv_csr_tiles<T, S>(nrows, nnz, offsets, cols, (const T*)vals, (const T*)x,
+               (u64 nnz, const u64* tile_rows, const u64* offsets, const u32* cols,
+                const void* vals, const void* x, void* y_acc),
+               (spmv_csr_tiles<T, S>(nnz, tile_rows, offsets, cols, (const T*)vals, (const T*)x,
                                      (S::acc*)y_acc)))
 HS_INSTANTIATE(spmv_csr_stream,
                (u64 nblocks, const u64* first, const u64* offsets, const u32* cols,

@@ -33,6 +33,9 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     /// The row blocks of the CSR-stream SpMV kernel, once it ran (they depend on the pattern
     /// only, so matrices of one pattern share them).
     stream_blocks: OnceLock<Arc<DeviceBuffer<u64>>>,
+    /// The first row of each tile of the balanced CSR SpMV kernel, once it ran (pattern only,
+    /// like the row blocks).
+    tile_rows: OnceLock<Arc<DeviceBuffer<u64>>>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
@@ -64,6 +67,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             host_offsets: OnceLock::from(m.arrays().0.clone()),
             longest_row: OnceLock::new(),
             stream_blocks: OnceLock::new(),
+            tile_rows: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -86,6 +90,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             host_offsets: OnceLock::new(),
             longest_row: OnceLock::new(),
             stream_blocks: OnceLock::new(),
+            tile_rows: OnceLock::new(),
             offsets,
             cols,
             vals,
@@ -163,43 +168,81 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         if self.nrows == 0 {
             return Ok(None);
         }
-        if let Some(blocks) = self.stream_blocks.get() {
-            blocks.await_on(stream)?;
-            return Ok(Some(blocks));
-        }
         let nblocks = self.stream_block_count();
-        let len = usize::try_from(nblocks + 1).map_err(|_| {
-            Error::InvalidArgument(format!("{nblocks} CSR-stream row blocks do not fit memory"))
-        })?;
+        self.row_partition(
+            &self.stream_blocks,
+            (gpu, stream),
+            ("csr_stream_blocks", nblocks),
+            nblocks,
+            "CSR-stream row blocks",
+        )
+        .map(Some)
+    }
+
+    /// The row holding the first entry of each tile of the balanced CSR SpMV kernel
+    /// (`spmv_csr_tiles`, [`crate::spmv::CSR_TILE_ENTRIES`] entries a tile) and the row of the
+    /// last entry last, computed on the device on `stream` the first time they are asked for,
+    /// as [`DeviceCsr::stream_blocks`]. `None` for a matrix without entries.
+    pub fn tile_rows(&self, gpu: &Gpu, stream: &Arc<Stream>) -> Result<Option<&DeviceBuffer<u64>>> {
+        if self.nnz == 0 {
+            return Ok(None);
+        }
+        let tiles = self.nnz.div_ceil(crate::spmv::CSR_TILE_ENTRIES);
+        self.row_partition(
+            &self.tile_rows,
+            (gpu, stream),
+            ("csr_tile_rows", self.nnz),
+            tiles,
+            "balanced SpMV tile rows",
+        )
+        .map(Some)
+    }
+
+    /// `parts` + 1 row indices that split the matrix for an SpMV kernel, kept in `cell`:
+    /// computed the first time by `kernel(u64 nrows, u64 n, offsets, out)` of `spmv.cu`.
+    fn row_partition<'s>(
+        &'s self,
+        cell: &'s OnceLock<Arc<DeviceBuffer<u64>>>,
+        (gpu, stream): (&Gpu, &Arc<Stream>),
+        (kernel, n): (&'static str, u64),
+        parts: u64,
+        what: &'static str,
+    ) -> Result<&'s DeviceBuffer<u64>> {
+        if let Some(kept) = cell.get() {
+            kept.await_on(stream)?;
+            return Ok(kept);
+        }
+        let len = usize::try_from(parts + 1)
+            .map_err(|_| Error::InvalidArgument(format!("{parts} {what} do not fit memory")))?;
         let _span =
-            tracing::debug_span!("CSR-stream row blocks", rows = self.nrows, nblocks).entered();
+            tracing::debug_span!("SpMV row partition", what, rows = self.nrows, parts).entered();
         self.offsets.await_on(stream)?;
-        let mut blocks = DeviceBuffer::<u64>::new_on(gpu, stream, len, "CSR-stream row blocks")?;
-        let f = gpu.function("spmv", "csr_stream_blocks")?;
-        // SAFETY: `csr_stream_blocks(u64 nrows, u64 nblocks, offsets, first)`; the offsets
-        // hold nrows + 1 values, `blocks` nblocks + 1, and the kernel writes only those.
+        let mut out = DeviceBuffer::<u64>::new_on(gpu, stream, len, what)?;
+        let f = gpu.function("spmv", kernel)?;
+        // SAFETY: both kernels take `(u64 nrows, u64 n, offsets, out)`, read the nrows + 1
+        // offsets and write the parts + 1 values of `out`.
         unsafe {
             gpu.launch(
                 f,
-                LaunchConfig::for_threads(nblocks + 1, 256),
+                LaunchConfig::for_threads(parts + 1, 256),
                 stream,
                 &[
                     Arg::U64(self.nrows as u64),
-                    Arg::U64(nblocks),
+                    Arg::U64(n),
                     self.offsets.slice().arg(),
-                    blocks.slice().arg(),
+                    out.slice().arg(),
                 ],
             )?
         };
         let done = Arc::new(Event::new(false)?);
         done.record(stream)?;
-        blocks.set_ready(&done);
+        out.set_ready(&done);
         self.offsets.note_use(stream, &done);
         // Another thread may have computed them meanwhile: theirs are kept and these freed on
         // `stream` behind the kernel that wrote them.
-        let kept = self.stream_blocks.get_or_init(|| Arc::new(blocks));
+        let kept = cell.get_or_init(|| Arc::new(out));
         kept.await_on(stream)?;
-        Ok(Some(kept))
+        Ok(kept)
     }
 
     /// The row blocks of the CSR-stream kernel, where [`DeviceCsr::stream_blocks`] has made them.
@@ -207,12 +250,19 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         self.stream_blocks.get().map(|b| &**b)
     }
 
+    /// The tile rows of the balanced kernel, where [`DeviceCsr::tile_rows`] has made them.
+    pub fn prepared_tile_rows(&self) -> Option<&DeviceBuffer<u64>> {
+        self.tile_rows.get().map(|b| &**b)
+    }
+
     /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
     pub fn await_on(&self, stream: &Stream) -> Result<()> {
         self.offsets.await_on(stream)?;
         self.cols.await_on(stream)?;
-        if let Some(blocks) = self.stream_blocks.get() {
-            blocks.await_on(stream)?;
+        for kept in [&self.stream_blocks, &self.tile_rows] {
+            if let Some(rows) = kept.get() {
+                rows.await_on(stream)?;
+            }
         }
         self.vals.await_on(stream)
     }
@@ -221,8 +271,10 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     pub fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
         self.offsets.note_use(stream, done);
         self.cols.note_use(stream, done);
-        if let Some(blocks) = self.stream_blocks.get() {
-            blocks.note_use(stream, done);
+        for kept in [&self.stream_blocks, &self.tile_rows] {
+            if let Some(rows) = kept.get() {
+                rows.note_use(stream, done);
+            }
         }
         self.vals.note_use(stream, done);
     }
@@ -238,6 +290,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             host_offsets: self.host_offsets.clone(),
             longest_row: self.longest_row.clone(),
             stream_blocks: self.stream_blocks.clone(),
+            tile_rows: self.tile_rows.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
             vals: put(gpu, stream, None, as_device(values), "new values")?,

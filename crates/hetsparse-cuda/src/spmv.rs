@@ -50,7 +50,7 @@ pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
 }
 
 /// Entries a warp of the balanced CSR kernel takes at a time: 32 lanes × `TILE_ITEMS`.
-const CSR_TILE_ENTRIES: u64 = 32 * 8;
+pub(crate) const CSR_TILE_ENTRIES: u64 = 32 * 8;
 
 /// Rows plus entries of a row block of the CSR-stream kernel (`STREAM_SPAN` in `spmv.cu`): row
 /// `i` belongs to block `(i + offsets[i]) / CSR_STREAM_SPAN`. It is also the longest row for
@@ -105,7 +105,8 @@ pub enum SpmvKernel {
     CsrVector,
     /// CSR, each warp an equal share of the entries whatever the rows they belong to, rows
     /// summed in segments and the pieces of a row shared by several warps added atomically:
-    /// no row, however long, holds up the others, and short rows leave no lane idle.
+    /// no row, however long, holds up the others, and short rows leave no lane idle. The row
+    /// where each share starts is found once per matrix (and kept with a resident one).
     CsrBalanced,
     /// CSR in row blocks (the CSR-stream part of Greathouse & Daga's CSR-Adaptive): rows are
     /// grouped once per matrix (and kept with a resident one) into blocks of whole rows, about
@@ -338,8 +339,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
     }
 
     /// Queues on `stream` what `kernel` (resolved) needs before [`DeviceSparse::launch`]: the
-    /// row blocks of the CSR-stream kernel, computed the first time (and kept with a resident
-    /// matrix), and where a row is long enough to span several row blocks, the buffers in
+    /// tile rows of the balanced kernel or the row blocks of the CSR-stream kernel, computed the
+    /// first time (and kept with a resident matrix), and for CSR-stream, where a row is long enough to span several row blocks, the buffers in
     /// which they share it (for this product only: stream-ordered on `stream`).
     pub(crate) fn prepare(
         &self,
@@ -348,6 +349,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         kernel: SpmvKernel,
     ) -> Result<SpmvScratch> {
         let mut scratch = SpmvScratch::none();
+        if let (DeviceSparse::Csr(m), SpmvKernel::CsrBalanced) = (self, kernel) {
+            m.tile_rows(gpu, stream)?;
+        }
         if let (DeviceSparse::Csr(m), SpmvKernel::CsrStream) = (self, kernel) {
             if m.stream_blocks(gpu, stream)?.is_some()
                 && m.longest_row(gpu, stream)? >= CSR_STREAM_SPAN
@@ -453,12 +457,23 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     }
                     SpmvKernel::CsrBalanced => {
                         let nnz = m.nnz();
+                        let Some(tile_rows) = m.prepared_tile_rows() else {
+                            // No entries, nothing to add; or not prepared, a bug of the caller.
+                            return if nnz == 0 {
+                                Ok(())
+                            } else {
+                                Err(Error::Internal {
+                                    backend: crate::error::BACKEND.into(),
+                                    what: "balanced CSR SpMV launched without its tile rows".into(),
+                                })
+                            };
+                        };
                         run(
                             "spmv_csr_tiles",
                             nnz.div_ceil(CSR_TILE_ENTRIES) * 32,
                             &[
-                                Arg::U64(nrows),
                                 Arg::U64(nnz),
+                                tile_rows.slice().arg(),
                                 m.offsets.slice().arg(),
                                 m.cols.slice().arg(),
                                 m.vals.slice().arg(),

@@ -113,7 +113,24 @@ fn spmv_matrices<T: Scalar>() -> Vec<(&'static str, Csr<T>)> {
             "a row of 100 000 entries among short ones",
             from_row_lengths(&[2, 5, 100_000, 1, 0, 3, 70_000, 0], 120_000),
         ),
+        (
+            "more empty rows in a tile than the balanced kernel keeps in shared memory",
+            from_row_lengths(&runs_of_empty_rows(), 700),
+        ),
     ]
+}
+
+/// Row lengths with runs of hundreds of empty rows inside tiles of 256 entries, beside tiles
+/// of ordinary rows.
+fn runs_of_empty_rows() -> Vec<u64> {
+    let mut lengths = vec![5];
+    lengths.extend([0; 600]);
+    lengths.extend([7, 3]);
+    lengths.extend([0; 300]);
+    lengths.extend((0..200).map(|i| i % 6));
+    lengths.extend([0; 1000]);
+    lengths.extend([300, 1, 0, 2]);
+    lengths
 }
 
 /// A matrix whose rows have the given lengths, columns spread over `ncols`, values varied.
