@@ -423,15 +423,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     ),
                     SpmvKernel::CsrStream => {
                         let Some(blocks) = m.prepared_stream_blocks() else {
-                            // No rows, nothing to write; or not prepared, a bug of the caller.
-                            return if nrows == 0 {
-                                Ok(())
-                            } else {
-                                Err(Error::Internal {
-                                    backend: crate::error::BACKEND.into(),
-                                    what: "CSR-stream SpMV launched without its row blocks".into(),
-                                })
-                            };
+                            return unprepared(nrows == 0, "CSR-stream SpMV", "row blocks");
                         };
                         let nblocks = m.stream_block_count();
                         // Null where no row spans several row blocks: each is summed whole.
@@ -458,15 +450,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     SpmvKernel::CsrBalanced => {
                         let nnz = m.nnz();
                         let Some(tile_rows) = m.prepared_tile_rows() else {
-                            // No entries, nothing to add; or not prepared, a bug of the caller.
-                            return if nnz == 0 {
-                                Ok(())
-                            } else {
-                                Err(Error::Internal {
-                                    backend: crate::error::BACKEND.into(),
-                                    what: "balanced CSR SpMV launched without its tile rows".into(),
-                                })
-                            };
+                            return unprepared(nnz == 0, "balanced CSR SpMV", "tile rows");
                         };
                         run(
                             "spmv_csr_tiles",
@@ -607,6 +591,20 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 ],
             ),
         }
+    }
+}
+
+/// What a launch does without the per-matrix partition its kernel needs: nothing where the
+/// matrix is `empty` (no partition is made for it), else an error, a bug of the caller (which
+/// skipped [`DeviceSparse::prepare`]).
+fn unprepared(empty: bool, kernel: &str, partition: &str) -> Result<()> {
+    if empty {
+        Ok(())
+    } else {
+        Err(Error::Internal {
+            backend: crate::error::BACKEND.into(),
+            what: format!("{kernel} launched without its {partition}"),
+        })
     }
 }
 
