@@ -49,25 +49,141 @@ __device__ void spmv_csr_vector(u64 nrows, const u64* __restrict__ offsets,
 // a reduction within each group. For rows of a few to a few tens of entries, where a thread per
 // row reads scattered and a warp per row idles most lanes. Every warp runs the same number of
 // rounds (rows past the end sum nothing), so the shuffles see all 32 lanes.
-template <typename S, typename R>
-__device__ void spmv_csr_subwarp(u64 nrows, u32 lanes, const u64* __restrict__ offsets,
-                                 const u32* __restrict__ cols, const S* __restrict__ vals,
-                                 const S* __restrict__ x, S* __restrict__ y) {
+// With `long_row` (SkipLong), rows of that many entries or more are left out (not written):
+// spmv_csr_long_rows sums them.
+// `thread` of `threads` (a multiple of 32) are this kernel's.
+template <typename S, typename R, bool SkipLong>
+__device__ void spmv_csr_subwarp(u64 nrows, u32 lanes, u64 long_row,
+                                 const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                                 const S* __restrict__ vals, const S* __restrict__ x,
+                                 S* __restrict__ y, u64 thread, u64 threads) {
     const u32 lane = threadIdx.x & (lanes - 1u);
-    const u64 groups = grid_threads() / lanes;
+    const u64 groups = threads / lanes;
     const u64 rounds = (nrows + groups - 1) / groups;
     for (u64 r = 0; r < rounds; ++r) {
-        const u64 i = global_thread() / lanes + r * groups;
+        const u64 i = thread / lanes + r * groups;
         typename R::acc acc = R::zero();
-        if (i < nrows) {
-            const u64 end = offsets[i + 1];
-            for (u64 k = offsets[i] + lane; k < end; k += lanes) {
-                acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+        bool write = i < nrows;
+        if (write) {
+            const u64 start = offsets[i], end = offsets[i + 1];
+            if (SkipLong && end - start >= long_row) {
+                write = false;
+            } else {
+                for (u64 k = start + lane; k < end; k += lanes) {
+                    acc = R::add(acc, R::mul(vals[k], x[cols[k]]));
+                }
             }
         }
         acc = group_sum<R>(acc, (int)lanes);
-        if (lane == 0 && i < nrows) y[i] = R::store(acc);
+        if (lane == 0 && write) y[i] = R::store(acc);
     }
+}
+
+// CSR with its long rows apart (spmv_csr_apart): the long rows (listed in `rows`, their
+// entries counted before each in `prefix`, nlong + 1 values) are laid end to end and cut into
+// tiles of LONG_TILE entries, a warp a tile (`warp` of `warps`), lanes striding over it (the
+// loads of A coalesce); each part of a row is summed over the warp and added atomically into
+// `sums` (zeroed, one accumulator per long row), which spmv_long_rows_store then writes to y.
+#define LONG_TILE 1024
+#define LONG_UNROLL 8
+template <typename S, typename R>
+__device__ void spmv_csr_long_rows(u64 nlong, const u64* __restrict__ rows,
+                                   const u64* __restrict__ prefix,
+                                   const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                                   const S* __restrict__ vals, const S* __restrict__ x,
+                                   typename R::acc* __restrict__ sums, u64 warp, u64 warps) {
+    const u32 lane = threadIdx.x & 31u;
+    const u64 total = prefix[nlong];
+    const u64 tiles = (total + LONG_TILE - 1) / LONG_TILE;
+    for (u64 t = warp; t < tiles; t += warps) {
+        const u64 vb = t * LONG_TILE, ve = min(vb + LONG_TILE, total);
+        // The long row holding vb: the last j with prefix[j] <= vb.
+        u64 lo = 0, hi = nlong;
+        while (hi - lo > 1) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (prefix[mid] <= vb) lo = mid; else hi = mid;
+        }
+        for (u64 j = lo, v = vb; v < ve; ++j) {
+            const u64 seg_end = min(ve, prefix[j + 1]);
+            // Entries v..seg_end of row j, from its entry v - prefix[j].
+            const u64 base = offsets[rows[j]] - prefix[j];
+            typename R::acc acc = R::zero();
+            // LONG_UNROLL entries a lane at a time, their loads issued together: a warp's
+            // tile would otherwise wait for one gather of x after another.
+            for (u64 k0 = v + lane; k0 < seg_end; k0 += 32 * LONG_UNROLL) {
+                u32 c[LONG_UNROLL];
+                S a[LONG_UNROLL];
+#pragma unroll
+                for (u32 u = 0; u < LONG_UNROLL; ++u) {
+                    const u64 k = k0 + 32 * u;
+                    c[u] = k < seg_end ? load_once(cols + base + k) : 0u;
+                    a[u] = k < seg_end ? load_once(vals + base + k) : S();
+                }
+#pragma unroll
+                for (u32 u = 0; u < LONG_UNROLL; ++u) {
+                    if (k0 + 32 * u < seg_end) {
+                        acc = R::add(acc, R::mul(a[u], load_read_only(x + c[u])));
+                    }
+                }
+            }
+            acc = group_sum<R>(acc, 32);
+            if (lane == 0) R::atomic_add(&sums[j], acc);
+            v = seg_end;
+        }
+    }
+}
+
+// One launch for both parts, so that they share the GPU: the first `long_warps` warps take the
+// long rows' tiles, the others the other rows, `lanes` lanes a row, leaving out rows of
+// `long_row` entries or more. Each part alone waits on its gathers with the GPU's memory half
+// idle; side by side they keep it busier.
+template <typename S, typename R>
+__device__ void spmv_csr_apart(u64 nrows, u32 lanes, u64 long_row, u64 long_warps, u64 nlong,
+                               const u64* __restrict__ rows, const u64* __restrict__ prefix,
+                               const u64* __restrict__ offsets, const u32* __restrict__ cols,
+                               const S* __restrict__ vals, const S* __restrict__ x,
+                               S* __restrict__ y, typename R::acc* __restrict__ sums) {
+    const u64 warp = global_thread() / 32;
+    if (warp < long_warps) {
+        spmv_csr_long_rows<S, R>(nlong, rows, prefix, offsets, cols, vals, x, sums, warp,
+                                 long_warps);
+    } else {
+        spmv_csr_subwarp<S, R, true>(nrows, lanes, long_row, offsets, cols, vals, x, y,
+                                     global_thread() - 32 * long_warps,
+                                     grid_threads() - 32 * long_warps);
+    }
+}
+
+// y at the long rows, from their sums.
+template <typename S, typename R>
+__device__ void spmv_long_rows_store(u64 nlong, const u64* __restrict__ rows,
+                                     const typename R::acc* __restrict__ sums, S* __restrict__ y) {
+    for (u64 j = global_thread(); j < nlong; j += grid_threads()) y[rows[j]] = R::store(sums[j]);
+}
+
+// The rows of `threshold` entries or more, and their entry counts, in no particular order:
+// rows[slot] and lengths[slot] for a slot taken from `found` (zeroed); the longest of the
+// other rows goes to `longest_short` (zeroed).
+extern "C" __global__ void csr_find_long_rows(u64 nrows, u64 threshold,
+                                              const u64* __restrict__ offsets,
+                                              unsigned long long* found, u64* __restrict__ rows,
+                                              u64* __restrict__ lengths,
+                                              unsigned long long* longest_short) {
+    u64 longest = 0;
+    for (u64 i = global_thread(); i < nrows; i += grid_threads()) {
+        const u64 len = offsets[i + 1] - offsets[i];
+        if (len >= threshold) {
+            const u64 slot = atomicAdd(found, 1ull);
+            rows[slot] = i;
+            lengths[slot] = len;
+        } else {
+            longest = max(longest, len);
+        }
+    }
+    for (int d = 16; d > 0; d /= 2)
+        longest = max(longest, (u64)__shfl_down_sync(0xffffffffu, longest, d));
+    if ((threadIdx.x & 31u) == 0 && longest > 0)
+        atomicMax(longest_short, (unsigned long long)longest);
 }
 
 // CSR by equal shares of entries, whatever the rows (the idea of Merrill & Garland's merge-based
@@ -593,8 +709,19 @@ HS_INSTANTIATE(spmv_csr_vector,
 HS_INSTANTIATE(spmv_csr_subwarp,
                (u64 nrows, u32 lanes, const u64* offsets, const u32* cols, const void* vals,
                 const void* x, void* y),
-               (spmv_csr_subwarp<T, S>(nrows, lanes, offsets, cols, (const T*)vals, (const T*)x,
-                                       (T*)y)))
+               (spmv_csr_subwarp<T, S, false>(nrows, lanes, 0, offsets, cols, (const T*)vals,
+                                              (const T*)x, (T*)y, global_thread(),
+                                              grid_threads())))
+HS_INSTANTIATE(spmv_csr_apart,
+               (u64 nrows, u32 lanes, u64 long_row, u64 long_warps, u64 nlong, const u64* rows,
+                const u64* prefix, const u64* offsets, const u32* cols, const void* vals,
+                const void* x, void* y, void* sums),
+               (spmv_csr_apart<T, S>(nrows, lanes, long_row, long_warps, nlong, rows, prefix,
+                                     offsets, cols, (const T*)vals, (const T*)x, (T*)y,
+                                     (S::acc*)sums)))
+HS_INSTANTIATE(spmv_long_rows_store,
+               (u64 nlong, const u64* rows, const void* sums, void* y),
+               (spmv_long_rows_store<T, S>(nlong, rows, (const S::acc*)sums, (T*)y)))
 HS_INSTANTIATE_BOUNDED(spmv_csr_tiles, TILE_WARPS * 32, TILE_MIN_BLOCKS,
                (u64 nnz, const u64* tile_rows, const u64* offsets, const u32* cols,
                 const void* vals, const void* x, void* y_acc),

@@ -24,8 +24,8 @@
 //! `HETSPARSE_BENCH_PROFILE=1` (one more resident call per class with the time of each stage,
 //! from the backend's tracing spans, on standard error), `HETSPARSE_BENCH_OPS` (`spgemm`,
 //! `spmv`, `spmm`, comma-separated; all), `HETSPARSE_BENCH_SPMV_KERNEL` (the CUDA SpMV kernel
-//! of CSR matrices: `auto`, `scalar`, `vector`, `balanced`, `stream` or `subwarpN` for N lanes
-//! per row; `auto`).
+//! of CSR matrices: `auto`, `scalar`, `vector`, `balanced`, `stream`, `apart` (long rows
+//! apart) or `subwarpN` for N lanes per row; `auto`).
 //! Without a GPU it prints that it skipped.
 //!
 //! SpMV and SpMM (32 columns, B row-major as a numpy array is) are timed on A of the same
@@ -321,6 +321,7 @@ fn main() {
         Ok("vector") => SpmvKernel::CsrVector,
         Ok("balanced") => SpmvKernel::CsrBalanced,
         Ok("stream") => SpmvKernel::CsrStream,
+        Ok("apart") => SpmvKernel::CsrLongRowsApart,
         Ok(other) => match other.strip_prefix("subwarp").map(str::parse::<u32>) {
             Some(Ok(lanes)) => SpmvKernel::CsrSubwarp { lanes },
             _ => panic!("HETSPARSE_BENCH_SPMV_KERNEL={other}: not a CSR SpMV kernel"),

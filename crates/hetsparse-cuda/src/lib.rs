@@ -180,6 +180,7 @@ impl CudaBackend {
             | SpmvKernel::CsrVector
             | SpmvKernel::CsrBalanced
             | SpmvKernel::CsrStream
+            | SpmvKernel::CsrLongRowsApart
             | SpmvKernel::CsrSubwarp { .. } => Ok(CudaBackend {
                 csr_spmv_kernel: kernel,
                 ..self

@@ -36,9 +36,26 @@ pub(crate) struct DeviceCsr<T: DeviceScalar> {
     /// The first row of each tile of the balanced CSR SpMV kernel, once it ran (pattern only,
     /// like the row blocks).
     tile_rows: OnceLock<Arc<DeviceBuffer<u64>>>,
+    /// The long rows, once SpMV asked (pattern only).
+    long_rows: OnceLock<Arc<LongRows>>,
     pub offsets: Arc<DeviceBuffer<u64>>,
     pub cols: Arc<DeviceBuffer<u32>>,
     pub vals: DeviceBuffer<T::Device>,
+}
+
+/// The long rows of a CSR matrix ([`DeviceCsr::long_rows`]) and what is known of the others.
+pub(crate) struct LongRows {
+    /// The long rows, ascending.
+    pub rows: DeviceBuffer<u64>,
+    /// Entries of the long rows before each, in that order, and their total last.
+    pub prefix: DeviceBuffer<u64>,
+    /// Long rows, and their entries.
+    pub count: u64,
+    pub entries: u64,
+    /// Rows, entries and the longest row of the others.
+    pub short_rows: u64,
+    pub short_entries: u64,
+    pub longest_short: u64,
 }
 
 impl<T: DeviceScalar> DeviceCsr<T> {
@@ -68,6 +85,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             longest_row: OnceLock::new(),
             stream_blocks: OnceLock::new(),
             tile_rows: OnceLock::new(),
+            long_rows: OnceLock::new(),
             offsets: Arc::new(put(gpu, stream, home, m.row_offsets(), name)?),
             cols: Arc::new(put(gpu, stream, home, m.col_indices(), name)?),
             vals: put(gpu, stream, home, as_device(m.values()), name)?,
@@ -91,6 +109,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             longest_row: OnceLock::new(),
             stream_blocks: OnceLock::new(),
             tile_rows: OnceLock::new(),
+            long_rows: OnceLock::new(),
             offsets,
             cols,
             vals,
@@ -250,6 +269,85 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         self.stream_blocks.get().map(|b| &**b)
     }
 
+    /// The rows of at least [`crate::spmv::long_row_threshold`] entries, for SpMV with them
+    /// apart ([`crate::SpmvKernel::CsrLongRowsApart`]): found on the device after `stream`,
+    /// sorted on the host (a few values: at most nnz / 256 rows), the first time they are
+    /// asked for, and kept (plain buffers, complete when this returns).
+    pub fn long_rows(&self, gpu: &Gpu, stream: &Stream) -> Result<&LongRows> {
+        if let Some(kept) = self.long_rows.get() {
+            return Ok(kept);
+        }
+        let threshold = crate::spmv::long_row_threshold(self.nrows, self.nnz);
+        let _span = tracing::debug_span!("long rows", rows = self.nrows, threshold).entered();
+        let cap = usize::try_from((self.nnz / threshold).min(self.nrows as u64))
+            .map_err(|_| Error::InvalidArgument("too many long rows for memory".into()))?;
+        let mut found: Vec<(u64, u64)> = Vec::new();
+        let mut longest_short = 0;
+        if self.nrows > 0 {
+            self.offsets.await_on(stream)?;
+            let counters = DeviceBuffer::<u64>::new(gpu.memory(), 2, "long-row counters")?;
+            counters.slice().zero(stream)?;
+            let rows = DeviceBuffer::<u64>::new(gpu.memory(), cap.max(1), "long rows")?;
+            let lengths = DeviceBuffer::<u64>::new(gpu.memory(), cap.max(1), "long-row lengths")?;
+            let f = gpu.function("spmv", "csr_find_long_rows")?;
+            let counter = |i: usize| counters.slice().sub(i, 1).arg();
+            // SAFETY: `csr_find_long_rows(nrows, threshold, offsets, found, rows, lengths,
+            // longest_short)`; the offsets hold nrows + 1 values; at most nnz / threshold rows
+            // have `threshold` entries or more, so `rows` and `lengths` hold every slot taken.
+            unsafe {
+                gpu.launch(
+                    f,
+                    LaunchConfig::for_threads(self.nrows as u64, 256),
+                    stream,
+                    &[
+                        Arg::U64(self.nrows as u64),
+                        Arg::U64(threshold),
+                        self.offsets.slice().arg(),
+                        counter(0),
+                        rows.slice().arg(),
+                        lengths.slice().arg(),
+                        counter(1),
+                    ],
+                )?
+            };
+            let counts = counters.slice().to_vec(stream)?;
+            let (n, longest) = (counts[0], counts[1]);
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= cap)
+                .ok_or_else(|| Error::Internal {
+                    backend: BACKEND.into(),
+                    what: format!("{n} long rows found, at most {cap} possible"),
+                })?;
+            longest_short = longest;
+            let rows = rows.slice().sub(0, n).to_vec(stream)?;
+            let lengths = lengths.slice().sub(0, n).to_vec(stream)?;
+            found = rows.into_iter().zip(lengths).collect();
+        }
+        // In row order: the order in which their tiles read A.
+        found.sort_unstable();
+        let mut prefix = Vec::with_capacity(found.len() + 1);
+        let mut total = 0u64;
+        prefix.push(0);
+        for &(_, len) in &found {
+            total += len;
+            prefix.push(total);
+        }
+        let rows: Vec<u64> = found.iter().map(|&(row, _)| row).collect();
+        let long = LongRows {
+            count: rows.len() as u64,
+            entries: total,
+            rows: DeviceBuffer::from_host(gpu.memory(), stream, &rows, "long rows")?,
+            prefix: DeviceBuffer::from_host(gpu.memory(), stream, &prefix, "long-row prefix")?,
+            short_rows: (self.nrows - rows.len()) as u64,
+            short_entries: self.nnz - total,
+            longest_short,
+        };
+        // Plain buffers are complete when handed out.
+        stream.synchronize()?;
+        Ok(self.long_rows.get_or_init(|| Arc::new(long)))
+    }
+
     /// The tile rows of the balanced kernel, where [`DeviceCsr::tile_rows`] has made them.
     pub fn prepared_tile_rows(&self) -> Option<&DeviceBuffer<u64>> {
         self.tile_rows.get().map(|b| &**b)
@@ -291,6 +389,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             longest_row: self.longest_row.clone(),
             stream_blocks: self.stream_blocks.clone(),
             tile_rows: self.tile_rows.clone(),
+            long_rows: self.long_rows.clone(),
             offsets: Arc::clone(&self.offsets),
             cols: Arc::clone(&self.cols),
             vals: put(gpu, stream, None, as_device(values), "new values")?,

@@ -49,6 +49,42 @@ pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
     longest >= 256 && longest as f64 >= 16.0 * mean.max(1.0)
 }
 
+/// Entries from which a row counts as long for [`SpmvKernel::CsrLongRowsApart`]: 16 times the
+/// mean and at least 256, the rows that make a matrix skewed ([`csr_rows_skewed`]).
+pub(crate) fn long_row_threshold(nrows: usize, nnz: u64) -> u64 {
+    let mean = if nrows == 0 {
+        0.0
+    } else {
+        nnz as f64 / nrows as f64
+    };
+    ((16.0 * mean.max(1.0)).ceil() as u64).max(256)
+}
+
+/// Whether the rows other than the long ones are even enough for a few lanes a row: the
+/// longest at most 16 times their mean. Circuit-like matrices (a few dense rows among rows of
+/// tens of entries) are; power-law graphs, whose rows take every length, are not and keep the
+/// balanced kernel.
+pub(crate) fn short_rows_even(short_rows: u64, short_entries: u64, longest_short: u64) -> bool {
+    short_rows > 0 && longest_short as f64 <= 16.0 * (short_entries as f64 / short_rows as f64)
+}
+
+/// Lanes a row [`SpmvKernel::CsrLongRowsApart`] gives the rows other than the long ones, by
+/// their mean length (as [`SpmvKernel::Auto`] picks for whole matrices).
+pub(crate) fn short_row_lanes(short_rows: u64, short_entries: u64) -> u32 {
+    let mean = short_entries as f64 / short_rows.max(1) as f64;
+    if mean >= CSR_VECTOR_MIN_MEAN_ROW {
+        32
+    } else if mean >= CSR_SUBWARP_MIN_MEAN_ROW {
+        CSR_SUBWARP_LANES
+    } else {
+        2
+    }
+}
+
+/// Entries a warp of the long-row kernel of [`SpmvKernel::CsrLongRowsApart`] takes at a time
+/// (`LONG_TILE` in `spmv.cu`).
+const CSR_LONG_TILE_ENTRIES: u64 = 1024;
+
 /// Entries a warp of the balanced CSR kernel takes at a time: 32 lanes × `TILE_ITEMS`.
 pub(crate) const CSR_TILE_ENTRIES: u64 = 32 * 8;
 
@@ -92,7 +128,8 @@ pub(crate) fn csr_auto_kernel(nrows: usize, nnz: u64, longest: u64) -> SpmvKerne
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpmvKernel {
     /// The backend's choice: for CSR [`SpmvKernel::CsrBalanced`] where the longest row is far
-    /// longer than the mean ([`csr_rows_skewed`]), else vector for long rows
+    /// longer than the mean ([`csr_rows_skewed`]) ([`SpmvKernel::CsrLongRowsApart`] where the
+    /// other rows are even), else vector for long rows
     /// ([`CSR_VECTOR_MIN_MEAN_ROW`]), [`SpmvKernel::CsrSubwarp`] with 4 lanes for rows of 4 to
     /// 32 entries on average, scalar for shorter ones; for ELLPACK-R `T` from
     /// the mean row length
@@ -108,6 +145,13 @@ pub enum SpmvKernel {
     /// no row, however long, holds up the others, and short rows leave no lane idle. The row
     /// where each share starts is found once per matrix (and kept with a resident one).
     CsrBalanced,
+    /// CSR with its long rows apart: rows of at least 16 times the mean and 256 entries are
+    /// laid end to end and cut into equal tiles, a warp a tile (a long row is shared by many
+    /// warps, its parts added atomically), and the other rows take a few lanes each, as
+    /// [`SpmvKernel::CsrSubwarp`]. The long rows are found once per matrix (and kept with a
+    /// resident one). [`SpmvKernel::Auto`]'s choice for skewed matrices whose other rows are
+    /// even (circuit-like: dense rows among short ones).
+    CsrLongRowsApart,
     /// CSR in row blocks (the CSR-stream part of Greathouse & Daga's CSR-Adaptive): rows are
     /// grouped once per matrix (and kept with a resident one) into blocks of whole rows, about
     /// 1024 rows plus entries each; a thread block loads its block's products into shared
@@ -307,14 +351,26 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
     ) -> Result<SpmvKernel> {
         let resolved = match (self, kernel) {
             (DeviceSparse::Csr(m), SpmvKernel::Auto) => {
-                csr_auto_kernel(m.nrows, m.nnz(), m.longest_row(gpu, stream)?)
+                match csr_auto_kernel(m.nrows, m.nnz(), m.longest_row(gpu, stream)?) {
+                    SpmvKernel::CsrBalanced => {
+                        let long = m.long_rows(gpu, stream)?;
+                        if short_rows_even(long.short_rows, long.short_entries, long.longest_short)
+                        {
+                            SpmvKernel::CsrLongRowsApart
+                        } else {
+                            SpmvKernel::CsrBalanced
+                        }
+                    }
+                    other => other,
+                }
             }
             (
                 DeviceSparse::Csr(_),
                 SpmvKernel::CsrScalar
                 | SpmvKernel::CsrVector
                 | SpmvKernel::CsrBalanced
-                | SpmvKernel::CsrStream,
+                | SpmvKernel::CsrStream
+                | SpmvKernel::CsrLongRowsApart,
             ) => kernel,
             (DeviceSparse::Csr(_), SpmvKernel::CsrSubwarp { lanes }) => {
                 check_subwarp_lanes(lanes)?;
@@ -339,9 +395,11 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
     }
 
     /// Queues on `stream` what `kernel` (resolved) needs before [`DeviceSparse::launch`]: the
-    /// tile rows of the balanced kernel or the row blocks of the CSR-stream kernel, computed the
-    /// first time (and kept with a resident matrix), and for CSR-stream, where a row is long enough to span several row blocks, the buffers in
-    /// which they share it (for this product only: stream-ordered on `stream`).
+    /// tile rows of the balanced kernel, the long rows, or the row blocks of the CSR-stream
+    /// kernel, computed the first time (and kept with a resident matrix); the zeroed sums of
+    /// the long rows; and for CSR-stream, where a row is long enough to span several row
+    /// blocks, the buffers in which they share it (for this product only: stream-ordered on
+    /// `stream`).
     pub(crate) fn prepare(
         &self,
         gpu: &Gpu,
@@ -351,6 +409,21 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         let mut scratch = SpmvScratch::none();
         if let (DeviceSparse::Csr(m), SpmvKernel::CsrBalanced) = (self, kernel) {
             m.tile_rows(gpu, stream)?;
+        }
+        if let (DeviceSparse::Csr(m), SpmvKernel::CsrLongRowsApart) = (self, kernel) {
+            let long = m.long_rows(gpu, stream)?;
+            if long.count > 0 {
+                let count = usize::try_from(long.count)
+                    .map_err(|_| Error::InvalidArgument("too many long rows".into()))?;
+                let sums = DeviceBuffer::<u8>::new_on(
+                    gpu,
+                    stream,
+                    count * size_of::<T::Acc>(),
+                    "sums of long rows",
+                )?;
+                sums.slice().zero(stream)?;
+                scratch.long_sums = Some(sums);
+            }
         }
         if let (DeviceSparse::Csr(m), SpmvKernel::CsrStream) = (self, kernel) {
             if m.stream_blocks(gpu, stream)?.is_some()
@@ -445,6 +518,47 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                                 partials,
                                 arrivals,
                             ],
+                        )
+                    }
+                    SpmvKernel::CsrLongRowsApart => {
+                        let long = m.long_rows(gpu, stream)?;
+                        let lanes = short_row_lanes(long.short_rows, long.short_entries);
+                        let sums = match &scratch.long_sums {
+                            Some(sums) => sums.slice().arg(),
+                            None if long.count == 0 => Arg::U64(0),
+                            None => {
+                                return unprepared(false, "CSR SpMV with long rows apart", "sums")
+                            }
+                        };
+                        // Capped at an eighth of the largest grid, so that the other rows keep
+                        // threads of their own whatever the size (both parts stride).
+                        let long_warps = long.entries.div_ceil(CSR_LONG_TILE_ENTRIES).min(1 << 20);
+                        run(
+                            "spmv_csr_apart",
+                            long_warps * 32 + nrows * u64::from(lanes),
+                            &[
+                                Arg::U64(nrows),
+                                Arg::U32(lanes),
+                                Arg::U64(long_row_threshold(m.nrows, m.nnz())),
+                                Arg::U64(long_warps),
+                                Arg::U64(long.count),
+                                long.rows.slice().arg(),
+                                long.prefix.slice().arg(),
+                                m.offsets.slice().arg(),
+                                m.cols.slice().arg(),
+                                m.vals.slice().arg(),
+                                x,
+                                y,
+                                sums,
+                            ],
+                        )?;
+                        if long.count == 0 {
+                            return Ok(());
+                        }
+                        run(
+                            "spmv_long_rows_store",
+                            long.count,
+                            &[Arg::U64(long.count), long.rows.slice().arg(), sums, y],
                         )
                     }
                     SpmvKernel::CsrBalanced => {
@@ -613,12 +727,17 @@ pub(crate) struct SpmvScratch {
     /// CSR-stream: a partial sum per row block and a counter per row block (zeroed), for rows
     /// shared by several row blocks.
     stream_parts: Option<(DeviceBuffer<u8>, DeviceBuffer<u32>)>,
+    /// Long rows apart: an accumulator per long row (zeroed).
+    long_sums: Option<DeviceBuffer<u8>>,
 }
 
 impl SpmvScratch {
     /// Nothing.
     pub(crate) fn none() -> Self {
-        SpmvScratch { stream_parts: None }
+        SpmvScratch {
+            stream_parts: None,
+            long_sums: None,
+        }
     }
 }
 
@@ -1167,6 +1286,23 @@ mod tests {
 #[cfg(test)]
 mod auto_tests {
     use super::*;
+
+    #[test]
+    fn long_rows_apart_only_where_the_rest_is_even() {
+        // Skewed at GPU size: 16 rows of 450 000 among 500 000 of about 18; the long rows are
+        // those of 16 times the mean (33) and more.
+        assert_eq!(long_row_threshold(500_000, 16_399_022), 525);
+        assert!(short_rows_even(499_984, 9_199_022, 45));
+        assert_eq!(short_row_lanes(499_984, 9_199_022), 4);
+        // Power law: rows of every length below the threshold (256 at a mean of 7.6).
+        assert_eq!(long_row_threshold(131_072, 999_995), 256);
+        assert!(!short_rows_even(130_000, 780_000, 255));
+        // Few short rows, or none; short rows of 2 and of 40 a row.
+        assert!(!short_rows_even(0, 0, 0));
+        assert_eq!(short_row_lanes(10, 20), 2);
+        assert_eq!(short_row_lanes(10, 400), 32);
+        assert_eq!(long_row_threshold(0, 0), 256);
+    }
 
     #[test]
     fn auto_picks_by_mean_and_longest_row() {

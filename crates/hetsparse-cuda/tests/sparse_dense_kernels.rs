@@ -159,6 +159,7 @@ fn csr_scalar_and_vector<T: DeviceScalar>() {
             SpmvKernel::CsrVector,
             SpmvKernel::CsrBalanced,
             SpmvKernel::CsrStream,
+            SpmvKernel::CsrLongRowsApart,
         ] {
             check_spmv(&b, &a, SparseRef::Csr(&a), kernel, what);
         }
@@ -684,6 +685,7 @@ fn kernel_choices_are_checked() {
         SpmvKernel::CsrVector,
         SpmvKernel::CsrBalanced,
         SpmvKernel::CsrStream,
+        SpmvKernel::CsrLongRowsApart,
         SpmvKernel::CsrSubwarp { lanes: 4 },
     ] {
         let chosen = b
