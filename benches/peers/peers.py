@@ -24,6 +24,12 @@ sides of a ratio divide the same numbers. SpGEMM results are checked against the
 nnz(C): cuSPARSE (CUDA 13) returns an empty product once A·B has more than 2^31 intermediate
 products, and such a run must not post a time.
 
+The manifest's `class` names the row of the table. For real matrices
+(`hetsparse-bench export --matrix FILE...`) it is the file's stem, `a_file` is the file's
+absolute path (read where it is), and `b_file` the same path, or for a rectangular A the name
+of its transpose written beside the manifest, as the generated operands' files are. Every
+operand is read as float64, as hetsparse reads every field, `integer` and `pattern` included.
+
 Output: the result file format of benches/src/results.rs (tab-separated).
 """
 
@@ -85,6 +91,22 @@ def read_manifest(path):
                   "flops_spgemm", "flops_spmm32", "flops_spmv"]:
             r[k] = int(r[k])
     return rows
+
+
+def operand_paths(manifest, case):
+    """The files of a manifest line's A and B. os.path.join keeps an absolute path (a real
+    matrix, read where it is) and puts a bare name (an exported operand) in the manifest's
+    folder."""
+    folder = os.path.dirname(os.path.abspath(manifest))
+    return os.path.join(folder, case["a_file"]), os.path.join(folder, case["b_file"])
+
+
+def read_operand(np, sp, mmread, path):
+    """A Matrix Market file as a float64 CSR matrix with sorted indices: an `integer` or
+    `pattern` file would otherwise be multiplied in another type than hetsparse's f64."""
+    m = sp.csr_matrix(mmread(path), dtype=np.float64)
+    m.sort_indices()
+    return m
 
 
 def dense_operand(np, rows):
@@ -238,7 +260,6 @@ def main():
     warnings.filterwarnings("ignore", message="The default value for `spmatrix`")
 
     budget = Budget(args.quick)
-    folder = os.path.dirname(os.path.abspath(args.manifest))
     cases = [c for c in read_manifest(args.manifest)
              if not args.classes or c["class"] in args.classes]
     counts = ",".join(map(str, args.threads))
@@ -258,11 +279,9 @@ def main():
         peers[name] = peer
 
     for case in cases:
-        a = sp.csr_matrix(scipy.io.mmread(os.path.join(folder, case["a_file"])))
-        b = a if case["b_file"] == case["a_file"] else sp.csr_matrix(
-            scipy.io.mmread(os.path.join(folder, case["b_file"])))
-        a.sort_indices()
-        b.sort_indices()
+        a_path, b_path = operand_paths(args.manifest, case)
+        a = read_operand(np, sp, scipy.io.mmread, a_path)
+        b = a if b_path == a_path else read_operand(np, sp, scipy.io.mmread, b_path)
         x_dense = dense_operand(np, case["cols"])
         x_vec = np.ascontiguousarray(x_dense[:, 0])
         for name, peer in peers.items():

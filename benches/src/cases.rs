@@ -6,6 +6,7 @@
 //! `cargo xtask bench` writes for the peers are the ones the criterion benches generate.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
@@ -162,6 +163,26 @@ impl Operands {
             product_nnz,
             expected: Expected::default(),
         })
+    }
+
+    /// Operands of a Matrix Market file, named by its stem, multiplied as [`from_matrix`]
+    /// does: what `hetsparse-bench time --matrix` times and `export --matrix` lists for the
+    /// peers, so both sides of a ratio get the same names and counts.
+    ///
+    /// [`from_matrix`]: Operands::from_matrix
+    pub fn from_file(path: &Path) -> Result<Operands> {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                hetsparse_core::Error::InvalidArgument(format!(
+                    "matrix file {} has no name",
+                    path.display()
+                ))
+            })?;
+        let a = hetsparse_core::matrix_market::read_csr_path::<f64>(path)?;
+        Operands::from_matrix(&name, a)
     }
 
     /// File stem of the operands: the case's ([`Case::stem`]) or the matrix's name.

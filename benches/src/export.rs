@@ -4,6 +4,10 @@
 //! transpose) and `DIR/<scale>/manifest.tsv`, one line per case with the file names and what
 //! each operation costs, so that the peers compute GFLOP/s from the same flop counts and check
 //! their SpGEMM's nnz against ours.
+//!
+//! Real matrices ([`export_matrices`]) get a manifest of the same format in a folder of their
+//! own: its lines point at the files where they are, and only the transpose of a rectangular
+//! matrix is written.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -25,6 +29,11 @@ pub fn scale_dir(dir: &Path, scale: Scale) -> PathBuf {
 /// The manifest line of one case (without newline).
 pub fn manifest_line(ops: &Operands) -> String {
     let (a_file, b_file) = file_names(ops);
+    line(ops, &a_file, &b_file)
+}
+
+/// The manifest line of `ops` with operands stored in `a_file` and `b_file`.
+fn line(ops: &Operands, a_file: &str, b_file: &str) -> String {
     format!(
         "{}\t{}\t{a_file}\t{b_file}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
         ops.name,
@@ -75,6 +84,73 @@ pub fn export(dir: &Path, scale: Scale, all: &[Operands]) -> Result<PathBuf> {
         text.push('\n');
     }
     fs::write(&manifest, text).map_err(|e| io_error(&manifest, e))?;
+    Ok(manifest)
+}
+
+/// Writes the manifest of matrix files into `dir/manifest.tsv`, in the format of [`export`]'s,
+/// so that the peers time the products `hetsparse-bench time --matrix` times: each file is
+/// read by [`Operands::from_file`] (named by its stem; `A · A`, or `A · Aᵀ` when rectangular)
+/// and its line carries the same flop counts and nnz(C) as our results.
+///
+/// A is not copied, as real matrices can be large: `a_file` (and a square A's `b_file`) is the
+/// file's absolute path, which the peers' script, joining a manifest's file names to its
+/// folder, keeps as it is. Aᵀ of a rectangular A is written as `dir/<name>-B.mtx`.
+///
+/// Names must be unique (the peers select a matrix by name, and the table's rows are named by
+/// it) and hold no tab, line break or comma (the manifest's and `--classes`' separators).
+pub fn export_matrices(dir: &Path, files: &[PathBuf]) -> Result<PathBuf> {
+    fs::create_dir_all(dir)
+        .map_err(|e| Error::InvalidArgument(format!("cannot create {}: {e}", dir.display())))?;
+    let mut names: Vec<(String, &Path)> = Vec::new();
+    let mut text = format!("{MANIFEST_HEADER}\n");
+    for file in files {
+        let ops = Operands::from_file(file)?;
+        if ops.name.contains(['\t', '\n', '\r', ',']) {
+            return Err(Error::InvalidArgument(format!(
+                "matrix file {}: its name `{}` holds a tab, line break or comma, which the \
+                 manifest cannot list; rename the file",
+                file.display(),
+                ops.name
+            )));
+        }
+        if let Some((_, first)) = names.iter().find(|(n, _)| *n == ops.name) {
+            return Err(Error::InvalidArgument(format!(
+                "matrix files {} and {} are both named `{}`; rename one",
+                first.display(),
+                file.display(),
+                ops.name
+            )));
+        }
+        names.push((ops.name.clone(), file));
+        let source = std::path::absolute(file).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "cannot make the path of {} absolute: {e}",
+                file.display()
+            ))
+        })?;
+        let a_file = source
+            .to_str()
+            .filter(|s| !s.contains(['\t', '\n', '\r']))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "matrix file {}: the manifest lists paths as UTF-8 text without tabs or \
+                     line breaks, which this path is not; move the file",
+                    source.display()
+                ))
+            })?;
+        let b_file = if ops.square {
+            a_file.to_string()
+        } else {
+            let b_file = format!("{}-B.mtx", ops.name);
+            write_matrix(&dir.join(&b_file), &ops.b)?;
+            b_file
+        };
+        text.push_str(&line(&ops, a_file, &b_file));
+        text.push('\n');
+    }
+    let manifest = dir.join("manifest.tsv");
+    fs::write(&manifest, text)
+        .map_err(|e| Error::InvalidArgument(format!("cannot write {}: {e}", manifest.display())))?;
     Ok(manifest)
 }
 
@@ -138,6 +214,99 @@ mod tests {
                 .unwrap(),
             modified
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The manifest of real matrices, parsed as `benches/peers/peers.py` parses one (header
+    /// names as keys, file names joined to the manifest's folder), against the operands
+    /// `time --matrix` builds from the same files.
+    #[test]
+    fn export_matrices_lists_the_files_as_time_multiplies_them() {
+        let dir = std::env::temp_dir().join(format!(
+            "hetsparse-bench-export-matrices-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        let mtx = dir.join("mtx");
+        fs::create_dir_all(&mtx).unwrap();
+        let square = mtx.join("band.mtx");
+        let rect = mtx.join("lp_small.mtx");
+        let (band, _) = hetsparse_core::generate::product_operands::<f64>(
+            MatrixClass::Banded,
+            300,
+            crate::cases::SEED,
+        );
+        let (lp, _) = hetsparse_core::generate::product_operands::<f64>(
+            MatrixClass::LpRectangular,
+            300,
+            crate::cases::SEED,
+        );
+        assert_ne!(lp.nrows(), lp.ncols());
+        write_matrix(&square, &band).unwrap();
+        write_matrix(&rect, &lp).unwrap();
+
+        let out = dir.join("operands");
+        let manifest = export_matrices(&out, &[square.clone(), rect.clone()]).unwrap();
+        assert_eq!(manifest, out.join("manifest.tsv"));
+        let text = fs::read_to_string(&manifest).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+        assert_eq!(header.join("\t"), MANIFEST_HEADER);
+        let rows: Vec<std::collections::HashMap<&str, &str>> = lines
+            .map(|l| header.iter().copied().zip(l.split('\t')).collect())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        for (row, file) in rows.iter().zip([&square, &rect]) {
+            assert_eq!(row.len(), header.len(), "{row:?}");
+            let ops = Operands::from_file(file).unwrap();
+            let int = |k: &str| row[k].parse::<u64>().unwrap();
+            assert_eq!(row["class"], ops.name);
+            assert_eq!(int("rows"), ops.a.nrows() as u64);
+            assert_eq!(int("cols"), ops.a.ncols() as u64);
+            assert_eq!(int("nnz_a"), ops.a.nnz());
+            assert_eq!(int("products"), ops.products);
+            let c =
+                hetsparse_core::reference::spgemm::<f64, hetsparse_core::PlusTimes>(&ops.a, &ops.b)
+                    .unwrap();
+            assert_eq!(int("nnz_c"), c.nnz());
+            assert_eq!(
+                int("flops_spgemm"),
+                Measured::Spgemm(SpgemmAlgorithm::Auto).flops(&ops)
+            );
+            assert_eq!(
+                int("flops_spmm32"),
+                Measured::Spmm(SparseFormat::Csr).flops(&ops)
+            );
+            assert_eq!(
+                int("flops_spmv"),
+                Measured::Spmv(SparseFormat::Csr).flops(&ops)
+            );
+            // A is read where it is; B is A, or Aᵀ written beside the manifest.
+            let a_path = out.join(row["a_file"]);
+            assert_eq!(a_path, std::path::absolute(file).unwrap());
+            let b = matrix_market::read_csr_path::<f64>(out.join(row["b_file"])).unwrap();
+            assert_eq!(b, ops.b);
+            if ops.square {
+                assert_eq!(row["b_file"], row["a_file"]);
+            } else {
+                assert_eq!(row["b_file"], "lp_small-B.mtx");
+                assert_eq!(b, lp.transpose().unwrap());
+            }
+        }
+        assert_eq!((rows[0]["class"], rows[1]["class"]), ("band", "lp_small"));
+
+        // Two files of one name would be one row of the table and one class for the peers.
+        fs::create_dir_all(mtx.join("other")).unwrap();
+        let twin = mtx.join("other").join("band.mtx");
+        fs::copy(&square, &twin).unwrap();
+        let err = export_matrices(&out, &[square.clone(), twin])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("both named `band`"), "{err}");
+        let comma = mtx.join("a,b.mtx");
+        fs::copy(&square, &comma).unwrap();
+        let err = export_matrices(&out, &[comma]).unwrap_err().to_string();
+        assert!(err.contains("comma"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! hetsparse-bench list   [--quick]                        shapes and costs of every case
 //! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
+//! hetsparse-bench export --dir DIR --matrix FILE.mtx...   manifest.tsv of matrix files
 //! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
 //!                        [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
 //!                        [--matrix FILE.mtx]...
@@ -22,6 +23,11 @@
 //!   each named by its file stem and multiplied as the papers do (`A·A`, or `A·Aᵀ` when
 //!   rectangular).
 //!
+//! `export --matrix FILE.mtx...` writes `DIR/manifest.tsv` for the peers' script instead of
+//! the generated operands: one line per file, named, multiplied and counted as `time --matrix`
+//! does, pointing at the file itself (and at its transpose, written into DIR, when
+//! rectangular).
+//!
 //! `report` prints the markdown table; `--html FILE` also writes one self-contained HTML page
 //! with charts (GFLOP/s per class and implementation, speedup over each peer, thread scaling
 //! when the files hold several thread counts), `--svg DIR` each chart as its own SVG file.
@@ -39,6 +45,7 @@ use hetsparse_core::{Error, Result};
 
 const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench export --dir DIR [--quick]
+       hetsparse-bench export --dir DIR --matrix FILE.mtx...
        hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
                             [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
                             [--matrix FILE.mtx]...
@@ -151,6 +158,11 @@ fn run(args: &[String]) -> Result<()> {
         "list" => list(scale),
         "export" => {
             let dir = o.dir.ok_or_else(|| usage("export needs --dir DIR"))?;
+            if !o.matrices.is_empty() {
+                let manifest = export::export_matrices(&dir, &o.matrices)?;
+                eprintln!("wrote {}", manifest.display());
+                return Ok(());
+            }
             let all = generate_all(scale)?;
             let manifest = export::export(&dir, scale, &all)?;
             eprintln!("wrote {}", manifest.display());
@@ -322,13 +334,7 @@ impl Source<'_> {
             }
             Source::File(path) => {
                 eprintln!("reading {}", path.display());
-                let name = path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| usage(&format!("--matrix {} names no file", path.display())))?;
-                let a = hetsparse_core::matrix_market::read_csr_path::<f64>(path)?;
-                Operands::from_matrix(&name, a)
+                Operands::from_file(path)
             }
         }
     }

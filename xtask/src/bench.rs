@@ -8,6 +8,12 @@
 //! best round. Print the table and save it with the raw results in
 //! `target/bench-results/<scale>/` (`table.md`), beside `report.html`: the same results as
 //! charts. Every program gets the same thread count.
+//!
+//! `--matrices SET|DIR` times real Matrix Market files instead, each as `A·A` (`A·Aᵀ` when
+//! rectangular), with results in `target/bench-results/matrices-<name>/`. With `--peers` the
+//! tool first writes a manifest of the files there (`operands/manifest.tsv`: each file where it
+//! is, and the transpose of a rectangular one), with the names and flop counts of our own
+//! results, and the peers time each file right after our backends, as for the classes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +29,8 @@ const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] 
                    real matrices instead of the generated classes: a set of
                    `cargo xtask download` (downloaded first if missing) or every .mtx file
                    under DIR (auxiliary Name/Name_*.mtx files left out); each is multiplied
-                   as A·A, or A·Aᵀ when rectangular; the peers are not run on them
+                   as A·A, or A·Aᵀ when rectangular; with --peers the peers time the
+                   same products (the manifest they read: <results>/operands/)
   --peers          also time scipy, MKL, GraphBLAS and cuSPARSE (benches/peers/peers.py);
                    missing ones are reported as missing
   --threads N      threads for everybody (default: all cores)
@@ -111,7 +118,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
         ));
         let tool = build_tool(&root, &target, &o.features)?;
-        return time_files(&tool, &o, threads, scale_flag, &files, &results);
+        return time_files(&root, &tool, &o, threads, scale_flag, &files, &results);
     }
 
     let matrices = target.join("bench-matrices");
@@ -217,8 +224,14 @@ fn auxiliary(path: &Path) -> bool {
     }
 }
 
-/// Times our backends on each file, round by round, and prints one table.
+/// Times our backends on each file, round by round, and with `--peers` the peers right after
+/// ours on the same file, and prints one table.
+///
+/// The peers read a manifest of the files that our tool writes (`export --matrix`, into
+/// `results/operands/`), so that both sides name each matrix alike and divide the same flop
+/// counts; its classes, in the files' order, name the peers' rows.
 fn time_files(
+    root: &Path,
     tool: &Path,
     o: &Options,
     threads: usize,
@@ -228,13 +241,36 @@ fn time_files(
 ) -> Result<(), String> {
     std::fs::create_dir_all(results)
         .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
-    if o.peers {
-        eprintln!("peers not measured: --matrices times hetsparse only");
-    }
+    let operands = results.join("operands");
+    let names = if o.peers {
+        eprintln!(
+            "== the peers' manifest of the matrices in {}",
+            operands.display()
+        );
+        let mut export = Command::new(tool);
+        export.arg("export").arg("--dir").arg(&operands);
+        for file in files {
+            export.arg("--matrix").arg(file);
+        }
+        status(&mut export, "hetsparse-bench export")?;
+        let names = manifest_classes(&operands.join("manifest.tsv"))?;
+        if names.len() != files.len() {
+            return Err(format!(
+                "{} lists {} matrices for {} files",
+                operands.join("manifest.tsv").display(),
+                names.len(),
+                files.len()
+            ));
+        }
+        names
+    } else {
+        Vec::new()
+    };
     let rounds = o.rounds.unwrap_or(1);
     let mut outs = Vec::new();
+    let mut peers = o.peers;
     for round in 1..=rounds {
-        for file in files {
+        for (i, file) in files.iter().enumerate() {
             let stem = file
                 .file_stem()
                 .map_or_else(|| "matrix".into(), |s| s.to_string_lossy().into_owned());
@@ -255,6 +291,17 @@ fn time_files(
             }
             status(with_threads(&mut time, threads), "hetsparse-bench time")?;
             outs.push(out);
+            if let Some(name) = names.get(i).filter(|_| peers) {
+                let out = results.join(format!("peers-{round}-{stem}.tsv"));
+                match run_peers(root, o, threads, &operands, name, &out) {
+                    Ok(()) => outs.push(out),
+                    // As for the generated classes: our numbers are printed without the peers.
+                    Err(e) => {
+                        eprintln!("peers not measured: {e}");
+                        peers = false;
+                    }
+                }
+            }
         }
     }
     print_report(tool, &outs, results)
