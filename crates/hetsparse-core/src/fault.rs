@@ -2,10 +2,10 @@
 //!
 //! [`FaultyBackend`] wraps another backend and injects one [`Fault`] into its units of work. A
 //! unit is one chunk of [`Backend::spgemm_chunks`] (counted when the chunk starts), or one call
-//! of `spgemm_with`, `spmm_with`, `spmv_with`, `spgemm_resident`, `plan_spgemm` or
-//! `execute_spgemm`. Units are numbered from 0 across all calls. Everything else (residency,
-//! requirements, resident SpMM/SpMV, DIA and BSR products) goes to the wrapped backend
-//! unchanged and is not counted.
+//! of `spgemm_with`, `spmm_with`, `spmv_with`, `spgemm_resident`, `plan_spgemm`,
+//! `execute_spgemm`, `dia_spgemm` or `dia_spgemm_rows`. Units are numbered from 0 across all
+//! calls. Everything else (residency, requirements, resident SpMM/SpMV, BSR products) goes to
+//! the wrapped backend unchanged and is not counted.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -251,6 +251,22 @@ fn dense_need<T: Scalar>(a: SparseOperand<'_, T>, cols: usize) -> u64 {
     csr_bytes(rows, nnz, size_of::<T>()).saturating_add(dense.saturating_mul(size_of::<T>() as u64))
 }
 
+/// Memory need of DIA × DIA: both operands' diagonals and a bound of C's (one per sum of
+/// offsets).
+fn dia_need<T: Scalar>(a: &Dia<T>, b: &Dia<T>) -> u64 {
+    let mut sums: Vec<i64> = a
+        .offsets()
+        .iter()
+        .flat_map(|oa| b.offsets().iter().map(move |ob| oa + ob))
+        .collect();
+    sums.sort_unstable();
+    sums.dedup();
+    let slots = (a.data().len() as u64)
+        .saturating_add(b.data().len() as u64)
+        .saturating_add((a.nrows() as u64).saturating_mul(sums.len() as u64));
+    slots.saturating_mul(size_of::<T>() as u64)
+}
+
 impl<T: Scalar> Device for FaultyBackend<T> {
     fn info(&self) -> DeviceInfo {
         let inner = self.inner.info();
@@ -430,7 +446,19 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        self.begin("DIA×DIA SpGEMM", || dia_need(a, b), None)?;
         self.inner.dia_spgemm(a, b)
+    }
+    fn dia_spgemm_rows(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: Range<usize>,
+        offsets: &[i64],
+        c: &mut [&mut [std::mem::MaybeUninit<T>]],
+    ) -> Result<()> {
+        self.begin("DIA×DIA SpGEMM rows", || dia_need(a, b), None)?;
+        self.inner.dia_spgemm_rows(a, b, rows, offsets, c)
     }
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         self.inner.bsr_spgemm(a, b)

@@ -48,7 +48,8 @@ pub use backend::{
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{
-    Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, HostArray, Layout, SparseFormat, SparseRef,
+    Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, DiaRowBlock, Ellr, HostArray, Layout, SparseFormat,
+    SparseRef,
 };
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};

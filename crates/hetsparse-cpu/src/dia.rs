@@ -7,13 +7,14 @@
 //! the inner loop. C's diagonals are every reachable `oa + ob`; a diagonal whose products all
 //! cancel is kept, holding zeros.
 
-use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use hetsparse_core::format::Dia;
-use hetsparse_core::{Result, Scalar, Semiring};
+use hetsparse_core::{Error, Result, Scalar, Semiring};
 use rayon::prelude::*;
 
-use crate::memory::filled;
+use crate::memory::reserved;
 
 /// Rows of one diagonal one task computes.
 const BLOCK: usize = 4096;
@@ -31,50 +32,73 @@ struct Pair {
 
 /// `C = A · B`; shapes must chain (the caller checks).
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    let m = a.nrows();
+    let offsets = a.product_offsets(b);
+    let len = m * offsets.len();
+    let mut data: Vec<T> = reserved(len, "DIA×DIA result")?;
+    if len > 0 {
+        let mut c: Vec<&mut [MaybeUninit<T>]> =
+            data.spare_capacity_mut()[..len].chunks_mut(m).collect();
+        multiply_rows::<T, S>(a, b, 0..m, &offsets, &mut c)?;
+    }
+    // SAFETY: `multiply_rows` wrote every slot of every diagonal (rows 0..m).
+    unsafe { data.set_len(len) };
+    Ok(Dia::try_new(m, b.ncols(), offsets, data)?)
+}
+
+/// Rows `rows` of `C = A · B` written into `c` (`c[d]`: those rows of diagonal `offsets[d]`),
+/// every slot; the caller checks the arguments ([`hetsparse_core::backend::check::dia_rows`]).
+pub(crate) fn multiply_rows<T: Scalar, S: Semiring<T>>(
+    a: &Dia<T>,
+    b: &Dia<T>,
+    rows: Range<usize>,
+    offsets: &[i64],
+    c: &mut [&mut [MaybeUninit<T>]],
+) -> Result<()> {
+    let (k, n) = (a.ncols() as i64, b.ncols() as i64);
+    let (r0, r1) = (rows.start as i64, rows.end as i64);
     let _s = tracing::debug_span!(
         "cpu_dia_spgemm",
-        rows = m,
+        rows = ?rows,
         cols = n,
         diagonals_a = a.ndiags(),
         diagonals_b = b.ndiags()
     )
     .entered();
-    // The pairs feeding each diagonal of C, keyed (and so sorted) by C's offset.
-    let mut diagonals: BTreeMap<i64, Vec<Pair>> = BTreeMap::new();
+    // The pairs feeding each diagonal of C, over the rows asked for.
+    let mut pairs: Vec<Vec<Pair>> = vec![Vec::new(); offsets.len()];
     for (da, &oa) in a.offsets().iter().enumerate() {
         for (db, &ob) in b.offsets().iter().enumerate() {
-            // Rows i with 0 <= i < m, 0 <= i + oa < k and 0 <= i + oa + ob < n.
-            let first = 0i64.max(-oa).max(-oa - ob);
-            let last = (m as i64).min(k as i64 - oa).min(n as i64 - oa - ob);
-            if first < last {
-                diagonals.entry(oa + ob).or_default().push(Pair {
-                    a: da,
-                    b: db,
-                    shift: oa,
-                    first: first as usize,
-                    last: last as usize,
-                });
+            // Rows i in `rows` with 0 <= i + oa < k and 0 <= i + oa + ob < n.
+            let first = r0.max(-oa).max(-oa - ob);
+            let last = r1.min(k - oa).min(n - oa - ob);
+            if first >= last {
+                continue;
             }
+            let Ok(d) = offsets.binary_search(&(oa + ob)) else {
+                return Err(Error::InvalidArgument(format!(
+                    "DIA×DIA rows {rows:?}: C has a diagonal of offset {}, not among the offsets given",
+                    oa + ob
+                )));
+            };
+            pairs[d].push(Pair {
+                a: da,
+                b: db,
+                shift: oa,
+                first: first as usize,
+                last: last as usize,
+            });
         }
     }
-    let offsets: Vec<i64> = diagonals.keys().copied().collect();
-    let pairs: Vec<Vec<Pair>> = diagonals.into_values().collect();
-    let mut data = filled(m * offsets.len(), T::zero(), "DIA×DIA result")?;
-    if m > 0 {
-        data.par_chunks_mut(m)
-            .zip(pairs.par_iter())
-            .for_each(|(diagonal, pairs)| {
-                diagonal
-                    .par_chunks_mut(BLOCK)
-                    .enumerate()
-                    .for_each(|(blk, out)| {
-                        let r0 = blk * BLOCK;
-                        block::<T, S>(a, b, pairs, r0, out);
-                    });
-            });
-    }
-    Ok(Dia::try_new(m, n, offsets, data)?)
+    c.par_iter_mut()
+        .zip(pairs.par_iter())
+        .for_each(|(diagonal, pairs)| {
+            diagonal
+                .par_chunks_mut(BLOCK)
+                .enumerate()
+                .for_each(|(blk, out)| block::<T, S>(a, b, pairs, rows.start + blk * BLOCK, out));
+        });
+    Ok(())
 }
 
 /// Rows `r0..r0 + out.len()` of one diagonal of C.
@@ -83,7 +107,7 @@ fn block<T: Scalar, S: Semiring<T>>(
     b: &Dia<T>,
     pairs: &[Pair],
     r0: usize,
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
 ) {
     let r1 = r0 + out.len();
     let zero = T::zero();
@@ -106,13 +130,19 @@ fn block<T: Scalar, S: Semiring<T>>(
             }
         }
     }
-    // Rows no pair reaches are padding of C's diagonal and stay zero.
-    if touched.0 < touched.1 {
-        for (o, &c) in out[touched.0 - r0..touched.1 - r0]
-            .iter_mut()
-            .zip(&acc[touched.0 - r0..touched.1 - r0])
-        {
-            *o = T::from_acc(c);
-        }
+    // Rows no pair reaches are padding of C's diagonal, or hold no product: zero.
+    let (from, to) = if touched.0 < touched.1 {
+        (touched.0 - r0, touched.1 - r0)
+    } else {
+        (0, 0)
+    };
+    for o in &mut out[..from] {
+        o.write(zero);
+    }
+    for (o, &c) in out[from..to].iter_mut().zip(&acc[from..to]) {
+        o.write(T::from_acc(c));
+    }
+    for o in &mut out[to..] {
+        o.write(zero);
     }
 }

@@ -357,6 +357,18 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         self.install(|| dia::multiply::<T, PlusTimes>(a, b))
     }
 
+    fn dia_spgemm_rows(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: std::ops::Range<usize>,
+        offsets: &[i64],
+        c: &mut [&mut [std::mem::MaybeUninit<T>]],
+    ) -> Result<()> {
+        check::dia_rows(a, b, &rows, offsets, c)?;
+        self.install(|| dia::multiply_rows::<T, PlusTimes>(a, b, rows, offsets, c))
+    }
+
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         check::bsr_spgemm(a, b)?;
         self.install(|| bsr::multiply::<T, PlusTimes>(a, b))

@@ -5,14 +5,16 @@
 //! from the offsets alone. The kernel gives each row of C a thread; a block of rows first stages
 //! the rows of B it touches in shared memory, as Alg. 4 does.
 
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
+use std::ops::Range;
 
 use hetsparse_core::backend::check;
-use hetsparse_core::{Dia, Error, Result};
+use hetsparse_core::host::try_with_capacity;
+use hetsparse_core::{Dia, DiaRowBlock, Error, Result};
 
-use crate::context::{Arg, Gpu, LaunchConfig, Stream};
+use crate::context::{Arg, Gpu, LaunchConfig};
 use crate::memory::DeviceBuffer;
-use crate::scalar::{as_device, from_device, kernel_name, DeviceScalar};
+use crate::scalar::{as_device, kernel_name, DeviceScalar};
 
 /// Rows of C per thread block (Alg. 4's BlockSize).
 const ROWS_PER_BLOCK: u32 = 128;
@@ -31,38 +33,35 @@ struct DiagonalPlan {
 }
 
 impl DiagonalPlan {
-    /// Pairs whose diagonal lies inside the `nrows × ncols` product, grouped by that diagonal.
-    fn new(a: &[i64], b: &[i64], nrows: usize, ncols: usize) -> Self {
-        let mut pairs: Vec<(i64, u32, u32)> = Vec::with_capacity(a.len() * b.len());
+    /// The pairs of diagonals of A and B (offsets `a`, `b`) whose sum is one of `offsets`
+    /// (increasing), grouped by it; the kernel writes C's diagonals in that order, all of
+    /// them (one no pair reaches is zero). Pairs whose sum is not listed are left out: the
+    /// caller lists every diagonal that holds a product.
+    fn new(a: &[i64], b: &[i64], offsets: &[i64]) -> Self {
+        let mut pairs: Vec<(usize, u32, u32)> = Vec::with_capacity(a.len() * b.len());
         for (ia, &oa) in a.iter().enumerate() {
             for (ib, &ob) in b.iter().enumerate() {
-                let s = oa + ob;
-                if s > -(nrows as i64) && s < ncols as i64 {
+                if let Ok(s) = offsets.binary_search(&(oa + ob)) {
                     pairs.push((s, ia as u32, ib as u32));
                 }
             }
         }
         pairs.sort_unstable();
-        let mut plan = DiagonalPlan {
-            offsets: Vec::new(),
-            pair_start: vec![0],
-            pair_a: Vec::with_capacity(pairs.len()),
-            pair_b: Vec::with_capacity(pairs.len()),
-        };
-        for (k, &(s, ia, ib)) in pairs.iter().enumerate() {
-            if plan.offsets.last() != Some(&s) {
-                if k > 0 {
-                    plan.pair_start.push(k as u64);
-                }
-                plan.offsets.push(s);
+        let mut pair_start = Vec::with_capacity(offsets.len() + 1);
+        pair_start.push(0u64);
+        let mut next = 0;
+        for s in 0..offsets.len() {
+            while next < pairs.len() && pairs[next].0 == s {
+                next += 1;
             }
-            plan.pair_a.push(ia);
-            plan.pair_b.push(ib);
+            pair_start.push(next as u64);
         }
-        if !pairs.is_empty() {
-            plan.pair_start.push(pairs.len() as u64);
+        DiagonalPlan {
+            offsets: offsets.to_vec(),
+            pair_start,
+            pair_a: pairs.iter().map(|p| p.1).collect(),
+            pair_b: pairs.iter().map(|p| p.2).collect(),
         }
-        plan
     }
 }
 
@@ -74,34 +73,94 @@ fn count_u32(n: usize, what: &str) -> Result<u32> {
 /// `C = A·B` for band matrices, on the device.
 pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
     check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
-    let (nrows, inner) = a.shape();
-    let ncols = b.ncols();
-    let plan = DiagonalPlan::new(a.offsets(), b.offsets(), nrows, ncols);
+    let m = a.nrows();
+    let offsets = a.product_offsets(b);
+    let len = m
+        .checked_mul(offsets.len())
+        .ok_or_else(|| Error::InvalidArgument("DIA×DIA SpGEMM: C's size overflows".into()))?;
+    let mut data: Vec<T> = try_with_capacity(len, "DIA×DIA result")?;
+    hetsparse_core::advise_huge_pages(data.spare_capacity_mut());
+    if len > 0 {
+        let mut c: Vec<&mut [MaybeUninit<T>]> =
+            data.spare_capacity_mut()[..len].chunks_mut(m).collect();
+        dia_spgemm_rows(gpu, a, b, 0..m, &offsets, &mut c)?;
+    }
+    // SAFETY: `dia_spgemm_rows` wrote every slot of every diagonal (rows 0..m).
+    unsafe { data.set_len(len) };
+    Ok(Dia::try_new(m, b.ncols(), offsets, data)?)
+}
+
+/// Rows `rows` of `C = A·B` for band matrices, computed on the device from the rows of A and
+/// B they need ([`DiaRowBlock`], uploaded diagonal by diagonal from where they lie) and
+/// downloaded into `c` (`c[d]`: those rows of C's diagonal `offsets[d]`), every slot. The
+/// caller checks the arguments.
+pub(crate) fn dia_spgemm_rows<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: &Dia<T>,
+    b: &Dia<T>,
+    rows: Range<usize>,
+    offsets: &[i64],
+    c: &mut [&mut [MaybeUninit<T>]],
+) -> Result<()> {
+    let zero = |c: &mut [&mut [MaybeUninit<T>]]| {
+        for out in c.iter_mut() {
+            out.iter_mut().for_each(|x| {
+                x.write(T::zero());
+            });
+        }
+    };
+    let Some(block) = DiaRowBlock::new(a, b, rows.clone()) else {
+        zero(c);
+        return Ok(());
+    };
+    let (nrows, inner, ncols) = (rows.len(), block.inner.len(), b.ncols());
+    let offsets_a: Vec<i64> = block.a_diagonals.iter().map(|&(_, o)| o).collect();
+    let offsets_b: Vec<i64> = block.b_diagonals.iter().map(|&(_, o)| o).collect();
+    // C's diagonals in the block's coordinates, in the caller's order: the kernel writes them
+    // as `c` lays them out.
+    let wanted: Vec<i64> = offsets.iter().map(|s| s + rows.start as i64).collect();
+    let plan = DiagonalPlan::new(&offsets_a, &offsets_b, &wanted);
     let _span = tracing::debug_span!(
         "dia_spgemm",
-        nrows,
+        rows = ?rows,
         inner,
         ncols,
-        a_diagonals = a.ndiags(),
-        b_diagonals = b.ndiags(),
+        a_diagonals = offsets_a.len(),
+        b_diagonals = offsets_b.len(),
         c_diagonals = plan.offsets.len()
     )
     .entered();
-    if plan.offsets.is_empty() || nrows == 0 {
-        return Ok(Dia::try_new(nrows, ncols, Vec::new(), Vec::new())?);
+    if plan.pair_a.is_empty() {
+        zero(c);
+        return Ok(());
     }
     gpu.bind()?;
-    let stream = Stream::new()?;
+    let stream = gpu.stream()?;
     let mem = gpu.memory();
     let c_len = nrows
         .checked_mul(plan.offsets.len())
         .ok_or_else(|| Error::InvalidArgument("DIA×DIA SpGEMM: C's size overflows".into()))?;
+    // The block's diagonals, each copied from its rows of A or B through page-locked staging.
+    let diagonals = |m: &Dia<T>, kept: &[(usize, i64)], range: &Range<usize>, what: &str| {
+        let buffer = DeviceBuffer::<T::Device>::new(mem, kept.len() * range.len(), what)?;
+        for (k, &(d, _)) in kept.iter().enumerate() {
+            buffer
+                .slice()
+                .sub(k * range.len(), range.len())
+                .upload_staged(
+                    &stream,
+                    gpu.pinned_pool(),
+                    as_device(&m.diagonal(d)[range.clone()]),
+                )?;
+        }
+        Ok::<_, Error>(buffer)
+    };
     let (off_a, data_a, data_b, off_c, pair_start, pair_a, pair_b) = {
         let _h = tracing::debug_span!("H2D", pairs = plan.pair_a.len()).entered();
         (
-            DeviceBuffer::from_host(mem, &stream, a.offsets(), "DIA offsets of A")?,
-            DeviceBuffer::from_host(mem, &stream, as_device(a.data()), "DIA data of A")?,
-            DeviceBuffer::from_host(mem, &stream, as_device(b.data()), "DIA data of B")?,
+            DeviceBuffer::from_host(mem, &stream, &offsets_a, "DIA offsets of A")?,
+            diagonals(a, &block.a_diagonals, &block.rows, "DIA data of A")?,
+            diagonals(b, &block.b_diagonals, &block.inner, "DIA data of B")?,
             DeviceBuffer::from_host(mem, &stream, &plan.offsets, "DIA offsets of C")?,
             DeviceBuffer::from_host(mem, &stream, &plan.pair_start, "DIA pair starts")?,
             DeviceBuffer::from_host(mem, &stream, &plan.pair_a, "DIA pairs (A)")?,
@@ -111,10 +170,9 @@ pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> 
     let data_c = DeviceBuffer::<T::Device>::new(mem, c_len, "DIA data of C")?;
 
     // The tile holds BlockSize + (max oa - min oa) rows of every diagonal of B.
-    let offsets_a = a.offsets();
     let span = (offsets_a[offsets_a.len() - 1] - offsets_a[0]) as u64;
     let tile_bytes = (u64::from(ROWS_PER_BLOCK) + span)
-        .saturating_mul(b.ndiags() as u64)
+        .saturating_mul(offsets_b.len() as u64)
         .saturating_mul(size_of::<T>() as u64);
     let staged = tile_bytes <= MAX_TILE_BYTES.min(u64::from(gpu.max_shared_per_block()));
     let mut config = LaunchConfig::for_threads(nrows as u64, ROWS_PER_BLOCK);
@@ -134,10 +192,10 @@ pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> 
                 &[
                     Arg::U64(nrows as u64),
                     Arg::U64(inner as u64),
-                    Arg::U32(count_u32(a.ndiags(), "diagonals in A")?),
+                    Arg::U32(count_u32(offsets_a.len(), "diagonals in A")?),
                     off_a.slice().arg(),
                     data_a.slice().arg(),
-                    Arg::U32(count_u32(b.ndiags(), "diagonals in B")?),
+                    Arg::U32(count_u32(offsets_b.len(), "diagonals in B")?),
                     data_b.slice().arg(),
                     Arg::U64(ncols as u64),
                     Arg::U32(count_u32(plan.offsets.len(), "diagonals in C")?),
@@ -152,13 +210,24 @@ pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> 
         }
     }
     let _d = tracing::debug_span!("D2H", bytes = c_len * size_of::<T>()).entered();
-    let data = data_c.slice().to_vec(&stream)?;
-    Ok(Dia::try_new(
-        nrows,
-        ncols,
-        plan.offsets,
-        from_device::<T>(&data).to_vec(),
-    )?)
+    // Every diagonal straight into its place in C, one pipeline through page-locked staging.
+    let mut outs: Vec<&mut [MaybeUninit<T::Device>]> = c
+        .iter_mut()
+        .map(|out| {
+            // SAFETY: `T::Device` has `T`'s layout (DeviceScalar's contract), so uninitialised
+            // slots of one are uninitialised slots of the other.
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    out.as_mut_ptr() as *mut MaybeUninit<T::Device>,
+                    out.len(),
+                )
+            }
+        })
+        .collect();
+    data_c
+        .slice()
+        .download_staged_into(&stream, gpu.pinned_pool(), &mut outs)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -166,15 +235,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_diagonals_are_the_sums_inside_the_product() {
-        // A: 4×5 with diagonals -1, 0, 2; B: 5×3 with diagonals 0, 1.
-        let p = DiagonalPlan::new(&[-1, 0, 2], &[0, 1], 4, 3);
-        // Sums -1, 0, 0, 1, 2, 3: 3 lies outside a 4×3 product.
-        assert_eq!(p.offsets, vec![-1, 0, 1, 2]);
-        assert_eq!(p.pair_start, vec![0, 1, 3, 4, 5]);
-        assert_eq!(p.pair_a, vec![0, 0, 1, 1, 2]);
-        assert_eq!(p.pair_b, vec![0, 1, 0, 1, 0]);
-        let empty = DiagonalPlan::new(&[], &[0], 3, 3);
-        assert!(empty.offsets.is_empty() && empty.pair_start == vec![0]);
+    fn pairs_are_grouped_by_the_diagonals_asked_for() {
+        // A's diagonals -1, 0, 2 and B's 0, 1: sums -1, 0, 0, 1, 2, 3. Asked for -1, 0, 2, 5:
+        // 1 and 3 are left out, 5 has no pair.
+        let p = DiagonalPlan::new(&[-1, 0, 2], &[0, 1], &[-1, 0, 2, 5]);
+        assert_eq!(p.offsets, vec![-1, 0, 2, 5]);
+        assert_eq!(p.pair_start, vec![0, 1, 3, 4, 4]);
+        assert_eq!(p.pair_a, vec![0, 0, 1, 2]);
+        assert_eq!(p.pair_b, vec![0, 1, 0, 0]);
+        let empty = DiagonalPlan::new(&[], &[0], &[0]);
+        assert!(empty.pair_a.is_empty() && empty.pair_start == vec![0, 0]);
     }
 }

@@ -564,6 +564,18 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         dia::dia_spgemm(&self.gpu, a, b)
     }
 
+    fn dia_spgemm_rows(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: std::ops::Range<usize>,
+        offsets: &[i64],
+        c: &mut [&mut [std::mem::MaybeUninit<T>]],
+    ) -> Result<()> {
+        check::dia_rows(a, b, &rows, offsets, c)?;
+        dia::dia_spgemm_rows(&self.gpu, a, b, rows, offsets, c)
+    }
+
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         bsr::bsr_spgemm(&self.gpu, a, b, |pa, pb| {
             <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)

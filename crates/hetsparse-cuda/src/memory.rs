@@ -203,25 +203,67 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     where
         T: DeviceCopy + Send + Sync,
     {
+        self.download_staged_into(stream, pool, &mut [out])
+    }
+
+    /// [`download_staged`](Self::download_staged) into several host slices: the slice's
+    /// elements in order fill `outs[0]`, then `outs[1]`, and so on (their lengths must add up
+    /// to the slice's), one pipeline for them all.
+    pub fn download_staged_into(
+        &self,
+        stream: &Stream,
+        pool: &PinnedPool,
+        outs: &mut [&mut [std::mem::MaybeUninit<T>]],
+    ) -> Result<()>
+    where
+        T: DeviceCopy + Send + Sync,
+    {
         assert_eq!(
-            out.len(),
+            outs.iter().map(|o| o.len()).sum::<usize>(),
             self.len,
-            "download into a buffer of another length"
+            "download into buffers of another length"
         );
         let size = size_of::<T>().max(1);
         if self.bytes() < STAGE_MIN_BYTES {
-            // SAFETY: zero bytes first, so that the slice of T made below is initialised (all
-            // zero bits are a valid value of the plain integer and floating-point types this
-            // crate copies, as `PooledPinned::typed` relies on too); MaybeUninit<T> has T's
-            // layout. The copy into pageable memory is over when the call returns, and the
-            // stream is waited for anyway.
-            let direct = unsafe {
-                std::ptr::write_bytes(out.as_mut_ptr(), 0, out.len());
-                std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T, out.len())
-            };
-            unsafe { self.download_unchecked(stream, direct)? };
+            let mut start = 0;
+            for out in outs.iter_mut() {
+                // SAFETY: zero bytes first, so that the slice of T made below is initialised
+                // (all zero bits are a valid value of the plain integer and floating-point
+                // types this crate copies, as `PooledPinned::typed` relies on too);
+                // MaybeUninit<T> has T's layout. The copy into pageable memory is over when
+                // the call returns, and the stream is waited for anyway.
+                let direct = unsafe {
+                    std::ptr::write_bytes(out.as_mut_ptr(), 0, out.len());
+                    std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T, out.len())
+                };
+                unsafe {
+                    self.sub(start, direct.len())
+                        .download_unchecked(stream, direct)?
+                };
+                start += direct.len();
+            }
             return stream.synchronize();
         }
+        // Where each output starts in the slice, to scatter a landed piece.
+        let mut starts = Vec::with_capacity(outs.len() + 1);
+        starts.push(0usize);
+        for out in outs.iter() {
+            starts.push(starts[starts.len() - 1] + out.len());
+        }
+        let mut scatter = |from: usize, landed: &[T]| {
+            let to = from + landed.len();
+            let mut o = starts.partition_point(|&s| s <= from) - 1;
+            while o < outs.len() && starts[o] < to {
+                let (lo, hi) = (from.max(starts[o]), to.min(starts[o + 1]));
+                if lo < hi {
+                    parallel_copy(
+                        &mut outs[o][lo - starts[o]..hi - starts[o]],
+                        &landed[lo - from..hi - from],
+                    );
+                }
+                o += 1;
+            }
+        };
         let piece = (STAGE_BYTES as usize / size).max(1);
         let pieces = self.len.div_ceil(piece);
         let stages = STAGES.min(pieces);
@@ -249,7 +291,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
                 let i = k % stages;
                 landed[i].synchronize()?;
                 let (start, n) = (k * piece, piece.min(self.len - k * piece));
-                parallel_copy(&mut out[start..start + n], stage[i].typed::<T>(n));
+                scatter(start, stage[i].typed::<T>(n));
                 if k + stages < pieces {
                     queue(k + stages, &mut stage)?;
                 }

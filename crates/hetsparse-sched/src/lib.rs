@@ -14,7 +14,9 @@
 //! tries again. The result is always the complete product, identical to a single backend's.
 //!
 //! Work stealing learns each backend's speed and what sharing costs, and runs the fastest
-//! backend alone where sharing would not pay. SpMV and SpMM run whole on the fastest backend
+//! backend alone where sharing would not pay. Products of band matrices in DIA form are split by
+//! rows with Matam et al.'s model for band matrices (§IV.C), from costs calibrated on the machine
+//! ([`BandCost`], [`Scheduler::calibrate_band`]), each backend writing its rows of C in place. SpMV and SpMM run whole on the fastest backend
 //! known, or, with [`Scheduler::share_always`], by row blocks of A over every backend.
 //!
 //! The scheduler implements [`Backend`] itself, so everything that takes a backend takes a
@@ -36,6 +38,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod band;
 mod chunking;
 mod execute;
 mod learn;
@@ -50,10 +53,11 @@ use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::{assemble_chunks, check};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
-    DeviceKind, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
+    DeviceKind, Dia, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
     SparseFormat, SparseOperand, SparseRef, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
+pub use band::{BandCost, BandWork};
 pub use policy::Policy;
 pub use report::{DeviceReport, RunReport};
 
@@ -82,6 +86,8 @@ pub struct Scheduler<T: Scalar> {
     /// What runs taught, per operation ([`Kind`] indexes it).
     learned: [Mutex<Learned>; 3],
     last_report: Mutex<Option<RunReport>>,
+    /// Each backend's DIA × DIA cost model, where calibrated or given, and what runs taught.
+    band: Mutex<band::BandState>,
     capabilities: Capabilities,
 }
 
@@ -109,6 +115,7 @@ impl<T: Scalar> Scheduler<T> {
             share_always: false,
             learned,
             last_report: Mutex::new(None),
+            band: Mutex::new(band::BandState::default()),
             capabilities,
         }
     }
@@ -797,6 +804,14 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
             run,
             |backend| backend.spmv_with(a.into(), x.into(), options, run),
         )
+    }
+
+    /// Band matrices by Matam et al.'s row split (§IV.C): each backend computes a range of C's
+    /// rows, sized so that all finish together by the backends' [`BandCost`]s (calibrated on
+    /// first use with [`Scheduler::calibrate_band`]), or by the speeds of
+    /// [`Policy::RowSplitAssumed`]. A backend that fails has its rows rerun on the others.
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        self.dia_scheduled(a, b)
     }
 }
 

@@ -446,3 +446,96 @@ fn a_gpu_failing_mid_run_has_its_chunks_finished_by_the_others() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A band product (DIA × DIA) split by rows over every GPU and the CPU (Matam et al. §IV.C):
+/// with equal costs every device computes rows; with costs calibrated on the machine the split
+/// follows them; with the first GPU losing its device its rows are rerun on the others. C is
+/// the CPU backend's every time.
+#[test]
+fn a_band_product_is_split_by_rows_over_every_gpu_and_the_cpu() {
+    use hetsparse_core::Dia;
+    use hetsparse_sched::BandCost;
+    watchdog();
+    let test = "a_band_product_is_split_by_rows_over_every_gpu_and_the_cpu";
+    let Some(gpus) = gpus_or_skip(test) else {
+        return;
+    };
+    let band = |rows: usize, width: i64, seed: u64| -> Dia<f64> {
+        let offsets: Vec<i64> = (-width / 2..=width / 2).collect();
+        let mut data = Vec::new();
+        for &off in &offsets {
+            data.extend((0..rows).map(|i| {
+                let j = i as i64 + off;
+                if j < 0 || j >= rows as i64 {
+                    0.0
+                } else {
+                    0.5 + ((i as u64 * 31 + seed + off.unsigned_abs()) % 13) as f64 / 8.0
+                }
+            }));
+        }
+        Dia::try_new(rows, rows, offsets, data).expect("band")
+    };
+    let (a, b) = (band(1 << 17, 9, 1), band(1 << 17, 5, 2));
+    let cpu = CpuBackend::with_threads(2).expect("CPU backend");
+    let expected = cpu.dia_spgemm(&a, &b).expect("CPU alone");
+    let same = |what: &str, c: &Dia<f64>| {
+        assert_same(
+            what,
+            &c.to_csr().expect("csr"),
+            &expected.to_csr().expect("csr"),
+        );
+    };
+    let every = |fail_first: bool| -> Vec<Shared> {
+        let mut backends: Vec<Shared> = Vec::new();
+        for (k, gpu) in gpus.iter().enumerate() {
+            let gpu: Shared = Arc::new(gpu.clone());
+            backends.push(if fail_first && k == 0 {
+                let fault = Fault::FailOnUnit {
+                    unit: 0,
+                    kind: FaultKind::DeviceLost,
+                    sticky: true,
+                };
+                Arc::new(FaultyBackend::new(gpu, fault))
+            } else {
+                gpu
+            });
+        }
+        backends.push(Arc::new(CpuBackend::with_threads(2).expect("CPU backend")));
+        backends
+    };
+    let equal = BandCost {
+        fixed_secs: 0.0,
+        secs_per_product: 1e-9,
+        secs_per_output: 1e-9,
+    };
+    let n = gpus.len() + 1;
+    let s = Scheduler::from_shared(every(false))
+        .with_band_costs(&vec![equal; n])
+        .expect("costs");
+    same("equal costs", &s.dia_spgemm(&a, &b).expect("split"));
+    let report = s.last_report().expect("report");
+    eprintln!("{test}: equal costs\n{}", describe(&report));
+    assert!(
+        report.devices.iter().all(|d| d.chunks == 1),
+        "every device computes rows"
+    );
+
+    let s = Scheduler::from_shared(every(false));
+    let costs = s.calibrate_band(1 << 16).expect("calibration");
+    eprintln!("{test}: calibrated costs {costs:?}");
+    assert!(costs.iter().all(Option::is_some), "every device calibrated");
+    same("calibrated", &s.dia_spgemm(&a, &b).expect("split"));
+    eprintln!(
+        "{test}: calibrated\n{}",
+        describe(&s.last_report().expect("report"))
+    );
+
+    let s = Scheduler::from_shared(every(true))
+        .with_band_costs(&vec![equal; n])
+        .expect("costs");
+    same("first GPU lost", &s.dia_spgemm(&a, &b).expect("rerun"));
+    let report = s.last_report().expect("report");
+    eprintln!("{test}: first GPU lost\n{}", describe(&report));
+    assert!(report.devices[0].failure.is_some());
+    assert_eq!(report.devices.iter().map(|d| d.chunks).sum::<usize>(), n);
+}

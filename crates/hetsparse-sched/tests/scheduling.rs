@@ -420,3 +420,275 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
     let report = s.last_report().unwrap();
     assert!(report.chunks_planned > 1, "{report:?}");
 }
+
+mod band {
+    //! DIA × DIA split by rows (Matam et al. §IV.C).
+
+    use super::*;
+    use hetsparse_core::Dia;
+    use hetsparse_sched::BandCost;
+
+    fn band(rows: usize, cols: usize, offsets: &[i64], seed: u64) -> Dia<f64> {
+        let mut data = Vec::new();
+        for &off in offsets {
+            data.extend((0..rows).map(|i| {
+                let j = i as i64 + off;
+                if j < 0 || j >= cols as i64 {
+                    0.0
+                } else {
+                    0.5 + ((i as u64 * 13 + seed * 5 + off.unsigned_abs()) % 11) as f64 / 8.0
+                }
+            }));
+        }
+        Dia::try_new(rows, cols, offsets.to_vec(), data).expect("band")
+    }
+
+    fn cases() -> Vec<(Dia<f64>, Dia<f64>)> {
+        vec![
+            (
+                band(3000, 3000, &[-2, -1, 0, 1, 2], 1),
+                band(3000, 3000, &[-1, 0, 1], 2),
+            ),
+            (
+                band(2000, 2500, &[-40, -3, 0, 9, 300], 3),
+                band(2500, 1800, &[-700, -1, 0, 4], 4),
+            ),
+            (
+                band(1500, 1500, &[-1400, 1400], 5),
+                band(1500, 1500, &[0, 3], 6),
+            ),
+        ]
+    }
+
+    const EQUAL: BandCost = BandCost {
+        fixed_secs: 0.0,
+        secs_per_product: 1e-9,
+        secs_per_output: 1e-9,
+    };
+
+    #[test]
+    fn split_rows_give_one_backends_product() {
+        for (k, (a, b)) in cases().iter().enumerate() {
+            let whole = cpu().dia_spgemm(a, b).expect("CPU alone");
+            for policy in [
+                Policy::WorkStealing,
+                Policy::RowSplitAssumed(vec![1.0, 3.0]),
+            ] {
+                let s = scheduler(vec![cpu(), cpu()], policy.clone())
+                    .with_band_costs(&[EQUAL, EQUAL])
+                    .expect("costs");
+                let c = s.dia_spgemm(a, b).expect("split");
+                // The same pairs summed in the same order: bit for bit the CPU's product.
+                assert_eq!(c, whole, "case {k}, {policy:?}");
+                let report = s.last_report().expect("report");
+                let chunks: Vec<usize> = report.devices.iter().map(|d| d.chunks).collect();
+                assert_eq!(chunks, vec![1, 1], "case {k}, {policy:?}");
+                // Rows are cut at the share; on a full band, products follow rows.
+                if k == 0 {
+                    let shares = report.shares();
+                    let first = if matches!(policy, Policy::WorkStealing) {
+                        0.5
+                    } else {
+                        0.25
+                    };
+                    assert!((shares[0] - first).abs() < 0.01, "{policy:?}: {shares:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn costs_decide_the_rows_and_small_products_run_whole() {
+        let (a, b) = &cases()[0];
+        // The second backend three times as fast per row: a quarter of the rows to the first.
+        let slow = BandCost {
+            secs_per_product: 3e-9,
+            secs_per_output: 3e-9,
+            ..EQUAL
+        };
+        let s = scheduler(vec![cpu(), cpu()], Policy::RowSplitMeasured)
+            .with_band_costs(&[slow, EQUAL])
+            .expect("costs");
+        s.dia_spgemm(a, b).expect("split");
+        let shares = s.last_report().expect("report").shares();
+        assert!((shares[0] - 0.25).abs() < 0.02, "{shares:?}");
+        // Below min_chunk_products the product is not cut: the cheaper backend runs it.
+        let s = Scheduler::from_shared(vec![cpu(), cpu()])
+            .with_band_costs(&[slow, EQUAL])
+            .expect("costs");
+        s.dia_spgemm(a, b).expect("whole");
+        let chunks: Vec<usize> = s
+            .last_report()
+            .expect("report")
+            .devices
+            .iter()
+            .map(|d| d.chunks)
+            .collect();
+        assert_eq!(chunks, vec![0, 1]);
+        // Costs are checked.
+        let bad = BandCost {
+            secs_per_product: -1.0,
+            ..EQUAL
+        };
+        assert!(Scheduler::from_shared(vec![cpu(), cpu()])
+            .with_band_costs(&[bad, EQUAL])
+            .is_err());
+        assert!(Scheduler::from_shared(vec![cpu(), cpu()])
+            .with_band_costs(&[EQUAL])
+            .is_err());
+    }
+
+    #[test]
+    fn calibration_measures_every_backend_and_the_split_follows() {
+        let s = scheduler(
+            vec![cpu(), Arc::new(ReferenceBackend)],
+            Policy::WorkStealing,
+        );
+        assert_eq!(s.band_costs(), vec![None, None]);
+        let costs = s.calibrate_band(4096).expect("calibration");
+        assert_eq!(s.band_costs(), costs);
+        for cost in &costs {
+            let c = cost.expect("both backends run DIA × DIA");
+            assert!(c.fixed_secs >= 0.0 && c.secs_per_product >= 0.0 && c.secs_per_output >= 0.0);
+            assert!(c.secs_per_product + c.secs_per_output > 0.0, "{c:?}");
+        }
+        for (a, b) in cases() {
+            let expected = cpu().dia_spgemm(&a, &b).expect("CPU alone");
+            let c = s.dia_spgemm(&a, &b).expect("split");
+            assert_eq!(c.to_csr().expect("csr"), expected.to_csr().expect("csr"));
+        }
+        // Without costs, a product large enough to cut calibrates first.
+        let s = scheduler(
+            vec![cpu(), Arc::new(ReferenceBackend)],
+            Policy::WorkStealing,
+        );
+        let (a, b) = &cases()[0];
+        s.dia_spgemm(a, b).expect("split");
+        assert!(s.band_costs().iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn a_failing_backend_has_its_rows_rerun_on_the_other() {
+        let (a, b) = &cases()[1];
+        let whole = cpu().dia_spgemm(a, b).expect("CPU alone");
+        for kind in [
+            FaultKind::DeviceLost,
+            FaultKind::Panic,
+            FaultKind::OutOfMemory,
+        ] {
+            let fault = Fault::FailOnUnit {
+                unit: 0,
+                kind,
+                sticky: true,
+            };
+            let failing = faulty(fault);
+            let s = scheduler(vec![failing.clone(), cpu()], Policy::WorkStealing)
+                .with_band_costs(&[EQUAL, EQUAL])
+                .expect("costs");
+            let c = s.dia_spgemm(a, b).expect("rerun");
+            assert_eq!(c, whole, "{kind:?}");
+            let report = s.last_report().expect("report");
+            assert!(report.devices[0].failure.is_some(), "{kind:?}");
+            assert_eq!(report.devices[1].chunks, 2, "{kind:?}");
+            assert_eq!(failing.units_failed(), 1, "{kind:?}");
+        }
+        // Both failing: the error comes back.
+        let lost = || {
+            faulty(Fault::FailOnUnit {
+                unit: 0,
+                kind: FaultKind::DeviceLost,
+                sticky: true,
+            })
+        };
+        let s = scheduler(vec![lost(), lost()], Policy::WorkStealing)
+            .with_band_costs(&[EQUAL, EQUAL])
+            .expect("costs");
+        assert!(matches!(s.dia_spgemm(a, b), Err(e) if e.is_retryable()));
+    }
+
+    #[test]
+    fn empty_and_edge_products() {
+        let s = scheduler(vec![cpu(), cpu()], Policy::WorkStealing)
+            .with_band_costs(&[EQUAL, EQUAL])
+            .expect("costs");
+        let none = Dia::<f64>::try_new(20, 20, vec![], vec![]).expect("empty");
+        let c = s
+            .dia_spgemm(&none, &band(20, 20, &[0], 1))
+            .expect("empty product");
+        assert_eq!((c.shape(), c.ndiags()), ((20, 20), 0));
+        // Diagonals that never meet: no product.
+        let (x, y) = (band(10, 10, &[9], 1), band(10, 10, &[5], 2));
+        assert_eq!(s.dia_spgemm(&x, &y).expect("no product").ndiags(), 0);
+        // One row, and shapes that do not chain.
+        let (x, y) = (band(1, 30, &[0, 29], 1), band(30, 30, &[-29, 0, 1], 2));
+        assert_eq!(
+            s.dia_spgemm(&x, &y).expect("one row"),
+            cpu().dia_spgemm(&x, &y).expect("cpu")
+        );
+        assert!(matches!(
+            s.dia_spgemm(&band(5, 6, &[0], 1), &band(5, 5, &[0], 1)),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+}
+
+mod band_learning {
+    use super::*;
+    use hetsparse_sched::BandCost;
+
+    #[test]
+    fn a_split_slower_than_predicted_is_not_made_again() {
+        let rows = 4000;
+        let offsets: Vec<i64> = (-4..=4).collect();
+        let data: Vec<f64> = offsets
+            .iter()
+            .flat_map(|&off| {
+                (0..rows).map(move |i| {
+                    let j = i as i64 + off;
+                    if j < 0 || j >= rows as i64 {
+                        0.0
+                    } else {
+                        1.0 + (i % 5) as f64
+                    }
+                })
+            })
+            .collect();
+        let a = hetsparse_core::Dia::try_new(rows, rows, offsets, data).expect("band");
+        // Costs that predict nanoseconds: the first product is split (two equal backends
+        // finish in half the time), and takes far longer than predicted.
+        let tiny = BandCost {
+            fixed_secs: 0.0,
+            secs_per_product: 1e-15,
+            secs_per_output: 1e-15,
+        };
+        let s = scheduler(vec![cpu(), cpu()], Policy::WorkStealing)
+            .with_band_costs(&[tiny, tiny])
+            .expect("costs");
+        let chunks = |s: &Scheduler<f64>| -> usize {
+            s.last_report()
+                .expect("report")
+                .devices
+                .iter()
+                .map(|d| d.chunks)
+                .sum()
+        };
+        let expected = cpu().dia_spgemm(&a, &a).expect("CPU alone");
+        assert_eq!(s.dia_spgemm(&a, &a).expect("first"), expected);
+        assert_eq!(chunks(&s), 2, "the first product is split");
+        assert_eq!(s.dia_spgemm(&a, &a).expect("second"), expected);
+        assert_eq!(
+            chunks(&s),
+            1,
+            "the split took longer than predicted: one backend alone"
+        );
+        // Forced sharing splits whatever was learned.
+        let forced = scheduler(vec![cpu(), cpu()], Policy::WorkStealing)
+            .share_always()
+            .with_band_costs(&[tiny, tiny])
+            .expect("costs");
+        for _ in 0..2 {
+            assert_eq!(forced.dia_spgemm(&a, &a).expect("forced"), expected);
+            assert_eq!(chunks(&forced), 2);
+        }
+    }
+}

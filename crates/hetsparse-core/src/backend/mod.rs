@@ -28,13 +28,14 @@ pub mod window;
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
+use crate::format::{Bsr, Csr, Dense, Dia, DiaRowBlock, Layout, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
 
 pub use assemble::assemble_chunks;
@@ -525,6 +526,56 @@ pub trait Backend<T: Scalar>: Device {
         Dia::from_csr(&c, u64::MAX)
     }
 
+    /// Rows `rows` of `C = A · B` for band matrices, written where they lie: `c[d]` receives
+    /// rows `rows` of C's diagonal of offset `offsets[d]`, and every one of its slots is
+    /// written (zeros where nothing lands). `offsets` must be C's diagonals,
+    /// [`Dia::product_offsets`] (a scheduler splitting C by rows writes each device's rows
+    /// into C itself, with no copy). The default multiplies the rows' [`DiaRowBlock`] as a
+    /// product of its own and copies its diagonals in.
+    fn dia_spgemm_rows(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: Range<usize>,
+        offsets: &[i64],
+        c: &mut [&mut [MaybeUninit<T>]],
+    ) -> Result<()> {
+        check::dia_rows(a, b, &rows, offsets, c)?;
+        let product = match DiaRowBlock::new(a, b, rows.clone()) {
+            None => None,
+            Some(block) => {
+                let (ba, bb) = block.operands(a, b)?;
+                Some(self.dia_spgemm(&ba, &bb)?)
+            }
+        };
+        let shift = rows.start as i64;
+        if let Some(p) = &product {
+            for (d, &off) in p.offsets().iter().enumerate() {
+                let s = off - shift;
+                if offsets.binary_search(&s).is_err()
+                    && p.diagonal(d).iter().any(|x| *x != T::zero())
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "DIA×DIA rows {rows:?}: C has a diagonal of offset {s}, not among the offsets given"
+                    )));
+                }
+            }
+        }
+        for (&s, out) in offsets.iter().zip(c.iter_mut()) {
+            let diagonal = product.as_ref().and_then(|p| {
+                let d = p.offsets().binary_search(&(s + shift)).ok()?;
+                Some(p.diagonal(d))
+            });
+            match diagonal {
+                Some(from) => crate::host::copy_streaming(out, from),
+                None => out.iter_mut().for_each(|x| {
+                    x.write(T::zero());
+                }),
+            }
+        }
+        Ok(())
+    }
+
     /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns.
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         check::bsr_spgemm(a, b)?;
@@ -536,6 +587,44 @@ pub trait Backend<T: Scalar>: Device {
 /// Operand checks shared by every backend, so that each returns the same errors.
 pub mod check {
     use super::*;
+
+    /// The arguments of [`Backend::dia_spgemm_rows`]: shapes that chain, rows inside A,
+    /// increasing offsets, and one output slice of `rows.len()` per offset.
+    pub fn dia_rows<T: Scalar>(
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: &Range<usize>,
+        offsets: &[i64],
+        c: &[&mut [MaybeUninit<T>]],
+    ) -> Result<()> {
+        shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        if rows.start > rows.end || rows.end > a.nrows() {
+            return Err(Error::InvalidArgument(format!(
+                "DIA×DIA rows {rows:?}: outside A's {} rows",
+                a.nrows()
+            )));
+        }
+        if offsets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::InvalidArgument(
+                "DIA×DIA rows: C's offsets must be strictly increasing".into(),
+            ));
+        }
+        if c.len() != offsets.len() {
+            return Err(Error::InvalidArgument(format!(
+                "DIA×DIA rows: {} output diagonals for {} offsets",
+                c.len(),
+                offsets.len()
+            )));
+        }
+        if let Some(d) = c.iter().position(|out| out.len() != rows.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "DIA×DIA rows {rows:?}: output diagonal {d} holds {} slots, not {}",
+                c[d].len(),
+                rows.len()
+            )));
+        }
+        Ok(())
+    }
 
     /// `left` × `right` must agree on the inner dimension.
     pub fn shapes(op: &'static str, left: (usize, usize), right: (usize, usize)) -> Result<()> {

@@ -59,10 +59,14 @@ impl<T: Scalar> Dia<T> {
             }
             let zero = T::zero();
             let column = &data[d * nrows..(d + 1) * nrows];
-            if let Some(i) = (0..nrows).find(|&i| {
-                let j = i as i64 + off;
-                (j < 0 || j >= ncols as i64) && column[i] != zero
-            }) {
+            // Padding is the rows before column 0 and from column `ncols` on: only those are
+            // read (a full scan would cost a pass over every diagonal).
+            let inside_from = (-off).clamp(0, nrows as i64) as usize;
+            let inside_to = (ncols as i64 - off).clamp(inside_from as i64, nrows as i64) as usize;
+            if let Some(i) = (0..inside_from)
+                .chain(inside_to..nrows)
+                .find(|&i| column[i] != zero)
+            {
                 return Err(FormatError::InvalidParameter {
                     format: "DIA",
                     what: format!(
@@ -201,6 +205,109 @@ impl<T: Scalar> Dia<T> {
     }
 }
 
+impl<T: Scalar> Dia<T> {
+    /// The diagonals of `self · b` (`self` `m × k`, `b` `k × n`): every sum `oa + ob` of their
+    /// offsets with at least one row `i` where both meet inside the matrices (`0 <= i < m`,
+    /// `0 <= i + oa < k`, `0 <= i + oa + ob < n`), increasing. A diagonal whose products all
+    /// cancel is still one of them.
+    pub fn product_offsets(&self, b: &Dia<T>) -> Vec<i64> {
+        product_offsets(self, b)
+    }
+}
+
+fn product_offsets<T: Scalar>(a: &Dia<T>, b: &Dia<T>) -> Vec<i64> {
+    let (m, k, n) = (a.nrows() as i64, a.ncols() as i64, b.ncols() as i64);
+    let mut sums = Vec::with_capacity(a.ndiags() * b.ndiags());
+    for &oa in a.offsets() {
+        for &ob in b.offsets() {
+            let first = 0i64.max(-oa).max(-oa - ob);
+            let last = m.min(k - oa).min(n - oa - ob);
+            if first < last {
+                sums.push(oa + ob);
+            }
+        }
+    }
+    sums.sort_unstable();
+    sums.dedup();
+    sums
+}
+
+/// Rows `rows` of `C = A · B` for band matrices as a DIA product of their own: rows `rows` of
+/// A over the columns `inner` its band reaches there, times rows `inner` of B (all its
+/// columns). Diagonal `s` of C is the block product's diagonal `s + rows.start`. A scheduler
+/// splitting a band product by rows (Matam et al. §IV.C) gives each device one block; the
+/// device reads the kept diagonals' rows where they lie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiaRowBlock {
+    /// Rows of A and of C.
+    pub rows: std::ops::Range<usize>,
+    /// Columns of A (rows of B) the block reads.
+    pub inner: std::ops::Range<usize>,
+    /// A's diagonals holding a slot inside the block: (position in A, offset in the block).
+    pub a_diagonals: Vec<(usize, i64)>,
+    /// B's diagonals holding a slot inside rows `inner`: (position in B, offset in the block).
+    pub b_diagonals: Vec<(usize, i64)>,
+}
+
+impl DiaRowBlock {
+    /// The block of rows `rows` of `a · b`, or `None` when A's band holds no slot inside the
+    /// matrices there (those rows of C are zero). The shapes must chain and `rows` lie inside
+    /// A's rows (the caller checks).
+    pub fn new<T: Scalar>(a: &Dia<T>, b: &Dia<T>, rows: std::ops::Range<usize>) -> Option<Self> {
+        let (&low, &high) = (a.offsets().first()?, a.offsets().last()?);
+        let k = a.ncols() as i64;
+        let (r0, r1) = (rows.start as i64, rows.end as i64);
+        let (k0, k1) = ((r0 + low).clamp(0, k), (r1 + high).clamp(0, k));
+        if rows.is_empty() || k0 >= k1 {
+            return None;
+        }
+        // A slot of a kept diagonal outside the block's columns is outside A too (the columns
+        // are clamped only at A's edges), so it is padding and zero.
+        let a_diagonals: Vec<(usize, i64)> = a
+            .offsets()
+            .iter()
+            .enumerate()
+            .map(|(d, &off)| (d, off + r0 - k0))
+            .filter(|&(_, off)| off > -(r1 - r0) && off < k1 - k0)
+            .collect();
+        if a_diagonals.is_empty() {
+            return None;
+        }
+        let n = b.ncols() as i64;
+        let b_diagonals = b
+            .offsets()
+            .iter()
+            .enumerate()
+            .map(|(d, &off)| (d, off + k0))
+            .filter(|&(_, off)| off > -(k1 - k0) && off < n)
+            .collect();
+        Some(DiaRowBlock {
+            rows,
+            inner: k0 as usize..k1 as usize,
+            a_diagonals,
+            b_diagonals,
+        })
+    }
+
+    /// The block's operands as DIA matrices of their own (copies of the kept diagonals' rows).
+    pub fn operands<T: Scalar>(&self, a: &Dia<T>, b: &Dia<T>) -> Result<(Dia<T>, Dia<T>), Error> {
+        let copy = |m: &Dia<T>, kept: &[(usize, i64)], rows: &std::ops::Range<usize>| {
+            let mut data = host::try_with_capacity(kept.len() * rows.len(), "DIA row block")?;
+            for &(d, _) in kept {
+                data.extend_from_slice(&m.diagonal(d)[rows.clone()]);
+            }
+            let offsets = kept.iter().map(|&(_, off)| off).collect();
+            Ok::<_, Error>((offsets, data))
+        };
+        let (a_offsets, a_data) = copy(a, &self.a_diagonals, &self.rows)?;
+        let (b_offsets, b_data) = copy(b, &self.b_diagonals, &self.inner)?;
+        Ok((
+            Dia::try_new(self.rows.len(), self.inner.len(), a_offsets, a_data)?,
+            Dia::try_new(self.inner.len(), b.ncols(), b_offsets, b_data)?,
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,7 +358,106 @@ mod tests {
         assert!(e.to_string().contains("strictly increasing"));
         let e = Dia::try_new(2, 2, vec![1], vec![1.0, 1.0]).unwrap_err();
         assert!(e.to_string().contains("padding"));
+        // 4 × 3: diagonal -2 pads rows 0 and 1; diagonal 1 pads rows 2 and 3; the main
+        // diagonal pads row 3. Every padding slot is checked, and only those.
+        for (off, row) in [(-2, 0), (-2, 1), (1, 2), (1, 3), (0, 3)] {
+            let mut data = vec![1.0; 4];
+            let e = Dia::try_new(4, 3, vec![off], data.clone());
+            assert!(e.is_err(), "offset {off}: every padding slot holds 1");
+            data.iter_mut().enumerate().for_each(|(i, x)| {
+                let j = i as i64 + off;
+                if !(0..3).contains(&j) {
+                    *x = 0.0;
+                }
+            });
+            assert!(
+                Dia::try_new(4, 3, vec![off], data.clone()).is_ok(),
+                "offset {off}"
+            );
+            data[row] = 2.0;
+            let e = Dia::try_new(4, 3, vec![off], data).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("at row {row}")),
+                "offset {off}: {e}"
+            );
+        }
         let e = Dia::try_new(2, 2, vec![0], vec![1.0]).unwrap_err();
         assert!(matches!(e, FormatError::LengthMismatch { .. }));
+    }
+
+    fn band(rows: usize, cols: usize, offsets: &[i64], seed: u64) -> Dia<f64> {
+        let mut data = Vec::new();
+        for &off in offsets {
+            data.extend((0..rows).map(|i| {
+                let j = i as i64 + off;
+                if j < 0 || j >= cols as i64 {
+                    0.0
+                } else {
+                    1.0 + ((i as u64 * 31 + seed * 7 + off.unsigned_abs()) % 17) as f64
+                }
+            }));
+        }
+        Dia::try_new(rows, cols, offsets.to_vec(), data).expect("band")
+    }
+
+    /// Rows written in place block by block ([`Backend::dia_spgemm_rows`]'s default, over
+    /// [`DiaRowBlock`]) put together equal the whole product.
+    #[test]
+    fn row_blocks_put_together_equal_the_whole_product() {
+        use crate::backend::Backend;
+        use std::mem::MaybeUninit;
+        let cases = [
+            (
+                band(40, 40, &[-3, -1, 0, 2, 5], 1),
+                band(40, 40, &[-2, 0, 1], 2),
+            ),
+            (
+                band(30, 50, &[-4, 0, 7, 20], 3),
+                band(50, 25, &[-30, -1, 0, 3], 4),
+            ),
+            (band(25, 25, &[-24, 24], 5), band(25, 25, &[0], 6)),
+        ];
+        let backend = crate::ReferenceBackend;
+        for (k, (a, b)) in cases.iter().enumerate() {
+            let whole = backend.dia_spgemm(a, b).unwrap();
+            let offsets = a.product_offsets(b);
+            let m = a.nrows();
+            for cuts in [
+                vec![0, 1, m],
+                vec![0, 7, 19, 23, m],
+                vec![0, 13, m],
+                vec![0, m],
+            ] {
+                let mut data = vec![MaybeUninit::new(f64::NAN); m * offsets.len()];
+                for w in cuts.windows(2) {
+                    let mut c: Vec<&mut [MaybeUninit<f64>]> =
+                        data.chunks_mut(m).map(|d| &mut d[w[0]..w[1]]).collect();
+                    backend
+                        .dia_spgemm_rows(a, b, w[0]..w[1], &offsets, &mut c)
+                        .unwrap();
+                }
+                // SAFETY: initialised above (NaN), and every slot was written again.
+                let data: Vec<f64> = data
+                    .into_iter()
+                    .map(|x| unsafe { x.assume_init() })
+                    .collect();
+                assert!(
+                    data.iter().all(|x| !x.is_nan()),
+                    "case {k}: every slot written"
+                );
+                let c = Dia::try_new(m, b.ncols(), offsets.clone(), data).unwrap();
+                assert_eq!(
+                    c.to_csr().unwrap(),
+                    whole.to_csr().unwrap(),
+                    "case {k}, {cuts:?}"
+                );
+            }
+            // Offsets missing one of C's diagonals are refused.
+            let mut short = vec![MaybeUninit::new(0.0); m * (offsets.len() - 1)];
+            let mut c: Vec<&mut [MaybeUninit<f64>]> = short.chunks_mut(m).collect();
+            assert!(backend
+                .dia_spgemm_rows(a, b, 0..m, &offsets[1..], &mut c)
+                .is_err());
+        }
     }
 }

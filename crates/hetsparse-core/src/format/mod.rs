@@ -21,7 +21,7 @@ pub use coo::Coo;
 pub use cspr::Cspr;
 pub use csr::{Csc, Csr};
 pub use dense::{Dense, Layout};
-pub use dia::Dia;
+pub use dia::{Dia, DiaRowBlock};
 pub use ellr::{Ellr, ELLR_ROW_ALIGN};
 pub use host_array::HostArray;
 
