@@ -10,7 +10,11 @@
 //! writes them to `$HETSPARSE_BENCH_OUT/band.md` when that is set). `HETSPARSE_BENCH_QUICK=1`
 //! for small sizes, `HETSPARSE_BENCH_REPS=N` timed calls after one warm-up (default 3; the
 //! minimum is reported), `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the
-//! scheduler (default: all cores but one, which drives the GPU).
+//! scheduler (default: all cores but one, which drives the GPU). With the `cuda` feature,
+//! `HETSPARSE_BENCH_BAND_BIG_ROWS=N` adds one product of `N` rows on a CUDA backend whose
+//! memory budget is `HETSPARSE_BENCH_BAND_BUDGET_GB` (default 70), to run a product larger than
+//! the device (4.5e8 rows make about 94 GB of A, B and C); `HETSPARSE_BENCH_BAND_ONLY_BIG=1`
+//! runs only that one.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -24,22 +28,97 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// A square band matrix of `rows` rows with `width` diagonals centred on the main one.
+/// A square band matrix of `rows` rows with `width` diagonals centred on the main one, made on
+/// every core (the largest run makes tens of GB).
 fn band(rows: usize, width: usize, seed: u64) -> Dia<f64> {
+    use rayon::prelude::*;
     let low = -((width / 2) as i64);
     let offsets: Vec<i64> = (0..width as i64).map(|d| low + d).collect();
-    let mut data = Vec::with_capacity(rows * width);
-    for &off in &offsets {
-        data.extend((0..rows).map(|i| {
-            let j = i as i64 + off;
-            if j < 0 || j >= rows as i64 {
-                0.0
-            } else {
-                0.5 + ((i as u64 * 2_654_435_761 + seed + off.unsigned_abs()) % 97) as f64 / 64.0
-            }
-        }));
+    let len = rows * width;
+    let mut data: Vec<f64> = Vec::with_capacity(len);
+    if rows > 0 {
+        data.spare_capacity_mut()[..len]
+            .par_chunks_mut(rows)
+            .zip(offsets.par_iter())
+            .for_each(|(diagonal, &off)| {
+                diagonal
+                    .par_chunks_mut(1 << 16)
+                    .enumerate()
+                    .for_each(|(k, piece)| {
+                        for (t, slot) in piece.iter_mut().enumerate() {
+                            let i = (k << 16) + t;
+                            let j = i as i64 + off;
+                            slot.write(if j < 0 || j >= rows as i64 {
+                                0.0
+                            } else {
+                                0.5 + ((i as u64 * 2_654_435_761 + seed + off.unsigned_abs()) % 97)
+                                    as f64
+                                    / 64.0
+                            });
+                        }
+                    });
+            });
     }
+    // SAFETY: every slot of every diagonal was written above.
+    unsafe { data.set_len(len) };
     Dia::try_new(rows, rows, offsets, data).expect("band matrix")
+}
+
+/// `A · A` for a band of width 9 and `rows` rows on a CUDA backend limited to `budget_gb`,
+/// so that A, B and C together exceed the device's budget; three blocks of 1000 rows are
+/// checked against the CPU backend's rows.
+#[cfg(feature = "cuda")]
+fn largest_product(rows: usize, budget_gb: u64, cpu: &Arc<dyn Backend<f64>>) -> String {
+    use std::mem::MaybeUninit;
+    let start = Instant::now();
+    let a = band(rows, 9, 7);
+    let made = start.elapsed();
+    let gpu = match hetsparse_cuda::CudaBackend::new() {
+        Ok(g) => g.with_memory_budget(budget_gb << 30),
+        Err(e) => return format!("no CUDA device: {e}\n"),
+    };
+    let start = Instant::now();
+    let c = match gpu.dia_spgemm(&a, &a) {
+        Ok(c) => c,
+        Err(e) => return format!("out-of-core DIA product of {rows} rows failed: {e}\n"),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    let gb = |n: usize| (n * 8) as f64 / 1e9;
+    let offsets = c.offsets().to_vec();
+    let mut correct = true;
+    for r0 in [0, rows / 2, rows.saturating_sub(1000)] {
+        let range = r0..(r0 + 1000).min(rows);
+        let mut block = vec![MaybeUninit::<f64>::uninit(); range.len() * offsets.len()];
+        let mut slots: Vec<&mut [MaybeUninit<f64>]> = block.chunks_mut(range.len()).collect();
+        if cpu
+            .dia_spgemm_rows(&a, &a, range.clone(), &offsets, &mut slots)
+            .is_err()
+        {
+            correct = false;
+            continue;
+        }
+        for (d, piece) in block.chunks(range.len()).enumerate() {
+            for (k, x) in piece.iter().enumerate() {
+                // SAFETY: dia_spgemm_rows wrote every slot.
+                let x = unsafe { x.assume_init() };
+                let y = c.diagonal(d)[range.start + k];
+                correct &= (x - y).abs() <= 1e-12 * (1.0 + y.abs());
+            }
+        }
+    }
+    let total = a.data().len() * 2 + c.data().len();
+    format!(
+        "\nOut of core: A · A, band of 9 diagonals, {rows} rows ({:.1} s to make A): A {:.1} GB, B (the same matrix, uploaded again) {:.1} GB, C {:.1} GB ({} diagonals), {:.1} GB in all against a device budget of {budget_gb} GB on the {}; {:.2} s, C at {:.1} GB/s; rows checked against the CPU backend: {correct}\n",
+        made.as_secs_f64(),
+        gb(a.data().len()),
+        gb(a.data().len()),
+        gb(c.data().len()),
+        offsets.len(),
+        gb(total),
+        hetsparse_core::Device::info(&gpu).name,
+        secs,
+        gb(c.data().len()) / secs,
+    )
 }
 
 /// Whether `x` and `y` hold the same values on every diagonal (a diagonal one lacks is zeros),
@@ -85,6 +164,7 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     let quick = std::env::var("HETSPARSE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let only_largest = std::env::var("HETSPARSE_BENCH_BAND_ONLY_BIG").is_ok_and(|v| v == "1");
     let reps = env_usize("HETSPARSE_BENCH_REPS").unwrap_or(3).max(1);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let hybrid_threads =
@@ -114,6 +194,18 @@ fn main() {
         eprintln!("no GPU backend found: the band split needs a CPU and a GPU");
         return;
     };
+    if only_largest {
+        #[cfg(feature = "cuda")]
+        if let Some(big) = env_usize("HETSPARSE_BENCH_BAND_BIG_ROWS") {
+            let budget = env_usize("HETSPARSE_BENCH_BAND_BUDGET_GB").unwrap_or(70) as u64;
+            let largest = largest_product(big, budget, &cpu);
+            print!("{largest}");
+            if let Ok(dir) = std::env::var("HETSPARSE_BENCH_OUT") {
+                let _ = std::fs::write(std::path::Path::new(&dir).join("band-largest.md"), largest);
+            }
+        }
+        return;
+    }
     let hybrid_cpu: Arc<dyn Backend<f64>> =
         Arc::new(hetsparse_cpu::CpuBackend::with_threads(hybrid_threads).expect("CPU backend"));
     let scheduler = Scheduler::from_shared(vec![hybrid_cpu.clone(), gpu.clone()]);
@@ -255,10 +347,18 @@ fn main() {
         eprintln!("done {wa} × {wb}");
     }
     print!("{table}{sweep_table}");
+    #[allow(unused_mut)]
+    let mut largest = String::new();
+    #[cfg(feature = "cuda")]
+    if let Some(big) = env_usize("HETSPARSE_BENCH_BAND_BIG_ROWS") {
+        let budget = env_usize("HETSPARSE_BENCH_BAND_BUDGET_GB").unwrap_or(70) as u64;
+        largest = largest_product(big, budget, &cpu);
+        print!("{largest}");
+    }
     if let Ok(dir) = std::env::var("HETSPARSE_BENCH_OUT") {
         let _ = std::fs::write(
             std::path::Path::new(&dir).join("band.md"),
-            format!("{out}{table}{sweep_table}"),
+            format!("{out}{table}{sweep_table}{largest}"),
         );
     }
 }

@@ -94,7 +94,59 @@ pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> 
 /// B they need ([`DiaRowBlock`], uploaded diagonal by diagonal from where they lie) and
 /// downloaded into `c` (`c[d]`: those rows of C's diagonal `offsets[d]`), every slot. The
 /// caller checks the arguments.
+///
+/// Rows whose operands and output would not fit half the device memory left to this backend
+/// (its budget, or what the driver reports free) go through in blocks of rows that do, one
+/// after another: A, B and C may each be larger than the device.
 pub(crate) fn dia_spgemm_rows<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: &Dia<T>,
+    b: &Dia<T>,
+    rows: Range<usize>,
+    offsets: &[i64],
+    c: &mut [&mut [MaybeUninit<T>]],
+) -> Result<()> {
+    // Per row of C: a slot of each diagonal of A, of C, and of B (whose rows run ahead of
+    // A's by the band's width, counted once per block below).
+    let per_row = ((a.ndiags() + b.ndiags() + offsets.len()) * size_of::<T>()) as u64;
+    let span = match (a.offsets().first(), a.offsets().last()) {
+        (Some(lo), Some(hi)) => (hi - lo) as u64,
+        _ => 0,
+    };
+    gpu.bind()?;
+    let free = match crate::memory::free_device_memory() {
+        0 => u64::MAX,
+        bytes => bytes,
+    };
+    let budget = gpu.memory().available().min(free) / 2;
+    let fits = (budget / per_row.max(1)).saturating_sub(span) as usize;
+    if fits == 0 {
+        return Err(Error::OutOfMemory {
+            backend: "cuda".into(),
+            what: format!("one row of a DIA×DIA product ({per_row} bytes a row, band of {span})"),
+            needed_bytes: per_row.saturating_mul(span + 1),
+            available_bytes: budget,
+        });
+    }
+    if rows.len() <= fits {
+        return dia_rows_on_device(gpu, a, b, rows, offsets, c);
+    }
+    let _span =
+        tracing::debug_span!("dia_out_of_core", rows = ?rows, rows_per_block = fits).entered();
+    let mut start = rows.start;
+    while start < rows.end {
+        let end = (start + fits).min(rows.end);
+        let (from, to) = (start - rows.start, end - rows.start);
+        let mut part: Vec<&mut [MaybeUninit<T>]> =
+            c.iter_mut().map(|out| &mut out[from..to]).collect();
+        dia_rows_on_device(gpu, a, b, start..end, offsets, &mut part)?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// [`dia_spgemm_rows`] for rows whose block fits the device.
+fn dia_rows_on_device<T: DeviceScalar>(
     gpu: &Gpu,
     a: &Dia<T>,
     b: &Dia<T>,

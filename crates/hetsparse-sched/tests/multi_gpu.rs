@@ -530,6 +530,25 @@ fn a_band_product_is_split_by_rows_over_every_gpu_and_the_cpu() {
         describe(&s.last_report().expect("report"))
     );
 
+    // A budget far below the product: the GPU goes through its rows in blocks that fit.
+    let budgeted = CudaBackend::with_device(gpus[0].gpu().ordinal())
+        .expect("a second backend on the first GPU")
+        .with_memory_budget(8 << 20);
+    same(
+        "budgeted GPU",
+        &budgeted.dia_spgemm(&a, &b).expect("out of core"),
+    );
+    let s = Scheduler::from_shared(vec![
+        Arc::new(budgeted) as Shared,
+        Arc::new(CpuBackend::with_threads(2).expect("CPU backend")),
+    ])
+    .with_band_costs(&[equal; 2])
+    .expect("costs");
+    same(
+        "budgeted GPU and CPU",
+        &s.dia_spgemm(&a, &b).expect("split"),
+    );
+
     let s = Scheduler::from_shared(every(true))
         .with_band_costs(&vec![equal; n])
         .expect("costs");
