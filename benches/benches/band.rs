@@ -28,40 +28,11 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// A square band matrix of `rows` rows with `width` diagonals centred on the main one, made on
-/// every core (the largest run makes tens of GB).
+/// A square band matrix of `rows` rows with `width` diagonals centred on the main one.
 fn band(rows: usize, width: usize, seed: u64) -> Dia<f64> {
-    use rayon::prelude::*;
     let low = -((width / 2) as i64);
     let offsets: Vec<i64> = (0..width as i64).map(|d| low + d).collect();
-    let len = rows * width;
-    let mut data: Vec<f64> = Vec::with_capacity(len);
-    if rows > 0 {
-        data.spare_capacity_mut()[..len]
-            .par_chunks_mut(rows)
-            .zip(offsets.par_iter())
-            .for_each(|(diagonal, &off)| {
-                diagonal
-                    .par_chunks_mut(1 << 16)
-                    .enumerate()
-                    .for_each(|(k, piece)| {
-                        for (t, slot) in piece.iter_mut().enumerate() {
-                            let i = (k << 16) + t;
-                            let j = i as i64 + off;
-                            slot.write(if j < 0 || j >= rows as i64 {
-                                0.0
-                            } else {
-                                0.5 + ((i as u64 * 2_654_435_761 + seed + off.unsigned_abs()) % 97)
-                                    as f64
-                                    / 64.0
-                            });
-                        }
-                    });
-            });
-    }
-    // SAFETY: every slot of every diagonal was written above.
-    unsafe { data.set_len(len) };
-    Dia::try_new(rows, rows, offsets, data).expect("band matrix")
+    hetsparse_core::generate::band_dia(rows, rows, &offsets, seed).expect("band matrix")
 }
 
 /// `A · A` for a band of width 9 and `rows` rows on a CUDA backend limited to `budget_gb`,

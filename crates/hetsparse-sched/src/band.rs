@@ -306,24 +306,13 @@ fn compute<T: Scalar>(
 }
 
 /// A band matrix of `rows × rows` with `width` diagonals around the main one, for calibration.
-fn calibration_band<T: Scalar>(rows: usize, width: usize, seed: usize) -> Result<Dia<T>> {
+fn calibration_band<T: Scalar>(rows: usize, width: usize, seed: u64) -> Result<Dia<T>> {
     let low = -((width / 2) as i64);
     let offsets: Vec<i64> = (0..width as i64)
         .map(|d| low + d)
         .filter(|o| o.unsigned_abs() < rows as u64)
         .collect();
-    let mut data = try_with_capacity(rows * offsets.len(), "calibration band")?;
-    for &off in &offsets {
-        data.extend((0..rows).map(|i| {
-            let j = i as i64 + off;
-            if j < 0 || j >= rows as i64 {
-                T::zero()
-            } else {
-                T::from_f64(1.0 + ((i * 7 + seed) % 13) as f64 / 16.0)
-            }
-        }));
-    }
-    Ok(Dia::try_new(rows, rows, offsets, data)?)
+    hetsparse_core::generate::band_dia(rows, rows, &offsets, seed)
 }
 
 /// What a scheduler knows of band products: each backend's cost model and how far runs
@@ -360,8 +349,8 @@ impl<T: Scalar> Scheduler<T> {
         let mut products = Vec::new();
         for size in [rows, rows / 8] {
             for (k, &(wa, wb)) in CALIBRATION_WIDTHS.iter().enumerate() {
-                let a = calibration_band::<T>(size, wa, k)?;
-                let b = calibration_band::<T>(size, wb, k + 1)?;
+                let a = calibration_band::<T>(size, wa, k as u64)?;
+                let b = calibration_band::<T>(size, wb, k as u64 + 1)?;
                 let work = BandWork::of(&a, &b)?;
                 products.push((a, b, work));
             }
@@ -704,18 +693,7 @@ mod tests {
     use super::*;
 
     fn band(rows: usize, cols: usize, offsets: &[i64], seed: u64) -> Dia<f64> {
-        let mut data = Vec::new();
-        for &off in offsets {
-            data.extend((0..rows).map(|i| {
-                let j = i as i64 + off;
-                if j < 0 || j >= cols as i64 {
-                    0.0
-                } else {
-                    1.0 + ((i as u64 * 31 + seed * 7 + off.unsigned_abs()) % 17) as f64
-                }
-            }));
-        }
-        Dia::try_new(rows, cols, offsets.to_vec(), data).expect("band")
+        hetsparse_core::generate::band_dia(rows, cols, offsets, seed).expect("band")
     }
 
     #[test]

@@ -462,18 +462,7 @@ fn a_band_product_is_split_by_rows_over_every_gpu_and_the_cpu() {
     };
     let band = |rows: usize, width: i64, seed: u64| -> Dia<f64> {
         let offsets: Vec<i64> = (-width / 2..=width / 2).collect();
-        let mut data = Vec::new();
-        for &off in &offsets {
-            data.extend((0..rows).map(|i| {
-                let j = i as i64 + off;
-                if j < 0 || j >= rows as i64 {
-                    0.0
-                } else {
-                    0.5 + ((i as u64 * 31 + seed + off.unsigned_abs()) % 13) as f64 / 8.0
-                }
-            }));
-        }
-        Dia::try_new(rows, rows, offsets, data).expect("band")
+        generate::band_dia(rows, rows, &offsets, seed).expect("band")
     };
     let (a, b) = (band(1 << 17, 9, 1), band(1 << 17, 5, 2));
     let cpu = CpuBackend::with_threads(2).expect("CPU backend");

@@ -429,18 +429,7 @@ mod band {
     use hetsparse_sched::BandCost;
 
     fn band(rows: usize, cols: usize, offsets: &[i64], seed: u64) -> Dia<f64> {
-        let mut data = Vec::new();
-        for &off in offsets {
-            data.extend((0..rows).map(|i| {
-                let j = i as i64 + off;
-                if j < 0 || j >= cols as i64 {
-                    0.0
-                } else {
-                    0.5 + ((i as u64 * 13 + seed * 5 + off.unsigned_abs()) % 11) as f64 / 8.0
-                }
-            }));
-        }
-        Dia::try_new(rows, cols, offsets.to_vec(), data).expect("band")
+        generate::band_dia(rows, cols, offsets, seed).expect("band")
     }
 
     fn cases() -> Vec<(Dia<f64>, Dia<f64>)> {
@@ -638,22 +627,8 @@ mod band_learning {
 
     #[test]
     fn a_split_slower_than_predicted_is_not_made_again() {
-        let rows = 4000;
         let offsets: Vec<i64> = (-4..=4).collect();
-        let data: Vec<f64> = offsets
-            .iter()
-            .flat_map(|&off| {
-                (0..rows).map(move |i| {
-                    let j = i as i64 + off;
-                    if j < 0 || j >= rows as i64 {
-                        0.0
-                    } else {
-                        1.0 + (i % 5) as f64
-                    }
-                })
-            })
-            .collect();
-        let a = hetsparse_core::Dia::try_new(rows, rows, offsets, data).expect("band");
+        let a = generate::band_dia::<f64>(4000, 4000, &offsets, 1).expect("band");
         // Costs that predict nanoseconds: the first product is split (two equal backends
         // finish in half the time), and takes far longer than predicted.
         let tiny = BandCost {

@@ -386,18 +386,7 @@ mod tests {
     }
 
     fn band(rows: usize, cols: usize, offsets: &[i64], seed: u64) -> Dia<f64> {
-        let mut data = Vec::new();
-        for &off in offsets {
-            data.extend((0..rows).map(|i| {
-                let j = i as i64 + off;
-                if j < 0 || j >= cols as i64 {
-                    0.0
-                } else {
-                    1.0 + ((i as u64 * 31 + seed * 7 + off.unsigned_abs()) % 17) as f64
-                }
-            }));
-        }
-        Dia::try_new(rows, cols, offsets.to_vec(), data).expect("band")
+        crate::generate::band_dia(rows, cols, offsets, seed).expect("band")
     }
 
     /// Rows written in place block by block ([`Backend::dia_spgemm_rows`]'s default, over
