@@ -292,17 +292,24 @@ fn compute<T: Scalar>(
     catch_unwind(AssertUnwindSafe(|| {
         backend.dia_spgemm_rows(a, b, rows.clone(), offsets, c)
     }))
-    .unwrap_or_else(|p| {
-        let message = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
-        Err(Error::Internal {
-            backend: backend.info().backend,
-            what: format!("DIA×DIA SpGEMM of rows {rows:?} panicked: {message}"),
-        })
-    })
+    .unwrap_or_else(|p| Err(panicked(backend, rows, p)))
+}
+
+/// The error for a backend that panicked computing `rows`.
+fn panicked<T: Scalar>(
+    backend: &dyn Backend<T>,
+    rows: Range<usize>,
+    p: Box<dyn std::any::Any + Send>,
+) -> Error {
+    let message = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    Error::Internal {
+        backend: backend.info().backend,
+        what: format!("DIA×DIA SpGEMM of rows {rows:?} panicked: {message}"),
+    }
 }
 
 /// A band matrix of `rows × rows` with `width` diagonals around the main one, for calibration.
@@ -446,6 +453,13 @@ impl<T: Scalar> Scheduler<T> {
         let (shares, prediction) = self.band_shares(&participants, work, m)?;
         let planned = Instant::now();
         let ranges = cut_rows(&shares, m);
+        let whole: Vec<usize> = (0..ranges.len())
+            .filter(|&k| !ranges[k].is_empty())
+            .map(|k| participants[k])
+            .collect();
+        if let [d] = whole[..] {
+            return self.dia_on_one(a, b, d, &participants, work, prediction, planned, started);
+        }
         let len = m
             .checked_mul(offsets.len())
             .ok_or_else(|| Error::InvalidArgument("DIA×DIA SpGEMM: C's size overflows".into()))?;
@@ -558,6 +572,63 @@ impl<T: Scalar> Scheduler<T> {
             assembly: Duration::ZERO,
         });
         Ok(c)
+    }
+
+    /// The whole product on backend `d` (its own `dia_spgemm`, on the calling thread: no
+    /// split, so nothing to gain from writing into a shared C), and on failure on the others,
+    /// cheapest first.
+    #[allow(clippy::too_many_arguments)]
+    fn dia_on_one(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        d: usize,
+        participants: &[usize],
+        work: BandWork,
+        prediction: Option<Prediction>,
+        planned: Instant,
+        started: Instant,
+    ) -> Result<Dia<T>> {
+        let mut reports: Vec<DeviceReport> = self
+            .backends
+            .iter()
+            .map(|d| DeviceReport::new(d.info().name))
+            .collect();
+        let mut dead = vec![false; self.backends.len()];
+        let mut last = None;
+        let mut candidates = vec![d];
+        while let Some(&next) = candidates.first() {
+            candidates.remove(0);
+            let start = Instant::now();
+            let backend = self.backends[next].as_ref();
+            let done = catch_unwind(AssertUnwindSafe(|| backend.dia_spgemm(a, b)))
+                .unwrap_or_else(|p| Err(panicked(backend, 0..a.nrows(), p)));
+            match done {
+                Ok(c) => {
+                    record(&mut reports[next], work, start.elapsed());
+                    if last.is_none() {
+                        self.learn_band(prediction, planned.elapsed().as_secs_f64());
+                    }
+                    self.record_report(RunReport {
+                        devices: reports,
+                        chunks_planned: 1,
+                        wall: started.elapsed(),
+                        assembly: Duration::ZERO,
+                    });
+                    return Ok(c);
+                }
+                Err(e) => {
+                    tracing::warn!(device = next, error = %e, "a band product failed; rerunning it");
+                    reports[next].failure = Some(e.to_string());
+                    dead[next] = true;
+                    last = Some(e);
+                    if candidates.is_empty() {
+                        candidates = self.rescue_order(participants, &dead, work);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| self.no_device()))
     }
 
     /// Each participant's share of the rows under the policy: the assumed speeds for

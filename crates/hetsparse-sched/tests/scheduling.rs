@@ -596,6 +596,32 @@ mod band {
     }
 
     #[test]
+    fn a_product_run_whole_moves_to_the_next_backend_on_a_failure() {
+        let (a, b) = &cases()[0];
+        let whole = cpu().dia_spgemm(a, b).expect("CPU alone");
+        let cheap = BandCost {
+            secs_per_product: 1e-12,
+            ..EQUAL
+        };
+        for kind in [FaultKind::DeviceLost, FaultKind::Panic] {
+            let failing = faulty(Fault::FailOnUnit {
+                unit: 0,
+                kind,
+                sticky: true,
+            });
+            // Not cut (below min_chunk_products): the cheaper, failing backend runs it whole.
+            let s = Scheduler::from_shared(vec![failing.clone(), cpu()])
+                .with_band_costs(&[cheap, EQUAL])
+                .expect("costs");
+            assert_eq!(s.dia_spgemm(a, b).expect("rerun"), whole, "{kind:?}");
+            let report = s.last_report().expect("report");
+            assert!(report.devices[0].failure.is_some(), "{kind:?}");
+            assert_eq!(report.devices[1].chunks, 1, "{kind:?}");
+            assert_eq!(failing.units_failed(), 1, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn empty_and_edge_products() {
         let s = scheduler(vec![cpu(), cpu()], Policy::WorkStealing)
             .with_band_costs(&[EQUAL, EQUAL])
