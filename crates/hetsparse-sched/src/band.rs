@@ -17,7 +17,8 @@
 //! cores, which the model does not see, so every run's measured time is compared with its
 //! prediction: the last shared run's ratio corrects the split's predicted time, each backend's
 //! last run alone corrects its own, and a product is split only while the corrected split
-//! beats the fastest backend alone (unless [`Scheduler::share_always`]).
+//! beats the fastest backend alone (unless [`Scheduler::share_always`]). A backend the model
+//! puts within twice the fastest but never run alone runs one whole product, to learn its own.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -678,13 +679,28 @@ impl<T: Scalar> Scheduler<T> {
         let fastest = (0..model.len())
             .min_by(|&x, &y| alone(x).total_cmp(&alone(y)))
             .unwrap_or(0);
+        // A backend never run alone has only the model's word for it. One the model puts
+        // within twice the fastest's (corrected) time runs the next whole product, once, so
+        // that a model wrong about which backend is faster is found out.
+        let untried = (0..model.len())
+            .filter(|&i| {
+                i != fastest
+                    && alone_factor
+                        .get(participants[i])
+                        .copied()
+                        .flatten()
+                        .is_none()
+                    && alone(i) <= 2.0 * alone(fastest)
+            })
+            .min_by(|&x, &y| alone(x).total_cmp(&alone(y)));
         let whole = || {
+            let chosen = untried.unwrap_or(fastest);
             let mut shares = vec![0.0; model.len()];
-            shares[fastest] = 1.0;
+            shares[chosen] = 1.0;
             let prediction = Prediction {
                 shared: false,
-                device: participants[fastest],
-                secs: model[fastest].0 + model[fastest].1 * rows as f64,
+                device: participants[chosen],
+                secs: model[chosen].0 + model[chosen].1 * rows as f64,
             };
             (shares, Some(prediction))
         };

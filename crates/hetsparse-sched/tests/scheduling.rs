@@ -682,6 +682,20 @@ mod band_learning {
             1,
             "the split took longer than predicted: one backend alone"
         );
+        let alone_on = |s: &Scheduler<f64>| -> Vec<usize> {
+            s.last_report()
+                .expect("report")
+                .devices
+                .iter()
+                .map(|d| d.chunks)
+                .collect()
+        };
+        let first = alone_on(&s);
+        // The other backend, never run alone and as fast by the model, runs the next one.
+        assert_eq!(s.dia_spgemm(&a, &a).expect("third"), expected);
+        let second = alone_on(&s);
+        assert_eq!(chunks(&s), 1);
+        assert_ne!(first, second, "each backend ran one product alone");
         // Forced sharing splits whatever was learned.
         let forced = scheduler(vec![cpu(), cpu()], Policy::WorkStealing)
             .share_always()
