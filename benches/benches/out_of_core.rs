@@ -8,7 +8,8 @@
 //! `HETSPARSE_OOC_CLASS` (default `uniform`), `HETSPARSE_OOC_SIZE` (the class's size argument,
 //! default 2 000 000), `HETSPARSE_OOC_BUDGET_FRACTION` (budget as a fraction of B's bytes,
 //! default 0.5), `HETSPARSE_BENCH_REPS` (default 3), `HETSPARSE_BENCH_OUT` (writes
-//! `out_of_core.md` there).
+//! `out_of_core.md` there), `HETSPARSE_BENCH_PROFILE=1` (every span and event down to DEBUG
+//! printed on standard error as it closes, from every thread: each chunk's stages).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -80,6 +81,14 @@ fn main() {
     let size: usize = env("HETSPARSE_OOC_SIZE").unwrap_or(2_000_000);
     let fraction: f64 = env("HETSPARSE_OOC_BUDGET_FRACTION").unwrap_or(0.5);
     let reps: usize = env("HETSPARSE_BENCH_REPS").unwrap_or(3);
+    if std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1") {
+        // Global, so that the scheduler's worker threads print theirs too.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(std::io::stderr)
+            .init();
+    }
 
     let (a, b) = generate::product_operands::<f64>(class, size, 1);
     let bytes = |m: &Csr<f64>| csr_bytes(m.nrows(), m.nnz(), 8);

@@ -40,7 +40,10 @@
 //!
 //! Host results (`spgemm_with`, `spgemm_chunks`) are produced in row batches copied to
 //! pinned host buffers while the next batch computes (two buffers), so the product may be
-//! larger than device memory; only A and B must fit, with room for the work buffers.
+//! larger than device memory. `spgemm_with` needs A and B to fit, with room for the work
+//! buffers; `spgemm_chunks` of host operands that do not fit together (more than half the
+//! memory left) places each chunk's rows of A and window of B in turn, so only the largest
+//! chunk's must fit (out of core: the scheduler cuts the chunks to the budget).
 //!
 //! # Native residency
 //!

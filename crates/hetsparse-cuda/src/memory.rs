@@ -785,8 +785,11 @@ pub struct PinnedPool {
     free: Mutex<Vec<LockedBuffer<u8>>>,
 }
 
-/// Buffers the pool keeps when they come back.
-const PINNED_POOL_KEEP: usize = 4;
+/// Buffers the pool keeps when they come back: a SpGEMM call's output pipeline holds four
+/// (two batches, columns and values) while its staged uploads take [`STAGES`] more, so with
+/// fewer every call that uploads chunks beside its pipeline page-locks a new buffer (tens of
+/// milliseconds for 64 MiB) and unlocks one at its end.
+const PINNED_POOL_KEEP: usize = 4 + STAGES;
 
 impl PinnedPool {
     /// A buffer of at least `bytes`, reused when the pool has one.

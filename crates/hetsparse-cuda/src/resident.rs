@@ -92,6 +92,44 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         })
     }
 
+    /// Rows `rows` of `m` (every column) as a matrix of their own on the device, uploaded on
+    /// `home` into stream-ordered buffers: the rows' column indices and values straight from
+    /// `m`'s arrays, their offsets shifted to start at 0 (the one host copy, `rows + 1`
+    /// entries). `rows` must lie inside `m`.
+    pub fn upload_rows(
+        gpu: &Gpu,
+        home: &Arc<Stream>,
+        m: &Csr<T>,
+        rows: std::ops::Range<usize>,
+        name: &str,
+    ) -> Result<Self> {
+        let all = m.row_offsets();
+        let (first, last) = (all[rows.start], all[rows.end]);
+        let _span =
+            tracing::debug_span!("H2D", matrix = name, rows = rows.len(), nnz = last - first)
+                .entered();
+        let offsets: Vec<u64> = all[rows.start..=rows.end]
+            .iter()
+            .map(|&o| o - first)
+            .collect();
+        // Offsets of a CSR matrix lie inside its arrays, which a slice of memory holds.
+        let (lo, hi) = (first as usize, last as usize);
+        let device_offsets = Arc::new(put(gpu, home, Some(home), &offsets, name)?);
+        Ok(DeviceCsr {
+            nrows: rows.len(),
+            ncols: m.ncols(),
+            nnz: last - first,
+            host_offsets: OnceLock::from(HostArray::from(offsets)),
+            longest_row: OnceLock::new(),
+            stream_blocks: OnceLock::new(),
+            tile_rows: OnceLock::new(),
+            long_rows: OnceLock::new(),
+            offsets: device_offsets,
+            cols: Arc::new(put(gpu, home, Some(home), &m.col_indices()[lo..hi], name)?),
+            vals: put(gpu, home, Some(home), as_device(&m.values()[lo..hi]), name)?,
+        })
+    }
+
     /// A matrix computed on the device: its offsets stay there until the host needs them.
     pub fn from_device(
         nrows: usize,

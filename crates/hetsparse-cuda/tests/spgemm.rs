@@ -43,6 +43,40 @@ fn assert_close(actual: &Csr<f64>, expected: &Csr<f64>, what: &str) {
     }
 }
 
+/// `chunks` of `a · b` on `gpu` with `alg`: each arrives once, equal to the reference's
+/// product of its rows of A and columns of B.
+fn every_chunk_as_the_reference(
+    gpu: &CudaBackend,
+    a: &Csr<f64>,
+    b: &Csr<f64>,
+    chunks: &[ProductChunk],
+    alg: SpgemmAlgorithm,
+) {
+    let mut seen = vec![false; chunks.len()];
+    gpu.spgemm_chunks(
+        a.into(),
+        b.into(),
+        chunks,
+        &alg.into(),
+        &RunControl::new(),
+        &mut |c| {
+            assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
+            seen[c.index] = true;
+            let expected = ReferenceBackend
+                .spgemm(
+                    &a.rows(c.chunk.rows.clone())?,
+                    &b.column_panel(c.chunk.cols.clone())?,
+                    SpgemmAlgorithm::Auto,
+                )
+                .unwrap();
+            assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(seen.iter().all(|&s| s), "{alg:?}: every chunk arrives");
+}
+
 /// The output (about 2.4 MB) and the work memory exceed a 1.5 MB budget that the operands
 /// fit in: every algorithm must still get the product, in batches through the two output
 /// buffers.
@@ -87,30 +121,56 @@ fn pipelined_chunks_under_a_memory_budget() {
         }
     }
     for alg in EXPLICIT {
-        let mut seen = vec![false; chunks.len()];
-        let run = RunControl::new();
-        gpu.spgemm_chunks(
+        every_chunk_as_the_reference(&gpu, &a, &b, &chunks, alg);
+    }
+}
+
+/// Out of core (Xia et al. §III): A and B together are larger than the budget, so each chunk
+/// places its own rows of A and window of B (kept for the next chunk on the same window).
+/// Every chunk arrives once, equal to the reference's; and asked for the whole product as
+/// one chunk, the backend says it does not fit.
+#[test]
+fn chunks_of_operands_larger_than_the_memory_budget() {
+    let Some(gpu) = backend("chunks_of_operands_larger_than_the_memory_budget") else {
+        return;
+    };
+    let budget = 1_000_000;
+    let gpu = gpu.with_memory_budget(budget);
+    let a = generate::uniform::<f64>(4000, 4000, 10, 21);
+    let b = generate::uniform::<f64>(4000, 3000, 10, 22);
+    let bytes = |m: &Csr<f64>| hetsparse_core::backend::memory::csr_bytes(m.nrows(), m.nnz(), 8);
+    assert!(
+        bytes(&a) + bytes(&b) > budget,
+        "A and B must not fit together"
+    );
+    let mut chunks = Vec::new();
+    // Column windows outside, rows inside: a window is placed once for the rows under it.
+    for cols in [0..1000, 1000..1001, 1001..3000] {
+        for r in 0..8 {
+            chunks.push(ProductChunk {
+                rows: r * 500..(r + 1) * 500,
+                cols: cols.clone(),
+            });
+        }
+    }
+    for alg in EXPLICIT {
+        every_chunk_as_the_reference(&gpu, &a, &b, &chunks, alg);
+        let whole = ProductChunk {
+            rows: 0..a.nrows(),
+            cols: 0..b.ncols(),
+        };
+        let result = gpu.spgemm_chunks(
             (&a).into(),
             (&b).into(),
-            &chunks,
+            std::slice::from_ref(&whole),
             &alg.into(),
-            &run,
-            &mut |c| {
-                assert!(!seen[c.index], "{alg:?}: chunk {} twice", c.index);
-                seen[c.index] = true;
-                let expected = ReferenceBackend
-                    .spgemm(
-                        &a.rows(c.chunk.rows.clone())?,
-                        &b.column_panel(c.chunk.cols.clone())?,
-                        SpgemmAlgorithm::Auto,
-                    )
-                    .unwrap();
-                assert_close(&c.product, &expected, &format!("{alg:?} chunk {}", c.index));
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert!(seen.iter().all(|&s| s), "{alg:?}: every chunk arrives");
+            &RunControl::new(),
+            &mut |_| Ok(()),
+        );
+        assert!(
+            matches!(&result, Err(e) if e.is_retryable()),
+            "{alg:?}: the whole product cannot fit: {result:?}"
+        );
     }
 }
 

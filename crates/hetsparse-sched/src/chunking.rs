@@ -55,8 +55,23 @@ pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usi
     for &c in b.col_indices() {
         per_column[c as usize] += 1;
     }
+    // Every panel holds all of B's row offsets. Where they leave little of the budget, the
+    // panels would be slivers of B, so many that their offsets alone took more host memory
+    // than four times B: then B stays whole, and a device that cannot hold it is out of
+    // memory on its chunks.
     let fixed = (b.nrows() as u64 + 1) * 8;
-    let room = budget.saturating_sub(fixed).max(1);
+    let entries = b.nnz() * (4 + value_bytes);
+    let room = budget.saturating_sub(fixed);
+    let panels_needed = if room == 0 {
+        u64::MAX
+    } else {
+        entries.div_ceil(room)
+    };
+    if panels_needed.saturating_mul(fixed)
+        > csr_bytes(b.nrows(), b.nnz(), value_bytes as usize).saturating_mul(4)
+    {
+        return std::iter::once(0..ncols).collect();
+    }
     let mut panels = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (j, &count) in per_column.iter().enumerate() {
@@ -69,6 +84,78 @@ pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usi
     }
     panels.push(start..ncols);
     panels
+}
+
+/// Each column panel's share of B's entries, by which a chunk's products are estimated from
+/// its rows' products: rows `r` of panel `p` get `⌊P·c[p+1]⌋ − ⌊P·c[p]⌋` of the `P` products
+/// of those rows, `c` the shares summed over the panels before, so that a row range's
+/// estimates over all panels add up to its products exactly.
+pub(crate) struct PanelShares {
+    /// `before[p]`: the share of B's entries in the panels before `p` (`before[0] = 0`, the
+    /// last `1`).
+    before: Vec<f64>,
+}
+
+impl PanelShares {
+    pub fn of<T: Scalar>(b: &Csr<T>, panels: &[Range<usize>]) -> PanelShares {
+        let mut before = vec![0.0; panels.len() + 1];
+        if panels.len() > 1 && b.nnz() > 0 {
+            let bounds: Vec<u32> = panels.iter().map(|p| p.end as u32).collect();
+            let counts = b
+                .col_indices()
+                .par_chunks(1 << 16)
+                .map(|piece| {
+                    let mut counts = vec![0u64; bounds.len()];
+                    for &j in piece {
+                        counts[bounds.partition_point(|&end| end <= j)] += 1;
+                    }
+                    counts
+                })
+                .reduce(
+                    || vec![0u64; bounds.len()],
+                    |mut x, y| {
+                        x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
+                        x
+                    },
+                );
+            let mut sum = 0u64;
+            for (p, c) in counts.iter().enumerate() {
+                sum += c;
+                before[p + 1] = sum as f64 / b.nnz() as f64;
+            }
+        } else {
+            // One panel, or no entries: the panels share evenly.
+            for (p, x) in before.iter_mut().enumerate() {
+                *x = p as f64 / panels.len().max(1) as f64;
+            }
+        }
+        *before.last_mut().expect("one share per panel and one more") = 1.0;
+        PanelShares { before }
+    }
+
+    /// Estimated products before row `i` in panel `p`, from the products before it in all of
+    /// B's columns (`before_row`).
+    fn before(&self, p: usize, before_row: u64) -> u64 {
+        let cut = |x: f64| (before_row as f64 * x).floor() as u64;
+        cut(self.before[p + 1]) - cut(self.before[p])
+    }
+
+    /// Estimated products of rows `rows` in panel `p`, from the products before each row in
+    /// all of B's columns.
+    pub fn products(&self, p: usize, prefix: &[u64], rows: &Range<usize>) -> u64 {
+        self.before(p, prefix[rows.end])
+            .saturating_sub(self.before(p, prefix[rows.start]))
+    }
+
+    /// Products of all of B's columns that make `target` in panel `p`.
+    pub fn rows_target(&self, p: usize, target: u64) -> u64 {
+        let share = self.before[p + 1] - self.before[p];
+        if share <= 0.0 {
+            u64::MAX
+        } else {
+            (target as f64 / share).min(u64::MAX as f64) as u64
+        }
+    }
 }
 
 /// Intermediate products of each of rows `rows` of `a` that land in columns `cols` of `b`.
@@ -192,9 +279,17 @@ pub(crate) fn split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, task: &Task) -> Option<(T
     } else {
         return None;
     };
-    let [first, second] = halves.map(|(r, c)| {
-        let per_row = panel_row_products(a, r.clone(), b, &c);
-        let mut t = Task::new(r, c, per_row.iter().sum());
+    // The first half's products counted, the second's the rest: the halves add up to what
+    // was planned for the task (an estimate, for a panel of B).
+    let [(r1, c1), (r2, c2)] = halves;
+    let counted: u64 = panel_row_products(a, r1.clone(), b, &c1).iter().sum();
+    let first_products = counted.min(task.products);
+    let [first, second] = [
+        (r1, c1, first_products),
+        (r2, c2, task.products - first_products),
+    ]
+    .map(|(r, c, p)| {
+        let mut t = Task::new(r, c, p);
         t.excluded.clone_from(&task.excluded);
         t.splits = task.splits + 1;
         t
@@ -223,6 +318,9 @@ mod tests {
             let panel = b.column_panel(p.clone()).unwrap();
             assert!(p.len() == 1 || csr_bytes(panel.nrows(), panel.nnz(), 8) <= whole / 3);
         }
+        // A budget that B's row offsets take nearly all of: B is not cut into slivers.
+        let offsets = (b.nrows() as u64 + 1) * 8;
+        assert_eq!(column_panels(&b, offsets + 16), vec![0..400]);
     }
 
     #[test]
@@ -266,6 +364,41 @@ mod tests {
         let panels = row_panels(&a, &prefix, 0..10, 100, csr_bytes(2, 2, 8));
         assert!(panels.iter().all(|p| p.len() <= 2), "{panels:?}");
         assert_eq!(panels.iter().map(|p| p.len()).sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn panel_estimates_follow_the_shares_and_add_up_exactly() {
+        let n = 300;
+        let a = hetsparse_core::generate::uniform::<f64>(n, n, 7, 5);
+        let prefix = prefix_sums(&hetsparse_core::analysis::row_products(&a, &a).unwrap());
+        let panels = vec![0..50, 50..120, 120..n];
+        let shares = PanelShares::of(&a, &panels);
+        for rows in [0..n, 17..18, 40..260, 5..5] {
+            let all = prefix[rows.end] - prefix[rows.start];
+            let per_panel: Vec<u64> = (0..panels.len())
+                .map(|p| shares.products(p, &prefix, &rows))
+                .collect();
+            assert_eq!(
+                per_panel.iter().sum::<u64>(),
+                all,
+                "{rows:?}: {per_panel:?}"
+            );
+        }
+        // Over all rows, each panel's estimate is within a product of its share of the
+        // exact count (which a uniform matrix spreads evenly).
+        for (p, cols) in panels.iter().enumerate() {
+            let exact: u64 = panel_row_products(&a, 0..n, &a, cols).iter().sum();
+            let estimate = shares.products(p, &prefix, &(0..n));
+            let rel = (estimate as f64 - exact as f64).abs() / exact as f64;
+            assert!(rel < 0.1, "panel {p}: {estimate} against {exact}");
+        }
+        // A target in a panel of about a sixth of B's entries is about six times as many of
+        // all columns' products.
+        let t = shares.rows_target(0, 1000);
+        assert!((4000..9000).contains(&t), "{t}");
+        let one = PanelShares::of(&a, std::slice::from_ref(&(0..n)));
+        assert_eq!(one.products(0, &prefix, &(0..n)), prefix[n]);
+        assert_eq!(one.rows_target(0, 1000), 1000);
     }
 
     #[test]

@@ -12,7 +12,6 @@
 //! A chunk every remaining device is excluded from, or work left with no device alive, ends the
 //! run with the error that stopped it; cancelling the caller's run stops every device.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,8 +21,8 @@ use std::time::{Duration, Instant};
 use hetsparse_core::backend::assemble::Tile;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    Backend, ChunkProduct, Csr, CsrOperand, CsrWindow, Error, MemorySpace, ProductChunk,
-    ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
+    Backend, ChunkProduct, Csr, CsrOperand, Error, MemorySpace, ProductChunk, ResidentCsr, Result,
+    RunControl, Scalar, SpgemmOptions,
 };
 
 use crate::chunking::{split, Task};
@@ -207,11 +206,11 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
 enum Placement<T: Scalar> {
     /// In place: the device computes in host memory, or A and B were uploaded once.
     Whole(Option<(ResidentCsr<T>, ResidentCsr<T>)>),
-    /// Rows of A and a column window of B for each chunk (the window of the last chunk kept,
-    /// uploaded, for the next), when A and B do not fit the device together.
-    PerChunk {
-        window: Option<(Range<usize>, ResidentCsr<T>)>,
-    },
+    /// A and B handed over from the host with each batch, when they do not fit the device
+    /// together: the backend places each chunk's rows of A and window of B itself (one call
+    /// for the batch, so it keeps what chunks share and pipelines them). The chunks were cut
+    /// to fit, so a batch's chunks are not merged.
+    PerChunk,
 }
 
 fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
@@ -221,18 +220,11 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
     let mut placement: Option<Placement<T>> = None;
     loop {
         let per_chunk = match &placement {
-            Some(Placement::PerChunk { .. }) => true,
+            Some(Placement::PerChunk) => true,
             Some(Placement::Whole(_)) => false,
             None => !fits_whole(device.as_ref(), work),
         };
-        let window = match &placement {
-            Some(Placement::PerChunk {
-                window: Some((w, _)),
-                ..
-            }) => Some(w.clone()),
-            _ => None,
-        };
-        let Some(batch) = next_batch(shared, work, d, per_chunk, window) else {
+        let Some(batch) = next_batch(shared, work, d, per_chunk) else {
             return;
         };
         let begun = Instant::now();
@@ -241,7 +233,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
             if placement.is_none() {
                 placement = Some(place(device.as_ref(), work)?);
             }
-            let Some(placement) = placement.as_mut() else {
+            let Some(placement) = placement.as_ref() else {
                 return Ok(());
             };
             compute(
@@ -308,27 +300,26 @@ fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Place
         return Ok(Placement::Whole(None));
     }
     if !fits_whole(device, work) {
-        return Ok(Placement::PerChunk { window: None });
+        return Ok(Placement::PerChunk);
     }
     let uploaded = device
         .upload(work.a)
         .and_then(|a| Ok((a, device.upload(work.b)?)));
     match uploaded {
         Ok(ab) => Ok(Placement::Whole(Some(ab))),
-        Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk { window: None }),
+        Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk),
         Err(e) => Err(e),
     }
 }
 
 /// The next tasks for device `d`: its own list, else some of the queue; `None` when the run
-/// is over for it. A device that takes its operands chunk by chunk takes one task at a time,
-/// one on B's `window` when there is one.
+/// is over for it. The tasks of a device that takes its operands chunk by chunk (`per_chunk`)
+/// stay apart.
 fn next_batch<T: Scalar>(
     shared: &Shared<T>,
     work: &Work<'_, T>,
     d: usize,
-    one_at_a_time: bool,
-    window: Option<Range<usize>>,
+    per_chunk: bool,
 ) -> Option<Vec<Task>> {
     let mut state = shared.lock();
     loop {
@@ -340,10 +331,9 @@ fn next_batch<T: Scalar>(
             return None;
         }
         if !state.own[d].is_empty() {
-            let take = if one_at_a_time { 1 } else { state.own[d].len() };
-            return Some(state.own[d].drain(..take).collect());
+            return Some(state.own[d].drain(..).collect());
         }
-        let batch = take_from_queue(&mut state, work, d, one_at_a_time, window.as_ref());
+        let batch = take_from_queue(&mut state, work, d, per_chunk);
         if !batch.is_empty() {
             return Some(batch);
         }
@@ -364,13 +354,13 @@ fn next_batch<T: Scalar>(
 /// takes from its front, the others from its back, so each batch is a run of adjacent rows,
 /// computed as one chunk (one call, one part of C). A batch is about half the device's share
 /// of what is left (guided self-scheduling with shares by speed), so batches shrink towards
-/// the end; a device of unknown speed takes one chunk, which measures it.
+/// the end; a device of unknown speed takes one chunk, which measures it. The chunks of a
+/// device that places them one by one (`per_chunk`) stay apart, in the queue's order.
 fn take_from_queue<T: Scalar>(
     state: &mut State<T>,
     work: &Work<'_, T>,
     d: usize,
-    one_at_a_time: bool,
-    window: Option<&Range<usize>>,
+    per_chunk: bool,
 ) -> Vec<Task> {
     let speed = |k: usize| state.reports[k].speed().or(work.speeds[k]);
     let live: Vec<usize> = (0..state.live.len()).filter(|&k| state.live[k]).collect();
@@ -381,7 +371,7 @@ fn take_from_queue<T: Scalar>(
         None => false,
     };
     let goal = match mine {
-        Some(s) if !one_at_a_time => {
+        Some(s) => {
             let mean = known.iter().sum::<f64>() / known.len().max(1) as f64;
             let total = known.iter().sum::<f64>() + mean * (live.len() - known.len()) as f64;
             let left: u64 = state.queue.iter().map(|t| t.products).sum();
@@ -390,16 +380,6 @@ fn take_from_queue<T: Scalar>(
         _ => 0,
     };
     let eligible = |t: &Task| !t.excluded.contains(&d);
-    // A chunk on the window already placed saves a copy of B's panel.
-    if let Some(w) = window {
-        if let Some(i) = state
-            .queue
-            .iter()
-            .position(|t| eligible(t) && &t.chunk.cols == w)
-        {
-            return state.queue.remove(i).into_iter().collect();
-        }
-    }
     let mut batch = Vec::new();
     let mut products = 0u64;
     loop {
@@ -413,9 +393,13 @@ fn take_from_queue<T: Scalar>(
         };
         products += task.products;
         batch.push(task);
-        if one_at_a_time || products >= goal {
+        if products >= goal {
             break;
         }
+    }
+    if per_chunk {
+        batch.sort_by_key(Task::place);
+        return batch;
     }
     let taken = batch.len();
     let batch = merge_adjacent(batch);
@@ -447,72 +431,72 @@ fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
     merged
 }
 
-/// Runs `batch` on `device`, handing each finished chunk (by its position in the batch) to
-/// `deliver` with its columns relative to the chunk's first column.
+/// Runs `batch` on `device` as one call, handing each finished chunk (by its position in the
+/// batch) to `deliver` with its columns relative to the chunk's first column.
 fn compute<T: Scalar>(
     device: &dyn Backend<T>,
     work: &Work<'_, T>,
-    placement: &mut Placement<T>,
+    placement: &Placement<T>,
     batch: &[Task],
     run: &RunControl,
     deliver: &mut dyn FnMut(usize, Csr<T>) -> Result<()>,
 ) -> Result<()> {
+    let (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match placement {
+        Placement::Whole(Some((ra, rb))) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
+        Placement::Whole(None) => (work.a.into(), work.b.into()),
+        Placement::PerChunk => return compute_by_panel(device, work, batch, run, deliver),
+    };
+    let chunks: Vec<ProductChunk> = batch.iter().map(|t| t.chunk.clone()).collect();
     let mut sink = |c: ChunkProduct<T>| deliver(c.index, c.product);
-    match placement {
-        Placement::Whole(resident) => {
-            let chunks: Vec<ProductChunk> = batch.iter().map(|t| t.chunk.clone()).collect();
-            let (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match resident {
-                Some((ra, rb)) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
-                None => (work.a.into(), work.b.into()),
-            };
-            device.spgemm_chunks(a, b, &chunks, work.options, run, &mut sink)
-        }
-        Placement::PerChunk { window } => {
-            for (index, task) in batch.iter().enumerate() {
-                let ProductChunk { rows, cols } = &task.chunk;
-                let rows_of_a = CsrWindow::rows_of(work.a, rows.clone())?.as_csr()?;
-                if !matches!(window, Some((w, _)) if w == cols) {
-                    // The old window goes before the new one comes.
-                    *window = None;
-                    let placed = match b_window(work, cols)? {
-                        Cow::Borrowed(panel) => device.upload(panel)?,
-                        Cow::Owned(panel) => device.upload_owned(panel)?,
-                    };
-                    *window = Some((cols.clone(), placed));
-                }
-                let Some((_, b_window)) = window.as_ref() else {
-                    continue;
-                };
-                let local = ProductChunk {
-                    rows: 0..rows.len(),
-                    cols: 0..cols.len(),
-                };
-                device
-                    .spgemm_chunks(
-                        (&*rows_of_a).into(),
-                        b_window.into(),
-                        &[local],
-                        work.options,
-                        run,
-                        &mut |c: ChunkProduct<T>| deliver(index, c.product),
-                    )
-                    .map_err(|e| e.in_chunk(index))?;
-            }
-            Ok(())
-        }
-    }
+    device.spgemm_chunks(a, b, &chunks, work.options, run, &mut sink)
 }
 
-/// Columns `cols` of B as a matrix, from the narrowest host matrix that holds them (a panel
-/// cut beforehand, or B): that matrix itself where the columns are all of it, else a copy of
-/// its window.
-fn b_window<'a, T: Scalar>(work: &'a Work<'_, T>, cols: &Range<usize>) -> Result<Cow<'a, Csr<T>>> {
-    let (first, holder) = work
-        .panels
-        .iter()
-        .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
-        .map_or((0, work.b), |(p, panel)| (p.start, panel));
-    CsrWindow::columns_of(holder, cols.start - first..cols.end - first)?.as_csr()
+/// Runs `batch` on a device that takes its operands chunk by chunk: one call per panel of B
+/// the batch reaches (the panel cut beforehand, or B), its chunks' columns made relative to
+/// the panel, so that the device is handed no more of B than one panel.
+fn compute_by_panel<T: Scalar>(
+    device: &dyn Backend<T>,
+    work: &Work<'_, T>,
+    batch: &[Task],
+    run: &RunControl,
+    deliver: &mut dyn FnMut(usize, Csr<T>) -> Result<()>,
+) -> Result<()> {
+    let panel_of = |cols: &Range<usize>| {
+        work.panels
+            .iter()
+            .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
+            .map_or((0, work.b), |(p, panel)| (p.start, panel))
+    };
+    let mut start = 0;
+    while start < batch.len() {
+        let (first, panel) = panel_of(&batch[start].chunk.cols);
+        let mut end = start + 1;
+        while end < batch.len() && std::ptr::eq(panel_of(&batch[end].chunk.cols).1, panel) {
+            end += 1;
+        }
+        let chunks: Vec<ProductChunk> = batch[start..end]
+            .iter()
+            .map(|t| ProductChunk {
+                rows: t.chunk.rows.clone(),
+                cols: t.chunk.cols.start - first..t.chunk.cols.end - first,
+            })
+            .collect();
+        device
+            .spgemm_chunks(
+                work.a.into(),
+                panel.into(),
+                &chunks,
+                work.options,
+                run,
+                &mut |c: ChunkProduct<T>| deliver(start + c.index, c.product),
+            )
+            .map_err(|e| match e {
+                Error::InChunk { index, source } => (*source).in_chunk(start + index),
+                e => e,
+            })?;
+        start = end;
+    }
+    Ok(())
 }
 
 /// Takes a finished chunk.

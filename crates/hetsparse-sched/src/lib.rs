@@ -63,7 +63,7 @@ pub use report::{DeviceReport, RunReport};
 
 use rayon::prelude::*;
 
-use chunking::{column_panels, panel_row_products, prefix_sums, row_panels, Task};
+use chunking::{column_panels, prefix_sums, row_panels, PanelShares, Task};
 use learn::{Kind, Learned};
 
 /// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
@@ -354,16 +354,11 @@ impl<T: Scalar> Scheduler<T> {
         let panels = column_panels(b, operand_budget);
         let whole_rows = analysis::row_products(a, b)?;
         let global_prefix = prefix_sums(&whole_rows);
-        // Per panel of B; one panel's are the whole rows' (borrowed below, not copied).
-        let prefixes: Vec<Vec<u64>> = if panels.len() == 1 {
-            Vec::new()
-        } else {
-            panels
-                .iter()
-                .map(|cols| prefix_sums(&panel_row_products(a, 0..a.nrows(), b, cols)))
-                .collect()
-        };
         drop(whole_rows);
+        // A panel's products are estimated as its share of B's entries of each row's: counted
+        // exactly, they cost a pass over A per panel, more than the product's own analysis
+        // when B is cut into dozens of panels.
+        let shares = PanelShares::of(b, &panels);
         let total = global_prefix[a.nrows()];
         // One backend needs no balancing: only memory cuts its work.
         let target = if live > 1 {
@@ -374,9 +369,9 @@ impl<T: Scalar> Scheduler<T> {
         let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
             let mut tasks = Vec::new();
             for (k, cols) in panels.iter().enumerate() {
-                let prefix = prefixes.get(k).unwrap_or(&global_prefix);
-                for r in row_panels(a, prefix, rows.clone(), target, operand_budget) {
-                    let products = prefix[r.end] - prefix[r.start];
+                let scaled = shares.rows_target(k, target);
+                for r in row_panels(a, &global_prefix, rows.clone(), scaled, operand_budget) {
+                    let products = shares.products(k, &global_prefix, &r);
                     tasks.push(Task::new(r, cols.clone(), products));
                 }
             }

@@ -460,6 +460,260 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
     }
 }
 
+/// Where the chunks of one call read A and B on the device.
+enum Operands<'a, T: DeviceScalar> {
+    /// A and B placed whole for the call (uploaded once, or resident; `b` is `None` for
+    /// `A · A` of one host matrix), with ESC's host column indices where it runs.
+    Whole {
+        a: Held<'a, DeviceCsr<T>>,
+        b: Option<Held<'a, DeviceCsr<T>>>,
+        a_cols: Option<Cow<'a, [u32]>>,
+        b_cols: Option<Cow<'a, [u32]>>,
+        /// Bytes of the upload, charged to the first chunk, and its events.
+        upload: Option<(u64, Event, Event)>,
+    },
+    /// Host operands too large to place whole (Xia et al. §III): each chunk uploads its rows
+    /// of A, and its window of B unless the chunk before had the same one.
+    Windowed(Windows<'a, T>),
+}
+
+/// Host operands taken chunk by chunk, and the windows of the last chunk on the device.
+struct Windows<'a, T: DeviceScalar> {
+    a: &'a Csr<T>,
+    b: &'a Csr<T>,
+    esc: bool,
+    /// Device bytes of the largest chunk's rows of A and window of B.
+    peak: u64,
+    rows: Option<(Range<usize>, DeviceCsr<T>)>,
+    cols: Option<(Range<usize>, DeviceCsr<T>)>,
+}
+
+impl<'a, T: DeviceScalar> Operands<'a, T> {
+    /// Places the operands of `chunks`: whole, unless both come from the host and together
+    /// would take more than half the memory left.
+    fn place(
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        a: Operand<'a, T>,
+        b: Operand<'a, T>,
+        chunks: &[ProductChunk],
+        esc: bool,
+    ) -> Result<Self> {
+        if let (Operand::Host(ha), Operand::Host(hb)) = (a, b) {
+            let value = std::mem::size_of::<T>();
+            let a_bytes = csr_bytes(ha.nrows(), ha.nnz(), value);
+            let b_bytes = if a.same_host_matrix(&b) {
+                0
+            } else {
+                csr_bytes(hb.nrows(), hb.nnz(), value)
+            };
+            if a_bytes.saturating_add(b_bytes) > gpu.memory().available() / 2 {
+                let peak = Windows::peak_bytes(ha, hb, chunks);
+                tracing::debug!(a_bytes, b_bytes, peak, "operands placed chunk by chunk");
+                return Ok(Operands::Windowed(Windows {
+                    a: ha,
+                    b: hb,
+                    esc,
+                    peak,
+                    rows: None,
+                    cols: None,
+                }));
+            }
+        }
+        let uploaded = Event::new(true)?;
+        uploaded.record(stream)?;
+        let (da, a_host) = a.place(gpu, stream, "A")?;
+        let (db, b_host) = if a.same_host_matrix(&b) {
+            (None, a_host)
+        } else {
+            let (db, b_host) = b.place(gpu, stream, "B")?;
+            (Some(db), b_host)
+        };
+        let placed = Event::new(true)?;
+        placed.record(stream)?;
+        let ncols = db.as_ref().map_or(da.ncols, |m| m.ncols);
+        let windowed = chunks
+            .iter()
+            .any(|c| c.cols.start != 0 || c.cols.end != ncols);
+        let a_cols = esc_columns(stream, &da, a_host, esc)?;
+        let b_cols = esc_columns(
+            stream,
+            db.as_deref().unwrap_or(&da),
+            b_host,
+            esc && windowed,
+        )?;
+        let host_bytes = |m: Operand<'_, T>| match m {
+            Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
+            Operand::Device(_) => 0,
+        };
+        let bytes = if a.same_host_matrix(&b) {
+            host_bytes(a)
+        } else {
+            host_bytes(a) + host_bytes(b)
+        };
+        Ok(Operands::Whole {
+            a: da,
+            b: db,
+            a_cols,
+            b_cols,
+            upload: Some((bytes, uploaded, placed)),
+        })
+    }
+
+    /// Whether the chunks take their operands one by one.
+    fn windowed(&self) -> bool {
+        matches!(self, Operands::Windowed(_))
+    }
+
+    /// Device bytes the chunks' windows take beside what the call reserves (none when the
+    /// operands are placed whole).
+    fn window_bytes(&self) -> u64 {
+        match self {
+            Operands::Whole { .. } => 0,
+            Operands::Windowed(w) => w.peak,
+        }
+    }
+
+    /// The work memory bound of the chunks ([`work_bound`]): from the histogram of the whole
+    /// product, by the analysis kernel, on operands placed whole. Out of core there is no
+    /// bound below the memory left (a pass over A and B on the host per call to find one
+    /// cost more than the chunks' kernels): the work memory grows to what the chunks ask,
+    /// up to its share.
+    fn work_bound(&self, gpu: &Gpu, stream: &Arc<Stream>, method: Method) -> Result<u64> {
+        match self {
+            Operands::Whole { a, b, .. } => {
+                let db = b.as_deref().unwrap_or(a);
+                let hist = whole_histogram(gpu, stream, a, db)?;
+                Ok(work_bound::<T>(method, &hist, db.ncols as u64, a.nnz()))
+            }
+            Operands::Windowed(_) => Ok(u64::MAX),
+        }
+    }
+
+    /// Puts `chunk`'s operands on the device where they are not yet: the time and bytes of
+    /// the upload, to charge to the chunk.
+    fn prepare(
+        &mut self,
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        chunk: &ProductChunk,
+    ) -> Result<(Duration, u64)> {
+        match self {
+            Operands::Whole { upload, .. } => match upload.take() {
+                Some((bytes, uploaded, placed)) => {
+                    placed.synchronize()?;
+                    Ok((pipeline::elapsed(&uploaded, &placed)?, bytes))
+                }
+                None => Ok((Duration::ZERO, 0)),
+            },
+            Operands::Windowed(w) => w.prepare(gpu, stream, chunk),
+        }
+    }
+
+    /// The job of `chunk`, once [`Operands::prepare`]d.
+    fn job<'s>(
+        &'s self,
+        gpu: &'s Gpu,
+        stream: &'s Stream,
+        chunk: &ProductChunk,
+    ) -> Result<Job<'s, T>> {
+        match self {
+            Operands::Whole {
+                a,
+                b,
+                a_cols,
+                b_cols,
+                ..
+            } => Job::of_chunk(
+                gpu,
+                stream,
+                (a, b.as_deref().unwrap_or(a)),
+                chunk,
+                (a_cols.as_deref(), b_cols.as_deref()),
+            ),
+            Operands::Windowed(w) => w.job(gpu, stream),
+        }
+    }
+}
+
+impl<T: DeviceScalar> Windows<'_, T> {
+    /// Device bytes of the largest rows of `a` and the largest window of `b` among `chunks`.
+    fn peak_bytes(a: &Csr<T>, b: &Csr<T>, chunks: &[ProductChunk]) -> u64 {
+        let value = std::mem::size_of::<T>();
+        let offsets = a.row_offsets();
+        let rows = chunks
+            .iter()
+            .map(|c| {
+                let nnz = offsets[c.rows.end] - offsets[c.rows.start];
+                csr_bytes(c.rows.len(), nnz, value)
+            })
+            .max()
+            .unwrap_or(0);
+        let whole = |c: &ProductChunk| c.cols.start == 0 && c.cols.end == b.ncols();
+        let window = if chunks.iter().all(whole) {
+            csr_bytes(b.nrows(), b.nnz(), value)
+        } else {
+            // Entries of B up to each column, so that a window's are one subtraction.
+            let mut before = vec![0u64; b.ncols() + 1];
+            for &j in b.col_indices() {
+                before[j as usize + 1] += 1;
+            }
+            for j in 0..b.ncols() {
+                before[j + 1] += before[j];
+            }
+            chunks
+                .iter()
+                .map(|c| csr_bytes(b.nrows(), before[c.cols.end] - before[c.cols.start], value))
+                .max()
+                .unwrap_or(0)
+        };
+        rows + window
+    }
+
+    fn prepare(
+        &mut self,
+        gpu: &Gpu,
+        stream: &Arc<Stream>,
+        chunk: &ProductChunk,
+    ) -> Result<(Duration, u64)> {
+        let started = Instant::now();
+        let value = std::mem::size_of::<T>();
+        // The last chunk's rows make room for this one's (freed in stream order, after the
+        // kernels that read them).
+        self.rows = None;
+        let rows = DeviceCsr::upload_rows(gpu, stream, self.a, chunk.rows.clone(), "rows of A")?;
+        let mut bytes = csr_bytes(rows.nrows, rows.nnz(), value);
+        self.rows = Some((chunk.rows.clone(), rows));
+        if !matches!(&self.cols, Some((cols, _)) if cols == &chunk.cols) {
+            self.cols = None;
+            let panel = CsrWindow::columns_of(self.b, chunk.cols.clone())?.as_csr()?;
+            let window = DeviceCsr::upload_to(gpu, stream, Some(stream), &panel, "window of B")?;
+            bytes += csr_bytes(window.nrows, window.nnz(), value);
+            self.cols = Some((chunk.cols.clone(), window));
+        }
+        Ok((started.elapsed(), bytes))
+    }
+
+    /// The job of the chunk last prepared: all of its rows and window.
+    fn job<'s>(&'s self, gpu: &'s Gpu, stream: &'s Stream) -> Result<Job<'s, T>> {
+        let (Some((rows, a)), Some((_, b))) = (&self.rows, &self.cols) else {
+            return Err(Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: "a chunk's operands were not placed".into(),
+            });
+        };
+        let a_cols = self.esc.then(|| {
+            let offsets = self.a.row_offsets();
+            &self.a.col_indices()[offsets[rows.start] as usize..offsets[rows.end] as usize]
+        });
+        let local = ProductChunk {
+            rows: 0..a.nrows,
+            cols: 0..b.ncols,
+        };
+        Job::of_chunk(gpu, stream, (a, b), &local, (a_cols, None))
+    }
+}
+
 /// A matrix's column indices on the host where `needed`: the host matrix's own, or for a
 /// resident one a copy from the device (4 bytes per entry, once per call).
 fn esc_columns<'a, T: DeviceScalar>(
@@ -673,42 +927,13 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     // A stream of the device's pool: its work memory and chunks of C come from the
     // stream-ordered pool on it (no allocation or free waits for the device).
     let stream = gpu.stream()?;
-    let uploaded = Event::new(true)?;
-    uploaded.record(&stream)?;
-    let (da, a_host) = a.place(gpu, &stream, "A")?;
-    let b_placed;
-    let (db, b_host): (&DeviceCsr<T>, _) = if a.same_host_matrix(&b) {
-        (&da, a_host)
-    } else {
-        b_placed = b.place(gpu, &stream, "B")?;
-        (&b_placed.0, b_placed.1)
-    };
-    let placed = Event::new(true)?;
-    placed.record(&stream)?;
-    let esc = matches!(method, Method::Esc);
-    let windowed = chunks
-        .iter()
-        .any(|c| c.cols.start != 0 || c.cols.end != db.ncols);
-    let a_cols = esc_columns(&stream, &da, a_host, esc)?;
-    let b_cols = esc_columns(&stream, db, b_host, esc && windowed)?;
-    let host_bytes = |m: Operand<'_, T>| match m {
-        Operand::Host(h) => csr_bytes(h.nrows(), h.nnz(), std::mem::size_of::<T>()),
-        Operand::Device(_) => 0,
-    };
-    // The operands' upload, charged to the first chunk.
-    let mut upload = Some(if a.same_host_matrix(&b) {
-        host_bytes(a)
-    } else {
-        host_bytes(a) + host_bytes(b)
-    });
-    let max_rows = chunks.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u64;
     let tracker = gpu.memory();
+    let esc = matches!(method, Method::Esc);
+    let mut operands = Operands::place(gpu, &stream, a, b, chunks, esc)?;
+    let max_rows = chunks.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u64;
     let bound = match method {
         Method::RowRow | Method::ColumnRow => 0,
-        _ => {
-            let hist = whole_histogram(gpu, &stream, &da, db)?;
-            work_bound::<T>(method, &hist, db.ncols as u64, da.nnz())
-        }
+        _ => operands.work_bound(gpu, &stream, method)?,
     };
     // Per-chunk arrays: products, row counts and offsets; the rows' bin lists.
     let mut chunk_arena = DeviceArena::new_on(
@@ -718,7 +943,8 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         "per-chunk row arrays",
     )?;
     let mut bin_arena = DeviceArena::new_on(gpu, &stream, binning::bytes(max_rows), "row bins")?;
-    let rest = tracker.available();
+    // Room for the largest chunk's windows of the operands, when they come chunk by chunk.
+    let rest = tracker.available().saturating_sub(operands.window_bytes());
     let mut scratch = Scratch::on(scratch_cap(rest).min(bound), &stream);
     let mut output =
         OutputPipeline::<T>::new(gpu, rest / 8 * 3 / 2, !matches!(method, Method::Esc))?;
@@ -743,23 +969,11 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         let started = Instant::now();
         chunk_arena.reset();
         let mut one = || -> Result<()> {
-            let job = Job::of_chunk(
-                gpu,
-                &stream,
-                (&da, db),
-                chunk,
-                (a_cols.as_deref(), b_cols.as_deref()),
-            )?;
+            let (h2d, h2d_bytes) = operands.prepare(gpu, &stream, chunk)?;
+            let job = operands.job(gpu, &stream, chunk)?;
             if !output.begin_chunk(index, chunk.clone(), job.width(), started, &mut sink)? {
                 return Ok(());
             }
-            let (h2d, h2d_bytes) = match upload.take() {
-                Some(bytes) => {
-                    placed.synchronize()?;
-                    (pipeline::elapsed(&uploaded, &placed)?, bytes)
-                }
-                None => (Duration::ZERO, 0),
-            };
             output.charge(Duration::ZERO, h2d, h2d_bytes);
             k0.record(&stream)?;
             let products = match method {
@@ -806,8 +1020,12 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     let total = c_off.last().copied().unwrap_or(0);
                     // A chunk whose C fits beside the work memory is computed whole on the
                     // device and downloaded once; only larger ones go through the batches.
+                    // Out of core, every chunk does: its last batch is copied out while the
+                    // next chunk's rows go up and its symbolic phase runs.
                     let direct_bytes = total.saturating_mul(entry_bytes::<T>());
-                    if direct_bytes.saturating_add(scratch.cap()) <= tracker.available() {
+                    if !operands.windowed()
+                        && direct_bytes.saturating_add(scratch.cap()) <= tracker.available()
+                    {
                         let (product, kernel, d2h) = chunk_on_device(
                             &job,
                             &stream,

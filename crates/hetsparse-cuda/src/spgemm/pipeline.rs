@@ -171,11 +171,15 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
                 2 * self.slot_bytes,
             ));
         }
-        let target = wanted.clamp(1, max);
         let have = self.slots[0].as_ref().map_or(0, |s| s.capacity);
-        if have >= target {
+        // Sized to the first chunk's output; when a later chunk needs more, to the most they
+        // may take, so that chunks of varying sizes (out of core, many) do not wait for the
+        // copies and reallocate the buffers one after another.
+        let needed = wanted.clamp(1, max);
+        if have >= needed {
             return Ok(have);
         }
+        let target = if have == 0 { needed } else { max };
         // Growing: finish what the old buffers hold first.
         compute.synchronize()?;
         self.drain_all(done)?;
