@@ -41,23 +41,13 @@ pub const CSR_VECTOR_MIN_MEAN_ROW: f64 = 32.0;
 /// power-law graphs, dense rows of circuits and LP constraints) get the balanced kernels; the
 /// others keep the per-row ones, whose fixed cost per row is lower.
 pub fn csr_rows_skewed(nrows: usize, nnz: u64, longest: u64) -> bool {
-    let mean = if nrows == 0 {
-        0.0
-    } else {
-        nnz as f64 / nrows as f64
-    };
-    longest >= 256 && longest as f64 >= 16.0 * mean.max(1.0)
+    longest >= 256 && longest as f64 >= 16.0 * mean(nnz, nrows).max(1.0)
 }
 
 /// Entries from which a row counts as long for [`SpmvKernel::CsrLongRowsApart`]: 16 times the
 /// mean and at least 256, the rows that make a matrix skewed ([`csr_rows_skewed`]).
 pub(crate) fn long_row_threshold(nrows: usize, nnz: u64) -> u64 {
-    let mean = if nrows == 0 {
-        0.0
-    } else {
-        nnz as f64 / nrows as f64
-    };
-    ((16.0 * mean.max(1.0)).ceil() as u64).max(256)
+    ((16.0 * mean(nnz, nrows).max(1.0)).ceil() as u64).max(256)
 }
 
 /// Whether the rows other than the long ones are even enough for a few lanes a row: the
@@ -251,6 +241,7 @@ pub(crate) enum DeviceSparse<'a, T: DeviceScalar> {
     },
 }
 
+/// Mean entries per row (0 without rows).
 fn mean(entries: u64, rows: usize) -> f64 {
     if rows == 0 {
         0.0

@@ -25,6 +25,21 @@ fn faulty(fault: Fault) -> Arc<FaultyBackend<f64>> {
     Arc::new(FaultyBackend::new(cpu(), fault))
 }
 
+/// The OpenCL device the environment names (PoCL in CI), or `None` after saying the test is
+/// skipped (a failure with HETSPARSE_REQUIRE_DEVICE=1).
+fn opencl_device() -> Option<OpenClBackend> {
+    let device = OpenClBackend::from_env().ok();
+    if device.is_none() {
+        assert_ne!(
+            std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref(),
+            Ok("1"),
+            "no OpenCL device"
+        );
+        eprintln!("SKIPPED: no OpenCL device");
+    }
+    device
+}
+
 fn reference(a: &Csr<f64>, b: &Csr<f64>) -> Csr<f64> {
     hetsparse_core::reference::spgemm::<f64, PlusTimes>(a, b).expect("reference")
 }
@@ -177,6 +192,27 @@ fn a_much_faster_backend_runs_alone_unless_sharing_is_forced() {
     let shared = make().share_always();
     assert_same(&multiply(&shared, &a, &b).unwrap(), &reference(&a, &b));
     assert!(shared.last_report().unwrap().chunks_planned > 1);
+}
+
+/// A device run alone counts the products beside its run (not before it): the report and the
+/// learned speed still get them exactly.
+#[test]
+fn a_device_alone_reports_every_product() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = operands(MatrixClass::Uniform);
+    let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
+    let s = Scheduler::from_shared(vec![Arc::new(device) as Shared, cpu()])
+        .min_chunk_products(1)
+        .with_speeds(&[1e9, 1e3])
+        .unwrap();
+    assert_same(&multiply(&s, &a, &b).unwrap(), &reference(&a, &b));
+    let report = s.last_report().unwrap();
+    assert_eq!(report.chunks_planned, 1);
+    assert_eq!(report.devices[0].chunks, 1);
+    assert_eq!(report.devices[0].products, products);
+    assert_eq!(report.devices[1].products, 0);
 }
 
 #[test]
@@ -396,13 +432,7 @@ fn no_backends_is_an_error_not_a_panic() {
 /// and a product at least 4× the budget.
 #[test]
 fn out_of_core_on_an_opencl_device_with_a_small_budget() {
-    let Ok(device) = OpenClBackend::from_env() else {
-        assert_ne!(
-            std::env::var("HETSPARSE_REQUIRE_DEVICE").as_deref(),
-            Ok("1"),
-            "no OpenCL device"
-        );
-        eprintln!("SKIPPED: no OpenCL device");
+    let Some(device) = opencl_device() else {
         return;
     };
     let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
