@@ -24,6 +24,10 @@ use hetsparse_bench::backends::{backends, Selection};
 use hetsparse_core::{Backend, DeviceKind, Dia};
 use hetsparse_sched::{BandWork, Policy, Scheduler};
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::best_of;
+
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -114,19 +118,6 @@ fn same(x: &Dia<f64>, y: &Dia<f64>) -> bool {
             .zip(&b)
             .all(|(p, q)| (p - q).abs() <= 1e-12 * (1.0 + q.abs()))
     })
-}
-
-/// Minimum of `reps` timed calls after one warm-up, and the last result; `None` if a call
-/// failed.
-fn time(reps: usize, mut f: impl FnMut() -> Option<Dia<f64>>) -> Option<(Duration, Dia<f64>)> {
-    let mut last = f()?;
-    let mut best = Duration::MAX;
-    for _ in 0..reps {
-        let start = Instant::now();
-        last = f()?;
-        best = best.min(start.elapsed());
-    }
-    Some((best, last))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -252,11 +243,12 @@ fn main() {
         let a = band(rows, wa, 2 * k as u64);
         let b = band(rows, wb, 2 * k as u64 + 1);
         let work = BandWork::of(&a, &b).expect("work");
-        let (cpu_time, expected) = time(reps, || cpu.dia_spgemm(&a, &b).ok()).expect("CPU DIA×DIA");
-        let gpu_run = time(reps, || gpu.dia_spgemm(&a, &b).ok());
+        let (cpu_time, expected) =
+            best_of(reps, || cpu.dia_spgemm(&a, &b).ok()).expect("CPU DIA×DIA");
+        let gpu_run = best_of(reps, || gpu.dia_spgemm(&a, &b).ok());
         // The model's split on every call, then the scheduler as users get it: it splits
         // while its runs say the split beats the faster backend alone.
-        let split = time(reps, || modelled.dia_spgemm(&a, &b).ok());
+        let split = best_of(reps, || modelled.dia_spgemm(&a, &b).ok());
         let model_t = modelled
             .last_report()
             .map(|r| r.shares()[0] * 100.0)
@@ -264,7 +256,7 @@ fn main() {
         let learned = Scheduler::from_shared(vec![hybrid_cpu.clone(), gpu.clone()])
             .with_band_costs(&known)
             .expect("costs");
-        let chosen = time(reps, || learned.dia_spgemm(&a, &b).ok());
+        let chosen = best_of(reps, || learned.dia_spgemm(&a, &b).ok());
         let mut correct = gpu_run.as_ref().is_some_and(|(_, c)| same(c, &expected))
             && split.as_ref().is_some_and(|(_, c)| same(c, &expected))
             && chosen.as_ref().is_some_and(|(_, c)| same(c, &expected));
@@ -273,7 +265,7 @@ fn main() {
             let forced = Scheduler::from_shared(vec![hybrid_cpu.clone(), gpu.clone()])
                 .policy(Policy::RowSplitAssumed(vec![t as f64, (100 - t) as f64]))
                 .min_chunk_products(1);
-            let run = time(reps, || forced.dia_spgemm(&a, &b).ok());
+            let run = best_of(reps, || forced.dia_spgemm(&a, &b).ok());
             correct &= run.as_ref().is_some_and(|(_, c)| same(c, &expected));
             swept.push(run.map(|(d, _)| d));
         }

@@ -13,26 +13,18 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::generate::{self, MatrixClass};
 use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
 use hetsparse_sched::Scheduler;
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::best_of;
+
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
-fn time(reps: usize, mut f: impl FnMut() -> Option<Csr<f64>>) -> Option<(Duration, Csr<f64>)> {
-    let mut last = f()?;
-    let mut best = Duration::MAX;
-    for _ in 0..reps {
-        let start = Instant::now();
-        last = f()?;
-        best = best.min(start.elapsed());
-    }
-    Some((best, last))
 }
 
 fn gb(bytes: u64) -> f64 {
@@ -95,7 +87,7 @@ fn main() {
     let budget = (bytes(&b) as f64 * fraction) as u64;
     let cpu = hetsparse_cpu::CpuBackend::new().expect("CPU backend");
     let (cpu_time, expected) =
-        time(reps, || cpu.spgemm(&a, &b, SpgemmAlgorithm::Auto).ok()).expect("CPU product");
+        best_of(reps, || cpu.spgemm(&a, &b, SpgemmAlgorithm::Auto).ok()).expect("CPU product");
     let c_bytes = bytes(&expected);
     let mut table = String::new();
     let _ = writeln!(
@@ -127,7 +119,7 @@ fn main() {
             ),
         ];
         for (label, s) in runs {
-            match time(reps, || {
+            match best_of(reps, || {
                 s.spgemm(&a, &b, SpgemmAlgorithm::Auto)
                     .map_err(|e| eprintln!("{label}: {e}"))
                     .ok()

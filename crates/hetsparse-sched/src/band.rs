@@ -302,14 +302,12 @@ fn panicked<T: Scalar>(
     rows: Range<usize>,
     p: Box<dyn std::any::Any + Send>,
 ) -> Error {
-    let message = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into());
     Error::Internal {
         backend: backend.info().backend,
-        what: format!("DIA×DIA SpGEMM of rows {rows:?} panicked: {message}"),
+        what: format!(
+            "DIA×DIA SpGEMM of rows {rows:?} panicked: {}",
+            crate::execute::panic_message(p.as_ref())
+        ),
     }
 }
 

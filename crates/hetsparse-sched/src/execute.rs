@@ -269,15 +269,19 @@ pub(crate) fn panicked<T: Scalar>(
     device: &dyn Backend<T>,
     payload: &(dyn std::any::Any + Send),
 ) -> Error {
-    let what = payload
+    Error::Internal {
+        backend: device.info().backend,
+        what: format!("the backend panicked: {}", panic_message(payload)),
+    }
+}
+
+/// A panic's message, where it carried one.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into());
-    Error::Internal {
-        backend: device.info().backend,
-        what: format!("the backend panicked: {what}"),
-    }
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Whether A and B may be placed on `device` whole (always, for host memory).

@@ -1,0 +1,17 @@
+//! Timing of whole calls that give a result, shared by the benchmarks that keep the last one
+//! to check it.
+
+use std::time::{Duration, Instant};
+
+/// Minimum of `reps` timed calls after one warm-up, and the last result; `None` if a call
+/// failed.
+pub fn best_of<R>(reps: usize, mut f: impl FnMut() -> Option<R>) -> Option<(Duration, R)> {
+    let mut last = f()?;
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let start = Instant::now();
+        last = f()?;
+        best = best.min(start.elapsed());
+    }
+    Some((best, last))
+}
