@@ -707,15 +707,17 @@ pub fn csr_to_py<'py, T: Scalar + numpy::Element>(
         && nrows <= i32::MAX as usize
         && ncols <= i32::MAX as usize;
     let (indptr, indices) = if fits_i32 {
-        let mut indptr = vec![0i32; offsets.len()];
-        indptr
+        let mut indptr: Vec<i32> = try_vec(offsets.len(), "the result's indptr")?;
+        indptr.spare_capacity_mut()[..offsets.len()]
             .par_chunks_mut(PIECE)
             .zip(offsets.par_chunks(PIECE))
             .for_each(|(out, src)| {
                 for (o, &s) in out.iter_mut().zip(src) {
-                    *o = s as i32;
+                    o.write(s as i32);
                 }
             });
+        // SAFETY: the loop above wrote every one of them.
+        unsafe { indptr.set_len(offsets.len()) };
         // Every index is below ncols ≤ i32::MAX, so its bits read the same as i32.
         let indices = u32_into_i32(indices);
         (

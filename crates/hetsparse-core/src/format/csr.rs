@@ -987,6 +987,50 @@ mod tests {
     }
 
     #[test]
+    fn line_starts_are_told_from_faults_inside_lines() {
+        // Rows of 0 to 4 entries, each row's columns rising from a random start, so that
+        // neighbours across a row start (also across empty rows) are often equal or falling:
+        // valid. Then one fault inside a row, at several places; the naive check agrees.
+        let mut state = 12345u64;
+        let mut next = |m: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        let n = 120_000usize;
+        let mut offsets = vec![0u64];
+        let mut cols = Vec::new();
+        for _ in 0..n {
+            let len = next(5);
+            let start = next(8) as u32;
+            cols.extend((0..len as u32).map(|k| start + 2 * k));
+            offsets.push(cols.len() as u64);
+        }
+        let values = vec![1.0f64; cols.len()];
+        assert!(Csr::try_new(n, 16, offsets.clone(), cols.clone(), values.clone()).is_ok());
+        let rows_of_two: Vec<usize> = (0..n)
+            .filter(|&i| offsets[i + 1] - offsets[i] >= 2)
+            .collect();
+        for pick in [0, 7, rows_of_two.len() / 2, rows_of_two.len() - 1] {
+            let row = rows_of_two[pick];
+            let at = offsets[row] as usize;
+            let mut repeated = cols.clone();
+            repeated[at + 1] = repeated[at];
+            let e = Csr::try_new(n, 16, offsets.clone(), repeated, values.clone()).unwrap_err();
+            assert!(
+                matches!(e, FormatError::Duplicate { row: r, .. } if r == row as u64),
+                "{e}"
+            );
+            let mut falling = cols.clone();
+            falling.swap(at, at + 1);
+            let e = Csr::try_new(n, 16, offsets.clone(), falling, values.clone()).unwrap_err();
+            assert!(
+                matches!(e, FormatError::Unsorted { line, .. } if line == row as u64),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn explicit_zeros_can_be_dropped() {
         let a = Csr::try_new(1, 3, vec![0, 3], vec![0, 1, 2], vec![1.0, 0.0, 2.0]).unwrap();
         let b = a.without_explicit_zeros();
