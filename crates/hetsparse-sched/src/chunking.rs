@@ -3,6 +3,7 @@
 //! column panel pair).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{Csr, ProductChunk, Scalar};
@@ -51,10 +52,6 @@ pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usi
     if ncols == 0 || csr_bytes(b.nrows(), b.nnz(), value_bytes as usize) <= budget {
         return std::iter::once(0..ncols).collect();
     }
-    let mut per_column = vec![0u64; ncols];
-    for &c in b.col_indices() {
-        per_column[c as usize] += 1;
-    }
     // Every panel holds all of B's row offsets. Where they leave little of the budget, the
     // panels would be slivers of B, so many that their offsets alone took more host memory
     // than four times B: then B stays whole, and a device that cannot hold it is out of
@@ -72,10 +69,17 @@ pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usi
     {
         return std::iter::once(0..ncols).collect();
     }
+    // A column holds at most one entry per row, so its count fits a u32.
+    let per_column: Vec<AtomicU32> = (0..ncols).map(|_| AtomicU32::new(0)).collect();
+    b.col_indices().par_chunks(1 << 16).for_each(|piece| {
+        for &c in piece {
+            per_column[c as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    });
     let mut panels = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
-    for (j, &count) in per_column.iter().enumerate() {
-        let add = count * (4 + value_bytes);
+    for (j, count) in per_column.iter().enumerate() {
+        let add = u64::from(count.load(Ordering::Relaxed)) * (4 + value_bytes);
         if j > start && bytes + add > room {
             panels.push(start..j);
             (start, bytes) = (j, 0);

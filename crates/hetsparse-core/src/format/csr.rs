@@ -360,18 +360,89 @@ impl<T: Scalar> Csr<T> {
         if range.start == 0 && range.end == self.ncols {
             return Ok(self.clone());
         }
+        use rayon::prelude::*;
+        /// Rows per parallel task.
+        const ROWS: usize = 1 << 12;
         let (lo, hi) = (range.start as u32, range.end as u32);
-        let mut row_offsets = Vec::with_capacity(self.nrows + 1);
-        let mut col_indices = Vec::new();
-        let mut values = Vec::new();
-        row_offsets.push(0);
-        for i in 0..self.nrows {
-            let (cols, vals) = self.row(i);
-            let a = cols.partition_point(|&c| c < lo);
-            let b = cols.partition_point(|&c| c < hi);
-            col_indices.extend(cols[a..b].iter().map(|&c| c - lo));
-            values.extend_from_slice(&vals[a..b]);
-            row_offsets.push(col_indices.len() as u64);
+        // Where each row's entries in the range lie, as positions in the row.
+        let part = |i: usize| {
+            let cols = self.row(i).0;
+            (
+                cols.partition_point(|&c| c < lo),
+                cols.partition_point(|&c| c < hi),
+            )
+        };
+        let n = self.nrows;
+        let mut row_offsets: Vec<u64> = host::try_filled(n + 1, 0, "column panel row offsets")?;
+        // Each row's count, then the offsets: sums within each piece of rows, the pieces'
+        // starts, and those added back.
+        row_offsets[1..]
+            .par_chunks_mut(ROWS)
+            .enumerate()
+            .for_each(|(p, out)| {
+                let mut at = 0;
+                for (k, slot) in out.iter_mut().enumerate() {
+                    let (a, b) = part(p * ROWS + k);
+                    at += (b - a) as u64;
+                    *slot = at;
+                }
+            });
+        let mut base = 0;
+        let starts: Vec<u64> = row_offsets[1..]
+            .chunks(ROWS)
+            .map(|piece| {
+                let start = base;
+                base += piece.last().copied().unwrap_or(0);
+                start
+            })
+            .collect();
+        row_offsets[1..]
+            .par_chunks_mut(ROWS)
+            .zip(&starts)
+            .for_each(|(out, &start)| out.iter_mut().for_each(|o| *o += start));
+        let nnz = usize::try_from(base).map_err(|_| Error::TooLarge {
+            what: "a column panel's entries".into(),
+            needed: base,
+            limit: usize::MAX as u64,
+            unit: "entries",
+        })?;
+        let mut col_indices: Vec<u32> = host::try_with_capacity(nnz, "column panel indices")?;
+        let mut values: Vec<T> = host::try_with_capacity(nnz, "column panel values")?;
+        {
+            let mut cols_left = &mut col_indices.spare_capacity_mut()[..nnz];
+            let mut vals_left = &mut values.spare_capacity_mut()[..nnz];
+            let mut pieces = Vec::with_capacity(starts.len());
+            for (p, &start) in starts.iter().enumerate() {
+                let end = row_offsets[((p + 1) * ROWS).min(n)];
+                let len = (end - start) as usize;
+                let (c, rest_c) = std::mem::take(&mut cols_left).split_at_mut(len);
+                let (v, rest_v) = std::mem::take(&mut vals_left).split_at_mut(len);
+                (cols_left, vals_left) = (rest_c, rest_v);
+                pieces.push((p, c, v));
+            }
+            pieces.into_par_iter().for_each(|(p, c, v)| {
+                let mut at = 0;
+                for i in p * ROWS..((p + 1) * ROWS).min(n) {
+                    let (a, b) = part(i);
+                    let (cols, vals) = self.row(i);
+                    for ((slot, value), (&col, &val)) in c[at..at + b - a]
+                        .iter_mut()
+                        .zip(&mut v[at..at + b - a])
+                        .zip(cols[a..b].iter().zip(&vals[a..b]))
+                    {
+                        slot.write(col - lo);
+                        value.write(val);
+                    }
+                    at += b - a;
+                }
+            });
+        }
+        // SAFETY: the pieces above cover positions 0..nnz once each (piece p is
+        // `row_offsets[p·ROWS]..row_offsets[min((p+1)·ROWS, n)]`, and those offsets were summed
+        // from the same `part` counts its rows write), and every position was written.
+        unsafe {
+            col_indices.set_len(nnz);
+            values.set_len(nnz);
         }
         Ok(Csr {
             nrows: self.nrows,
@@ -993,7 +1064,9 @@ mod tests {
         // valid. Then one fault inside a row, at several places; the naive check agrees.
         let mut state = 12345u64;
         let mut next = |m: u64| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (state >> 33) % m
         };
         let n = 120_000usize;
@@ -1027,6 +1100,43 @@ mod tests {
                 matches!(e, FormatError::Unsorted { line, .. } if line == row as u64),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn column_panels_of_many_rows_match_a_row_by_row_cut() {
+        // Over several parallel pieces of rows, some rows empty, some without an entry in
+        // the panel.
+        let n = 10_000usize;
+        let mut offsets = vec![0u64];
+        let mut cols = Vec::new();
+        for i in 0..n as u32 {
+            cols.extend(
+                (0..i % 7)
+                    .map(|k| (i * 31 + k * 97) % 1000)
+                    .collect::<std::collections::BTreeSet<_>>(),
+            );
+            offsets.push(cols.len() as u64);
+        }
+        let values: Vec<f64> = (0..cols.len()).map(|k| k as f64).collect();
+        let a = Csr::try_new(n, 1000, offsets, cols, values).unwrap();
+        for range in [0..1000, 0..1, 250..600, 999..1000, 400..400] {
+            let panel = a.column_panel(range.clone()).unwrap();
+            let (lo, hi) = (range.start as u32, range.end as u32);
+            let mut offsets = vec![0u64];
+            let (mut cols, mut vals) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                let (c, v) = a.row(i);
+                for (&j, &x) in c.iter().zip(v) {
+                    if (lo..hi).contains(&j) {
+                        cols.push(j - lo);
+                        vals.push(x);
+                    }
+                }
+                offsets.push(cols.len() as u64);
+            }
+            let expected = Csr::try_new(n, range.len(), offsets, cols, vals).unwrap();
+            assert_eq!(panel, expected, "{range:?}");
         }
     }
 

@@ -226,7 +226,10 @@ pub(crate) fn validate_compressed(
         let piece = &offsets[start..end];
         // One pass without an early exit (which vectorises), the position only on a fault.
         let next = piece.get(1..).unwrap_or(&[]);
-        let any = piece.iter().zip(next).fold(false, |any, (&o, &p)| any | (o > p));
+        let any = piece
+            .iter()
+            .zip(next)
+            .fold(false, |any, (&o, &p)| any | (o > p));
         any.then(|| piece.windows(2).position(|w| w[0] > w[1]))
             .flatten()
             .map(|p| start + p)
