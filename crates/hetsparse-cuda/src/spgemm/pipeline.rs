@@ -205,7 +205,8 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         self.next ^= 1;
         if let Some(p) = self.slots[i].as_mut().and_then(|s| s.pending.take()) {
             let slot = self.slots[i].as_mut().expect("slot with a pending copy");
-            slot.copied.synchronize()?;
+            tracing::debug_span!("wait for the copy").in_scope(|| slot.copied.synchronize())?;
+            let _span = tracing::debug_span!("copy into the chunk", entries = p.len).entered();
             drain(&mut self.chunks, slot, p, self.batch_kernels, done)?;
         }
         let slot = self.slots[i]
