@@ -502,8 +502,8 @@ impl<T: Scalar> Scheduler<T> {
         let small = self.min_chunk_products.saturating_mul(2);
         // The products are counted (a pass over A's entries, milliseconds on millions of
         // rows) before deciding only where the product may be small: with A's entries times
-        // B's mean row far above the threshold it is not, and a device's run alone can count
-        // them meanwhile.
+        // B's mean row far above the threshold it is not, and a device's run alone reports
+        // them.
         let mean_row = b.nnz() / (b.nrows().max(1) as u64);
         let counted_first = (members.len() > 1
             && a.nnz().saturating_mul(mean_row.max(1)) < small.saturating_mul(8))
@@ -542,41 +542,29 @@ impl<T: Scalar> Scheduler<T> {
             }
         }
         let started = Instant::now();
-        let (result, products) = std::thread::scope(|scope| {
-            // A device computing in its own memory leaves the host's cores to the count; the
-            // host backend would share them, so it is counted first.
-            let known = match counted_first {
-                Some(p) => Some(Ok(p)),
-                None if device.memory_space() == MemorySpace::Host => {
-                    Some(analysis::total_products(a, b))
-                }
-                None => None,
-            };
-            let counting = known.is_none().then(|| {
-                scope.spawn(|| match counting_pool() {
-                    Some(pool) => pool.install(|| analysis::total_products(a, b)),
-                    None => analysis::total_products(a, b),
-                })
-            });
-            let result = self.backends[d].spgemm_with(a.into(), b.into(), options, run);
-            let products = match (known, counting) {
-                (Some(p), _) => p,
-                (None, Some(handle)) => handle.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        backend: "sched".into(),
-                        what: "counting the intermediate products panicked".into(),
-                    })
-                }),
-                (None, None) => Err(Error::Internal {
-                    backend: "sched".into(),
-                    what: "the intermediate products were not counted".into(),
-                }),
-            };
-            (result, products)
-        });
+        // The products are what the device's speed is learned in. A host backend counts them
+        // first (a count beside it would take its cores); a device reports them as it plans
+        // its run (a GPU from its own analysis, at no cost to the host), read from a run of
+        // its own, and they are counted on the host afterwards only where it reported none.
+        let known = match counted_first {
+            Some(p) => Some(p),
+            None if device.memory_space() == MemorySpace::Host => {
+                Some(analysis::total_products(a, b)?)
+            }
+            None => None,
+        };
+        let device_run = run.tracked();
+        let result = device.spgemm_with(a.into(), b.into(), options, &device_run);
+        let products = || -> Result<u64> {
+            match (known, device_run.progress().done) {
+                (Some(p), _) => Ok(p),
+                (None, 0) => analysis::total_products(a, b),
+                (None, reported) => Ok(reported),
+            }
+        };
         match result {
             Ok(c) => {
-                let products = products?;
+                let products = products()?;
                 let mut devices: Vec<DeviceReport> = self
                     .backends
                     .iter()
@@ -694,22 +682,6 @@ impl<T: Scalar> Scheduler<T> {
         self.learned(kind).record(&reports, started.elapsed());
         Ok(Some(pieces))
     }
-}
-
-/// Threads that count a product's intermediate products while a device computes it alone:
-/// a quarter of the cores, so that the count stays shorter than most device runs while the
-/// rest are left to the device's host-side copies (which run on the global pool).
-fn counting_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        rayon::ThreadPoolBuilder::new()
-            .num_threads((cores / 4).max(2))
-            .thread_name(|i| format!("hetsparse-count-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
 }
 
 /// The chunks of a product and who takes them.

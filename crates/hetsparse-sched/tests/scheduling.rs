@@ -203,16 +203,29 @@ fn a_device_alone_reports_every_product() {
     };
     let (a, b) = operands(MatrixClass::Uniform);
     let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
-    let s = Scheduler::from_shared(vec![Arc::new(device) as Shared, cpu()])
-        .min_chunk_products(1)
-        .with_speeds(&[1e9, 1e3])
-        .unwrap();
-    assert_same(&multiply(&s, &a, &b).unwrap(), &reference(&a, &b));
-    let report = s.last_report().unwrap();
-    assert_eq!(report.chunks_planned, 1);
-    assert_eq!(report.devices[0].chunks, 1);
-    assert_eq!(report.devices[0].products, products);
-    assert_eq!(report.devices[1].products, 0);
+    let device: Shared = Arc::new(device);
+    // Told by the device as it plans its run, watched or not, and seen by the caller's run
+    // once, not twice.
+    for run in [RunControl::new(), RunControl::unwatched()] {
+        // A fresh scheduler each time: one that has seen a run alone may try sharing next.
+        let s = Scheduler::from_shared(vec![Arc::clone(&device), cpu()])
+            .min_chunk_products(1)
+            .with_speeds(&[1e9, 1e3])
+            .unwrap();
+        let c = s
+            .spgemm_with((&a).into(), (&b).into(), &SpgemmOptions::new(), &run)
+            .unwrap();
+        assert_same(&c, &reference(&a, &b));
+        let report = s.last_report().unwrap();
+        assert_eq!(report.chunks_planned, 1);
+        assert_eq!(report.devices[0].chunks, 1);
+        assert_eq!(report.devices[0].products, products);
+        assert_eq!(report.devices[1].products, 0);
+        if run.is_watched() {
+            assert_eq!(run.progress().done, products);
+            assert_eq!(run.progress().planned, products);
+        }
+    }
 }
 
 #[test]

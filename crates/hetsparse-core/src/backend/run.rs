@@ -49,6 +49,8 @@ struct RunState {
     cancelled: AtomicBool,
     /// A run whose cancellation this one follows.
     parent: Option<Arc<RunState>>,
+    /// A run whose progress this one's adds to.
+    counts_into: Option<Arc<RunState>>,
     planned: AtomicU64,
     done: AtomicU64,
 }
@@ -117,6 +119,33 @@ impl RunControl {
             watched: self.watched,
         }
     }
+    /// A run of its own progress whose products also count as this one's, cancelled when
+    /// this one is, and watched as it is: what a scheduler hands a device that runs a product
+    /// alone, to learn from the device how many products the run had while its caller still
+    /// sees them come in.
+    ///
+    /// ```
+    /// use hetsparse_core::RunControl;
+    /// let run = RunControl::new();
+    /// let device = run.tracked();
+    /// device.add_planned(10);
+    /// device.add_done(4);
+    /// run.add_done(1);
+    /// assert_eq!((device.progress().planned, device.progress().done), (10, 4));
+    /// assert_eq!((run.progress().planned, run.progress().done), (10, 5));
+    /// run.cancel();
+    /// assert!(device.is_cancelled());
+    /// ```
+    pub fn tracked(&self) -> RunControl {
+        RunControl {
+            state: Arc::new(RunState {
+                parent: Some(Arc::clone(&self.state)),
+                counts_into: Some(Arc::clone(&self.state)),
+                ..RunState::default()
+            }),
+            watched: self.watched,
+        }
+    }
     /// Whether [`cancel`](Self::cancel) was called, on this run or one it is a
     /// [`child`](Self::child) of.
     pub fn is_cancelled(&self) -> bool {
@@ -173,11 +202,19 @@ impl RunControl {
     }
     /// For backends: `products` more will be computed.
     pub fn add_planned(&self, products: u64) {
-        self.state.planned.fetch_add(products, Ordering::AcqRel);
+        let mut state = Some(&self.state);
+        while let Some(s) = state {
+            s.planned.fetch_add(products, Ordering::AcqRel);
+            state = s.counts_into.as_ref();
+        }
     }
     /// For backends: `products` more were computed.
     pub fn add_done(&self, products: u64) {
-        self.state.done.fetch_add(products, Ordering::AcqRel);
+        let mut state = Some(&self.state);
+        while let Some(s) = state {
+            s.done.fetch_add(products, Ordering::AcqRel);
+            state = s.counts_into.as_ref();
+        }
     }
 }
 
