@@ -147,8 +147,15 @@ impl CpuBackend {
     }
 }
 
-/// The processor's model name from `/proc/cpuinfo`, where there is one.
+/// The processor's model name from `/proc/cpuinfo` where there is one, read once: the kernel
+/// makes that file with a pass over every core, and [`Device::info`] is asked on every
+/// scheduled run.
 fn cpu_model() -> String {
+    static MODEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODEL.get_or_init(read_cpu_model).clone()
+}
+
+fn read_cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
