@@ -30,6 +30,17 @@ pub const HOST: &str = "host";
 /// 0 means "not set": the host's physical memory.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
+/// `count` entries as a length, or [`Error::TooLarge`] naming `what` where this host's
+/// addresses cannot reach that many (counts are 64-bit everywhere, lengths are `usize`).
+pub fn entry_count(count: u64, what: &str) -> Result<usize> {
+    usize::try_from(count).map_err(|_| Error::TooLarge {
+        what: what.into(),
+        needed: count,
+        limit: usize::MAX as u64,
+        unit: "entries",
+    })
+}
+
 /// The most bytes one host buffer sized from the input may take: the host's physical memory
 /// (or unlimited where it cannot be read), unless [`set_buffer_limit`] set another.
 pub fn buffer_limit() -> u64 {

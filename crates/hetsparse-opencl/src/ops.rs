@@ -502,12 +502,7 @@ impl OpenClBackend {
             self.upload_operand(&q, b, "B")?,
         );
         let (a_dev, b_dev) = (self.device_view(a, &a_up)?, self.device_view(b, &b_up)?);
-        let nnz = usize::try_from(s.nnz).map_err(|_| Error::TooLarge {
-            what: "the planned product".into(),
-            needed: s.nnz,
-            limit: usize::MAX as u64,
-            unit: "entries",
-        })?;
+        let nnz = hetsparse_core::host::entry_count(s.nnz, "the planned product")?;
         let _work = self
             .pool
             .reserve(numeric_work_bytes::<T>(s.nnz), "SpGEMM numeric phase")?;

@@ -198,12 +198,7 @@ pub(crate) fn download_operand<T: Scalar>(
     ncols: usize,
     verified: bool,
 ) -> Result<Csr<T>> {
-    let nnz = usize::try_from(m.nnz).map_err(|_| Error::TooLarge {
-        what: "a resident matrix on this host".into(),
-        needed: m.nnz,
-        limit: usize::MAX as u64,
-        unit: "entries",
-    })?;
+    let nnz = hetsparse_core::host::entry_count(m.nnz, "a resident matrix on this host")?;
     let _span = tracing::info_span!("download", nrows = m.nrows, nnz).entered();
     let mut offsets = Incoming::<u64>::new(m.nrows + 1);
     let mut index = Incoming::<u32>::new(nnz);

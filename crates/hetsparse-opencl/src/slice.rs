@@ -66,12 +66,7 @@ pub(crate) fn window<'a, T: Scalar>(
 }
 
 fn len_of(n: u64, what: &str) -> Result<usize> {
-    usize::try_from(n).map_err(|_| Error::TooLarge {
-        what: what.into(),
-        needed: n,
-        limit: usize::MAX as u64,
-        unit: "entries",
-    })
+    hetsparse_core::host::entry_count(n, what)
 }
 
 /// Rows `rows` of `m` (rows of a window, inside `m`).

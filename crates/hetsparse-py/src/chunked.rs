@@ -189,12 +189,7 @@ fn stack<T: ContextScalar>(
         .map(|p| p.ok_or_else(missing))
         .collect::<Result<_, _>>()?;
     let nnz: u64 = parts.iter().map(|p| p.nnz()).sum();
-    let nnz = usize::try_from(nnz).map_err(|_| Error::TooLarge {
-        what: "the product".into(),
-        needed: nnz,
-        limit: usize::MAX as u64,
-        unit: "entries",
-    })?;
+    let nnz = hetsparse::host::entry_count(nnz, "the product")?;
     let mut offsets = hetsparse::host::try_with_capacity(nrows + 1, "C row offsets")?;
     let mut indices = hetsparse::host::try_with_capacity(nnz, "C column indices")?;
     let mut values = hetsparse::host::try_with_capacity(nnz, "C values")?;

@@ -67,12 +67,7 @@ pub fn assemble_chunks<T: Scalar>(
         total += n;
         band_start.push(total);
     }
-    let nnz = usize::try_from(total).map_err(|_| Error::TooLarge {
-        what: "the product's entries".into(),
-        needed: total,
-        limit: usize::MAX as u64,
-        unit: "entries",
-    })?;
+    let nnz = host::entry_count(total, "the product's entries")?;
     let mut offsets = host::try_with_capacity(nrows + 1, "assembled product row offsets")?;
     offsets.push(0u64);
     let mut cols: Vec<u32> = host::try_with_capacity(nnz, "assembled product column indices")?;

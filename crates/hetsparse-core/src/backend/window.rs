@@ -209,12 +209,7 @@ impl<'a, T: Scalar> CsrWindow<&'a Csr<T>> {
     /// `Csr::rows(rows).column_panel(cols)` gives.
     pub fn to_csr(&self) -> Result<Csr<T>> {
         let nnz = self.nnz();
-        let len = usize::try_from(nnz).map_err(|_| Error::TooLarge {
-            what: "a window of a matrix".into(),
-            needed: nnz,
-            limit: usize::MAX as u64,
-            unit: "entries",
-        })?;
+        let len = crate::host::entry_count(nnz, "a window of a matrix")?;
         let mut offsets = crate::host::try_with_capacity(self.nrows() + 1, "window row offsets")?;
         let mut cols = crate::host::try_with_capacity(len, "window column indices")?;
         let mut vals = crate::host::try_with_capacity(len, "window values")?;

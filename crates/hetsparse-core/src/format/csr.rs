@@ -400,12 +400,7 @@ impl<T: Scalar> Csr<T> {
             .par_chunks_mut(ROWS)
             .zip(&starts)
             .for_each(|(out, &start)| out.iter_mut().for_each(|o| *o += start));
-        let nnz = usize::try_from(base).map_err(|_| Error::TooLarge {
-            what: "a column panel's entries".into(),
-            needed: base,
-            limit: usize::MAX as u64,
-            unit: "entries",
-        })?;
+        let nnz = host::entry_count(base, "a column panel's entries")?;
         let mut col_indices: Vec<u32> = host::try_with_capacity(nnz, "column panel indices")?;
         let mut values: Vec<T> = host::try_with_capacity(nnz, "column panel values")?;
         {

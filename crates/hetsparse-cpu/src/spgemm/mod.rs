@@ -448,12 +448,7 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
         nnz += *offset;
         *offset = nnz;
     }
-    let len = usize::try_from(nnz).map_err(|_| Error::TooLarge {
-        what: "SpGEMM result".into(),
-        needed: nnz,
-        limit: usize::MAX as u64,
-        unit: "entries",
-    })?;
+    let len = hetsparse_core::host::entry_count(nnz, "SpGEMM result")?;
     // Not filled: the numeric phase writes every entry once, so its threads are also the first
     // to touch (and place) each page.
     let mut cols = reserved::<u32>(len, "column indices of C")?;
