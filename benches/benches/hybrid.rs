@@ -9,7 +9,8 @@
 //! `HETSPARSE_BENCH_QUICK=1` for small sizes, `HETSPARSE_BENCH_REPS=N` timed repetitions after
 //! one warm-up (default 3), `HETSPARSE_BENCH_CLASSES=stencil3d,powerlaw` to pick classes,
 //! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: every
-//! core, as the CPU backend alone has), `HETSPARSE_BENCH_SPGEMM_ONLY=1` to leave out the SpMV and
+//! core but one, left to the threads that drive the GPUs; the CPU backend alone has every
+//! core), `HETSPARSE_BENCH_SPGEMM_ONLY=1` to leave out the SpMV and
 //! SpMM table, `HETSPARSE_BENCH_PROFILE=1` for one more call of each scheduler with its spans
 //! printed as they close (busy and idle time of each stage) on standard error.
 
