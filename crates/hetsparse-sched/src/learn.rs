@@ -51,6 +51,10 @@ pub(crate) struct Learned {
     /// Whole runs alone timed per backend (speeds set by the caller count none).
     pub alone_runs: Vec<u32>,
     pub overhead: Option<f64>,
+    /// Seconds of the quickest small product each backend ran alone: what a call costs it
+    /// whatever the work (a GPU's launches, transfers and synchronisations; a host backend's
+    /// threads), which decides small products.
+    pub per_call: Vec<Option<f64>>,
 }
 
 fn blend(old: Option<f64>, new: f64) -> f64 {
@@ -67,7 +71,35 @@ impl Learned {
             alone: vec![None; backends],
             alone_runs: vec![0; backends],
             overhead: None,
+            per_call: vec![None; backends],
         }
+    }
+
+    /// Learns from a small product run on backend `d` alone: only what a call costs it. Its
+    /// speed is not learned from such a run, where the call's own cost dominates (a GPU
+    /// timed on products of a fraction of a millisecond would look a hundred times slower
+    /// than it is on large ones).
+    pub fn record_small(&mut self, d: usize, wall: Duration) {
+        let secs = wall.as_secs_f64();
+        self.per_call[d] = Some(self.per_call[d].map_or(secs, |old| old.min(secs)));
+    }
+
+    /// The backend expected to finish a small product of `work` units first: each member
+    /// not yet timed on a small product is tried once (small products make that cheap); then
+    /// the least of its per-call cost plus `work` over its speed alone, among members whose
+    /// speed is known.
+    pub fn quickest_for(&self, members: &[usize], work: u64) -> Option<usize> {
+        if let Some(&untried) = members.iter().find(|&&d| self.per_call[d].is_none()) {
+            return Some(untried);
+        }
+        members
+            .iter()
+            .filter_map(|&d| {
+                let speed = self.alone_speed(d).filter(|&s| s > 0.0)?;
+                Some((d, self.per_call[d].unwrap_or(0.0) + work as f64 / speed))
+            })
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .map(|(d, _)| d)
     }
 
     /// Learns from a whole run of `work` units on backend `d` alone. The second run keeps the
@@ -234,6 +266,28 @@ mod tests {
         l.alone[1] = Some(20.0);
         assert_eq!(l.alone(&[0, 1]), None);
         assert_eq!(l.fastest(&[1, 2]), Some(1));
+    }
+
+    #[test]
+    fn small_products_go_where_a_call_costs_least() {
+        let mut l = Learned::new(2);
+        // 0: a GPU, fast on large products; 1: the host, five times slower on them.
+        l.record_alone(0, 1_000_000_000, Duration::from_secs(1));
+        l.record_alone(1, 200_000_000, Duration::from_secs(1));
+        // Each is tried once on a small product.
+        assert_eq!(l.quickest_for(&[0, 1], 10_000), Some(0));
+        l.record_small(0, Duration::from_micros(300));
+        assert_eq!(l.quickest_for(&[0, 1], 10_000), Some(1));
+        l.record_small(1, Duration::from_micros(60));
+        l.record_small(1, Duration::from_micros(50));
+        assert_eq!(l.per_call[1], Some(50e-6));
+        // 10^4 units: 300 µs + 10 µs against 50 µs + 50 µs.
+        assert_eq!(l.quickest_for(&[0, 1], 10_000), Some(1));
+        // 10^6 units: 300 µs + 1 ms against 50 µs + 5 ms.
+        assert_eq!(l.quickest_for(&[0, 1], 1_000_000), Some(0));
+        // Small runs leave the speeds as they were.
+        assert_eq!(l.alone, vec![Some(1e9), Some(2e8)]);
+        assert_eq!(l.fastest(&[0, 1]), Some(0));
     }
 
     #[test]

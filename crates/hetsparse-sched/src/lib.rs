@@ -513,8 +513,8 @@ impl<T: Scalar> Scheduler<T> {
             let learned = self.learned(Kind::Spgemm);
             if members.len() == 1 {
                 Some(members[0])
-            } else if counted_first.is_some_and(|p| p < small) {
-                learned.fastest(&members).or(Some(members[0]))
+            } else if let Some(p) = counted_first.filter(|&p| p < small) {
+                learned.quickest_for(&members, p).or(Some(members[0]))
             } else if self.share_always {
                 None
             } else {
@@ -573,8 +573,13 @@ impl<T: Scalar> Scheduler<T> {
                 devices[d].chunks = 1;
                 devices[d].products = products;
                 devices[d].busy = started.elapsed();
-                self.learned(Kind::Spgemm)
-                    .record_alone(d, products, started.elapsed());
+                let mut learned = self.learned(Kind::Spgemm);
+                if products < small {
+                    learned.record_small(d, started.elapsed());
+                } else {
+                    learned.record_alone(d, products, started.elapsed());
+                }
+                drop(learned);
                 self.record_report(RunReport {
                     devices,
                     chunks_planned: 1,
