@@ -288,6 +288,15 @@ mod tests {
         // Small runs leave the speeds as they were.
         assert_eq!(l.alone, vec![Some(1e9), Some(2e8)]);
         assert_eq!(l.fastest(&[0, 1]), Some(0));
+        // A backend whose first small product failed (recorded as taking forever) is not
+        // tried on small products again.
+        let mut failing = Learned::new(2);
+        failing.speeds = vec![Some(1e9), Some(2e8)];
+        assert_eq!(failing.quickest_for(&[0, 1], 10_000), Some(0));
+        failing.record_small(0, Duration::MAX);
+        assert_eq!(failing.quickest_for(&[0, 1], 10_000), Some(1));
+        failing.record_small(1, Duration::from_micros(50));
+        assert_eq!(failing.quickest_for(&[0, 1], 100_000_000), Some(1));
     }
 
     #[test]

@@ -509,6 +509,7 @@ impl<T: Scalar> Scheduler<T> {
             && a.nnz().saturating_mul(mean_row.max(1)) < small.saturating_mul(8))
         .then(|| analysis::total_products(a, b))
         .transpose()?;
+        let small_product = counted_first.is_some_and(|p| p < small);
         let chosen = {
             let learned = self.learned(Kind::Spgemm);
             if members.len() == 1 {
@@ -591,6 +592,11 @@ impl<T: Scalar> Scheduler<T> {
             Err(e) if e.is_caller_error() || run.is_cancelled() => Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "the backend failed alone; sharing the product");
+                if small_product {
+                    // Not tried on small products again, unless it has finished one before.
+                    self.learned(Kind::Spgemm)
+                        .record_small(d, std::time::Duration::MAX);
+                }
                 Ok(None)
             }
         }

@@ -229,6 +229,31 @@ fn a_device_alone_reports_every_product() {
 }
 
 #[test]
+fn a_backend_that_fails_a_small_product_is_not_tried_on_small_ones_again() {
+    // 3000-row operands: far below twice the default smallest chunk, so never shared by
+    // choice. Each backend is tried once on a small product; the first fails (for good).
+    let (a, b) = operands(MatrixClass::Uniform);
+    let expected = reference(&a, &b);
+    let bad = faulty(Fault::FailOnUnit {
+        unit: 0,
+        kind: FaultKind::LaunchFailed,
+        sticky: true,
+    });
+    let s = Scheduler::from_shared(vec![Arc::clone(&bad) as Shared, cpu()]);
+    for _ in 0..3 {
+        assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+    }
+    // Its one failure, then the shared run's chunks it was handed before it was left out:
+    // the later products went to the CPU without asking it.
+    let tried = bad.units_started();
+    assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+    assert_eq!(bad.units_started(), tried);
+    let report = s.last_report().unwrap();
+    assert_eq!(report.chunks_planned, 1);
+    assert_eq!(report.devices[1].chunks, 1);
+}
+
+#[test]
 fn a_failing_backend_has_its_chunks_rerun_on_the_others() {
     let (a, b) = operands(MatrixClass::PowerLaw);
     let expected = reference(&a, &b);
