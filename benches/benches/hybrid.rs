@@ -158,9 +158,9 @@ fn main() {
     );
     let _ = writeln!(
         table,
-        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | busy ms (cpu, gpu, ...) | assembly ms |"
+        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | busy ms (cpu, gpu, ...) | counting C ms | checking C ms |"
     );
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|");
     for case in cases(Scale::from_env()) {
         if let Some(w) = &wanted {
             if !w.iter().any(|c| c == case.class.name()) {
@@ -188,14 +188,14 @@ fn main() {
                         expected = Some(c);
                     }
                     best_single = best_single.min(ms(min));
-                    rows.push((name, min, median, ok, " | | ".to_string()));
+                    rows.push((name, min, median, ok, " | | | ".to_string()));
                 }
                 None => rows.push((
                     name,
                     Duration::ZERO,
                     Duration::ZERO,
                     false,
-                    "failed | | ".into(),
+                    "failed | | | ".into(),
                 )),
             }
         }
@@ -223,7 +223,11 @@ fn main() {
                                     .map(|d| format!("{:.1}", ms(d.busy)))
                                     .collect::<Vec<_>>()
                                     .join(", ");
-                                format!("{shares} | {busy} | {:.2}", ms(r.assembly))
+                                format!(
+                                    "{shares} | {busy} | {:.2} | {:.2}",
+                                    ms(r.counting),
+                                    ms(r.checking)
+                                )
                             })
                             .unwrap_or_default();
                         if profile {
@@ -237,7 +241,7 @@ fn main() {
                         Duration::ZERO,
                         Duration::ZERO,
                         false,
-                        "failed | | ".into(),
+                        "failed | | | ".into(),
                     )),
                 }
             }

@@ -22,10 +22,12 @@
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::backend::check;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::Csr;
 use crate::scalar::Scalar;
 
@@ -59,6 +61,41 @@ pub fn row_products<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Vec<u64>> {
         span.record("total_products", products.iter().sum::<u64>());
     }
     Ok(products)
+}
+
+/// Sums before each row: `prefix[i]` is the sum of `per_row[..i]`, and `prefix[n]` the total
+/// (row offsets from row lengths). Written in parallel, the sums of blocks of rows first: a
+/// fresh array of millions of rows costs more in first touches of its pages than in
+/// additions.
+///
+/// ```
+/// assert_eq!(hetsparse_core::analysis::prefix_sums(&[2, 0, 3]), [0, 2, 2, 5]);
+/// ```
+pub fn prefix_sums(per_row: &[u64]) -> Vec<u64> {
+    const BLOCK: usize = 1 << 16;
+    let block_sums: Vec<u64> = per_row.par_chunks(BLOCK).map(|b| b.iter().sum()).collect();
+    let mut prefix = vec![0u64; per_row.len() + 1];
+    let mut before = 0u64;
+    let starts: Vec<u64> = block_sums
+        .iter()
+        .map(|s| {
+            let at = before;
+            before += s;
+            at
+        })
+        .collect();
+    prefix[1..]
+        .par_chunks_mut(BLOCK)
+        .zip(per_row.par_chunks(BLOCK))
+        .zip(starts)
+        .for_each(|((out, rows), start)| {
+            let mut total = start;
+            for (slot, &p) in out.iter_mut().zip(rows) {
+                total += p;
+                *slot = total;
+            }
+        });
+    prefix
 }
 
 /// Total intermediate products of `A · B`, without the per-row vector.
@@ -115,6 +152,76 @@ pub fn symbolic_row_nnz<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Vec<u64>> {
     Ok(counts)
 }
 
+/// Exact number of entries of each of rows `rows` of `C = A · B` in each of the column ranges
+/// `panels` (ascending and disjoint; columns outside them are not counted): `panels.len()`
+/// counts per row, row by row. Structural as [`symbolic_row_nnz`], of which this is the form
+/// a product computed in column panels of B needs to place each panel's share of a row of C.
+///
+/// Returns [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when `A.ncols() != B.nrows()`
+/// and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for rows outside A or panels
+/// out of order or outside B.
+///
+/// ```
+/// use hetsparse_core::{analysis, format::Csr};
+/// // [[1, 1], [0, 1]] squared: row 0 has entries in columns 0 and 1, row 1 in column 1.
+/// let a = Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![1.0, 1.0, 1.0])?;
+/// assert_eq!(analysis::symbolic_panel_nnz(&a, 0..2, &a, &[0..1, 1..2])?, [1, 1, 0, 1]);
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub fn symbolic_panel_nnz<T: Scalar>(
+    a: &Csr<T>,
+    rows: Range<usize>,
+    b: &Csr<T>,
+    panels: &[Range<usize>],
+) -> Result<Vec<u64>> {
+    check::spgemm(a, b)?;
+    if rows.start > rows.end || rows.end > a.nrows() {
+        return Err(Error::InvalidArgument(format!(
+            "symbolic counts of rows {rows:?} of a product of {} rows",
+            a.nrows()
+        )));
+    }
+    let mut end = 0;
+    for p in panels {
+        if p.start < end || p.start > p.end || p.end > b.ncols() {
+            return Err(Error::InvalidArgument(format!(
+                "column panels {panels:?} of a product of {} columns: out of order or outside it",
+                b.ncols()
+            )));
+        }
+        end = p.end;
+    }
+    let _span =
+        tracing::debug_span!("symbolic_panels", rows = rows.len(), panels = panels.len()).entered();
+    let width = panels.len();
+    let whole = matches!(panels, [p] if p.start == 0 && p.end == b.ncols());
+    let mut counts = crate::host::try_filled(
+        rows.len().saturating_mul(width),
+        0u64,
+        "symbolic counts per panel",
+    )?;
+    if width == 0 {
+        return Ok(counts);
+    }
+    counts
+        .par_chunks_mut(ROWS_PER_TASK * width)
+        .enumerate()
+        .for_each_init(
+            || Counter::new(b.ncols()),
+            |counter, (task, out)| {
+                let first = rows.start + task * ROWS_PER_TASK;
+                for (r, row) in out.chunks_mut(width).enumerate() {
+                    if whole {
+                        row[0] = counter.row_nnz(a, b, first + r);
+                    } else {
+                        counter.row_panel_nnz(a, b, first + r, panels, row);
+                    }
+                }
+            },
+        );
+    Ok(counts)
+}
+
 /// Per-task scratch of [`symbolic_row_nnz`].
 struct Counter {
     ncols: usize,
@@ -165,8 +272,62 @@ impl Counter {
         }
     }
 
-    /// Distinct columns of the given rows, by stamping each column with this row's generation.
-    fn mark<'a>(&mut self, rows: impl Iterator<Item = &'a [u32]>) -> u64 {
+    /// Row `i`'s entries in each of `panels` (ascending, disjoint), into `out`.
+    fn row_panel_nnz<T: Scalar>(
+        &mut self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        i: usize,
+        panels: &[Range<usize>],
+        out: &mut [u64],
+    ) {
+        out.fill(0);
+        let panel_of = |j: u32| {
+            let p = panels.partition_point(|p| p.end <= j as usize);
+            (p < panels.len() && panels[p].start <= j as usize).then_some(p)
+        };
+        let arow = a.row(i).0;
+        if let [k] = arow {
+            // One row of B has no repeats: its columns are counted where they fall.
+            for (p, cols) in panels.iter().enumerate() {
+                let row = b.row(*k as usize).0;
+                let lo = row.partition_point(|&c| (c as usize) < cols.start);
+                let hi = row.partition_point(|&c| (c as usize) < cols.end);
+                out[p] = (hi - lo) as u64;
+            }
+            return;
+        }
+        let products: u64 = arow.iter().map(|&k| b.row_nnz(k as usize)).sum();
+        if products <= SORT_PRODUCTS {
+            self.sorted.clear();
+            for &k in arow {
+                self.sorted.extend_from_slice(b.row(k as usize).0);
+            }
+            self.sorted.sort_unstable();
+            self.sorted.dedup();
+            for &j in &self.sorted {
+                if let Some(p) = panel_of(j) {
+                    out[p] += 1;
+                }
+            }
+            return;
+        }
+        self.next_generation();
+        for &k in arow {
+            for &j in b.row(k as usize).0 {
+                let stamp = &mut self.stamps[j as usize];
+                if *stamp != self.generation {
+                    *stamp = self.generation;
+                    if let Some(p) = panel_of(j) {
+                        out[p] += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A generation no stamp holds yet (the stamps allocated on first use).
+    fn next_generation(&mut self) {
         if self.stamps.is_empty() {
             self.stamps = vec![0; self.ncols];
         }
@@ -176,6 +337,11 @@ impl Counter {
             self.stamps.fill(0);
             self.generation = 1;
         }
+    }
+
+    /// Distinct columns of the given rows, by stamping each column with this row's generation.
+    fn mark<'a>(&mut self, rows: impl Iterator<Item = &'a [u32]>) -> u64 {
+        self.next_generation();
         let mut count = 0u64;
         for row in rows {
             for &j in row {
@@ -384,6 +550,20 @@ mod tests {
     use crate::semiring::PlusTimes;
     use crate::Error;
     use proptest::prelude::*;
+
+    #[test]
+    fn prefix_sums_over_several_blocks() {
+        let per_row: Vec<u64> = (0..200_003u64).map(|i| i % 7 + i / 1000).collect();
+        let prefix = prefix_sums(&per_row);
+        assert_eq!(prefix.len(), per_row.len() + 1);
+        let mut total = 0;
+        for (i, &p) in per_row.iter().enumerate() {
+            assert_eq!(prefix[i], total);
+            total += p;
+        }
+        assert_eq!(prefix[per_row.len()], total);
+        assert_eq!(prefix_sums(&[]), vec![0]);
+    }
 
     fn reference_row_nnz(a: &Csr<f64>, b: &Csr<f64>) -> Vec<u64> {
         let c = reference::spgemm::<f64, PlusTimes>(a, b).unwrap();

@@ -40,11 +40,11 @@ pub mod scalar;
 pub mod semiring;
 
 pub use backend::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
+    Backend, Capabilities, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
     DenseOperand, Device, DeviceInfo, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace,
-    Operation, PatternId, ProductChunk, Progress, Reservation, ResidentCsr, ResidentDense,
-    RunControl, Shaped, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    Operation, PatternId, PlaceDone, ProductBuffer, ProductChunk, ProductLayout, Progress,
+    Reservation, ResidentCsr, ResidentDense, RunControl, Shaped, SparseOperand, SpgemmAlgorithm,
+    SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{

@@ -116,10 +116,10 @@ use std::sync::Arc;
 use hetsparse_core::backend::check;
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::{
-    Backend, Bsr, Capabilities, ChunkSink, Csr, CsrOperand, Dense, DenseOperand, Device,
-    DeviceInfo, DeviceKind, Dia, Error, Layout, MemoryPool, MemoryRequirement, MemorySpace,
-    Operation, PatternId, ProductChunk, ResidentCsr, ResidentDense, Result, RunControl, ScalarType,
-    SparseFormat, SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
+    Backend, Bsr, Capabilities, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense, DenseOperand,
+    Device, DeviceInfo, DeviceKind, Dia, Error, Layout, MemoryPool, MemoryRequirement, MemorySpace,
+    Operation, PatternId, PlaceDone, ProductChunk, ResidentCsr, ResidentDense, Result, RunControl,
+    ScalarType, SparseFormat, SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
     SpmmOptions, SpmvOptions, VectorOperand,
 };
 
@@ -560,7 +560,44 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
-        spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, sink)
+        spgemm::multiply_chunks(
+            &self.gpu,
+            a,
+            b,
+            chunks,
+            options.algorithm,
+            run,
+            spgemm::Delivery::Chunks(sink),
+        )
+    }
+
+    /// The chunks through the same pipeline as [`Backend::spgemm_chunks`], each output batch
+    /// written from its pinned buffer straight into the chunk's place in C (a chunk computed
+    /// whole on the device is downloaded, then copied into its place).
+    fn spgemm_chunks_into(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        places: &mut [ChunkPlace<'_, T>],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        done: &mut PlaceDone<'_>,
+    ) -> Result<()> {
+        let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), &chunks)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        run.checkpoint()?;
+        spgemm::multiply_chunks(
+            &self.gpu,
+            a,
+            b,
+            &chunks,
+            options.algorithm,
+            run,
+            spgemm::Delivery::Places { places, done },
+        )
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {

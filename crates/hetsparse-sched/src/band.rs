@@ -568,7 +568,8 @@ impl<T: Scalar> Scheduler<T> {
             devices: reports,
             chunks_planned: ranges.iter().filter(|r| !r.is_empty()).count(),
             wall: started.elapsed(),
-            assembly: Duration::ZERO,
+            counting: Duration::ZERO,
+            checking: Duration::ZERO,
         });
         Ok(c)
     }
@@ -612,7 +613,8 @@ impl<T: Scalar> Scheduler<T> {
                         devices: reports,
                         chunks_planned: 1,
                         wall: started.elapsed(),
-                        assembly: Duration::ZERO,
+                        counting: Duration::ZERO,
+                        checking: Duration::ZERO,
                     });
                     return Ok(c);
                 }

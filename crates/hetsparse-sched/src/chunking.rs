@@ -2,11 +2,14 @@
 //! of A weighed by their intermediate products (Xia et al. §III: a chunk of C per row panel ×
 //! column panel pair).
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use hetsparse_core::backend::memory::csr_bytes;
-use hetsparse_core::{Csr, ProductChunk, Scalar};
+use hetsparse_core::backend::RowSegments;
+use hetsparse_core::{analysis, Csr, Error, ProductChunk, ProductLayout, Result, Scalar};
 use rayon::prelude::*;
 
 /// A chunk of the product and what it costs.
@@ -21,6 +24,16 @@ pub(crate) struct Task {
     pub excluded: Vec<usize>,
     /// How many times the chunk it came from was halved.
     pub splits: u32,
+    /// Where its rows go in C, for a chunk that is not one panel of the layout's (a half of
+    /// one cut by columns, and the row halves of that); `None`: its panel's positions.
+    pub own_place: Option<Arc<Segments>>,
+}
+
+/// Where each row of a chunk starts and ends in C.
+#[derive(Debug)]
+pub(crate) struct Segments {
+    pub starts: Vec<u64>,
+    pub ends: Vec<u64>,
 }
 
 /// Halvings of a chunk that ran out of memory before the device is given up on for it: chunks
@@ -35,6 +48,22 @@ impl Task {
             products,
             excluded: Vec::new(),
             splits: 0,
+            own_place: None,
+        }
+    }
+
+    /// Where the chunk's rows go in C (`layout`'s).
+    pub fn segments<'c>(&'c self, layout: &'c ProductLayout) -> Result<RowSegments<'c>> {
+        if let Some(own) = &self.own_place {
+            return Ok((Cow::Borrowed(&own.starts), Cow::Borrowed(&own.ends)));
+        }
+        let cols = &self.chunk.cols;
+        match layout.panel_index(cols) {
+            Some(p) => Ok(layout.segments(p, self.chunk.rows.clone())),
+            None => Err(Error::Internal {
+                backend: "sched".into(),
+                what: format!("chunk columns {cols:?} are not one of C's panels"),
+            }),
         }
     }
 
@@ -189,36 +218,6 @@ pub(crate) fn panel_row_products<T: Scalar>(
         .collect()
 }
 
-/// Products before each row: `prefix[i]` is the sum over rows `0..i`. Written in parallel (the
-/// sums of blocks of rows first): a fresh array of millions of rows costs more in first touches
-/// of its pages than in additions.
-pub(crate) fn prefix_sums(per_row: &[u64]) -> Vec<u64> {
-    const BLOCK: usize = 1 << 16;
-    let block_sums: Vec<u64> = per_row.par_chunks(BLOCK).map(|b| b.iter().sum()).collect();
-    let mut prefix = vec![0u64; per_row.len() + 1];
-    let mut before = 0u64;
-    let starts: Vec<u64> = block_sums
-        .iter()
-        .map(|s| {
-            let at = before;
-            before += s;
-            at
-        })
-        .collect();
-    prefix[1..]
-        .par_chunks_mut(BLOCK)
-        .zip(per_row.par_chunks(BLOCK))
-        .zip(starts)
-        .for_each(|((out, rows), start)| {
-            let mut total = start;
-            for (slot, &p) in out.iter_mut().zip(rows) {
-                total += p;
-                *slot = total;
-            }
-        });
-    prefix
-}
-
 /// Row panels of rows `rows` (products before each row in `prefix`): each holds about
 /// `target` products (a row with more is a panel of its own) and at most `max_a_bytes` of A.
 pub(crate) fn row_panels<T: Scalar>(
@@ -263,8 +262,15 @@ pub(crate) fn row_panels<T: Scalar>(
 }
 
 /// `task` cut in two (rows first, columns for a single row), or `None` for a single entry of C
-/// or a chunk halved [`MAX_SPLITS`] times already.
-pub(crate) fn split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, task: &Task) -> Option<(Task, Task)> {
+/// or a chunk halved [`MAX_SPLITS`] times already. The halves' places in C (`layout`'s) are
+/// the task's, cut where the first half's rows end, or where its columns' entries of the one
+/// row end (counted here).
+pub(crate) fn split<T: Scalar>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    layout: &ProductLayout,
+    task: &Task,
+) -> Option<(Task, Task)> {
     let ProductChunk { rows, cols } = &task.chunk;
     let halves = if task.splits >= MAX_SPLITS {
         return None;
@@ -288,14 +294,41 @@ pub(crate) fn split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, task: &Task) -> Option<(T
     let [(r1, c1), (r2, c2)] = halves;
     let counted: u64 = panel_row_products(a, r1.clone(), b, &c1).iter().sum();
     let first_products = counted.min(task.products);
+    // Row halves of a panel's chunk are chunks of that panel; other halves get places of
+    // their own.
+    let places: [Option<Segments>; 2] = match (&task.own_place, rows.len() > 1) {
+        (None, true) => [None, None],
+        (Some(own), true) => {
+            let mid = r1.len();
+            [
+                (own.starts[..mid].to_vec(), own.ends[..mid].to_vec()),
+                (own.starts[mid..].to_vec(), own.ends[mid..].to_vec()),
+            ]
+            .map(|(starts, ends)| Some(Segments { starts, ends }))
+        }
+        (_, false) => {
+            let (starts, ends) = task.segments(layout).ok()?;
+            let panel = std::slice::from_ref(&c1);
+            let left = analysis::symbolic_panel_nnz(a, r1.clone(), b, panel).ok()?;
+            let cut = starts[0].checked_add(left[0]).filter(|&c| c <= ends[0])?;
+            [(starts[0], cut), (cut, ends[0])].map(|(s, e)| {
+                Some(Segments {
+                    starts: vec![s],
+                    ends: vec![e],
+                })
+            })
+        }
+    };
+    let [p1, p2] = places;
     let [first, second] = [
-        (r1, c1, first_products),
-        (r2, c2, task.products - first_products),
+        (r1, c1, first_products, p1),
+        (r2, c2, task.products - first_products, p2),
     ]
-    .map(|(r, c, p)| {
+    .map(|(r, c, p, place)| {
         let mut t = Task::new(r, c, p);
         t.excluded.clone_from(&task.excluded);
         t.splits = task.splits + 1;
+        t.own_place = place.map(Arc::new);
         t
     });
     Some((first, second))
@@ -304,6 +337,7 @@ pub(crate) fn split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, task: &Task) -> Option<(T
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsparse_core::analysis::prefix_sums;
     use hetsparse_core::generate;
 
     #[test]
@@ -339,20 +373,6 @@ mod tests {
         }
         assert_eq!(panel_row_products(&a, 0..n, &a, &(0..n)), all);
         assert_eq!(panel_row_products(&a, 10..20, &a, &(0..n)), all[10..20]);
-    }
-
-    #[test]
-    fn prefix_sums_over_several_blocks() {
-        let per_row: Vec<u64> = (0..200_003u64).map(|i| i % 7 + i / 1000).collect();
-        let prefix = prefix_sums(&per_row);
-        assert_eq!(prefix.len(), per_row.len() + 1);
-        let mut total = 0;
-        for (i, &p) in per_row.iter().enumerate() {
-            assert_eq!(prefix[i], total);
-            total += p;
-        }
-        assert_eq!(prefix[per_row.len()], total);
-        assert_eq!(prefix_sums(&[]), vec![0]);
     }
 
     #[test]
@@ -406,15 +426,25 @@ mod tests {
     }
 
     #[test]
-    fn split_halves_rows_then_columns() {
+    fn split_halves_rows_then_columns_and_their_places() {
         let a = Csr::<f64>::identity(4).unwrap();
+        let layout = ProductLayout::count(&a, &a, std::iter::once(0..4).collect()).unwrap();
         let t = Task::new(0..4, 0..4, 4);
-        let (x, y) = split(&a, &a, &t).unwrap();
-        assert_eq!((x.chunk.rows, y.chunk.rows), (0..2, 2..4));
+        let (x, y) = split(&a, &a, &layout, &t).unwrap();
+        assert_eq!((x.chunk.rows.clone(), y.chunk.rows.clone()), (0..2, 2..4));
         assert_eq!((x.products, y.products), (2, 2));
-        let (x, y) = split(&a, &a, &Task::new(1..2, 0..4, 1)).unwrap();
-        assert_eq!((x.chunk.cols, y.chunk.cols), (0..2, 2..4));
+        let (xs, xe) = x.segments(&layout).unwrap();
+        assert_eq!((&xs[..], &xe[..]), (&[0, 1][..], &[1, 2][..]));
+        let (x, y) = split(&a, &a, &layout, &Task::new(1..2, 0..4, 1)).unwrap();
+        assert_eq!((x.chunk.cols.clone(), y.chunk.cols.clone()), (0..2, 2..4));
         assert_eq!((x.products, y.products), (1, 0));
-        assert!(split(&a, &a, &Task::new(1..2, 1..2, 1)).is_none());
+        // Row 1's one entry (column 1) is the first half's.
+        let place = |t: &Task| {
+            let (s, e) = t.segments(&layout).unwrap();
+            (s[0], e[0])
+        };
+        assert_eq!((place(&x), place(&y)), ((1, 2), (2, 2)));
+        assert!(split(&a, &a, &layout, &y).is_some());
+        assert!(split(&a, &a, &layout, &Task::new(1..2, 1..2, 1)).is_none());
     }
 }

@@ -1,6 +1,11 @@
 //! Running the chunks of a product on several backends at once: one thread per backend takes
-//! work (its own assigned list first, then the shared queue), hands finished chunks to the
-//! assembly, and on a failure gives its unfinished chunks back for the others.
+//! work (its own assigned list first, then the shared queue), has each chunk written straight
+//! into its place in C, and on a failure gives its unfinished chunks back for the others.
+//!
+//! A chunk is held by one device at a time, and a device writes into a chunk's place only
+//! during its call: a chunk given back is placed anew after that call has returned, so no two
+//! places alive at once share a position of C. A chunk counts as finished once its device said
+//! so and its place is complete.
 //!
 //! Failures are sorted by what they say about the device:
 //! - out of memory on a chunk: the chunk is split in two (rows, then columns) and both halves
@@ -18,11 +23,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use hetsparse_core::backend::assemble::Tile;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    Backend, ChunkProduct, Csr, CsrOperand, Error, MemorySpace, ProductChunk, ResidentCsr, Result,
-    RunControl, Scalar, SpgemmOptions,
+    Backend, ChunkPlace, Csr, CsrOperand, Error, MemorySpace, ProductBuffer, ProductChunk,
+    ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
 };
 
 use crate::chunking::{split, Task};
@@ -52,15 +56,11 @@ pub(crate) struct Work<'a, T: Scalar> {
     /// B's column panels (the chunks' column ranges), cut once on the host for the devices
     /// that take their operands chunk by chunk; empty when B is not cut.
     pub panels: Vec<(Range<usize>, Csr<T>)>,
+    /// C, which the chunks are written into.
+    pub c: &'a ProductBuffer<T>,
 }
 
-/// The finished chunks and what each device did.
-pub(crate) struct Finished<T: Scalar> {
-    pub tiles: Vec<Tile<T>>,
-    pub devices: Vec<DeviceReport>,
-}
-
-struct State<T: Scalar> {
+struct State {
     own: Vec<VecDeque<Task>>,
     queue: VecDeque<Task>,
     /// Tasks not yet finished (queued or being computed).
@@ -69,11 +69,10 @@ struct State<T: Scalar> {
     abort: Option<Error>,
     /// The most recent device failure, returned if no device is left.
     last_failure: Option<Error>,
-    tiles: Vec<Tile<T>>,
     reports: Vec<DeviceReport>,
 }
 
-impl<T: Scalar> State<T> {
+impl State {
     /// Puts `task` back in the queue at its place: by B's panel, then by rows.
     fn requeue(&mut self, task: Task) {
         let at = self.queue.partition_point(|t| t.place() < task.place());
@@ -119,22 +118,22 @@ impl<T: Scalar> State<T> {
     }
 }
 
-struct Shared<T: Scalar> {
-    state: Mutex<State<T>>,
+struct Shared {
+    state: Mutex<State>,
     wake: Condvar,
     /// One run per device, cancelled with the caller's and when the run is aborted.
     runs: Vec<RunControl>,
     caller: RunControl,
 }
 
-impl<T: Scalar> Shared<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A worker that panicked while holding the lock left the state consistent (every
         // update is a few assignments), so keep going with it.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn abort(&self, state: &mut State<T>, error: Error) {
+    fn abort(&self, state: &mut State, error: Error) {
         if state.abort.is_none() {
             state.abort = Some(error);
         }
@@ -145,8 +144,9 @@ impl<T: Scalar> Shared<T> {
     }
 }
 
-/// Runs `work` to the end: every chunk finished, or the error that stopped the run.
-pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Finished<T>> {
+/// Runs `work` to the end: every chunk written into C, or the error that stopped the run.
+/// Returns what each device did.
+pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Vec<DeviceReport>> {
     let _span = tracing::debug_span!("run_chunks").entered();
     let n = work.devices.len();
     let outstanding = work.shared.len() + work.own.iter().map(Vec::len).sum::<usize>();
@@ -169,7 +169,6 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
             live: work.taking_part.clone(),
             abort: None,
             last_failure: None,
-            tiles: Vec::with_capacity(outstanding),
             reports: work
                 .devices
                 .iter()
@@ -196,10 +195,7 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
             what: format!("{} chunks were left unfinished", state.outstanding),
         }));
     }
-    Ok(Finished {
-        tiles: state.tiles,
-        devices: state.reports,
-    })
+    Ok(state.reports)
 }
 
 /// Where a device reads its operands from.
@@ -213,7 +209,7 @@ enum Placement<T: Scalar> {
     PerChunk,
 }
 
-fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
+fn worker<T: Scalar>(shared: &Shared, work: &Work<'_, T>, d: usize) {
     let device = &work.devices[d];
     let run = &shared.runs[d];
     // Placed on the first batch, so that a device that gets no work uploads nothing.
@@ -228,7 +224,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
             return;
         };
         let begun = Instant::now();
-        let mut delivered = vec![false; batch.len()];
+        let mut finished = vec![false; batch.len()];
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if placement.is_none() {
                 placement = Some(place(device.as_ref(), work)?);
@@ -236,26 +232,29 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
             let Some(placement) = placement.as_ref() else {
                 return Ok(());
             };
-            compute(
-                device.as_ref(),
+            let mut call = Call {
+                device: device.as_ref(),
                 work,
-                placement,
-                &batch,
                 run,
-                &mut |i, tile| {
-                    deliver(shared, d, &batch[i], tile)?;
-                    delivered[i] = true;
-                    Ok(())
-                },
-            )
+                caller: &shared.caller,
+                finished: &mut finished,
+            };
+            call.compute(placement, &batch)
         }))
         .unwrap_or_else(|payload| Err(panicked(device.as_ref(), payload.as_ref())));
         shared.lock().reports[d].busy += begun.elapsed();
+        // The chunks finished before a failure count too.
+        let delivered = batch
+            .iter()
+            .zip(&finished)
+            .filter(|(_, f)| **f)
+            .try_for_each(|(task, _)| deliver(shared, d, task));
+        let outcome = outcome.and(delivered);
         if let Err(e) = outcome {
             let rest: Vec<(usize, Task)> = batch
                 .into_iter()
                 .enumerate()
-                .filter(|(i, _)| !delivered[*i])
+                .filter(|(i, _)| !finished[*i])
                 .collect();
             if !handle_failure(shared, work, d, e, rest) {
                 return;
@@ -320,7 +319,7 @@ fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Place
 /// is over for it. The tasks of a device that takes its operands chunk by chunk (`per_chunk`)
 /// stay apart.
 fn next_batch<T: Scalar>(
-    shared: &Shared<T>,
+    shared: &Shared,
     work: &Work<'_, T>,
     d: usize,
     per_chunk: bool,
@@ -361,7 +360,7 @@ fn next_batch<T: Scalar>(
 /// the end; a device of unknown speed takes one chunk, which measures it. The chunks of a
 /// device that places them one by one (`per_chunk`) stay apart, in the queue's order.
 fn take_from_queue<T: Scalar>(
-    state: &mut State<T>,
+    state: &mut State,
     work: &Work<'_, T>,
     d: usize,
     per_chunk: bool,
@@ -435,89 +434,138 @@ fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
     merged
 }
 
-/// Runs `batch` on `device` as one call, handing each finished chunk (by its position in the
-/// batch) to `deliver` with its columns relative to the chunk's first column.
-fn compute<T: Scalar>(
-    device: &dyn Backend<T>,
-    work: &Work<'_, T>,
-    placement: &Placement<T>,
-    batch: &[Task],
-    run: &RunControl,
-    deliver: &mut dyn FnMut(usize, Csr<T>) -> Result<()>,
-) -> Result<()> {
-    let (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match placement {
-        Placement::Whole(Some((ra, rb))) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
-        Placement::Whole(None) => (work.a.into(), work.b.into()),
-        Placement::PerChunk => return compute_by_panel(device, work, batch, run, deliver),
-    };
-    let chunks: Vec<ProductChunk> = batch.iter().map(|t| t.chunk.clone()).collect();
-    let mut sink = |c: ChunkProduct<T>| deliver(c.index, c.product);
-    device.spgemm_chunks(a, b, &chunks, work.options, run, &mut sink)
+/// One device's work on one batch: its chunks written into C, `finished[i]` set for each
+/// chunk of the batch the device finished whose place is complete.
+struct Call<'w, 'a, T: Scalar> {
+    device: &'w dyn Backend<T>,
+    work: &'w Work<'a, T>,
+    run: &'w RunControl,
+    caller: &'w RunControl,
+    finished: &'w mut [bool],
 }
 
-/// Runs `batch` on a device that takes its operands chunk by chunk: one call per panel of B
-/// the batch reaches (the panel cut beforehand, or B), its chunks' columns made relative to
-/// the panel, so that the device is handed no more of B than one panel.
-fn compute_by_panel<T: Scalar>(
-    device: &dyn Backend<T>,
-    work: &Work<'_, T>,
-    batch: &[Task],
-    run: &RunControl,
-    deliver: &mut dyn FnMut(usize, Csr<T>) -> Result<()>,
-) -> Result<()> {
-    let panel_of = |cols: &Range<usize>| {
-        work.panels
-            .iter()
-            .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
-            .map_or((0, work.b), |(p, panel)| (p.start, panel))
-    };
-    let mut start = 0;
-    while start < batch.len() {
-        let (first, panel) = panel_of(&batch[start].chunk.cols);
-        let mut end = start + 1;
-        while end < batch.len() && std::ptr::eq(panel_of(&batch[end].chunk.cols).1, panel) {
-            end += 1;
-        }
-        let chunks: Vec<ProductChunk> = batch[start..end]
-            .iter()
-            .map(|t| ProductChunk {
-                rows: t.chunk.rows.clone(),
-                cols: t.chunk.cols.start - first..t.chunk.cols.end - first,
-            })
-            .collect();
-        device
-            .spgemm_chunks(
+impl<T: Scalar> Call<'_, '_, T> {
+    /// Runs `batch` as one call, or one call per panel of B for a device that takes its
+    /// operands chunk by chunk.
+    fn compute(&mut self, placement: &Placement<T>, batch: &[Task]) -> Result<()> {
+        let work = self.work;
+        let (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match placement {
+            Placement::Whole(Some((ra, rb))) => {
+                (CsrOperand::Resident(ra), CsrOperand::Resident(rb))
+            }
+            Placement::Whole(None) => (work.a.into(), work.b.into()),
+            Placement::PerChunk => return self.compute_by_panel(batch),
+        };
+        let chunks = batch.iter().map(|t| t.chunk.clone()).collect();
+        self.call(a, b, batch, chunks, 0)
+    }
+
+    /// Runs `batch` on a device that takes its operands chunk by chunk: one call per panel of
+    /// B the batch reaches (the panel cut beforehand, or B), its chunks' columns made relative
+    /// to the panel, so that the device is handed no more of B than one panel.
+    fn compute_by_panel(&mut self, batch: &[Task]) -> Result<()> {
+        let work = self.work;
+        let panel_of = |cols: &Range<usize>| {
+            work.panels
+                .iter()
+                .find(|(p, _)| p.start <= cols.start && cols.end <= p.end)
+                .map_or((0, work.b), |(p, panel)| (p.start, panel))
+        };
+        let mut start = 0;
+        while start < batch.len() {
+            let (first, panel) = panel_of(&batch[start].chunk.cols);
+            let mut end = start + 1;
+            while end < batch.len() && std::ptr::eq(panel_of(&batch[end].chunk.cols).1, panel) {
+                end += 1;
+            }
+            let chunks = batch[start..end]
+                .iter()
+                .map(|t| ProductChunk {
+                    rows: t.chunk.rows.clone(),
+                    cols: t.chunk.cols.start - first..t.chunk.cols.end - first,
+                })
+                .collect();
+            self.call(
                 work.a.into(),
                 panel.into(),
-                &chunks,
-                work.options,
-                run,
-                &mut |c: ChunkProduct<T>| deliver(start + c.index, c.product),
+                &batch[start..end],
+                chunks,
+                start,
             )
             .map_err(|e| match e {
                 Error::InChunk { index, source } => (*source).in_chunk(start + index),
                 e => e,
             })?;
-        start = end;
+            start = end;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// One call for `tasks` (from position `at` of the batch), computed as `chunks` of `a` and
+    /// `b`: each chunk's place in C made, the device's call, and each chunk it finished with
+    /// a complete place marked.
+    fn call(
+        &mut self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        tasks: &[Task],
+        chunks: Vec<ProductChunk>,
+        at: usize,
+    ) -> Result<()> {
+        let c = self.work.c;
+        let mut places: Vec<ChunkPlace<'_, T>> = Vec::with_capacity(tasks.len());
+        for (task, chunk) in tasks.iter().zip(chunks) {
+            let segments = task.segments(c.layout())?;
+            // SAFETY: the tasks of a run cover C without overlap (a panel's rows, or a
+            // split's halves of its task's positions), a task is in one batch at a time, and
+            // a batch's places live only for this call: a task given back is placed again
+            // only after the call that held it has returned.
+            places.push(unsafe { c.place(chunk, task.chunk.cols.start, segments)? });
+        }
+        let mut told = vec![false; tasks.len()];
+        let caller = self.caller;
+        let outcome = self.device.spgemm_chunks_into(
+            a,
+            b,
+            &mut places,
+            self.work.options,
+            self.run,
+            &mut |i, _timing| {
+                let task = tasks.get(i).ok_or_else(|| Error::Internal {
+                    backend: "sched".into(),
+                    what: format!("chunk {i} of a batch of {} finished", tasks.len()),
+                })?;
+                told[i] = true;
+                caller.add_done(task.products);
+                tracing::debug!(
+                    rows = ?task.chunk.rows,
+                    cols = ?task.chunk.cols,
+                    products = task.products,
+                    "chunk done"
+                );
+                Ok(())
+            },
+        );
+        for (i, place) in places.iter().enumerate() {
+            if told[i] && !place.is_complete() {
+                return Err(Error::Internal {
+                    backend: self.device.info().backend,
+                    what: format!(
+                        "chunk of rows {:?} finished with {} of its rows written",
+                        place.chunk().rows,
+                        place.rows_written()
+                    ),
+                }
+                .in_chunk(i));
+            }
+            self.finished[at + i] = told[i];
+        }
+        outcome
+    }
 }
 
-/// Takes a finished chunk.
-fn deliver<T: Scalar>(shared: &Shared<T>, d: usize, task: &Task, tile: Csr<T>) -> Result<()> {
-    let chunk = &task.chunk;
-    if tile.shape() != (chunk.rows.len(), chunk.cols.len()) {
-        return Err(Error::Internal {
-            backend: "sched".into(),
-            what: format!(
-                "a chunk of rows {:?}, columns {:?} came back {}×{}",
-                chunk.rows,
-                chunk.cols,
-                tile.nrows(),
-                tile.ncols()
-            ),
-        });
-    }
+/// Counts a chunk written into C as finished.
+fn deliver(shared: &Shared, d: usize, task: &Task) -> Result<()> {
     let mut state = shared.lock();
     if state.abort.is_some() {
         return Err(Error::Cancelled);
@@ -526,15 +574,6 @@ fn deliver<T: Scalar>(shared: &Shared<T>, d: usize, task: &Task, tile: Csr<T>) -
     let report = &mut state.reports[d];
     report.chunks += 1;
     report.products += task.products;
-    state.tiles.push((chunk.clone(), tile));
-    shared.caller.add_done(task.products);
-    tracing::debug!(
-        device = d,
-        rows = ?chunk.rows,
-        cols = ?chunk.cols,
-        products = task.products,
-        "chunk done"
-    );
     if state.outstanding == 0 {
         shared.wake.notify_all();
     }
@@ -544,7 +583,7 @@ fn deliver<T: Scalar>(shared: &Shared<T>, d: usize, task: &Task, tile: Csr<T>) -
 /// Deals with a failed batch (`rest`: the tasks not delivered, by position in the batch).
 /// Returns whether the device goes on.
 fn handle_failure<T: Scalar>(
-    shared: &Shared<T>,
+    shared: &Shared,
     work: &Work<'_, T>,
     d: usize,
     error: Error,
@@ -577,7 +616,7 @@ fn handle_failure<T: Scalar>(
     let name = work.devices[d].info().name;
     match (&cause, failed) {
         (Error::OutOfMemory { .. }, Some(task)) => {
-            match split(work.a, work.b, &task) {
+            match split(work.a, work.b, work.c.layout(), &task) {
                 Some((x, y)) => {
                     tracing::info!(device = %name, rows = ?task.chunk.rows, cols = ?task.chunk.cols,
                         "out of memory on a chunk; splitting it");
@@ -604,7 +643,7 @@ fn handle_failure<T: Scalar>(
 }
 
 /// `d` cannot compute `task`: queue it for the others.
-fn exclude<T: Scalar>(state: &mut State<T>, d: usize, mut task: Task, cause: Error) {
+fn exclude(state: &mut State, d: usize, mut task: Task, cause: Error) {
     task.excluded.push(d);
     state.last_failure = Some(cause);
     state.requeue(task);
@@ -612,7 +651,7 @@ fn exclude<T: Scalar>(state: &mut State<T>, d: usize, mut task: Task, cause: Err
 }
 
 /// `d` is out of the run: its tasks go to the others.
-fn fail_device<T: Scalar>(shared: &Shared<T>, d: usize, cause: Error, held: Vec<Task>) {
+fn fail_device(shared: &Shared, d: usize, cause: Error, held: Vec<Task>) {
     let mut state = shared.lock();
     tracing::warn!(device = d, error = %cause, "a backend failed; its chunks go to the others");
     state.live[d] = false;
@@ -627,7 +666,7 @@ fn fail_device<T: Scalar>(shared: &Shared<T>, d: usize, cause: Error, held: Vec<
 }
 
 /// Wakes idle workers, and stops every device if the run was aborted.
-fn settle<T: Scalar>(shared: &Shared<T>, state: &mut State<T>) {
+fn settle(shared: &Shared, state: &mut State) {
     if let Some(e) = state.abort.take() {
         shared.abort(state, e);
     }

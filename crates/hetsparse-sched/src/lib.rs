@@ -49,12 +49,13 @@ mod rows;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use hetsparse_core::backend::check;
 use hetsparse_core::backend::memory::csr_bytes;
-use hetsparse_core::backend::{assemble_chunks, check};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
-    DeviceKind, Dia, Error, MemorySpace, Operation, ProductChunk, Result, RunControl, Scalar,
-    SparseFormat, SparseOperand, SparseRef, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    DeviceKind, Dia, Error, MemorySpace, Operation, ProductBuffer, ProductChunk, ProductLayout,
+    Result, RunControl, Scalar, SparseFormat, SparseOperand, SparseRef, SpgemmOptions, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 
 pub use band::{BandCost, BandWork};
@@ -63,7 +64,7 @@ pub use report::{DeviceReport, RunReport};
 
 use rayon::prelude::*;
 
-use chunking::{column_panels, prefix_sums, row_panels, PanelShares, Task};
+use chunking::{column_panels, row_panels, PanelShares, Task};
 use learn::{Kind, Learned};
 
 /// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
@@ -353,7 +354,7 @@ impl<T: Scalar> Scheduler<T> {
         let live = part.iter().filter(|p| **p).count().max(1);
         let panels = column_panels(b, operand_budget);
         let whole_rows = analysis::row_products(a, b)?;
-        let global_prefix = prefix_sums(&whole_rows);
+        let global_prefix = analysis::prefix_sums(&whole_rows);
         drop(whole_rows);
         // A panel's products are estimated as its share of B's entries of each row's: counted
         // exactly, they cost a pass over A per panel, more than the product's own analysis
@@ -451,6 +452,10 @@ impl<T: Scalar> Scheduler<T> {
             panels,
         } = self.assign(a, b, options, &part, operand_budget)?;
         let chunks_planned = own.iter().map(Vec::len).sum::<usize>() + shared.len();
+        // C's arrays, allocated once from the symbolic counts of every row in every panel.
+        let counting = Instant::now();
+        let c = ProductBuffer::new(ProductLayout::count(a, b, panels.clone())?)?;
+        let counting = counting.elapsed();
         // Panels cut once here, for the backends that cannot hold B whole.
         let panels = if panels.len() > 1 {
             panels
@@ -460,7 +465,7 @@ impl<T: Scalar> Scheduler<T> {
         } else {
             Vec::new()
         };
-        let finished = execute::run(
+        let devices = execute::run(
             execute::Work {
                 a,
                 b,
@@ -472,16 +477,21 @@ impl<T: Scalar> Scheduler<T> {
                 operand_budget: operand_budget.saturating_mul(2),
                 speeds: self.speeds(),
                 panels,
+                c: &c,
             },
             run,
         )?;
-        let assembling = Instant::now();
-        let c = assemble_chunks(a.nrows(), b.ncols(), finished.tiles)?;
+        let checking = Instant::now();
+        // SAFETY: `execute::run` returned without error, so every task was finished with a
+        // complete place, and the tasks cover C (every row, every panel; a split task's
+        // halves cover its positions).
+        let c = unsafe { c.into_csr()? };
         self.record(RunReport {
-            devices: finished.devices,
+            devices,
             chunks_planned,
             wall: started.elapsed(),
-            assembly: assembling.elapsed(),
+            counting,
+            checking: checking.elapsed(),
         });
         Ok(c)
     }
@@ -585,7 +595,8 @@ impl<T: Scalar> Scheduler<T> {
                     devices,
                     chunks_planned: 1,
                     wall: started.elapsed(),
-                    assembly: std::time::Duration::ZERO,
+                    counting: std::time::Duration::ZERO,
+                    checking: std::time::Duration::ZERO,
                 });
                 Ok(Some(c))
             }

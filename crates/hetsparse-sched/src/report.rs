@@ -42,10 +42,13 @@ pub struct RunReport {
     pub devices: Vec<DeviceReport>,
     /// Chunks the product was cut into before any split.
     pub chunks_planned: usize,
-    /// The whole call, from its start to C assembled.
+    /// The whole call, from its start to C checked.
     pub wall: Duration,
-    /// Of which assembling C from its chunks.
-    pub assembly: Duration,
+    /// Of which counting C's entries (every row in every panel of B) and allocating C, before
+    /// any chunk ran.
+    pub counting: Duration,
+    /// Of which checking C once every chunk was written into it.
+    pub checking: Duration,
 }
 
 impl RunReport {

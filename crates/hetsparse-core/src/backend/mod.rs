@@ -21,6 +21,7 @@
 pub mod assemble;
 pub mod memory;
 pub mod options;
+pub mod place;
 pub mod plan;
 pub mod resident;
 pub mod run;
@@ -41,6 +42,7 @@ use crate::scalar::{Scalar, ScalarType};
 pub use assemble::assemble_chunks;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
+pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::SpgemmPlan;
 pub use resident::{
     CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
@@ -197,6 +199,10 @@ pub struct ChunkProduct<T> {
 
 /// Receives computed chunks as they complete, in any order; an error stops the run.
 pub type ChunkSink<'a, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'a;
+
+/// Told each chunk written in place (its position in the list, what it cost) as it completes,
+/// in any order; an error stops the run.
+pub type PlaceDone<'a> = dyn FnMut(usize, ChunkTiming) -> Result<()> + 'a;
 
 /// What a backend is and can do, independent of the scalar type.
 pub trait Device: Send + Sync {
@@ -480,6 +486,36 @@ pub trait Backend<T: Scalar>: Device {
             })?;
         }
         Ok(())
+    }
+
+    /// Computes chunks of `A · B` straight into their places in C: each [`ChunkPlace`] names
+    /// its chunk (rows of A, columns of B as given here) and takes the chunk's rows in order,
+    /// each with the entries the symbolic counts gave it; `done` is told each chunk (by
+    /// position) with its timing once its place is complete. An error names its chunk as
+    /// [`Backend::spgemm_chunks`]' do; a place whose rows do not match the chunk's product
+    /// refuses them with [`Error::Internal`].
+    ///
+    /// The default computes each chunk with [`Backend::spgemm_chunks`] and copies it into its
+    /// place. A backend whose results pass through a staging buffer (a GPU's pinned output
+    /// buffers) writes from there into the places instead, so that C is written once.
+    fn spgemm_chunks_into(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        places: &mut [ChunkPlace<'_, T>],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        done: &mut PlaceDone<'_>,
+    ) -> Result<()> {
+        let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
+        self.spgemm_chunks(a, b, &chunks, options, run, &mut |c: ChunkProduct<T>| {
+            let place = places.get_mut(c.index).ok_or_else(|| Error::Internal {
+                backend: self.info().backend,
+                what: format!("chunk {} of {} came back", c.index, chunks.len()),
+            })?;
+            place.write_csr(&c.product)?;
+            done(c.index, c.timing)
+        })
     }
 
     // --- Host conveniences ---------------------------------------------------------------------

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    ChunkProduct, Csr, CsrWindow, Error, MemoryRequirement, ProductChunk, Result, RunControl,
-    Shaped, SpgemmAlgorithm,
+    ChunkProduct, ChunkTiming, Csr, CsrWindow, Error, MemoryRequirement, ProductChunk, Result,
+    RunControl, Shaped, SpgemmAlgorithm,
 };
 
 use crate::context::{Event, Gpu, LaunchConfig, Stream};
@@ -38,6 +38,7 @@ use crate::resident::{DeviceCsr, Held};
 use crate::scalar::DeviceScalar;
 
 use binning::{Histogram, KeptBins, Weights};
+pub(crate) use pipeline::Delivery;
 use pipeline::OutputPipeline;
 
 /// The algorithms this backend runs (each passes the conformance suite on the GPU).
@@ -163,17 +164,18 @@ pub(crate) trait Output<T: DeviceScalar> {
 }
 
 /// Batches through the double-buffered pipeline to the host, chunks handed to `done`.
-pub(crate) struct ToHost<'p, 'g, 'd, T: DeviceScalar> {
+pub(crate) struct ToHost<'p, 'g, 'd, 'c, 'f, T: DeviceScalar> {
     pub pipeline: &'p mut OutputPipeline<'g, T>,
-    pub done: &'p mut (dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd),
+    pub done: &'p mut Delivery<'d, 'c, 'f, T>,
 }
 
-impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, T> {
+impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, '_, '_, T> {
     fn capacity_for(&mut self, wanted: u64, stream: &Stream) -> Result<u64> {
         self.pipeline.capacity_for(wanted, stream, self.done)
     }
     fn expect_entries(&mut self, entries: u64) -> Result<()> {
-        self.pipeline.expect_entries(entries)
+        let in_place = self.done.in_place();
+        self.pipeline.expect_entries(entries, in_place)
     }
     fn batch(
         &mut self,
@@ -902,9 +904,10 @@ fn plan_reads_columns(method: &Method) -> bool {
     matches!(method, Method::Adaptive)
 }
 
-/// The listed chunks of `A · B`, handing each finished chunk to `done` as it completes.
-/// Chunks are pipelined: a chunk's copy to the host overlaps the next one's kernels. `run` is
-/// checked between chunks; an error names the chunk it happened in.
+/// The listed chunks of `A · B`, each finished chunk delivered (handed out, or written into
+/// its place in C) as it completes. Chunks are pipelined: a chunk's copy to the host overlaps
+/// the next one's kernels. `run` is checked between chunks; an error names the chunk it
+/// happened in.
 pub(crate) fn multiply_chunks<T: DeviceScalar>(
     gpu: &Gpu,
     a: Operand<'_, T>,
@@ -912,7 +915,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     chunks: &[ProductChunk],
     algorithm: SpgemmAlgorithm,
     run: &RunControl,
-    done: &mut dyn FnMut(ChunkProduct<T>) -> Result<()>,
+    delivery: Delivery<'_, '_, '_, T>,
 ) -> Result<()> {
     check_limits(a.shape(), b.shape())?;
     gpu.bind()?;
@@ -953,9 +956,26 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     let sink_failed = std::cell::Cell::new(false);
     // A run cancelled (from the sink, say) delivers no further chunk, also where the pipeline
     // has several finished ones to hand out at once.
-    let mut sink = |c: ChunkProduct<T>| {
-        run.checkpoint()?;
-        done(c).inspect_err(|_| sink_failed.set(true))
+    let failed = &sink_failed;
+    let (mut to_caller, mut to_places);
+    let mut sink = match delivery {
+        Delivery::Chunks(done) => {
+            to_caller = move |c: ChunkProduct<T>| {
+                run.checkpoint()?;
+                done(c).inspect_err(|_| failed.set(true))
+            };
+            Delivery::Chunks(&mut to_caller)
+        }
+        Delivery::Places { places, done } => {
+            to_places = move |i: usize, timing: ChunkTiming| {
+                run.checkpoint()?;
+                done(i, timing).inspect_err(|_| failed.set(true))
+            };
+            Delivery::Places {
+                places,
+                done: &mut to_places,
+            }
+        }
     };
     let tag = |e: Error, index: usize| {
         if sink_failed.get() {
@@ -1310,10 +1330,10 @@ fn multiply_pipelined<T: DeviceScalar>(
         std::slice::from_ref(&whole),
         algorithm,
         run,
-        &mut |c| {
+        Delivery::Chunks(&mut |c| {
             result = Some(c.product);
             Ok(())
-        },
+        }),
     )
     .map_err(|e| match e {
         Error::InChunk { source, .. } => *source,

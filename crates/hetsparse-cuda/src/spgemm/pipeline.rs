@@ -1,13 +1,14 @@
 //! Double-buffered output (Matam et al. Alg. 1's OutputBuffer/TransferBuffer, Xia et al.
 //! §IV.C): a batch of C's rows is written into one of two device buffers on the compute
 //! stream, then copied into pinned host memory on the copy stream while the next batch is
-//! computed into the other buffer. The host drains a buffer into the chunk's arrays only when
-//! it needs that buffer again, or at the end.
+//! computed into the other buffer. The host drains a buffer only when it needs that buffer
+//! again, or at the end: into the chunk's place in C where the caller gave places
+//! ([`Delivery::Places`]), else into the chunk's own arrays.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use hetsparse_core::{ChunkProduct, ChunkTiming, Csr, Error, ProductChunk, Result};
+use hetsparse_core::{ChunkPlace, ChunkProduct, ChunkTiming, Csr, Error, ProductChunk, Result};
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
@@ -49,18 +50,59 @@ struct Assembly<T> {
     timing: ChunkTiming,
 }
 
-impl<T> Assembly<T> {
-    /// Hands the finished chunk to `done`, its wall time taken now.
-    fn hand_out(self, product: Csr<T>, done: &mut Done<'_, T>) -> Result<()> {
+impl<T: DeviceScalar> Assembly<T> {
+    /// Hands the finished chunk out, its wall time taken now.
+    fn hand_out(self, product: Csr<T>, out: &mut Delivery<'_, '_, '_, T>) -> Result<()> {
         let mut timing = self.timing;
         timing.wall = self.started.elapsed();
-        done(ChunkProduct {
+        out.product(ChunkProduct {
             index: self.index,
             chunk: self.chunk,
             product,
             timing,
         })
     }
+}
+
+/// Where finished chunks go.
+pub(crate) enum Delivery<'d, 'c, 'f, T> {
+    /// Each chunk handed out as a matrix of its own.
+    Chunks(&'d mut (dyn FnMut(ChunkProduct<T>) -> Result<()> + 'f)),
+    /// Each chunk written into its place in C (the chunk's position in the call is its
+    /// place's), and its position handed out once it is.
+    Places {
+        places: &'d mut [ChunkPlace<'c, T>],
+        done: &'d mut (dyn FnMut(usize, ChunkTiming) -> Result<()> + 'f),
+    },
+}
+
+impl<T: DeviceScalar> Delivery<'_, '_, '_, T> {
+    /// Whether chunks are written into places as their batches land.
+    pub fn in_place(&self) -> bool {
+        matches!(self, Delivery::Places { .. })
+    }
+
+    /// A chunk complete as a matrix (computed whole, or collected from its batches).
+    pub fn product(&mut self, c: ChunkProduct<T>) -> Result<()> {
+        match self {
+            Delivery::Chunks(done) => done(c),
+            Delivery::Places { places, done } => {
+                place_of(places, c.index)?.write_csr(&c.product)?;
+                done(c.index, c.timing)
+            }
+        }
+    }
+}
+
+fn place_of<'p, 'c, T: DeviceScalar>(
+    places: &'p mut [ChunkPlace<'c, T>],
+    index: usize,
+) -> Result<&'p mut ChunkPlace<'c, T>> {
+    let n = places.len();
+    places.get_mut(index).ok_or_else(|| Error::Internal {
+        backend: crate::error::BACKEND.into(),
+        what: format!("SpGEMM chunk {index} of {n} has no place in C"),
+    })
 }
 
 /// The two output buffers, the copy stream and the chunks not yet handed out.
@@ -79,7 +121,7 @@ pub(crate) struct OutputPipeline<'g, T: DeviceScalar> {
 /// Device memory one output buffer takes at most; its pinned twin is as large.
 pub(super) const MAX_SLOT_BYTES: u64 = 64 << 20;
 
-type Done<'d, T> = dyn FnMut(ChunkProduct<T>) -> Result<()> + 'd;
+type Done<'d, 'c, 'f, T> = Delivery<'d, 'c, 'f, T>;
 
 impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
     /// A pipeline whose buffers may take up to `slot_bytes` of device memory each (capped at
@@ -104,13 +146,13 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         chunk: ProductChunk,
         width: u64,
         started: Instant,
-        done: &mut Done<'_, T>,
+        done: &mut Done<'_, '_, '_, T>,
     ) -> Result<bool> {
         if chunk.rows.is_empty() {
             let product = Csr::zeros(0, width as usize)?;
             let mut timing = ChunkTiming::default();
             timing.wall = started.elapsed();
-            done(ChunkProduct {
+            done.product(ChunkProduct {
                 index,
                 chunk,
                 product,
@@ -133,8 +175,11 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
 
     /// Makes room on the host for the `entries` of the chunk begun last, known once its
     /// symbolic phase is done, so that its batches land in place rather than in a growing
-    /// array (huge pages asked for).
-    pub fn expect_entries(&mut self, entries: u64) -> Result<()> {
+    /// array (huge pages asked for); nothing where the chunks have places in C (`in_place`).
+    pub fn expect_entries(&mut self, entries: u64, in_place: bool) -> Result<()> {
+        if in_place {
+            return Ok(());
+        }
         if let Some(asm) = self.chunks.back_mut() {
             let n = usize::try_from(entries).unwrap_or(usize::MAX);
             hetsparse_core::host::try_reserve(&mut asm.cols, n, "column indices of C")?;
@@ -161,7 +206,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         &mut self,
         wanted: u64,
         compute: &Stream,
-        done: &mut Done<'_, T>,
+        done: &mut Done<'_, '_, '_, T>,
     ) -> Result<u64> {
         let max = self.slot_bytes / entry_bytes::<T>();
         if max == 0 {
@@ -198,7 +243,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         counts: &[u64],
         len: u64,
         last_of_chunk: bool,
-        done: &mut Done<'_, T>,
+        done: &mut Done<'_, '_, '_, T>,
         launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
     ) -> Result<()> {
         let i = self.next;
@@ -206,7 +251,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         if let Some(p) = self.slots[i].as_mut().and_then(|s| s.pending.take()) {
             let slot = self.slots[i].as_mut().expect("slot with a pending copy");
             tracing::debug_span!("wait for the copy").in_scope(|| slot.copied.synchronize())?;
-            let _span = tracing::debug_span!("copy into the chunk", entries = p.len).entered();
+            let _span = tracing::debug_span!("copy out", entries = p.len).entered();
             drain(&mut self.chunks, slot, p, self.batch_kernels, done)?;
         }
         let slot = self.slots[i]
@@ -248,7 +293,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         Ok(())
     }
 
-    fn drain_all(&mut self, done: &mut Done<'_, T>) -> Result<()> {
+    fn drain_all(&mut self, done: &mut Done<'_, '_, '_, T>) -> Result<()> {
         // The older batch sits in the slot that would be used next.
         for i in [self.next, self.next ^ 1] {
             if let Some(slot) = self.slots[i].as_mut() {
@@ -269,7 +314,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         product: Csr<T>,
         kernel: Duration,
         d2h: Duration,
-        done: &mut Done<'_, T>,
+        done: &mut Done<'_, '_, '_, T>,
     ) -> Result<()> {
         self.drain_all(done)?;
         let mut asm = self.chunks.pop_back().ok_or_else(|| Error::Internal {
@@ -284,7 +329,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
     }
 
     /// Waits for the last copies and hands out the remaining chunks.
-    pub fn finish(mut self, done: &mut Done<'_, T>) -> Result<()> {
+    pub fn finish(mut self, done: &mut Done<'_, '_, '_, T>) -> Result<()> {
         self.drain_all(done)?;
         debug_assert!(self.chunks.is_empty(), "every chunk ends with a last batch");
         Ok(())
@@ -324,13 +369,14 @@ impl<T: DeviceScalar> Drop for Slot<'_, T> {
     }
 }
 
-/// Appends a copied batch to the oldest unfinished chunk and hands the chunk out if complete.
+/// Writes a copied batch into the oldest unfinished chunk (its place in C, or its arrays) and
+/// hands the chunk out if complete.
 fn drain<T: DeviceScalar>(
     chunks: &mut VecDeque<Assembly<T>>,
     slot: &Slot<'_, T>,
     p: Pending,
     batch_kernels: bool,
-    done: &mut Done<'_, T>,
+    done: &mut Done<'_, '_, '_, T>,
 ) -> Result<()> {
     let asm = chunks.front_mut().ok_or_else(|| Error::Internal {
         backend: crate::error::BACKEND.into(),
@@ -342,6 +388,19 @@ fn drain<T: DeviceScalar>(
     }
     asm.timing.d2h += elapsed(&slot.copy_started, &slot.copied)?;
     asm.timing.d2h_bytes += p.len as u64 * entry_bytes::<T>();
+    if let Delivery::Places { places, done: told } = done {
+        let cols = slot.host_cols.typed::<u32>(p.len);
+        let vals = from_device::<T>(slot.host_vals.typed::<T::Device>(p.len));
+        place_of(places, asm.index)?.write_rows(&p.counts, cols, vals)?;
+        if p.last_of_chunk {
+            if let Some(asm) = chunks.pop_front() {
+                let mut timing = asm.timing;
+                timing.wall = asm.started.elapsed();
+                told(asm.index, timing)?;
+            }
+        }
+        return Ok(());
+    }
     parallel_append(
         &mut asm.cols,
         slot.host_cols.typed::<u32>(p.len),
