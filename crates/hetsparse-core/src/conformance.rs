@@ -21,6 +21,7 @@
 //! random cases per property (default 24).
 
 use std::fmt::Debug;
+use std::ops::Range;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -28,9 +29,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::mem::size_of;
 
 use crate::backend::{
-    Backend, CsrOperand, DenseOperand, MemorySpace, Operation, PatternId, ProductChunk,
-    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions,
-    SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, CsrOperand, DenseOperand, MemorySpace, Operation, PatternId, ProductBuffer,
+    ProductChunk, ProductLayout, ResidentCsr, ResidentDense, RunControl, SparseOperand,
+    SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use crate::error::Error;
 use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
@@ -86,7 +87,8 @@ macro_rules! conformance_suite {
 
             $crate::conformance_suite!(@tests
                 capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
-                spgemm_random, spgemm_chunks, spgemm_rejects_bad_operands, spmv_every_format,
+                spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_rejects_bad_operands,
+                spmv_every_format,
                 spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
                 resident_round_trips, mixed_host_and_resident_operands, resident_chain,
                 plan_reuse_with_new_values, foreign_handles_are_errors,
@@ -636,6 +638,112 @@ pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             "{}: chunks were delivered after the sink failed",
             name(b)
         );
+    }
+}
+
+/// Chunks written in place: chunks that tile C (empty ones and column panels included), written
+/// into their places in C, give C; each chunk is finished once with its place complete, and an
+/// error from `done` stops the run and comes back.
+pub fn spgemm_chunks_into<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        let (x, y) = class_operands::<T>(MatrixClass::Skewed);
+        let (m, n) = (x.nrows(), y.ncols());
+        let row_cuts = [0, 1, m / 3, m / 3, m];
+        let panels: Vec<Range<usize>> = [0, n / 2, n / 2 + 1, n]
+            .windows(2)
+            .map(|c| c[0]..c[1])
+            .collect();
+        let layout = ProductLayout::count(&x, &y, panels.clone()).expect("C's layout");
+        let c = ProductBuffer::<T>::new(layout).expect("C's arrays");
+        let mut places = Vec::new();
+        for r in row_cuts.windows(2) {
+            for (p, cols) in panels.iter().enumerate() {
+                let chunk = ProductChunk {
+                    rows: r[0]..r[1],
+                    cols: cols.clone(),
+                };
+                let segments = c.layout().segments(p, chunk.rows.clone());
+                // SAFETY: rows × panels tile C, so no two places share a position.
+                places.push(unsafe { c.place(chunk, cols.start, segments) }.expect("a place"));
+            }
+        }
+        let mut finished = vec![false; places.len()];
+        let run = RunControl::new();
+        b.spgemm_chunks_into(
+            (&x).into(),
+            (&y).into(),
+            &mut places,
+            &alg.into(),
+            &run,
+            &mut |i, _| {
+                assert!(!finished[i], "chunk {i} finished twice");
+                finished[i] = true;
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|err| panic!("{} {alg:?} chunks into C: {err}", name(b)));
+        assert!(
+            finished.iter().all(|&f| f),
+            "{}: a chunk was never finished",
+            name(b)
+        );
+        assert!(
+            places.iter().all(|p| p.is_complete()),
+            "{} {alg:?}: a finished chunk's place is not complete",
+            name(b)
+        );
+        let progress = run.progress();
+        assert_eq!(
+            progress.done,
+            progress.planned,
+            "{} {alg:?}: a finished run of chunks into C reports {progress:?}",
+            name(b)
+        );
+        drop(places);
+        // SAFETY: every place was complete, and together they tile C.
+        let got = unsafe { c.into_csr() }
+            .unwrap_or_else(|err| panic!("{} {alg:?}: C written in place: {err}", name(b)));
+        check(compare_structural(&got, &expected_product(&x, &y)), || {
+            format!("{} {alg:?} chunks written into C", name(b))
+        });
+
+        let c = ProductBuffer::<T>::new(
+            ProductLayout::count(&x, &y, panels.clone()).expect("C's layout"),
+        )
+        .expect("C's arrays");
+        let rows = [0..m / 3, m / 3..m];
+        let mut places: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let chunk = ProductChunk {
+                    rows: r.clone(),
+                    cols: panels[0].clone(),
+                };
+                let segments = c.layout().segments(0, r.clone());
+                // SAFETY: two row ranges of one panel.
+                unsafe { c.place(chunk, 0, segments) }.expect("a place")
+            })
+            .collect();
+        let mut calls = 0;
+        let err = b
+            .spgemm_chunks_into(
+                (&x).into(),
+                (&y).into(),
+                &mut places,
+                &alg.into(),
+                &RunControl::new(),
+                &mut |_, _| {
+                    calls += 1;
+                    Err(Error::InvalidArgument("done refuses".into()))
+                },
+            )
+            .expect_err("an error from done must stop the run");
+        assert!(
+            err.to_string().contains("done refuses"),
+            "{}: {err}",
+            name(b)
+        );
+        assert_eq!(calls, 1, "{}: chunks finished after done failed", name(b));
     }
 }
 
@@ -1976,6 +2084,8 @@ mod tests {
         assert!(fails(move || spgemm_random::<f64, _>(&b)));
         let b = Faulty(Fault::LosesRow);
         assert!(fails(move || spgemm_chunks::<f64, _>(&b)));
+        let b = Faulty(Fault::LosesRow);
+        assert!(fails(move || spgemm_chunks_into::<f64, _>(&b)));
         let b = Faulty(Fault::Perturbs);
         assert!(fails(move || dia_spgemm::<f64, _>(&b)));
         let b = Faulty(Fault::Perturbs);
