@@ -23,6 +23,7 @@
 //! ```
 
 use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
 
 use rayon::prelude::*;
 
@@ -134,18 +135,17 @@ pub fn symbolic_row_nnz<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Vec<u64>> {
     );
     let _enter = span.enter();
     let mut counts = vec![0u64; a.nrows()];
+    let counters = Counter::per_thread(b.ncols());
     counts
         .par_chunks_mut(ROWS_PER_TASK)
         .enumerate()
-        .for_each_init(
-            || Counter::new(b.ncols()),
-            |counter, (chunk, out)| {
-                let first = chunk * ROWS_PER_TASK;
-                for (r, count) in out.iter_mut().enumerate() {
-                    *count = counter.row_nnz(a, b, first + r);
-                }
-            },
-        );
+        .for_each(|(chunk, out)| {
+            let mut counter = Counter::this_threads(&counters);
+            let first = chunk * ROWS_PER_TASK;
+            for (r, count) in out.iter_mut().enumerate() {
+                *count = counter.row_nnz(a, b, first + r);
+            }
+        });
     if !span.is_disabled() {
         span.record("nnz", counts.iter().sum::<u64>());
     }
@@ -195,30 +195,33 @@ pub fn symbolic_panel_nnz<T: Scalar>(
         tracing::debug_span!("symbolic_panels", rows = rows.len(), panels = panels.len()).entered();
     let width = panels.len();
     let whole = matches!(panels, [p] if p.start == 0 && p.end == b.ncols());
-    let mut counts = crate::host::try_filled(
-        rows.len().saturating_mul(width),
-        0u64,
-        "symbolic counts per panel",
-    )?;
+    let len = rows.len().saturating_mul(width);
+    let mut counts: Vec<u64> = crate::host::try_with_capacity(len, "symbolic counts per panel")?;
     if width == 0 {
         return Ok(counts);
     }
-    counts
+    let counters = Counter::per_thread(b.ncols());
+    counts.spare_capacity_mut()[..len]
         .par_chunks_mut(ROWS_PER_TASK * width)
         .enumerate()
-        .for_each_init(
-            || Counter::new(b.ncols()),
-            |counter, (task, out)| {
-                let first = rows.start + task * ROWS_PER_TASK;
-                for (r, row) in out.chunks_mut(width).enumerate() {
-                    if whole {
-                        row[0] = counter.row_nnz(a, b, first + r);
-                    } else {
-                        counter.row_panel_nnz(a, b, first + r, panels, row);
-                    }
+        .for_each(|(task, out)| {
+            let mut counter = Counter::this_threads(&counters);
+            let mut row = vec![0u64; width];
+            let first = rows.start + task * ROWS_PER_TASK;
+            for (r, slots) in out.chunks_mut(width).enumerate() {
+                if whole {
+                    row[0] = counter.row_nnz(a, b, first + r);
+                } else {
+                    counter.row_panel_nnz(a, b, first + r, panels, &mut row);
                 }
-            },
-        );
+                for (slot, &n) in slots.iter_mut().zip(&row) {
+                    slot.write(n);
+                }
+            }
+        });
+    // SAFETY: the tasks' pieces cover the first `len` slots, and each task wrote every slot of
+    // its piece (a row's `width` counts for each of its rows).
+    unsafe { counts.set_len(len) };
     Ok(counts)
 }
 
@@ -230,7 +233,13 @@ struct Counter {
     stamps: Vec<u32>,
     generation: u32,
     sorted: Vec<u32>,
+    /// For counts per column panel (fewer than [`NO_PANEL`] panels): `stamps`' generations
+    /// shifted up by 8 bits, each column's panel (or [`NO_PANEL`]) in the low 8.
+    panel_stamps: Vec<u32>,
 }
+
+/// The panel of a column that is in none.
+const NO_PANEL: u8 = u8::MAX;
 
 impl Counter {
     fn new(ncols: usize) -> Self {
@@ -239,7 +248,24 @@ impl Counter {
             stamps: Vec::new(),
             generation: 0,
             sorted: Vec::new(),
+            panel_stamps: Vec::new(),
         }
+    }
+
+    /// One counter for each thread of the current rayon pool: a marker array of `B.ncols()`
+    /// stamps is allocated and first touched once per thread, not once per rayon job (of
+    /// which there are hundreds per thread, each otherwise faulting in megabytes).
+    fn per_thread(ncols: usize) -> Vec<Mutex<Counter>> {
+        (0..rayon::current_num_threads())
+            .map(|_| Mutex::new(Counter::new(ncols)))
+            .collect()
+    }
+
+    /// The calling thread's counter of `counters` (from [`Counter::per_thread`], in the same
+    /// pool: uncontended, as a job runs on one thread from start to end).
+    fn this_threads(counters: &[Mutex<Counter>]) -> MutexGuard<'_, Counter> {
+        let i = rayon::current_thread_index().unwrap_or(0) % counters.len();
+        counters[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn row_nnz<T: Scalar>(&mut self, a: &Csr<T>, b: &Csr<T>, i: usize) -> u64 {
@@ -308,6 +334,33 @@ impl Counter {
             for &j in &self.sorted {
                 if let Some(p) = panel_of(j) {
                     out[p] += 1;
+                }
+            }
+            return;
+        }
+        if panels.len() < usize::from(NO_PANEL) {
+            // Each column's stamp holds its panel beside the row's generation: one memory
+            // access per product marks the column and says where to count it.
+            self.next_generation();
+            if self.generation >= 1 << 24 {
+                self.generation = 1;
+                self.panel_stamps.clear();
+            }
+            if self.panel_stamps.is_empty() {
+                self.panel_stamps = (0..self.ncols as u32)
+                    .map(|j| panel_of(j).map_or(NO_PANEL, |p| p as u8).into())
+                    .collect();
+            }
+            let generation = self.generation << 8;
+            for &k in arow {
+                for &j in b.row(k as usize).0 {
+                    let stamp = &mut self.panel_stamps[j as usize];
+                    if *stamp & !0xff != generation {
+                        *stamp = generation | (*stamp & 0xff);
+                        if let Some(count) = out.get_mut((*stamp & 0xff) as usize) {
+                            *count += 1;
+                        }
+                    }
                 }
             }
             return;
