@@ -158,7 +158,7 @@ fn main() {
     );
     let _ = writeln!(
         table,
-        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | busy ms (cpu, gpu, ...) | counting C ms | checking C ms |"
+        "| class | products | backend / policy | min ms | median ms | vs best single | shares (cpu, gpu, ...) | busy ms (cpu, gpu, ...) | counting C ms | assembly ms |"
     );
     let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|");
     for case in cases(Scale::from_env()) {
@@ -226,7 +226,7 @@ fn main() {
                                 format!(
                                     "{shares} | {busy} | {:.2} | {:.2}",
                                     ms(r.counting),
-                                    ms(r.checking)
+                                    ms(r.assembly)
                                 )
                             })
                             .unwrap_or_default();

@@ -569,7 +569,7 @@ impl<T: Scalar> Scheduler<T> {
             chunks_planned: ranges.iter().filter(|r| !r.is_empty()).count(),
             wall: started.elapsed(),
             counting: Duration::ZERO,
-            checking: Duration::ZERO,
+            assembly: Duration::ZERO,
         });
         Ok(c)
     }
@@ -614,7 +614,7 @@ impl<T: Scalar> Scheduler<T> {
                         chunks_planned: 1,
                         wall: started.elapsed(),
                         counting: Duration::ZERO,
-                        checking: Duration::ZERO,
+                        assembly: Duration::ZERO,
                     });
                     return Ok(c);
                 }

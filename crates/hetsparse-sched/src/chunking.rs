@@ -262,13 +262,13 @@ pub(crate) fn row_panels<T: Scalar>(
 }
 
 /// `task` cut in two (rows first, columns for a single row), or `None` for a single entry of C
-/// or a chunk halved [`MAX_SPLITS`] times already. The halves' places in C (`layout`'s) are
-/// the task's, cut where the first half's rows end, or where its columns' entries of the one
-/// row end (counted here).
+/// or a chunk halved [`MAX_SPLITS`] times already. Where C is written in place (`layout`), the
+/// halves' places are the task's, cut where the first half's rows end, or where its columns'
+/// entries of the one row end (counted here).
 pub(crate) fn split<T: Scalar>(
     a: &Csr<T>,
     b: &Csr<T>,
-    layout: &ProductLayout,
+    layout: Option<&ProductLayout>,
     task: &Task,
 ) -> Option<(Task, Task)> {
     let ProductChunk { rows, cols } = &task.chunk;
@@ -297,6 +297,7 @@ pub(crate) fn split<T: Scalar>(
     // Row halves of a panel's chunk are chunks of that panel; other halves get places of
     // their own.
     let places: [Option<Segments>; 2] = match (&task.own_place, rows.len() > 1) {
+        _ if layout.is_none() => [None, None],
         (None, true) => [None, None],
         (Some(own), true) => {
             let mid = r1.len();
@@ -307,7 +308,7 @@ pub(crate) fn split<T: Scalar>(
             .map(|(starts, ends)| Some(Segments { starts, ends }))
         }
         (_, false) => {
-            let (starts, ends) = task.segments(layout).ok()?;
+            let (starts, ends) = task.segments(layout?).ok()?;
             let panel = std::slice::from_ref(&c1);
             let left = analysis::symbolic_panel_nnz(a, r1.clone(), b, panel).ok()?;
             let cut = starts[0].checked_add(left[0]).filter(|&c| c <= ends[0])?;
@@ -430,12 +431,12 @@ mod tests {
         let a = Csr::<f64>::identity(4).unwrap();
         let layout = ProductLayout::count(&a, &a, std::iter::once(0..4).collect()).unwrap();
         let t = Task::new(0..4, 0..4, 4);
-        let (x, y) = split(&a, &a, &layout, &t).unwrap();
+        let (x, y) = split(&a, &a, Some(&layout), &t).unwrap();
         assert_eq!((x.chunk.rows.clone(), y.chunk.rows.clone()), (0..2, 2..4));
         assert_eq!((x.products, y.products), (2, 2));
         let (xs, xe) = x.segments(&layout).unwrap();
         assert_eq!((&xs[..], &xe[..]), (&[0, 1][..], &[1, 2][..]));
-        let (x, y) = split(&a, &a, &layout, &Task::new(1..2, 0..4, 1)).unwrap();
+        let (x, y) = split(&a, &a, Some(&layout), &Task::new(1..2, 0..4, 1)).unwrap();
         assert_eq!((x.chunk.cols.clone(), y.chunk.cols.clone()), (0..2, 2..4));
         assert_eq!((x.products, y.products), (1, 0));
         // Row 1's one entry (column 1) is the first half's.
@@ -444,7 +445,10 @@ mod tests {
             (s[0], e[0])
         };
         assert_eq!((place(&x), place(&y)), ((1, 2), (2, 2)));
-        assert!(split(&a, &a, &layout, &y).is_some());
-        assert!(split(&a, &a, &layout, &Task::new(1..2, 1..2, 1)).is_none());
+        assert!(split(&a, &a, Some(&layout), &y).is_some());
+        assert!(split(&a, &a, Some(&layout), &Task::new(1..2, 1..2, 1)).is_none());
+        // Without C in place, no half has a place of its own.
+        let (x, y) = split(&a, &a, None, &Task::new(1..2, 0..4, 1)).unwrap();
+        assert!(x.own_place.is_none() && y.own_place.is_none());
     }
 }

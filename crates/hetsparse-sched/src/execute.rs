@@ -1,6 +1,7 @@
 //! Running the chunks of a product on several backends at once: one thread per backend takes
 //! work (its own assigned list first, then the shared queue), has each chunk written straight
-//! into its place in C, and on a failure gives its unfinished chunks back for the others.
+//! into its place in C (or hands it back as a matrix of its own, for the assembly), and on a
+//! failure gives its unfinished chunks back for the others.
 //!
 //! A chunk is held by one device at a time, and a device writes into a chunk's place only
 //! during its call: a chunk given back is placed anew after that call has returned, so no two
@@ -23,6 +24,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hetsparse_core::backend::assemble::Tile;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
     Backend, ChunkPlace, Csr, CsrOperand, Error, MemorySpace, ProductBuffer, ProductChunk,
@@ -56,11 +58,19 @@ pub(crate) struct Work<'a, T: Scalar> {
     /// B's column panels (the chunks' column ranges), cut once on the host for the devices
     /// that take their operands chunk by chunk; empty when B is not cut.
     pub panels: Vec<(Range<usize>, Csr<T>)>,
-    /// C, which the chunks are written into.
-    pub c: &'a ProductBuffer<T>,
+    /// C, which the chunks are written into; `None`: each chunk comes back as a matrix of its
+    /// own.
+    pub c: Option<&'a ProductBuffer<T>>,
 }
 
-struct State {
+/// What a run did: the chunks that came back as matrices (none where C was written in
+/// place) and each device's report.
+pub(crate) struct Finished<T> {
+    pub tiles: Vec<Tile<T>>,
+    pub devices: Vec<DeviceReport>,
+}
+
+struct State<T> {
     own: Vec<VecDeque<Task>>,
     queue: VecDeque<Task>,
     /// Tasks not yet finished (queued or being computed).
@@ -69,10 +79,11 @@ struct State {
     abort: Option<Error>,
     /// The most recent device failure, returned if no device is left.
     last_failure: Option<Error>,
+    tiles: Vec<Tile<T>>,
     reports: Vec<DeviceReport>,
 }
 
-impl State {
+impl<T> State<T> {
     /// Puts `task` back in the queue at its place: by B's panel, then by rows.
     fn requeue(&mut self, task: Task) {
         let at = self.queue.partition_point(|t| t.place() < task.place());
@@ -118,22 +129,22 @@ impl State {
     }
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct Shared<T> {
+    state: Mutex<State<T>>,
     wake: Condvar,
     /// One run per device, cancelled with the caller's and when the run is aborted.
     runs: Vec<RunControl>,
     caller: RunControl,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
         // A worker that panicked while holding the lock left the state consistent (every
         // update is a few assignments), so keep going with it.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn abort(&self, state: &mut State, error: Error) {
+    fn abort(&self, state: &mut State<T>, error: Error) {
         if state.abort.is_none() {
             state.abort = Some(error);
         }
@@ -144,9 +155,8 @@ impl Shared {
     }
 }
 
-/// Runs `work` to the end: every chunk written into C, or the error that stopped the run.
-/// Returns what each device did.
-pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Vec<DeviceReport>> {
+/// Runs `work` to the end: every chunk finished, or the error that stopped the run.
+pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<Finished<T>> {
     let _span = tracing::debug_span!("run_chunks").entered();
     let n = work.devices.len();
     let outstanding = work.shared.len() + work.own.iter().map(Vec::len).sum::<usize>();
@@ -169,6 +179,7 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<V
             live: work.taking_part.clone(),
             abort: None,
             last_failure: None,
+            tiles: Vec::new(),
             reports: work
                 .devices
                 .iter()
@@ -195,7 +206,10 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<V
             what: format!("{} chunks were left unfinished", state.outstanding),
         }));
     }
-    Ok(state.reports)
+    Ok(Finished {
+        tiles: state.tiles,
+        devices: state.reports,
+    })
 }
 
 /// Where a device reads its operands from.
@@ -209,7 +223,7 @@ enum Placement<T: Scalar> {
     PerChunk,
 }
 
-fn worker<T: Scalar>(shared: &Shared, work: &Work<'_, T>, d: usize) {
+fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
     let device = &work.devices[d];
     let run = &shared.runs[d];
     // Placed on the first batch, so that a device that gets no work uploads nothing.
@@ -225,6 +239,7 @@ fn worker<T: Scalar>(shared: &Shared, work: &Work<'_, T>, d: usize) {
         };
         let begun = Instant::now();
         let mut finished = vec![false; batch.len()];
+        let mut tiles: Vec<Option<Csr<T>>> = (0..batch.len()).map(|_| None).collect();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if placement.is_none() {
                 placement = Some(place(device.as_ref(), work)?);
@@ -238,6 +253,7 @@ fn worker<T: Scalar>(shared: &Shared, work: &Work<'_, T>, d: usize) {
                 run,
                 caller: &shared.caller,
                 finished: &mut finished,
+                tiles: &mut tiles,
             };
             call.compute(placement, &batch)
         }))
@@ -247,8 +263,9 @@ fn worker<T: Scalar>(shared: &Shared, work: &Work<'_, T>, d: usize) {
         let delivered = batch
             .iter()
             .zip(&finished)
-            .filter(|(_, f)| **f)
-            .try_for_each(|(task, _)| deliver(shared, d, task));
+            .zip(tiles)
+            .filter(|((_, f), _)| **f)
+            .try_for_each(|((task, _), tile)| deliver(shared, d, task, tile));
         let outcome = outcome.and(delivered);
         if let Err(e) = outcome {
             let rest: Vec<(usize, Task)> = batch
@@ -319,7 +336,7 @@ fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Place
 /// is over for it. The tasks of a device that takes its operands chunk by chunk (`per_chunk`)
 /// stay apart.
 fn next_batch<T: Scalar>(
-    shared: &Shared,
+    shared: &Shared<T>,
     work: &Work<'_, T>,
     d: usize,
     per_chunk: bool,
@@ -360,7 +377,7 @@ fn next_batch<T: Scalar>(
 /// the end; a device of unknown speed takes one chunk, which measures it. The chunks of a
 /// device that places them one by one (`per_chunk`) stay apart, in the queue's order.
 fn take_from_queue<T: Scalar>(
-    state: &mut State,
+    state: &mut State<T>,
     work: &Work<'_, T>,
     d: usize,
     per_chunk: bool,
@@ -434,14 +451,15 @@ fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
     merged
 }
 
-/// One device's work on one batch: its chunks written into C, `finished[i]` set for each
-/// chunk of the batch the device finished whose place is complete.
+/// One device's work on one batch: `finished[i]` set for each chunk of the batch the device
+/// finished, written into its complete place in C, or come back as `tiles[i]`.
 struct Call<'w, 'a, T: Scalar> {
     device: &'w dyn Backend<T>,
     work: &'w Work<'a, T>,
     run: &'w RunControl,
     caller: &'w RunControl,
     finished: &'w mut [bool],
+    tiles: &'w mut [Option<Csr<T>>],
 }
 
 impl<T: Scalar> Call<'_, '_, T> {
@@ -502,8 +520,7 @@ impl<T: Scalar> Call<'_, '_, T> {
     }
 
     /// One call for `tasks` (from position `at` of the batch), computed as `chunks` of `a` and
-    /// `b`: each chunk's place in C made, the device's call, and each chunk it finished with
-    /// a complete place marked.
+    /// `b`, each chunk written into C or handed back.
     fn call(
         &mut self,
         a: CsrOperand<'_, T>,
@@ -512,7 +529,9 @@ impl<T: Scalar> Call<'_, '_, T> {
         chunks: Vec<ProductChunk>,
         at: usize,
     ) -> Result<()> {
-        let c = self.work.c;
+        let Some(c) = self.work.c else {
+            return self.call_for_tiles(a, b, tasks, chunks, at);
+        };
         let mut places: Vec<ChunkPlace<'_, T>> = Vec::with_capacity(tasks.len());
         for (task, chunk) in tasks.iter().zip(chunks) {
             let segments = task.segments(c.layout())?;
@@ -562,10 +581,48 @@ impl<T: Scalar> Call<'_, '_, T> {
         }
         outcome
     }
+
+    /// One call whose chunks come back as matrices of their own.
+    fn call_for_tiles(
+        &mut self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        tasks: &[Task],
+        chunks: Vec<ProductChunk>,
+        at: usize,
+    ) -> Result<()> {
+        let caller = self.caller;
+        let (finished, tiles) = (&mut *self.finished, &mut *self.tiles);
+        self.device
+            .spgemm_chunks(a, b, &chunks, self.work.options, self.run, &mut |part| {
+                let i = part.index;
+                let task = tasks.get(i).ok_or_else(|| Error::Internal {
+                    backend: "sched".into(),
+                    what: format!("chunk {i} of a batch of {} finished", tasks.len()),
+                })?;
+                let chunk = &task.chunk;
+                if part.product.shape() != (chunk.rows.len(), chunk.cols.len()) {
+                    return Err(Error::Internal {
+                        backend: "sched".into(),
+                        what: format!(
+                            "a chunk of rows {:?}, columns {:?} came back {}×{}",
+                            chunk.rows,
+                            chunk.cols,
+                            part.product.nrows(),
+                            part.product.ncols()
+                        ),
+                    });
+                }
+                caller.add_done(task.products);
+                tiles[at + i] = Some(part.product);
+                finished[at + i] = true;
+                Ok(())
+            })
+    }
 }
 
-/// Counts a chunk written into C as finished.
-fn deliver(shared: &Shared, d: usize, task: &Task) -> Result<()> {
+/// Counts a chunk as finished, keeping it where it came back as a matrix.
+fn deliver<T>(shared: &Shared<T>, d: usize, task: &Task, tile: Option<Csr<T>>) -> Result<()> {
     let mut state = shared.lock();
     if state.abort.is_some() {
         return Err(Error::Cancelled);
@@ -574,6 +631,9 @@ fn deliver(shared: &Shared, d: usize, task: &Task) -> Result<()> {
     let report = &mut state.reports[d];
     report.chunks += 1;
     report.products += task.products;
+    if let Some(tile) = tile {
+        state.tiles.push((task.chunk.clone(), tile));
+    }
     if state.outstanding == 0 {
         shared.wake.notify_all();
     }
@@ -583,7 +643,7 @@ fn deliver(shared: &Shared, d: usize, task: &Task) -> Result<()> {
 /// Deals with a failed batch (`rest`: the tasks not delivered, by position in the batch).
 /// Returns whether the device goes on.
 fn handle_failure<T: Scalar>(
-    shared: &Shared,
+    shared: &Shared<T>,
     work: &Work<'_, T>,
     d: usize,
     error: Error,
@@ -616,7 +676,7 @@ fn handle_failure<T: Scalar>(
     let name = work.devices[d].info().name;
     match (&cause, failed) {
         (Error::OutOfMemory { .. }, Some(task)) => {
-            match split(work.a, work.b, work.c.layout(), &task) {
+            match split(work.a, work.b, work.c.map(ProductBuffer::layout), &task) {
                 Some((x, y)) => {
                     tracing::info!(device = %name, rows = ?task.chunk.rows, cols = ?task.chunk.cols,
                         "out of memory on a chunk; splitting it");
@@ -643,7 +703,7 @@ fn handle_failure<T: Scalar>(
 }
 
 /// `d` cannot compute `task`: queue it for the others.
-fn exclude(state: &mut State, d: usize, mut task: Task, cause: Error) {
+fn exclude<T>(state: &mut State<T>, d: usize, mut task: Task, cause: Error) {
     task.excluded.push(d);
     state.last_failure = Some(cause);
     state.requeue(task);
@@ -651,7 +711,7 @@ fn exclude(state: &mut State, d: usize, mut task: Task, cause: Error) {
 }
 
 /// `d` is out of the run: its tasks go to the others.
-fn fail_device(shared: &Shared, d: usize, cause: Error, held: Vec<Task>) {
+fn fail_device<T>(shared: &Shared<T>, d: usize, cause: Error, held: Vec<Task>) {
     let mut state = shared.lock();
     tracing::warn!(device = d, error = %cause, "a backend failed; its chunks go to the others");
     state.live[d] = false;
@@ -666,7 +726,7 @@ fn fail_device(shared: &Shared, d: usize, cause: Error, held: Vec<Task>) {
 }
 
 /// Wakes idle workers, and stops every device if the run was aborted.
-fn settle(shared: &Shared, state: &mut State) {
+fn settle<T>(shared: &Shared<T>, state: &mut State<T>) {
     if let Some(e) = state.abort.take() {
         shared.abort(state, e);
     }

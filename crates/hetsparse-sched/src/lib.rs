@@ -47,10 +47,10 @@ mod report;
 mod rows;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use hetsparse_core::backend::check;
 use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::backend::{assemble_chunks, check};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Dia, Error, MemorySpace, Operation, ProductBuffer, ProductChunk, ProductLayout,
@@ -84,6 +84,8 @@ pub struct Scheduler<T: Scalar> {
     chunks_per_device: usize,
     min_chunk_products: u64,
     share_always: bool,
+    /// Host memory for C and its chunks together; `None`: the host's buffer limit.
+    host_memory: Option<u64>,
     /// What runs taught, per operation ([`Kind`] indexes it).
     learned: [Mutex<Learned>; 3],
     last_report: Mutex<Option<RunReport>>,
@@ -114,6 +116,7 @@ impl<T: Scalar> Scheduler<T> {
             chunks_per_device: CHUNKS_PER_DEVICE,
             min_chunk_products: MIN_CHUNK_PRODUCTS,
             share_always: false,
+            host_memory: None,
             learned,
             last_report: Mutex::new(None),
             band: Mutex::new(band::BandState::default()),
@@ -147,6 +150,19 @@ impl<T: Scalar> Scheduler<T> {
     /// whose data is cheap to move.
     pub fn share_always(mut self) -> Self {
         self.share_always = true;
+        self
+    }
+
+    /// Host memory a shared product may take for C and its chunks together (default: the
+    /// host's physical memory, or the limit set with [`hetsparse_core::host::set_buffer_limit`]).
+    /// A product whose C and chunks could exceed it (judged by its intermediate products, a
+    /// bound on C's entries) has C counted first, every row in every panel of B on the host,
+    /// and every chunk written straight into its place in C: C is then the only allocation
+    /// proportional to it. Other products have their chunks come back as matrices of their
+    /// own, laid into C once all are done, which is faster while counting C on the host costs
+    /// more than that copy.
+    pub fn host_memory(mut self, bytes: u64) -> Self {
+        self.host_memory = Some(bytes);
         self
     }
 
@@ -452,10 +468,29 @@ impl<T: Scalar> Scheduler<T> {
             panels,
         } = self.assign(a, b, options, &part, operand_budget)?;
         let chunks_planned = own.iter().map(Vec::len).sum::<usize>() + shared.len();
-        // C's arrays, allocated once from the symbolic counts of every row in every panel.
+        // C in place where C and its chunks could not be held together: its arrays allocated
+        // once from the symbolic counts of every row in every panel.
+        let products: u64 = own
+            .iter()
+            .flatten()
+            .chain(&shared)
+            .map(|t| t.products)
+            .sum();
+        let c_bound = csr_bytes(a.nrows(), products, std::mem::size_of::<T>());
+        let host_memory = self
+            .host_memory
+            .unwrap_or_else(hetsparse_core::host::buffer_limit);
         let counting = Instant::now();
-        let c = ProductBuffer::new(ProductLayout::count(a, b, panels.clone())?)?;
-        let counting = counting.elapsed();
+        let c = if c_bound.saturating_mul(2) > host_memory {
+            let layout = ProductLayout::count(a, b, panels.clone())?;
+            Some(ProductBuffer::new(layout)?)
+        } else {
+            None
+        };
+        let counting = match c {
+            Some(_) => counting.elapsed(),
+            None => Duration::ZERO,
+        };
         // Panels cut once here, for the backends that cannot hold B whole.
         let panels = if panels.len() > 1 {
             panels
@@ -465,7 +500,7 @@ impl<T: Scalar> Scheduler<T> {
         } else {
             Vec::new()
         };
-        let devices = execute::run(
+        let finished = execute::run(
             execute::Work {
                 a,
                 b,
@@ -477,21 +512,24 @@ impl<T: Scalar> Scheduler<T> {
                 operand_budget: operand_budget.saturating_mul(2),
                 speeds: self.speeds(),
                 panels,
-                c: &c,
+                c: c.as_ref(),
             },
             run,
         )?;
-        let checking = Instant::now();
-        // SAFETY: `execute::run` returned without error, so every task was finished with a
-        // complete place, and the tasks cover C (every row, every panel; a split task's
-        // halves cover its positions).
-        let c = unsafe { c.into_csr()? };
+        let assembling = Instant::now();
+        let c = match c {
+            // SAFETY: `execute::run` returned without error, so every task was finished with
+            // a complete place, and the tasks cover C (every row, every panel; a split task's
+            // halves cover its positions).
+            Some(c) => unsafe { c.into_csr()? },
+            None => assemble_chunks(a.nrows(), b.ncols(), finished.tiles)?,
+        };
         self.record(RunReport {
-            devices,
+            devices: finished.devices,
             chunks_planned,
             wall: started.elapsed(),
             counting,
-            checking: checking.elapsed(),
+            assembly: assembling.elapsed(),
         });
         Ok(c)
     }
@@ -595,8 +633,8 @@ impl<T: Scalar> Scheduler<T> {
                     devices,
                     chunks_planned: 1,
                     wall: started.elapsed(),
-                    counting: std::time::Duration::ZERO,
-                    checking: std::time::Duration::ZERO,
+                    counting: Duration::ZERO,
+                    assembly: Duration::ZERO,
                 });
                 Ok(Some(c))
             }

@@ -42,13 +42,14 @@ pub struct RunReport {
     pub devices: Vec<DeviceReport>,
     /// Chunks the product was cut into before any split.
     pub chunks_planned: usize,
-    /// The whole call, from its start to C checked.
+    /// The whole call, from its start to C assembled.
     pub wall: Duration,
     /// Of which counting C's entries (every row in every panel of B) and allocating C, before
-    /// any chunk ran.
+    /// any chunk ran, where C was written in place ([`Scheduler::host_memory`](crate::Scheduler::host_memory)).
     pub counting: Duration,
-    /// Of which checking C once every chunk was written into it.
-    pub checking: Duration,
+    /// Of which putting C together once every chunk was done: laying the chunks into C and
+    /// checking it, or checking C written in place.
+    pub assembly: Duration,
 }
 
 impl RunReport {

@@ -1,5 +1,7 @@
 //! The scheduler passes the conformance suite over a CPU backend and the serial reference,
-//! with work stealing and every product cut into chunks and shared.
+//! with work stealing and every product cut into chunks and shared, each chunk written
+//! straight into its place in C (no host memory for the chunks beside C). The OpenCL suite
+//! (`conformance_opencl.rs`) has the chunks come back and laid into C.
 
 use hetsparse_core::{Backend, Error, ReferenceBackend};
 use hetsparse_cpu::CpuBackend;
@@ -18,6 +20,7 @@ where
     Ok(Scheduler::new(backends)
         .policy(Policy::WorkStealing)
         .min_chunk_products(1)
+        .host_memory(0)
         .share_always())
 }
 

@@ -332,6 +332,17 @@ fn when_every_backend_fails_the_error_comes_back() {
 
 #[test]
 fn out_of_memory_splits_the_chunk_until_it_fits() {
+    out_of_memory_splits(false);
+}
+
+/// As above, with C written in place: the halves of a chunk get their halves of its place
+/// (cut by rows, or by columns at the entries counted in the first half's).
+#[test]
+fn out_of_memory_splits_the_chunk_and_its_place_in_c() {
+    out_of_memory_splits(true);
+}
+
+fn out_of_memory_splits(in_place: bool) {
     let (a, b) = operands(MatrixClass::PowerLaw);
     let b_bytes = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8);
     // Room for B and a 32nd of the output bound: the planned chunks (an 8th of the products
@@ -342,8 +353,10 @@ fn out_of_memory_splits_the_chunk_until_it_fits() {
         bytes: b_bytes + bound / 32,
     });
     let s = scheduler(vec![small.clone()], Policy::WorkStealing);
+    let s = if in_place { s.host_memory(0) } else { s };
     assert_same(&multiply(&s, &a, &b).unwrap(), &reference(&a, &b));
     let report = s.last_report().unwrap();
+    assert_eq!(report.counting > Duration::ZERO, in_place, "{report:?}");
     assert!(small.units_failed() > 0);
     assert!(
         report.devices[0].chunks > report.chunks_planned,
