@@ -135,6 +135,14 @@ fn main() {
                     .policy(Policy::WorkStealing)
                     .share_always(),
             ),
+            // The same with C counted by the GPU and each chunk written straight into C.
+            (
+                "gpu + gpu, always shared, C in place".to_string(),
+                Scheduler::from_shared(vec![gpu.clone(), gpu.clone()])
+                    .policy(Policy::WorkStealing)
+                    .share_always()
+                    .host_memory(0),
+            ),
         ];
         if single.len() > 2 {
             let mut all = vec![hybrid_cpu.clone()];

@@ -1,8 +1,10 @@
 //! Out-of-core SpGEMM: a product whose B exceeds a GPU backend's memory budget and whose C is
 //! several times it, through a scheduler over that one backend (B in column panels, A in row
 //! panels, C streamed back chunk by chunk), against the same backend without a budget and the
-//! CPU. The table gives bytes of A, B and C, the budget, times, and C's bytes per second (the
-//! rate to compare with the pinned device-to-host bandwidth).
+//! CPU, and once more with C written in place (`Scheduler::host_memory(0)`: C counted first by
+//! the GPU, each chunk written straight into it). The table gives bytes of A, B and C, the
+//! budget, times, and C's bytes per second (the rate to compare with the pinned device-to-host
+//! bandwidth).
 //!
 //! `cargo bench -p hetsparse-bench --features cuda --bench out_of_core`;
 //! `HETSPARSE_OOC_CLASS` (default `uniform`), `HETSPARSE_OOC_SIZE` (the class's size argument,
@@ -108,14 +110,18 @@ fn main() {
         gb(c_bytes) / cpu_time.as_secs_f64()
     );
     for (name, free, limited) in gpus(budget) {
-        let runs: [(String, Scheduler<f64>); 2] = [
+        let runs: [(String, Scheduler<f64>); 3] = [
             (
                 format!("{name} (no budget)"),
                 Scheduler::from_shared(vec![free]),
             ),
             (
                 format!("{name} out-of-core"),
-                Scheduler::from_shared(vec![limited]),
+                Scheduler::from_shared(vec![limited.clone()]),
+            ),
+            (
+                format!("{name} out-of-core, C in place"),
+                Scheduler::from_shared(vec![limited]).host_memory(0),
             ),
         ];
         for (label, s) in runs {

@@ -87,7 +87,8 @@ macro_rules! conformance_suite {
 
             $crate::conformance_suite!(@tests
                 capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
-                spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_rejects_bad_operands,
+                spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
+                spgemm_rejects_bad_operands,
                 spmv_every_format,
                 spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
                 resident_round_trips, mixed_host_and_resident_operands, resident_chain,
@@ -744,6 +745,50 @@ pub fn spgemm_chunks_into<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             name(b)
         );
         assert_eq!(calls, 1, "{}: chunks finished after done failed", name(b));
+    }
+}
+
+/// The chunks' counts: each chunk's entries per row, as in the product, every chunk told once.
+pub fn spgemm_chunk_counts<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    for alg in spgemm_algorithms(b) {
+        let (x, y) = class_operands::<T>(MatrixClass::Skewed);
+        let (m, n) = (x.nrows(), y.ncols());
+        let e = reference::spgemm::<T, PlusTimes>(&x, &y).expect("reference SpGEMM");
+        let mut chunks = Vec::new();
+        for r in [0, 1, m / 3, m / 3, m].windows(2) {
+            for c in [0, n / 2, n / 2 + 1, n].windows(2) {
+                chunks.push(ProductChunk {
+                    rows: r[0]..r[1],
+                    cols: c[0]..c[1],
+                });
+            }
+        }
+        let mut told = vec![false; chunks.len()];
+        b.spgemm_chunk_counts(
+            (&x).into(),
+            (&y).into(),
+            &chunks,
+            &alg.into(),
+            &RunControl::new(),
+            &mut |i, rows| {
+                assert!(!told[i], "chunk {i} counted twice");
+                told[i] = true;
+                let chunk = &chunks[i];
+                let part = e
+                    .rows(chunk.rows.clone())
+                    .and_then(|p| p.column_panel(chunk.cols.clone()))
+                    .expect("part of C");
+                let want: Vec<u64> = (0..part.nrows()).map(|r| part.row_nnz(r)).collect();
+                assert_eq!(rows, want, "{} {alg:?}: counts of chunk {chunk:?}", name(b));
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|err| panic!("{} {alg:?} chunk counts: {err}", name(b)));
+        assert!(
+            told.iter().all(|&t| t),
+            "{}: a chunk was never counted",
+            name(b)
+        );
     }
 }
 

@@ -600,6 +600,33 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         )
     }
 
+    /// The chunks' analysis, symbolic and scan kernels alone (as in
+    /// [`Backend::spgemm_chunks`]), each chunk's counts read back.
+    fn spgemm_chunk_counts(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+    ) -> Result<()> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        run.checkpoint()?;
+        spgemm::multiply_chunks(
+            &self.gpu,
+            a,
+            b,
+            chunks,
+            options.algorithm,
+            run,
+            spgemm::Delivery::Counts(counts),
+        )
+    }
+
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
         dia::dia_spgemm(&self.gpu, a, b)
     }

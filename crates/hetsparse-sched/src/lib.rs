@@ -482,7 +482,8 @@ impl<T: Scalar> Scheduler<T> {
             .unwrap_or_else(hetsparse_core::host::buffer_limit);
         let counting = Instant::now();
         let c = if c_bound.saturating_mul(2) > host_memory {
-            let layout = ProductLayout::count(a, b, panels.clone())?;
+            let tasks = own.iter().flatten().chain(&shared);
+            let layout = self.count_c(a, b, options, &part, tasks, panels.clone(), run)?;
             Some(ProductBuffer::new(layout)?)
         } else {
             None
@@ -532,6 +533,77 @@ impl<T: Scalar> Scheduler<T> {
             assembly: assembling.elapsed(),
         });
         Ok(c)
+    }
+
+    /// C's layout for C written in place: counted by the fastest device taking part that has
+    /// memory of its own (its symbolic phase over the planned chunks, which tile C), or on the
+    /// host where none takes part or its count fails.
+    #[allow(clippy::too_many_arguments)]
+    fn count_c<'t>(
+        &self,
+        a: &Csr<T>,
+        b: &Csr<T>,
+        options: &SpgemmOptions,
+        part: &[bool],
+        tasks: impl Iterator<Item = &'t Task>,
+        panels: Vec<std::ops::Range<usize>>,
+        run: &RunControl,
+    ) -> Result<ProductLayout> {
+        let speeds = self.speeds();
+        let counter = (0..self.backends.len())
+            .filter(|&d| part[d] && self.backends[d].memory_space() != MemorySpace::Host)
+            .max_by(|&x, &y| {
+                let speed = |d: usize| speeds[d].unwrap_or(0.0);
+                speed(x).total_cmp(&speed(y))
+            });
+        let Some(d) = counter else {
+            return ProductLayout::count(a, b, panels);
+        };
+        let chunks: Vec<ProductChunk> = tasks.map(|t| t.chunk.clone()).collect();
+        let panel_of: Vec<usize> = chunks
+            .iter()
+            .map(|c| {
+                panels
+                    .iter()
+                    .position(|p| *p == c.cols)
+                    .ok_or_else(|| Error::Internal {
+                        backend: "sched".into(),
+                        what: format!("chunk columns {:?} are not one of C's panels", c.cols),
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let mut per_panel = panels
+            .iter()
+            .map(|_| hetsparse_core::host::try_filled(a.nrows(), 0u64, "C's counts per panel"))
+            .collect::<Result<Vec<_>>>()?;
+        let device = &self.backends[d];
+        let _span = tracing::debug_span!("count C on a device", device = d).entered();
+        let counted = device.spgemm_chunk_counts(
+            a.into(),
+            b.into(),
+            &chunks,
+            options,
+            &run.child(),
+            &mut |i, rows| {
+                let chunk = chunks.get(i).filter(|c| c.rows.len() == rows.len());
+                let Some(chunk) = chunk else {
+                    return Err(Error::Internal {
+                        backend: device.info().backend,
+                        what: format!("counts of {} rows for chunk {i}", rows.len()),
+                    });
+                };
+                per_panel[panel_of[i]][chunk.rows.clone()].copy_from_slice(rows);
+                Ok(())
+            },
+        );
+        match counted {
+            Ok(()) => ProductLayout::from_panel_counts(a.nrows(), b.ncols(), panels, &per_panel),
+            Err(e) if run.is_cancelled() => Err(e),
+            Err(e) => {
+                tracing::warn!(device = d, error = %e, "counting C on the device failed; counting on the host");
+                ProductLayout::count(a, b, panels)
+            }
+        }
     }
 
     /// Runs the product whole on one backend when sharing it would not pay: one backend takes

@@ -497,9 +497,15 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
         c_bytes >= 4 * budget,
         "C is {c_bytes} bytes for a budget of {budget}"
     );
-    assert_same(&c, &reference(&a, &b));
+    let expected = reference(&a, &b);
+    assert_same(&c, &expected);
     let report = s.last_report().unwrap();
     assert!(report.chunks_planned > 1, "{report:?}");
+    // With C in place, counted by the device over the same chunks.
+    let s = s.host_memory(0);
+    assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+    let report = s.last_report().unwrap();
+    assert!(report.counting > Duration::ZERO, "{report:?}");
 }
 
 mod band {

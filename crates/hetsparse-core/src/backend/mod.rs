@@ -518,6 +518,35 @@ pub trait Backend<T: Scalar>: Device {
         })
     }
 
+    /// The entries of each row of each listed chunk of `A · B`, the symbolic phase alone, for
+    /// a caller that places C before computing it ([`ProductLayout`]): `counts` gets each
+    /// chunk's position and one count per row, in any order. An error names its chunk.
+    ///
+    /// The default counts on the host ([`crate::analysis::symbolic_panel_nnz`]) from host
+    /// operands; a device backend counts with its own symbolic kernels.
+    fn spgemm_chunk_counts(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+    ) -> Result<()> {
+        let _ = options;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let panel = std::slice::from_ref(&chunk.cols);
+            let rows = crate::analysis::symbolic_panel_nnz(ha, chunk.rows.clone(), hb, panel)
+                .map_err(|e| e.in_chunk(index))?;
+            counts(index, &rows)?;
+        }
+        Ok(())
+    }
+
     // --- Host conveniences ---------------------------------------------------------------------
 
     /// `C = A · B` with the given algorithm, host in, host out.

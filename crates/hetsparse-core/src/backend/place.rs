@@ -89,6 +89,40 @@ impl ProductLayout {
         panels: Vec<Range<usize>>,
         counts: &[u64],
     ) -> Result<Self> {
+        let width = panels.len();
+        if counts.len() as u128 != nrows as u128 * width as u128 {
+            return Err(Error::InvalidArgument(format!(
+                "{} counts for {nrows} rows in {width} panels",
+                counts.len()
+            )));
+        }
+        Self::build(nrows, ncols, panels, |i, p| counts[i * width + p])
+    }
+
+    /// The layout of an `nrows × ncols` product whose row `i` has `per_panel[p][i]` entries in
+    /// panel `p` of the column panels `panels`.
+    pub fn from_panel_counts(
+        nrows: usize,
+        ncols: usize,
+        panels: Vec<Range<usize>>,
+        per_panel: &[Vec<u64>],
+    ) -> Result<Self> {
+        if per_panel.len() != panels.len() || per_panel.iter().any(|c| c.len() != nrows) {
+            return Err(Error::InvalidArgument(format!(
+                "counts of {} panels for {} panels of {nrows} rows",
+                per_panel.len(),
+                panels.len()
+            )));
+        }
+        Self::build(nrows, ncols, panels, |i, p| per_panel[p][i])
+    }
+
+    fn build(
+        nrows: usize,
+        ncols: usize,
+        panels: Vec<Range<usize>>,
+        count: impl Fn(usize, usize) -> u64 + Sync,
+    ) -> Result<Self> {
         let mut next = 0;
         for p in &panels {
             if p.start != next || p.end < p.start {
@@ -104,17 +138,11 @@ impl ProductLayout {
                 "column panels {panels:?} do not cover the product's {ncols} columns"
             )));
         }
-        if counts.len() as u128 != nrows as u128 * width as u128 {
-            return Err(Error::InvalidArgument(format!(
-                "{} counts for {nrows} rows in {width} panels",
-                counts.len()
-            )));
-        }
-        let totals: Vec<u64> = if width == 1 {
-            counts.to_vec()
-        } else {
-            counts.par_chunks(width).map(|r| r.iter().sum()).collect()
-        };
+        let totals: Vec<u64> = (0..nrows)
+            .into_par_iter()
+            .with_min_len(4096)
+            .map(|i| (0..width).map(|p| count(i, p)).sum())
+            .collect();
         let offsets = analysis::prefix_sums(&totals);
         drop(totals);
         let mut cuts: Vec<Vec<u64>> = Vec::with_capacity(width.saturating_sub(1));
@@ -124,7 +152,7 @@ impl ProductLayout {
                 .par_iter()
                 .enumerate()
                 .with_min_len(4096)
-                .map(|(i, &start)| start + counts[i * width + p - 1])
+                .map(|(i, &start)| start + count(i, p - 1))
                 .collect();
             cuts.push(cut);
         }
@@ -653,6 +681,22 @@ mod tests {
         // SAFETY: as above.
         assert!(unsafe { buffer.place(chunk, 0, seg) }.is_err());
         assert!(ProductLayout::from_counts(2, 5, vec![0..2, 3..5], &[0; 4]).is_err());
+        let per_panel = vec![vec![1, 2], vec![0, 3]];
+        let l = ProductLayout::from_panel_counts(2, 5, vec![0..2, 2..5], &per_panel).unwrap();
+        assert_eq!(
+            l,
+            ProductLayout::from_counts(2, 5, vec![0..2, 2..5], &[1, 0, 2, 3]).unwrap()
+        );
+        assert_eq!(l.offsets(), [0, 1, 6]);
+        let (starts, ends) = l.segments(1, 0..2);
+        assert_eq!((&starts[..], &ends[..]), (&[1, 3][..], &[1, 6][..]));
+        assert!(ProductLayout::from_panel_counts(
+            2,
+            5,
+            std::iter::once(0..5).collect(),
+            &per_panel
+        )
+        .is_err());
         assert!(
             ProductLayout::from_counts(2, 5, std::iter::once(0..5).collect(), &[0; 3]).is_err()
         );

@@ -919,7 +919,11 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
 ) -> Result<()> {
     check_limits(a.shape(), b.shape())?;
     gpu.bind()?;
-    let method = Method::of(algorithm);
+    // Counts come from the symbolic kernels, which ESC borrows from Adaptive.
+    let method = match (&delivery, Method::of(algorithm)) {
+        (Delivery::Counts(_), Method::Esc) => Method::Adaptive,
+        (_, method) => method,
+    };
     let _span = tracing::info_span!(
         "spgemm",
         backend = "cuda",
@@ -957,7 +961,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     // A run cancelled (from the sink, say) delivers no further chunk, also where the pipeline
     // has several finished ones to hand out at once.
     let failed = &sink_failed;
-    let (mut to_caller, mut to_places);
+    let (mut to_caller, mut to_places, mut to_counter);
     let mut sink = match delivery {
         Delivery::Chunks(done) => {
             to_caller = move |c: ChunkProduct<T>| {
@@ -976,6 +980,13 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                 done: &mut to_places,
             }
         }
+        Delivery::Counts(counts) => {
+            to_counter = move |i: usize, rows: &[u64]| {
+                run.checkpoint()?;
+                counts(i, rows).inspect_err(|_| failed.set(true))
+            };
+            Delivery::Counts(&mut to_counter)
+        }
     };
     let tag = |e: Error, index: usize| {
         if sink_failed.get() {
@@ -991,6 +1002,28 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
         let mut one = || -> Result<()> {
             let (h2d, h2d_bytes) = operands.prepare(gpu, &stream, chunk)?;
             let job = operands.job(gpu, &stream, chunk)?;
+            if let Delivery::Counts(counts) = &mut sink {
+                if chunk.rows.is_empty() {
+                    return counts(index, &[]);
+                }
+                let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
+                let (row_nnz, products) = symbolic(
+                    &job,
+                    &method,
+                    analysed,
+                    &mut scratch,
+                    &chunk_arena,
+                    &mut bin_arena,
+                    run,
+                )?;
+                let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
+                binning::exclusive_scan(&job, row_nnz, c_off_dev, &chunk_arena)?;
+                let c_off = c_off_dev.to_vec(&stream)?;
+                let rows: Vec<u64> = c_off.windows(2).map(|w| w[1] - w[0]).collect();
+                counts(index, &rows)?;
+                run.add_done(products);
+                return Ok(());
+            }
             if !output.begin_chunk(index, chunk.clone(), job.width(), started, &mut sink)? {
                 return Ok(());
             }

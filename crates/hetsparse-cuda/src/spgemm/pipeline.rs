@@ -74,6 +74,9 @@ pub(crate) enum Delivery<'d, 'c, 'f, T> {
         places: &'d mut [ChunkPlace<'c, T>],
         done: &'d mut (dyn FnMut(usize, ChunkTiming) -> Result<()> + 'f),
     },
+    /// Only each chunk's entries per row (its symbolic phase), with its position: nothing
+    /// goes through the output buffers.
+    Counts(&'d mut (dyn FnMut(usize, &[u64]) -> Result<()> + 'f)),
 }
 
 impl<T: DeviceScalar> Delivery<'_, '_, '_, T> {
@@ -90,6 +93,13 @@ impl<T: DeviceScalar> Delivery<'_, '_, '_, T> {
                 place_of(places, c.index)?.write_csr(&c.product)?;
                 done(c.index, c.timing)
             }
+            Delivery::Counts(_) => Err(Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: format!(
+                    "chunk {} computed where only its counts were asked",
+                    c.index
+                ),
+            }),
         }
     }
 }
