@@ -1,8 +1,8 @@
 //! Out-of-core SpGEMM: a product whose B exceeds a GPU backend's memory budget and whose C is
 //! several times it, through a scheduler over that one backend (B in column panels, A in row
 //! panels, C streamed back chunk by chunk), against the same backend without a budget and the
-//! CPU, and once more with C written in place (`Scheduler::host_memory(0)`: C counted first by
-//! the GPU, each chunk written straight into it). The table gives bytes of A, B and C, the
+//! CPU, and once more with C written in place (`Scheduler::host_memory(0)`: C counted first, on
+//! the host as the GPU cannot hold A and B, each chunk written straight into it). The table gives bytes of A, B and C, the
 //! budget, times, and C's bytes per second (the rate to compare with the pinned device-to-host
 //! bandwidth).
 //!

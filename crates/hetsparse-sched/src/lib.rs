@@ -483,7 +483,16 @@ impl<T: Scalar> Scheduler<T> {
         let counting = Instant::now();
         let c = if c_bound.saturating_mul(2) > host_memory {
             let tasks = own.iter().flatten().chain(&shared);
-            let layout = self.count_c(a, b, options, &part, tasks, panels.clone(), run)?;
+            let whole = csr_bytes(a.nrows(), a.nnz(), std::mem::size_of::<T>())
+                .saturating_add(csr_bytes(b.nrows(), b.nnz(), std::mem::size_of::<T>()));
+            // A device counts where it can hold A and B (the workers' budget); out of core
+            // it would upload them again chunk by chunk, slower than the host's count.
+            let on_device = whole <= operand_budget.saturating_mul(2);
+            let layout = if on_device {
+                self.count_c(a, b, options, &part, tasks, panels.clone(), run)?
+            } else {
+                ProductLayout::count(a, b, panels.clone())?
+            };
             Some(ProductBuffer::new(layout)?)
         } else {
             None
@@ -535,9 +544,9 @@ impl<T: Scalar> Scheduler<T> {
         Ok(c)
     }
 
-    /// C's layout for C written in place: counted by the fastest device taking part that has
-    /// memory of its own (its symbolic phase over the planned chunks, which tile C), or on the
-    /// host where none takes part or its count fails.
+    /// C's layout for C written in place, where the devices can hold A and B: counted by the
+    /// fastest device taking part that has memory of its own (its symbolic phase over the
+    /// planned chunks, which tile C), or on the host where none takes part or its count fails.
     #[allow(clippy::too_many_arguments)]
     fn count_c<'t>(
         &self,

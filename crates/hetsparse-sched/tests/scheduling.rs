@@ -508,6 +508,24 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
     assert!(report.counting > Duration::ZERO, "{report:?}");
 }
 
+/// C in place on a device that holds A and B: the device counts C over the planned chunks,
+/// then the device and the CPU write their chunks into it.
+#[test]
+fn c_in_place_is_counted_by_a_device_that_holds_the_operands() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = operands(MatrixClass::Skewed);
+    let gpu: Shared = Arc::new(device);
+    let s = scheduler(vec![gpu, cpu()], Policy::WorkStealing)
+        .share_always()
+        .host_memory(0);
+    assert_same(&multiply(&s, &a, &b).unwrap(), &reference(&a, &b));
+    let report = s.last_report().unwrap();
+    assert!(report.counting > Duration::ZERO, "{report:?}");
+    assert!(report.chunks_planned > 1, "{report:?}");
+}
+
 mod band {
     //! DIA × DIA split by rows (Matam et al. §IV.C).
 
