@@ -111,6 +111,12 @@ fn main() {
                 Scheduler::from_shared(pair()).policy(Policy::RowSplitAssumed(vec![1.0, 3.0])),
             ),
             (
+                "H-I (gpu 3x), C in place".to_string(),
+                Scheduler::from_shared(pair())
+                    .policy(Policy::RowSplitAssumed(vec![1.0, 3.0]))
+                    .host_memory(0),
+            ),
+            (
                 "H-II (measured)".to_string(),
                 Scheduler::from_shared(pair()).policy(Policy::RowSplitMeasured),
             ),

@@ -233,9 +233,10 @@ struct Counter {
     stamps: Vec<u32>,
     generation: u32,
     sorted: Vec<u32>,
-    /// For counts per column panel (fewer than [`NO_PANEL`] panels): `stamps`' generations
+    /// For counts per column panel (fewer than [`NO_PANEL`] panels): `panel_generation`s
     /// shifted up by 8 bits, each column's panel (or [`NO_PANEL`]) in the low 8.
     panel_stamps: Vec<u32>,
+    panel_generation: u32,
 }
 
 /// The panel of a column that is in none.
@@ -249,6 +250,7 @@ impl Counter {
             generation: 0,
             sorted: Vec::new(),
             panel_stamps: Vec::new(),
+            panel_generation: 0,
         }
     }
 
@@ -341,17 +343,7 @@ impl Counter {
         if panels.len() < usize::from(NO_PANEL) {
             // Each column's stamp holds its panel beside the row's generation: one memory
             // access per product marks the column and says where to count it.
-            self.next_generation();
-            if self.generation >= 1 << 24 {
-                self.generation = 1;
-                self.panel_stamps.clear();
-            }
-            if self.panel_stamps.is_empty() {
-                self.panel_stamps = (0..self.ncols as u32)
-                    .map(|j| panel_of(j).map_or(NO_PANEL, |p| p as u8).into())
-                    .collect();
-            }
-            let generation = self.generation << 8;
+            let generation = self.next_panel_generation(panel_of);
             for &k in arow {
                 for &j in b.row(k as usize).0 {
                     let stamp = &mut self.panel_stamps[j as usize];
@@ -390,6 +382,23 @@ impl Counter {
             self.stamps.fill(0);
             self.generation = 1;
         }
+    }
+
+    /// A generation no panel stamp holds yet, shifted into place (the panel stamps made on
+    /// first use, each column's panel from `panel_of`).
+    fn next_panel_generation(&mut self, panel_of: impl Fn(u32) -> Option<usize>) -> u32 {
+        self.panel_generation += 1;
+        if self.panel_generation >= 1 << 24 {
+            // Generations take the stamps' top 24 bits: start again from fresh stamps.
+            self.panel_generation = 1;
+            self.panel_stamps.clear();
+        }
+        if self.panel_stamps.is_empty() {
+            self.panel_stamps = (0..self.ncols as u32)
+                .map(|j| panel_of(j).map_or(NO_PANEL, |p| p as u8).into())
+                .collect();
+        }
+        self.panel_generation << 8
     }
 
     /// Distinct columns of the given rows, by stamping each column with this row's generation.

@@ -54,9 +54,9 @@ use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    DenseOperand, Device, DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlusTimes,
-    ProductChunk, ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand,
+    Backend, Capabilities, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
+    DenseOperand, Device, DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlaceDone,
+    PlusTimes, ProductChunk, ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand,
     SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
@@ -317,6 +317,58 @@ impl<T: Scalar> Backend<T> for CpuBackend {
                 product,
                 timing: ChunkTiming::host(start.elapsed()),
             })?;
+        }
+        Ok(())
+    }
+
+    /// Each chunk whose rows are one run in C (whole rows of C, or one row) computed straight
+    /// into its place: its numeric phase alone, from the place's counts, with no copy. Other
+    /// chunks (several rows of a column panel) are computed, then copied in.
+    fn spgemm_chunks_into(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        places: &mut [ChunkPlace<'_, T>],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        done: &mut PlaceDone<'_>,
+    ) -> Result<()> {
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        check::spgemm(a, b)?;
+        let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
+        check::chunks(a.shape(), b.shape(), &chunks)?;
+        let b_shape = self.install(|| spgemm::shape_of_b(b));
+        for (index, (place, chunk)) in places.iter_mut().zip(&chunks).enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
+            self.install(|| -> Result<()> {
+                let (wa, wb) = chunk.windows(a, b)?;
+                let products = run.plan_product_rows(a, chunk.rows.clone(), b);
+                let counts: Vec<u64> = (0..chunk.rows.len()).map(|k| place.row_len(k)).collect();
+                // SAFETY: `multiply_into` writes every slot it is given where it returns `Ok`.
+                let filled = unsafe {
+                    place.fill_rows(&counts, |cols, vals| {
+                        spgemm::multiply_into::<T, PlusTimes>(
+                            &wa,
+                            &wb,
+                            b_shape,
+                            options.algorithm,
+                            &counts,
+                            cols,
+                            vals,
+                        )
+                    })?
+                };
+                if !filled {
+                    let c = spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm)?;
+                    place.write_csr(&c)?;
+                }
+                run.add_done(products);
+                Ok(())
+            })
+            .map_err(|e| e.in_chunk(index))?;
+            done(index, ChunkTiming::host(start.elapsed()))?;
         }
         Ok(())
     }

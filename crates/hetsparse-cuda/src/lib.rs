@@ -318,6 +318,25 @@ impl CudaBackend {
         })
     }
 
+    /// One chunk call of the SpGEMM pipeline, its results delivered as `delivery` says: the
+    /// checks every chunk entry point makes, then [`spgemm::multiply_chunks`].
+    fn chunk_call<T: DeviceScalar>(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        delivery: spgemm::Delivery<'_, '_, '_, T>,
+    ) -> Result<()> {
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        run.checkpoint()?;
+        spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, delivery)
+    }
+
     fn wrap_csr<T: DeviceScalar>(&self, m: DeviceCsr<T>, pattern: PatternId) -> ResidentCsr<T> {
         let (shape, nnz) = ((m.nrows, m.ncols), m.nnz());
         ResidentCsr::from_storage(self.space(), shape, nnz, pattern, Kept::new(m, &self.gpu))
@@ -555,20 +574,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
-        let (a, b) = (self.operand(a)?, self.operand(b)?);
-        run.checkpoint()?;
-        spgemm::multiply_chunks(
-            &self.gpu,
-            a,
-            b,
-            chunks,
-            options.algorithm,
-            run,
-            spgemm::Delivery::Chunks(sink),
-        )
+        self.chunk_call(a, b, chunks, options, run, spgemm::Delivery::Chunks(sink))
     }
 
     /// The chunks through the same pipeline as [`Backend::spgemm_chunks`], each output batch
@@ -584,20 +590,8 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         done: &mut PlaceDone<'_>,
     ) -> Result<()> {
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), &chunks)?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
-        let (a, b) = (self.operand(a)?, self.operand(b)?);
-        run.checkpoint()?;
-        spgemm::multiply_chunks(
-            &self.gpu,
-            a,
-            b,
-            &chunks,
-            options.algorithm,
-            run,
-            spgemm::Delivery::Places { places, done },
-        )
+        let delivery = spgemm::Delivery::Places { places, done };
+        self.chunk_call(a, b, &chunks, options, run, delivery)
     }
 
     /// The chunks' analysis, symbolic and scan kernels alone (as in
@@ -611,20 +605,8 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
     ) -> Result<()> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
-        let (a, b) = (self.operand(a)?, self.operand(b)?);
-        run.checkpoint()?;
-        spgemm::multiply_chunks(
-            &self.gpu,
-            a,
-            b,
-            chunks,
-            options.algorithm,
-            run,
-            spgemm::Delivery::Counts(counts),
-        )
+        let delivery = spgemm::Delivery::Counts(counts);
+        self.chunk_call(a, b, chunks, options, run, delivery)
     }
 
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {

@@ -547,19 +547,29 @@ pub(crate) fn download_values<T: DeviceScalar>(
     let n = values.len();
     let mut out = hetsparse_core::host::try_with_capacity::<T>(n, "downloaded values")?;
     hetsparse_core::advise_huge_pages(out.spare_capacity_mut());
-    let spare = &mut out.spare_capacity_mut()[..n];
-    // SAFETY: `T::Device` has `T`'s layout (DeviceScalar's contract), so uninitialised slots
-    // of one are uninitialised slots of the other.
-    let spare = unsafe {
-        std::slice::from_raw_parts_mut(
-            spare.as_mut_ptr() as *mut std::mem::MaybeUninit<T::Device>,
-            n,
-        )
-    };
-    values.download_staged(stream, pool, spare)?;
-    // SAFETY: download_staged wrote all `n` values.
+    download_values_into::<T>(values, stream, pool, &mut out.spare_capacity_mut()[..n])?;
+    // SAFETY: download_values_into wrote all `n` values.
     unsafe { out.set_len(n) };
     Ok(out)
+}
+
+/// Device values downloaded into host slots of their number (every slot written where it
+/// returns `Ok`), through page-locked staging ([`DeviceSlice::download_staged`]).
+pub(crate) fn download_values_into<T: DeviceScalar>(
+    values: DeviceSlice<'_, T::Device>,
+    stream: &Stream,
+    pool: &PinnedPool,
+    out: &mut [std::mem::MaybeUninit<T>],
+) -> Result<()> {
+    // SAFETY: `T::Device` has `T`'s layout (DeviceScalar's contract), so uninitialised slots
+    // of one are uninitialised slots of the other.
+    let out = unsafe {
+        std::slice::from_raw_parts_mut(
+            out.as_mut_ptr() as *mut std::mem::MaybeUninit<T::Device>,
+            out.len(),
+        )
+    };
+    values.download_staged(stream, pool, out)
 }
 
 /// `host` copied into a new device buffer on `stream`: a plain one, or with `home` (which

@@ -449,19 +449,19 @@ impl<T: Scalar> ChunkPlace<'_, T> {
         }
     }
 
-    fn write(
-        &mut self,
+    /// Checks that the next `n` rows have the entries `count` gives them, in all `entries`:
+    /// whether their positions are one run in C, and where it starts.
+    fn check_rows(
+        &self,
         n: usize,
-        count: impl Fn(usize) -> u64 + Sync,
-        cols: &[u32],
-        vals: &[T],
-    ) -> Result<()> {
+        count: impl Fn(usize) -> u64,
+        entries: usize,
+    ) -> Result<(bool, u64)> {
         let first = self.written;
-        if first + n > self.chunk.rows.len() || cols.len() != vals.len() {
+        if first + n > self.chunk.rows.len() {
             return Err(self.mismatch(format!(
-                "{n} rows after {first} ({} columns, {} values)",
-                cols.len(),
-                vals.len()
+                "{n} rows after {first} of {}",
+                self.chunk.rows.len()
             )));
         }
         let (starts, ends) = (&self.starts[first..first + n], &self.ends[first..first + n]);
@@ -479,13 +479,68 @@ impl<T: Scalar> ChunkPlace<'_, T> {
             contiguous &= k == 0 || starts[k] == ends[k - 1];
             total += len;
         }
-        if total != cols.len() as u64 {
-            return Err(self.mismatch(format!("{} entries for rows counting {total}", cols.len())));
+        if total != entries as u64 {
+            return Err(self.mismatch(format!("{entries} entries for rows counting {total}")));
         }
+        Ok((contiguous, starts.first().copied().unwrap_or(0)))
+    }
+
+    /// Has `fill` write the next `counts.len()` rows of the chunk straight into C, where
+    /// their positions are one run there: `fill` gets that run's column and value slots, to
+    /// write the rows one after another as in [`write_rows`](Self::write_rows) (a device's
+    /// download into them, say, with no copy in between). Columns are relative to the
+    /// chunk's first, as everywhere in a place, and moved into C's afterwards. `Ok(false)`,
+    /// with `fill` not called, where the positions are not one run (a chunk of part of B's
+    /// columns): then the rows go through [`write_rows`](Self::write_rows). An
+    /// [`Error::Internal`] (and nothing marked written) where a row's count is not its
+    /// place's, and `fill`'s error where it fails.
+    ///
+    /// # Safety
+    /// Where `fill` returns `Ok`, it has written every slot of both slices it was given.
+    pub unsafe fn fill_rows(
+        &mut self,
+        counts: &[u64],
+        fill: impl FnOnce(&mut [MaybeUninit<u32>], &mut [MaybeUninit<T>]) -> Result<()>,
+    ) -> Result<bool> {
+        let entries = counts.iter().sum::<u64>() as usize;
+        let (contiguous, at) = self.check_rows(counts.len(), |k| counts[k], entries)?;
+        if !contiguous {
+            return Ok(false);
+        }
+        // SAFETY: the rows' positions run from `at` without gap (`contiguous`), lie inside C
+        // (checked by `place`) and are this place's alone (its contract).
+        let (cols, vals) = unsafe { (self.cols.slice(at, entries), self.vals.slice(at, entries)) };
+        fill(cols, vals)?;
+        let shift = self.first_col;
+        if shift != 0 {
+            cols.par_chunks_mut(ENTRIES_PER_TASK).for_each(|piece| {
+                for c in piece {
+                    // SAFETY: `fill` wrote every slot (the caller's contract).
+                    let j = unsafe { c.assume_init() };
+                    c.write(j.wrapping_add(shift));
+                }
+            });
+        }
+        self.written += counts.len();
+        Ok(true)
+    }
+
+    fn write(
+        &mut self,
+        n: usize,
+        count: impl Fn(usize) -> u64 + Sync,
+        cols: &[u32],
+        vals: &[T],
+    ) -> Result<()> {
+        if cols.len() != vals.len() {
+            return Err(self.mismatch(format!("{} columns for {} values", cols.len(), vals.len())));
+        }
+        let (contiguous, at) = self.check_rows(n, &count, cols.len())?;
+        let first = self.written;
+        let (starts, ends) = (&self.starts[first..first + n], &self.ends[first..first + n]);
         let shift = self.first_col;
         let (dc, dv) = (self.cols, self.vals);
         if contiguous {
-            let at = starts.first().copied().unwrap_or(0);
             cols.par_chunks(ENTRIES_PER_TASK)
                 .zip(vals.par_chunks(ENTRIES_PER_TASK))
                 .enumerate()
@@ -604,6 +659,78 @@ mod tests {
             write_chunks(&power, &power, panels, &[0, 10, n / 2, n], true),
             product(&power, &power)
         );
+    }
+
+    /// Fills `place`'s next rows from `part` with [`ChunkPlace::fill_rows`], as a device's
+    /// download would: whether they were one run.
+    fn fill_from(place: &mut ChunkPlace<'_, f64>, part: &Csr<f64>) -> Result<bool> {
+        let counts: Vec<u64> = (0..part.nrows()).map(|r| part.row_nnz(r)).collect();
+        // SAFETY: the closure writes every slot of both slices or fails.
+        unsafe {
+            place.fill_rows(&counts, |cols, vals| {
+                if cols.len() != part.nnz() as usize {
+                    return Err(Error::InvalidArgument("slots of another length".into()));
+                }
+                host::copy_streaming(cols, part.col_indices());
+                host::copy_streaming(vals, part.values());
+                Ok(())
+            })
+        }
+    }
+
+    #[test]
+    fn rows_in_one_run_are_filled_straight_into_c() {
+        let a = generate::rmat::<f64>(9, 6, 3);
+        let b = generate::uniform::<f64>(a.ncols(), 300, 4, 8);
+        let expected = product(&a, &b);
+        let n = a.nrows();
+        let panels = vec![0..120, 120..300];
+        let layout = ProductLayout::count(&a, &b, panels.clone()).unwrap();
+        let c = ProductBuffer::<f64>::new(layout).unwrap();
+        for (p, cols) in panels.iter().enumerate() {
+            let part = product(&a, &b.column_panel(cols.clone()).unwrap());
+            let chunk = ProductChunk {
+                rows: 0..n,
+                cols: cols.clone(),
+            };
+            // SAFETY: one place at a time, each a panel of its own.
+            let mut place =
+                unsafe { c.place(chunk, cols.start, c.layout().segments(p, 0..n)) }.unwrap();
+            // One row is one run in any panel (its columns moved by the panel's first);
+            // several rows of a panel are not, and are left to `write_rows`.
+            let first = part.rows(0..1).unwrap();
+            assert!(fill_from(&mut place, &first).unwrap());
+            let rest = part.rows(1..n).unwrap();
+            assert!(!fill_from(&mut place, &rest).unwrap());
+            assert_eq!(place.rows_written(), 1);
+            place.write_csr(&rest).unwrap();
+            assert!(place.is_complete());
+        }
+        // SAFETY: both panels' places were complete and cover C.
+        assert_eq!(unsafe { c.into_csr() }.unwrap(), expected);
+
+        // Whole rows: every cut is one run; counts of other rows are refused, nothing written.
+        let layout = ProductLayout::count(&a, &b, std::iter::once(0..300).collect()).unwrap();
+        let c = ProductBuffer::<f64>::new(layout).unwrap();
+        for rows in [0..n / 3, n / 3..n] {
+            let chunk = ProductChunk {
+                rows: rows.clone(),
+                cols: 0..300,
+            };
+            // SAFETY: the row ranges do not overlap.
+            let mut place =
+                unsafe { c.place(chunk, 0, c.layout().segments(0, rows.clone())) }.unwrap();
+            let part = expected.rows(rows.clone()).unwrap();
+            let shifted = expected.rows(rows.start + 1..rows.end).unwrap();
+            if part.nnz() != shifted.nnz() {
+                assert!(fill_from(&mut place, &shifted).is_err());
+            }
+            assert_eq!(place.rows_written(), 0);
+            assert!(fill_from(&mut place, &part).unwrap());
+            assert!(place.is_complete());
+        }
+        // SAFETY: the two places were complete and cover C.
+        assert_eq!(unsafe { c.into_csr() }.unwrap(), expected);
     }
 
     #[test]

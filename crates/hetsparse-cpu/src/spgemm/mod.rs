@@ -420,15 +420,7 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
     algorithm: SpgemmAlgorithm,
 ) -> Result<Csr<T>> {
     let ranges = plan::balanced_ranges(products);
-    // Column-Row reads A by columns: the transpose of the chunk's rows (copied first only
-    // where they are not all of A).
-    let a_columns = match algorithm {
-        SpgemmAlgorithm::ColumnRow => {
-            let _s = tracing::debug_span!("transpose_a", nnz = ops.a.nnz()).entered();
-            Some(a.as_csr()?.transpose()?)
-        }
-        _ => None,
-    };
+    let a_columns = columns_of_a(a, ops, algorithm)?;
 
     // The symbolic phase writes each row's count at its row's end offset; a prefix sum then
     // turns the counts into offsets in place.
@@ -453,39 +445,17 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
     // to touch (and place) each page.
     let mut cols = reserved::<u32>(len, "column indices of C")?;
     let mut vals = reserved::<T>(len, "values of C")?;
-
-    {
-        let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
-        let entry_ranges: Vec<Range<usize>> = ranges
-            .iter()
-            .map(|r| offsets[r.start] as usize..offsets[r.end] as usize)
-            .collect();
-        let col_parts = split_mut(&mut cols.spare_capacity_mut()[..len], &entry_ranges);
-        let val_parts = split_mut(&mut vals.spare_capacity_mut()[..len], &entry_ranges);
-        let result: Result<()> = col_parts
-            .into_par_iter()
-            .zip(val_parts)
-            .zip(ranges.par_iter())
-            .try_for_each(|((c, v), range)| {
-                let out = Output {
-                    offsets: &offsets,
-                    first_row: range.start,
-                    cols: c,
-                    vals: v,
-                };
-                pool.with(|s| match &a_columns {
-                    Some(at) => {
-                        column_row::compute_rows::<T, S>(ops, at, range.clone(), products, out, s)
-                    }
-                    None => row_row::compute_rows::<T, S>(ops, range.clone(), products, out, s),
-                })
-            });
-        result?;
-    }
-    // SAFETY: the ranges tile the rows and their entry ranges tile `0..len`; every row wrote
-    // exactly as many entries as its slots, through `RowOut::push` (which writes slot `n` and
-    // then counts it), or the numeric phase returned an error above. So all `len` slots are
-    // written.
+    numeric::<T, S>(
+        ops,
+        products,
+        pool,
+        a_columns.as_ref(),
+        &ranges,
+        &offsets,
+        &mut cols.spare_capacity_mut()[..len],
+        &mut vals.spare_capacity_mut()[..len],
+    )?;
+    // SAFETY: `numeric` returned without error, so it wrote all `len` slots.
     unsafe {
         cols.set_len(len);
         vals.set_len(len);
@@ -494,6 +464,127 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
     // columns in order), with columns inside the window, and offsets come from the exact
     // counts.
     Ok(unsafe { Csr::from_parts_unchecked(ops.nrows, ops.width(), offsets, cols, vals) })
+}
+
+/// The numeric phase alone of `C = A[rows, :] · B[:, cols]` (as [`multiply`]) whose rows'
+/// entries are known (`counts`, exact: C's symbolic counts), written one row after another
+/// into `cols`/`vals` (the counts' sum of slots, every one written where it returns `Ok`):
+/// a chunk computed straight into its place in C. A row whose entries are not its count is an
+/// error.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn multiply_into<T: Scalar, S: Semiring<T>>(
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
+    b_shape: ShapeOfB,
+    algorithm: SpgemmAlgorithm,
+    counts: &[u64],
+    cols: &mut [MaybeUninit<u32>],
+    vals: &mut [MaybeUninit<T>],
+) -> Result<()> {
+    let ops = Operands::new(a, b, b_shape)?;
+    let _span = tracing::debug_span!(
+        "cpu_spgemm_into",
+        ?algorithm,
+        rows = ops.nrows,
+        cols = ops.width(),
+    )
+    .entered();
+    let mut offsets = Vec::with_capacity(counts.len() + 1);
+    offsets.push(0u64);
+    for &n in counts {
+        offsets.push(offsets[offsets.len() - 1] + n);
+    }
+    if counts.len() != ops.nrows || offsets[counts.len()] != cols.len() as u64 {
+        return Err(Error::Internal {
+            backend: "cpu".into(),
+            what: format!(
+                "{} rows counting {} entries for a chunk of {} rows written into {} slots",
+                counts.len(),
+                offsets[counts.len()],
+                ops.nrows,
+                cols.len()
+            ),
+        });
+    }
+    let products: Vec<u64> = (0..ops.nrows)
+        .into_par_iter()
+        .with_min_len(512)
+        .map(|i| ops.row_products(i))
+        .collect();
+    let pool = ScratchPool::<T::Acc>::new();
+    let a_columns = columns_of_a(a, &ops, algorithm)?;
+    let ranges = plan::balanced_ranges(&products);
+    numeric::<T, S>(
+        &ops,
+        &products,
+        &pool,
+        a_columns.as_ref(),
+        &ranges,
+        &offsets,
+        cols,
+        vals,
+    )
+}
+
+/// Column-Row reads A by columns: the transpose of the chunk's rows (copied first only where
+/// they are not all of A). `None` for the other algorithms.
+fn columns_of_a<T: Scalar>(
+    a: &CsrWindow<&Csr<T>>,
+    ops: &Operands<'_, T>,
+    algorithm: SpgemmAlgorithm,
+) -> Result<Option<Csr<T>>> {
+    match algorithm {
+        SpgemmAlgorithm::ColumnRow => {
+            let _s = tracing::debug_span!("transpose_a", nnz = ops.a.nnz()).entered();
+            Ok(Some(a.as_csr()?.transpose()?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The numeric phase: each range of rows computed into its slots of `cols`/`vals`, row `i` at
+/// `offsets[i]..offsets[i + 1]` (C's exact counts). Every slot is written where it returns
+/// `Ok`; a row whose entries are not its count is an error.
+#[allow(clippy::too_many_arguments)]
+fn numeric<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    products: &[u64],
+    pool: &ScratchPool<T::Acc>,
+    a_columns: Option<&Csr<T>>,
+    ranges: &[Range<usize>],
+    offsets: &[u64],
+    cols: &mut [MaybeUninit<u32>],
+    vals: &mut [MaybeUninit<T>],
+) -> Result<()> {
+    let nnz = offsets[ops.nrows];
+    let _s = tracing::debug_span!("numeric", rows = ops.nrows, nnz).entered();
+    let entry_ranges: Vec<Range<usize>> = ranges
+        .iter()
+        .map(|r| offsets[r.start] as usize..offsets[r.end] as usize)
+        .collect();
+    let col_parts = split_mut(cols, &entry_ranges);
+    let val_parts = split_mut(vals, &entry_ranges);
+    // Every row writes exactly as many entries as its slots, through `RowOut::push` (which
+    // writes slot `n` and then counts it), or the phase fails: the ranges tile the rows, and
+    // their entry ranges tile the slots.
+    col_parts
+        .into_par_iter()
+        .zip(val_parts)
+        .zip(ranges.par_iter())
+        .try_for_each(|((c, v), range)| {
+            let out = Output {
+                offsets,
+                first_row: range.start,
+                cols: c,
+                vals: v,
+            };
+            pool.with(|s| match a_columns {
+                Some(at) => {
+                    column_row::compute_rows::<T, S>(ops, at, range.clone(), products, out, s)
+                }
+                None => row_row::compute_rows::<T, S>(ops, range.clone(), products, out, s),
+            })
+        })
 }
 
 /// Where a range of rows writes its part of C: `cols`/`vals` start at row `first_row`. The

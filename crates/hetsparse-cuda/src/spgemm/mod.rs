@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
-    ChunkProduct, ChunkTiming, Csr, CsrWindow, Error, MemoryRequirement, ProductChunk, Result,
-    RunControl, Shaped, SpgemmAlgorithm,
+    ChunkPlace, ChunkProduct, ChunkTiming, Csr, CsrWindow, Error, MemoryRequirement, ProductChunk,
+    Result, RunControl, Shaped, SpgemmAlgorithm,
 };
 
 use crate::context::{Event, Gpu, LaunchConfig, Stream};
@@ -39,7 +39,7 @@ use crate::scalar::DeviceScalar;
 
 use binning::{Histogram, KeptBins, Weights};
 pub(crate) use pipeline::Delivery;
-use pipeline::OutputPipeline;
+use pipeline::{Landed, OutputPipeline};
 
 /// The algorithms this backend runs (each passes the conformance suite on the GPU).
 pub(crate) const ALGORITHMS: [SpgemmAlgorithm; 5] = [
@@ -1006,19 +1006,14 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                 if chunk.rows.is_empty() {
                     return counts(index, &[]);
                 }
-                let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
-                let (row_nnz, products) = symbolic(
+                let (_, c_off, products) = row_offsets(
                     &job,
                     &method,
-                    analysed,
                     &mut scratch,
                     &chunk_arena,
                     &mut bin_arena,
                     run,
                 )?;
-                let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
-                binning::exclusive_scan(&job, row_nnz, c_off_dev, &chunk_arena)?;
-                let c_off = c_off_dev.to_vec(&stream)?;
                 let rows: Vec<u64> = c_off.windows(2).map(|w| w[1] - w[0]).collect();
                 counts(index, &rows)?;
                 run.add_done(products);
@@ -1051,22 +1046,16 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     products
                 }
                 _ => {
-                    let analysed = analyse(&job, &chunk_arena, &mut bin_arena)?;
-                    let (row_nnz, products) = symbolic(
+                    // C's offsets come to the host (they are part of the chunk's result and
+                    // split it into batches); the symbolic kernels are done once they are here.
+                    let (c_off_dev, c_off, products) = row_offsets(
                         &job,
                         &method,
-                        analysed,
                         &mut scratch,
                         &chunk_arena,
                         &mut bin_arena,
                         run,
                     )?;
-                    let n = job.nrows();
-                    let c_off_dev = chunk_arena.alloc::<u64>(n + 1, "row offsets of C")?;
-                    binning::exclusive_scan(&job, row_nnz, c_off_dev, &chunk_arena)?;
-                    // C's offsets come to the host (they are part of the chunk's result and
-                    // split it into batches); the symbolic kernels are done once they are here.
-                    let c_off = c_off_dev.to_vec(&stream)?;
                     k1.record(&stream)?;
                     k1.synchronize()?;
                     output.charge(pipeline::elapsed(&k0, &k1)?, Duration::ZERO, 0);
@@ -1079,7 +1068,11 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                     if !operands.windowed()
                         && direct_bytes.saturating_add(scratch.cap()) <= tracker.available()
                     {
-                        let (product, kernel, d2h) = chunk_on_device(
+                        let place = match &mut sink {
+                            Delivery::Places { places, .. } => places.get_mut(index),
+                            _ => None,
+                        };
+                        let (landed, kernel, d2h) = chunk_on_device(
                             &job,
                             &stream,
                             &method,
@@ -1087,8 +1080,9 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                             c_off_dev,
                             &mut scratch,
                             &mut bin_arena,
+                            place,
                         )?;
-                        output.complete_directly(product, kernel, d2h, &mut sink)?;
+                        output.complete_directly(landed, kernel, d2h, &mut sink)?;
                         run.add_done(products);
                         return Ok(());
                     }
@@ -1121,10 +1115,11 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
     })
 }
 
-/// The numeric phase of a whole chunk into C's arrays allocated on the device, then C
-/// downloaded (staged) and checked there: the chunk as a host CSR matrix, the numeric
-/// kernels' time and the download's. `c_off` are C's row offsets (on the host and, as
-/// `c_off_dev`, on the device).
+/// The numeric phase of a whole chunk into C's arrays allocated on the device, checked there,
+/// then downloaded (staged): straight into `place` where the chunk has one and its rows are one
+/// run there, else as a host CSR matrix. With the numeric kernels' time and the download's.
+/// `c_off` are C's row offsets (on the host and, as `c_off_dev`, on the device).
+#[allow(clippy::too_many_arguments)]
 fn chunk_on_device<T: DeviceScalar>(
     job: &Job<'_, T>,
     home: &Arc<Stream>,
@@ -1133,7 +1128,8 @@ fn chunk_on_device<T: DeviceScalar>(
     c_off_dev: DeviceSlice<'_, u64>,
     scratch: &mut Scratch,
     bin_arena: &mut DeviceArena,
-) -> Result<(Csr<T>, Duration, Duration)> {
+    place: Option<&mut ChunkPlace<'_, T>>,
+) -> Result<(Landed<T>, Duration, Duration)> {
     let n = job.nrows();
     let nnz = c_off.last().copied().unwrap_or(0);
     let _span = tracing::debug_span!("chunk on the device", rows = n, nnz).entered();
@@ -1165,6 +1161,24 @@ fn chunk_on_device<T: DeviceScalar>(
     let kernel = pipeline::elapsed(&k0, &k1)?;
     let copying = Instant::now();
     let pool = job.gpu.pinned_pool();
+    if let (true, Some(place)) = (valid, place) {
+        let counts: Vec<u64> = c_off.windows(2).map(|w| w[1] - w[0]).collect();
+        // SAFETY: each staged download writes every slot of its slice where it returns `Ok`.
+        let filled = unsafe {
+            place.fill_rows(&counts, |place_cols, place_vals| {
+                cols.slice().download_staged(job.stream, pool, place_cols)?;
+                crate::resident::download_values_into::<T>(
+                    vals.slice(),
+                    job.stream,
+                    pool,
+                    place_vals,
+                )
+            })?
+        };
+        if filled {
+            return Ok((Landed::InPlace(nnz), kernel, copying.elapsed()));
+        }
+    }
     let host_cols = cols.slice().to_vec_staged(job.stream, pool)?;
     let host_vals = crate::resident::download_values::<T>(vals.slice(), job.stream, pool)?;
     let d2h = copying.elapsed();
@@ -1178,7 +1192,26 @@ fn chunk_on_device<T: DeviceScalar>(
             what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
         })?
     };
-    Ok((product, kernel, d2h))
+    Ok((Landed::Matrix(product), kernel, d2h))
+}
+
+/// C's row offsets for the job's rows, on the device and read back to the host, and the
+/// job's intermediate products: its analysis, symbolic kernels and their scan.
+fn row_offsets<'a, T: DeviceScalar>(
+    job: &Job<'_, T>,
+    method: &Method,
+    scratch: &mut Scratch,
+    chunk_arena: &'a DeviceArena,
+    bin_arena: &mut DeviceArena,
+    run: &RunControl,
+) -> Result<(DeviceSlice<'a, u64>, Vec<u64>, u64)> {
+    let analysed = analyse(job, chunk_arena, bin_arena)?;
+    let (row_nnz, products) =
+        symbolic(job, method, analysed, scratch, chunk_arena, bin_arena, run)?;
+    let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
+    binning::exclusive_scan(job, row_nnz, c_off_dev, chunk_arena)?;
+    let c_off = c_off_dev.to_vec(job.stream)?;
+    Ok((c_off_dev, c_off, products))
 }
 
 /// Entries per row of the job's rows, by the method's symbolic kernels (ESC, which counts

@@ -51,17 +51,42 @@ struct Assembly<T> {
 }
 
 impl<T: DeviceScalar> Assembly<T> {
-    /// Hands the finished chunk out, its wall time taken now.
-    fn hand_out(self, product: Csr<T>, out: &mut Delivery<'_, '_, '_, T>) -> Result<()> {
+    /// The chunk's timing, its wall time taken now.
+    fn timing(&self) -> ChunkTiming {
         let mut timing = self.timing;
         timing.wall = self.started.elapsed();
+        timing
+    }
+
+    /// Hands the finished chunk out.
+    fn hand_out(self, product: Csr<T>, out: &mut Delivery<'_, '_, '_, T>) -> Result<()> {
         out.product(ChunkProduct {
             index: self.index,
+            timing: self.timing(),
             chunk: self.chunk,
             product,
-            timing,
         })
     }
+
+    /// Tells the caller the chunk is written into its place in C.
+    fn placed(self, out: &mut Delivery<'_, '_, '_, T>) -> Result<()> {
+        match out {
+            Delivery::Places { done, .. } => done(self.index, self.timing()),
+            _ => Err(Error::Internal {
+                backend: crate::error::BACKEND.into(),
+                what: format!("chunk {} written into a place it was not given", self.index),
+            }),
+        }
+    }
+}
+
+/// A chunk computed whole on the device and brought to the host
+/// ([`OutputPipeline::complete_directly`]).
+pub(crate) enum Landed<T> {
+    /// As a matrix of its own.
+    Matrix(Csr<T>),
+    /// Straight into its place in C: its entries.
+    InPlace(u64),
 }
 
 /// Where finished chunks go.
@@ -321,7 +346,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
     /// took. Chunks begun before it are handed out first, in order.
     pub fn complete_directly(
         &mut self,
-        product: Csr<T>,
+        landed: Landed<T>,
         kernel: Duration,
         d2h: Duration,
         done: &mut Done<'_, '_, '_, T>,
@@ -334,8 +359,16 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         asm.timing.kernel += kernel;
         asm.timing.d2h += d2h;
         // Entries only, as for batches: the offsets came back with the symbolic phase.
-        asm.timing.d2h_bytes += product.nnz() * entry_bytes::<T>();
-        asm.hand_out(product, done)
+        match landed {
+            Landed::Matrix(product) => {
+                asm.timing.d2h_bytes += product.nnz() * entry_bytes::<T>();
+                asm.hand_out(product, done)
+            }
+            Landed::InPlace(nnz) => {
+                asm.timing.d2h_bytes += nnz * entry_bytes::<T>();
+                asm.placed(done)
+            }
+        }
     }
 
     /// Waits for the last copies and hands out the remaining chunks.
@@ -404,9 +437,7 @@ fn drain<T: DeviceScalar>(
         place_of(places, asm.index)?.write_rows(&p.counts, cols, vals)?;
         if p.last_of_chunk {
             if let Some(asm) = chunks.pop_front() {
-                let mut timing = asm.timing;
-                timing.wall = asm.started.elapsed();
-                told(asm.index, timing)?;
+                told(asm.index, asm.timing())?;
             }
         }
         return Ok(());
