@@ -61,6 +61,9 @@ pub(crate) struct Work<'a, T: Scalar> {
     /// C, which the chunks are written into; `None`: each chunk comes back as a matrix of its
     /// own.
     pub c: Option<&'a ProductBuffer<T>>,
+    /// A and B already on a device (the one that counted C), by device: its worker computes
+    /// from them instead of uploading them again.
+    pub uploaded: Vec<Option<(ResidentCsr<T>, ResidentCsr<T>)>>,
 }
 
 /// What a run did: the chunks that came back as matrices (none where C was written in
@@ -242,7 +245,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
         let mut tiles: Vec<Option<Csr<T>>> = (0..batch.len()).map(|_| None).collect();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if placement.is_none() {
-                placement = Some(place(device.as_ref(), work)?);
+                placement = Some(place(device.as_ref(), work, d)?);
             }
             let Some(placement) = placement.as_ref() else {
                 return Ok(());
@@ -314,22 +317,39 @@ fn fits_whole<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> bool {
     bytes <= work.operand_budget
 }
 
-/// Uploads A and B once where the device has memory of its own and they fit.
-fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> Result<Placement<T>> {
+/// Uploads A and B once where device `d` has memory of its own and they fit (or takes them
+/// where they were uploaded before the run).
+fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>, d: usize) -> Result<Placement<T>> {
     if device.memory_space() == MemorySpace::Host {
         return Ok(Placement::Whole(None));
+    }
+    if let Some(ab) = work.uploaded.get(d).and_then(Option::as_ref) {
+        return Ok(Placement::Whole(Some(ab.clone())));
     }
     if !fits_whole(device, work) {
         return Ok(Placement::PerChunk);
     }
-    let uploaded = device
-        .upload(work.a)
-        .and_then(|a| Ok((a, device.upload(work.b)?)));
-    match uploaded {
+    match upload_operands(device, work.a, work.b) {
         Ok(ab) => Ok(Placement::Whole(Some(ab))),
         Err(Error::OutOfMemory { .. }) => Ok(Placement::PerChunk),
         Err(e) => Err(e),
     }
+}
+
+/// A and B uploaded to `device`, once each (once in all where they are the same matrix, as
+/// in `A · A`).
+pub(crate) fn upload_operands<T: Scalar>(
+    device: &dyn Backend<T>,
+    a: &Csr<T>,
+    b: &Csr<T>,
+) -> Result<(ResidentCsr<T>, ResidentCsr<T>)> {
+    let ra = device.upload(a)?;
+    let rb = if std::ptr::eq(a, b) {
+        ra.clone()
+    } else {
+        device.upload(b)?
+    };
+    Ok((ra, rb))
 }
 
 /// The next tasks for device `d`: its own list, else some of the queue; `None` when the run

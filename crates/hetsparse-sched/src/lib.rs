@@ -54,8 +54,8 @@ use hetsparse_core::backend::{assemble_chunks, check};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Dia, Error, MemorySpace, Operation, ProductBuffer, ProductChunk, ProductLayout,
-    Result, RunControl, Scalar, SparseFormat, SparseOperand, SparseRef, SpgemmOptions, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    ResidentCsr, Result, RunControl, Scalar, SparseFormat, SparseOperand, SparseRef, SpgemmOptions,
+    SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 pub use band::{BandCost, BandWork};
@@ -76,6 +76,9 @@ const MIN_CHUNK_PRODUCTS: u64 = 1 << 20;
 
 /// Share of the rows' products a speed calibration measures on each device.
 const CALIBRATION_SHARE: f64 = 0.03;
+
+/// A device and A and B uploaded to it.
+type Uploaded<T> = (usize, (ResidentCsr<T>, ResidentCsr<T>));
 
 /// Several backends used as one; see the [crate docs](crate).
 pub struct Scheduler<T: Scalar> {
@@ -156,11 +159,13 @@ impl<T: Scalar> Scheduler<T> {
     /// Host memory a shared product may take for C and its chunks together (default: the
     /// host's physical memory, or the limit set with [`hetsparse_core::host::set_buffer_limit`]).
     /// A product whose C and chunks could exceed it (judged by its intermediate products, a
-    /// bound on C's entries) has C counted first, every row in every panel of B on the host,
-    /// and every chunk written straight into its place in C: C is then the only allocation
-    /// proportional to it. Other products have their chunks come back as matrices of their
-    /// own, laid into C once all are done, which is faster while counting C on the host costs
-    /// more than that copy.
+    /// bound on C's entries) has C counted first and every chunk written straight into its
+    /// place in C: C is then the only allocation proportional to it. So does a product that a
+    /// device taking part can hold A and B of, where C's bound is at least twice their size:
+    /// that device counts C from the A and B it then computes from, which costs less than
+    /// the assembly it saves. Other products have their chunks come back as matrices of their
+    /// own, laid into C once all are done, which is faster there (counting C on the host, or
+    /// uploading A and B to count a small C, costs more than that copy).
     pub fn host_memory(mut self, bytes: u64) -> Self {
         self.host_memory = Some(bytes);
         self
@@ -468,28 +473,45 @@ impl<T: Scalar> Scheduler<T> {
             panels,
         } = self.assign(a, b, options, &part, operand_budget)?;
         let chunks_planned = own.iter().map(Vec::len).sum::<usize>() + shared.len();
-        // C in place where C and its chunks could not be held together: its arrays allocated
-        // once from the symbolic counts of every row in every panel.
+        // C in place (its arrays allocated once from the symbolic counts of every row in
+        // every panel) where C and its chunks could not be held together, or where a device
+        // counts it from A and B it keeps for its share and C may be large beside them
+        // (`Scheduler::host_memory`).
         let products: u64 = own
             .iter()
             .flatten()
             .chain(&shared)
             .map(|t| t.products)
             .sum();
-        let c_bound = csr_bytes(a.nrows(), products, std::mem::size_of::<T>());
+        let value = std::mem::size_of::<T>();
+        let c_entries = products.min((a.nrows() as u64).saturating_mul(b.ncols() as u64));
+        let c_bound = csr_bytes(a.nrows(), c_entries, value);
         let host_memory = self
             .host_memory
             .unwrap_or_else(hetsparse_core::host::buffer_limit);
+        let whole = csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
+            b.nrows(),
+            b.nnz(),
+            value,
+        ));
+        // A device counts where one takes part and can hold A and B (the workers' budget);
+        // out of core it would upload them again chunk by chunk, slower than the host's count.
+        let on_device = whole <= operand_budget.saturating_mul(2)
+            && (0..self.backends.len())
+                .any(|d| part[d] && self.backends[d].memory_space() != MemorySpace::Host);
         let counting = Instant::now();
-        let c = if c_bound.saturating_mul(2) > host_memory {
+        let mut uploaded = vec![None; self.backends.len()];
+        let in_place = c_bound.saturating_mul(2) > host_memory
+            || on_device && c_bound >= whole.saturating_mul(2);
+        let c = if in_place {
             let tasks = own.iter().flatten().chain(&shared);
-            let whole = csr_bytes(a.nrows(), a.nnz(), std::mem::size_of::<T>())
-                .saturating_add(csr_bytes(b.nrows(), b.nnz(), std::mem::size_of::<T>()));
-            // A device counts where it can hold A and B (the workers' budget); out of core
-            // it would upload them again chunk by chunk, slower than the host's count.
-            let on_device = whole <= operand_budget.saturating_mul(2);
             let layout = if on_device {
-                self.count_c(a, b, options, &part, tasks, panels.clone(), run)?
+                let (layout, on) =
+                    self.count_c(a, b, options, &part, tasks, panels.clone(), run)?;
+                if let Some((d, ab)) = on {
+                    uploaded[d] = Some(ab);
+                }
+                layout
             } else {
                 ProductLayout::count(a, b, panels.clone())?
             };
@@ -523,6 +545,7 @@ impl<T: Scalar> Scheduler<T> {
                 speeds: self.speeds(),
                 panels,
                 c: c.as_ref(),
+                uploaded,
             },
             run,
         )?;
@@ -547,6 +570,7 @@ impl<T: Scalar> Scheduler<T> {
     /// C's layout for C written in place, where the devices can hold A and B: counted by the
     /// fastest device taking part that has memory of its own (its symbolic phase over the
     /// planned chunks, which tile C), or on the host where none takes part or its count fails.
+    /// With the device and A and B on it, where they were uploaded for the count.
     #[allow(clippy::too_many_arguments)]
     fn count_c<'t>(
         &self,
@@ -557,7 +581,7 @@ impl<T: Scalar> Scheduler<T> {
         tasks: impl Iterator<Item = &'t Task>,
         panels: Vec<std::ops::Range<usize>>,
         run: &RunControl,
-    ) -> Result<ProductLayout> {
+    ) -> Result<(ProductLayout, Option<Uploaded<T>>)> {
         let speeds = self.speeds();
         let counter = (0..self.backends.len())
             .filter(|&d| part[d] && self.backends[d].memory_space() != MemorySpace::Host)
@@ -566,7 +590,7 @@ impl<T: Scalar> Scheduler<T> {
                 speed(x).total_cmp(&speed(y))
             });
         let Some(d) = counter else {
-            return ProductLayout::count(a, b, panels);
+            return Ok((ProductLayout::count(a, b, panels)?, None));
         };
         let chunks: Vec<ProductChunk> = tasks.map(|t| t.chunk.clone()).collect();
         let panel_of: Vec<usize> = chunks
@@ -587,13 +611,21 @@ impl<T: Scalar> Scheduler<T> {
             .collect::<Result<Vec<_>>>()?;
         let device = &self.backends[d];
         let _span = tracing::debug_span!("count C on a device", device = d).entered();
-        let counted = device.spgemm_chunk_counts(
-            a.into(),
-            b.into(),
-            &chunks,
-            options,
-            &run.child(),
-            &mut |i, rows| {
+        // A and B go up once, for the count and then for the device's share of the run.
+        let uploaded = match execute::upload_operands(device.as_ref(), a, b) {
+            Ok(ab) => Some(ab),
+            Err(e) if e.is_caller_error() => return Err(e),
+            Err(e) => {
+                tracing::debug!(device = d, error = %e, "A and B not uploaded for the count");
+                None
+            }
+        };
+        let (oa, ob) = match &uploaded {
+            Some((ra, rb)) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
+            None => (a.into(), b.into()),
+        };
+        let counted =
+            device.spgemm_chunk_counts(oa, ob, &chunks, options, &run.child(), &mut |i, rows| {
                 let chunk = chunks.get(i).filter(|c| c.rows.len() == rows.len());
                 let Some(chunk) = chunk else {
                     return Err(Error::Internal {
@@ -603,14 +635,16 @@ impl<T: Scalar> Scheduler<T> {
                 };
                 per_panel[panel_of[i]][chunk.rows.clone()].copy_from_slice(rows);
                 Ok(())
-            },
-        );
+            });
         match counted {
-            Ok(()) => ProductLayout::from_panel_counts(a.nrows(), b.ncols(), panels, &per_panel),
+            Ok(()) => Ok((
+                ProductLayout::from_panel_counts(a.nrows(), b.ncols(), panels, &per_panel)?,
+                uploaded.map(|ab| (d, ab)),
+            )),
             Err(e) if run.is_cancelled() => Err(e),
             Err(e) => {
                 tracing::warn!(device = d, error = %e, "counting C on the device failed; counting on the host");
-                ProductLayout::count(a, b, panels)
+                Ok((ProductLayout::count(a, b, panels)?, None))
             }
         }
     }

@@ -526,6 +526,36 @@ fn c_in_place_is_counted_by_a_device_that_holds_the_operands() {
     assert!(report.chunks_planned > 1, "{report:?}");
 }
 
+#[test]
+fn c_is_written_in_place_where_a_device_counts_it_and_c_may_be_large_beside_a_and_b() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let gpu: Shared = Arc::new(device);
+    // Intermediate products far beyond A's and B's entries: the device counts C and every
+    // chunk is written into its place.
+    let (a, b) = operands(MatrixClass::Skewed);
+    let shared = scheduler(vec![gpu.clone(), cpu()], Policy::WorkStealing).share_always();
+    assert_same(&multiply(&shared, &a, &b).unwrap(), &reference(&a, &b));
+    let report = shared.last_report().unwrap();
+    assert!(report.counting > Duration::ZERO, "{report:?}");
+    // One product per entry of A: C is no larger than A, so counting it would cost more than
+    // the chunks' assembly.
+    let a = generate::uniform::<f64>(20_000, 20_000, 1, 3);
+    let b = generate::uniform::<f64>(20_000, 20_000, 1, 4);
+    assert_same(&multiply(&shared, &a, &b).unwrap(), &reference(&a, &b));
+    let report = shared.last_report().unwrap();
+    assert!(report.chunks_planned > 1, "{report:?}");
+    assert_eq!(report.counting, Duration::ZERO, "{report:?}");
+    // With no device to count C, the host would: the chunks are assembled.
+    let (a, b) = operands(MatrixClass::Skewed);
+    let host_only = scheduler(vec![cpu(), cpu()], Policy::WorkStealing).share_always();
+    assert_same(&multiply(&host_only, &a, &b).unwrap(), &reference(&a, &b));
+    let report = host_only.last_report().unwrap();
+    assert!(report.chunks_planned > 1, "{report:?}");
+    assert_eq!(report.counting, Duration::ZERO, "{report:?}");
+}
+
 mod band {
     //! DIA × DIA split by rows (Matam et al. §IV.C).
 
