@@ -236,7 +236,7 @@ impl OpenClBackend {
                 CsrOperand::Resident(_) => None,
             };
             let same =
-                matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if std::ptr::eq(x, y));
+                matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if x.shares_arrays(y));
             b_up = match b {
                 CsrOperand::Host(m) if !same => {
                     Some(esc::upload(q, &self.pool, &compressed(m), "B")?)
@@ -603,7 +603,7 @@ impl OpenClBackend {
             CsrOperand::Resident(_) => 0,
         };
         let same =
-            matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if std::ptr::eq(x, y));
+            matches!((a, b), (CsrOperand::Host(x), CsrOperand::Host(y)) if x.shares_arrays(y));
         let operand_bytes = host_bytes(&a) + if same { 0 } else { host_bytes(&b) };
         let exp = match (a, b) {
             (CsrOperand::Host(ha), CsrOperand::Host(hb)) => {

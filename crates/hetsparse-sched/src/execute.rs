@@ -336,15 +336,15 @@ fn place<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>, d: usize) -> Re
     }
 }
 
-/// A and B uploaded to `device`, once each (once in all where they are the same matrix, as
-/// in `A · A`).
+/// A and B uploaded to `device`, once each (once in all where they are one matrix, as in
+/// `A · A`: the same or a clone, [`Csr::shares_arrays`]).
 pub(crate) fn upload_operands<T: Scalar>(
     device: &dyn Backend<T>,
     a: &Csr<T>,
     b: &Csr<T>,
 ) -> Result<(ResidentCsr<T>, ResidentCsr<T>)> {
     let ra = device.upload(a)?;
-    let rb = if std::ptr::eq(a, b) {
+    let rb = if a.shares_arrays(b) {
         ra.clone()
     } else {
         device.upload(b)?

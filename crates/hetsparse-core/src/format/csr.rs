@@ -214,6 +214,18 @@ impl<T: Scalar> Csr<T> {
     pub fn nnz(&self) -> u64 {
         self.col_indices.len() as u64
     }
+    /// Whether `other` is this matrix or a clone of it, whose arrays it shares: a test of
+    /// identity that reads no entry (equal matrices in arrays of their own are not the same).
+    /// A product `A · A` whose operands are one matrix can then read, or upload, it once.
+    pub fn shares_arrays(&self, other: &Csr<T>) -> bool {
+        fn same<X>(x: &[X], y: &[X]) -> bool {
+            std::ptr::eq(x.as_ptr(), y.as_ptr()) && x.len() == y.len()
+        }
+        self.shape() == other.shape()
+            && same(&self.row_offsets, &other.row_offsets)
+            && same(&self.col_indices, &other.col_indices)
+            && same(&self.values, &other.values)
+    }
     /// Row offsets, `nrows + 1` of them.
     pub fn row_offsets(&self) -> &[u64] {
         &self.row_offsets
@@ -710,6 +722,25 @@ mod tests {
             vec![1.0, 2.0, 3.0, 4.0, 5.0],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn only_a_clone_shares_the_arrays() {
+        let m = sample();
+        assert!(m.shares_arrays(&m));
+        assert!(m.shares_arrays(&m.clone()));
+        let copy = Csr::try_new(
+            m.nrows(),
+            m.ncols(),
+            m.row_offsets().to_vec(),
+            m.col_indices().to_vec(),
+            m.values().to_vec(),
+        )
+        .unwrap();
+        assert_eq!(copy, m);
+        assert!(!m.shares_arrays(&copy));
+        let empty = |n| Csr::<f64>::try_new(n, n, vec![0; n + 1], vec![], vec![]).unwrap();
+        assert!(!empty(3).shares_arrays(&empty(3)));
     }
 
     #[test]

@@ -439,9 +439,10 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
             Operand::Device(m) => (m.nrows, m.ncols),
         }
     }
-    /// Whether both operands are the same host matrix (`A · A`), uploaded once.
+    /// Whether both operands are one host matrix (`A · A`: the same or a clone), uploaded
+    /// once.
     fn same_host_matrix(&self, other: &Self) -> bool {
-        matches!((self, other), (Operand::Host(x), Operand::Host(y)) if std::ptr::eq(*x, *y))
+        matches!((self, other), (Operand::Host(x), Operand::Host(y)) if x.shares_arrays(y))
     }
     /// The operand on the device (uploaded on `stream` if it is on the host, into
     /// stream-ordered memory the call's end frees without waiting), and the host matrix where
