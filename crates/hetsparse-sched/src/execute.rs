@@ -308,13 +308,13 @@ fn fits_whole<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> bool {
     if device.memory_space() == MemorySpace::Host {
         return true;
     }
+    operands_bytes(work.a, work.b) <= work.operand_budget
+}
+
+/// Bytes of A and B in CSR form: what a device holding them whole takes for them.
+pub(crate) fn operands_bytes<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> u64 {
     let value = std::mem::size_of::<T>();
-    let bytes = csr_bytes(work.a.nrows(), work.a.nnz(), value).saturating_add(csr_bytes(
-        work.b.nrows(),
-        work.b.nnz(),
-        value,
-    ));
-    bytes <= work.operand_budget
+    csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(b.nrows(), b.nnz(), value))
 }
 
 /// Uploads A and B once where device `d` has memory of its own and they fit (or takes them
@@ -570,10 +570,7 @@ impl<T: Scalar> Call<'_, '_, T> {
             self.work.options,
             self.run,
             &mut |i, _timing| {
-                let task = tasks.get(i).ok_or_else(|| Error::Internal {
-                    backend: "sched".into(),
-                    what: format!("chunk {i} of a batch of {} finished", tasks.len()),
-                })?;
+                let task = task_at(tasks, i)?;
                 told[i] = true;
                 caller.add_done(task.products);
                 tracing::debug!(
@@ -616,10 +613,7 @@ impl<T: Scalar> Call<'_, '_, T> {
         self.device
             .spgemm_chunks(a, b, &chunks, self.work.options, self.run, &mut |part| {
                 let i = part.index;
-                let task = tasks.get(i).ok_or_else(|| Error::Internal {
-                    backend: "sched".into(),
-                    what: format!("chunk {i} of a batch of {} finished", tasks.len()),
-                })?;
+                let task = task_at(tasks, i)?;
                 let chunk = &task.chunk;
                 if part.product.shape() != (chunk.rows.len(), chunk.cols.len()) {
                     return Err(Error::Internal {
@@ -639,6 +633,14 @@ impl<T: Scalar> Call<'_, '_, T> {
                 Ok(())
             })
     }
+}
+
+/// The task of chunk `i` of a call's batch, which its device said it finished.
+fn task_at(tasks: &[Task], i: usize) -> Result<&Task> {
+    tasks.get(i).ok_or_else(|| Error::Internal {
+        backend: "sched".into(),
+        what: format!("chunk {i} of a batch of {} finished", tasks.len()),
+    })
 }
 
 /// Counts a chunk as finished, keeping it where it came back as a matrix.

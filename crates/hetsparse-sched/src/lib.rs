@@ -489,11 +489,7 @@ impl<T: Scalar> Scheduler<T> {
         let host_memory = self
             .host_memory
             .unwrap_or_else(hetsparse_core::host::buffer_limit);
-        let whole = csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
-            b.nrows(),
-            b.nnz(),
-            value,
-        ));
+        let whole = execute::operands_bytes(a, b);
         // A device counts where one takes part and can hold A and B (the workers' budget);
         // out of core it would upload them again chunk by chunk, slower than the host's count.
         let on_device = whole <= operand_budget.saturating_mul(2)
@@ -691,12 +687,7 @@ impl<T: Scalar> Scheduler<T> {
         // A device whose budget cannot hold A and B goes through the chunked path instead.
         let device = &self.backends[d];
         if device.memory_space() != MemorySpace::Host {
-            let value = std::mem::size_of::<T>();
-            let bytes = csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
-                b.nrows(),
-                b.nnz(),
-                value,
-            ));
+            let bytes = execute::operands_bytes(a, b);
             let budget = device
                 .memory_pool()
                 .map(|pool| pool.limit())
