@@ -13,6 +13,12 @@
 //! core), `HETSPARSE_BENCH_SPGEMM_ONLY=1` to leave out the SpMV and
 //! SpMM table, `HETSPARSE_BENCH_PROFILE=1` for one more call of each scheduler with its spans
 //! printed as they close (busy and idle time of each stage) on standard error.
+//! For studying a policy: `HETSPARSE_BENCH_POLICIES=work stealing;H-I` keeps the schedulers
+//! whose label contains one of the `;`-separated parts, `HETSPARSE_BENCH_HI_SPEEDS=1,3` sets
+//! Heuristic I's assumed speeds (CPU, GPU), `HETSPARSE_BENCH_HYBRID_THREADS=0` puts the CPU
+//! backend inside the schedulers on rayon's global pool (as `Context::auto()` does), and
+//! `HETSPARSE_BENCH_CALLS=1` prints every call of a scheduler (its time, shares and busy
+//! times) on standard error.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -85,6 +91,20 @@ fn main() {
         env_usize("HETSPARSE_BENCH_HYBRID_THREADS").unwrap_or(cores.saturating_sub(1).max(1));
     let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
     let spgemm_only = std::env::var("HETSPARSE_BENCH_SPGEMM_ONLY").is_ok_and(|v| v == "1");
+    let each_call = std::env::var("HETSPARSE_BENCH_CALLS").is_ok_and(|v| v == "1");
+    let policies: Option<Vec<String>> = std::env::var("HETSPARSE_BENCH_POLICIES")
+        .ok()
+        .map(|v| v.split(';').map(str::to_string).collect());
+    let hi_speeds: Vec<f64> = std::env::var("HETSPARSE_BENCH_HI_SPEEDS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .filter(|v: &Vec<f64>| v.len() == 2)
+        .unwrap_or_else(|| vec![1.0, 3.0]);
+    let hi_label = if hi_speeds[0] > 0.0 {
+        format!("H-I (gpu {}x)", hi_speeds[1] / hi_speeds[0])
+    } else {
+        "H-I (all on the gpu)".to_string()
+    };
     let wanted: Option<Vec<String>> = std::env::var("HETSPARSE_BENCH_CLASSES")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
@@ -95,8 +115,14 @@ fn main() {
     }
     let single: Vec<Arc<dyn Backend<f64>>> =
         single.into_iter().map(|r| Arc::from(r.backend)).collect();
-    let hybrid_cpu: Arc<dyn Backend<f64>> =
-        Arc::new(hetsparse_cpu::CpuBackend::with_threads(hybrid_threads).expect("CPU backend"));
+    let hybrid_cpu: Arc<dyn Backend<f64>> = Arc::new(
+        if hybrid_threads == 0 {
+            hetsparse_cpu::CpuBackend::new()
+        } else {
+            hetsparse_cpu::CpuBackend::with_threads(hybrid_threads)
+        }
+        .expect("CPU backend"),
+    );
     let gpu = single
         .iter()
         .find(|b| b.info().kind == DeviceKind::Gpu)
@@ -107,13 +133,13 @@ fn main() {
         let pair = || vec![hybrid_cpu.clone(), gpu.clone()];
         let mut s = vec![
             (
-                "H-I (gpu 3x)".to_string(),
-                Scheduler::from_shared(pair()).policy(Policy::RowSplitAssumed(vec![1.0, 3.0])),
+                hi_label.clone(),
+                Scheduler::from_shared(pair()).policy(Policy::RowSplitAssumed(hi_speeds.clone())),
             ),
             (
-                "H-I (gpu 3x), C in place".to_string(),
+                format!("{hi_label}, C in place"),
                 Scheduler::from_shared(pair())
-                    .policy(Policy::RowSplitAssumed(vec![1.0, 3.0]))
+                    .policy(Policy::RowSplitAssumed(hi_speeds.clone()))
                     .host_memory(0),
             ),
             (
@@ -162,6 +188,9 @@ fn main() {
                 format!("all {} (stealing)", all.len()),
                 Scheduler::from_shared(all).policy(Policy::WorkStealing),
             ));
+        }
+        if let Some(keep) = &policies {
+            s.retain(|(label, _)| keep.iter().any(|k| label.contains(k.as_str())));
         }
         s
     };
@@ -216,9 +245,24 @@ fn main() {
         if let Some(gpu) = &gpu {
             for (label, s) in schedulers(gpu) {
                 match time(reps, || {
-                    s.spgemm(a, b, SpgemmAlgorithm::Auto)
+                    let started = Instant::now();
+                    let c = s
+                        .spgemm(a, b, SpgemmAlgorithm::Auto)
                         .map_err(|e| eprintln!("{label}: {e}"))
-                        .ok()
+                        .ok();
+                    if each_call {
+                        if let Some(r) = s.last_report() {
+                            eprintln!(
+                                "{class}, {label}: {:.2} ms, shares {:?}, busy ms {:?}, counting {:.2}, assembly {:.2}",
+                                ms(started.elapsed()),
+                                r.shares().iter().map(|x| (x * 100.0).round()).collect::<Vec<_>>(),
+                                r.devices.iter().map(|d| (ms(d.busy) * 10.0).round() / 10.0).collect::<Vec<_>>(),
+                                ms(r.counting),
+                                ms(r.assembly),
+                            );
+                        }
+                    }
+                    c
                 }) {
                     Some((min, median, c)) => {
                         let ok = expected.as_ref().is_none_or(|e| agrees(&c, e));

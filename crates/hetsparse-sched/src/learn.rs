@@ -25,12 +25,13 @@ pub(crate) enum Kind {
     Spmv = 2,
 }
 
-/// A backend not yet timed alone is tried alone once when its speed in shared runs is at least
-/// this share of the fastest's. Shared runs say little about a device with memory of its own:
-/// its busy time there includes placing A and B, which a small share of the products does not
-/// amortise, and its chunks pay per-call costs a whole call does not (on the H100 machine work
-/// stealing kept the CPU alone on products where CUDA alone was up to 1.9 times faster). Only
-/// a backend far behind is left untried.
+/// A host backend not yet timed alone is tried alone once when its speed in shared runs is at
+/// least this share of the fastest's; only one far behind is left untried. A device with
+/// memory of its own is tried alone once whatever its speed in shared runs, which says little
+/// about it: its busy time there includes placing A and B, which a small share of the
+/// products does not amortise, and its chunks pay per-call costs a whole call does not (on the
+/// H200 machine CUDA's speed in the first shared run of a dense product was under 5 % of the
+/// CPU's, and alone it was faster than the CPU).
 pub(crate) const TRY_ALONE_SHARE: f64 = 0.05;
 
 /// A backend timed alone once is timed alone a second time when that first speed is at least
@@ -55,6 +56,8 @@ pub(crate) struct Learned {
     /// whatever the work (a GPU's launches, transfers and synchronisations; a host backend's
     /// threads), which decides small products.
     pub per_call: Vec<Option<f64>>,
+    /// Whether each backend computes in memory of its own (see [`TRY_ALONE_SHARE`]).
+    pub own_memory: Vec<bool>,
 }
 
 fn blend(old: Option<f64>, new: f64) -> f64 {
@@ -65,13 +68,17 @@ fn blend(old: Option<f64>, new: f64) -> f64 {
 }
 
 impl Learned {
-    pub fn new(backends: usize) -> Self {
+    /// Nothing learned yet about backends that compute in host memory or, where
+    /// `own_memory[d]`, in memory of their own.
+    pub fn new(own_memory: Vec<bool>) -> Self {
+        let backends = own_memory.len();
         Learned {
             speeds: vec![None; backends],
             alone: vec![None; backends],
             alone_runs: vec![0; backends],
             overhead: None,
             per_call: vec![None; backends],
+            own_memory,
         }
     }
 
@@ -147,24 +154,44 @@ impl Learned {
             .map(|(d, _)| d)
     }
 
-    /// The backend that should run alone, when every member's speed is known. First, each
-    /// member never timed alone whose speed in shared runs is at least [`TRY_ALONE_SHARE`] of
-    /// the fastest's is run alone once (a bounded exploration: shared runs can misjudge a
-    /// backend), and each timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run
-    /// alone once more. Then the fastest alone (on whole-run speeds where known) runs alone when
+    /// The backend that should run alone. Before anything is known about any member, the
+    /// first with memory of its own (a GPU: on the GPU machines measured, a first shared run
+    /// of a product large enough to share took two to three and a half times as long as the
+    /// GPU alone, the GPU alone at most 1.3 times as long as the CPU alone); with none, `None`
+    /// (share, to learn). Then, once every member's
+    /// speed in shared runs is known: first, each
+    /// member never timed alone is run alone once, the fastest in shared runs first, where it
+    /// has memory of its own or its speed in shared runs is at least [`TRY_ALONE_SHARE`] of
+    /// the fastest's (a bounded exploration: shared runs can misjudge a backend), and each
+    /// timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run alone once more. Then the fastest alone (on whole-run speeds where known) runs alone when
     /// sharing is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
     /// (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
     /// (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds). `None`:
     /// share (also to learn).
     pub fn alone(&self, members: &[usize]) -> Option<usize> {
+        let nothing_known = members
+            .iter()
+            .all(|&d| self.speeds[d].is_none() && self.alone[d].is_none());
+        if nothing_known {
+            return members.iter().copied().find(|&d| self.own_memory[d]);
+        }
         let known: Option<Vec<f64>> = members.iter().map(|&d| self.speeds[d]).collect();
         let total: f64 = known?.iter().sum();
         let best = self.fastest(members)?;
         let fastest = self.alone_speed(best)?;
-        let untried = members.iter().copied().find(|&d| {
-            self.alone[d].is_none()
-                && self.speeds[d].is_some_and(|s| s >= TRY_ALONE_SHARE * fastest)
-        });
+        let untried = members
+            .iter()
+            .copied()
+            .filter(|&d| {
+                self.alone[d].is_none()
+                    && (self.own_memory[d]
+                        || self.speeds[d].is_some_and(|s| s >= TRY_ALONE_SHARE * fastest))
+            })
+            // The first of the fastest.
+            .min_by(|&x, &y| {
+                let shared = |d: usize| self.speeds[d].unwrap_or(0.0);
+                shared(y).total_cmp(&shared(x))
+            });
         if untried.is_some() {
             return untried;
         }
@@ -197,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_slow_partner_is_left_out_once_sharing_is_measured() {
-        let mut l = Learned::new(2);
+        let mut l = Learned::new(vec![false; 2]);
         assert_eq!(l.alone(&[0, 1]), None);
         // 1000 and 40 units per ms; the shared run took 1.5× its ideal.
         let ideal_ms = 1040.0 / 1040.0;
@@ -212,7 +239,7 @@ mod tests {
         // Shared: 1.5 / 1.04e6 s per unit; alone 1 / 1e6: alone is faster.
         assert_eq!(l.alone(&[0, 1]), Some(0));
         // Two equal partners with that overhead share, once each was timed alone.
-        let mut even = Learned::new(2);
+        let mut even = Learned::new(vec![false; 2]);
         even.speeds = vec![Some(1.0), Some(1.0)];
         even.overhead = Some(1.5);
         assert_eq!(even.alone(&[0, 1]), Some(0));
@@ -226,8 +253,37 @@ mod tests {
     }
 
     #[test]
+    fn a_device_with_memory_of_its_own_is_tried_alone_however_slow_it_was_shared() {
+        // As on the dense product on the H200 machine: the GPU (1) took 4 % of a shared
+        // run's products in as long as the CPU (0) took for its 96 %.
+        let mut l = Learned::new(vec![false, true]);
+        // Before anything is known it runs the first product alone; timed only in a shared
+        // run, it is tried alone as well.
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(Learned::new(vec![false, false]).alone(&[0, 1]), None);
+        l.record(&[report(96, 5), report(4, 5)], Duration::from_millis(7));
+        assert!(l.speeds[1].unwrap() < TRY_ALONE_SHARE * l.speeds[0].unwrap());
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        l.record_alone(0, 100, Duration::from_millis(4));
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        // Alone it is the faster: it runs alone from now on (the CPU, within
+        // RETRY_ALONE_SHARE of it, timed once more first).
+        l.record_alone(1, 100, Duration::from_micros(3500));
+        assert_eq!(l.fastest(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1]), Some(0));
+        l.record_alone(0, 100, Duration::from_millis(4));
+        assert_eq!(l.alone(&[0, 1]), Some(1));
+        // A host backend as far behind is not tried.
+        let mut host = Learned::new(vec![false, false]);
+        host.record(&[report(96, 5), report(4, 5)], Duration::from_millis(7));
+        assert_eq!(host.alone(&[0, 1]), Some(0));
+        host.record_alone(0, 100, Duration::from_millis(4));
+        assert_eq!(host.alone(&[0, 1]), Some(0));
+    }
+
+    #[test]
     fn a_slow_first_run_alone_is_timed_again() {
-        let mut l = Learned::new(2);
+        let mut l = Learned::new(vec![false; 2]);
         l.speeds = vec![Some(100.0), Some(90.0)];
         l.overhead = Some(2.0);
         // 0's first run alone was cold (60 units/s), 1's was not (80).
@@ -247,7 +303,7 @@ mod tests {
         l.record_alone(0, 50, Duration::from_secs(1));
         assert_eq!(l.alone[0], Some(75.0));
         // A backend far below the fastest after its first run is not timed again.
-        let mut far = Learned::new(2);
+        let mut far = Learned::new(vec![false; 2]);
         far.speeds = vec![Some(100.0), Some(90.0)];
         far.overhead = Some(2.0);
         far.record_alone(0, 100, Duration::from_secs(1));
@@ -257,7 +313,7 @@ mod tests {
 
     #[test]
     fn before_any_shared_run_a_dominant_backend_runs_alone() {
-        let mut l = Learned::new(3);
+        let mut l = Learned::new(vec![false; 3]);
         l.speeds = vec![Some(97.0), Some(3.0), None];
         l.alone = vec![Some(97.0), None, None];
         assert_eq!(l.alone(&[0, 1]), Some(0));
@@ -270,7 +326,7 @@ mod tests {
 
     #[test]
     fn small_products_go_where_a_call_costs_least() {
-        let mut l = Learned::new(2);
+        let mut l = Learned::new(vec![false; 2]);
         // 0: a GPU, fast on large products; 1: the host, five times slower on them.
         l.record_alone(0, 1_000_000_000, Duration::from_secs(1));
         l.record_alone(1, 200_000_000, Duration::from_secs(1));
@@ -290,7 +346,7 @@ mod tests {
         assert_eq!(l.fastest(&[0, 1]), Some(0));
         // A backend whose first small product failed (recorded as taking forever) is not
         // tried on small products again.
-        let mut failing = Learned::new(2);
+        let mut failing = Learned::new(vec![false; 2]);
         failing.speeds = vec![Some(1e9), Some(2e8)];
         assert_eq!(failing.quickest_for(&[0, 1], 10_000), Some(0));
         failing.record_small(0, Duration::MAX);
@@ -301,7 +357,7 @@ mod tests {
 
     #[test]
     fn whole_runs_decide_who_runs_alone_after_each_was_tried() {
-        let mut l = Learned::new(2);
+        let mut l = Learned::new(vec![false; 2]);
         // Shared runs: 0 at 100 units/s, 1 at 30 (its chunks pay per-call costs); sharing
         // overhead 1.1: the shared time 1.1·W/130 is under 0.95·W/100, so on shared speeds
         // alone the two would share. But neither has run alone: 0 (the fastest) is tried,
@@ -316,7 +372,7 @@ mod tests {
         assert_eq!(l.alone(&[0, 1]), Some(1));
         assert_eq!(l.fastest(&[0, 1]), Some(1));
         // A member far below the fastest is not tried.
-        let mut far = Learned::new(2);
+        let mut far = Learned::new(vec![false; 2]);
         far.speeds = vec![Some(100.0), Some(3.0)];
         far.alone = vec![Some(100.0), None];
         far.overhead = Some(2.0);

@@ -112,7 +112,11 @@ impl<T: Scalar> Scheduler<T> {
                 capabilities = capabilities.with(op, &[scalar]);
             }
         }
-        let learned = [(); 3].map(|_| Mutex::new(Learned::new(backends.len())));
+        let own_memory: Vec<bool> = backends
+            .iter()
+            .map(|b| b.memory_space() != MemorySpace::Host)
+            .collect();
+        let learned = [(); 3].map(|_| Mutex::new(Learned::new(own_memory.clone())));
         Scheduler {
             backends,
             policy: Policy::default(),

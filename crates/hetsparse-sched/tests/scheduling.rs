@@ -228,6 +228,31 @@ fn a_device_alone_reports_every_product() {
     }
 }
 
+/// Before anything is learned, a product large enough to share runs whole on the device with
+/// memory of its own (on the GPU machines the better first guess than a shared run); the next
+/// one is shared, which times the host backend.
+#[test]
+fn a_first_product_runs_alone_on_the_device_with_memory_of_its_own() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = operands(MatrixClass::Uniform);
+    let expected = reference(&a, &b);
+    let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
+    let s = scheduler(vec![cpu(), Arc::new(device)], Policy::WorkStealing);
+    assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+    let first = s.last_report().unwrap();
+    assert_eq!(first.chunks_planned, 1);
+    assert_eq!(first.devices[0].products, 0);
+    assert_eq!(first.devices[1].products, products);
+    assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+    assert!(s.last_report().unwrap().chunks_planned > 1);
+    // With host backends only, the first product is shared.
+    let host_only = scheduler(vec![cpu(), cpu()], Policy::WorkStealing);
+    assert_same(&multiply(&host_only, &a, &b).unwrap(), &expected);
+    assert!(host_only.last_report().unwrap().chunks_planned > 1);
+}
+
 #[test]
 fn a_backend_that_fails_a_small_product_is_not_tried_on_small_ones_again() {
     // 3000-row operands: far below twice the default smallest chunk, so never shared by
