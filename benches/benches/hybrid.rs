@@ -11,8 +11,8 @@
 //! `HETSPARSE_BENCH_HYBRID_THREADS=N` for the CPU backend inside the schedulers (default: every
 //! core but one, left to the threads that drive the GPUs; the CPU backend alone has every
 //! core), `HETSPARSE_BENCH_SPGEMM_ONLY=1` to leave out the SpMV and
-//! SpMM table, `HETSPARSE_BENCH_PROFILE=1` for one more call of each scheduler with its spans
-//! printed as they close (busy and idle time of each stage) on standard error.
+//! SpMM table, `HETSPARSE_BENCH_PROFILE=1` for one more call of each backend and scheduler with
+//! its spans printed as they close (busy and idle time of each stage) on standard error.
 //! For studying a policy: `HETSPARSE_BENCH_POLICIES=work stealing;H-I` keeps the schedulers
 //! whose label contains one of the `;`-separated parts, `HETSPARSE_BENCH_HI_SPEEDS=1,3` sets
 //! Heuristic I's assumed speeds (CPU, GPU), `HETSPARSE_BENCH_HYBRID_THREADS=0` puts the CPU
@@ -231,6 +231,10 @@ fn main() {
                         expected = Some(c);
                     }
                     best_single = best_single.min(ms(min));
+                    if profile {
+                        eprintln!("profile of {class}, {name} alone:");
+                        let _ = spans::printed(|| backend.spgemm(a, b, SpgemmAlgorithm::Auto));
+                    }
                     rows.push((name, min, median, ok, " | | | ".to_string()));
                 }
                 None => rows.push((
