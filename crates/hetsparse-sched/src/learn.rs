@@ -154,32 +154,33 @@ impl Learned {
             .map(|(d, _)| d)
     }
 
-    /// The backend that should run alone. Before anything is known about any member, the
-    /// first with memory of its own (a GPU: on the GPU machines measured, a first shared run
+    /// The backend of `whole` (the members that can run the product alone) that should run
+    /// it alone, rather than all `members` sharing it. Before anything is known about any
+    /// member, the first of `whole` with memory of its own (a GPU: on the GPU machines measured, a first shared run
     /// of a product large enough to share took two to three and a half times as long as the
     /// GPU alone, the GPU alone at most 1.3 times as long as the CPU alone); with none, `None`
-    /// (share, to learn). Then, once every member's
-    /// speed in shared runs is known: first, each
-    /// member never timed alone is run alone once, the fastest in shared runs first, where it
+    /// (share, to learn). Then, once every member's speed in shared runs is known: first,
+    /// each of `whole` never timed alone is run alone once, the fastest in shared runs first, where it
     /// has memory of its own or its speed in shared runs is at least [`TRY_ALONE_SHARE`] of
     /// the fastest's (a bounded exploration: shared runs can misjudge a backend), and each
-    /// timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run alone once more. Then the fastest alone (on whole-run speeds where known) runs alone when
+    /// timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run alone once more.
+    /// Then the fastest of `whole` (on whole-run speeds where known) runs alone when
     /// sharing is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
     /// (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
     /// (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds). `None`:
     /// share (also to learn).
-    pub fn alone(&self, members: &[usize]) -> Option<usize> {
+    pub fn alone(&self, members: &[usize], whole: &[usize]) -> Option<usize> {
         let nothing_known = members
             .iter()
             .all(|&d| self.speeds[d].is_none() && self.alone[d].is_none());
         if nothing_known {
-            return members.iter().copied().find(|&d| self.own_memory[d]);
+            return whole.iter().copied().find(|&d| self.own_memory[d]);
         }
         let known: Option<Vec<f64>> = members.iter().map(|&d| self.speeds[d]).collect();
         let total: f64 = known?.iter().sum();
-        let best = self.fastest(members)?;
+        let best = self.fastest(whole)?;
         let fastest = self.alone_speed(best)?;
-        let untried = members
+        let untried = whole
             .iter()
             .copied()
             .filter(|&d| {
@@ -195,7 +196,7 @@ impl Learned {
         if untried.is_some() {
             return untried;
         }
-        let once = members.iter().copied().find(|&d| {
+        let once = whole.iter().copied().find(|&d| {
             d != best
                 && self.alone_runs[d] == 1
                 && self.alone[d].is_some_and(|s| s >= RETRY_ALONE_SHARE * fastest)
@@ -225,7 +226,7 @@ mod tests {
     #[test]
     fn a_slow_partner_is_left_out_once_sharing_is_measured() {
         let mut l = Learned::new(vec![false; 2]);
-        assert_eq!(l.alone(&[0, 1]), None);
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), None);
         // 1000 and 40 units per ms; the shared run took 1.5× its ideal.
         let ideal_ms = 1040.0 / 1040.0;
         l.record(
@@ -234,22 +235,22 @@ mod tests {
         );
         assert!((l.overhead.unwrap() - 1.5).abs() < 1e-9);
         // 0 has not run alone: it is timed alone once (1 is too slow to be tried).
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         l.record_alone(0, 1000, Duration::from_millis(1));
         // Shared: 1.5 / 1.04e6 s per unit; alone 1 / 1e6: alone is faster.
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         // Two equal partners with that overhead share, once each was timed alone.
         let mut even = Learned::new(vec![false; 2]);
         even.speeds = vec![Some(1.0), Some(1.0)];
         even.overhead = Some(1.5);
-        assert_eq!(even.alone(&[0, 1]), Some(0));
+        assert_eq!(even.alone(&[0, 1], &[0, 1]), Some(0));
         even.record_alone(0, 1, Duration::from_secs(1));
-        assert_eq!(even.alone(&[0, 1]), Some(1));
+        assert_eq!(even.alone(&[0, 1], &[0, 1]), Some(1));
         even.record_alone(1, 1, Duration::from_secs(1));
         // Each within RETRY_ALONE_SHARE of the other: the one not chosen is timed again.
-        assert_eq!(even.alone(&[0, 1]), Some(0));
+        assert_eq!(even.alone(&[0, 1], &[0, 1]), Some(0));
         even.record_alone(0, 1, Duration::from_secs(1));
-        assert_eq!(even.alone(&[0, 1]), None);
+        assert_eq!(even.alone(&[0, 1], &[0, 1]), None);
     }
 
     #[test]
@@ -259,26 +260,36 @@ mod tests {
         let mut l = Learned::new(vec![false, true]);
         // Before anything is known it runs the first product alone; timed only in a shared
         // run, it is tried alone as well.
-        assert_eq!(l.alone(&[0, 1]), Some(1));
-        assert_eq!(Learned::new(vec![false, false]).alone(&[0, 1]), None);
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
+        assert_eq!(
+            Learned::new(vec![false, false]).alone(&[0, 1], &[0, 1]),
+            None
+        );
         l.record(&[report(96, 5), report(4, 5)], Duration::from_millis(7));
         assert!(l.speeds[1].unwrap() < TRY_ALONE_SHARE * l.speeds[0].unwrap());
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         l.record_alone(0, 100, Duration::from_millis(4));
-        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
         // Alone it is the faster: it runs alone from now on (the CPU, within
         // RETRY_ALONE_SHARE of it, timed once more first).
         l.record_alone(1, 100, Duration::from_micros(3500));
         assert_eq!(l.fastest(&[0, 1]), Some(1));
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         l.record_alone(0, 100, Duration::from_millis(4));
-        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
+        // A device that cannot hold the operands is neither run alone first nor tried.
+        let mut out_of_core = Learned::new(vec![false, true]);
+        assert_eq!(out_of_core.alone(&[0, 1], &[0]), None);
+        out_of_core.record(&[report(96, 5), report(4, 5)], Duration::from_millis(7));
+        assert_eq!(out_of_core.alone(&[0, 1], &[0]), Some(0));
+        out_of_core.record_alone(0, 100, Duration::from_millis(4));
+        assert_eq!(out_of_core.alone(&[0, 1], &[0]), Some(0));
         // A host backend as far behind is not tried.
         let mut host = Learned::new(vec![false, false]);
         host.record(&[report(96, 5), report(4, 5)], Duration::from_millis(7));
-        assert_eq!(host.alone(&[0, 1]), Some(0));
+        assert_eq!(host.alone(&[0, 1], &[0, 1]), Some(0));
         host.record_alone(0, 100, Duration::from_millis(4));
-        assert_eq!(host.alone(&[0, 1]), Some(0));
+        assert_eq!(host.alone(&[0, 1], &[0, 1]), Some(0));
     }
 
     #[test]
@@ -290,15 +301,15 @@ mod tests {
         l.record_alone(0, 60, Duration::from_secs(1));
         l.record_alone(1, 80, Duration::from_secs(1));
         assert_eq!(l.fastest(&[0, 1]), Some(1));
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         // Warm, 0 does 100: the better of its two runs stands. 1, now the one timed once
         // within reach, is timed again; then 0 runs alone from now on.
         l.record_alone(0, 100, Duration::from_secs(1));
         assert_eq!(l.alone[0], Some(100.0));
-        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
         l.record_alone(1, 80, Duration::from_secs(1));
-        assert_eq!(l.alone(&[0, 1]), Some(0));
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         // Later runs blend.
         l.record_alone(0, 50, Duration::from_secs(1));
         assert_eq!(l.alone[0], Some(75.0));
@@ -308,7 +319,7 @@ mod tests {
         far.overhead = Some(2.0);
         far.record_alone(0, 100, Duration::from_secs(1));
         far.record_alone(1, 50, Duration::from_secs(1));
-        assert_eq!(far.alone(&[0, 1]), Some(0));
+        assert_eq!(far.alone(&[0, 1], &[0, 1]), Some(0));
     }
 
     #[test]
@@ -316,11 +327,11 @@ mod tests {
         let mut l = Learned::new(vec![false; 3]);
         l.speeds = vec![Some(97.0), Some(3.0), None];
         l.alone = vec![Some(97.0), None, None];
-        assert_eq!(l.alone(&[0, 1]), Some(0));
-        assert_eq!(l.alone(&[0, 1, 2]), None);
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1, 2], &[0, 1, 2]), None);
         l.speeds[1] = Some(20.0);
         l.alone[1] = Some(20.0);
-        assert_eq!(l.alone(&[0, 1]), None);
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), None);
         assert_eq!(l.fastest(&[1, 2]), Some(1));
     }
 
@@ -364,18 +375,18 @@ mod tests {
         // then 1 (within TRY_ALONE_SHARE).
         l.speeds = vec![Some(100.0), Some(30.0)];
         l.overhead = Some(1.1);
-        assert_eq!(l.alone(&[0, 1]), Some(0));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(0));
         l.record_alone(0, 100, Duration::from_secs(1));
-        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
         // Alone, 1 does 250 units/s: from now on it runs alone (1.1/130 ≥ 0.95/250).
         l.record_alone(1, 250, Duration::from_secs(1));
-        assert_eq!(l.alone(&[0, 1]), Some(1));
+        assert_eq!(l.alone(&[0, 1], &[0, 1]), Some(1));
         assert_eq!(l.fastest(&[0, 1]), Some(1));
         // A member far below the fastest is not tried.
         let mut far = Learned::new(vec![false; 2]);
         far.speeds = vec![Some(100.0), Some(3.0)];
         far.alone = vec![Some(100.0), None];
         far.overhead = Some(2.0);
-        assert_eq!(far.alone(&[0, 1]), Some(0));
+        assert_eq!(far.alone(&[0, 1], &[0, 1]), Some(0));
     }
 }

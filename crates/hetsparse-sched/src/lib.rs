@@ -287,11 +287,7 @@ impl<T: Scalar> Scheduler<T> {
             .iter()
             .zip(part)
             .filter(|(b, p)| **p && b.memory_space() != MemorySpace::Host)
-            .map(|(b, _)| {
-                b.memory_pool()
-                    .map(|pool| pool.limit())
-                    .unwrap_or(b.info().memory_bytes)
-            })
+            .map(|(b, _)| memory_budget(b.as_ref()))
             .min()
             .map(|bytes| bytes / 4)
             .unwrap_or(u64::MAX)
@@ -673,6 +669,17 @@ impl<T: Scalar> Scheduler<T> {
         .then(|| analysis::total_products(a, b))
         .transpose()?;
         let small_product = counted_first.is_some_and(|p| p < small);
+        // A device whose budget cannot hold A and B goes through the chunked path instead.
+        let operands = execute::operands_bytes(a, b);
+        let whole: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&d| {
+                let device = &self.backends[d];
+                device.memory_space() == MemorySpace::Host
+                    || operands <= memory_budget(device.as_ref()) / 2
+            })
+            .collect();
         let chosen = {
             let learned = self.learned(Kind::Spgemm);
             if members.len() == 1 {
@@ -682,24 +689,13 @@ impl<T: Scalar> Scheduler<T> {
             } else if self.share_always {
                 None
             } else {
-                learned.alone(&members)
+                learned.alone(&members, &whole)
             }
         };
-        let Some(d) = chosen else {
+        let Some(d) = chosen.filter(|d| whole.contains(d)) else {
             return Ok(None);
         };
-        // A device whose budget cannot hold A and B goes through the chunked path instead.
         let device = &self.backends[d];
-        if device.memory_space() != MemorySpace::Host {
-            let bytes = execute::operands_bytes(a, b);
-            let budget = device
-                .memory_pool()
-                .map(|pool| pool.limit())
-                .unwrap_or(device.info().memory_bytes);
-            if bytes > budget / 2 {
-                return Ok(None);
-            }
-        }
         let started = Instant::now();
         // The products are what the device's speed is learned in. A host backend counts them
         // first (a count beside it would take its cores); a device reports them as it plans
@@ -852,6 +848,15 @@ impl<T: Scalar> Scheduler<T> {
         self.learned(kind).record(&reports, started.elapsed());
         Ok(Some(pieces))
     }
+}
+
+/// The memory a device with memory of its own may use: its pool's limit (its budget), else
+/// all it has.
+fn memory_budget<T: Scalar>(device: &dyn Backend<T>) -> u64 {
+    device
+        .memory_pool()
+        .map(|pool| pool.limit())
+        .unwrap_or(device.info().memory_bytes)
 }
 
 /// The chunks of a product and who takes them.

@@ -251,6 +251,24 @@ fn a_first_product_runs_alone_on_the_device_with_memory_of_its_own() {
     let host_only = scheduler(vec![cpu(), cpu()], Policy::WorkStealing);
     assert_same(&multiply(&host_only, &a, &b).unwrap(), &expected);
     assert!(host_only.last_report().unwrap().chunks_planned > 1);
+    // So it is where the device cannot hold A and B (half of B's bytes for a budget); the
+    // exploration that follows times the CPU alone, the one backend that can run it whole.
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
+    let small: Shared = Arc::new(device.with_memory_budget(budget));
+    let s = scheduler(vec![cpu(), small], Policy::WorkStealing);
+    let mut cpu_alone = 0;
+    for _ in 0..3 {
+        assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+        let report = s.last_report().unwrap();
+        if report.chunks_planned == 1 {
+            assert_eq!(report.devices[0].products, products, "{report:?}");
+            cpu_alone += 1;
+        }
+    }
+    assert!(cpu_alone > 0);
 }
 
 #[test]
