@@ -256,11 +256,12 @@ fn main() {
                         .spgemm(a, b, SpgemmAlgorithm::Auto)
                         .map_err(|e| eprintln!("{label}: {e}"))
                         .ok();
+                    let elapsed = started.elapsed();
                     if each_call {
                         if let Some(r) = s.last_report() {
                             eprintln!(
                                 "{class}, {label}: {:.2} ms, shares {:?}, busy ms {:?}, counting {:.2}, assembly {:.2}",
-                                ms(started.elapsed()),
+                                ms(elapsed),
                                 r.shares().iter().map(|x| (x * 100.0).round()).collect::<Vec<_>>(),
                                 r.devices.iter().map(|d| (ms(d.busy) * 10.0).round() / 10.0).collect::<Vec<_>>(),
                                 ms(r.counting),

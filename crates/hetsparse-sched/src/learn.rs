@@ -155,20 +155,21 @@ impl Learned {
     }
 
     /// The backend of `whole` (the members that can run the product alone) that should run
-    /// it alone, rather than all `members` sharing it. Before anything is known about any
-    /// member, the first of `whole` with memory of its own (a GPU: on the GPU machines measured, a first shared run
-    /// of a product large enough to share took two to three and a half times as long as the
-    /// GPU alone, the GPU alone at most 1.3 times as long as the CPU alone); with none, `None`
-    /// (share, to learn). Then, once every member's speed in shared runs is known: first,
-    /// each of `whole` never timed alone is run alone once, the fastest in shared runs first, where it
-    /// has memory of its own or its speed in shared runs is at least [`TRY_ALONE_SHARE`] of
-    /// the fastest's (a bounded exploration: shared runs can misjudge a backend), and each
-    /// timed alone once within [`RETRY_ALONE_SHARE`] of the fastest is run alone once more.
-    /// Then the fastest of `whole` (on whole-run speeds where known) runs alone when
-    /// sharing is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
-    /// (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
-    /// (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds). `None`:
-    /// share (also to learn).
+    /// it alone, rather than all `members` sharing it; `None`: share (also to learn).
+    ///
+    /// - Before anything is known about any member: the first of `whole` with memory of its
+    ///   own (a GPU: on the GPU machines measured, a first shared run of a product large
+    ///   enough to share took two to three and a half times as long as the GPU alone, and the
+    ///   GPU alone at most 1.3 times as long as the CPU alone); with none, `None`.
+    /// - Once every member's speed in shared runs is known, exploring first: each of `whole`
+    ///   never timed alone is run alone once, the fastest in shared runs first, where it has
+    ///   memory of its own or its speed in shared runs is at least [`TRY_ALONE_SHARE`] of the
+    ///   fastest's (shared runs can misjudge a backend); each timed alone once within
+    ///   [`RETRY_ALONE_SHARE`] of the fastest is run alone once more.
+    /// - Then the fastest of `whole` (on whole-run speeds where known) runs alone when sharing
+    ///   is not expected to pay: the overhead-weighted shared time `overhead · W / Σ s`
+    ///   (speeds in shared runs) is at least [`SHARING_GAIN`] of its time alone `W / s_max`
+    ///   (before any shared run, when it has over [`DOMINANT_SHARE`] of the speeds).
     pub fn alone(&self, members: &[usize], whole: &[usize]) -> Option<usize> {
         let nothing_known = members
             .iter()
