@@ -83,7 +83,7 @@ fn largest_product(rows: usize, budget_gb: u64, cpu: &Arc<dyn Backend<f64>>) -> 
     }
     let total = a.data().len() * 2 + c.data().len();
     format!(
-        "\nOut of core: A · A, band of 9 diagonals, {rows} rows ({:.1} s to make A): A {:.1} GB, B (the same matrix, uploaded again) {:.1} GB, C {:.1} GB ({} diagonals), {:.1} GB in all against a device budget of {budget_gb} GB on the {}; {:.2} s, C at {:.1} GB/s; rows checked against the CPU backend: {correct}\n",
+        "\nOut of core: A · A, band of 9 diagonals, {rows} rows ({:.1} s to make A): A {:.1} GB, B (the same matrix, its rows uploaded once per block and A's copied from them on the device) {:.1} GB, C {:.1} GB ({} diagonals), {:.1} GB in all against a device budget of {budget_gb} GB on the {}; {:.2} s, C at {:.1} GB/s; rows checked against the CPU backend: {correct}\n",
         made.as_secs_f64(),
         gb(a.data().len()),
         gb(a.data().len()),

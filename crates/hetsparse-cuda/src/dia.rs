@@ -207,12 +207,45 @@ fn dia_rows_on_device<T: DeviceScalar>(
         }
         Ok::<_, Error>(buffer)
     };
-    let (off_a, data_a, data_b, off_c, pair_start, pair_a, pair_b) = {
-        let _h = tracing::debug_span!("H2D", pairs = plan.pair_a.len()).entered();
+    // For A · A with one matrix, the block's rows of B (`inner`, the band around its rows)
+    // hold its rows of A: A's diagonals are copied on the device from B's instead of crossing
+    // the link (and the host's memory) a second time.
+    let a_within_b = std::ptr::eq(a, b)
+        && block.inner.start <= block.rows.start
+        && block.rows.end <= block.inner.end;
+    let (off_a, data_b, data_a, off_c, pair_start, pair_a, pair_b) = {
+        let _h = tracing::debug_span!("H2D", pairs = plan.pair_a.len(), a_within_b).entered();
+        let data_b = diagonals(b, &block.b_diagonals, &block.inner, "DIA data of B")?;
+        let data_a = if a_within_b {
+            let rows = block.rows.len();
+            let shift = block.rows.start - block.inner.start;
+            let data_a = DeviceBuffer::<T::Device>::new(
+                mem,
+                block.a_diagonals.len() * rows,
+                "DIA data of A",
+            )?;
+            for (k, &(d, _)) in block.a_diagonals.iter().enumerate() {
+                let to = data_a.slice().sub(k * rows, rows);
+                match block.b_diagonals.iter().position(|&(e, _)| e == d) {
+                    Some(kb) => to.copy_from(
+                        &stream,
+                        data_b.slice().sub(kb * block.inner.len() + shift, rows),
+                    )?,
+                    None => to.upload_staged(
+                        &stream,
+                        gpu.pinned_pool(),
+                        as_device(&a.diagonal(d)[block.rows.clone()]),
+                    )?,
+                }
+            }
+            data_a
+        } else {
+            diagonals(a, &block.a_diagonals, &block.rows, "DIA data of A")?
+        };
         (
             DeviceBuffer::from_host(mem, &stream, &offsets_a, "DIA offsets of A")?,
-            diagonals(a, &block.a_diagonals, &block.rows, "DIA data of A")?,
-            diagonals(b, &block.b_diagonals, &block.inner, "DIA data of B")?,
+            data_b,
+            data_a,
             DeviceBuffer::from_host(mem, &stream, &plan.offsets, "DIA offsets of C")?,
             DeviceBuffer::from_host(mem, &stream, &plan.pair_start, "DIA pair starts")?,
             DeviceBuffer::from_host(mem, &stream, &plan.pair_a, "DIA pairs (A)")?,

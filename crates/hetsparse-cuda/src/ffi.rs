@@ -110,6 +110,12 @@ extern "C" {
         bytes: usize,
         stream: CUstream,
     ) -> CUresult;
+    pub fn cuMemcpyDtoDAsync_v2(
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> CUresult;
     pub fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream)
         -> CUresult;
 

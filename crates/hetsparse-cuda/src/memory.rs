@@ -160,6 +160,24 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             "copying to the device",
         )
     }
+    /// Copies `src` (device memory of the same context) into the start of the slice, queued on
+    /// `stream` behind what is there, and waits for it: both may be reused or freed once this
+    /// returns.
+    pub fn copy_from(&self, stream: &Stream, src: DeviceSlice<'_, T>) -> Result<()> {
+        assert!(src.len <= self.len, "copy larger than the device slice");
+        if src.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are device memory valid for `src.len` elements while borrowed,
+        // and the stream is waited for before the borrows end.
+        check(
+            unsafe {
+                ffi::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, src.len * size_of::<T>(), stream.raw())
+            },
+            "copying within the device",
+        )?;
+        stream.synchronize()
+    }
     /// Copies the start of the slice into `host`, waiting for `stream` first and for the copy.
     pub fn download(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
         // SAFETY: the stream is synchronised before `host` is released to the caller, so the

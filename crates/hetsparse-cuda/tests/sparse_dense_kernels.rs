@@ -597,6 +597,25 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
             "DIA×DIA",
         );
     }
+    // A · A with one matrix, whole and in blocks of rows (a budget of a quarter of what the
+    // product's rows take): the block's rows of A are copied on the device from its rows of B.
+    let x = generate::banded::<T>(3000, 5, 7);
+    let dx = Dia::from_csr(&x, u64::MAX).expect("dia");
+    let e = reference::spgemm::<T, PlusTimes>(&x, &x).expect("reference");
+    let dense_e = e.to_dense(Layout::RowMajor).unwrap();
+    let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&x), &magnitudes(&x))
+        .expect("scale")
+        .to_dense(Layout::RowMajor)
+        .unwrap();
+    let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
+    let c_diagonals = dx.product_offsets(&dx).len();
+    let per_row = ((2 * dx.ndiags() + c_diagonals) * std::mem::size_of::<T>()) as u64;
+    let blocked = backend_with(Some(per_row * 3000 / 4)).expect("a budgeted backend");
+    for (backend, what) in [(&b, "A·A whole"), (&blocked, "A·A in blocks")] {
+        let c = backend.dia_spgemm(&dx, &dx).expect(what).to_csr().unwrap();
+        let dense_c = c.to_dense(Layout::RowMajor).unwrap();
+        assert_close(dense_c.data(), dense_e.data(), scale.data(), terms, what);
+    }
     let x = generate::uniform::<T>(64, 96, 20, 5);
     let y = generate::uniform::<T>(96, 40, 12, 6);
     for (bx, by) in [((4, 8), (8, 5)), ((16, 3), (3, 8))] {
