@@ -123,6 +123,38 @@ impl Learned {
         }
     }
 
+    /// Learns that backend `d` failed a whole run: it is no longer tried first (its speed
+    /// counts as 0) but stays a fallback.
+    pub fn record_failed(&mut self, d: usize) {
+        self.alone[d] = Some(0.0);
+        self.alone_runs[d] = self.alone_runs[d].saturating_add(1);
+    }
+
+    /// The backend to run an operation whole on, where it is not shared (SpMV and SpMM): each
+    /// member not timed yet once, in order (so a GPU's speed is learned, not assumed from the
+    /// first backend's); then one timed once within [`RETRY_ALONE_SHARE`] of the fastest once
+    /// more (a first run can pay a cold start); then the fastest.
+    pub fn next_alone(&self, members: &[usize]) -> Option<usize> {
+        if let Some(untried) = members
+            .iter()
+            .copied()
+            .find(|&d| self.alone_speed(d).is_none())
+        {
+            return Some(untried);
+        }
+        let best = self.fastest(members)?;
+        let fastest = self.alone_speed(best)?;
+        members
+            .iter()
+            .copied()
+            .find(|&d| {
+                d != best
+                    && self.alone_runs[d] == 1
+                    && self.alone[d].is_some_and(|s| s >= RETRY_ALONE_SHARE * fastest)
+            })
+            .or(Some(best))
+    }
+
     /// What `d` is expected to do alone: its speed in whole runs where known, else in shared
     /// runs.
     fn alone_speed(&self, d: usize) -> Option<f64> {
@@ -291,6 +323,28 @@ mod tests {
         assert_eq!(host.alone(&[0, 1], &[0, 1]), Some(0));
         host.record_alone(0, 100, Duration::from_millis(4));
         assert_eq!(host.alone(&[0, 1], &[0, 1]), Some(0));
+    }
+
+    #[test]
+    fn whole_runs_of_spmv_and_spmm_try_each_backend_then_keep_the_fastest() {
+        let mut l = Learned::new(vec![false, true, true]);
+        // Each is tried once, in order; a backend that failed is no longer tried first.
+        assert_eq!(l.next_alone(&[0, 1, 2]), Some(0));
+        l.record_alone(0, 100, Duration::from_millis(10));
+        assert_eq!(l.next_alone(&[0, 1, 2]), Some(1));
+        l.record_alone(1, 100, Duration::from_millis(4));
+        assert_eq!(l.next_alone(&[0, 1, 2]), Some(2));
+        l.record_failed(2);
+        // 1 is the fastest; 0 (at 40 % of it) is not timed again.
+        assert_eq!(l.next_alone(&[0, 1, 2]), Some(1));
+        assert_eq!(l.next_alone(&[0, 2]), Some(0));
+        // One within RETRY_ALONE_SHARE of the fastest after one run is timed once more.
+        let mut close = Learned::new(vec![false, true]);
+        close.record_alone(0, 100, Duration::from_millis(5));
+        close.record_alone(1, 100, Duration::from_millis(4));
+        assert_eq!(close.next_alone(&[0, 1]), Some(0));
+        close.record_alone(0, 100, Duration::from_millis(5));
+        assert_eq!(close.next_alone(&[0, 1]), Some(1));
     }
 
     #[test]

@@ -757,8 +757,9 @@ impl<T: Scalar> Scheduler<T> {
         }
     }
 
-    /// Runs `op` whole on one backend: the fastest known first, then the others in order,
-    /// moving on at a device failure. `work` (units of `kind`) teaches the speed.
+    /// Runs `op` whole on one backend, [`Learned::next_alone`] first (each backend once, then
+    /// the fastest), then the others in order, moving on at a device failure. `work` (units of
+    /// `kind`) teaches the speed.
     fn on_one<R>(
         &self,
         op: Operation,
@@ -769,9 +770,9 @@ impl<T: Scalar> Scheduler<T> {
     ) -> Result<R> {
         let part = self.taking_part(op)?;
         let mut order: Vec<usize> = (0..part.len()).filter(|&d| part[d]).collect();
-        if let Some(best) = self.learned(kind).fastest(&order) {
-            order.retain(|&d| d != best);
-            order.insert(0, best);
+        if let Some(first) = self.learned(kind).next_alone(&order) {
+            order.retain(|&d| d != first);
+            order.insert(0, first);
         }
         let mut last = None;
         for d in order {
@@ -779,11 +780,7 @@ impl<T: Scalar> Scheduler<T> {
             let started = Instant::now();
             match f(backend.as_ref()) {
                 Ok(r) => {
-                    let mut report = DeviceReport::new(backend.info().name);
-                    (report.chunks, report.products, report.busy) = (1, work, started.elapsed());
-                    let mut devices = vec![DeviceReport::default(); self.backends.len()];
-                    devices[d] = report;
-                    self.learned(kind).record(&devices, started.elapsed());
+                    self.learned(kind).record_alone(d, work, started.elapsed());
                     return Ok(r);
                 }
                 Err(e)
@@ -795,6 +792,7 @@ impl<T: Scalar> Scheduler<T> {
                 }
                 Err(e) => {
                     tracing::warn!(backend = %backend.info().name, error = %e, "a backend failed; trying the next");
+                    self.learned(kind).record_failed(d);
                     last = Some(e);
                 }
             }
