@@ -119,6 +119,59 @@ pub(crate) fn column_panels<T: Scalar>(b: &Csr<T>, budget: u64) -> Vec<Range<usi
     panels
 }
 
+/// What one chunk costs beside its bytes, as bytes uploaded in the same time: its symbolic
+/// phase and the host's wait for it, its row offsets' read-back, its last output batch and
+/// its hand-over, about 3 ms a chunk out of core on an H200 host (16 cores), where a
+/// chunk's rows of A crossed at 13 GB/s.
+const CHUNK_COST_BYTES: u64 = 32 << 20;
+
+/// Splits `window` bytes of device memory for a chunk's operands between its rows of A and
+/// its column panel of B, as `(a_bytes, b_bytes)`, by the least estimated cost: a chunk per
+/// row panel × column panel pair ([`CHUNK_COST_BYTES`] each), all of A uploaded once per
+/// column panel, and B's row offsets once per column panel (every panel holds all of them).
+/// A's share never exceeds `window / 2`, the even split, so no chunk has more rows than an
+/// even split gives it (the device's per-row arrays come out of the rest of its memory);
+/// B's may take the rest: out of core, with B in twenty panels of a budget that B's row
+/// offsets took most of, A crossed the link twenty times.
+pub(crate) fn window_split<T: Scalar>(a: &Csr<T>, b: &Csr<T>, window: u64) -> (u64, u64) {
+    let half = window / 2;
+    let value_bytes = std::mem::size_of::<T>();
+    let a_bytes = csr_bytes(a.nrows(), a.nnz(), value_bytes);
+    let b_bytes = csr_bytes(b.nrows(), b.nnz(), value_bytes);
+    if window == u64::MAX || b_bytes <= half {
+        return (half, window - half);
+    }
+    let b_offsets = (b.nrows() as u64 + 1) * 8;
+    let b_entries = b_bytes - b_offsets;
+    let cost = |a_share: u64| -> Option<u64> {
+        let b_share = window - a_share;
+        let panels = if b_bytes <= b_share {
+            1
+        } else {
+            b_entries.div_ceil(b_share.checked_sub(b_offsets).filter(|&r| r > 0)?)
+        };
+        let row_panels = a_bytes.div_ceil(a_share.max(1)).max(1);
+        let chunks = panels.saturating_mul(row_panels);
+        Some(
+            chunks
+                .saturating_mul(CHUNK_COST_BYTES)
+                .saturating_add(panels.saturating_mul(a_bytes.saturating_add(b_offsets)))
+                .saturating_add(b_entries),
+        )
+    };
+    // A's share from a sixteenth of the window up to half of it.
+    let best = (1..=8u64)
+        .map(|k| window / 16 * k)
+        .filter(|&share| share > 0)
+        .filter_map(|share| cost(share).map(|c| (c, std::cmp::Reverse(share), share)))
+        .min()
+        .map(|(_, _, share)| share);
+    match best {
+        Some(share) => (share, window - share),
+        None => (half, window - half),
+    }
+}
+
 /// Each column panel's share of B's entries, by which a chunk's products are estimated from
 /// its rows' products: rows `r` of panel `p` get `⌊P·c[p+1]⌋ − ⌊P·c[p]⌋` of the `P` products
 /// of those rows, `c` the shares summed over the panels before, so that a row range's
@@ -340,6 +393,29 @@ mod tests {
     use super::*;
     use hetsparse_core::analysis::prefix_sums;
     use hetsparse_core::generate;
+
+    #[test]
+    fn the_window_goes_to_b_where_its_panels_would_repeat_a() {
+        // B's offsets take most of an even share: many panels, each uploading all of A.
+        let a = generate::uniform::<f64>(20_000, 20_000, 8, 1);
+        let b = generate::uniform::<f64>(20_000, 20_000, 8, 2);
+        let b_bytes = csr_bytes(b.nrows(), b.nnz(), 8);
+        let offsets = (b.nrows() as u64 + 1) * 8;
+        let window = 2 * (offsets + (b_bytes - offsets) / 20);
+        let (a_share, b_share) = window_split(&a, &b, window);
+        assert_eq!(a_share + b_share, window);
+        assert!(a_share < window / 2, "{a_share} of {window}");
+        let even = column_panels(&b, window / 2).len();
+        let now = column_panels(&b, b_share).len();
+        assert!(now < even, "{now} panels, {even} at an even split");
+        // B fits in half: the even split, as before.
+        assert_eq!(
+            window_split(&a, &b, 4 * b_bytes),
+            (2 * b_bytes, 2 * b_bytes)
+        );
+        // No budget: none.
+        assert_eq!(window_split(&a, &b, u64::MAX).0, u64::MAX / 2);
+    }
 
     #[test]
     fn panels_cover_and_respect_the_budget() {

@@ -64,7 +64,7 @@ pub use report::{DeviceReport, RunReport};
 
 use rayon::prelude::*;
 
-use chunking::{column_panels, row_panels, PanelShares, Task};
+use chunking::{column_panels, row_panels, window_split, PanelShares, Task};
 use learn::{Kind, Learned};
 
 /// Chunks per device that work stealing and Xia's assignment aim for: enough to balance and to
@@ -373,7 +373,9 @@ impl<T: Scalar> Scheduler<T> {
         let _span = tracing::debug_span!("plan_chunks", policy = ?self.policy).entered();
         let n = self.backends.len();
         let live = part.iter().filter(|p| **p).count().max(1);
-        let panels = column_panels(b, operand_budget);
+        // A chunk's rows of A and panel of B share twice the operand budget.
+        let (rows_budget, panel_budget) = window_split(a, b, operand_budget.saturating_mul(2));
+        let panels = column_panels(b, panel_budget);
         let whole_rows = analysis::row_products(a, b)?;
         let global_prefix = analysis::prefix_sums(&whole_rows);
         drop(whole_rows);
@@ -392,7 +394,7 @@ impl<T: Scalar> Scheduler<T> {
             let mut tasks = Vec::new();
             for (k, cols) in panels.iter().enumerate() {
                 let scaled = shares.rows_target(k, target);
-                for r in row_panels(a, &global_prefix, rows.clone(), scaled, operand_budget) {
+                for r in row_panels(a, &global_prefix, rows.clone(), scaled, rows_budget) {
                     let products = shares.products(k, &global_prefix, &r);
                     tasks.push(Task::new(r, cols.clone(), products));
                 }

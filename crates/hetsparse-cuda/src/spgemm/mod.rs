@@ -1102,6 +1102,7 @@ pub(crate) fn multiply_chunks<T: DeviceScalar>(
                         &mut bin_arena,
                         &mut out,
                     )?;
+                    output.keep_offsets(index, c_off);
                     products
                 }
             };
@@ -1211,7 +1212,9 @@ fn row_offsets<'a, T: DeviceScalar>(
         symbolic(job, method, analysed, scratch, chunk_arena, bin_arena, run)?;
     let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
     binning::exclusive_scan(job, row_nnz, c_off_dev, chunk_arena)?;
-    let c_off = c_off_dev.to_vec(job.stream)?;
+    // Staged: a pageable copy of a chunk's offsets (MBs) took longer than its kernels.
+    let c_off = tracing::debug_span!("D2H", what = "row offsets of C", rows = job.nrows())
+        .in_scope(|| c_off_dev.to_vec_staged(job.stream, job.gpu.pinned_pool()))?;
     Ok((c_off_dev, c_off, products))
 }
 
