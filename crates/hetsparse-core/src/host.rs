@@ -154,6 +154,47 @@ pub fn copy_streaming<X: Copy>(to: &mut [std::mem::MaybeUninit<X>], from: &[X]) 
     unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
 }
 
+/// Faults in every page of `buffer` (fresh memory about to be filled piece by piece), on the
+/// host's threads, each taking 2 MiB runs of it, by writing one zero byte a page.
+///
+/// Filling fresh memory in pieces of a few MB, each spread over every thread, faults its
+/// pages in with every thread inside the same few page-table ranges at once: on a 16-core
+/// host, 32 chunks of 55 MB written in batches of 14 MB took 170–190 ms; faulted in first,
+/// 67–90 ms, then 35–38 ms to write. Only worth it for such piecewise fills: one large
+/// parallel copy spreads its threads over the buffer by itself. Buffers under 4 MiB are
+/// left alone.
+///
+/// ```
+/// use std::mem::MaybeUninit;
+/// let mut v: Vec<f64> = Vec::with_capacity(1 << 20);
+/// hetsparse_core::host::prefault(v.spare_capacity_mut());
+/// v.extend((0..1 << 20).map(|i| i as f64)); // its pages are already there
+/// assert_eq!(v[12345], 12345.0);
+/// ```
+pub fn prefault<X>(buffer: &mut [std::mem::MaybeUninit<X>]) {
+    use rayon::prelude::*;
+    const MIN_BYTES: usize = 4 << 20;
+    const RUN_BYTES: usize = 2 << 20;
+    const PAGE_BYTES: usize = 4096;
+    let bytes = std::mem::size_of_val(buffer);
+    if bytes < MIN_BYTES {
+        return;
+    }
+    // SAFETY: the same memory as bytes that may hold anything (MaybeUninit<u8> has no
+    // validity invariant and alignment 1), borrowed mutably through `buffer`.
+    let raw = unsafe {
+        std::slice::from_raw_parts_mut(
+            buffer.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+            bytes,
+        )
+    };
+    raw.par_chunks_mut(RUN_BYTES).for_each(|run| {
+        for byte in run.iter_mut().step_by(PAGE_BYTES) {
+            byte.write(0);
+        }
+    });
+}
+
 /// Below this, a copy's destination lines are as likely to be wanted in the cache soon.
 const STREAMING_MIN_BYTES: usize = 256 << 10;
 

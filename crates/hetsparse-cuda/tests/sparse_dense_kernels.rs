@@ -581,40 +581,18 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
             Dia::from_csr(&y, u64::MAX).expect("dia"),
         );
         let c = b.dia_spgemm(&dx, &dy).expect("DIA×DIA").to_csr().unwrap();
-        let e = reference::spgemm::<T, PlusTimes>(&x, &y).expect("reference");
-        let dense_c = c.to_dense(Layout::RowMajor).unwrap();
-        let dense_e = e.to_dense(Layout::RowMajor).unwrap();
-        let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&x), &magnitudes(&y))
-            .expect("scale")
-            .to_dense(Layout::RowMajor)
-            .unwrap();
-        let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
-        assert_close(
-            dense_c.data(),
-            dense_e.data(),
-            scale.data(),
-            terms,
-            "DIA×DIA",
-        );
+        assert_product_close(&c, &x, &y, "DIA×DIA");
     }
     // A · A with one matrix, whole and in blocks of rows (a budget of a quarter of what the
     // product's rows take): the block's rows of A are copied on the device from its rows of B.
     let x = generate::banded::<T>(3000, 5, 7);
     let dx = Dia::from_csr(&x, u64::MAX).expect("dia");
-    let e = reference::spgemm::<T, PlusTimes>(&x, &x).expect("reference");
-    let dense_e = e.to_dense(Layout::RowMajor).unwrap();
-    let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&x), &magnitudes(&x))
-        .expect("scale")
-        .to_dense(Layout::RowMajor)
-        .unwrap();
-    let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
     let c_diagonals = dx.product_offsets(&dx).len();
     let per_row = ((2 * dx.ndiags() + c_diagonals) * std::mem::size_of::<T>()) as u64;
     let blocked = backend_with(Some(per_row * 3000 / 4)).expect("a budgeted backend");
     for (backend, what) in [(&b, "A·A whole"), (&blocked, "A·A in blocks")] {
         let c = backend.dia_spgemm(&dx, &dx).expect(what).to_csr().unwrap();
-        let dense_c = c.to_dense(Layout::RowMajor).unwrap();
-        assert_close(dense_c.data(), dense_e.data(), scale.data(), terms, what);
+        assert_product_close(&c, &x, &x, what);
     }
     let x = generate::uniform::<T>(64, 96, 20, 5);
     let y = generate::uniform::<T>(96, 40, 12, 6);
@@ -626,24 +604,26 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
         let c = b.bsr_spgemm(&sx, &sy).expect("BSR×BSR");
         assert_eq!(c.block_shape(), (bx.0, by.1));
         let (ex, ey) = (sx.to_csr().unwrap(), sy.to_csr().unwrap());
-        let e = reference::spgemm::<T, PlusTimes>(&ex, &ey).expect("reference");
-        let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(&ex), &magnitudes(&ey))
-            .expect("scale")
-            .to_dense(Layout::RowMajor)
-            .unwrap();
-        let terms = (0..ex.nrows()).map(|i| ex.row_nnz(i)).max().unwrap_or(0);
-        assert_close(
-            c.to_csr()
-                .unwrap()
-                .to_dense(Layout::RowMajor)
-                .unwrap()
-                .data(),
-            e.to_dense(Layout::RowMajor).unwrap().data(),
-            scale.data(),
-            terms,
-            "BSR×BSR",
-        );
+        assert_product_close(&c.to_csr().unwrap(), &ex, &ey, "BSR×BSR");
     }
+}
+
+/// Checks `c` against the reference `x · y`, entry by entry, within the rounding its sums of
+/// products allow (the product of the magnitudes scales each entry's error).
+fn assert_product_close<T: DeviceScalar>(c: &Csr<T>, x: &Csr<T>, y: &Csr<T>, what: &str) {
+    let e = reference::spgemm::<T, PlusTimes>(x, y).expect("reference");
+    let scale = reference::spgemm::<f64, PlusTimes>(&magnitudes(x), &magnitudes(y))
+        .expect("scale")
+        .to_dense(Layout::RowMajor)
+        .unwrap();
+    let terms = (0..x.nrows()).map(|i| x.row_nnz(i)).max().unwrap_or(0);
+    assert_close(
+        c.to_dense(Layout::RowMajor).unwrap().data(),
+        e.to_dense(Layout::RowMajor).unwrap().data(),
+        scale.data(),
+        terms,
+        what,
+    );
 }
 
 #[test]

@@ -214,7 +214,8 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
 
     /// Makes room on the host for the `entries` of the chunk begun last, known once its
     /// symbolic phase is done, so that its batches land in place rather than in a growing
-    /// array (huge pages asked for); nothing where the chunks have places in C (`in_place`).
+    /// array (huge pages asked for, its pages faulted in at once); nothing where the chunks
+    /// have places in C (`in_place`).
     pub fn expect_entries(&mut self, entries: u64, in_place: bool) -> Result<()> {
         if in_place {
             return Ok(());
@@ -225,6 +226,9 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             hetsparse_core::host::try_reserve(&mut asm.vals, n, "values of C")?;
             hetsparse_core::advise_huge_pages(asm.cols.spare_capacity_mut());
             hetsparse_core::advise_huge_pages(asm.vals.spare_capacity_mut());
+            // The batches fill it a few MB at a time, each copy spread over every thread.
+            hetsparse_core::host::prefault(asm.cols.spare_capacity_mut());
+            hetsparse_core::host::prefault(asm.vals.spare_capacity_mut());
         }
         Ok(())
     }
