@@ -4,7 +4,9 @@
 //! CPU, and once more with C written in place (`Scheduler::host_memory(0)`: C counted first, on
 //! the host as the GPU cannot hold A and B, each chunk written straight into it). The table gives bytes of A, B and C, the
 //! budget, times, and C's bytes per second (the rate to compare with the pinned device-to-host
-//! bandwidth).
+//! bandwidth). Then the budgeted backend beside the CPU backend (Xia et al.'s hybrid out of
+//! core): under work stealing (the default, which shares only where its learned speeds say it
+//! pays), with every product shared, and under densest-first (Xia's Algorithm 4).
 //!
 //! `cargo bench -p hetsparse-bench --features cuda --bench out_of_core`;
 //! `HETSPARSE_OOC_CLASS` (default `uniform`), `HETSPARSE_OOC_SIZE` (the class's size argument,
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::generate::{self, MatrixClass};
 use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
-use hetsparse_sched::Scheduler;
+use hetsparse_sched::{Policy, Scheduler};
 
 #[path = "common/timing.rs"]
 mod timing;
@@ -109,8 +111,15 @@ fn main() {
         cpu_time.as_secs_f64() * 1e3,
         gb(c_bytes) / cpu_time.as_secs_f64()
     );
+    // Beside a GPU, the CPU backend leaves one core to the thread that drives it.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let host: Shared = Arc::new(
+        hetsparse_cpu::CpuBackend::with_threads(cores.saturating_sub(1).max(1))
+            .expect("CPU backend"),
+    );
     for (name, free, limited) in gpus(budget) {
-        let runs: [(String, Scheduler<f64>); 3] = [
+        let hybrid = || vec![host.clone(), limited.clone()];
+        let runs: [(String, Scheduler<f64>); 6] = [
             (
                 format!("{name} (no budget)"),
                 Scheduler::from_shared(vec![free]),
@@ -121,7 +130,19 @@ fn main() {
             ),
             (
                 format!("{name} out-of-core, C in place"),
-                Scheduler::from_shared(vec![limited]).host_memory(0),
+                Scheduler::from_shared(vec![limited.clone()]).host_memory(0),
+            ),
+            (
+                format!("cpu + {name} out-of-core, work stealing"),
+                Scheduler::from_shared(hybrid()),
+            ),
+            (
+                format!("cpu + {name} out-of-core, stealing, always shared"),
+                Scheduler::from_shared(hybrid()).share_always(),
+            ),
+            (
+                format!("cpu + {name} out-of-core, densest-first"),
+                Scheduler::from_shared(hybrid()).policy(Policy::DensestFirst),
             ),
         ];
         for (label, s) in runs {
@@ -131,10 +152,23 @@ fn main() {
                     .ok()
             }) {
                 Some((t, c)) => {
-                    let chunks = s.last_report().map_or(1, |r| r.devices[0].chunks.max(1));
+                    let (chunks, shares) = s.last_report().map_or((1, String::new()), |r| {
+                        let chunks: usize = r.devices.iter().map(|d| d.chunks).sum();
+                        let shares = if r.devices.len() > 1 {
+                            let parts: Vec<String> = r
+                                .shares()
+                                .iter()
+                                .map(|x| format!("{:.0}%", x * 100.0))
+                                .collect();
+                            format!(", shares {}", parts.join(" + "))
+                        } else {
+                            String::new()
+                        };
+                        (chunks.max(1), shares)
+                    });
                     let _ = writeln!(
                         table,
-                        "| {label} ({chunks} chunks) | {:.1} | {:.2} | {} |",
+                        "| {label} ({chunks} chunks{shares}) | {:.1} | {:.2} | {} |",
                         t.as_secs_f64() * 1e3,
                         gb(c_bytes) / t.as_secs_f64(),
                         c == expected

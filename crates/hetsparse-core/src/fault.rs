@@ -8,7 +8,7 @@
 //! the wrapped backend unchanged and is not counted.
 //!
 //! ```
-//! use std::sync::Arc;
+//! use std::sync::{Arc, Mutex};
 //! use hetsparse_core::fault::{Fault, FaultKind, FaultyBackend};
 //! use hetsparse_core::{Backend, Csr, ReferenceBackend, SpgemmAlgorithm};
 //! let fault = Fault::FailOnUnit { unit: 1, kind: FaultKind::DeviceLost, sticky: false };
@@ -25,7 +25,7 @@
 use std::mem::size_of;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::memory::csr_bytes;
@@ -100,6 +100,8 @@ pub struct FaultyBackend<T> {
     fault: Fault,
     started: AtomicU64,
     failed: AtomicU64,
+    /// The SpGEMM chunks it was asked for, in order.
+    chunks: Mutex<Vec<ProductChunk>>,
 }
 
 impl<T: Scalar> FaultyBackend<T> {
@@ -110,7 +112,17 @@ impl<T: Scalar> FaultyBackend<T> {
             fault,
             started: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            chunks: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The SpGEMM chunks it was asked to compute so far, in the order asked (each chunk once
+    /// per call that asked for it).
+    pub fn chunks_asked(&self) -> Vec<ProductChunk> {
+        self.chunks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// How many units of work it has begun (failed ones included).
@@ -421,6 +433,10 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     ) -> Result<()> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::chunks(a.shape(), b.shape(), chunks)?;
+        self.chunks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(chunks);
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
             let need = || spgemm_need(a, b, chunk.rows.clone(), chunk.cols.clone());

@@ -58,11 +58,11 @@ impl Task {
             return Ok((Cow::Borrowed(&own.starts), Cow::Borrowed(&own.ends)));
         }
         let cols = &self.chunk.cols;
-        match layout.panel_index(cols) {
-            Some(p) => Ok(layout.segments(p, self.chunk.rows.clone())),
+        match layout.panels_spanned(cols) {
+            Some(panels) => Ok(layout.panels_segments(panels, self.chunk.rows.clone())),
             None => Err(Error::Internal {
                 backend: "sched".into(),
-                what: format!("chunk columns {cols:?} are not one of C's panels"),
+                what: format!("chunk columns {cols:?} are not a run of C's panels"),
             }),
         }
     }

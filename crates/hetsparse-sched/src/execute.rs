@@ -371,7 +371,16 @@ fn next_batch<T: Scalar>(
             return None;
         }
         if !state.own[d].is_empty() {
-            return Some(state.own[d].drain(..).collect());
+            let mut own: Vec<Task> = state.own[d].drain(..).collect();
+            if per_chunk {
+                // Chunks of one panel of B one after another: the device keeps the panel.
+                own.sort_by_key(Task::place);
+                return Some(own);
+            }
+            let taken = own.len();
+            let batch = merge_adjacent(own);
+            state.outstanding -= taken - batch.len();
+            return Some(batch);
         }
         let batch = take_from_queue(&mut state, work, d, per_chunk);
         if !batch.is_empty() {
@@ -395,7 +404,11 @@ fn next_batch<T: Scalar>(
 /// computed as one chunk (one call, one part of C). A batch is about half the device's share
 /// of what is left (guided self-scheduling with shares by speed), so batches shrink towards
 /// the end; a device of unknown speed takes one chunk, which measures it. The chunks of a
-/// device that places them one by one (`per_chunk`) stay apart, in the queue's order.
+/// device that places them one by one (`per_chunk`) stay apart, in the queue's order. A
+/// device that holds A and B whole takes a chunk together with the chunks of the same rows in
+/// B's other panels, all of whose columns it computes as one chunk: B is cut into panels for
+/// the devices that cannot hold it, and a panel costs the others a walk over A's rows and
+/// their rows of B per panel, for no gain.
 fn take_from_queue<T: Scalar>(
     state: &mut State<T>,
     work: &Work<'_, T>,
@@ -432,6 +445,21 @@ fn take_from_queue<T: Scalar>(
             break;
         };
         products += task.products;
+        if !per_chunk && !work.panels.is_empty() {
+            let rows = task.chunk.rows.clone();
+            let mut i = 0;
+            while i < state.queue.len() {
+                let t = &state.queue[i];
+                if t.chunk.rows == rows && eligible(t) {
+                    if let Some(sibling) = state.queue.remove(i) {
+                        products += sibling.products;
+                        batch.push(sibling);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
         batch.push(task);
         if products >= goal {
             break;
@@ -447,20 +475,35 @@ fn take_from_queue<T: Scalar>(
     batch
 }
 
-/// `batch` with every run of chunks of adjacent rows (same columns, same exclusions) made one
-/// chunk: one call and one part of C instead of several. Halves of a chunk that ran out of
-/// memory stay apart.
+/// `batch` with every run of chunks of the same rows in adjacent panels of B made one chunk of
+/// their columns, then every run of chunks of adjacent rows (same columns) made one chunk: one
+/// call and one part of C instead of several. Only chunks with the same exclusions merge;
+/// halves of a chunk that ran out of memory stay apart.
 fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
-    batch.sort_by_key(Task::place);
-    let mut merged: Vec<Task> = Vec::with_capacity(batch.len());
+    let mergeable = |x: &Task, y: &Task| x.excluded == y.excluded && x.splits == 0 && y.splits == 0;
+    batch.sort_by_key(|t| (t.chunk.rows.start, t.chunk.cols.start));
+    let mut across: Vec<Task> = Vec::with_capacity(batch.len());
     for task in batch {
+        match across.last_mut() {
+            Some(last)
+                if last.chunk.rows == task.chunk.rows
+                    && last.chunk.cols.end == task.chunk.cols.start
+                    && mergeable(last, &task) =>
+            {
+                last.chunk.cols.end = task.chunk.cols.end;
+                last.products += task.products;
+            }
+            _ => across.push(task),
+        }
+    }
+    across.sort_by_key(Task::place);
+    let mut merged: Vec<Task> = Vec::with_capacity(across.len());
+    for task in across {
         match merged.last_mut() {
             Some(last)
                 if last.chunk.cols == task.chunk.cols
                     && last.chunk.rows.end == task.chunk.rows.start
-                    && last.excluded == task.excluded
-                    && last.splits == 0
-                    && task.splits == 0 =>
+                    && mergeable(last, &task) =>
             {
                 last.chunk.rows.end = task.chunk.rows.end;
                 last.products += task.products;
@@ -777,15 +820,34 @@ mod tests {
             .into_iter()
             .map(|t| (t.chunk.rows, t.chunk.cols, t.products))
             .collect();
+        // Rows 0..4 are in both panels, so they become one chunk of all columns, which the
+        // chunk of rows 4..8 in the first panel alone cannot join.
         assert_eq!(
             merged,
             vec![
-                (0..8, 0..5, 7),
+                (0..4, 0..9, 10),
+                (4..8, 0..5, 4),
                 (8..10, 0..5, 2),
                 (12..14, 0..5, 1),
                 (14..16, 0..5, 1),
-                (0..4, 5..9, 7),
             ]
         );
+    }
+
+    #[test]
+    fn the_same_rows_in_every_panel_become_one_chunk_of_all_columns() {
+        let batch = vec![
+            Task::new(4..8, 5..9, 1),
+            Task::new(0..4, 0..5, 2),
+            Task::new(4..8, 0..5, 3),
+            Task::new(0..4, 5..9, 4),
+            Task::new(4..8, 9..12, 5),
+            Task::new(0..4, 9..12, 6),
+        ];
+        let merged: Vec<(Range<usize>, Range<usize>, u64)> = merge_adjacent(batch)
+            .into_iter()
+            .map(|t| (t.chunk.rows, t.chunk.cols, t.products))
+            .collect();
+        assert_eq!(merged, vec![(0..8, 0..12, 21)]);
     }
 }

@@ -390,19 +390,24 @@ impl<T: Scalar> Scheduler<T> {
         } else {
             u64::MAX
         };
+        // The same row panels in every panel of B (sized for the panel with the largest share
+        // of B), so that a device holding B whole can take a row panel across all of them as
+        // one chunk.
         let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
-            let mut tasks = Vec::new();
+            let scaled = (0..panels.len())
+                .map(|k| shares.rows_target(k, target))
+                .min()
+                .unwrap_or(target);
+            let row_cuts = row_panels(a, &global_prefix, rows, scaled, rows_budget);
+            let mut tasks = Vec::with_capacity(row_cuts.len() * panels.len());
             for (k, cols) in panels.iter().enumerate() {
-                let scaled = shares.rows_target(k, target);
-                for r in row_panels(a, &global_prefix, rows.clone(), scaled, rows_budget) {
-                    let products = shares.products(k, &global_prefix, &r);
-                    tasks.push(Task::new(r, cols.clone(), products));
+                for r in &row_cuts {
+                    let products = shares.products(k, &global_prefix, r);
+                    tasks.push(Task::new(r.clone(), cols.clone(), products));
                 }
             }
             tasks
         };
-        let by_products =
-            |tasks: &mut Vec<Task>| tasks.sort_by_key(|t| std::cmp::Reverse(t.products));
         let mut own = vec![Vec::new(); n];
         let mut shared = Vec::new();
         let participants: Vec<usize> = (0..n).filter(|&d| part[d]).collect();
@@ -429,11 +434,25 @@ impl<T: Scalar> Scheduler<T> {
                 let mut order: Vec<(usize, f64)> =
                     participants.iter().copied().zip(shares).collect();
                 order.sort_by(|x, y| y.1.total_cmp(&x.1));
+                // A row panel's chunks in every panel of B go to one device together: a
+                // device holding B whole computes them as one chunk of all columns.
                 let mut tasks = cut(0..a.nrows(), target);
-                by_products(&mut tasks);
-                let costs: Vec<u64> = tasks.iter().map(|t| t.products).collect();
-                for (task, d) in tasks.into_iter().zip(policy::densest_first(&costs, &order)) {
-                    own[d].push(task);
+                tasks.sort_by_key(|t| (t.chunk.rows.start, t.chunk.cols.start));
+                let mut groups: Vec<Vec<Task>> = Vec::new();
+                for task in tasks {
+                    match groups.last_mut() {
+                        Some(g) if g[0].chunk.rows == task.chunk.rows => g.push(task),
+                        _ => groups.push(vec![task]),
+                    }
+                }
+                let products = |g: &Vec<Task>| g.iter().map(|t| t.products).sum::<u64>();
+                groups.sort_by_key(|g| std::cmp::Reverse(products(g)));
+                let costs: Vec<u64> = groups.iter().map(products).collect();
+                for (group, d) in groups
+                    .into_iter()
+                    .zip(policy::densest_first(&costs, &order))
+                {
+                    own[d].extend(group);
                 }
             }
         }

@@ -551,6 +551,99 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
     assert!(report.counting > Duration::ZERO, "{report:?}");
 }
 
+/// Out of core beside the CPU: B is cut into panels for the device, and the CPU, which holds
+/// A and B in place, computes a row panel's chunks in every panel of B as one chunk of all
+/// columns where it was given them together (a row split, densest-first's row panels), into
+/// C's assembly and into C in place. Under work stealing it takes a chunk with the same rows'
+/// chunks still queued in the other panels (which ones are left depends on the device's
+/// pace): the product is checked.
+#[test]
+fn the_cpu_computes_whole_rows_of_an_out_of_core_product_beside_the_device() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
+    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
+    let gpu: Shared = Arc::new(device.with_memory_budget(budget));
+    let expected = reference(&a, &b);
+    for (policy, in_place) in [
+        (Policy::RowSplitAssumed(vec![1.0, 1.0]), false),
+        (Policy::RowSplitAssumed(vec![1.0, 1.0]), true),
+        (Policy::DensestFirst, false),
+        (Policy::DensestFirst, true),
+        (Policy::WorkStealing, false),
+        (Policy::WorkStealing, true),
+    ] {
+        let host = faulty(Fault::None);
+        let mut s = scheduler(vec![host.clone(), gpu.clone()], policy.clone())
+            .with_speeds(&[1.0, 1.0])
+            .unwrap()
+            .share_always();
+        if in_place {
+            s = s.host_memory(0);
+        }
+        assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+        let report = s.last_report().unwrap();
+        assert!(report.devices[1].products > 0, "{policy:?}: {report:?}");
+        if policy == Policy::WorkStealing {
+            continue;
+        }
+        let asked = host.chunks_asked();
+        assert!(!asked.is_empty(), "{policy:?}: {report:?}");
+        assert!(
+            asked.iter().all(|c| c.cols == (0..b.ncols())),
+            "{policy:?}: the CPU was asked for {asked:?}"
+        );
+        // B was cut: the device's chunks outnumber the CPU's.
+        assert!(
+            report.chunks_planned > 2 * asked.len(),
+            "{policy:?}: {report:?}"
+        );
+    }
+}
+
+/// A chunk of all of B's columns made from a row panel's chunks in every panel runs out of
+/// memory on the CPU: it is halved by rows (into chunks that still span every panel) until
+/// the halves fit, into C's assembly and into C in place.
+#[test]
+fn a_chunk_across_the_panels_that_runs_out_of_memory_is_halved() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
+    let b_bytes = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8);
+    let gpu: Shared = Arc::new(device.with_memory_budget(b_bytes / 2));
+    let expected = reference(&a, &b);
+    let c_bytes = hetsparse_core::backend::memory::csr_bytes(expected.nrows(), expected.nnz(), 8);
+    for in_place in [false, true] {
+        // Room for B and about an eighth of the rows of A and C: the CPU's half of the rows
+        // fails twice before its pieces fit.
+        let host = Arc::new(FaultyBackend::new(
+            cpu(),
+            Fault::MemoryLimit {
+                bytes: b_bytes + c_bytes / 8,
+            },
+        ));
+        let mut s = scheduler(
+            vec![host.clone(), gpu.clone()],
+            Policy::RowSplitAssumed(vec![1.0, 1.0]),
+        )
+        .share_always();
+        if in_place {
+            s = s.host_memory(0);
+        }
+        assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
+        let report = s.last_report().unwrap();
+        assert!(host.units_failed() >= 2, "{report:?}");
+        assert!(report.devices[0].products > 0, "{report:?}");
+        let asked = host.chunks_asked();
+        assert!(
+            asked.iter().all(|c| c.cols == (0..b.ncols())),
+            "the CPU was asked for {asked:?}"
+        );
+    }
+}
+
 /// C in place on a device that holds A and B: the device counts C over the planned chunks,
 /// then the device and the CPU write their chunks into it.
 #[test]

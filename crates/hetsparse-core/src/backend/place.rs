@@ -190,24 +190,37 @@ impl ProductLayout {
         &self.offsets
     }
 
-    /// The position of panel `cols` among the panels, if it is one.
-    pub fn panel_index(&self, cols: &Range<usize>) -> Option<usize> {
-        self.panels
-            .binary_search_by(|p| (p.start, p.end).cmp(&(cols.start, cols.end)))
-            .ok()
+    /// The panels whose columns together are `cols` (a run of whole panels), if there are.
+    pub fn panels_spanned(&self, cols: &Range<usize>) -> Option<Range<usize>> {
+        let first = self
+            .panels
+            .binary_search_by_key(&cols.start, |p| p.start)
+            .ok()?;
+        let last = first
+            + self.panels[first..]
+                .binary_search_by_key(&cols.end, |p| p.end)
+                .ok()?;
+        Some(first..last + 1)
     }
 
     /// Where rows `rows`' entries of panel `p` start and end in C's arrays, for
     /// [`ProductBuffer::place`]. Panics if `p` or `rows` is out of range.
     pub fn segments(&self, p: usize, rows: Range<usize>) -> RowSegments<'_> {
-        let starts = match p {
+        self.panels_segments(p..p + 1, rows)
+    }
+
+    /// Where rows `rows`' entries of the run of panels `panels` start and end in C's arrays
+    /// (each row's entries of those panels lie together, in column order). Panics if `panels`
+    /// is empty or out of range, or `rows` out of range.
+    pub fn panels_segments(&self, panels: Range<usize>, rows: Range<usize>) -> RowSegments<'_> {
+        let starts = match panels.start {
             0 => &self.offsets[rows.clone()],
-            _ => &self.cuts[p - 1][rows.clone()],
+            p => &self.cuts[p - 1][rows.clone()],
         };
-        let ends = if p + 1 == self.panels.len() {
+        let ends = if panels.end == self.panels.len() {
             &self.offsets[rows.start + 1..rows.end + 1]
         } else {
-            &self.cuts[p][rows]
+            &self.cuts[panels.end - 1][rows]
         };
         (Cow::Borrowed(starts), Cow::Borrowed(ends))
     }
@@ -786,6 +799,31 @@ mod tests {
         drop(place);
         // SAFETY: the one place covered C and was complete.
         assert_eq!(unsafe { buffer.into_csr() }.unwrap(), c);
+    }
+
+    #[test]
+    fn a_run_of_panels_is_placed_as_one() {
+        // Row entries per panel: row 0 1, 2, 0; row 1 4, 0, 3.
+        let per_panel = vec![vec![1, 4], vec![2, 0], vec![0, 3]];
+        let panels = vec![0..2, 2..5, 5..6];
+        let l = ProductLayout::from_panel_counts(2, 6, panels, &per_panel).unwrap();
+        assert_eq!(l.offsets(), [0, 3, 10]);
+        assert_eq!(l.panels_spanned(&(0..6)), Some(0..3));
+        assert_eq!(l.panels_spanned(&(2..6)), Some(1..3));
+        assert_eq!(l.panels_spanned(&(2..5)), Some(1..2));
+        assert_eq!(l.panels_spanned(&(0..4)), None);
+        assert_eq!(l.panels_spanned(&(1..5)), None);
+        let (starts, ends) = l.panels_segments(1..3, 0..2);
+        assert_eq!((&starts[..], &ends[..]), (&[1, 7][..], &[3, 10][..]));
+        let (starts, ends) = l.panels_segments(0..2, 1..2);
+        assert_eq!((&starts[..], &ends[..]), (&[3][..], &[7][..]));
+        let (starts, ends) = l.panels_segments(0..3, 0..2);
+        assert_eq!((&starts[..], &ends[..]), (&[0, 3][..], &[3, 10][..]));
+        // A product of no columns has one empty panel.
+        let empty =
+            ProductLayout::from_panel_counts(2, 0, std::iter::once(0..0).collect(), &[vec![0, 0]])
+                .unwrap();
+        assert_eq!(empty.panels_spanned(&(0..0)), Some(0..1));
     }
 
     #[test]
