@@ -51,8 +51,6 @@ pub(crate) struct Work<'a, T: Scalar> {
     pub own: Vec<Vec<Task>>,
     /// Tasks for whichever device is free, in row order per panel of B.
     pub shared: Vec<Task>,
-    /// Device memory for operands, below which a device gets its operands chunk by chunk.
-    pub operand_budget: u64,
     /// Each device's speed from earlier runs (products per second), where known.
     pub speeds: Vec<Option<f64>>,
     /// B's column panels (the chunks' column ranges), cut once on the host for the devices
@@ -303,12 +301,14 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// Whether A and B may be placed on `device` whole (always, for host memory).
+/// Whether A and B may be placed on `device` whole: always for host memory, else where they
+/// take at most half of the device's own budget (a device beside one of a smaller budget
+/// holds them if it can; the chunks are cut for the smallest).
 fn fits_whole<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> bool {
     if device.memory_space() == MemorySpace::Host {
         return true;
     }
-    operands_bytes(work.a, work.b) <= work.operand_budget
+    operands_bytes(work.a, work.b) <= crate::memory_budget(device) / 2
 }
 
 /// Bytes of A and B in CSR form: what a device holding them whole takes for them.

@@ -558,7 +558,6 @@ impl<T: Scalar> Scheduler<T> {
                 taking_part: part,
                 own,
                 shared,
-                operand_budget: operand_budget.saturating_mul(2),
                 speeds: self.speeds(),
                 panels,
                 c: c.as_ref(),
@@ -871,7 +870,7 @@ impl<T: Scalar> Scheduler<T> {
 
 /// The memory a device with memory of its own may use: its pool's limit (its budget), else
 /// all it has.
-fn memory_budget<T: Scalar>(device: &dyn Backend<T>) -> u64 {
+pub(crate) fn memory_budget<T: Scalar>(device: &dyn Backend<T>) -> u64 {
     device
         .memory_pool()
         .map(|pool| pool.limit())

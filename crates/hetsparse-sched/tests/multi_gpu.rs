@@ -353,6 +353,71 @@ fn an_out_of_core_product_is_spread_over_every_gpu() {
     );
 }
 
+/// Out of core beside a GPU that holds B: the first GPU's backend has a budget of half of B,
+/// so B goes in column panels for it; the last GPU's backend (a second one on the same GPU
+/// where there is one) has none, holds A and B whole, and computes a row panel's chunks in
+/// every panel of B as one chunk of all columns (its list of a row split), or whatever
+/// panels are left of a row panel (work stealing), into C's assembly and into C in place.
+#[test]
+fn an_out_of_core_gpu_beside_one_that_computes_whole_rows() {
+    const TEST: &str = "an_out_of_core_gpu_beside_one_that_computes_whole_rows";
+    let Some(found) = gpus_or_skip(TEST) else {
+        return;
+    };
+    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 200_000, 13);
+    let budget = csr_bytes(b.nrows(), b.nnz(), 8) / 2;
+    let expected = CpuBackend::new()
+        .expect("CPU backend")
+        .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+        .expect("CPU product");
+    let limited: Shared = Arc::new(
+        CudaBackend::with_device(0)
+            .unwrap_or_else(|e| panic!("{TEST}: GPU 0: {e}"))
+            .with_memory_budget(budget),
+    );
+    let last = found.len() as u32 - 1;
+    for (policy, in_place) in [
+        (Policy::RowSplitAssumed(vec![1.0, 1.0]), false),
+        (Policy::RowSplitAssumed(vec![1.0, 1.0]), true),
+        (Policy::WorkStealing, false),
+        (Policy::WorkStealing, true),
+    ] {
+        let whole = Arc::new(FaultyBackend::new(
+            Arc::new(CudaBackend::with_device(last).unwrap_or_else(|e| panic!("{TEST}: {e}"))),
+            Fault::None,
+        ));
+        let mut s = Scheduler::from_shared(vec![limited.clone(), whole.clone() as Shared])
+            .policy(policy.clone())
+            .share_always()
+            .with_speeds(&[1.0, 1.0])
+            .expect("two speeds");
+        if in_place {
+            s = s.host_memory(0);
+        }
+        let c = s
+            .spgemm(&a, &b, SpgemmAlgorithm::Auto)
+            .unwrap_or_else(|e| panic!("{TEST}: {policy:?}, C in place {in_place}: {e}"));
+        assert_same(TEST, &c, &expected);
+        let report = s.last_report().expect("a report");
+        let asked = whole.chunks_asked();
+        eprintln!(
+            "{TEST}: {policy:?}, C in place {in_place}: {} chunks planned, the GPU holding B \
+             asked for {} chunks ({} of all columns):\n{}",
+            report.chunks_planned,
+            asked.len(),
+            asked.iter().filter(|c| c.cols == (0..b.ncols())).count(),
+            describe(&report)
+        );
+        assert!(report.devices.iter().all(|d| d.products > 0), "{report:?}");
+        if policy != Policy::WorkStealing {
+            assert!(
+                asked.iter().all(|c| c.cols == (0..b.ncols())),
+                "{TEST}: {policy:?}: the GPU holding B was asked for {asked:?}"
+            );
+        }
+    }
+}
+
 /// The last GPU's backend loses its device on its second chunk (the first succeeds: the
 /// failure comes mid-run, with chunks of its own done and others held); the other GPUs finish
 /// its work and C is GPU 0's product alone. With one GPU, a second backend on the same GPU
