@@ -8,7 +8,7 @@
 //! the wrapped backend unchanged and is not counted.
 //!
 //! ```
-//! use std::sync::{Arc, Mutex};
+//! use std::sync::Arc;
 //! use hetsparse_core::fault::{Fault, FaultKind, FaultyBackend};
 //! use hetsparse_core::{Backend, Csr, ReferenceBackend, SpgemmAlgorithm};
 //! let fault = Fault::FailOnUnit { unit: 1, kind: FaultKind::DeviceLost, sticky: false };

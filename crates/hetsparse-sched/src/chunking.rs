@@ -27,6 +27,9 @@ pub(crate) struct Task {
     /// Where its rows go in C, for a chunk that is not one panel of the layout's (a half of
     /// one cut by columns, and the row halves of that); `None`: its panel's positions.
     pub own_place: Option<Arc<Segments>>,
+    /// The tasks it was merged from (none for a task as planned or split): a merged task
+    /// lives only in one device's batch, and goes back to the queue as these.
+    pub parts: Vec<Task>,
 }
 
 /// Where each row of a chunk starts and ends in C.
@@ -49,6 +52,7 @@ impl Task {
             excluded: Vec::new(),
             splits: 0,
             own_place: None,
+            parts: Vec::new(),
         }
     }
 

@@ -85,8 +85,20 @@ struct State<T> {
 }
 
 impl<T> State<T> {
-    /// Puts `task` back in the queue at its place: by B's panel, then by rows.
-    fn requeue(&mut self, task: Task) {
+    /// Puts `task` back in the queue at its place: by B's panel, then by rows. A merged task
+    /// goes back as the tasks it was made of (with its exclusions and halvings), so that a
+    /// device that takes B panel by panel can take them.
+    fn requeue(&mut self, mut task: Task) {
+        if !task.parts.is_empty() {
+            let parts = std::mem::take(&mut task.parts);
+            self.outstanding += parts.len() - 1;
+            for mut part in parts {
+                part.excluded.clone_from(&task.excluded);
+                part.splits = task.splits;
+                self.requeue(part);
+            }
+            return;
+        }
         let at = self.queue.partition_point(|t| t.place() < task.place());
         self.queue.insert(at, task);
     }
@@ -482,31 +494,49 @@ fn take_from_queue<T: Scalar>(
 fn merge_adjacent(mut batch: Vec<Task>) -> Vec<Task> {
     let mergeable = |x: &Task, y: &Task| x.excluded == y.excluded && x.splits == 0 && y.splits == 0;
     batch.sort_by_key(|t| (t.chunk.rows.start, t.chunk.cols.start));
-    let mut across: Vec<Task> = Vec::with_capacity(batch.len());
-    for task in batch {
-        match across.last_mut() {
-            Some(last)
-                if last.chunk.rows == task.chunk.rows
-                    && last.chunk.cols.end == task.chunk.cols.start
-                    && mergeable(last, &task) =>
-            {
-                last.chunk.cols.end = task.chunk.cols.end;
-                last.products += task.products;
-            }
-            _ => across.push(task),
-        }
-    }
+    let mut across = merge_runs(
+        batch,
+        |last, next| {
+            last.chunk.rows == next.chunk.rows
+                && last.chunk.cols.end == next.chunk.cols.start
+                && mergeable(last, next)
+        },
+        |last, next| last.chunk.cols.end = next.chunk.cols.end,
+    );
     across.sort_by_key(Task::place);
-    let mut merged: Vec<Task> = Vec::with_capacity(across.len());
-    for task in across {
+    merge_runs(
+        across,
+        |last, next| {
+            last.chunk.cols == next.chunk.cols
+                && last.chunk.rows.end == next.chunk.rows.start
+                && mergeable(last, next)
+        },
+        |last, next| last.chunk.rows.end = next.chunk.rows.end,
+    )
+}
+
+/// `tasks` with each task that `joins` the one before it folded into it by `extend` (its
+/// products added, the tasks it is made of kept in `parts`).
+fn merge_runs(
+    tasks: Vec<Task>,
+    joins: impl Fn(&Task, &Task) -> bool,
+    extend: impl Fn(&mut Task, &Task),
+) -> Vec<Task> {
+    let mut merged: Vec<Task> = Vec::with_capacity(tasks.len());
+    for mut task in tasks {
         match merged.last_mut() {
-            Some(last)
-                if last.chunk.cols == task.chunk.cols
-                    && last.chunk.rows.end == task.chunk.rows.start
-                    && mergeable(last, &task) =>
-            {
-                last.chunk.rows.end = task.chunk.rows.end;
+            Some(last) if joins(last, &task) => {
+                if last.parts.is_empty() {
+                    let first = last.clone();
+                    last.parts.push(first);
+                }
+                extend(last, &task);
                 last.products += task.products;
+                if task.parts.is_empty() {
+                    last.parts.push(task);
+                } else {
+                    last.parts.append(&mut task.parts);
+                }
             }
             _ => merged.push(task),
         }
@@ -740,6 +770,16 @@ fn handle_failure<T: Scalar>(
     }
     let name = work.devices[d].info().name;
     match (&cause, failed) {
+        (Error::OutOfMemory { .. }, Some(mut task)) if !task.parts.is_empty() => {
+            // The chunks it was merged from were planned to fit: back to them, not merged
+            // again.
+            tracing::info!(device = %name, rows = ?task.chunk.rows, cols = ?task.chunk.cols,
+                "out of memory on a merged chunk; back to its parts");
+            task.splits += 1;
+            state.requeue(task);
+            settle(shared, &mut state);
+            true
+        }
         (Error::OutOfMemory { .. }, Some(task)) => {
             match split(work.a, work.b, work.c.map(ProductBuffer::layout), &task) {
                 Some((x, y)) => {
@@ -844,10 +884,30 @@ mod tests {
             Task::new(4..8, 9..12, 5),
             Task::new(0..4, 9..12, 6),
         ];
-        let merged: Vec<(Range<usize>, Range<usize>, u64)> = merge_adjacent(batch)
-            .into_iter()
-            .map(|t| (t.chunk.rows, t.chunk.cols, t.products))
+        let merged = merge_adjacent(batch);
+        let chunks: Vec<(Range<usize>, Range<usize>, u64)> = merged
+            .iter()
+            .map(|t| (t.chunk.rows.clone(), t.chunk.cols.clone(), t.products))
             .collect();
-        assert_eq!(merged, vec![(0..8, 0..12, 21)]);
+        assert_eq!(chunks, vec![(0..8, 0..12, 21)]);
+        // It remembers the six chunks it was made of, each as planned.
+        let mut parts: Vec<(Range<usize>, Range<usize>, u64)> = merged[0]
+            .parts
+            .iter()
+            .map(|t| (t.chunk.rows.clone(), t.chunk.cols.clone(), t.products))
+            .collect();
+        parts.sort_by_key(|(r, c, _)| (r.start, c.start));
+        assert_eq!(
+            parts,
+            vec![
+                (0..4, 0..5, 2),
+                (0..4, 5..9, 4),
+                (0..4, 9..12, 6),
+                (4..8, 0..5, 3),
+                (4..8, 5..9, 1),
+                (4..8, 9..12, 5),
+            ]
+        );
+        assert!(merged[0].parts.iter().all(|t| t.parts.is_empty()));
     }
 }

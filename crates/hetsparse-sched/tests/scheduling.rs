@@ -603,10 +603,10 @@ fn the_cpu_computes_whole_rows_of_an_out_of_core_product_beside_the_device() {
 }
 
 /// A chunk of all of B's columns made from a row panel's chunks in every panel runs out of
-/// memory on the CPU: it is halved by rows (into chunks that still span every panel) until
-/// the halves fit, into C's assembly and into C in place.
+/// memory on the CPU: it goes back as the chunks it was made of (planned to fit), which are
+/// not merged again, into C's assembly and into C in place.
 #[test]
-fn a_chunk_across_the_panels_that_runs_out_of_memory_is_halved() {
+fn a_chunk_across_the_panels_that_runs_out_of_memory_goes_back_to_its_chunks() {
     let Some(device) = opencl_device() else {
         return;
     };
@@ -617,7 +617,7 @@ fn a_chunk_across_the_panels_that_runs_out_of_memory_is_halved() {
     let c_bytes = hetsparse_core::backend::memory::csr_bytes(expected.nrows(), expected.nnz(), 8);
     for in_place in [false, true] {
         // Room for B and about an eighth of the rows of A and C: the CPU's half of the rows
-        // fails twice before its pieces fit.
+        // fails as one chunk, its planned chunks fit.
         let host = Arc::new(FaultyBackend::new(
             cpu(),
             Fault::MemoryLimit {
@@ -634,12 +634,61 @@ fn a_chunk_across_the_panels_that_runs_out_of_memory_is_halved() {
         }
         assert_same(&multiply(&s, &a, &b).unwrap(), &expected);
         let report = s.last_report().unwrap();
-        assert!(host.units_failed() >= 2, "{report:?}");
+        assert!(host.units_failed() >= 1, "{report:?}");
         assert!(report.devices[0].products > 0, "{report:?}");
         let asked = host.chunks_asked();
-        assert!(
-            asked.iter().all(|c| c.cols == (0..b.ncols())),
+        assert!(asked.len() > 2, "the CPU was asked for {asked:?}");
+        assert_eq!(
+            asked[0].cols,
+            0..b.ncols(),
             "the CPU was asked for {asked:?}"
+        );
+        assert!(
+            asked[1..].iter().all(|c| c.cols.len() < b.ncols()),
+            "the CPU was asked for {asked:?}"
+        );
+    }
+}
+
+/// The CPU fails on the chunk of all columns it made of its row panels: the chunk goes back
+/// as the chunks it was made of, one per panel of B, which the out-of-core device (which
+/// cannot hold B) computes, into C's assembly and into C in place.
+#[test]
+fn a_chunk_across_the_panels_given_back_is_cut_into_its_panels_again() {
+    let Some(device) = opencl_device() else {
+        return;
+    };
+    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
+    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
+    let gpu: Shared = Arc::new(device.with_memory_budget(budget));
+    let expected = reference(&a, &b);
+    for (kind, in_place) in [
+        (FaultKind::DeviceLost, false),
+        (FaultKind::OutOfMemory, true),
+    ] {
+        let host = faulty(Fault::FailOnUnit {
+            unit: 0,
+            kind,
+            sticky: true,
+        });
+        let mut s = scheduler(
+            vec![host.clone(), gpu.clone()],
+            Policy::RowSplitAssumed(vec![1.0, 1.0]),
+        )
+        .share_always();
+        if in_place {
+            s = s.host_memory(0);
+        }
+        let c =
+            multiply(&s, &a, &b).unwrap_or_else(|e| panic!("{kind:?}, C in place {in_place}: {e}"));
+        assert_same(&c, &expected);
+        let report = s.last_report().unwrap();
+        assert_eq!(report.devices[0].products, 0, "{report:?}");
+        assert!(host.units_failed() > 0, "{report:?}");
+        assert!(
+            host.chunks_asked()[0].cols == (0..b.ncols()),
+            "{:?}",
+            host.chunks_asked()
         );
     }
 }
