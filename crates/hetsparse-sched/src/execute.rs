@@ -842,6 +842,16 @@ fn settle<T>(shared: &Shared<T>, state: &mut State<T>) {
 mod tests {
     use super::*;
 
+    /// Each task's rows, columns and products.
+    fn shapes<'t>(
+        tasks: impl IntoIterator<Item = &'t Task>,
+    ) -> Vec<(Range<usize>, Range<usize>, u64)> {
+        tasks
+            .into_iter()
+            .map(|t| (t.chunk.rows.clone(), t.chunk.cols.clone(), t.products))
+            .collect()
+    }
+
     #[test]
     fn adjacent_chunks_of_a_batch_become_one() {
         let mut split = Task::new(8..10, 0..5, 2);
@@ -856,10 +866,7 @@ mod tests {
             Task::new(12..14, 0..5, 1),
             Task::new(0..4, 5..9, 7),
         ];
-        let merged: Vec<(Range<usize>, Range<usize>, u64)> = merge_adjacent(batch)
-            .into_iter()
-            .map(|t| (t.chunk.rows, t.chunk.cols, t.products))
-            .collect();
+        let merged = shapes(&merge_adjacent(batch));
         // Rows 0..4 are in both panels, so they become one chunk of all columns, which the
         // chunk of rows 4..8 in the first panel alone cannot join.
         assert_eq!(
@@ -885,17 +892,9 @@ mod tests {
             Task::new(0..4, 9..12, 6),
         ];
         let merged = merge_adjacent(batch);
-        let chunks: Vec<(Range<usize>, Range<usize>, u64)> = merged
-            .iter()
-            .map(|t| (t.chunk.rows.clone(), t.chunk.cols.clone(), t.products))
-            .collect();
-        assert_eq!(chunks, vec![(0..8, 0..12, 21)]);
+        assert_eq!(shapes(&merged), vec![(0..8, 0..12, 21)]);
         // It remembers the six chunks it was made of, each as planned.
-        let mut parts: Vec<(Range<usize>, Range<usize>, u64)> = merged[0]
-            .parts
-            .iter()
-            .map(|t| (t.chunk.rows.clone(), t.chunk.cols.clone(), t.products))
-            .collect();
+        let mut parts = shapes(&merged[0].parts);
         parts.sort_by_key(|(r, c, _)| (r.start, c.start));
         assert_eq!(
             parts,

@@ -551,6 +551,21 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
     assert!(report.counting > Duration::ZERO, "{report:?}");
 }
 
+/// A, B, the budgeted device and the reference product.
+type BesideTheCpu = (Csr<f64>, Csr<f64>, Shared, Csr<f64>);
+
+/// A product for an out-of-core device beside the CPU: uniform operands of 20 000 rows, the
+/// OpenCL device with half of B's bytes for a budget (so B is cut into panels for it), and
+/// the reference product; `None` where there is no OpenCL device (the test is skipped).
+fn out_of_core_beside_the_cpu() -> Option<BesideTheCpu> {
+    let device = opencl_device()?;
+    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
+    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
+    let gpu: Shared = Arc::new(device.with_memory_budget(budget));
+    let expected = reference(&a, &b);
+    Some((a, b, gpu, expected))
+}
+
 /// Out of core beside the CPU: B is cut into panels for the device, and the CPU, which holds
 /// A and B in place, computes a row panel's chunks in every panel of B as one chunk of all
 /// columns where it was given them together (a row split, densest-first's row panels), into
@@ -559,13 +574,9 @@ fn out_of_core_on_an_opencl_device_with_a_small_budget() {
 /// pace): the product is checked.
 #[test]
 fn the_cpu_computes_whole_rows_of_an_out_of_core_product_beside_the_device() {
-    let Some(device) = opencl_device() else {
+    let Some((a, b, gpu, expected)) = out_of_core_beside_the_cpu() else {
         return;
     };
-    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
-    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
-    let gpu: Shared = Arc::new(device.with_memory_budget(budget));
-    let expected = reference(&a, &b);
     for (policy, in_place) in [
         (Policy::RowSplitAssumed(vec![1.0, 1.0]), false),
         (Policy::RowSplitAssumed(vec![1.0, 1.0]), true),
@@ -607,13 +618,10 @@ fn the_cpu_computes_whole_rows_of_an_out_of_core_product_beside_the_device() {
 /// not merged again, into C's assembly and into C in place.
 #[test]
 fn a_chunk_across_the_panels_that_runs_out_of_memory_goes_back_to_its_chunks() {
-    let Some(device) = opencl_device() else {
+    let Some((a, b, gpu, expected)) = out_of_core_beside_the_cpu() else {
         return;
     };
-    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
     let b_bytes = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8);
-    let gpu: Shared = Arc::new(device.with_memory_budget(b_bytes / 2));
-    let expected = reference(&a, &b);
     let c_bytes = hetsparse_core::backend::memory::csr_bytes(expected.nrows(), expected.nnz(), 8);
     for in_place in [false, true] {
         // Room for B and about an eighth of the rows of A and C: the CPU's half of the rows
@@ -655,13 +663,9 @@ fn a_chunk_across_the_panels_that_runs_out_of_memory_goes_back_to_its_chunks() {
 /// cannot hold B) computes, into C's assembly and into C in place.
 #[test]
 fn a_chunk_across_the_panels_given_back_is_cut_into_its_panels_again() {
-    let Some(device) = opencl_device() else {
+    let Some((a, b, gpu, expected)) = out_of_core_beside_the_cpu() else {
         return;
     };
-    let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 20_000, 3);
-    let budget = hetsparse_core::backend::memory::csr_bytes(b.nrows(), b.nnz(), 8) / 2;
-    let gpu: Shared = Arc::new(device.with_memory_budget(budget));
-    let expected = reference(&a, &b);
     for (kind, in_place) in [
         (FaultKind::DeviceLost, false),
         (FaultKind::OutOfMemory, true),
