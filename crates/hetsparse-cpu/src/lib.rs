@@ -23,6 +23,9 @@
 //! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.
 //! - **SpMV and SpMM** run native loops per format (CSR, CSC, COO, DIA, ELLPACK-R, CSPR, BSR),
 //!   parallel over rows.
+//! - **Run control**: a SpGEMM (whole, chunk or plan execution) looks at cancellation before
+//!   each range of rows and reports the range's products as it completes, so a long product
+//!   stops within a range of rows and its progress moves while it runs.
 //!
 //! ```
 //! use hetsparse_core::{format::Csr, Backend, SpgemmAlgorithm};
@@ -59,6 +62,7 @@ use hetsparse_core::{
     PlusTimes, ProductChunk, ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand,
     SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
+use spgemm::Watch;
 
 /// The SpGEMM algorithms this backend runs.
 const ALGORITHMS: [SpgemmAlgorithm; 3] = [
@@ -197,15 +201,14 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         check::spgemm(a, b)?;
         run.checkpoint()?;
         self.install(|| {
-            let products = run.plan_product(a, b)?;
-            let c = spgemm::multiply::<T, PlusTimes>(
+            let planned = run.plan_product(a, b)?;
+            spgemm::multiply::<T, PlusTimes>(
                 &CsrWindow::whole(a),
                 &CsrWindow::whole(b),
                 spgemm::shape_of_b(b),
                 options.algorithm,
-            )?;
-            run.add_done(products);
-            Ok(c)
+                Watch { run, planned },
+            )
         })
     }
 
@@ -305,10 +308,9 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             let product = self
                 .install(|| {
                     let (wa, wb) = chunk.windows(a, b)?;
-                    let products = run.plan_product_rows(a, chunk.rows.clone(), b);
-                    let c = spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm)?;
-                    run.add_done(products);
-                    Ok(c)
+                    let planned = run.plan_product_rows(a, chunk.rows.clone(), b);
+                    let watch = Watch { run, planned };
+                    spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm, watch)
                 })
                 .map_err(|e: Error| e.in_chunk(index))?;
             sink(ChunkProduct {
@@ -344,7 +346,8 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             let start = Instant::now();
             self.install(|| -> Result<()> {
                 let (wa, wb) = chunk.windows(a, b)?;
-                let products = run.plan_product_rows(a, chunk.rows.clone(), b);
+                let planned = run.plan_product_rows(a, chunk.rows.clone(), b);
+                let watch = Watch { run, planned };
                 let counts: Vec<u64> = (0..chunk.rows.len()).map(|k| place.row_len(k)).collect();
                 // SAFETY: `multiply_into` writes every slot it is given where it returns `Ok`.
                 let filled = unsafe {
@@ -354,6 +357,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
                             &wb,
                             b_shape,
                             options.algorithm,
+                            watch,
                             &counts,
                             cols,
                             vals,
@@ -361,10 +365,15 @@ impl<T: Scalar> Backend<T> for CpuBackend {
                     })?
                 };
                 if !filled {
-                    let c = spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm)?;
+                    let c = spgemm::multiply::<T, PlusTimes>(
+                        &wa,
+                        &wb,
+                        b_shape,
+                        options.algorithm,
+                        watch,
+                    )?;
                     place.write_csr(&c)?;
                 }
-                run.add_done(products);
                 Ok(())
             })
             .map_err(|e| e.in_chunk(index))?;

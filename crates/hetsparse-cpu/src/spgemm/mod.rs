@@ -13,6 +13,10 @@
 //!   straight into its place. Both phases choose each row's accumulator by the same rule; the
 //!   symbolic phase only counts (with a column bitmap wherever C's row window is narrow enough
 //!   for one), and the numeric phase checks that every row writes exactly the entries counted.
+//!
+//! Every range of rows looks at the run's cancellation before it starts and reports its share
+//! of the products when it is done ([`RangeReports`]), so a long product stops within a range
+//! and its progress moves range by range.
 
 mod column_row;
 mod row_row;
@@ -23,7 +27,7 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use hetsparse_core::format::Csr;
-use hetsparse_core::{CsrWindow, Error, Result, Scalar, Semiring, SpgemmAlgorithm};
+use hetsparse_core::{CsrWindow, Error, Result, RunControl, Scalar, Semiring, SpgemmAlgorithm};
 use rayon::prelude::*;
 
 use crate::memory::reserved;
@@ -359,14 +363,83 @@ fn slice_row<T: Scalar>(m: &Csr<T>, i: usize) -> (&[u32], &[T]) {
     }
 }
 
+/// The run a product reports to, and the intermediate products the run planned for it (as
+/// [`RunControl::plan_product_rows`] counts them: 0 for an unwatched run).
+#[derive(Clone, Copy)]
+pub(crate) struct Watch<'r> {
+    pub(crate) run: &'r RunControl,
+    pub(crate) planned: u64,
+}
+
+/// A [`Watch`] shared out over the ranges of rows a phase computes: each range checks the
+/// run's cancellation before it starts and, once done, reports its part of the planned
+/// products, in proportion to its part of a cost (its rows' products where they are known,
+/// else A's entries). The parts are differences of rounded prefix shares, so together the
+/// ranges report exactly the planned products, whatever order they finish in.
+pub(crate) struct RangeReports<'r> {
+    watch: Watch<'r>,
+    /// Cost of the ranges before each range, and of all of them at the end.
+    prefix: Vec<u64>,
+}
+
+impl<'r> RangeReports<'r> {
+    /// Reports over `ranges` costing `cost(range)` each.
+    fn new(
+        watch: Watch<'r>,
+        ranges: &[Range<usize>],
+        cost: impl Fn(Range<usize>) -> u64 + Sync,
+    ) -> Self {
+        let costs: Vec<u64> = ranges.par_iter().map(|r| cost(r.clone())).collect();
+        let mut prefix = Vec::with_capacity(costs.len() + 1);
+        prefix.push(0u64);
+        let mut total = 0u64;
+        for c in costs {
+            total = total.saturating_add(c);
+            prefix.push(total);
+        }
+        RangeReports { watch, prefix }
+    }
+
+    /// Reports over `ranges` costing their rows' `products`.
+    fn by_products(watch: Watch<'r>, ranges: &[Range<usize>], products: &[u64]) -> Self {
+        Self::new(watch, ranges, |r| products[r].iter().sum())
+    }
+
+    /// [`Error::Cancelled`] once the run is cancelled: before a range starts.
+    fn start(&self) -> Result<()> {
+        self.watch.run.checkpoint()
+    }
+
+    /// Range `r` is done.
+    fn finished(&self, r: usize) {
+        let part = self.share(r + 1) - self.share(r);
+        if part > 0 {
+            self.watch.run.add_done(part);
+        }
+    }
+
+    /// The planned products of the ranges before range `r`.
+    fn share(&self, r: usize) -> u64 {
+        let ranges = self.prefix.len() - 1;
+        let total = self.prefix[ranges];
+        if total == 0 {
+            // Nothing to weigh by: the last range reports it all.
+            return if r == ranges { self.watch.planned } else { 0 };
+        }
+        // At most `planned`, as `prefix[r] <= total`.
+        (u128::from(self.watch.planned) * u128::from(self.prefix[r]) / u128::from(total)) as u64
+    }
+}
+
 /// `C = A[rows, :] · B[:, cols]` over semiring `S` for windows `a` (rows of A) and `b`
 /// (columns of B), column indices relative to `cols.start`; `b_shape` is
-/// [`shape_of_b`] of B.
+/// [`shape_of_b`] of B. Reports to `watch` range by range.
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
     b: &CsrWindow<&Csr<T>>,
     b_shape: ShapeOfB,
     algorithm: SpgemmAlgorithm,
+    watch: Watch<'_>,
 ) -> Result<Csr<T>> {
     let ops = Operands::new(a, b, b_shape)?;
     let span = tracing::debug_span!(
@@ -385,10 +458,11 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     // entry of A (a tenth of the time of short-row products such as roads).
     let one_pass = algorithm != SpgemmAlgorithm::ColumnRow;
     if one_pass && ops.even_b_rows() {
-        if let Some(c) = staged::multiply::<T, S>(&ops, None, &pool)? {
+        if let Some(c) = staged::multiply::<T, S>(&ops, None, &pool, watch)? {
             return Ok(c);
         }
     }
+    watch.run.checkpoint()?;
     let products: Vec<u64> = {
         let _s = tracing::debug_span!("analysis", rows = ops.nrows).entered();
         let products: Vec<u64> = (0..ops.nrows)
@@ -401,25 +475,28 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     };
     if one_pass {
         // Also after the even-rows path failed to reserve its looser bound.
-        if let Some(c) = staged::multiply::<T, S>(&ops, Some(&products), &pool)? {
+        if let Some(c) = staged::multiply::<T, S>(&ops, Some(&products), &pool, watch)? {
             return Ok(c);
         }
         tracing::debug!("C's upper bound cannot be reserved: counting first");
     }
-    multiply_counted::<T, S>(&ops, &products, &pool, a, algorithm)
+    multiply_counted::<T, S>(&ops, &products, &pool, a, algorithm, watch)
 }
 
 /// The two-phase product: the symbolic phase counts every row, C is allocated exactly, and the
 /// numeric phase writes it (Column-Row, and Row-Row when C's upper bound is too large to
-/// reserve).
+/// reserve). Both phases look at cancellation range by range; the numeric one reports the
+/// products.
 fn multiply_counted<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     products: &[u64],
     pool: &ScratchPool<T::Acc>,
     a: &CsrWindow<&Csr<T>>,
     algorithm: SpgemmAlgorithm,
+    watch: Watch<'_>,
 ) -> Result<Csr<T>> {
     let ranges = plan::balanced_ranges(products);
+    let reports = RangeReports::by_products(watch, &ranges, products);
     let a_columns = columns_of_a(a, ops, algorithm)?;
 
     // The symbolic phase writes each row's count at its row's end offset; a prefix sum then
@@ -431,9 +508,11 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
         parts
             .into_par_iter()
             .zip(ranges.par_iter())
-            .for_each(|(counts, range)| {
-                pool.with(|s| row_row::count_rows(ops, range.clone(), products, counts, s))
-            });
+            .try_for_each(|(counts, range)| {
+                reports.start()?;
+                pool.with(|s| row_row::count_rows(ops, range.clone(), products, counts, s));
+                Ok::<_, Error>(())
+            })?;
     }
     let mut nnz = 0u64;
     for offset in &mut offsets[1..] {
@@ -451,6 +530,7 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
         pool,
         a_columns.as_ref(),
         &ranges,
+        &reports,
         &offsets,
         &mut cols.spare_capacity_mut()[..len],
         &mut vals.spare_capacity_mut()[..len],
@@ -470,13 +550,14 @@ fn multiply_counted<T: Scalar, S: Semiring<T>>(
 /// entries are known (`counts`, exact: C's symbolic counts), written one row after another
 /// into `cols`/`vals` (the counts' sum of slots, every one written where it returns `Ok`):
 /// a chunk computed straight into its place in C. A row whose entries are not its count is an
-/// error.
+/// error. Reports to `watch` range by range.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn multiply_into<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
     b: &CsrWindow<&Csr<T>>,
     b_shape: ShapeOfB,
     algorithm: SpgemmAlgorithm,
+    watch: Watch<'_>,
     counts: &[u64],
     cols: &mut [MaybeUninit<u32>],
     vals: &mut [MaybeUninit<T>],
@@ -514,12 +595,14 @@ pub(crate) fn multiply_into<T: Scalar, S: Semiring<T>>(
     let pool = ScratchPool::<T::Acc>::new();
     let a_columns = columns_of_a(a, &ops, algorithm)?;
     let ranges = plan::balanced_ranges(&products);
+    let reports = RangeReports::by_products(watch, &ranges, &products);
     numeric::<T, S>(
         &ops,
         &products,
         &pool,
         a_columns.as_ref(),
         &ranges,
+        &reports,
         &offsets,
         cols,
         vals,
@@ -543,8 +626,8 @@ fn columns_of_a<T: Scalar>(
 }
 
 /// The numeric phase: each range of rows computed into its slots of `cols`/`vals`, row `i` at
-/// `offsets[i]..offsets[i + 1]` (C's exact counts). Every slot is written where it returns
-/// `Ok`; a row whose entries are not its count is an error.
+/// `offsets[i]..offsets[i + 1]` (C's exact counts), each range reported to `reports`. Every
+/// slot is written where it returns `Ok`; a row whose entries are not its count is an error.
 #[allow(clippy::too_many_arguments)]
 fn numeric<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
@@ -552,6 +635,7 @@ fn numeric<T: Scalar, S: Semiring<T>>(
     pool: &ScratchPool<T::Acc>,
     a_columns: Option<&Csr<T>>,
     ranges: &[Range<usize>],
+    reports: &RangeReports<'_>,
     offsets: &[u64],
     cols: &mut [MaybeUninit<u32>],
     vals: &mut [MaybeUninit<T>],
@@ -570,8 +654,9 @@ fn numeric<T: Scalar, S: Semiring<T>>(
     col_parts
         .into_par_iter()
         .zip(val_parts)
-        .zip(ranges.par_iter())
-        .try_for_each(|((c, v), range)| {
+        .zip(ranges.par_iter().enumerate())
+        .try_for_each(|((c, v), (r, range))| {
+            reports.start()?;
             let out = Output {
                 offsets,
                 first_row: range.start,
@@ -583,7 +668,9 @@ fn numeric<T: Scalar, S: Semiring<T>>(
                     column_row::compute_rows::<T, S>(ops, at, range.clone(), products, out, s)
                 }
                 None => row_row::compute_rows::<T, S>(ops, range.clone(), products, out, s),
-            })
+            })?;
+            reports.finished(r);
+            Ok(())
         })
 }
 
@@ -768,7 +855,8 @@ mod tests {
     use hetsparse_core::PlusTimes;
 
     /// The one-pass product (what every Row-Row call runs) and the counted one (its fallback
-    /// when C's bound cannot be reserved) give the same matrix.
+    /// when C's bound cannot be reserved) give the same matrix, and each reports exactly the
+    /// products planned for it.
     fn both_ways(a: &Csr<f64>, b: &Csr<f64>, what: &str) {
         let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
         let pool_threads = rayon::ThreadPoolBuilder::new()
@@ -779,11 +867,18 @@ mod tests {
             let ops = Operands::new(&wa, &wb, shape_of_b(b)).expect("windows");
             let products: Vec<u64> = (0..ops.nrows).map(|i| ops.row_products(i)).collect();
             let pool = ScratchPool::<f64>::new();
-            let staged = staged::multiply::<f64, PlusTimes>(&ops, Some(&products), &pool)
+            // Any count works: the ranges share it out.
+            let planned = products.iter().sum::<u64>() * 3 + 7;
+            let runs: [RunControl; 3] = Default::default();
+            let watch = |k: usize| Watch {
+                run: &runs[k],
+                planned,
+            };
+            let staged = staged::multiply::<f64, PlusTimes>(&ops, Some(&products), &pool, watch(0))
                 .expect("one pass")
                 .expect("bound reserved");
             // The same with products counted row by row, as for B of even rows.
-            let unplanned = staged::multiply::<f64, PlusTimes>(&ops, None, &pool)
+            let unplanned = staged::multiply::<f64, PlusTimes>(&ops, None, &pool, watch(1))
                 .expect("one pass, unplanned")
                 .expect("bound reserved");
             let counted = multiply_counted::<f64, PlusTimes>(
@@ -792,8 +887,19 @@ mod tests {
                 &pool,
                 &wa,
                 SpgemmAlgorithm::RowRow,
+                watch(2),
             )
             .expect("counted");
+            for (run, how) in runs
+                .iter()
+                .zip(["one pass", "one pass, unplanned", "counted"])
+            {
+                assert_eq!(
+                    run.progress().done,
+                    planned,
+                    "{what} {how}: products reported"
+                );
+            }
             let expected =
                 hetsparse_core::reference::spgemm::<f64, PlusTimes>(a, b).expect("reference");
             for (c, how) in [

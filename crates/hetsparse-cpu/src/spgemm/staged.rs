@@ -20,7 +20,7 @@ use hetsparse_core::{Error, Result, Scalar, Semiring};
 
 use super::row_row;
 use super::scratch::ScratchPool;
-use super::Operands;
+use super::{Operands, RangeReports, Watch};
 use crate::memory::reserved;
 use crate::plan;
 
@@ -45,11 +45,13 @@ pub(super) fn row_bound(products: u64, width: usize) -> usize {
 /// With each row's intermediate `products`, ranges hold equal numbers of them and C's bound
 /// is tight. Without (for B of even rows, see [`Operands::even_b_rows`]), ranges hold equal
 /// numbers of A's entries, and the bounds, of each row and of C, take every entry of A to
-/// bring a row of B of the longest length.
+/// bring a row of B of the longest length. Each range reports to `watch` (weighed by its
+/// products, or its entries of A without them).
 pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     ops: &Operands<'_, T>,
     products: Option<&[u64]>,
     pool: &ScratchPool<T::Acc>,
+    watch: Watch<'_>,
 ) -> Result<Option<Csr<T>>> {
     let width = ops.width();
     let (ranges, bounds): (Vec<Range<usize>>, Vec<u64>) = match products {
@@ -101,6 +103,12 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     ) else {
         return Ok(None);
     };
+    let reports = match products {
+        Some(products) => RangeReports::by_products(watch, &ranges, products),
+        None => RangeReports::new(watch, &ranges, |r| {
+            ops.a_offset(r.end) - ops.a_offset(r.start)
+        }),
+    };
     let mut offsets = vec![0u64; ops.nrows + 1];
 
     let _s = tracing::debug_span!("one_pass", rows = ops.nrows, ranges = ranges.len()).entered();
@@ -133,6 +141,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                 return;
             }
             let result = (|| -> Result<()> {
+                reports.start()?;
                 let bound = bounds[r] as usize;
                 let mut staging = lock(&spare).pop().unwrap_or_default();
                 grow(&mut staging.cols, bound, "staged column indices of C")?;
@@ -154,6 +163,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                     part.staged = Some(staging);
                     written
                 };
+                reports.finished(r);
                 // Ranges whose place in C became known: this one and any finished ones after
                 // it, when the ranges before are all counted; else a later range's thread
                 // copies this one.
