@@ -645,13 +645,7 @@ impl<T: Scalar> Call<'_, '_, T> {
             &mut |i, _timing| {
                 let task = task_at(tasks, i)?;
                 told[i] = true;
-                caller.add_done(task.products);
-                tracing::debug!(
-                    rows = ?task.chunk.rows,
-                    cols = ?task.chunk.cols,
-                    products = task.products,
-                    "chunk done"
-                );
+                count_done(caller, task);
                 Ok(())
             },
         );
@@ -700,12 +694,27 @@ impl<T: Scalar> Call<'_, '_, T> {
                         ),
                     });
                 }
-                caller.add_done(task.products);
+                count_done(caller, task);
                 tiles[at + i] = Some(part.product);
                 finished[at + i] = true;
                 Ok(())
             })
     }
+}
+
+/// Adds a finished chunk's products to the caller's progress, and says so in a `tracing`
+/// event with the products done of those planned.
+fn count_done(caller: &RunControl, task: &Task) {
+    caller.add_done(task.products);
+    let progress = caller.progress();
+    tracing::debug!(
+        rows = ?task.chunk.rows,
+        cols = ?task.chunk.cols,
+        products = task.products,
+        done = progress.done,
+        planned = progress.planned,
+        "chunk done"
+    );
 }
 
 /// The task of chunk `i` of a call's batch, which its device said it finished.

@@ -3,7 +3,7 @@
 //! reference sum in the same order for f64 on these small rows) and the report must show the
 //! work where the policy put it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hetsparse_core::fault::{Fault, FaultKind, FaultyBackend};
@@ -151,24 +151,38 @@ fn densest_chunks_go_to_the_fastest_backend() {
     assert!(report.devices[0].chunks > 0 && report.devices[1].chunks > 0);
 }
 
+/// Progress counts every product once, and a callback given the run sees it move chunk by
+/// chunk.
 #[test]
 fn work_stealing_uses_every_backend_and_counts_progress() {
     let (a, b) = operands(MatrixClass::Uniform);
+    let products = hetsparse_core::analysis::total_products(&a, &b).unwrap();
     let shared_by_several = until(|| {
         let s = scheduler(vec![cpu(), cpu(), cpu()], Policy::WorkStealing);
-        let run = RunControl::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
+        let run = RunControl::with_progress(move |p| kept.lock().unwrap().push(p));
         let c = s
             .spgemm_with((&a).into(), (&b).into(), &SpgemmOptions::new(), &run)
             .unwrap();
         assert_same(&c, &reference(&a, &b));
         let progress = run.progress();
         assert_eq!(progress.done, progress.planned);
-        assert_eq!(
-            progress.planned,
-            hetsparse_core::analysis::total_products(&a, &b).unwrap()
-        );
+        assert_eq!(progress.planned, products);
         let report = s.last_report().unwrap();
         assert!(report.chunks_planned >= 3 * 8 / 2, "{report:?}");
+        let seen = seen.lock().unwrap();
+        let largest = seen.iter().map(|p| p.done).max();
+        assert_eq!(largest, Some(products), "the callback saw the end");
+        let chunks: usize = report.devices.iter().map(|d| d.chunks).sum();
+        let between = seen
+            .iter()
+            .filter(|p| p.done > 0 && p.done < products)
+            .count();
+        assert!(
+            between + 1 >= chunks,
+            "{between} calls in between for {chunks} chunks"
+        );
         report.devices.iter().filter(|d| d.chunks > 0).count() >= 2
     });
     assert!(shared_by_several);

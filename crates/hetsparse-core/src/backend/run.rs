@@ -19,7 +19,8 @@ use crate::scalar::Scalar;
 /// [`Error::Cancelled`]; nothing it produced so far is returned. Progress counts intermediate
 /// products (the work of a SpGEMM; entries of A times columns of the dense operand for SpMM
 /// and SpMV): [`Progress::planned`] grows when the backend has analysed what it will do,
-/// [`Progress::done`] as batches complete.
+/// [`Progress::done`] as batches complete. Read it with [`progress`](RunControl::progress), or
+/// have it handed to a callback as it moves ([`with_progress`](RunControl::with_progress)).
 ///
 /// ```
 /// use hetsparse_core::RunControl;
@@ -53,6 +54,33 @@ struct RunState {
     counts_into: Option<Arc<RunState>>,
     planned: AtomicU64,
     done: AtomicU64,
+    /// Called with this run's progress each time it moves.
+    on_progress: Option<ProgressCallback>,
+}
+
+impl RunState {
+    /// Tells the callback, if any, where the run is now.
+    fn moved(&self) {
+        if let Some(callback) = &self.on_progress {
+            (callback.0)(self.progress());
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            done: self.done.load(Ordering::Acquire),
+            planned: self.planned.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// What [`RunControl::with_progress`] calls.
+struct ProgressCallback(Box<dyn Fn(Progress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressCallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressCallback")
+    }
 }
 
 /// Products done of products planned.
@@ -87,6 +115,35 @@ impl RunControl {
         RunControl {
             state: Arc::default(),
             watched: false,
+        }
+    }
+    /// A run that calls `callback` with its progress each time it moves: when a backend has
+    /// planned or finished a batch of work (a range of rows, a chunk, a kernel batch), and,
+    /// for a scheduler, when a chunk is done. It is called on the thread that did the work,
+    /// from several threads at once where a backend computes in parallel, so it should be
+    /// short (keep the numbers, wake a thread that draws them); calls from different threads
+    /// may arrive out of order, so the largest `done` seen is the progress.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use hetsparse_core::RunControl;
+    /// let seen = Arc::new(AtomicU64::new(0));
+    /// let kept = Arc::clone(&seen);
+    /// let run = RunControl::with_progress(move |p| {
+    ///     kept.fetch_max(p.done, Ordering::Relaxed);
+    /// });
+    /// run.add_planned(10);
+    /// run.add_done(4);
+    /// assert_eq!(seen.load(Ordering::Relaxed), 4);
+    /// ```
+    pub fn with_progress(callback: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+        RunControl {
+            state: Arc::new(RunState {
+                on_progress: Some(ProgressCallback(Box::new(callback))),
+                ..RunState::default()
+            }),
+            watched: true,
         }
     }
     /// Whether someone may read the progress (false only for [`unwatched`](Self::unwatched)).
@@ -168,10 +225,7 @@ impl RunControl {
     }
     /// Products done and planned so far.
     pub fn progress(&self) -> Progress {
-        Progress {
-            done: self.state.done.load(Ordering::Acquire),
-            planned: self.state.planned.load(Ordering::Acquire),
-        }
+        self.state.progress()
     }
     /// For backends: counts the intermediate products of `a · b` and adds them to the plan,
     /// returning them (0, and no pass over the operands, when the run is
@@ -205,6 +259,7 @@ impl RunControl {
         let mut state = Some(&self.state);
         while let Some(s) = state {
             s.planned.fetch_add(products, Ordering::AcqRel);
+            s.moved();
             state = s.counts_into.as_ref();
         }
     }
@@ -213,6 +268,7 @@ impl RunControl {
         let mut state = Some(&self.state);
         while let Some(s) = state {
             s.done.fetch_add(products, Ordering::AcqRel);
+            s.moved();
             state = s.counts_into.as_ref();
         }
     }
@@ -245,5 +301,27 @@ impl ChunkTiming {
             kernel: wall,
             ..Self::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_callback_hears_of_the_products_of_a_tracked_run_but_not_of_a_child() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
+        let run =
+            RunControl::with_progress(move |p| kept.lock().unwrap().push((p.done, p.planned)));
+        let device = run.tracked();
+        device.add_planned(10);
+        device.add_done(4);
+        // A child counts for itself: the caller hears nothing of it.
+        run.child().add_done(100);
+        run.add_done(6);
+        assert_eq!(*seen.lock().unwrap(), vec![(0, 10), (4, 10), (10, 10)]);
+        assert!(run.is_watched());
     }
 }
