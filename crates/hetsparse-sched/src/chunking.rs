@@ -30,6 +30,10 @@ pub(crate) struct Task {
     /// The tasks it was merged from (none for a task as planned or split): a merged task
     /// lives only in one device's batch, and goes back to the queue as these.
     pub parts: Vec<Task>,
+    /// Of its products, those already counted in the caller's progress: passed on while a
+    /// device computed it, before the device gave it back. Its completion adds the rest, so
+    /// that every product counts once.
+    pub credited: u64,
 }
 
 /// Where each row of a chunk starts and ends in C.
@@ -53,6 +57,7 @@ impl Task {
             splits: 0,
             own_place: None,
             parts: Vec::new(),
+            credited: 0,
         }
     }
 
@@ -389,7 +394,19 @@ pub(crate) fn split<T: Scalar>(
         t.own_place = place.map(Arc::new);
         t
     });
+    let mut halves = [first, second];
+    share_credit(task.credited, &mut halves);
+    let [first, second] = halves;
     Some((first, second))
+}
+
+/// Spreads `credit` (products of a task already counted in the caller's progress) over the
+/// tasks it is cut into, in order, each up to its products.
+pub(crate) fn share_credit(mut credit: u64, tasks: &mut [Task]) {
+    for t in tasks {
+        t.credited = credit.min(t.products);
+        credit -= t.credited;
+    }
 }
 
 #[cfg(test)]
@@ -397,6 +414,18 @@ mod tests {
     use super::*;
     use hetsparse_core::analysis::prefix_sums;
     use hetsparse_core::generate;
+
+    #[test]
+    fn credit_is_spread_in_order_up_to_each_tasks_products() {
+        let mut tasks = [
+            Task::new(0..1, 0..1, 10),
+            Task::new(1..2, 0..1, 20),
+            Task::new(2..3, 0..1, 5),
+        ];
+        share_credit(25, &mut tasks);
+        let credits: Vec<u64> = tasks.iter().map(|t| t.credited).collect();
+        assert_eq!(credits, vec![10, 15, 0]);
+    }
 
     #[test]
     fn the_window_goes_to_b_where_its_panels_would_repeat_a() {

@@ -28,10 +28,10 @@ use hetsparse_core::backend::assemble::Tile;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::{
     Backend, ChunkPlace, Csr, CsrOperand, Error, MemorySpace, ProductBuffer, ProductChunk,
-    ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
+    Progress, ResidentCsr, Result, RunControl, Scalar, SpgemmOptions,
 };
 
-use crate::chunking::{split, Task};
+use crate::chunking::{share_credit, split, Task};
 use crate::report::DeviceReport;
 
 /// How long an idle worker sleeps before it looks at the caller's cancellation again.
@@ -90,7 +90,8 @@ impl<T> State<T> {
     /// device that takes B panel by panel can take them.
     fn requeue(&mut self, mut task: Task) {
         if !task.parts.is_empty() {
-            let parts = std::mem::take(&mut task.parts);
+            let mut parts = std::mem::take(&mut task.parts);
+            share_credit(task.credited, &mut parts);
             self.outstanding += parts.len() - 1;
             for mut part in parts {
                 part.excluded.clone_from(&task.excluded);
@@ -145,9 +146,90 @@ impl<T> State<T> {
 struct Shared<T> {
     state: Mutex<State<T>>,
     wake: Condvar,
-    /// One run per device, cancelled with the caller's and when the run is aborted.
+    /// One run per device, cancelled with the caller's and when the run is aborted, whose
+    /// progress goes to the device's relay.
     runs: Vec<RunControl>,
+    relays: Vec<Arc<Mutex<Relay>>>,
     caller: RunControl,
+}
+
+/// Passes a device's progress inside a call on to the caller before the call's chunks are
+/// done, in the caller's measure (the chunks' products, which for a panel of B are estimates
+/// the device does not know): the chunk being computed (the first of the call not yet done)
+/// gets the share of its products that the device reports done of what it planned since that
+/// chunk became the current one. A chunk's completion adds what was not passed on for it, and
+/// what was passed on for a chunk given back stays with it ([`Task::credited`]), so every
+/// product counts once.
+#[derive(Default)]
+struct Relay {
+    /// Each chunk of the call: its products, those passed on, and whether it is done.
+    chunks: Vec<(u64, u64, bool)>,
+    /// Where the call's chunks start in the device's batch.
+    at: usize,
+    current: Option<usize>,
+    /// The device's progress when the current chunk became current.
+    base: Progress,
+}
+
+impl Relay {
+    /// A call of `tasks` (from position `at` of the batch) begins.
+    fn begin(&mut self, tasks: &[Task], at: usize, device: Progress) {
+        self.chunks = tasks
+            .iter()
+            .map(|t| (t.products, t.credited, false))
+            .collect();
+        self.at = at;
+        self.current = (!tasks.is_empty()).then_some(0);
+        self.base = device;
+    }
+
+    /// The device's progress moved: the products to pass on now.
+    fn moved(&mut self, device: Progress) -> u64 {
+        let Some((products, passed, _)) = self.current.and_then(|i| self.chunks.get_mut(i)) else {
+            return 0;
+        };
+        let planned = device.planned.saturating_sub(self.base.planned);
+        if planned == 0 {
+            return 0;
+        }
+        let done = device.done.saturating_sub(self.base.done).min(planned);
+        // At most `products`, as `done <= planned`.
+        let reached = (u128::from(*products) * u128::from(done) / u128::from(planned)) as u64;
+        let more = reached.saturating_sub(*passed);
+        *passed += more;
+        more
+    }
+
+    /// Chunk `i` of the call is done: the products left to count for it.
+    fn finished(&mut self, i: usize, device: Progress) -> u64 {
+        let Some((products, passed, done)) = self.chunks.get_mut(i) else {
+            return 0;
+        };
+        *done = true;
+        let rest = products.saturating_sub(*passed);
+        if self.current == Some(i) {
+            self.current = (i + 1..self.chunks.len()).find(|&k| !self.chunks[k].2);
+            self.base = device;
+        }
+        rest
+    }
+
+    /// The call is over (returned, failed or panicked): what was passed on for its chunks
+    /// goes to `credited`, by position in the batch.
+    fn end(&mut self, credited: &mut [u64]) {
+        for (k, &(_, passed, _)) in self.chunks.iter().enumerate() {
+            if let Some(c) = credited.get_mut(self.at + k) {
+                *c = passed;
+            }
+        }
+        self.chunks.clear();
+        self.current = None;
+    }
+}
+
+/// Locks a relay; one left by a panicking device thread holds consistent numbers.
+fn lock_relay(relay: &Mutex<Relay>) -> MutexGuard<'_, Relay> {
+    relay.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<T> Shared<T> {
@@ -180,6 +262,7 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
         .map(|t| t.products)
         .sum();
     caller.add_planned(planned);
+    let relays: Vec<Arc<Mutex<Relay>>> = (0..n).map(|_| Arc::default()).collect();
     let shared = Shared {
         state: Mutex::new(State {
             own: work
@@ -200,7 +283,19 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
                 .collect(),
         }),
         wake: Condvar::new(),
-        runs: (0..n).map(|_| caller.child()).collect(),
+        runs: relays
+            .iter()
+            .map(|relay| {
+                let (relay, caller_now) = (Arc::clone(relay), caller.clone());
+                caller.child_with_progress(move |device| {
+                    let more = lock_relay(&relay).moved(device);
+                    if more > 0 {
+                        caller_now.add_done(more);
+                    }
+                })
+            })
+            .collect(),
+        relays,
         caller: caller.clone(),
     };
     std::thread::scope(|scope| {
@@ -252,6 +347,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
         };
         let begun = Instant::now();
         let mut finished = vec![false; batch.len()];
+        let mut credited: Vec<u64> = batch.iter().map(|t| t.credited).collect();
         let mut tiles: Vec<Option<Csr<T>>> = (0..batch.len()).map(|_| None).collect();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             if placement.is_none() {
@@ -264,13 +360,17 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
                 device: device.as_ref(),
                 work,
                 run,
+                relay: &shared.relays[d],
                 caller: &shared.caller,
                 finished: &mut finished,
+                credited: &mut credited,
                 tiles: &mut tiles,
             };
             call.compute(placement, &batch)
         }))
         .unwrap_or_else(|payload| Err(panicked(device.as_ref(), payload.as_ref())));
+        // A call that panicked did not close its relay.
+        lock_relay(&shared.relays[d]).end(&mut credited);
         shared.lock().reports[d].busy += begun.elapsed();
         // The chunks finished before a failure count too.
         let delivered = batch
@@ -285,6 +385,10 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
                 .into_iter()
                 .enumerate()
                 .filter(|(i, _)| !finished[*i])
+                .map(|(i, mut task)| {
+                    task.credited = credited[i];
+                    (i, task)
+                })
                 .collect();
             if !handle_failure(shared, work, d, e, rest) {
                 return;
@@ -532,6 +636,7 @@ fn merge_runs(
                 }
                 extend(last, &task);
                 last.products += task.products;
+                last.credited += task.credited;
                 if task.parts.is_empty() {
                     last.parts.push(task);
                 } else {
@@ -545,13 +650,16 @@ fn merge_runs(
 }
 
 /// One device's work on one batch: `finished[i]` set for each chunk of the batch the device
-/// finished, written into its complete place in C, or come back as `tiles[i]`.
+/// finished, written into its complete place in C, or come back as `tiles[i]`; `credited[i]`
+/// the products of chunk `i` counted in the caller's progress so far.
 struct Call<'w, 'a, T: Scalar> {
     device: &'w dyn Backend<T>,
     work: &'w Work<'a, T>,
     run: &'w RunControl,
+    relay: &'w Mutex<Relay>,
     caller: &'w RunControl,
     finished: &'w mut [bool],
+    credited: &'w mut [u64],
     tiles: &'w mut [Option<Csr<T>>],
 }
 
@@ -622,9 +730,25 @@ impl<T: Scalar> Call<'_, '_, T> {
         chunks: Vec<ProductChunk>,
         at: usize,
     ) -> Result<()> {
-        let Some(c) = self.work.c else {
-            return self.call_for_tiles(a, b, tasks, chunks, at);
+        lock_relay(self.relay).begin(tasks, at, self.run.progress());
+        let outcome = match self.work.c {
+            Some(c) => self.call_into(c, a, b, tasks, chunks, at),
+            None => self.call_for_tiles(a, b, tasks, chunks, at),
         };
+        lock_relay(self.relay).end(self.credited);
+        outcome
+    }
+
+    /// One call whose chunks are written into their places in `c`.
+    fn call_into(
+        &mut self,
+        c: &ProductBuffer<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        tasks: &[Task],
+        chunks: Vec<ProductChunk>,
+        at: usize,
+    ) -> Result<()> {
         let mut places: Vec<ChunkPlace<'_, T>> = Vec::with_capacity(tasks.len());
         for (task, chunk) in tasks.iter().zip(chunks) {
             let segments = task.segments(c.layout())?;
@@ -635,7 +759,7 @@ impl<T: Scalar> Call<'_, '_, T> {
             places.push(unsafe { c.place(chunk, task.chunk.cols.start, segments)? });
         }
         let mut told = vec![false; tasks.len()];
-        let caller = self.caller;
+        let (caller, relay, run) = (self.caller, self.relay, self.run);
         let outcome = self.device.spgemm_chunks_into(
             a,
             b,
@@ -645,7 +769,8 @@ impl<T: Scalar> Call<'_, '_, T> {
             &mut |i, _timing| {
                 let task = task_at(tasks, i)?;
                 told[i] = true;
-                count_done(caller, task);
+                let rest = lock_relay(relay).finished(i, run.progress());
+                count_done(caller, task, rest);
                 Ok(())
             },
         );
@@ -675,7 +800,7 @@ impl<T: Scalar> Call<'_, '_, T> {
         chunks: Vec<ProductChunk>,
         at: usize,
     ) -> Result<()> {
-        let caller = self.caller;
+        let (caller, relay, run) = (self.caller, self.relay, self.run);
         let (finished, tiles) = (&mut *self.finished, &mut *self.tiles);
         self.device
             .spgemm_chunks(a, b, &chunks, self.work.options, self.run, &mut |part| {
@@ -694,7 +819,8 @@ impl<T: Scalar> Call<'_, '_, T> {
                         ),
                     });
                 }
-                count_done(caller, task);
+                let rest = lock_relay(relay).finished(i, run.progress());
+                count_done(caller, task, rest);
                 tiles[at + i] = Some(part.product);
                 finished[at + i] = true;
                 Ok(())
@@ -702,10 +828,11 @@ impl<T: Scalar> Call<'_, '_, T> {
     }
 }
 
-/// Adds a finished chunk's products to the caller's progress, and says so in a `tracing`
-/// event with the products done of those planned.
-fn count_done(caller: &RunControl, task: &Task) {
-    caller.add_done(task.products);
+/// Adds what is left of a finished chunk's products (`rest`: those not passed on while it was
+/// computed) to the caller's progress, and says so in a `tracing` event with the products
+/// done of those planned.
+fn count_done(caller: &RunControl, task: &Task, rest: u64) {
+    caller.add_done(rest);
     let progress = caller.progress();
     tracing::debug!(
         rows = ?task.chunk.rows,
@@ -850,6 +977,54 @@ fn settle<T>(shared: &Shared<T>, state: &mut State<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Progress passed on inside a call stays with the chunk it was passed on for, and its
+    /// completion adds the rest.
+    #[test]
+    fn the_relay_passes_on_a_chunks_progress_once() {
+        let progress = |planned, done| Progress { done, planned };
+        let mut second = Task::new(4..8, 0..5, 50);
+        second.credited = 10;
+        let tasks = [Task::new(0..4, 0..5, 100), second];
+        let mut relay = Relay::default();
+        relay.begin(&tasks, 3, progress(7, 7));
+        // Nothing planned for the chunk yet: nothing to pass on.
+        assert_eq!(relay.moved(progress(7, 7)), 0);
+        // Half of what the device planned since the chunk began: half its products.
+        assert_eq!(relay.moved(progress(1007, 507)), 50);
+        assert_eq!(relay.moved(progress(1007, 507)), 0);
+        assert_eq!(relay.finished(0, progress(1007, 1007)), 50);
+        // The next chunk counts from what the device had reported then, and from its credit.
+        assert_eq!(relay.moved(progress(1207, 1107)), 15);
+        let mut credited = vec![0; 5];
+        relay.end(&mut credited);
+        assert_eq!(credited[4], 25);
+        // After the call, the device's progress goes nowhere.
+        assert_eq!(relay.moved(progress(3000, 3000)), 0);
+    }
+
+    #[test]
+    fn a_merged_chunk_given_back_spreads_its_credit_over_its_parts() {
+        let mut batch = vec![Task::new(0..4, 0..5, 30), Task::new(4..8, 0..5, 20)];
+        batch[1].credited = 5;
+        let mut merged = merge_adjacent(batch);
+        assert_eq!(merged[0].credited, 5);
+        merged[0].credited = 40;
+        let mut state = State::<f64> {
+            own: Vec::new(),
+            queue: VecDeque::new(),
+            outstanding: 1,
+            live: vec![true],
+            abort: None,
+            last_failure: None,
+            tiles: Vec::new(),
+            reports: Vec::new(),
+        };
+        state.requeue(merged.remove(0));
+        let credits: Vec<u64> = state.queue.iter().map(|t| t.credited).collect();
+        assert_eq!(credits, vec![30, 10]);
+        assert_eq!(state.outstanding, 2);
+    }
 
     /// Each task's rows, columns and products.
     fn shapes<'t>(

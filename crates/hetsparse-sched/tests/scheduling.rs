@@ -188,6 +188,38 @@ fn work_stealing_uses_every_backend_and_counts_progress() {
     assert!(shared_by_several);
 }
 
+/// A chunk's progress reaches the caller while its device computes it (here each backend's
+/// list is one merged chunk), and every product still counts once.
+#[test]
+fn progress_moves_while_a_chunk_is_computed() {
+    let a = generate::uniform::<f64>(1 << 16, 1 << 16, 16, 5);
+    let products = hetsparse_core::analysis::total_products(&a, &a).unwrap();
+    let s = scheduler(vec![cpu(), cpu()], Policy::RowSplitAssumed(vec![1.0, 1.0]));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    let run = RunControl::with_progress(move |p| kept.lock().unwrap().push(p.done));
+    let c = s
+        .spgemm_with((&a).into(), (&a).into(), &SpgemmOptions::new(), &run)
+        .unwrap();
+    assert_same(&c, &cpu().spgemm(&a, &a, SpgemmAlgorithm::Auto).unwrap());
+    assert_eq!(run.progress().done, products);
+    assert_eq!(run.progress().planned, products);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.iter().max(), Some(&products));
+    let chunks: usize = s
+        .last_report()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.chunks)
+        .sum();
+    let between = seen.iter().filter(|&&d| d > 0 && d < products).count();
+    assert!(
+        between >= 8 * chunks,
+        "{between} steps of progress before the end for {chunks} chunks"
+    );
+}
+
 #[test]
 fn a_much_faster_backend_runs_alone_unless_sharing_is_forced() {
     let (a, b) = operands(MatrixClass::Uniform);

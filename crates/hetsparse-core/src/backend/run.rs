@@ -176,6 +176,36 @@ impl RunControl {
             watched: self.watched,
         }
     }
+    /// A [`child`](Self::child) that calls `callback` as its progress moves (see
+    /// [`with_progress`](Self::with_progress)): what a scheduler hands a device to pass the
+    /// device's progress inside a chunk on to its caller, in the caller's measure.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use hetsparse_core::RunControl;
+    /// let run = RunControl::new();
+    /// let heard = Arc::new(AtomicU64::new(0));
+    /// let kept = Arc::clone(&heard);
+    /// let device = run.child_with_progress(move |p| kept.store(p.done, Ordering::Relaxed));
+    /// device.add_done(3);
+    /// assert_eq!((heard.load(Ordering::Relaxed), run.progress().done), (3, 0));
+    /// run.cancel();
+    /// assert!(device.is_cancelled());
+    /// ```
+    pub fn child_with_progress(
+        &self,
+        callback: impl Fn(Progress) + Send + Sync + 'static,
+    ) -> RunControl {
+        RunControl {
+            state: Arc::new(RunState {
+                parent: Some(Arc::clone(&self.state)),
+                on_progress: Some(ProgressCallback(Box::new(callback))),
+                ..RunState::default()
+            }),
+            watched: self.watched,
+        }
+    }
     /// A run of its own progress whose products also count as this one's, cancelled when
     /// this one is, and watched as it is: what a scheduler hands a device that runs a product
     /// alone, to learn from the device how many products the run had while its caller still
