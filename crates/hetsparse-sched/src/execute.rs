@@ -417,14 +417,17 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// Whether A and B may be placed on `device` whole: always for host memory, else where they
-/// take at most half of the device's own budget (a device beside one of a smaller budget
-/// holds them if it can; the chunks are cut for the smallest).
+/// Whether A and B (`operands` bytes, [`operands_bytes`]) may be placed on `device` whole:
+/// always for host memory, else where they take at most half of the device's own budget (a
+/// device beside one of a smaller budget holds them if it can; the chunks are cut for the
+/// smallest).
+pub(crate) fn holds_whole<T: Scalar>(device: &dyn Backend<T>, operands: u64) -> bool {
+    device.memory_space() == MemorySpace::Host || operands <= crate::memory_budget(device) / 2
+}
+
+/// [`holds_whole`] for the run's A and B.
 fn fits_whole<T: Scalar>(device: &dyn Backend<T>, work: &Work<'_, T>) -> bool {
-    if device.memory_space() == MemorySpace::Host {
-        return true;
-    }
-    operands_bytes(work.a, work.b) <= crate::memory_budget(device) / 2
+    holds_whole(device, operands_bytes(work.a, work.b))
 }
 
 /// Bytes of A and B in CSR form: what a device holding them whole takes for them.

@@ -694,11 +694,7 @@ impl<T: Scalar> Scheduler<T> {
         let whole: Vec<usize> = members
             .iter()
             .copied()
-            .filter(|&d| {
-                let device = &self.backends[d];
-                device.memory_space() == MemorySpace::Host
-                    || operands <= memory_budget(device.as_ref()) / 2
-            })
+            .filter(|&d| execute::holds_whole(self.backends[d].as_ref(), operands))
             .collect();
         let chosen = {
             let learned = self.learned(Kind::Spgemm);

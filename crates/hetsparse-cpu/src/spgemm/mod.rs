@@ -383,12 +383,19 @@ pub(crate) struct RangeReports<'r> {
 }
 
 impl<'r> RangeReports<'r> {
-    /// Reports over `ranges` costing `cost(range)` each.
+    /// Reports over `ranges` costing `cost(range)` each (not weighed where nothing was
+    /// planned: an unwatched run pays no pass over the rows).
     fn new(
         watch: Watch<'r>,
         ranges: &[Range<usize>],
         cost: impl Fn(Range<usize>) -> u64 + Sync,
     ) -> Self {
+        if watch.planned == 0 {
+            return RangeReports {
+                watch,
+                prefix: Vec::new(),
+            };
+        }
         let costs: Vec<u64> = ranges.par_iter().map(|r| cost(r.clone())).collect();
         let mut prefix = Vec::with_capacity(costs.len() + 1);
         prefix.push(0u64);
@@ -412,6 +419,9 @@ impl<'r> RangeReports<'r> {
 
     /// Range `r` is done.
     fn finished(&self, r: usize) {
+        if self.watch.planned == 0 {
+            return;
+        }
         let part = self.share(r + 1) - self.share(r);
         if part > 0 {
             self.watch.run.add_done(part);
