@@ -1,37 +1,41 @@
-//! SpGEMM that Ctrl-C can stop in the middle on the CPU, and that says when C cannot fit.
+//! SpGEMM from Python that says when C cannot fit in host memory, rather than leaving it to
+//! the operating system's out-of-memory killer.
 //!
-//! The CPU backend checks its [`RunControl`] before a whole product and between the chunks of
-//! [`Backend::spgemm_chunks`](hetsparse::Backend::spgemm_chunks), not inside one product. So
-//! a product that may run long (more than [`CANCELLABLE`] intermediate products) on a
-//! context of CPU devices only is run as row chunks of about [`CHUNK`] products each, and C is
-//! assembled from them: one more copy of C, paid only by products of a second or more. GPU
-//! backends and the scheduler check the run themselves and get the whole product.
-//!
-//! Products that large are also checked against the host's available memory: C has at least,
-//! in each row, the entries of the longest row of B that row of A selects, and when even that
-//! cannot fit, the product is refused before it starts ([`Error::OutOfMemory`], a Python
-//! `MemoryError`) rather than left to the operating system's out-of-memory killer. While
-//! chunks are collected, their size (twice, for the copy into C) is held to that memory too.
+//! Every backend looks at its [`RunControl`] while it computes (the CPU backend before each
+//! range of rows), so Ctrl-C and a progress callback reach a whole product. What a whole
+//! product cannot do is stop before the host runs out of memory. So a product that may be
+//! large (more than [`CHECKED`] intermediate products), or any product given a memory limit,
+//! is checked first against the memory the system reports available (or that limit): C has
+//! at least, in each row, the entries of the longest row of B that row of A selects, and
+//! when even that cannot fit, the product is refused before it starts
+//! ([`Error::TooLarge`], a Python `MemoryError`). Where C might not fit (an entry per
+//! intermediate product does not) on a context of CPU devices only, the product runs as row
+//! chunks of about [`CHUNK`] products each, whose entries are held to that memory as they
+//! come (twice, for the copy into C), and C is assembled from them: one more copy of C, paid
+//! only where memory is short. Other contexts get the whole product.
 
 use hetsparse::{
     Context, ContextScalar, Csr, Error, ProductChunk, RunControl, Scalar, SpgemmOptions,
 };
 use rayon::prelude::*;
 
-/// Intermediate products above which a CPU product runs in chunks (about a second on 2 cores).
-pub const CANCELLABLE: u64 = 1 << 28;
+/// Intermediate products above which C's size is checked against the host's memory (about a
+/// second on 2 cores).
+pub const CHECKED: u64 = 1 << 28;
 /// Intermediate products per chunk (a tenth of a second or so on 2 cores).
 pub const CHUNK: u64 = 1 << 26;
 
-/// `C = A · B` on `ctx`, cancellable through `run` within about a chunk's time.
+/// `C = A · B` on `ctx`, cancelled and watched through `run`, C held to `memory_limit` bytes
+/// (by default, the memory the system reports available).
 pub fn spgemm<T: ContextScalar>(
     ctx: &Context<T>,
     a: &Csr<T>,
     b: &Csr<T>,
     run: &RunControl,
+    memory_limit: Option<u64>,
 ) -> Result<Csr<T>, Error> {
     let whole = || ctx.spgemm_with(a.into(), b.into(), &SpgemmOptions::new(), run);
-    if a.ncols() != b.nrows() || a.nrows() < 2 {
+    if a.ncols() != b.nrows() {
         return whole();
     }
     // A bound first (B's longest row for each entry of A), the exact count only past it.
@@ -46,43 +50,46 @@ pub fn spgemm<T: ContextScalar>(
         })
         .max()
         .unwrap_or(0);
-    if a.nnz().saturating_mul(longest_b_row) <= CANCELLABLE {
+    if memory_limit.is_none() && a.nnz().saturating_mul(longest_b_row) <= CHECKED {
         return whole();
     }
     let rows = row_costs(a, b);
     let least_nnz: u64 = rows.iter().map(|r| r.least_nnz).sum();
-    let available = available_memory();
+    let Some(available) = memory_limit.or_else(available_memory) else {
+        return whole();
+    };
     let entry = entry_bytes::<T>();
-    if let Some(limit) = available {
-        let needed = least_nnz.saturating_mul(entry);
-        if needed > limit {
-            return Err(out_of_memory(
-                "C (at least this many bytes, from its structure)",
-                needed,
-                limit,
-            ));
-        }
+    let needed = least_nnz.saturating_mul(entry);
+    if needed > available {
+        return Err(out_of_memory(
+            "C in host memory (at least, from the operands' structure)",
+            needed,
+            available,
+        ));
     }
+    let products: u64 = rows.iter().map(|r| r.products).sum();
     let cpu_only = ctx
         .devices()
         .iter()
         .filter(|d| d.skipped.is_none())
         .all(|d| d.info.backend == "cpu");
-    if !cpu_only || rows.iter().map(|r| r.products).sum::<u64>() <= CANCELLABLE {
+    if !cpu_only || a.nrows() < 2 || products.saturating_mul(entry) <= available {
         return whole();
     }
     // At least two rows per thread in a chunk, so that every core has work.
     let min_rows = 2 * rayon::current_num_threads();
     let mut chunks = Vec::new();
-    let (mut start, mut products) = (0, 0u64);
+    let mut chunk_products = Vec::new();
+    let (mut start, mut sum) = (0, 0u64);
     for (i, r) in rows.iter().enumerate() {
-        products += r.products;
-        if products >= CHUNK && i + 1 - start >= min_rows {
+        sum += r.products;
+        if sum >= CHUNK && i + 1 - start >= min_rows {
             chunks.push(ProductChunk {
                 rows: start..i + 1,
                 cols: 0..b.ncols(),
             });
-            (start, products) = (i + 1, 0);
+            chunk_products.push(sum);
+            (start, sum) = (i + 1, 0);
         }
     }
     if start < a.nrows() {
@@ -90,7 +97,12 @@ pub fn spgemm<T: ContextScalar>(
             rows: start..a.nrows(),
             cols: 0..b.ncols(),
         });
+        chunk_products.push(sum);
     }
+    // The whole product is planned up front and counted chunk by chunk, so that a watcher
+    // sees one total rather than one that grows as the backend plans each chunk.
+    run.add_planned(products);
+    let chunk_run = run.child();
     let mut parts: Vec<Option<Csr<T>>> = vec![None; chunks.len()];
     let mut held = 0u64;
     ctx.backend().spgemm_chunks(
@@ -98,19 +110,18 @@ pub fn spgemm<T: ContextScalar>(
         b.into(),
         &chunks,
         &SpgemmOptions::new(),
-        run,
+        &chunk_run,
         &mut |done| {
             held += done.product.nnz() * entry;
-            if let Some(limit) = available {
-                // The parts and C beside them while C is assembled.
-                if held.saturating_mul(2) > limit {
-                    return Err(out_of_memory(
-                        "C and its chunks (so far)",
-                        held.saturating_mul(2),
-                        limit,
-                    ));
-                }
+            // The parts and C beside them while C is assembled.
+            if held.saturating_mul(2) > available {
+                return Err(out_of_memory(
+                    "C and its chunks in host memory (so far)",
+                    held.saturating_mul(2),
+                    available,
+                ));
             }
+            run.add_done(chunk_products.get(done.index).copied().unwrap_or(0));
             let slot = parts.get_mut(done.index).ok_or_else(|| Error::Internal {
                 backend: "cpu".into(),
                 what: format!("chunk {} of {} returned", done.index, chunks.len()),
@@ -166,11 +177,11 @@ fn available_memory() -> Option<u64> {
 }
 
 fn out_of_memory(what: &str, needed: u64, available: u64) -> Error {
-    Error::OutOfMemory {
-        backend: "host".into(),
+    Error::TooLarge {
         what: what.into(),
-        needed_bytes: needed,
-        available_bytes: available,
+        needed,
+        limit: available,
+        unit: "bytes",
     }
 }
 

@@ -27,21 +27,27 @@ use errors::{to_py, value, DeviceError};
 use hetsparse::DeviceChoice;
 
 /// Runs `work` on a thread of its own with the GIL released; the calling thread waits, and
-/// every 50 ms takes the GIL for a moment to let Python handle signals. When a handler raises
-/// (Ctrl-C gives `KeyboardInterrupt`), `run` is cancelled, the worker stops at its next
-/// checkpoint, and the handler's exception is raised.
+/// every 50 ms takes the GIL for a moment to let Python handle signals and to hand the run's
+/// progress to `progress`, when there is one. When a signal handler or the progress callable
+/// raises (Ctrl-C gives `KeyboardInterrupt`), `run` is cancelled, the worker stops at its
+/// next checkpoint, and that exception is raised.
 ///
 /// Work on operands of fewer than [`INLINE_ENTRIES`] stored entries runs on the calling
 /// thread (still without the GIL): it ends long before a signal would be looked at, and a
-/// thread of its own would cost more than the product.
+/// thread of its own would cost more than the product. `progress` then hears only the end.
 fn detached<R: Send>(
     py: Python<'_>,
     run: &RunControl,
     entries: usize,
+    mut progress: Option<ProgressReport<'_>>,
     work: impl FnOnce() -> PyResult<R> + Send,
 ) -> PyResult<R> {
     if entries < INLINE_ENTRIES {
-        return py.allow_threads(work);
+        let result = py.allow_threads(work)?;
+        if let Some(report) = &mut progress {
+            report.finished(py, run)?;
+        }
+        return Ok(result);
     }
     py.allow_threads(|| {
         std::thread::scope(|scope| {
@@ -57,7 +63,14 @@ fn detached<R: Send>(
                     Err(RecvTimeoutError::Disconnected) => break None,
                     Err(RecvTimeoutError::Timeout) => {
                         if interrupted.is_none() {
-                            if let Err(e) = Python::with_gil(|py| py.check_signals()) {
+                            let looked = Python::with_gil(|py| {
+                                py.check_signals()?;
+                                match &mut progress {
+                                    Some(report) => report.moved(py, run),
+                                    None => Ok(()),
+                                }
+                            });
+                            if let Err(e) = looked {
                                 run.cancel();
                                 interrupted = Some(e);
                             }
@@ -68,7 +81,13 @@ fn detached<R: Send>(
             let panicked = worker.join().is_err();
             match (interrupted, result) {
                 (Some(e), _) => Err(e),
-                (None, Some(result)) if !panicked => result,
+                (None, Some(Ok(result))) if !panicked => {
+                    if let Some(report) = &mut progress {
+                        Python::with_gil(|py| report.finished(py, run))?;
+                    }
+                    Ok(result)
+                }
+                (None, Some(Err(e))) if !panicked => Err(e),
                 _ => Err(PyRuntimeError::new_err(
                     "hetsparse: the computation panicked (a bug, please report it)",
                 )),
@@ -80,9 +99,56 @@ fn detached<R: Send>(
 /// Operands with fewer stored entries are multiplied on the calling thread.
 const INLINE_ENTRIES: usize = 1 << 14;
 
-/// A run that can be cancelled and that no one watches (so backends skip progress counting).
-fn run_control() -> RunControl {
-    RunControl::unwatched()
+/// Hands a run's progress to a Python callable as `progress(done, planned)`: intermediate
+/// products done of those planned.
+struct ProgressReport<'a> {
+    callable: &'a Py<PyAny>,
+    /// What the callable was last given.
+    last: Option<(u64, u64)>,
+}
+
+impl<'a> ProgressReport<'a> {
+    fn new(callable: &'a Py<PyAny>) -> Self {
+        ProgressReport {
+            callable,
+            last: None,
+        }
+    }
+
+    /// Calls the callable when the run's progress moved since its last call, once the
+    /// backend has planned the run's work (`done` never above `planned`).
+    fn moved(&mut self, py: Python<'_>, run: &RunControl) -> PyResult<()> {
+        let p = run.progress();
+        if p.planned == 0 {
+            return Ok(());
+        }
+        self.give(py, (p.done.min(p.planned), p.planned))
+    }
+
+    /// The last call, once the run has finished: all of it done.
+    fn finished(&mut self, py: Python<'_>, run: &RunControl) -> PyResult<()> {
+        let p = run.progress();
+        let total = p.planned.max(p.done);
+        self.give(py, (total, total))
+    }
+
+    fn give(&mut self, py: Python<'_>, now: (u64, u64)) -> PyResult<()> {
+        if self.last == Some(now) {
+            return Ok(());
+        }
+        self.last = Some(now);
+        self.callable.call1(py, now).map(drop)
+    }
+}
+
+/// A run that can be cancelled; watched (its backends count the products they plan and do)
+/// only where someone reads its progress.
+fn run_control(watched: bool) -> RunControl {
+    if watched {
+        RunControl::new()
+    } else {
+        RunControl::unwatched()
+    }
 }
 
 /// Calls `$body` with `$t` the scalar type of the NumPy array `$data` (`TypeError` for a
@@ -121,9 +187,13 @@ fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
 
 /// `C = A · B` (with `transpose`, `Cᵀ = Bᵀ · Aᵀ`, which is how CSC operands give a CSC
 /// result without conversion) from operand tuples; returns `(nrows, ncols, indptr, indices,
-/// data)` of the CSR result. `same` says A and B are one matrix, converted once.
+/// data)` of the CSR result. `same` says A and B are one matrix, converted once; `progress`
+/// is called as `progress(done, planned)` while the product runs and at its end;
+/// `memory_limit` is the host memory, in bytes, C may take (by default what the system
+/// reports available; see [`chunked`]).
 #[pyfunction]
-#[pyo3(signature = (a, b, device, transpose=false, same=false))]
+#[pyo3(signature = (a, b, device, transpose=false, same=false, progress=None, memory_limit=None))]
+#[allow(clippy::too_many_arguments)]
 fn spgemm<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyTuple>,
@@ -131,8 +201,24 @@ fn spgemm<'py>(
     device: &str,
     transpose: bool,
     same: bool,
+    progress: Option<Bound<'py, PyAny>>,
+    memory_limit: Option<u64>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let choice = devices::parse(device)?;
+    if let Some(p) = &progress {
+        if !p.is_callable() {
+            return Err(PyTypeError::new_err(
+                "progress: expected a callable taking (done, planned)",
+            ));
+        }
+    }
+    let product = Product {
+        choice: &choice,
+        transpose,
+        same,
+        progress: progress.map(Bound::unbind),
+        memory_limit,
+    };
     let a = Parts::extract(a, "A")?;
     let b = Parts::extract(b, "B")?;
     if a.ncols != b.nrows {
@@ -141,24 +227,37 @@ fn spgemm<'py>(
             a.nrows, a.ncols, b.nrows, b.ncols
         )));
     }
-    with_scalar!(&a.data, "A", |T| spgemm_t::<T>(
-        py, &a, &b, &choice, transpose, same
-    ))
+    with_scalar!(&a.data, "A", |T| spgemm_t::<T>(py, &a, &b, &product))
+}
+
+/// How [`spgemm`] was asked to compute its product.
+struct Product<'c> {
+    choice: &'c DeviceChoice,
+    transpose: bool,
+    same: bool,
+    progress: Option<Py<PyAny>>,
+    memory_limit: Option<u64>,
 }
 
 fn spgemm_t<'py, T: PyScalar>(
     py: Python<'py>,
     a: &Parts<'py>,
     b: &Parts<'py>,
-    choice: &DeviceChoice,
-    transpose: bool,
-    same: bool,
+    product: &Product<'_>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let Product {
+        choice,
+        transpose,
+        same,
+        ref progress,
+        memory_limit,
+    } = *product;
     let a_data = a.data::<T>("A")?;
     let b_data = b.data::<T>("B")?;
     let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
-    let run = run_control();
-    let c = detached(py, &run, a.nnz() + b.nnz(), || {
+    let run = run_control(progress.is_some());
+    let report = progress.as_ref().map(ProgressReport::new);
+    let c = detached(py, &run, a.nnz() + b.nnz(), report, || {
         let ctx = context::<T>(choice)?;
         let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
         let left = left.csr(transpose)?;
@@ -169,7 +268,7 @@ fn spgemm_t<'py, T: PyScalar>(
             right_owned = right.csr(transpose)?;
             &right_owned
         };
-        chunked::spgemm(&ctx, &left, right, &run).map_err(to_py)
+        chunked::spgemm(&ctx, &left, right, &run, memory_limit).map_err(to_py)
     })?;
     a.released()?;
     b.released()?;
@@ -220,8 +319,8 @@ fn spmm_t<'py, T: PyScalar>(
         )));
     }
     let x_data = convert::contents(&x, "X")?;
-    let run = run_control();
-    let y = detached(py, &run, a.nnz() + x_data.len(), || {
+    let run = run_control(false);
+    let y = detached(py, &run, a.nnz() + x_data.len(), None, || {
         let ctx = context::<T>(choice)?;
         let a = a.matrix()?;
         let mut data = Vec::new();
@@ -273,8 +372,8 @@ fn spmv_t<'py, T: PyScalar>(
             x.len()
         )));
     }
-    let run = run_control();
-    let y = detached(py, &run, a.nnz(), || {
+    let run = run_control(false);
+    let y = detached(py, &run, a.nnz(), None, || {
         let ctx = context::<T>(choice)?;
         let a = a.matrix()?;
         ctx.backend()

@@ -13,10 +13,12 @@ same, sharing every large enough product among them), ``"cpu"``, ``"cuda"`` / ``
 ``"opencl"`` / ``"opencl:NAME"`` / ``"opencl:P.D"``.
 
 Products run with the GIL released; Ctrl-C cancels a running product and raises
-``KeyboardInterrupt``. Errors are exceptions: ``ValueError`` for shapes and malformed
+``KeyboardInterrupt``, and ``spgemm(..., progress=f)`` calls ``f(done, planned)`` as it goes. Errors are exceptions: ``ValueError`` for shapes and malformed
 operands, ``TypeError`` for dtypes, ``MemoryError`` when a product cannot fit even out of core,
 ``DeviceError`` (a ``RuntimeError``) for a missing or failing device.
 """
+
+import operator
 
 import numpy as np
 import scipy.sparse as _sp
@@ -108,7 +110,7 @@ def _compressed(cls, nrows, ncols, indptr, indices, data):
     return m
 
 
-def spgemm(A, B, device="auto"):
+def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
     """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it.
 
     ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO; other formats are
@@ -127,21 +129,43 @@ def spgemm(A, B, device="auto"):
     an operand's arrays from another Python thread during the call is not supported (as with
     scipy's products).
 
-    Raises ``ValueError`` when the shapes do not match or an operand's arrays are malformed,
-    ``TypeError`` for another dtype, ``MemoryError`` when the product cannot fit,
-    ``KeyboardInterrupt`` when Ctrl-C cancels it.
+    ``progress``, when given, is called as ``progress(done, planned)`` on the calling thread,
+    about every 50 ms while the product runs and once at its end (with ``done == planned``):
+    the intermediate products (``A[i, k] * B[k, j]``) computed so far, of those the product
+    has. ``done`` never decreases; ``planned`` is known once the device has analysed the
+    product and may grow where a product is split over devices. An exception it raises
+    cancels the product and is raised by ``spgemm``.
+
+    ``memory_limit`` is the host memory, in bytes, the result may take (by default, what the
+    system reports available, checked for large products only). A product whose result
+    cannot fit in it, from the structures of ``A`` and ``B`` alone, raises ``MemoryError``
+    before it starts; on CPU devices, one whose result might not fit is computed in row chunks
+    held to it.
+
+    Raises ``ValueError`` when the shapes do not match, an operand's arrays are malformed or
+    ``memory_limit`` is negative, ``TypeError`` for another dtype or a ``progress`` that is
+    not callable, ``MemoryError`` when the product cannot fit, ``KeyboardInterrupt`` when
+    Ctrl-C cancels it.
     """
     _check_sparse(A, "A")
     _check_sparse(B, "B")
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"dimension mismatch: A is {A.shape}, B is {B.shape}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: expected a callable taking (done, planned), got {progress!r}")
+    if memory_limit is not None:
+        memory_limit = operator.index(memory_limit)
+        if memory_limit < 0:
+            raise ValueError(f"memory_limit: expected bytes (0 or more), got {memory_limit}")
     dtype = _compute_dtype(A.dtype, B.dtype)
     cls = _result_class(A)
     transpose = A.format == "csc"
     a = _parts(A, dtype)
     same = B is A
     b = a if same else _parts(B, dtype)
-    nrows, ncols, indptr, indices, data = _hetsparse.spgemm(a, b, device, transpose, same)
+    nrows, ncols, indptr, indices, data = _hetsparse.spgemm(
+        a, b, device, transpose, same, progress, memory_limit
+    )
     if transpose:
         # The native product is C's transpose in CSR: the same arrays are C in CSC.
         return _compressed(cls, ncols, nrows, indptr, indices, data)

@@ -1,6 +1,6 @@
 """Type stubs of hetsparse: sparse matrix products on CPU cores, CUDA GPUs, OpenCL devices."""
 
-from typing import List, Literal, Optional, Tuple, TypedDict, Union, overload
+from typing import Callable, List, Literal, Optional, Tuple, TypedDict, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -26,18 +26,56 @@ class Device(TypedDict):
     reason: Optional[str]
 
 _Sparse = Union[sp.spmatrix, sp.sparray]
+# progress(done, planned): intermediate products computed of those planned
+_Progress = Callable[[int, int], object]
 
 @overload
-def spgemm(A: sp.csc_matrix, B: _Sparse, device: str = ...) -> sp.csc_matrix: ...
+def spgemm(
+    A: sp.csc_matrix,
+    B: _Sparse,
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+) -> sp.csc_matrix: ...
 @overload
-def spgemm(A: sp.csc_array, B: _Sparse, device: str = ...) -> sp.csc_array: ...
+def spgemm(
+    A: sp.csc_array,
+    B: _Sparse,
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+) -> sp.csc_array: ...
 @overload
-def spgemm(A: sp.sparray, B: _Sparse, device: str = ...) -> sp.csr_array: ...
+def spgemm(
+    A: sp.sparray,
+    B: _Sparse,
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+) -> sp.csr_array: ...
 @overload
-def spgemm(A: sp.spmatrix, B: _Sparse, device: str = ...) -> sp.csr_matrix: ...
-def spgemm(A: _Sparse, B: _Sparse, device: str = "auto") -> _Sparse:
+def spgemm(
+    A: sp.spmatrix,
+    B: _Sparse,
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+) -> sp.csr_matrix: ...
+def spgemm(
+    A: _Sparse,
+    B: _Sparse,
+    device: str = "auto",
+    *,
+    progress: Optional[_Progress] = None,
+    memory_limit: Optional[int] = None,
+) -> _Sparse:
     """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it (CSR, or CSC when ``A`` is CSC;
-    an array or a matrix as ``A`` is)."""
+    an array or a matrix as ``A`` is); ``progress(done, planned)`` hears the intermediate
+    products done as it runs, ``memory_limit`` bounds the result's bytes."""
 
 def spmm(A: _Sparse, X: npt.ArrayLike, device: str = "auto") -> npt.NDArray[np.generic]:
     """``A @ X`` for a two-dimensional dense ``X``."""

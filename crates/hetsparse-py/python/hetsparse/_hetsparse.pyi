@@ -1,6 +1,6 @@
 """Type stubs of the native module; use the functions of ``hetsparse`` instead."""
 
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -14,7 +14,15 @@ FEATURES: List[str]
 
 class DeviceError(RuntimeError): ...
 
-def spgemm(a: _Parts, b: _Parts, device: str, transpose: bool = False, same: bool = False) -> _Csr: ...
+def spgemm(
+    a: _Parts,
+    b: _Parts,
+    device: str,
+    transpose: bool = False,
+    same: bool = False,
+    progress: Optional[Callable[[int, int], object]] = None,
+    memory_limit: Optional[int] = None,
+) -> _Csr: ...
 def spmm(a: _Parts, x: npt.NDArray[Any], device: str) -> Tuple[npt.NDArray[Any], bool]: ...
 def spmv(a: _Parts, x: npt.NDArray[Any], device: str) -> npt.NDArray[Any]: ...
 def devices(device: str = "auto") -> List[dict]: ...
