@@ -58,10 +58,19 @@ def test_progress_of_a_small_product_is_called_once_at_the_end():
 
 
 def test_progress_moves_while_the_cpu_computes():
-    a = dense_operand(700)
-    calls = Calls()
-    c = hs.spgemm(a, a, device="cpu", progress=calls)
-    np.testing.assert_allclose(c.toarray(), (a @ a).toarray(), rtol=1e-12)
+    # Larger operands until the product takes several of the callback's 50 ms periods
+    # (machines differ).
+    for n in (700, 1400, 2800):
+        a = dense_operand(n)
+        calls = Calls()
+        start = time.perf_counter()
+        c = hs.spgemm(a, a, device="cpu", progress=calls)
+        elapsed = time.perf_counter() - start
+        if elapsed >= 0.3:
+            break
+    assert elapsed >= 0.3, "the product was too quick to tell"
+    dense = a.toarray()
+    np.testing.assert_allclose(c.toarray(), dense @ dense, rtol=1e-10)
     assert calls.check() == products(a, a)
     assert any(0 < d < p for d, p in calls.seen), calls.seen
 
