@@ -96,8 +96,10 @@ pub(crate) fn dia_spgemm<T: DeviceScalar>(gpu: &Gpu, a: &Dia<T>, b: &Dia<T>) -> 
 /// caller checks the arguments.
 ///
 /// Rows whose operands and output would not fit half the device memory left to this backend
-/// (its budget, or what the driver reports free) go through in blocks of rows that do, one
-/// after another: A, B and C may each be larger than the device.
+/// (its budget, or what the driver reports free) go through in blocks of rows that do: A, B
+/// and C may each be larger than the device. The blocks run on two lanes, each with its own
+/// stream and half that memory, so that one block's download overlaps the next one's upload
+/// and kernel (a block alone uses the link one way at a time).
 pub(crate) fn dia_spgemm_rows<T: DeviceScalar>(
     gpu: &Gpu,
     a: &Dia<T>,
@@ -131,19 +133,76 @@ pub(crate) fn dia_spgemm_rows<T: DeviceScalar>(
     if rows.len() <= fits {
         return dia_rows_on_device(gpu, a, b, rows, offsets, c);
     }
-    let _span =
-        tracing::debug_span!("dia_out_of_core", rows = ?rows, rows_per_block = fits).entered();
-    let mut start = rows.start;
-    while start < rows.end {
-        let end = (start + fits).min(rows.end);
-        let (from, to) = (start - rows.start, end - rows.start);
-        let mut part: Vec<&mut [MaybeUninit<T>]> =
-            c.iter_mut().map(|out| &mut out[from..to]).collect();
-        dia_rows_on_device(gpu, a, b, start..end, offsets, &mut part)?;
-        start = end;
+    // Each lane's block fits half the memory; where half fits no row, one lane.
+    let (lanes, block_rows) = match (budget / 2 / per_row.max(1)).saturating_sub(span) as usize {
+        0 => (1, fits),
+        half => (DIA_LANES, half),
+    };
+    let _span = tracing::debug_span!(
+        "dia_out_of_core",
+        rows = ?rows,
+        rows_per_block = block_rows,
+        lanes
+    )
+    .entered();
+    // Every block's rows of every diagonal of C, split up front so that the lanes own them.
+    let mut blocks: Vec<(Range<usize>, RowsOfC<'_, T>)> = (rows.start..rows.end)
+        .step_by(block_rows)
+        .map(|start| {
+            let end = (start + block_rows).min(rows.end);
+            (start..end, Vec::with_capacity(c.len()))
+        })
+        .collect();
+    for out in c.iter_mut() {
+        for (block, piece) in blocks.iter_mut().zip(out.chunks_mut(block_rows)) {
+            block.1.push(piece);
+        }
     }
-    Ok(())
+    let queue = std::sync::Mutex::new(blocks.into_iter());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let parent = tracing::Span::current();
+    let run_lane = |lane: usize| -> Result<()> {
+        let _lane = tracing::debug_span!(parent: &parent, "dia_lane", lane).entered();
+        while !failed.load(std::sync::atomic::Ordering::Relaxed) {
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+            let Some((block, mut part)) = next else {
+                break;
+            };
+            if let Err(e) = dia_rows_on_device(gpu, a, b, block, offsets, &mut part) {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    };
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        // A lane whose thread cannot be started leaves its blocks to the others.
+        let others: Vec<_> = (1..lanes)
+            .filter_map(|k| {
+                std::thread::Builder::new()
+                    .name(format!("hetsparse-dia-lane-{k}"))
+                    .spawn_scoped(s, move || run_lane(k))
+                    .ok()
+            })
+            .collect();
+        let mut results = vec![run_lane(0)];
+        for other in others {
+            results.push(
+                other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        results
+    });
+    results.into_iter().collect()
 }
+
+/// A block's rows of every diagonal of C.
+type RowsOfC<'c, T> = Vec<&'c mut [MaybeUninit<T>]>;
+
+/// Lanes an out-of-core DIA product runs its blocks on: two keep the link busy both ways.
+const DIA_LANES: usize = 2;
 
 /// [`dia_spgemm_rows`] for rows whose block fits the device.
 fn dia_rows_on_device<T: DeviceScalar>(

@@ -584,9 +584,14 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
         assert_product_close(&c, &x, &y, "DIA×DIA");
     }
     // A · A with one matrix, whole and in blocks of rows (a budget of a quarter of what the
-    // product's rows take): the block's rows of A are copied on the device from its rows of B.
+    // product's rows take: 17 blocks over two lanes): the block's rows of A are copied on the
+    // device from its rows of B. A · B of two bands in blocks too.
     let x = generate::banded::<T>(3000, 5, 7);
-    let dx = Dia::from_csr(&x, u64::MAX).expect("dia");
+    let y = generate::banded::<T>(3000, 9, 8);
+    let (dx, dy) = (
+        Dia::from_csr(&x, u64::MAX).expect("dia"),
+        Dia::from_csr(&y, u64::MAX).expect("dia"),
+    );
     let c_diagonals = dx.product_offsets(&dx).len();
     let per_row = ((2 * dx.ndiags() + c_diagonals) * std::mem::size_of::<T>()) as u64;
     let blocked = backend_with(Some(per_row * 3000 / 4)).expect("a budgeted backend");
@@ -594,6 +599,11 @@ fn dia_and_bsr_products<T: DeviceScalar>() {
         let c = backend.dia_spgemm(&dx, &dx).expect(what).to_csr().unwrap();
         assert_product_close(&c, &x, &x, what);
     }
+    let c = blocked.dia_spgemm(&dx, &dy).expect("A·B in blocks");
+    let whole = b.dia_spgemm(&dx, &dy).expect("A·B whole");
+    assert_eq!(c.offsets(), whole.offsets(), "A·B in blocks: C's diagonals");
+    assert_eq!(c.data(), whole.data(), "A·B in blocks against whole");
+    assert_product_close(&c.to_csr().unwrap(), &x, &y, "A·B in blocks");
     let x = generate::uniform::<T>(64, 96, 20, 5);
     let y = generate::uniform::<T>(96, 40, 12, 6);
     for (bx, by) in [((4, 8), (8, 5)), ((16, 3), (3, 8))] {
