@@ -13,7 +13,10 @@
 //! default 2 000 000), `HETSPARSE_OOC_BUDGET_FRACTION` (budget as a fraction of B's bytes,
 //! default 0.5), `HETSPARSE_BENCH_REPS` (default 3), `HETSPARSE_BENCH_OUT` (writes
 //! `out_of_core.md` there), `HETSPARSE_BENCH_PROFILE=1` (every span and event down to DEBUG
-//! printed on standard error as it closes, from every thread: each chunk's stages).
+//! printed on standard error as it closes, from every thread: each chunk's stages),
+//! `HETSPARSE_OOC_LANES=1` (two more CUDA rows: the budget halved between two backends on the
+//! one GPU, every product shared, against one backend of half the budget: what overlapping
+//! one chunk's host work with another's GPU work gains at the same chunks).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -119,7 +122,7 @@ fn main() {
     );
     for (name, free, limited) in gpus(budget) {
         let hybrid = || vec![host.clone(), limited.clone()];
-        let runs: [(String, Scheduler<f64>); 6] = [
+        let runs: Vec<(String, Scheduler<f64>)> = vec![
             (
                 format!("{name} (no budget)"),
                 Scheduler::from_shared(vec![free]),
@@ -145,6 +148,26 @@ fn main() {
                 Scheduler::from_shared(hybrid()).policy(Policy::DensestFirst),
             ),
         ];
+        #[allow(unused_mut)]
+        let mut runs = runs;
+        #[cfg(feature = "cuda")]
+        if name == "cuda" && std::env::var("HETSPARSE_OOC_LANES").is_ok_and(|v| v == "1") {
+            let lane = || -> Shared {
+                Arc::new(
+                    hetsparse_cuda::CudaBackend::new()
+                        .expect("cuda")
+                        .with_memory_budget(budget / 2),
+                )
+            };
+            runs.push((
+                "cuda out-of-core, two lanes of half the budget".into(),
+                Scheduler::from_shared(vec![lane(), lane()]).share_always(),
+            ));
+            runs.push((
+                "cuda out-of-core, one lane of half the budget".into(),
+                Scheduler::from_shared(vec![lane()]),
+            ));
+        }
         for (label, s) in runs {
             match best_of(reps, || {
                 s.spgemm(&a, &b, SpgemmAlgorithm::Auto)
