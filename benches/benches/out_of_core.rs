@@ -122,7 +122,9 @@ fn main() {
     );
     for (name, free, limited) in gpus(budget) {
         let hybrid = || vec![host.clone(), limited.clone()];
-        let runs: Vec<(String, Scheduler<f64>)> = vec![
+        // Pushed to only with the cuda feature.
+        #[allow(unused_mut)]
+        let mut runs: Vec<(String, Scheduler<f64>)> = vec![
             (
                 format!("{name} (no budget)"),
                 Scheduler::from_shared(vec![free]),
@@ -148,8 +150,6 @@ fn main() {
                 Scheduler::from_shared(hybrid()).policy(Policy::DensestFirst),
             ),
         ];
-        #[allow(unused_mut)]
-        let mut runs = runs;
         #[cfg(feature = "cuda")]
         if name == "cuda" && std::env::var("HETSPARSE_OOC_LANES").is_ok_and(|v| v == "1") {
             let lane = || -> Shared {
