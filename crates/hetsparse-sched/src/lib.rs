@@ -375,14 +375,16 @@ impl<T: Scalar> Scheduler<T> {
         let live = part.iter().filter(|p| **p).count().max(1);
         // A chunk's rows of A and panel of B share twice the operand budget.
         let (rows_budget, panel_budget) = window_split(a, b, operand_budget.saturating_mul(2));
-        let panels = column_panels(b, panel_budget);
+        let panels =
+            tracing::debug_span!("column_panels").in_scope(|| column_panels(b, panel_budget));
         let whole_rows = analysis::row_products(a, b)?;
-        let global_prefix = analysis::prefix_sums(&whole_rows);
+        let global_prefix =
+            tracing::debug_span!("prefix_sums").in_scope(|| analysis::prefix_sums(&whole_rows));
         drop(whole_rows);
         // A panel's products are estimated as its share of B's entries of each row's: counted
         // exactly, they cost a pass over A per panel, more than the product's own analysis
         // when B is cut into dozens of panels.
-        let shares = PanelShares::of(b, &panels);
+        let shares = tracing::debug_span!("panel_shares").in_scope(|| PanelShares::of(b, &panels));
         let total = global_prefix[a.nrows()];
         // One backend needs no balancing: only memory cuts its work.
         let target = if live > 1 {
@@ -394,6 +396,7 @@ impl<T: Scalar> Scheduler<T> {
         // of B), so that a device holding B whole can take a row panel across all of them as
         // one chunk.
         let cut = |rows: std::ops::Range<usize>, target: u64| -> Vec<Task> {
+            let _span = tracing::debug_span!("row_panels").entered();
             let scaled = (0..panels.len())
                 .map(|k| shares.rows_target(k, target))
                 .min()
@@ -541,6 +544,7 @@ impl<T: Scalar> Scheduler<T> {
             None => Duration::ZERO,
         };
         // Panels cut once here, for the backends that cannot hold B whole.
+        let _cut = tracing::debug_span!("cut_panels", panels = panels.len()).entered();
         let panels = if panels.len() > 1 {
             panels
                 .into_par_iter()
@@ -549,6 +553,7 @@ impl<T: Scalar> Scheduler<T> {
         } else {
             Vec::new()
         };
+        drop(_cut);
         let finished = execute::run(
             execute::Work {
                 a,
