@@ -139,20 +139,29 @@ const PANEL_BUCKETS: usize = 1 << 16;
 
 /// B's entries in each run of `width` columns (the last run may be shorter).
 fn entries_per_bucket<T: Scalar>(b: &Csr<T>, width: usize) -> Vec<u64> {
-    let buckets = b.ncols().div_ceil(width);
+    count_entries(b, b.ncols().div_ceil(width), |c| c as usize / width)
+}
+
+/// B's entries counted into `keys` counters, an entry of column `c` into counter `key(c)`:
+/// per thread, then summed.
+fn count_entries<T: Scalar>(
+    b: &Csr<T>,
+    keys: usize,
+    key: impl Fn(u32) -> usize + Sync,
+) -> Vec<u64> {
     b.col_indices()
         .par_chunks(1 << 16)
         .fold(
-            || vec![0u64; buckets],
+            || vec![0u64; keys],
             |mut counts, piece| {
                 for &c in piece {
-                    counts[c as usize / width] += 1;
+                    counts[key(c)] += 1;
                 }
                 counts
             },
         )
         .reduce(
-            || vec![0u64; buckets],
+            || vec![0u64; keys],
             |mut x, y| {
                 x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
                 x
@@ -243,23 +252,8 @@ impl PanelShares {
         let mut before = vec![0.0; panels.len() + 1];
         if panels.len() > 1 && b.nnz() > 0 {
             let bounds: Vec<u32> = panels.iter().map(|p| p.end as u32).collect();
-            let counts = b
-                .col_indices()
-                .par_chunks(1 << 16)
-                .map(|piece| {
-                    let mut counts = vec![0u64; bounds.len()];
-                    for &j in piece {
-                        counts[bounds.partition_point(|&end| end <= j)] += 1;
-                    }
-                    counts
-                })
-                .reduce(
-                    || vec![0u64; bounds.len()],
-                    |mut x, y| {
-                        x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
-                        x
-                    },
-                );
+            let counts =
+                count_entries(b, bounds.len(), |j| bounds.partition_point(|&end| end <= j));
             let mut sum = 0u64;
             for (p, c) in counts.iter().enumerate() {
                 sum += c;
