@@ -62,28 +62,9 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     })();
     let chunk = agree(comm, checks)?;
 
-    // The distinct columns of A's local rows, as a bit set with a count of the bits before
-    // each word: global row of B -> its place among the fetched rows in O(1).
-    let nb = b.shape().0;
-    let words = nb.div_ceil(64) as usize;
-    let mut bits = vec![0u64; words];
-    for &c in a.local().col_indices() {
-        bits[(c / 64) as usize] |= 1u64 << (c % 64);
-    }
-    let mut before = Vec::with_capacity(words);
-    let mut k = 0u64;
-    for w in &bits {
-        before.push(k);
-        k += u64::from(w.count_ones());
-    }
-    let mut needed = Vec::with_capacity(k as usize);
-    for (w, &word) in bits.iter().enumerate() {
-        let mut word = word;
-        while word != 0 {
-            needed.push((w as u64 * 64 + u64::from(word.trailing_zeros())) as u32);
-            word &= word - 1;
-        }
-    }
+    // The distinct columns of A's local rows: the rows of B this rank needs.
+    let columns = ColumnSet::new(a.local().col_indices(), b.shape().0);
+    let needed = columns.sorted();
     // Split by the owner of each row of B (`needed` is sorted; owners' ranges ascend).
     let b_part = b.partition();
     let mut wanted: Vec<&[u32]> = Vec::with_capacity(size);
@@ -193,15 +174,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
         let local_b = Csr::try_new(needed.len(), b_cols as usize, offsets, cols, values)
             .map_err(|e| compute(e.into()))?;
         let a_local = a.local();
-        let renumbered: Vec<u32> = a_local
-            .col_indices()
-            .iter()
-            .map(|&c| {
-                let w = (c / 64) as usize;
-                let below = bits[w] & ((1u64 << (c % 64)) - 1);
-                (before[w] + u64::from(below.count_ones())) as u32
-            })
-            .collect();
+        let renumbered = columns.renumber(a_local.col_indices());
         let local_a = Csr::try_new(
             a_local.nrows(),
             needed.len(),
@@ -224,4 +197,93 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     let report = CommReport::finish(comm, sizes, request_traffic, rows_traffic, fetched);
     let c = DistCsr::from_parts(a.partition().clone(), b.shape().1, nnz_per_rank, local);
     Ok((c, report))
+}
+
+/// The distinct column indices of a block of A, and each one's place among them.
+///
+/// A bit set over B's rows with a count of the set bits before each 64-bit word, which finds a
+/// column's place in O(1), when B's rows are not many more than 64 times the block's entries;
+/// otherwise (a hypersparse block of a huge matrix) the sorted distinct indices, searched.
+enum ColumnSet {
+    Bits { bits: Vec<u64>, before: Vec<u64> },
+    Sorted(Vec<u32>),
+}
+
+impl ColumnSet {
+    fn new(cols: &[u32], nrows_b: u64) -> Self {
+        let words = nrows_b.div_ceil(64);
+        if words > cols.len() as u64 + 1024 {
+            let mut sorted = cols.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            return ColumnSet::Sorted(sorted);
+        }
+        let mut bits = vec![0u64; words as usize];
+        for &c in cols {
+            bits[(c / 64) as usize] |= 1u64 << (c % 64);
+        }
+        let mut before = Vec::with_capacity(bits.len());
+        let mut k = 0u64;
+        for w in &bits {
+            before.push(k);
+            k += u64::from(w.count_ones());
+        }
+        ColumnSet::Bits { bits, before }
+    }
+
+    /// The distinct indices, ascending.
+    fn sorted(&self) -> Vec<u32> {
+        match self {
+            ColumnSet::Sorted(sorted) => sorted.clone(),
+            ColumnSet::Bits { bits, before } => {
+                let total = before.last().copied().unwrap_or(0)
+                    + bits.last().map_or(0, |w| u64::from(w.count_ones()));
+                let mut out = Vec::with_capacity(total as usize);
+                for (w, &word) in bits.iter().enumerate() {
+                    let mut word = word;
+                    while word != 0 {
+                        out.push((w as u64 * 64 + u64::from(word.trailing_zeros())) as u32);
+                        word &= word - 1;
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Each of `cols` (all in the set) replaced by its place among the distinct indices.
+    fn renumber(&self, cols: &[u32]) -> Vec<u32> {
+        match self {
+            ColumnSet::Sorted(sorted) => cols
+                .iter()
+                .map(|c| sorted.partition_point(|x| x < c) as u32)
+                .collect(),
+            ColumnSet::Bits { bits, before } => cols
+                .iter()
+                .map(|&c| {
+                    let w = (c / 64) as usize;
+                    let below = bits[w] & ((1u64 << (c % 64)) - 1);
+                    (before[w] + u64::from(below.count_ones())) as u32
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_column_sets_agree() {
+        let cols = [7u32, 3, 200, 3, 64, 63, 0, 200, 129];
+        let bits = ColumnSet::new(&cols, 300);
+        let sorted = ColumnSet::new(&cols, 1 << 20);
+        assert!(matches!(bits, ColumnSet::Bits { .. }));
+        assert!(matches!(sorted, ColumnSet::Sorted(_)));
+        for set in [bits, sorted] {
+            assert_eq!(set.sorted(), vec![0, 3, 7, 63, 64, 129, 200]);
+            assert_eq!(set.renumber(&cols), vec![2, 1, 6, 1, 4, 3, 0, 6, 5]);
+        }
+    }
 }

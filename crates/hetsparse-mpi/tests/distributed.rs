@@ -12,11 +12,14 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use hetsparse::generate::{self, Stencil};
+use hetsparse::Backend;
 use hetsparse::{Context, Csr, DeviceChoice};
+use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
-use hetsparse_mpi::{spgemm, DistCsr, DistOptions, Error, MpiScalar, RowPartition};
+use hetsparse_mpi::{spgemm, spgemm_with, DistCsr, DistOptions, Error, MpiScalar, RowPartition};
 use num_complex::Complex;
+use std::sync::Arc;
 
 type Check = Result<(), String>;
 
@@ -374,6 +377,52 @@ fn scatter_errors_case<C: Communicator>(world: &C) -> Check {
     Ok(())
 }
 
+/// The local product fails on one rank (a backend that runs out of memory there): every rank
+/// gets that rank's `Compute` error, with the same text. The others multiply through a
+/// one-thread CPU context of their own (`spgemm_with`).
+fn one_rank_compute_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size());
+    let options = DistOptions::default();
+    let a = generate::uniform::<f64>(60, 60, 4, 5);
+    let (da, _) = DistCsr::scatter(world, 0, (rank == 0).then_some(&a), None, &options)
+        .map_err(|e| e.to_string())?;
+    let cpu: Arc<dyn Backend<f64>> =
+        Arc::new(hetsparse::cpu::CpuBackend::with_threads(1).map_err(|e| e.to_string())?);
+    // First every rank on its own CPU context: the product is right.
+    let ctx = Context::from_backends(&["cpu"], vec![cpu.clone()]).map_err(|e| e.to_string())?;
+    let (dc, _) = spgemm_with(world, &da, &da, &ctx, &options).map_err(|e| e.to_string())?;
+    let (c, _) = dc.gather(world, 0, &options).map_err(|e| e.to_string())?;
+    if let Some(c) = c {
+        same_product(
+            &c,
+            &cpu.spgemm(&a, &a, hetsparse::SpgemmAlgorithm::Auto)
+                .map_err(|e| e.to_string())?,
+        )?;
+    }
+    // Then the last rank's backend has no memory.
+    let bad = size - 1;
+    let backend: Arc<dyn Backend<f64>> = if rank == bad {
+        Arc::new(FaultyBackend::new(cpu, Fault::MemoryLimit { bytes: 0 }))
+    } else {
+        cpu
+    };
+    let ctx = Context::from_backends(&["cpu"], vec![backend]).map_err(|e| e.to_string())?;
+    let message = match spgemm_with(world, &da, &da, &ctx, &options) {
+        Err(Error::Compute { rank: r, message }) if r == bad && !message.is_empty() => message,
+        other => return Err(format!("{other:?}, expected a Compute error of rank {bad}")),
+    };
+    // The same text on every rank: its length and a checksum agree.
+    let sum = message
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b)));
+    let mine = [message.len() as u64, sum];
+    let mut all = vec![0u64; 2 * size as usize];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    ensure(all.chunks_exact(2).all(|x| x == mine), || {
+        format!("ranks hold different messages: {all:?}")
+    })
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -411,6 +460,9 @@ fn main() -> ExitCode {
     let rect_a = generate::uniform::<f64>(300, 500, 5, 15);
     let rect_b = generate::uniform::<f64>(500, 200, 4, 16);
     let complex = generate::rmat::<Complex<f64>>(8, 6, 17);
+    // Few entries over many columns: the column set is sorted indices, not a bit set.
+    let hyper_a = generate::uniform::<f64>(120, 300_000, 2, 18);
+    let hyper_b = generate::uniform::<f64>(300_000, 40, 1, 19);
 
     let cases: Vec<Case> = vec![
         (
@@ -464,6 +516,10 @@ fn main() -> ExitCode {
             Box::new(|| product_case(&world, &complex, &complex, None, 0, &small)),
         ),
         (
+            "hypersparse A·B over 300000 columns",
+            Box::new(|| product_case(&world, &hyper_a, &hyper_b, None, 0, &options)),
+        ),
+        (
             "blocks from each rank's own rows",
             Box::new(|| local_rows_case(&world)),
         ),
@@ -478,6 +534,10 @@ fn main() -> ExitCode {
         (
             "error: one rank's option out of range",
             Box::new(|| one_rank_option_case(&world)),
+        ),
+        (
+            "error: one rank's local product fails",
+            Box::new(|| one_rank_compute_case(&world)),
         ),
         (
             "error: scatter's partition and root",
