@@ -8,6 +8,10 @@
 //! rank receives only the rows of B that its rows of A touch. Every call returns a
 //! [`CommReport`] of the bytes and messages it moved, also recorded in its `tracing` span.
 //!
+//! [`Dist2dCsr`] holds a matrix in 2D blocks on a `pr × pc` [`Grid`] of ranks, and
+//! [`spgemm_summa`] multiplies such matrices by Sparse SUMMA: stage by stage, blocks of A are
+//! broadcast along grid rows and blocks of B along grid columns.
+//!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
 //!
@@ -35,6 +39,7 @@ mod matrix;
 mod partition;
 mod report;
 mod spgemm;
+mod summa;
 mod wire;
 
 pub use error::{Error, Result};
@@ -44,4 +49,5 @@ pub use mpi;
 pub use partition::RowPartition;
 pub use report::{CommReport, Traffic};
 pub use spgemm::{spgemm, spgemm_with};
+pub use summa::{spgemm_summa, spgemm_summa_with, Dist2dCsr, Grid};
 pub use wire::MpiScalar;

@@ -17,7 +17,10 @@ use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
-use hetsparse_mpi::{spgemm, spgemm_with, DistCsr, DistOptions, Error, MpiScalar, RowPartition};
+use hetsparse_mpi::{
+    spgemm, spgemm_summa, spgemm_with, Dist2dCsr, DistCsr, DistOptions, Error, Grid, MpiScalar,
+    RowPartition,
+};
 use num_complex::Complex;
 use std::sync::Arc;
 
@@ -423,6 +426,137 @@ fn one_rank_compute_case<C: Communicator>(world: &C) -> Check {
     })
 }
 
+/// Bytes of rows `rows` of `m`, columns `cols` only, as a message of rows.
+fn block_bytes<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: std::ops::Range<u64>,
+    cols: std::ops::Range<u64>,
+) -> u64 {
+    let entries: u64 = (rows.start as usize..rows.end as usize)
+        .map(|r| {
+            m.row(r)
+                .0
+                .iter()
+                .filter(|&&c| cols.contains(&u64::from(c)))
+                .count() as u64
+        })
+        .sum();
+    8 * (rows.end - rows.start) + (4 + T::BYTES as u64) * entries
+}
+
+/// Sparse SUMMA on every `pr × pc` grid of the communicator's size: C gathered on `root`
+/// against the CPU backend's product, and the bytes broadcast against the volume worked out
+/// from the whole operands.
+fn summa_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let want = Context::<T>::on(&DeviceChoice::Cpu)
+        .and_then(|ctx| ctx.spgemm(a, b))
+        .map_err(|e| e.to_string())?;
+    for pr in (1..=size).filter(|pr| size % pr == 0) {
+        let grid = Grid::new(pr, size / pr);
+        let on_root = |m| (rank == root).then_some(m);
+        let (da, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+            .map_err(|e| e.to_string())?;
+        let (db, _) = Dist2dCsr::scatter(world, root, on_root(b), grid, options)
+            .map_err(|e| e.to_string())?;
+        let (dc, report) = spgemm_summa(world, &da, &db, options).map_err(|e| e.to_string())?;
+        // Every piece of the inner dimension: A(i, piece) goes to the other pc - 1 ranks of
+        // grid row i, B(piece, j) to the other pr - 1 ranks of grid column j.
+        let mut cuts: Vec<u64> = da
+            .col_partition()
+            .offsets()
+            .iter()
+            .chain(db.row_partition().offsets())
+            .copied()
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let stages = cuts.len() as u64 - 1;
+        let pc = grid.cols;
+        let (mut total, mut mine) = (0u64, 0u64);
+        let (i, j) = grid.position(rank as usize);
+        for piece in cuts.windows(2) {
+            let inner = piece[0]..piece[1];
+            let a_owner = da.col_partition().owner(piece[0]).expect("an owner");
+            let b_owner = db.row_partition().owner(piece[0]).expect("an owner");
+            for gi in 0..pr {
+                let bytes = block_bytes(a, da.row_partition().rows(gi), inner.clone());
+                total += (pc as u64 - 1) * bytes;
+                if gi == i && j != a_owner {
+                    mine += bytes;
+                }
+            }
+            for gj in 0..pc {
+                let bytes = block_bytes(b, inner.clone(), db.col_partition().rows(gj));
+                total += (pr as u64 - 1) * bytes;
+                if gj == j && i != b_owner {
+                    mine += bytes;
+                }
+            }
+        }
+        ensure(report.rows.bytes_received == mine, || {
+            format!(
+                "{pr}×{pc}: rows received {:?}, expected {mine} bytes",
+                report.rows
+            )
+        })?;
+        ensure(report_rows_total(world, &report) == total, || {
+            format!(
+                "{pr}×{pc}: {} bytes of blocks sent in all, expected {total}",
+                report_rows_total(world, &report)
+            )
+        })?;
+        let sizes =
+            stages * 8 * (pr * (pc - 1) + pc * (pr - 1)) as u64 + 8 * (size * (size - 1)) as u64;
+        ensure(report.total.bytes_sent == total + sizes, || {
+            format!(
+                "{pr}×{pc}: total {:?}, expected {} bytes",
+                report.total,
+                total + sizes
+            )
+        })?;
+        let (c, _) = dc.gather(world, root, options).map_err(|e| e.to_string())?;
+        ensure(dc.nnz() == want.nnz(), || {
+            format!("{pr}×{pc}: C's nnz {} expected {}", dc.nnz(), want.nnz())
+        })?;
+        if let Some(c) = c {
+            same_product(&c, &want).map_err(|e| format!("{pr}×{pc}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of blocks every rank sent, summed.
+fn report_rows_total<C: Communicator>(world: &C, report: &hetsparse_mpi::CommReport) -> u64 {
+    let mut sum = 0u64;
+    world.all_reduce_into(&report.rows.bytes_sent, &mut sum, SystemOperation::sum());
+    sum
+}
+
+/// A grid that does not fit the communicator: the same error on every rank.
+fn bad_grid_case<C: Communicator>(world: &C) -> Check {
+    let size = world.size() as usize;
+    let a = generate::uniform::<f64>(10, 10, 2, 3);
+    let result = Dist2dCsr::scatter(
+        world,
+        0,
+        (world.rank() == 0).then_some(&a),
+        Grid::new(size + 1, 1),
+        &DistOptions::default(),
+    );
+    let want = Error::InvalidArgument {
+        rank: 0,
+        reason: format!("a {}×1 grid for {size} ranks", size + 1),
+    };
+    expect_error(result, &want)
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -522,6 +656,25 @@ fn main() -> ExitCode {
         (
             "blocks from each rank's own rows",
             Box::new(|| local_rows_case(&world)),
+        ),
+        (
+            "2D Sparse SUMMA: R-MAT A·A on every grid",
+            Box::new(|| summa_case(&world, &rmat, &rmat, 0, &options)),
+        ),
+        (
+            "2D Sparse SUMMA: rectangular A·Aᵀ, small messages",
+            Box::new(|| summa_case(&world, &lp, &lp_t, last, &small)),
+        ),
+        (
+            "2D Sparse SUMMA: 3D stencil and rectangular A·B",
+            Box::new(|| {
+                summa_case(&world, &stencil, &stencil, 0, &options)?;
+                summa_case(&world, &rect_a, &rect_b, last, &options)
+            }),
+        ),
+        (
+            "error: a grid of the wrong size",
+            Box::new(|| bad_grid_case(&world)),
         ),
         (
             "error: shape mismatch",
