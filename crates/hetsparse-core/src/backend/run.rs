@@ -263,7 +263,7 @@ impl RunControl {
     /// use hetsparse_core::RunControl;
     /// let run = RunControl::with_progress(|_| panic!("the caller's own bug"));
     /// let device = run.child();
-    /// let caught = std::panic::catch_unwind(|| run.add_done(1));
+    /// let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.add_done(1)));
     /// assert!(caught.is_err());
     /// assert!(device.callback_panicked() && device.is_cancelled());
     /// ```
