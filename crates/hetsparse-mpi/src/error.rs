@@ -68,6 +68,29 @@ pub enum Error {
         /// The local error, as text.
         message: String,
     },
+    /// A file could not be opened, read or written.
+    #[error("rank {rank}: {reason}")]
+    Io {
+        /// The rank that failed.
+        rank: i32,
+        /// What failed, naming the file.
+        reason: String,
+    },
+    /// A Matrix Market file is malformed or of a kind that cannot be read collectively.
+    #[error("rank {rank}: Matrix Market{}: {reason}", at_line(*.line))]
+    MatrixMarket {
+        /// The rank that found the problem.
+        rank: i32,
+        /// The 1-based line of the file where it is, when one line is to blame.
+        line: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// `" line N"`, or nothing.
+fn at_line(line: Option<u64>) -> String {
+    line.map(|l| format!(" line {l}")).unwrap_or_default()
 }
 
 impl Error {
@@ -79,7 +102,9 @@ impl Error {
             | Error::ShapeMismatch { rank, .. }
             | Error::InvalidArgument { rank, .. }
             | Error::Message { rank, .. }
-            | Error::Compute { rank, .. } => *rank,
+            | Error::Compute { rank, .. }
+            | Error::Io { rank, .. }
+            | Error::MatrixMarket { rank, .. } => *rank,
         }
     }
 
@@ -98,6 +123,8 @@ impl Error {
             Error::InvalidArgument { reason, .. } => (3, vec![], reason),
             Error::Message { from, reason, .. } => (4, vec![*from as u64], reason),
             Error::Compute { message, .. } => (5, vec![], message),
+            Error::Io { reason, .. } => (6, vec![], reason),
+            Error::MatrixMarket { line, reason, .. } => (7, line.iter().copied().collect(), reason),
         };
         let mut out = vec![code];
         out.extend_from_slice(&self.rank().to_le_bytes());
@@ -139,6 +166,17 @@ impl Error {
             (5, []) => Error::Compute {
                 rank,
                 message: text,
+            },
+            (6, []) => Error::Io { rank, reason: text },
+            (7, []) => Error::MatrixMarket {
+                rank,
+                line: None,
+                reason: text,
+            },
+            (7, &[line]) => Error::MatrixMarket {
+                rank,
+                line: Some(line),
+                reason: text,
             },
             _ => return None,
         })
@@ -213,6 +251,20 @@ mod tests {
             Error::Compute {
                 rank: 4,
                 message: "out of memory".into(),
+            },
+            Error::Io {
+                rank: 1,
+                reason: "/tmp/x.mtx: not found".into(),
+            },
+            Error::MatrixMarket {
+                rank: 2,
+                line: Some(1 << 33),
+                reason: "bad value".into(),
+            },
+            Error::MatrixMarket {
+                rank: 0,
+                line: None,
+                reason: "12 entries".into(),
             },
         ];
         for e in errors {

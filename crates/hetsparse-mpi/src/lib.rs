@@ -4,7 +4,9 @@
 //! A [`DistCsr`] holds a CSR matrix in 1D blocks of rows: each rank owns a contiguous block,
 //! and every rank knows the [`RowPartition`]. Matrices are scattered from one rank
 //! ([`DistCsr::scatter`]), made of each rank's own rows ([`DistCsr::from_local_rows`]) and
-//! gathered back ([`DistCsr::gather`]). [`spgemm`] computes `C = A·B` by 1D row fetch: each
+//! gathered back ([`DistCsr::gather`]), and read from and written to Matrix Market files
+//! collectively, each rank its own part of the file ([`DistCsr::read_matrix_market`],
+//! [`DistCsr::write_matrix_market`]). [`spgemm`] computes `C = A·B` by 1D row fetch: each
 //! rank receives only the rows of B that its rows of A touch. Every call returns a
 //! [`CommReport`] of the bytes and messages it moved, also recorded in its `tracing` span.
 //!
@@ -36,6 +38,7 @@
 
 mod error;
 mod matrix;
+mod mmio;
 mod partition;
 mod report;
 mod spgemm;

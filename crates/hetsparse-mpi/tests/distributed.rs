@@ -557,6 +557,241 @@ fn bad_grid_case<C: Communicator>(world: &C) -> Check {
     expect_error(result, &want)
 }
 
+/// A directory every rank can reach: rank 0 makes it and broadcasts its path.
+fn shared_dir<C: Communicator>(world: &C) -> Result<std::path::PathBuf, String> {
+    let mut bytes = Vec::new();
+    let mut ok = 1i32;
+    if world.rank() == 0 {
+        let dir = std::env::temp_dir().join(format!("hetsparse-mpi-test-{}", std::process::id()));
+        match std::fs::create_dir_all(&dir) {
+            Ok(()) => bytes = dir.to_string_lossy().into_owned().into_bytes(),
+            Err(_) => ok = 0,
+        }
+    }
+    let root = world.process_at_rank(0);
+    root.broadcast_into(&mut ok);
+    if ok == 0 {
+        return Err("rank 0 could not make a temporary directory".into());
+    }
+    let mut len = bytes.len() as u64;
+    root.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    String::from_utf8(bytes)
+        .map(std::path::PathBuf::from)
+        .map_err(|e| e.to_string())
+}
+
+/// Rank 0 writes `text` to `path`; every rank waits for it.
+fn put_file<C: Communicator>(world: &C, path: &std::path::Path, text: &[u8]) -> Check {
+    let mut ok = 1i32;
+    if world.rank() == 0 && std::fs::write(path, text).is_err() {
+        ok = 0;
+    }
+    world.process_at_rank(0).broadcast_into(&mut ok);
+    ensure(ok == 1, || {
+        format!("rank 0 could not write {}", path.display())
+    })
+}
+
+/// Reads `text` (written by rank 0 to `name` in `dir`) collectively, gathers it on rank 0 and
+/// compares it there with the single-process reader's matrix; checks the report's entry
+/// traffic against the entries that left each rank's byte range.
+fn read_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    dir: &std::path::Path,
+    name: &str,
+    text: &[u8],
+    options: &DistOptions,
+) -> Check {
+    let path = dir.join(name);
+    put_file(world, &path, text)?;
+    let (d, report) = DistCsr::<T>::read_matrix_market(world, &path, options)
+        .map_err(|e| format!("{name}: {e}"))?;
+    ensure(
+        report.total.bytes_sent == report.total.bytes_received,
+        || format!("{name}: sent and received differ: {:?}", report.total),
+    )?;
+    ensure(report.rows.bytes_sent % (8 + T::BYTES as u64) == 0, || {
+        format!("{name}: {:?} is not whole entries", report.rows)
+    })?;
+    let (whole, _) = d.gather(world, 0, options).map_err(|e| e.to_string())?;
+    if let Some(got) = whole {
+        let want: Csr<T> = hetsparse::matrix_market::read_csr_path(&path)
+            .map_err(|e| format!("{name}: the single-process reader: {e}"))?;
+        same_product(&got, &want).map_err(|e| format!("{name}: {e}"))?;
+        ensure(d.nnz() == want.nnz(), || format!("{name}: nnz per rank"))?;
+    }
+    Ok(())
+}
+
+/// `text` with comment lines, blank lines and CRLF line ends mixed into its entries.
+fn roughen(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() * 2);
+    for (k, line) in text.split_inclusive(|&c| c == b'\n').enumerate() {
+        if k > 3 && k % 97 == 0 {
+            out.extend_from_slice(b"% a comment among the entries\n\n   \n");
+        }
+        if k > 3 && k % 5 == 0 && line.ends_with(b"\n") {
+            out.extend_from_slice(&line[..line.len() - 1]);
+            out.extend_from_slice(b"  \r\n");
+        } else {
+            out.extend_from_slice(line);
+        }
+    }
+    out
+}
+
+/// Collective Matrix Market reading against the single-process reader, and writing read back.
+fn matrix_market_case<C: Communicator>(world: &C) -> Check {
+    let dir = shared_dir(world)?;
+    let options = DistOptions::default();
+    let small = DistOptions {
+        max_message_bytes: 100,
+    };
+    let rmat = generate::rmat::<f64>(9, 6, 21);
+    let mut general = Vec::new();
+    hetsparse::matrix_market::write_sparse(&mut general, &rmat).map_err(|e| e.to_string())?;
+    read_case::<f64, _>(world, &dir, "general.mtx", &general, &options)?;
+    read_case::<f64, _>(world, &dir, "rough.mtx", &roughen(&general), &small)?;
+    read_case::<f32, _>(world, &dir, "general32.mtx", &general, &options)?;
+    // Symmetric: the lower triangle of a stencil (integer values, one repeated entry).
+    let stencil = generate::stencil_3d::<f64>(5, Stencil::Seven, 1, 22);
+    let mut lower = String::new();
+    let mut count = 0;
+    for i in 0..stencil.nrows() {
+        for &c in stencil.row(i).0 {
+            if c as usize <= i {
+                lower.push_str(&format!(
+                    "{} {} {}\n",
+                    i + 1,
+                    c + 1,
+                    (i * 7 + c as usize) % 13
+                ));
+                count += 1;
+            }
+        }
+    }
+    lower.push_str("3 2 -4\n");
+    count += 1;
+    let symmetric = format!(
+        "%%MatrixMarket matrix coordinate integer symmetric\n% lower triangle\n{n} {n} {count}\n{lower}",
+        n = stencil.nrows()
+    );
+    read_case::<f64, _>(world, &dir, "symmetric.mtx", symmetric.as_bytes(), &options)?;
+    // Pattern, rectangular, fewer lines than ranks, no newline at the end.
+    let pattern = b"%%MatrixMarket matrix coordinate pattern general\n3 5 2\n1 5\n3 1";
+    read_case::<f64, _>(world, &dir, "pattern.mtx", pattern, &options)?;
+    let empty = b"%%MatrixMarket matrix coordinate real general\n4 4 0\n";
+    read_case::<f64, _>(world, &dir, "empty.mtx", empty, &options)?;
+    let skew = b"%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 2\n2 1 1.5\n3 2 -2e-3\n";
+    read_case::<f64, _>(world, &dir, "skew.mtx", skew, &options)?;
+    let complex = b"%%MatrixMarket matrix coordinate complex hermitian\n3 3 3\n1 1 2 0\n2 1 1.5 -1\n3 2 0 2\n";
+    read_case::<Complex<f64>, _>(world, &dir, "hermitian.mtx", complex, &options)?;
+
+    // Written collectively, read back by the single-process reader: the same matrix.
+    let lp = generate::lp_rectangular::<f64>(60, 700, 3, 23);
+    let (d, _) = DistCsr::scatter(world, 0, (world.rank() == 0).then_some(&lp), None, &options)
+        .map_err(|e| e.to_string())?;
+    let written = dir.join("written.mtx");
+    d.write_matrix_market(world, &written)
+        .map_err(|e| e.to_string())?;
+    if world.rank() == 0 {
+        let back: Csr<f64> =
+            hetsparse::matrix_market::read_csr_path(&written).map_err(|e| e.to_string())?;
+        ensure(back == lp, || {
+            "the written file does not read back as A".into()
+        })?;
+    }
+    // And read back collectively, over the partition it was written from.
+    let (again, _) =
+        DistCsr::<f64>::read_matrix_market(world, &written, &options).map_err(|e| e.to_string())?;
+    ensure(again.local() == d.local(), || {
+        "reading the written file gives other blocks".into()
+    })?;
+    let c = generate::rmat::<Complex<f64>>(6, 4, 24);
+    let (dc, _) = DistCsr::scatter(world, 0, (world.rank() == 0).then_some(&c), None, &options)
+        .map_err(|e| e.to_string())?;
+    dc.write_matrix_market(world, dir.join("complex.mtx"))
+        .map_err(|e| e.to_string())?;
+    if world.rank() == 0 {
+        let back: Csr<Complex<f64>> =
+            hetsparse::matrix_market::read_csr_path(dir.join("complex.mtx"))
+                .map_err(|e| e.to_string())?;
+        ensure(back == c, || "the complex file does not read back".into())?;
+    }
+
+    // Errors: the same on every rank, naming the line.
+    let expect_mm = |name: &str, text: &[u8], line: Option<u64>, words: &str| -> Check {
+        let path = dir.join(name);
+        put_file(world, &path, text)?;
+        match DistCsr::<f64>::read_matrix_market(world, &path, &options) {
+            Err(Error::MatrixMarket {
+                line: l, reason, ..
+            }) if l == line && reason.contains(words) => Ok(()),
+            other => Err(format!(
+                "{name}: {other:?}, expected a Matrix Market error at line {line:?} saying `{words}`"
+            )),
+        }
+    };
+    let mut bad = general.clone();
+    // Line 40 (the file has a banner, a comment and a size line before its entries).
+    let at = bad
+        .split_inclusive(|&c| c == b'\n')
+        .take(39)
+        .map(|l| l.len())
+        .sum::<usize>();
+    bad.splice(at..at, b"7 x 1.0\n".iter().copied());
+    let more = format!("{} entries", rmat.nnz());
+    let _ = more;
+    expect_mm("bad-line.mtx", &bad, Some(40), "expected a column index")?;
+    expect_mm(
+        "bad-index.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n%\n3 3 2\n1 1 1\n\n4 1 1\n",
+        Some(6),
+        "row index 4 is out of range",
+    )?;
+    expect_mm(
+        "fewer.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1\n2 2 2\n",
+        Some(5),
+        "fewer entries",
+    )?;
+    expect_mm(
+        "more.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1\n2 2 2\n3 3 3\n1 2 4\n",
+        Some(5),
+        "more entries",
+    )?;
+    expect_mm(
+        "array.mtx",
+        b"%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n",
+        Some(1),
+        "only `coordinate`",
+    )?;
+    expect_mm(
+        "banner.mtx",
+        b"%%MatrixMarket matrix coordinate real weird\n3 3 0\n",
+        Some(1),
+        "",
+    )?;
+    expect_mm(
+        "short.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n% only\n",
+        Some(3),
+        "ends before its size line",
+    )?;
+    match DistCsr::<f64>::read_matrix_market(world, dir.join("missing.mtx"), &options) {
+        Err(Error::Io { rank: 0, reason }) if reason.contains("missing.mtx") => {}
+        other => return Err(format!("{other:?}, expected rank 0's Io error")),
+    }
+    world.barrier();
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -671,6 +906,10 @@ fn main() -> ExitCode {
                 summa_case(&world, &stencil, &stencil, 0, &options)?;
                 summa_case(&world, &rect_a, &rect_b, last, &options)
             }),
+        ),
+        (
+            "Matrix Market read and written collectively",
+            Box::new(|| matrix_market_case(&world)),
         ),
         (
             "error: a grid of the wrong size",
