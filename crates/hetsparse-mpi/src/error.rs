@@ -86,6 +86,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A caller's callback (the batches of a batched product) returned an error on a rank.
+    #[error("rank {rank}: the callback failed: {message}")]
+    Callback {
+        /// The rank whose callback failed.
+        rank: i32,
+        /// The callback's error.
+        message: String,
+    },
 }
 
 /// `" line N"`, or nothing.
@@ -104,7 +112,62 @@ impl Error {
             | Error::Message { rank, .. }
             | Error::Compute { rank, .. }
             | Error::Io { rank, .. }
-            | Error::MatrixMarket { rank, .. } => *rank,
+            | Error::MatrixMarket { rank, .. }
+            | Error::Callback { rank, .. } => *rank,
+        }
+    }
+
+    /// The same error with every rank it names (the finder, a sender) renumbered by `f`: from
+    /// a sub-communicator's numbering to the parent's.
+    pub(crate) fn map_ranks(self, f: impl Fn(i32) -> i32) -> Error {
+        match self {
+            Error::InvalidBlock { rank, reason } => Error::InvalidBlock {
+                rank: f(rank),
+                reason,
+            },
+            Error::Partition { rank, reason } => Error::Partition {
+                rank: f(rank),
+                reason,
+            },
+            Error::ShapeMismatch {
+                rank,
+                a_rows,
+                a_cols,
+                b_rows,
+                b_cols,
+            } => Error::ShapeMismatch {
+                rank: f(rank),
+                a_rows,
+                a_cols,
+                b_rows,
+                b_cols,
+            },
+            Error::InvalidArgument { rank, reason } => Error::InvalidArgument {
+                rank: f(rank),
+                reason,
+            },
+            Error::Message { rank, from, reason } => Error::Message {
+                rank: f(rank),
+                from: f(from),
+                reason,
+            },
+            Error::Compute { rank, message } => Error::Compute {
+                rank: f(rank),
+                message,
+            },
+            Error::Io { rank, reason } => Error::Io {
+                rank: f(rank),
+                reason,
+            },
+            Error::MatrixMarket { rank, line, reason } => Error::MatrixMarket {
+                rank: f(rank),
+                line,
+                reason,
+            },
+            Error::Callback { rank, message } => Error::Callback {
+                rank: f(rank),
+                message,
+            },
         }
     }
 
@@ -125,6 +188,7 @@ impl Error {
             Error::Compute { message, .. } => (5, vec![], message),
             Error::Io { reason, .. } => (6, vec![], reason),
             Error::MatrixMarket { line, reason, .. } => (7, line.iter().copied().collect(), reason),
+            Error::Callback { message, .. } => (8, vec![], message),
         };
         let mut out = vec![code];
         out.extend_from_slice(&self.rank().to_le_bytes());
@@ -177,6 +241,10 @@ impl Error {
                 rank,
                 line: Some(line),
                 reason: text,
+            },
+            (8, []) => Error::Callback {
+                rank,
+                message: text,
             },
             _ => return None,
         })
@@ -265,6 +333,10 @@ mod tests {
                 rank: 0,
                 line: None,
                 reason: "12 entries".into(),
+            },
+            Error::Callback {
+                rank: 3,
+                message: "disk full".into(),
             },
         ];
         for e in errors {

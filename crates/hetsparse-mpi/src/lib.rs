@@ -43,6 +43,7 @@ mod partition;
 mod report;
 mod spgemm;
 mod summa;
+mod summa3d;
 mod wire;
 
 pub use error::{Error, Result};
@@ -53,4 +54,7 @@ pub use partition::RowPartition;
 pub use report::{CommReport, Traffic};
 pub use spgemm::{spgemm, spgemm_with};
 pub use summa::{spgemm_summa, spgemm_summa_with, Dist2dCsr, Grid};
+pub use summa3d::{
+    spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, Batch, Dist3dCsr, Grid3, Layout3,
+};
 pub use wire::MpiScalar;

@@ -259,6 +259,28 @@ impl<T: MpiScalar> Dist2dCsr<T> {
         })
     }
 
+    /// A matrix from parts every rank of the grid agrees on (any row and column partitions).
+    pub(crate) fn from_parts(
+        grid: Grid,
+        rows: RowPartition,
+        cols: RowPartition,
+        nnz_per_rank: Vec<u64>,
+        local: Csr<T>,
+    ) -> Self {
+        Dist2dCsr {
+            grid,
+            rows,
+            cols,
+            nnz_per_rank,
+            local,
+        }
+    }
+
+    /// Takes the local block out.
+    pub(crate) fn into_local(self) -> Csr<T> {
+        self.local
+    }
+
     /// This rank's block, with column indices from the block's first column.
     pub fn local(&self) -> &Csr<T> {
         &self.local
@@ -447,7 +469,10 @@ pub fn spgemm_summa_with<T: MpiScalar, C: Communicator>(
 }
 
 /// The ranks sharing `color` (a grid row or column), ordered by rank.
-fn split<C: Communicator>(comm: &C, color: usize) -> Result<mpi::topology::SimpleCommunicator> {
+pub(crate) fn split<C: Communicator>(
+    comm: &C,
+    color: usize,
+) -> Result<mpi::topology::SimpleCommunicator> {
     let sub = comm.split_by_color(Color::with_value(color as i32));
     let sub = sub.ok_or_else(|| Error::Compute {
         rank: comm.rank(),
@@ -483,7 +508,13 @@ fn broadcast_bytes<C: Communicator>(
 }
 
 /// Counts a broadcast of `bytes` among `size` ranks: the root sends them to each other rank.
-fn count_broadcast(traffic: &mut Traffic, is_root: bool, bytes: u64, size: usize, chunk: usize) {
+pub(crate) fn count_broadcast(
+    traffic: &mut Traffic,
+    is_root: bool,
+    bytes: u64,
+    size: usize,
+    chunk: usize,
+) {
     let others = size as u64 - 1;
     let messages = wire::messages(bytes, chunk as u64);
     if is_root {
@@ -514,13 +545,13 @@ fn block_of<T: MpiScalar>(
 }
 
 /// The number of rows of part `i`.
-fn len(p: &RowPartition, i: usize) -> u64 {
+pub(crate) fn len(p: &RowPartition, i: usize) -> u64 {
     let r = p.rows(i);
     r.end - r.start
 }
 
 /// A `shape` matrix from a message of whole rows.
-fn csr_from_bytes<T: MpiScalar>(
+pub(crate) fn csr_from_bytes<T: MpiScalar>(
     bytes: &[u8],
     shape: (u64, u64),
     (rank, from): (i32, i32),
@@ -544,7 +575,10 @@ fn csr_from_bytes<T: MpiScalar>(
 
 /// `x + y` for matrices of one shape: rows merged, an entry in both summed (kept when the sum
 /// is zero, as SpGEMM keeps the structure).
-fn add<T: MpiScalar>(x: &Csr<T>, y: &Csr<T>) -> std::result::Result<Csr<T>, hetsparse::Error> {
+pub(crate) fn add<T: MpiScalar>(
+    x: &Csr<T>,
+    y: &Csr<T>,
+) -> std::result::Result<Csr<T>, hetsparse::Error> {
     if x.nnz() == 0 {
         return Ok(y.clone());
     }

@@ -18,7 +18,8 @@ use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    spgemm, spgemm_summa, spgemm_with, Dist2dCsr, DistCsr, DistOptions, Error, Grid, MpiScalar,
+    spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, spgemm_with,
+    Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar,
     RowPartition,
 };
 use num_complex::Complex;
@@ -792,6 +793,248 @@ fn matrix_market_case<C: Communicator>(world: &C) -> Check {
     Ok(())
 }
 
+/// Bytes of rows `rows` of `m`, columns in `cols` only, as a message of rows.
+fn block_bytes_in<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: std::ops::Range<u64>,
+    cols: &[std::ops::Range<u64>],
+) -> u64 {
+    let entries: u64 = (rows.start as usize..rows.end as usize)
+        .map(|r| {
+            m.row(r)
+                .0
+                .iter()
+                .filter(|&&c| cols.iter().any(|s| s.contains(&u64::from(c))))
+                .count() as u64
+        })
+        .sum();
+    8 * (rows.end - rows.start) + (4 + T::BYTES as u64) * entries
+}
+
+/// Rows `rows`, columns `cols` of `m`.
+fn sub_matrix<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: std::ops::Range<u64>,
+    cols: std::ops::Range<u64>,
+) -> Result<Csr<T>, String> {
+    m.rows(rows.start as usize..rows.end as usize)
+        .and_then(|b| b.column_panel(cols.start as usize..cols.end as usize))
+        .map_err(|e| e.to_string())
+}
+
+/// Batch `t` of `batches` of `r`.
+fn batch_of(r: std::ops::Range<u64>, t: usize, batches: usize) -> std::ops::Range<u64> {
+    let sub = RowPartition::even(r.end - r.start, batches).rows(t);
+    r.start + sub.start..r.start + sub.end
+}
+
+/// What 3D SUMMA on `grid` in `batches` batches must move in all: (bytes of blocks, bytes of
+/// sizes), worked out from the whole operands.
+fn summa3d_volume<T: MpiScalar>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    grid: Grid3,
+    batches: usize,
+) -> Result<(u64, u64), String> {
+    let (pr, pc, c) = (grid.rows, grid.cols, grid.layers);
+    let (per, p) = ((pr * pc) as u64, (pr * pc * c) as u64);
+    let s = T::BYTES as u64;
+    let ctx = Context::<T>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let slices = RowPartition::even(a.ncols() as u64, c);
+    let c_rows = RowPartition::even(a.nrows() as u64, pr);
+    let b_cols = RowPartition::even(b.ncols() as u64, pc);
+    // Column part (j, l) of C: part l of block j split in c.
+    let piece = |j: usize, l: usize| batch_of(b_cols.rows(j), l, c);
+    let (mut blocks, mut sizes) = (0u64, 0u64);
+    for t in 0..batches {
+        let colsets: Vec<Vec<std::ops::Range<u64>>> = (0..pc)
+            .map(|j| (0..c).map(|l| batch_of(piece(j, l), t, batches)).collect())
+            .collect();
+        for l in 0..c {
+            let k = slices.rows(l);
+            let shift = |o: &u64| o + k.start;
+            let mut cuts: Vec<u64> = RowPartition::even(k.end - k.start, pc)
+                .offsets()
+                .iter()
+                .chain(RowPartition::even(k.end - k.start, pr).offsets())
+                .map(shift)
+                .collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            for w in cuts.windows(2) {
+                for gi in 0..pr {
+                    blocks += (pc as u64 - 1) * block_bytes(a, c_rows.rows(gi), w[0]..w[1]);
+                }
+                for set in &colsets {
+                    blocks += (pr as u64 - 1) * block_bytes_in(b, w[0]..w[1], set);
+                }
+            }
+            let stages = cuts.len() as u64 - 1;
+            sizes += stages * 8 * (pr * (pc - 1) + pc * (pr - 1)) as u64 + 8 * per * (per - 1);
+            // Layer l's partial block (i, j) sends the columns of every other layer there.
+            for gi in 0..pr {
+                let a_part = sub_matrix(a, c_rows.rows(gi), k.clone())?;
+                for set in &colsets {
+                    for (to, cols) in set.iter().enumerate() {
+                        if to == l {
+                            continue;
+                        }
+                        let b_part = sub_matrix(b, k.clone(), cols.clone())?;
+                        let nnz = ctx
+                            .spgemm(&a_part, &b_part)
+                            .map_err(|e| e.to_string())?
+                            .nnz();
+                        let r = c_rows.rows(gi);
+                        blocks += 8 * (r.end - r.start) + (4 + s) * nnz;
+                    }
+                }
+            }
+        }
+        sizes += 8 * p * (c as u64 - 1);
+    }
+    Ok((blocks, sizes))
+}
+
+/// 3D SUMMA on every `pr × pc × c` grid of the communicator's size with `c` of 1, 2 and P,
+/// in 1 and 3 batches: C gathered on `root` against the CPU backend's product, the bytes
+/// moved against the volume worked out from the whole operands, and the batches handed to a
+/// callback against the blocks of the product.
+fn summa3d_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let ctx = Context::<T>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let want = ctx.spgemm(a, b).map_err(|e| e.to_string())?;
+    let mut layer_counts = vec![1usize, 2, size];
+    layer_counts.sort_unstable();
+    layer_counts.dedup();
+    for layers in layer_counts.into_iter().filter(|c| size % c == 0) {
+        let per = size / layers;
+        for pr in (1..=per).filter(|pr| per % pr == 0) {
+            let grid = Grid3::new(pr, per / pr, layers);
+            let name = format!("{}×{}×{layers}", grid.rows, grid.cols);
+            let on_root = |m| (rank == root).then_some(m);
+            let (da, _) = Dist3dCsr::scatter(
+                world,
+                root,
+                on_root(a),
+                grid,
+                Layout3::ColumnLayers,
+                options,
+            )
+            .map_err(|e| format!("{name}: {e}"))?;
+            let (db, _) =
+                Dist3dCsr::scatter(world, root, on_root(b), grid, Layout3::RowLayers, options)
+                    .map_err(|e| format!("{name}: {e}"))?;
+            for batches in [1usize, 3] {
+                let name = format!("{name} in {batches} batches");
+                let (dc, report) = spgemm_summa3d_with(world, &da, &db, batches, &ctx, options)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                let (blocks, sizes) = summa3d_volume(a, b, grid, batches)?;
+                let sizes = sizes + 8 * (size * (size - 1)) as u64;
+                let moved = report_rows_total(world, &report);
+                ensure(moved == blocks, || {
+                    format!("{name}: {moved} bytes of blocks sent in all, expected {blocks}")
+                })?;
+                ensure(report.total.bytes_sent == blocks + sizes, || {
+                    format!(
+                        "{name}: total {:?}, expected {} bytes",
+                        report.total,
+                        blocks + sizes
+                    )
+                })?;
+                ensure(dc.nnz() == want.nnz(), || {
+                    format!("{name}: C's nnz {} expected {}", dc.nnz(), want.nnz())
+                })?;
+                let (c, _) = dc.gather(world, root, options).map_err(|e| e.to_string())?;
+                if let Some(c) = c {
+                    same_product(&c, &want).map_err(|e| format!("{name}: {e}"))?;
+                }
+            }
+            // The batches handed over one by one (on one grid of each layer count): each is
+            // its block of the product.
+            if pr != 1 {
+                continue;
+            }
+            let mut seen = Vec::new();
+            let mut check = Ok(());
+            spgemm_summa3d_batched(world, &da, &db, 3, &ctx, options, |batch| {
+                seen.push(batch.index);
+                if check.is_ok() {
+                    check = sub_matrix(&want, batch.rows.clone(), batch.cols.clone())
+                        .and_then(|w| same_product(&batch.block, &w))
+                        .map_err(|e| format!("{name}: batch {}: {e}", batch.index));
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("{name}: {e}"))?;
+            check?;
+            ensure(seen == [0, 1, 2], || format!("{name}: batches {seen:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// 3D errors: a grid of the wrong size, operands in the wrong layouts, and a callback failing
+/// on the last rank: the same error on every rank, and no batch after it.
+fn summa3d_errors_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let options = DistOptions::default();
+    let a = generate::uniform::<f64>(30, 20, 3, 31);
+    let on_root = |m| (rank == 0).then_some(m);
+    let want = Error::InvalidArgument {
+        rank: 0,
+        reason: format!("a 1×1×{} grid for {size} ranks", size + 1),
+    };
+    expect_error(
+        Dist3dCsr::scatter(
+            world,
+            0,
+            on_root(&a),
+            Grid3::new(1, 1, size + 1),
+            Layout3::RowLayers,
+            &options,
+        ),
+        &want,
+    )?;
+    let grid = Grid3::new(1, 1, size);
+    let (da, _) = Dist3dCsr::scatter(world, 0, on_root(&a), grid, Layout3::ColumnLayers, &options)
+        .map_err(|e| e.to_string())?;
+    let want = Error::InvalidArgument {
+        rank: 0,
+        reason: "A in ColumnLayers and B in ColumnLayers: 3D SUMMA takes A in ColumnLayers and \
+                 B in RowLayers"
+            .into(),
+    };
+    expect_error(spgemm_summa3d(world, &da, &da, &options), &want)?;
+    let at = generate::uniform::<f64>(20, 30, 3, 32);
+    let (db, _) = Dist3dCsr::scatter(world, 0, on_root(&at), grid, Layout3::RowLayers, &options)
+        .map_err(|e| e.to_string())?;
+    let ctx = Context::<f64>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let last = world.size() - 1;
+    let mut calls = 0;
+    let result = spgemm_summa3d_batched(world, &da, &db, 3, &ctx, &options, |batch| {
+        calls += 1;
+        if batch.index == 1 && rank == last {
+            Err("disk full".to_string())
+        } else {
+            Ok(())
+        }
+    });
+    let want = Error::Callback {
+        rank: last,
+        message: "disk full".into(),
+    };
+    expect_error(result, &want)?;
+    ensure(calls == 2, || {
+        format!("{calls} batches handed over, expected 2")
+    })
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -832,6 +1075,15 @@ fn main() -> ExitCode {
     // Few entries over many columns: the column set is sorted indices, not a bit set.
     let hyper_a = generate::uniform::<f64>(120, 300_000, 2, 18);
     let hyper_b = generate::uniform::<f64>(300_000, 40, 1, 19);
+
+    // Smaller operands for 3D: every grid, layer count and batch count of P runs.
+    let rmat3 = generate::rmat::<f64>(8, 6, 41);
+    let uniform3 = generate::uniform::<f64>(250, 250, 5, 42);
+    let stencil3 = generate::stencil_3d::<f64>(6, Stencil::TwentySeven, 1, 43);
+    let lp3 = generate::lp_rectangular::<f64>(50, 600, 3, 44);
+    let lp3_t = lp3.transpose().expect("a transpose");
+    let complex3_a = generate::uniform::<Complex<f64>>(90, 130, 4, 45);
+    let complex3_b = generate::uniform::<Complex<f64>>(130, 70, 3, 46);
 
     let cases: Vec<Case> = vec![
         (
@@ -906,6 +1158,29 @@ fn main() -> ExitCode {
                 summa_case(&world, &stencil, &stencil, 0, &options)?;
                 summa_case(&world, &rect_a, &rect_b, last, &options)
             }),
+        ),
+        (
+            "3D SUMMA: power-law R-MAT A·A on every grid, layers and batches",
+            Box::new(|| summa3d_case(&world, &rmat3, &rmat3, 0, &options)),
+        ),
+        (
+            "3D SUMMA: uniform A·A, small messages",
+            Box::new(|| summa3d_case(&world, &uniform3, &uniform3, last, &small)),
+        ),
+        (
+            "3D SUMMA: 3D stencil A·A and rectangular A·Aᵀ",
+            Box::new(|| {
+                summa3d_case(&world, &stencil3, &stencil3, 0, &options)?;
+                summa3d_case(&world, &lp3, &lp3_t, last, &options)
+            }),
+        ),
+        (
+            "3D SUMMA: complex rectangular A·B",
+            Box::new(|| summa3d_case(&world, &complex3_a, &complex3_b, 0, &options)),
+        ),
+        (
+            "error: 3D grid, layouts and a failing batch callback",
+            Box::new(|| summa3d_errors_case(&world)),
         ),
         (
             "Matrix Market read and written collectively",
