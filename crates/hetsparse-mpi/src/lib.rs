@@ -55,6 +55,7 @@ pub use report::{CommReport, Traffic};
 pub use spgemm::{spgemm, spgemm_with};
 pub use summa::{spgemm_summa, spgemm_summa_with, Dist2dCsr, Grid};
 pub use summa3d::{
-    spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, Batch, Dist3dCsr, Grid3, Layout3,
+    spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, summa3d_batches_for_memory, Batch,
+    Dist3dCsr, Grid3, Layout3,
 };
 pub use wire::MpiScalar;

@@ -518,6 +518,94 @@ where
     ))
 }
 
+/// The number of batches that keeps every rank's partial products of 3D SUMMA within
+/// `budget_bytes`: the smallest `n ≥ 1` with `estimate / n ≤ budget_bytes` on every rank.
+///
+/// A rank's estimate is an upper bound on its layer's partial block of C (before the sum over
+/// layers) and the pieces it receives to sum: `2 · (4 + s) · flops`, where `flops` =
+/// `Σ_{k ∈ K_l} nnz(A(I_i, k)) · nnz(B(k, J_j))` counts the multiplications of its block
+/// (each one at most one entry) and `s` is the scalar's bytes. The column counts of A's and
+/// the row counts of B's blocks are broadcast along the layer's grid rows and columns (one u64
+/// per column or row of the slice, not counted in a report); batches are assumed to split the
+/// product evenly. Each batch's A and B blocks are held besides, as in one product.
+///
+/// Collective. Errors (on every rank): those of [`spgemm_summa3d_with`]'s checks, a budget of
+/// 0.
+pub fn summa3d_batches_for_memory<T: MpiScalar, C: Communicator>(
+    comm: &C,
+    a: &Dist3dCsr<T>,
+    b: &Dist3dCsr<T>,
+    budget_bytes: u64,
+) -> Result<usize> {
+    let rank = comm.rank();
+    let checks = if budget_bytes == 0 {
+        Err(Error::InvalidArgument {
+            rank,
+            reason: "a memory budget of 0 bytes".to_string(),
+        })
+    } else if a.grid != b.grid
+        || a.layout != Layout3::ColumnLayers
+        || b.layout != Layout3::RowLayers
+        || a.shape().1 != b.shape().0
+    {
+        Err(Error::InvalidArgument {
+            rank,
+            reason: "A and B are not 3D SUMMA's operands on one grid".to_string(),
+        })
+    } else {
+        Ok(())
+    };
+    agree(comm, checks)?;
+    a.grid.check(comm)?;
+    let g = a.grid;
+    let (i, j, l) = g.position(rank as usize);
+    let row_comm = split(comm, l * g.rows + i)?;
+    let col_comm = split(comm, l * g.cols + j)?;
+    // Column counts of A(I_i, K_l), part by part along the grid row.
+    let mut a_cols = Vec::new();
+    for jj in 0..g.cols {
+        let (_, cp) = parts_of(
+            g,
+            Layout3::ColumnLayers,
+            l * g.rows * g.cols + i * g.cols + jj,
+        );
+        let mut counts = vec![0u64; len(&a.cols, cp) as usize];
+        if jj == j {
+            for &c in a.local.col_indices() {
+                counts[c as usize] += 1;
+            }
+        }
+        row_comm
+            .process_at_rank(jj as i32)
+            .broadcast_into(&mut counts[..]);
+        a_cols.extend(counts);
+    }
+    // Row counts of B(K_l, J_j), part by part along the grid column.
+    let mut b_rows = Vec::new();
+    for ii in 0..g.rows {
+        let (rp, _) = parts_of(g, Layout3::RowLayers, l * g.rows * g.cols + ii * g.cols + j);
+        let mut counts = vec![0u64; len(&b.rows, rp) as usize];
+        if ii == i {
+            for (r, c) in counts.iter_mut().enumerate() {
+                *c = b.local.row_nnz(r);
+            }
+        }
+        col_comm
+            .process_at_rank(ii as i32)
+            .broadcast_into(&mut counts[..]);
+        b_rows.extend(counts);
+    }
+    let flops = a_cols
+        .iter()
+        .zip(&b_rows)
+        .fold(0u64, |f, (x, y)| f.saturating_add(x.saturating_mul(*y)));
+    let estimate = flops.saturating_mul(2 * (4 + T::BYTES as u64));
+    let mine = estimate.div_ceil(budget_bytes).max(1);
+    let mut most = 0u64;
+    comm.all_reduce_into(&mine, &mut most, mpi::collective::SystemOperation::max());
+    Ok(usize::try_from(most).unwrap_or(usize::MAX))
+}
+
 /// The columns `ranges` (ascending, disjoint) of `m`, renumbered from 0 in order.
 fn select_columns<T: MpiScalar>(
     m: &Csr<T>,

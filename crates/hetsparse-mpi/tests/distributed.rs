@@ -19,8 +19,8 @@ use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
     spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, spgemm_with,
-    Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar,
-    RowPartition,
+    summa3d_batches_for_memory, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Error, Grid, Grid3,
+    Layout3, MpiScalar, RowPartition,
 };
 use num_complex::Complex;
 use std::sync::Arc;
@@ -955,6 +955,29 @@ fn summa3d_case<T: MpiScalar, C: Communicator>(
                     same_product(&c, &want).map_err(|e| format!("{name}: {e}"))?;
                 }
             }
+            // A budget of the whole product's multiplications needs one batch; a quarter of
+            // the busiest rank's estimate, four (or fewer, rounding).
+            let flops: u64 = (0..a.nrows())
+                .flat_map(|r| a.row(r).0.iter())
+                .map(|&k| b.row_nnz(k as usize))
+                .sum();
+            let one = summa3d_batches_for_memory(
+                world,
+                &da,
+                &db,
+                2 * (4 + T::BYTES as u64) * flops.max(1),
+            )
+            .map_err(|e| format!("{name}: {e}"))?;
+            ensure(one == 1, || {
+                format!("{name}: {one} batches for the whole product")
+            })?;
+            let tiny = summa3d_batches_for_memory(world, &da, &db, 1).map_err(|e| e.to_string())?;
+            let quarter = summa3d_batches_for_memory(world, &da, &db, (tiny as u64).div_ceil(4))
+                .map_err(|e| e.to_string())?;
+            let expected = (tiny as u64).div_ceil((tiny as u64).div_ceil(4));
+            ensure(quarter as u64 == expected && tiny > 1, || {
+                format!("{name}: {quarter} batches for a quarter of {tiny} bytes")
+            })?;
             // The batches handed over one by one (on one grid of each layer count): each is
             // its block of the product.
             if pr != 1 {
