@@ -12,7 +12,10 @@
 //!
 //! [`Dist2dCsr`] holds a matrix in 2D blocks on a `pr × pc` [`Grid`] of ranks, and
 //! [`spgemm_summa`] multiplies such matrices by Sparse SUMMA: stage by stage, blocks of A are
-//! broadcast along grid rows and blocks of B along grid columns.
+//! broadcast along grid rows and blocks of B along grid columns. [`Dist3dCsr`] and
+//! [`spgemm_summa3d`] add layers: on a `pr × pc × c` [`Grid3`] each layer multiplies its slice
+//! of the inner dimension by 2D SUMMA and the partial products are summed along the fibers;
+//! [`spgemm_summa3d_batched`] forms C in batches of columns to bound memory.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
