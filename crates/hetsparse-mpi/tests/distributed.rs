@@ -455,6 +455,31 @@ fn summa_case<T: MpiScalar, C: Communicator>(
     root: i32,
     options: &DistOptions,
 ) -> Check {
+    summa_layout_case(world, a, b, root, options, false)
+}
+
+/// `n` over `parts` unevenly: the first part empty (with two parts or more), the others
+/// growing with their number.
+fn skewed(n: u64, parts: usize) -> RowPartition {
+    if parts == 1 {
+        return RowPartition::from_counts(&[n]);
+    }
+    let weights: u64 = (1..parts as u64).sum();
+    let mut counts: Vec<u64> = (0..parts as u64).map(|r| n * r / weights).collect();
+    counts[parts - 1] += n - counts.iter().sum::<u64>();
+    RowPartition::from_counts(&counts)
+}
+
+/// [`summa_case`] with even blocks, or (`uneven`) A scattered with skewed boundaries and B
+/// made of blocks each rank cuts for itself with other skewed boundaries.
+fn summa_layout_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+    uneven: bool,
+) -> Check {
     let (rank, size) = (world.rank(), world.size() as usize);
     let want = Context::<T>::on(&DeviceChoice::Cpu)
         .and_then(|ctx| ctx.spgemm(a, b))
@@ -462,10 +487,54 @@ fn summa_case<T: MpiScalar, C: Communicator>(
     for pr in (1..=size).filter(|pr| size % pr == 0) {
         let grid = Grid::new(pr, size / pr);
         let on_root = |m| (rank == root).then_some(m);
-        let (da, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+        let (da, db) = if uneven {
+            let (a_rows, a_cols) = (
+                skewed(a.nrows() as u64, pr),
+                skewed(a.ncols() as u64, size / pr),
+            );
+            let (da, _) = Dist2dCsr::scatter_blocks(
+                world,
+                root,
+                on_root(a),
+                grid,
+                Some(&a_rows),
+                Some(&a_cols),
+                options,
+            )
             .map_err(|e| e.to_string())?;
-        let (db, _) = Dist2dCsr::scatter(world, root, on_root(b), grid, options)
-            .map_err(|e| e.to_string())?;
+            ensure(
+                da.row_partition() == &a_rows && da.col_partition() == &a_cols,
+                || "A's boundaries were not kept".into(),
+            )?;
+            // B's rows split the other way round: the last part empty.
+            let counts: Vec<u64> = (0..pr)
+                .map(|i| {
+                    let r = skewed(b.nrows() as u64, pr).rows(pr - 1 - i);
+                    r.end - r.start
+                })
+                .collect();
+            let b_rows = RowPartition::from_counts(&counts);
+            let b_cols = skewed(b.ncols() as u64, size / pr);
+            let (i, j) = grid.position(rank as usize);
+            let (r, c) = (b_rows.rows(i), b_cols.rows(j));
+            let mine = b
+                .rows(r.start as usize..r.end as usize)
+                .and_then(|m| m.column_panel(c.start as usize..c.end as usize))
+                .map_err(|e| e.to_string())?;
+            let (db, _) =
+                Dist2dCsr::from_local_blocks(world, grid, mine).map_err(|e| e.to_string())?;
+            ensure(
+                db.row_partition() == &b_rows && db.col_partition() == &b_cols,
+                || "B's boundaries were not found".into(),
+            )?;
+            (da, db)
+        } else {
+            let (da, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+                .map_err(|e| e.to_string())?;
+            let (db, _) = Dist2dCsr::scatter(world, root, on_root(b), grid, options)
+                .map_err(|e| e.to_string())?;
+            (da, db)
+        };
         let (dc, report) = spgemm_summa(world, &da, &db, options).map_err(|e| e.to_string())?;
         // Every piece of the inner dimension: A(i, piece) goes to the other pc - 1 ranks of
         // grid row i, B(piece, j) to the other pr - 1 ranks of grid column j.
@@ -1058,6 +1127,26 @@ fn summa3d_errors_case<C: Communicator>(world: &C) -> Check {
     })
 }
 
+/// Blocks whose shapes do not line up along the grid: every rank names the first bad one.
+fn bad_local_blocks_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size());
+    let grid = Grid::new(1, size as usize);
+    let rows = if rank == size - 1 && size > 1 { 4 } else { 5 };
+    let local = generate::uniform::<f64>(rows, 3, 1, rank as u64);
+    let result = Dist2dCsr::from_local_blocks(world, grid, local);
+    if size == 1 {
+        return ensure(result.is_ok(), || "one rank's block refused".into());
+    }
+    let want = Error::InvalidBlock {
+        rank: size - 1,
+        reason: format!(
+            "its block is 4×3; grid row 0 has blocks of 5 rows, grid column {} of 3 columns",
+            size - 1
+        ),
+    };
+    expect_error(result, &want)
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -1208,6 +1297,17 @@ fn main() -> ExitCode {
         (
             "Matrix Market read and written collectively",
             Box::new(|| matrix_market_case(&world)),
+        ),
+        (
+            "2D Sparse SUMMA on uneven blocks (given, and from each rank's own)",
+            Box::new(|| {
+                summa_layout_case(&world, &rmat3, &rmat3, 0, &options, true)?;
+                summa_layout_case(&world, &lp3, &lp3_t, last, &small, true)
+            }),
+        ),
+        (
+            "error: 2D blocks that do not line up",
+            Box::new(|| bad_local_blocks_case(&world)),
         ),
         (
             "error: a grid of the wrong size",
