@@ -42,6 +42,7 @@
 mod error;
 mod matrix;
 mod mmio;
+mod model;
 mod partition;
 mod report;
 mod spgemm;
@@ -51,6 +52,7 @@ mod wire;
 
 pub use error::{Error, Result};
 pub use matrix::{DistCsr, DistOptions};
+pub use model::{choose_algorithm, model_volume, Algorithm, ProductStats};
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).
 pub use mpi;
 pub use partition::RowPartition;

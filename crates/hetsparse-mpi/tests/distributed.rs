@@ -18,9 +18,9 @@ use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, spgemm_with,
-    summa3d_batches_for_memory, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Error, Grid, Grid3,
-    Layout3, MpiScalar, RowPartition,
+    model_volume, spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched,
+    spgemm_summa3d_with, spgemm_with, summa3d_batches_for_memory, Algorithm, Dist2dCsr, Dist3dCsr,
+    DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar, ProductStats, RowPartition,
 };
 use num_complex::Complex;
 use std::sync::Arc;
@@ -591,6 +591,16 @@ fn summa_layout_case<T: MpiScalar, C: Communicator>(
                 total + sizes
             )
         })?;
+        if !uneven {
+            // The model is exact for even blocks.
+            let model = model_volume(&ProductStats::of(a, b), Algorithm::Summa2d(grid));
+            ensure(model == report.total.bytes_sent as f64, || {
+                format!(
+                    "{pr}×{pc}: the model says {model} bytes, {:?} moved",
+                    report.total
+                )
+            })?;
+        }
         let (c, _) = dc.gather(world, root, options).map_err(|e| e.to_string())?;
         ensure(dc.nnz() == want.nnz(), || {
             format!("{pr}×{pc}: C's nnz {} expected {}", dc.nnz(), want.nnz())
@@ -1005,6 +1015,16 @@ fn summa3d_case<T: MpiScalar, C: Communicator>(
                     .map_err(|e| format!("{name}: {e}"))?;
                 let (blocks, sizes) = summa3d_volume(a, b, grid, batches)?;
                 let sizes = sizes + 8 * (size * (size - 1)) as u64;
+                if batches == 1 && layers == 1 {
+                    // One layer: the model is 2D SUMMA's, exact.
+                    let model = model_volume(&ProductStats::of(a, b), Algorithm::Summa3d(grid));
+                    ensure(model == report.total.bytes_sent as f64, || {
+                        format!(
+                            "{name}: the model says {model} bytes, {:?} moved",
+                            report.total
+                        )
+                    })?;
+                }
                 let moved = report_rows_total(world, &report);
                 ensure(moved == blocks, || {
                     format!("{name}: {moved} bytes of blocks sent in all, expected {blocks}")
@@ -1145,6 +1165,64 @@ fn bad_local_blocks_case<C: Communicator>(world: &C) -> Check {
         ),
     };
     expect_error(result, &want)
+}
+
+/// The volume model against what moved, for uniformly random operands (the model's
+/// assumption): 1D and 3D within 20%, and the statistics gathered from distributed operands
+/// equal to those of the whole ones; the choice lists every layout, least volume first.
+fn model_case<C: Communicator>(world: &C, a: &Csr<f64>, b: &Csr<f64>) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let options = DistOptions::default();
+    let stats = ProductStats::of(a, b);
+    let on_root = |m| (rank == 0).then_some(m);
+    let (da, _) =
+        DistCsr::scatter(world, 0, on_root(a), None, &options).map_err(|e| e.to_string())?;
+    let (db, _) =
+        DistCsr::scatter(world, 0, on_root(b), None, &options).map_err(|e| e.to_string())?;
+    let gathered = ProductStats::of_distributed(world, &da, &db).map_err(|e| e.to_string())?;
+    ensure(gathered == stats, || {
+        format!("{gathered:?}, expected {stats:?}")
+    })?;
+    let close = |what: String, model: f64, moved: u64| {
+        let moved = moved as f64;
+        ensure((model - moved).abs() <= 0.2 * moved.max(1.0), || {
+            format!("{what}: the model says {model} bytes, {moved} moved")
+        })
+    };
+    let (_, report) = spgemm(world, &da, &db, &options).map_err(|e| e.to_string())?;
+    close(
+        "1D".into(),
+        model_volume(&stats, Algorithm::RowFetch { ranks: size }),
+        report.total.bytes_sent,
+    )?;
+    let choices = hetsparse_mpi::choose_algorithm(&stats, size);
+    ensure(choices.windows(2).all(|w| w[0].1 <= w[1].1), || {
+        "choices not ordered".into()
+    })?;
+    for c in (2..=size).filter(|c| size % c == 0) {
+        let per = size / c;
+        for pr in (1..=per).filter(|pr| per % pr == 0) {
+            let grid = Grid3::new(pr, per / pr, c);
+            ensure(
+                choices.iter().any(|x| x.0 == Algorithm::Summa3d(grid)),
+                || format!("{grid:?} not among the choices"),
+            )?;
+            let (a3, _) =
+                Dist3dCsr::scatter(world, 0, on_root(a), grid, Layout3::ColumnLayers, &options)
+                    .map_err(|e| e.to_string())?;
+            let (b3, _) =
+                Dist3dCsr::scatter(world, 0, on_root(b), grid, Layout3::RowLayers, &options)
+                    .map_err(|e| e.to_string())?;
+            let (_, report) =
+                spgemm_summa3d(world, &a3, &b3, &options).map_err(|e| e.to_string())?;
+            close(
+                format!("{grid:?}"),
+                model_volume(&stats, Algorithm::Summa3d(grid)),
+                report.total.bytes_sent,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -1304,6 +1382,10 @@ fn main() -> ExitCode {
                 summa_layout_case(&world, &rmat3, &rmat3, 0, &options, true)?;
                 summa_layout_case(&world, &lp3, &lp3_t, last, &small, true)
             }),
+        ),
+        (
+            "volume model against what moved (uniform operands)",
+            Box::new(|| model_case(&world, &uniform3, &uniform3)),
         ),
         (
             "error: 2D blocks that do not line up",
