@@ -16,6 +16,8 @@
 //! [`spgemm_summa3d`] add layers: on a `pr × pc × c` [`Grid3`] each layer multiplies its slice
 //! of the inner dimension by 2D SUMMA and the partial products are summed along the fibers;
 //! [`spgemm_summa3d_batched`] forms C in batches of columns to bound memory.
+//! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
+//! layouts of a product by it.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.

@@ -80,13 +80,18 @@ impl ProductStats {
                     b_cols,
                 });
             }
-            usize::try_from(a_cols).map_err(|_| Error::InvalidArgument {
+            let too_many = || Error::InvalidArgument {
                 rank,
-                reason: format!("{a_cols} columns do not fit in memory here"),
-            })
+                reason: format!("{a_cols} column counts do not fit in memory here"),
+            };
+            let inner = usize::try_from(a_cols).map_err(|_| too_many())?;
+            let mut counts: Vec<u64> = Vec::new();
+            counts.try_reserve_exact(inner).map_err(|_| too_many())?;
+            counts.resize(inner, 0);
+            Ok(counts)
         })();
-        let inner = agree(comm, checks)?;
-        let mut mine = vec![0u64; inner];
+        let mut mine = agree(comm, checks)?;
+        let inner = mine.len();
         for &c in a.local().col_indices() {
             mine[c as usize] += 1;
         }
