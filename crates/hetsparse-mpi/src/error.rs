@@ -68,6 +68,37 @@ pub enum Error {
         /// The local error, as text.
         message: String,
     },
+    /// A file could not be opened, read or written.
+    #[error("rank {rank}: {reason}")]
+    Io {
+        /// The rank that failed.
+        rank: i32,
+        /// What failed, naming the file.
+        reason: String,
+    },
+    /// A Matrix Market file is malformed or of a kind that cannot be read collectively.
+    #[error("rank {rank}: Matrix Market{}: {reason}", at_line(*.line))]
+    MatrixMarket {
+        /// The rank that found the problem.
+        rank: i32,
+        /// The 1-based line of the file where it is, when one line is to blame.
+        line: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A caller's callback (the batches of a batched product) returned an error on a rank.
+    #[error("rank {rank}: the callback failed: {message}")]
+    Callback {
+        /// The rank whose callback failed.
+        rank: i32,
+        /// The callback's error.
+        message: String,
+    },
+}
+
+/// `" line N"`, or nothing.
+fn at_line(line: Option<u64>) -> String {
+    line.map(|l| format!(" line {l}")).unwrap_or_default()
 }
 
 impl Error {
@@ -79,7 +110,64 @@ impl Error {
             | Error::ShapeMismatch { rank, .. }
             | Error::InvalidArgument { rank, .. }
             | Error::Message { rank, .. }
-            | Error::Compute { rank, .. } => *rank,
+            | Error::Compute { rank, .. }
+            | Error::Io { rank, .. }
+            | Error::MatrixMarket { rank, .. }
+            | Error::Callback { rank, .. } => *rank,
+        }
+    }
+
+    /// The same error with every rank it names (the finder, a sender) renumbered by `f`: from
+    /// a sub-communicator's numbering to the parent's.
+    pub(crate) fn map_ranks(self, f: impl Fn(i32) -> i32) -> Error {
+        match self {
+            Error::InvalidBlock { rank, reason } => Error::InvalidBlock {
+                rank: f(rank),
+                reason,
+            },
+            Error::Partition { rank, reason } => Error::Partition {
+                rank: f(rank),
+                reason,
+            },
+            Error::ShapeMismatch {
+                rank,
+                a_rows,
+                a_cols,
+                b_rows,
+                b_cols,
+            } => Error::ShapeMismatch {
+                rank: f(rank),
+                a_rows,
+                a_cols,
+                b_rows,
+                b_cols,
+            },
+            Error::InvalidArgument { rank, reason } => Error::InvalidArgument {
+                rank: f(rank),
+                reason,
+            },
+            Error::Message { rank, from, reason } => Error::Message {
+                rank: f(rank),
+                from: f(from),
+                reason,
+            },
+            Error::Compute { rank, message } => Error::Compute {
+                rank: f(rank),
+                message,
+            },
+            Error::Io { rank, reason } => Error::Io {
+                rank: f(rank),
+                reason,
+            },
+            Error::MatrixMarket { rank, line, reason } => Error::MatrixMarket {
+                rank: f(rank),
+                line,
+                reason,
+            },
+            Error::Callback { rank, message } => Error::Callback {
+                rank: f(rank),
+                message,
+            },
         }
     }
 
@@ -98,6 +186,9 @@ impl Error {
             Error::InvalidArgument { reason, .. } => (3, vec![], reason),
             Error::Message { from, reason, .. } => (4, vec![*from as u64], reason),
             Error::Compute { message, .. } => (5, vec![], message),
+            Error::Io { reason, .. } => (6, vec![], reason),
+            Error::MatrixMarket { line, reason, .. } => (7, line.iter().copied().collect(), reason),
+            Error::Callback { message, .. } => (8, vec![], message),
         };
         let mut out = vec![code];
         out.extend_from_slice(&self.rank().to_le_bytes());
@@ -137,6 +228,21 @@ impl Error {
                 reason: text,
             },
             (5, []) => Error::Compute {
+                rank,
+                message: text,
+            },
+            (6, []) => Error::Io { rank, reason: text },
+            (7, []) => Error::MatrixMarket {
+                rank,
+                line: None,
+                reason: text,
+            },
+            (7, &[line]) => Error::MatrixMarket {
+                rank,
+                line: Some(line),
+                reason: text,
+            },
+            (8, []) => Error::Callback {
                 rank,
                 message: text,
             },
@@ -213,6 +319,24 @@ mod tests {
             Error::Compute {
                 rank: 4,
                 message: "out of memory".into(),
+            },
+            Error::Io {
+                rank: 1,
+                reason: "/tmp/x.mtx: not found".into(),
+            },
+            Error::MatrixMarket {
+                rank: 2,
+                line: Some(1 << 33),
+                reason: "bad value".into(),
+            },
+            Error::MatrixMarket {
+                rank: 0,
+                line: None,
+                reason: "12 entries".into(),
+            },
+            Error::Callback {
+                rank: 3,
+                message: "disk full".into(),
             },
         ];
         for e in errors {

@@ -4,13 +4,20 @@
 //! A [`DistCsr`] holds a CSR matrix in 1D blocks of rows: each rank owns a contiguous block,
 //! and every rank knows the [`RowPartition`]. Matrices are scattered from one rank
 //! ([`DistCsr::scatter`]), made of each rank's own rows ([`DistCsr::from_local_rows`]) and
-//! gathered back ([`DistCsr::gather`]). [`spgemm`] computes `C = A·B` by 1D row fetch: each
+//! gathered back ([`DistCsr::gather`]), and read from and written to Matrix Market files
+//! collectively, each rank its own part of the file ([`DistCsr::read_matrix_market`],
+//! [`DistCsr::write_matrix_market`]). [`spgemm`] computes `C = A·B` by 1D row fetch: each
 //! rank receives only the rows of B that its rows of A touch. Every call returns a
 //! [`CommReport`] of the bytes and messages it moved, also recorded in its `tracing` span.
 //!
 //! [`Dist2dCsr`] holds a matrix in 2D blocks on a `pr × pc` [`Grid`] of ranks, and
 //! [`spgemm_summa`] multiplies such matrices by Sparse SUMMA: stage by stage, blocks of A are
-//! broadcast along grid rows and blocks of B along grid columns.
+//! broadcast along grid rows and blocks of B along grid columns. [`Dist3dCsr`] and
+//! [`spgemm_summa3d`] add layers: on a `pr × pc × c` [`Grid3`] each layer multiplies its slice
+//! of the inner dimension by 2D SUMMA and the partial products are summed along the fibers;
+//! [`spgemm_summa3d_batched`] forms C in batches of columns to bound memory.
+//! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
+//! layouts of a product by it.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
@@ -36,18 +43,26 @@
 
 mod error;
 mod matrix;
+mod mmio;
+mod model;
 mod partition;
 mod report;
 mod spgemm;
 mod summa;
+mod summa3d;
 mod wire;
 
 pub use error::{Error, Result};
 pub use matrix::{DistCsr, DistOptions};
+pub use model::{choose_algorithm, model_volume, Algorithm, ProductStats};
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).
 pub use mpi;
 pub use partition::RowPartition;
 pub use report::{CommReport, Traffic};
 pub use spgemm::{spgemm, spgemm_with};
 pub use summa::{spgemm_summa, spgemm_summa_with, Dist2dCsr, Grid};
+pub use summa3d::{
+    spgemm_summa3d, spgemm_summa3d_batched, spgemm_summa3d_with, summa3d_batches_for_memory, Batch,
+    Dist3dCsr, Grid3, Layout3,
+};
 pub use wire::MpiScalar;

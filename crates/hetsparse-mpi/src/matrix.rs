@@ -472,6 +472,36 @@ pub(crate) fn comm_span<C: Communicator>(name: &'static str, comm: &C) -> tracin
             messages_received = Empty,
             total_bytes = Empty
         ),
+        "mpi_read_matrix_market" => tracing::info_span!(
+            "mpi_read_matrix_market",
+            rank = comm.rank(),
+            size = comm.size(),
+            bytes_sent = Empty,
+            bytes_received = Empty,
+            messages_sent = Empty,
+            messages_received = Empty,
+            total_bytes = Empty
+        ),
+        "mpi_write_matrix_market" => tracing::info_span!(
+            "mpi_write_matrix_market",
+            rank = comm.rank(),
+            size = comm.size(),
+            bytes_sent = Empty,
+            bytes_received = Empty,
+            messages_sent = Empty,
+            messages_received = Empty,
+            total_bytes = Empty
+        ),
+        "mpi_spgemm_summa3d" => tracing::info_span!(
+            "mpi_spgemm_summa3d",
+            rank = comm.rank(),
+            size = comm.size(),
+            bytes_sent = Empty,
+            bytes_received = Empty,
+            messages_sent = Empty,
+            messages_received = Empty,
+            total_bytes = Empty
+        ),
         _ => tracing::info_span!(
             "mpi_spgemm",
             rank = comm.rank(),

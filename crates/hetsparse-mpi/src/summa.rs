@@ -69,9 +69,10 @@ impl Grid {
     }
 }
 
-/// A sparse matrix distributed in 2D blocks: rows dealt evenly over the grid's rows, columns
-/// over its columns ([`RowPartition::even`] both), rank `(i, j)` holding block `(i, j)` as a
-/// [`Csr`] of its own columns (indices from 0 at the block's first column).
+/// A sparse matrix distributed in 2D blocks: rows split over the grid's rows, columns over
+/// its columns (evenly, [`RowPartition::even`], unless other boundaries are given), rank
+/// `(i, j)` holding block `(i, j)` as a [`Csr`] of its own columns (indices from 0 at the
+/// block's first column).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dist2dCsr<T> {
     grid: Grid,
@@ -82,7 +83,8 @@ pub struct Dist2dCsr<T> {
 }
 
 impl<T: MpiScalar> Dist2dCsr<T> {
-    /// Distributes `matrix`, given on rank `root` (`None` elsewhere), over `grid`.
+    /// Distributes `matrix`, given on rank `root` (`None` elsewhere), over `grid` in even
+    /// blocks; see [`Dist2dCsr::scatter_blocks`] for other block boundaries.
     ///
     /// Errors (on every rank): a grid whose size is not the communicator's or that differs
     /// between ranks, a root that is not a rank or differs between ranks, no matrix on the root.
@@ -93,6 +95,26 @@ impl<T: MpiScalar> Dist2dCsr<T> {
         grid: Grid,
         options: &DistOptions,
     ) -> Result<(Dist2dCsr<T>, CommReport)> {
+        Self::scatter_blocks(comm, root, matrix, grid, None, None, options)
+    }
+
+    /// Distributes `matrix`, given on rank `root` (`None` elsewhere), over `grid` with the
+    /// block boundaries `rows` (over the grid's rows) and `cols` (over its columns), read on
+    /// the root only; `None` for [`RowPartition::even`]. The root broadcasts the boundaries
+    /// with the blocks' sizes, so every rank holds them.
+    ///
+    /// Errors (on every rank): a grid whose size is not the communicator's or that differs
+    /// between ranks, a root that is not a rank or differs between ranks, no matrix on the
+    /// root, boundaries that do not fit the matrix or the grid.
+    pub fn scatter_blocks<C: Communicator>(
+        comm: &C,
+        root: i32,
+        matrix: Option<&Csr<T>>,
+        grid: Grid,
+        rows: Option<&RowPartition>,
+        cols: Option<&RowPartition>,
+        options: &DistOptions,
+    ) -> Result<(Dist2dCsr<T>, CommReport)> {
         let span = comm_span("mpi_scatter", comm);
         let _enter = span.enter();
         let (rank, size) = (comm.rank(), comm.size() as usize);
@@ -100,39 +122,66 @@ impl<T: MpiScalar> Dist2dCsr<T> {
         grid.check(comm)?;
         check_root(comm, root)?;
         let is_root = rank == root;
+        // The header: rows and columns of the matrix, the boundaries, each block's entries.
+        let header_len = 2 + (grid.rows + 1) + (grid.cols + 1) + size;
         let blocks = if is_root {
             (|| {
                 let m = matrix.ok_or_else(|| Error::InvalidArgument {
                     rank,
                     reason: "no matrix given on the root".to_string(),
                 })?;
-                let rows = RowPartition::even(m.nrows() as u64, grid.rows);
-                let cols = RowPartition::even(m.ncols() as u64, grid.cols);
+                let rows = rows
+                    .cloned()
+                    .unwrap_or_else(|| RowPartition::even(m.nrows() as u64, grid.rows));
+                let cols = cols
+                    .cloned()
+                    .unwrap_or_else(|| RowPartition::even(m.ncols() as u64, grid.cols));
+                for (what, p, parts, n) in [
+                    ("row", &rows, grid.rows, m.nrows()),
+                    ("column", &cols, grid.cols, m.ncols()),
+                ] {
+                    if p.ranks() != parts || p.nrows() != n as u64 {
+                        return Err(Error::Partition {
+                            rank,
+                            reason: format!(
+                                "{what} blocks of {} over {} parts for {n} {what}s on {parts} \
+                                 grid {what}s",
+                                p.nrows(),
+                                p.ranks()
+                            ),
+                        });
+                    }
+                }
                 let mut blocks = Vec::with_capacity(size);
                 for r in 0..size {
                     let (i, j) = grid.position(r);
                     blocks.push(block_of(m, &rows, &cols, i, j, rank)?);
                 }
-                Ok(blocks)
+                let mut header = vec![m.nrows() as u64, m.ncols() as u64];
+                header.extend_from_slice(rows.offsets());
+                header.extend_from_slice(cols.offsets());
+                header.extend(blocks.iter().map(|b| b.nnz()));
+                Ok((blocks, header))
             })()
         } else {
-            Ok(Vec::new())
+            Ok((Vec::new(), vec![0u64; header_len]))
         };
-        let mut blocks = agree(comm, blocks)?;
-        let mut header = vec![0u64; 2 + size];
-        if let (true, Some(m)) = (is_root, matrix) {
-            header[0] = m.nrows() as u64;
-            header[1] = m.ncols() as u64;
-            for (h, b) in header[2..].iter_mut().zip(&blocks) {
-                *h = b.nnz();
-            }
-        }
+        let (mut blocks, mut header) = agree(comm, blocks)?;
         comm.process_at_rank(root).broadcast_into(&mut header[..]);
         let mut sizes = Traffic::default();
         count_broadcast(&mut sizes, is_root, 8 * header.len() as u64, size, chunk);
-        let rows = RowPartition::even(header[0], grid.rows);
-        let cols = RowPartition::even(header[1], grid.cols);
-        let nnz_per_rank = header[2..].to_vec();
+        let (row_end, col_end) = (2 + grid.rows + 1, 2 + grid.rows + 1 + grid.cols + 1);
+        let parts = RowPartition::from_offsets(header[2..row_end].to_vec())
+            .zip(RowPartition::from_offsets(
+                header[row_end..col_end].to_vec(),
+            ))
+            .ok_or_else(|| Error::Message {
+                rank,
+                from: root,
+                reason: "block boundaries that decrease".to_string(),
+            });
+        let (rows, cols) = agree(comm, parts)?;
+        let nnz_per_rank = header[col_end..].to_vec();
         let mut sends = vec![Vec::new(); size];
         let mut own = None;
         if is_root {
@@ -163,6 +212,60 @@ impl<T: MpiScalar> Dist2dCsr<T> {
                 grid,
                 rows,
                 cols,
+                nnz_per_rank,
+                local,
+            },
+            report,
+        ))
+    }
+
+    /// Makes a 2D-distributed matrix of the block each rank holds: rank `(i, j)`'s `local` is
+    /// block `(i, j)` (its own column numbering). Blocks of one grid row must have the same
+    /// number of rows and blocks of one grid column the same number of columns; the boundaries
+    /// follow from the blocks' shapes (an all-gather of `(rows, columns, nnz)` per rank), so
+    /// they may be uneven.
+    ///
+    /// Errors (on every rank): a grid that does not fit the communicator, a block whose shape
+    /// differs from its grid row's or grid column's first (naming the rank holding it).
+    pub fn from_local_blocks<C: Communicator>(
+        comm: &C,
+        grid: Grid,
+        local: Csr<T>,
+    ) -> Result<(Dist2dCsr<T>, CommReport)> {
+        let span = comm_span("mpi_from_local_rows", comm);
+        let _enter = span.enter();
+        grid.check(comm)?;
+        let mut sizes = Traffic::default();
+        let mine = [local.nrows() as u64, local.ncols() as u64, local.nnz()];
+        let all = all_gather_u64(comm, &mine, &mut sizes);
+        let shape = |r: usize| (all[3 * r], all[3 * r + 1]);
+        for r in 0..grid.rows * grid.cols {
+            let (i, j) = grid.position(r);
+            let (row_first, col_first) = (shape(i * grid.cols), shape(j));
+            if shape(r).0 != row_first.0 || shape(r).1 != col_first.1 {
+                return Err(Error::InvalidBlock {
+                    rank: r as i32,
+                    reason: format!(
+                        "its block is {}×{}; grid row {i} has blocks of {} rows, grid column {j} \
+                         of {} columns",
+                        shape(r).0,
+                        shape(r).1,
+                        row_first.0,
+                        col_first.1
+                    ),
+                });
+            }
+        }
+        let row_counts: Vec<u64> = (0..grid.rows).map(|i| shape(i * grid.cols).0).collect();
+        let col_counts: Vec<u64> = (0..grid.cols).map(|j| shape(j).1).collect();
+        let nnz_per_rank = all.chunks_exact(3).map(|b| b[2]).collect();
+        let report =
+            CommReport::finish(comm, sizes, Traffic::default(), Traffic::default(), (0, 0));
+        Ok((
+            Dist2dCsr {
+                grid,
+                rows: RowPartition::from_counts(&row_counts),
+                cols: RowPartition::from_counts(&col_counts),
                 nnz_per_rank,
                 local,
             },
@@ -257,6 +360,28 @@ impl<T: MpiScalar> Dist2dCsr<T> {
             rank,
             message: e.to_string(),
         })
+    }
+
+    /// A matrix from parts every rank of the grid agrees on (any row and column partitions).
+    pub(crate) fn from_parts(
+        grid: Grid,
+        rows: RowPartition,
+        cols: RowPartition,
+        nnz_per_rank: Vec<u64>,
+        local: Csr<T>,
+    ) -> Self {
+        Dist2dCsr {
+            grid,
+            rows,
+            cols,
+            nnz_per_rank,
+            local,
+        }
+    }
+
+    /// Takes the local block out.
+    pub(crate) fn into_local(self) -> Csr<T> {
+        self.local
     }
 
     /// This rank's block, with column indices from the block's first column.
@@ -447,7 +572,10 @@ pub fn spgemm_summa_with<T: MpiScalar, C: Communicator>(
 }
 
 /// The ranks sharing `color` (a grid row or column), ordered by rank.
-fn split<C: Communicator>(comm: &C, color: usize) -> Result<mpi::topology::SimpleCommunicator> {
+pub(crate) fn split<C: Communicator>(
+    comm: &C,
+    color: usize,
+) -> Result<mpi::topology::SimpleCommunicator> {
     let sub = comm.split_by_color(Color::with_value(color as i32));
     let sub = sub.ok_or_else(|| Error::Compute {
         rank: comm.rank(),
@@ -483,7 +611,13 @@ fn broadcast_bytes<C: Communicator>(
 }
 
 /// Counts a broadcast of `bytes` among `size` ranks: the root sends them to each other rank.
-fn count_broadcast(traffic: &mut Traffic, is_root: bool, bytes: u64, size: usize, chunk: usize) {
+pub(crate) fn count_broadcast(
+    traffic: &mut Traffic,
+    is_root: bool,
+    bytes: u64,
+    size: usize,
+    chunk: usize,
+) {
     let others = size as u64 - 1;
     let messages = wire::messages(bytes, chunk as u64);
     if is_root {
@@ -514,13 +648,13 @@ fn block_of<T: MpiScalar>(
 }
 
 /// The number of rows of part `i`.
-fn len(p: &RowPartition, i: usize) -> u64 {
+pub(crate) fn len(p: &RowPartition, i: usize) -> u64 {
     let r = p.rows(i);
     r.end - r.start
 }
 
 /// A `shape` matrix from a message of whole rows.
-fn csr_from_bytes<T: MpiScalar>(
+pub(crate) fn csr_from_bytes<T: MpiScalar>(
     bytes: &[u8],
     shape: (u64, u64),
     (rank, from): (i32, i32),
@@ -544,7 +678,10 @@ fn csr_from_bytes<T: MpiScalar>(
 
 /// `x + y` for matrices of one shape: rows merged, an entry in both summed (kept when the sum
 /// is zero, as SpGEMM keeps the structure).
-fn add<T: MpiScalar>(x: &Csr<T>, y: &Csr<T>) -> std::result::Result<Csr<T>, hetsparse::Error> {
+pub(crate) fn add<T: MpiScalar>(
+    x: &Csr<T>,
+    y: &Csr<T>,
+) -> std::result::Result<Csr<T>, hetsparse::Error> {
     if x.nnz() == 0 {
         return Ok(y.clone());
     }

@@ -18,8 +18,9 @@ use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    spgemm, spgemm_summa, spgemm_with, Dist2dCsr, DistCsr, DistOptions, Error, Grid, MpiScalar,
-    RowPartition,
+    model_volume, spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched,
+    spgemm_summa3d_with, spgemm_with, summa3d_batches_for_memory, Algorithm, Dist2dCsr, Dist3dCsr,
+    DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar, ProductStats, RowPartition,
 };
 use num_complex::Complex;
 use std::sync::Arc;
@@ -454,6 +455,31 @@ fn summa_case<T: MpiScalar, C: Communicator>(
     root: i32,
     options: &DistOptions,
 ) -> Check {
+    summa_layout_case(world, a, b, root, options, false)
+}
+
+/// `n` over `parts` unevenly: the first part empty (with two parts or more), the others
+/// growing with their number.
+fn skewed(n: u64, parts: usize) -> RowPartition {
+    if parts == 1 {
+        return RowPartition::from_counts(&[n]);
+    }
+    let weights: u64 = (1..parts as u64).sum();
+    let mut counts: Vec<u64> = (0..parts as u64).map(|r| n * r / weights).collect();
+    counts[parts - 1] += n - counts.iter().sum::<u64>();
+    RowPartition::from_counts(&counts)
+}
+
+/// [`summa_case`] with even blocks, or (`uneven`) A scattered with skewed boundaries and B
+/// made of blocks each rank cuts for itself with other skewed boundaries.
+fn summa_layout_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+    uneven: bool,
+) -> Check {
     let (rank, size) = (world.rank(), world.size() as usize);
     let want = Context::<T>::on(&DeviceChoice::Cpu)
         .and_then(|ctx| ctx.spgemm(a, b))
@@ -461,10 +487,54 @@ fn summa_case<T: MpiScalar, C: Communicator>(
     for pr in (1..=size).filter(|pr| size % pr == 0) {
         let grid = Grid::new(pr, size / pr);
         let on_root = |m| (rank == root).then_some(m);
-        let (da, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+        let (da, db) = if uneven {
+            let (a_rows, a_cols) = (
+                skewed(a.nrows() as u64, pr),
+                skewed(a.ncols() as u64, size / pr),
+            );
+            let (da, _) = Dist2dCsr::scatter_blocks(
+                world,
+                root,
+                on_root(a),
+                grid,
+                Some(&a_rows),
+                Some(&a_cols),
+                options,
+            )
             .map_err(|e| e.to_string())?;
-        let (db, _) = Dist2dCsr::scatter(world, root, on_root(b), grid, options)
-            .map_err(|e| e.to_string())?;
+            ensure(
+                da.row_partition() == &a_rows && da.col_partition() == &a_cols,
+                || "A's boundaries were not kept".into(),
+            )?;
+            // B's rows split the other way round: the last part empty.
+            let counts: Vec<u64> = (0..pr)
+                .map(|i| {
+                    let r = skewed(b.nrows() as u64, pr).rows(pr - 1 - i);
+                    r.end - r.start
+                })
+                .collect();
+            let b_rows = RowPartition::from_counts(&counts);
+            let b_cols = skewed(b.ncols() as u64, size / pr);
+            let (i, j) = grid.position(rank as usize);
+            let (r, c) = (b_rows.rows(i), b_cols.rows(j));
+            let mine = b
+                .rows(r.start as usize..r.end as usize)
+                .and_then(|m| m.column_panel(c.start as usize..c.end as usize))
+                .map_err(|e| e.to_string())?;
+            let (db, _) =
+                Dist2dCsr::from_local_blocks(world, grid, mine).map_err(|e| e.to_string())?;
+            ensure(
+                db.row_partition() == &b_rows && db.col_partition() == &b_cols,
+                || "B's boundaries were not found".into(),
+            )?;
+            (da, db)
+        } else {
+            let (da, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+                .map_err(|e| e.to_string())?;
+            let (db, _) = Dist2dCsr::scatter(world, root, on_root(b), grid, options)
+                .map_err(|e| e.to_string())?;
+            (da, db)
+        };
         let (dc, report) = spgemm_summa(world, &da, &db, options).map_err(|e| e.to_string())?;
         // Every piece of the inner dimension: A(i, piece) goes to the other pc - 1 ranks of
         // grid row i, B(piece, j) to the other pr - 1 ranks of grid column j.
@@ -521,6 +591,16 @@ fn summa_case<T: MpiScalar, C: Communicator>(
                 total + sizes
             )
         })?;
+        if !uneven {
+            // The model is exact for even blocks.
+            let model = model_volume(&ProductStats::of(a, b), Algorithm::Summa2d(grid));
+            ensure(model == report.total.bytes_sent as f64, || {
+                format!(
+                    "{pr}×{pc}: the model says {model} bytes, {:?} moved",
+                    report.total
+                )
+            })?;
+        }
         let (c, _) = dc.gather(world, root, options).map_err(|e| e.to_string())?;
         ensure(dc.nnz() == want.nnz(), || {
             format!("{pr}×{pc}: C's nnz {} expected {}", dc.nnz(), want.nnz())
@@ -555,6 +635,597 @@ fn bad_grid_case<C: Communicator>(world: &C) -> Check {
         reason: format!("a {}×1 grid for {size} ranks", size + 1),
     };
     expect_error(result, &want)
+}
+
+/// A directory every rank can reach: rank 0 makes it and broadcasts its path.
+fn shared_dir<C: Communicator>(world: &C) -> Result<std::path::PathBuf, String> {
+    let mut bytes = Vec::new();
+    let mut ok = 1i32;
+    if world.rank() == 0 {
+        let dir = std::env::temp_dir().join(format!("hetsparse-mpi-test-{}", std::process::id()));
+        match std::fs::create_dir_all(&dir) {
+            Ok(()) => bytes = dir.to_string_lossy().into_owned().into_bytes(),
+            Err(_) => ok = 0,
+        }
+    }
+    let root = world.process_at_rank(0);
+    root.broadcast_into(&mut ok);
+    if ok == 0 {
+        return Err("rank 0 could not make a temporary directory".into());
+    }
+    let mut len = bytes.len() as u64;
+    root.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    String::from_utf8(bytes)
+        .map(std::path::PathBuf::from)
+        .map_err(|e| e.to_string())
+}
+
+/// Rank 0 writes `text` to `path`; every rank waits for it.
+fn put_file<C: Communicator>(world: &C, path: &std::path::Path, text: &[u8]) -> Check {
+    let mut ok = 1i32;
+    if world.rank() == 0 && std::fs::write(path, text).is_err() {
+        ok = 0;
+    }
+    world.process_at_rank(0).broadcast_into(&mut ok);
+    ensure(ok == 1, || {
+        format!("rank 0 could not write {}", path.display())
+    })
+}
+
+/// Reads `text` (written by rank 0 to `name` in `dir`) collectively, gathers it on rank 0 and
+/// compares it there with the single-process reader's matrix; checks the report's entry
+/// traffic against the entries that left each rank's byte range.
+fn read_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    dir: &std::path::Path,
+    name: &str,
+    text: &[u8],
+    options: &DistOptions,
+) -> Check {
+    let path = dir.join(name);
+    put_file(world, &path, text)?;
+    let (d, report) = DistCsr::<T>::read_matrix_market(world, &path, options)
+        .map_err(|e| format!("{name}: {e}"))?;
+    ensure(
+        report.total.bytes_sent == report.total.bytes_received,
+        || format!("{name}: sent and received differ: {:?}", report.total),
+    )?;
+    ensure(report.rows.bytes_sent % (8 + T::BYTES as u64) == 0, || {
+        format!("{name}: {:?} is not whole entries", report.rows)
+    })?;
+    let (whole, _) = d.gather(world, 0, options).map_err(|e| e.to_string())?;
+    if let Some(got) = whole {
+        let want: Csr<T> = hetsparse::matrix_market::read_csr_path(&path)
+            .map_err(|e| format!("{name}: the single-process reader: {e}"))?;
+        same_product(&got, &want).map_err(|e| format!("{name}: {e}"))?;
+        ensure(d.nnz() == want.nnz(), || format!("{name}: nnz per rank"))?;
+    }
+    Ok(())
+}
+
+/// `text` with comment lines, blank lines and CRLF line ends mixed into its entries.
+fn roughen(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() * 2);
+    for (k, line) in text.split_inclusive(|&c| c == b'\n').enumerate() {
+        if k > 3 && k % 97 == 0 {
+            out.extend_from_slice(b"% a comment among the entries\n\n   \n");
+        }
+        if k > 3 && k % 5 == 0 && line.ends_with(b"\n") {
+            out.extend_from_slice(&line[..line.len() - 1]);
+            out.extend_from_slice(b"  \r\n");
+        } else {
+            out.extend_from_slice(line);
+        }
+    }
+    out
+}
+
+/// Collective Matrix Market reading against the single-process reader, and writing read back.
+fn matrix_market_case<C: Communicator>(world: &C) -> Check {
+    let dir = shared_dir(world)?;
+    let options = DistOptions::default();
+    let small = DistOptions {
+        max_message_bytes: 100,
+    };
+    let rmat = generate::rmat::<f64>(9, 6, 21);
+    let mut general = Vec::new();
+    hetsparse::matrix_market::write_sparse(&mut general, &rmat).map_err(|e| e.to_string())?;
+    read_case::<f64, _>(world, &dir, "general.mtx", &general, &options)?;
+    read_case::<f64, _>(world, &dir, "rough.mtx", &roughen(&general), &small)?;
+    read_case::<f32, _>(world, &dir, "general32.mtx", &general, &options)?;
+    // Symmetric: the lower triangle of a stencil (integer values, one repeated entry).
+    let stencil = generate::stencil_3d::<f64>(5, Stencil::Seven, 1, 22);
+    let mut lower = String::new();
+    let mut count = 0;
+    for i in 0..stencil.nrows() {
+        for &c in stencil.row(i).0 {
+            if c as usize <= i {
+                lower.push_str(&format!(
+                    "{} {} {}\n",
+                    i + 1,
+                    c + 1,
+                    (i * 7 + c as usize) % 13
+                ));
+                count += 1;
+            }
+        }
+    }
+    lower.push_str("3 2 -4\n");
+    count += 1;
+    let symmetric = format!(
+        "%%MatrixMarket matrix coordinate integer symmetric\n% lower triangle\n{n} {n} {count}\n{lower}",
+        n = stencil.nrows()
+    );
+    read_case::<f64, _>(world, &dir, "symmetric.mtx", symmetric.as_bytes(), &options)?;
+    // Pattern, rectangular, fewer lines than ranks, no newline at the end.
+    let pattern = b"%%MatrixMarket matrix coordinate pattern general\n3 5 2\n1 5\n3 1";
+    read_case::<f64, _>(world, &dir, "pattern.mtx", pattern, &options)?;
+    let empty = b"%%MatrixMarket matrix coordinate real general\n4 4 0\n";
+    read_case::<f64, _>(world, &dir, "empty.mtx", empty, &options)?;
+    let skew = b"%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 2\n2 1 1.5\n3 2 -2e-3\n";
+    read_case::<f64, _>(world, &dir, "skew.mtx", skew, &options)?;
+    let complex = b"%%MatrixMarket matrix coordinate complex hermitian\n3 3 3\n1 1 2 0\n2 1 1.5 -1\n3 2 0 2\n";
+    read_case::<Complex<f64>, _>(world, &dir, "hermitian.mtx", complex, &options)?;
+
+    // Written collectively, read back by the single-process reader: the same matrix.
+    let lp = generate::lp_rectangular::<f64>(60, 700, 3, 23);
+    let (d, _) = DistCsr::scatter(world, 0, (world.rank() == 0).then_some(&lp), None, &options)
+        .map_err(|e| e.to_string())?;
+    let written = dir.join("written.mtx");
+    d.write_matrix_market(world, &written)
+        .map_err(|e| e.to_string())?;
+    if world.rank() == 0 {
+        let back: Csr<f64> =
+            hetsparse::matrix_market::read_csr_path(&written).map_err(|e| e.to_string())?;
+        ensure(back == lp, || {
+            "the written file does not read back as A".into()
+        })?;
+    }
+    // And read back collectively, over the partition it was written from.
+    let (again, _) =
+        DistCsr::<f64>::read_matrix_market(world, &written, &options).map_err(|e| e.to_string())?;
+    ensure(again.local() == d.local(), || {
+        "reading the written file gives other blocks".into()
+    })?;
+    let c = generate::rmat::<Complex<f64>>(6, 4, 24);
+    let (dc, _) = DistCsr::scatter(world, 0, (world.rank() == 0).then_some(&c), None, &options)
+        .map_err(|e| e.to_string())?;
+    dc.write_matrix_market(world, dir.join("complex.mtx"))
+        .map_err(|e| e.to_string())?;
+    if world.rank() == 0 {
+        let back: Csr<Complex<f64>> =
+            hetsparse::matrix_market::read_csr_path(dir.join("complex.mtx"))
+                .map_err(|e| e.to_string())?;
+        ensure(back == c, || "the complex file does not read back".into())?;
+    }
+
+    // Errors: the same on every rank, naming the line.
+    let expect_mm = |name: &str, text: &[u8], line: Option<u64>, words: &str| -> Check {
+        let path = dir.join(name);
+        put_file(world, &path, text)?;
+        match DistCsr::<f64>::read_matrix_market(world, &path, &options) {
+            Err(Error::MatrixMarket {
+                line: l, reason, ..
+            }) if l == line && reason.contains(words) => Ok(()),
+            other => Err(format!(
+                "{name}: {other:?}, expected a Matrix Market error at line {line:?} saying `{words}`"
+            )),
+        }
+    };
+    let mut bad = general.clone();
+    // Line 40 (the file has a banner, a comment and a size line before its entries).
+    let at = bad
+        .split_inclusive(|&c| c == b'\n')
+        .take(39)
+        .map(|l| l.len())
+        .sum::<usize>();
+    bad.splice(at..at, b"7 x 1.0\n".iter().copied());
+    let more = format!("{} entries", rmat.nnz());
+    let _ = more;
+    expect_mm("bad-line.mtx", &bad, Some(40), "expected a column index")?;
+    expect_mm(
+        "bad-index.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n%\n3 3 2\n1 1 1\n\n4 1 1\n",
+        Some(6),
+        "row index 4 is out of range",
+    )?;
+    expect_mm(
+        "fewer.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1\n2 2 2\n",
+        Some(5),
+        "fewer entries",
+    )?;
+    expect_mm(
+        "more.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1\n2 2 2\n3 3 3\n1 2 4\n",
+        Some(5),
+        "more entries",
+    )?;
+    expect_mm(
+        "array.mtx",
+        b"%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n",
+        Some(1),
+        "only `coordinate`",
+    )?;
+    expect_mm(
+        "banner.mtx",
+        b"%%MatrixMarket matrix coordinate real weird\n3 3 0\n",
+        Some(1),
+        "",
+    )?;
+    expect_mm(
+        "short.mtx",
+        b"%%MatrixMarket matrix coordinate real general\n% only\n",
+        Some(3),
+        "ends before its size line",
+    )?;
+    match DistCsr::<f64>::read_matrix_market(world, dir.join("missing.mtx"), &options) {
+        Err(Error::Io { rank: 0, reason }) if reason.contains("missing.mtx") => {}
+        other => return Err(format!("{other:?}, expected rank 0's Io error")),
+    }
+    world.barrier();
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+/// Bytes of rows `rows` of `m`, columns in `cols` only, as a message of rows.
+fn block_bytes_in<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: std::ops::Range<u64>,
+    cols: &[std::ops::Range<u64>],
+) -> u64 {
+    let entries: u64 = (rows.start as usize..rows.end as usize)
+        .map(|r| {
+            m.row(r)
+                .0
+                .iter()
+                .filter(|&&c| cols.iter().any(|s| s.contains(&u64::from(c))))
+                .count() as u64
+        })
+        .sum();
+    8 * (rows.end - rows.start) + (4 + T::BYTES as u64) * entries
+}
+
+/// Rows `rows`, columns `cols` of `m`.
+fn sub_matrix<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: std::ops::Range<u64>,
+    cols: std::ops::Range<u64>,
+) -> Result<Csr<T>, String> {
+    m.rows(rows.start as usize..rows.end as usize)
+        .and_then(|b| b.column_panel(cols.start as usize..cols.end as usize))
+        .map_err(|e| e.to_string())
+}
+
+/// Batch `t` of `batches` of `r`.
+fn batch_of(r: std::ops::Range<u64>, t: usize, batches: usize) -> std::ops::Range<u64> {
+    let sub = RowPartition::even(r.end - r.start, batches).rows(t);
+    r.start + sub.start..r.start + sub.end
+}
+
+/// What 3D SUMMA on `grid` in `batches` batches must move in all: (bytes of blocks, bytes of
+/// sizes), worked out from the whole operands.
+fn summa3d_volume<T: MpiScalar>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    grid: Grid3,
+    batches: usize,
+) -> Result<(u64, u64), String> {
+    let (pr, pc, c) = (grid.rows, grid.cols, grid.layers);
+    let (per, p) = ((pr * pc) as u64, (pr * pc * c) as u64);
+    let s = T::BYTES as u64;
+    let ctx = Context::<T>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let slices = RowPartition::even(a.ncols() as u64, c);
+    let c_rows = RowPartition::even(a.nrows() as u64, pr);
+    let b_cols = RowPartition::even(b.ncols() as u64, pc);
+    // Column part (j, l) of C: part l of block j split in c.
+    let piece = |j: usize, l: usize| batch_of(b_cols.rows(j), l, c);
+    let (mut blocks, mut sizes) = (0u64, 0u64);
+    for t in 0..batches {
+        let colsets: Vec<Vec<std::ops::Range<u64>>> = (0..pc)
+            .map(|j| (0..c).map(|l| batch_of(piece(j, l), t, batches)).collect())
+            .collect();
+        for l in 0..c {
+            let k = slices.rows(l);
+            let shift = |o: &u64| o + k.start;
+            let mut cuts: Vec<u64> = RowPartition::even(k.end - k.start, pc)
+                .offsets()
+                .iter()
+                .chain(RowPartition::even(k.end - k.start, pr).offsets())
+                .map(shift)
+                .collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            for w in cuts.windows(2) {
+                for gi in 0..pr {
+                    blocks += (pc as u64 - 1) * block_bytes(a, c_rows.rows(gi), w[0]..w[1]);
+                }
+                for set in &colsets {
+                    blocks += (pr as u64 - 1) * block_bytes_in(b, w[0]..w[1], set);
+                }
+            }
+            let stages = cuts.len() as u64 - 1;
+            sizes += stages * 8 * (pr * (pc - 1) + pc * (pr - 1)) as u64 + 8 * per * (per - 1);
+            // Layer l's partial block (i, j) sends the columns of every other layer there.
+            for gi in 0..pr {
+                let a_part = sub_matrix(a, c_rows.rows(gi), k.clone())?;
+                for set in &colsets {
+                    for (to, cols) in set.iter().enumerate() {
+                        if to == l {
+                            continue;
+                        }
+                        let b_part = sub_matrix(b, k.clone(), cols.clone())?;
+                        let nnz = ctx
+                            .spgemm(&a_part, &b_part)
+                            .map_err(|e| e.to_string())?
+                            .nnz();
+                        let r = c_rows.rows(gi);
+                        blocks += 8 * (r.end - r.start) + (4 + s) * nnz;
+                    }
+                }
+            }
+        }
+        sizes += 8 * p * (c as u64 - 1);
+    }
+    Ok((blocks, sizes))
+}
+
+/// 3D SUMMA on every `pr × pc × c` grid of the communicator's size with `c` of 1, 2 and P,
+/// in 1 batch, and in 3 on the grids with `pr = 1`: C gathered on `root` against the CPU backend's product, the bytes
+/// moved against the volume worked out from the whole operands, and the batches handed to a
+/// callback against the blocks of the product.
+fn summa3d_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let ctx = Context::<T>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let want = ctx.spgemm(a, b).map_err(|e| e.to_string())?;
+    let mut layer_counts = vec![1usize, 2, size];
+    layer_counts.sort_unstable();
+    layer_counts.dedup();
+    for layers in layer_counts.into_iter().filter(|c| size % c == 0) {
+        let per = size / layers;
+        for pr in (1..=per).filter(|pr| per % pr == 0) {
+            let grid = Grid3::new(pr, per / pr, layers);
+            let name = format!("{}×{}×{layers}", grid.rows, grid.cols);
+            let on_root = |m| (rank == root).then_some(m);
+            let (da, _) = Dist3dCsr::scatter(
+                world,
+                root,
+                on_root(a),
+                grid,
+                Layout3::ColumnLayers,
+                options,
+            )
+            .map_err(|e| format!("{name}: {e}"))?;
+            let (db, _) =
+                Dist3dCsr::scatter(world, root, on_root(b), grid, Layout3::RowLayers, options)
+                    .map_err(|e| format!("{name}: {e}"))?;
+            // Three batches on one grid of each layer count (pr = 1), one on the others: the
+            // suite runs oversubscribed, and every batch is a round of collectives.
+            let counts: &[usize] = if pr == 1 { &[1, 3] } else { &[1] };
+            for &batches in counts {
+                let name = format!("{name} in {batches} batches");
+                let (dc, report) = spgemm_summa3d_with(world, &da, &db, batches, &ctx, options)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                let (blocks, sizes) = summa3d_volume(a, b, grid, batches)?;
+                let sizes = sizes + 8 * (size * (size - 1)) as u64;
+                if batches == 1 && layers == 1 {
+                    // One layer: the model is 2D SUMMA's, exact.
+                    let model = model_volume(&ProductStats::of(a, b), Algorithm::Summa3d(grid));
+                    ensure(model == report.total.bytes_sent as f64, || {
+                        format!(
+                            "{name}: the model says {model} bytes, {:?} moved",
+                            report.total
+                        )
+                    })?;
+                }
+                let moved = report_rows_total(world, &report);
+                ensure(moved == blocks, || {
+                    format!("{name}: {moved} bytes of blocks sent in all, expected {blocks}")
+                })?;
+                ensure(report.total.bytes_sent == blocks + sizes, || {
+                    format!(
+                        "{name}: total {:?}, expected {} bytes",
+                        report.total,
+                        blocks + sizes
+                    )
+                })?;
+                ensure(dc.nnz() == want.nnz(), || {
+                    format!("{name}: C's nnz {} expected {}", dc.nnz(), want.nnz())
+                })?;
+                let (c, _) = dc.gather(world, root, options).map_err(|e| e.to_string())?;
+                if let Some(c) = c {
+                    same_product(&c, &want).map_err(|e| format!("{name}: {e}"))?;
+                }
+            }
+            // A budget of the whole product's multiplications needs one batch; a quarter of
+            // the busiest rank's estimate, four (or fewer, rounding).
+            let flops: u64 = (0..a.nrows())
+                .flat_map(|r| a.row(r).0.iter())
+                .map(|&k| b.row_nnz(k as usize))
+                .sum();
+            let one = summa3d_batches_for_memory(
+                world,
+                &da,
+                &db,
+                2 * (4 + T::BYTES as u64) * flops.max(1),
+            )
+            .map_err(|e| format!("{name}: {e}"))?;
+            ensure(one == 1, || {
+                format!("{name}: {one} batches for the whole product")
+            })?;
+            let tiny = summa3d_batches_for_memory(world, &da, &db, 1).map_err(|e| e.to_string())?;
+            let quarter = summa3d_batches_for_memory(world, &da, &db, (tiny as u64).div_ceil(4))
+                .map_err(|e| e.to_string())?;
+            let expected = (tiny as u64).div_ceil((tiny as u64).div_ceil(4));
+            ensure(quarter as u64 == expected && tiny > 1, || {
+                format!("{name}: {quarter} batches for a quarter of {tiny} bytes")
+            })?;
+            // The batches handed over one by one (on one grid of each layer count): each is
+            // its block of the product.
+            if pr != 1 {
+                continue;
+            }
+            let mut seen = Vec::new();
+            let mut check = Ok(());
+            spgemm_summa3d_batched(world, &da, &db, 3, &ctx, options, |batch| {
+                seen.push(batch.index);
+                if check.is_ok() {
+                    check = sub_matrix(&want, batch.rows.clone(), batch.cols.clone())
+                        .and_then(|w| same_product(&batch.block, &w))
+                        .map_err(|e| format!("{name}: batch {}: {e}", batch.index));
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("{name}: {e}"))?;
+            check?;
+            ensure(seen == [0, 1, 2], || format!("{name}: batches {seen:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// 3D errors: a grid of the wrong size, operands in the wrong layouts, and a callback failing
+/// on the last rank: the same error on every rank, and no batch after it.
+fn summa3d_errors_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let options = DistOptions::default();
+    let a = generate::uniform::<f64>(30, 20, 3, 31);
+    let on_root = |m| (rank == 0).then_some(m);
+    let want = Error::InvalidArgument {
+        rank: 0,
+        reason: format!("a 1×1×{} grid for {size} ranks", size + 1),
+    };
+    expect_error(
+        Dist3dCsr::scatter(
+            world,
+            0,
+            on_root(&a),
+            Grid3::new(1, 1, size + 1),
+            Layout3::RowLayers,
+            &options,
+        ),
+        &want,
+    )?;
+    let grid = Grid3::new(1, 1, size);
+    let (da, _) = Dist3dCsr::scatter(world, 0, on_root(&a), grid, Layout3::ColumnLayers, &options)
+        .map_err(|e| e.to_string())?;
+    let want = Error::InvalidArgument {
+        rank: 0,
+        reason: "A in ColumnLayers and B in ColumnLayers: 3D SUMMA takes A in ColumnLayers and \
+                 B in RowLayers"
+            .into(),
+    };
+    expect_error(spgemm_summa3d(world, &da, &da, &options), &want)?;
+    let at = generate::uniform::<f64>(20, 30, 3, 32);
+    let (db, _) = Dist3dCsr::scatter(world, 0, on_root(&at), grid, Layout3::RowLayers, &options)
+        .map_err(|e| e.to_string())?;
+    let ctx = Context::<f64>::on(&DeviceChoice::Cpu).map_err(|e| e.to_string())?;
+    let last = world.size() - 1;
+    let mut calls = 0;
+    let result = spgemm_summa3d_batched(world, &da, &db, 3, &ctx, &options, |batch| {
+        calls += 1;
+        if batch.index == 1 && rank == last {
+            Err("disk full".to_string())
+        } else {
+            Ok(())
+        }
+    });
+    let want = Error::Callback {
+        rank: last,
+        message: "disk full".into(),
+    };
+    expect_error(result, &want)?;
+    ensure(calls == 2, || {
+        format!("{calls} batches handed over, expected 2")
+    })
+}
+
+/// Blocks whose shapes do not line up along the grid: every rank names the first bad one.
+fn bad_local_blocks_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size());
+    let grid = Grid::new(1, size as usize);
+    let rows = if rank == size - 1 && size > 1 { 4 } else { 5 };
+    let local = generate::uniform::<f64>(rows, 3, 1, rank as u64);
+    let result = Dist2dCsr::from_local_blocks(world, grid, local);
+    if size == 1 {
+        return ensure(result.is_ok(), || "one rank's block refused".into());
+    }
+    let want = Error::InvalidBlock {
+        rank: size - 1,
+        reason: format!(
+            "its block is 4×3; grid row 0 has blocks of 5 rows, grid column {} of 3 columns",
+            size - 1
+        ),
+    };
+    expect_error(result, &want)
+}
+
+/// The volume model against what moved, for uniformly random operands (the model's
+/// assumption): 1D and 3D within 20%, and the statistics gathered from distributed operands
+/// equal to those of the whole ones; the choice lists every layout, least volume first.
+fn model_case<C: Communicator>(world: &C, a: &Csr<f64>, b: &Csr<f64>) -> Check {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let options = DistOptions::default();
+    let stats = ProductStats::of(a, b);
+    let on_root = |m| (rank == 0).then_some(m);
+    let (da, _) =
+        DistCsr::scatter(world, 0, on_root(a), None, &options).map_err(|e| e.to_string())?;
+    let (db, _) =
+        DistCsr::scatter(world, 0, on_root(b), None, &options).map_err(|e| e.to_string())?;
+    let gathered = ProductStats::of_distributed(world, &da, &db).map_err(|e| e.to_string())?;
+    ensure(gathered == stats, || {
+        format!("{gathered:?}, expected {stats:?}")
+    })?;
+    let close = |what: String, model: f64, moved: u64| {
+        let moved = moved as f64;
+        ensure((model - moved).abs() <= 0.2 * moved.max(1.0), || {
+            format!("{what}: the model says {model} bytes, {moved} moved")
+        })
+    };
+    let (_, report) = spgemm(world, &da, &db, &options).map_err(|e| e.to_string())?;
+    close(
+        "1D".into(),
+        model_volume(&stats, Algorithm::RowFetch { ranks: size }),
+        report.total.bytes_sent,
+    )?;
+    let choices = hetsparse_mpi::choose_algorithm(&stats, size);
+    ensure(choices.windows(2).all(|w| w[0].1 <= w[1].1), || {
+        "choices not ordered".into()
+    })?;
+    for c in (2..=size).filter(|c| size % c == 0) {
+        let per = size / c;
+        for pr in (1..=per).filter(|pr| per % pr == 0) {
+            let grid = Grid3::new(pr, per / pr, c);
+            ensure(
+                choices.iter().any(|x| x.0 == Algorithm::Summa3d(grid)),
+                || format!("{grid:?} not among the choices"),
+            )?;
+            let (a3, _) =
+                Dist3dCsr::scatter(world, 0, on_root(a), grid, Layout3::ColumnLayers, &options)
+                    .map_err(|e| e.to_string())?;
+            let (b3, _) =
+                Dist3dCsr::scatter(world, 0, on_root(b), grid, Layout3::RowLayers, &options)
+                    .map_err(|e| e.to_string())?;
+            let (_, report) =
+                spgemm_summa3d(world, &a3, &b3, &options).map_err(|e| e.to_string())?;
+            close(
+                format!("{grid:?}"),
+                model_volume(&stats, Algorithm::Summa3d(grid)),
+                report.total.bytes_sent,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -597,6 +1268,15 @@ fn main() -> ExitCode {
     // Few entries over many columns: the column set is sorted indices, not a bit set.
     let hyper_a = generate::uniform::<f64>(120, 300_000, 2, 18);
     let hyper_b = generate::uniform::<f64>(300_000, 40, 1, 19);
+
+    // Smaller operands for 3D: every grid, layer count and batch count of P runs.
+    let rmat3 = generate::rmat::<f64>(8, 6, 41);
+    let uniform3 = generate::uniform::<f64>(250, 250, 5, 42);
+    let stencil3 = generate::stencil_3d::<f64>(6, Stencil::TwentySeven, 1, 43);
+    let lp3 = generate::lp_rectangular::<f64>(50, 600, 3, 44);
+    let lp3_t = lp3.transpose().expect("a transpose");
+    let complex3_a = generate::uniform::<Complex<f64>>(90, 130, 4, 45);
+    let complex3_b = generate::uniform::<Complex<f64>>(130, 70, 3, 46);
 
     let cases: Vec<Case> = vec![
         (
@@ -671,6 +1351,48 @@ fn main() -> ExitCode {
                 summa_case(&world, &stencil, &stencil, 0, &options)?;
                 summa_case(&world, &rect_a, &rect_b, last, &options)
             }),
+        ),
+        (
+            "3D SUMMA: power-law R-MAT A·A on every grid, layers and batches",
+            Box::new(|| summa3d_case(&world, &rmat3, &rmat3, 0, &options)),
+        ),
+        (
+            "3D SUMMA: uniform A·A, small messages",
+            Box::new(|| summa3d_case(&world, &uniform3, &uniform3, last, &small)),
+        ),
+        (
+            "3D SUMMA: 3D stencil A·A and rectangular A·Aᵀ",
+            Box::new(|| {
+                summa3d_case(&world, &stencil3, &stencil3, 0, &options)?;
+                summa3d_case(&world, &lp3, &lp3_t, last, &options)
+            }),
+        ),
+        (
+            "3D SUMMA: complex rectangular A·B",
+            Box::new(|| summa3d_case(&world, &complex3_a, &complex3_b, 0, &options)),
+        ),
+        (
+            "error: 3D grid, layouts and a failing batch callback",
+            Box::new(|| summa3d_errors_case(&world)),
+        ),
+        (
+            "Matrix Market read and written collectively",
+            Box::new(|| matrix_market_case(&world)),
+        ),
+        (
+            "2D Sparse SUMMA on uneven blocks (given, and from each rank's own)",
+            Box::new(|| {
+                summa_layout_case(&world, &rmat3, &rmat3, 0, &options, true)?;
+                summa_layout_case(&world, &lp3, &lp3_t, last, &small, true)
+            }),
+        ),
+        (
+            "volume model against what moved (uniform operands)",
+            Box::new(|| model_case(&world, &uniform3, &uniform3)),
+        ),
+        (
+            "error: 2D blocks that do not line up",
+            Box::new(|| bad_local_blocks_case(&world)),
         ),
         (
             "error: a grid of the wrong size",
