@@ -41,7 +41,7 @@ pub mod semiring;
 
 pub use backend::{
     Backend, Capabilities, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    DenseOperand, Device, DeviceInfo, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace,
+    DenseOperand, Device, DeviceInfo, DeviceProfile, DeviceKind, MemoryPool, MemoryRequirement, MemorySpace,
     Operation, PatternId, PlaceDone, ProductBuffer, ProductChunk, ProductLayout, Progress,
     Reservation, ResidentCsr, ResidentDense, RunControl, Shaped, SparseOperand, SpgemmAlgorithm,
     SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,

@@ -40,6 +40,7 @@
 
 mod band;
 mod chunking;
+mod cost;
 mod execute;
 mod learn;
 mod policy;
@@ -59,6 +60,9 @@ use hetsparse_core::{
 };
 
 pub use band::{BandCost, BandWork};
+pub use cost::{
+    Choice, Chosen, Measured, OpKind, Prediction, Source, Workload, DEFAULT_SHARING_OVERHEAD,
+};
 pub use policy::Policy;
 pub use report::{DeviceReport, RunReport};
 

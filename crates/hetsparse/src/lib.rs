@@ -9,11 +9,16 @@
 //! moving the values rather than copying them.
 #![warn(missing_docs)]
 
+pub mod calibration;
 mod choice;
 mod context;
 
+pub use calibration::CalibrationCache;
 pub use choice::DeviceChoice;
-pub use context::{Context, ContextScalar, FoundDevice, Unavailable};
+pub use context::{
+    Calibrated, CalibrationOptions, Context, ContextScalar, FoundDevice, Unavailable,
+};
+pub use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Prediction, Source, Workload};
 pub use hetsparse_core::*;
 
 /// The CPU backend (feature `cpu`).
