@@ -246,7 +246,9 @@ fn devices() -> Result<(), CliError> {
         None => println!("--device auto computes on one device."),
     }
     match ctx.calibration_file() {
-        None => println!("Calibration: no file (HETSPARSE_CACHE_DIR is off or no cache directory is known)."),
+        None => println!(
+            "Calibration: no file (HETSPARSE_CACHE_DIR is off or no cache directory is known)."
+        ),
         Some(path) => {
             let entries = ctx.calibration();
             if entries.is_empty() {

@@ -433,7 +433,10 @@ fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
     let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
     assert_success(&o);
     let out = stdout(&o);
-    assert!(out.contains("Calibration (") && out.contains("spmv"), "{out}");
+    assert!(
+        out.contains("Calibration (") && out.contains("spmv"),
+        "{out}"
+    );
     // A damaged file is ignored with a warning on stderr, never an error.
     fs::write(&file, &text[..text.len() / 2]).unwrap();
     let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
@@ -443,7 +446,15 @@ fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
     let a: Csr<f64> = generate::uniform(300, 300, 4, 2);
     write_mtx(dir.path(), "A.mtx", &a);
     let o = hetsparse_with_cache(
-        &["multiply", "A.mtx", "--square", "-o", "C.mtx", "--explain", "--quiet"],
+        &[
+            "multiply",
+            "A.mtx",
+            "--square",
+            "-o",
+            "C.mtx",
+            "--explain",
+            "--quiet",
+        ],
         dir.path(),
         &cache,
     );
@@ -451,5 +462,9 @@ fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
     assert!(stdout(&o).contains("device choice:"), "{}", stdout(&o));
     let o = hetsparse_with_cache(&["devices"], dir.path(), Path::new("off"));
     assert_success(&o);
-    assert!(stdout(&o).contains("Calibration: no file"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("Calibration: no file"),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use crate::backend::memory::csr_bytes;
 use crate::backend::{
     check, Backend, Capabilities, ChunkProduct, ChunkSink, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk, ResidentCsr,
-    ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions,
-    VectorOperand,
+    DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
+    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 use crate::error::{DeviceFault, Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};

@@ -157,8 +157,11 @@ impl Workload {
         Ok(Workload {
             op: OpKind::Spgemm,
             work: products,
-            bytes_in: csr_bytes(a.nrows(), a.nnz(), value)
-                .saturating_add(csr_bytes(b.nrows(), b.nnz(), value)),
+            bytes_in: csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
+                b.nrows(),
+                b.nnz(),
+                value,
+            )),
             bytes_out: csr_bytes(a.nrows(), c_entries, value),
             bytes_per_unit: 4 + value as u64,
             skew: stats.max_over_mean().max(1.0),
@@ -204,7 +207,10 @@ pub struct Measured {
 impl Measured {
     /// Whether both numbers are finite, the speed positive and the per-call cost not negative.
     pub fn is_valid(&self) -> bool {
-        self.speed.is_finite() && self.speed > 0.0 && self.per_call.is_finite() && self.per_call >= 0.0
+        self.speed.is_finite()
+            && self.speed > 0.0
+            && self.per_call.is_finite()
+            && self.per_call >= 0.0
     }
 }
 
@@ -289,7 +295,13 @@ impl Choice {
 
 /// The model's prediction for a device of `profile` on `w`.
 pub fn model(device: usize, profile: &DeviceProfile, w: &Workload) -> Prediction {
-    let positive = |x: f64, fallback: f64| if x.is_finite() && x > 0.0 { x } else { fallback };
+    let positive = |x: f64, fallback: f64| {
+        if x.is_finite() && x > 0.0 {
+            x
+        } else {
+            fallback
+        }
+    };
     let units = f64::from(profile.compute_units.max(1));
     let bandwidth = positive(profile.memory_bandwidth, 1e9);
     let streamed = w.bytes_in.saturating_add(w.bytes_out) as f64;
@@ -383,25 +395,24 @@ impl<T: Scalar> Scheduler<T> {
             })
             .collect();
         let small = self.min_chunk_products.saturating_mul(2);
-        let shared = (workload.op == OpKind::Spgemm
-            && predictions.len() > 1
-            && workload.work >= small)
-            .then(|| {
-                let overhead = self
-                    .learned(Kind::Spgemm)
-                    .overhead
-                    .unwrap_or(DEFAULT_SHARING_OVERHEAD);
-                let rate: f64 = predictions
-                    .iter()
-                    .filter(|p| p.total.is_finite() && p.total > 0.0)
-                    .map(|p| 1.0 / p.total)
-                    .sum();
-                if rate > 0.0 {
-                    overhead / rate
-                } else {
-                    f64::INFINITY
-                }
-            });
+        let shared =
+            (workload.op == OpKind::Spgemm && predictions.len() > 1 && workload.work >= small)
+                .then(|| {
+                    let overhead = self
+                        .learned(Kind::Spgemm)
+                        .overhead
+                        .unwrap_or(DEFAULT_SHARING_OVERHEAD);
+                    let rate: f64 = predictions
+                        .iter()
+                        .filter(|p| p.total.is_finite() && p.total > 0.0)
+                        .map(|p| 1.0 / p.total)
+                        .sum();
+                    if rate > 0.0 {
+                        overhead / rate
+                    } else {
+                        f64::INFINITY
+                    }
+                });
         let best = predictions
             .iter()
             .min_by(|x, y| x.total.total_cmp(&y.total))
@@ -522,7 +533,10 @@ mod tests {
                 c.total,
                 g.total
             );
-            assert!(g.transfer > g.compute, "{class}: SpMV from host is transfer-bound");
+            assert!(
+                g.transfer > g.compute,
+                "{class}: SpMV from host is transfer-bound"
+            );
         }
         assert!(large >= 5, "only {large} classes with large products");
         // A small product goes to the CPU: the GPU's call and copies cost more than it.
@@ -538,7 +552,12 @@ mod tests {
         let exact = analysis::analyze(&a, &a).unwrap();
         assert_eq!(w.work, exact.total_products);
         let ratio = w.c_entries as f64 / exact.nnz as f64;
-        assert!((0.9..1.1).contains(&ratio), "estimated {} for {}", w.c_entries, exact.nnz);
+        assert!(
+            (0.9..1.1).contains(&ratio),
+            "estimated {} for {}",
+            w.c_entries,
+            exact.nnz
+        );
         assert!(w.skew >= 1.0);
         let tall: Csr<f64> = generate::uniform(3000, 2, 2, 1);
         let wide: Csr<f64> = generate::uniform(2, 3000, 2, 1);

@@ -25,7 +25,12 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn time_first(ctx: &Context<f64>, op: OpKind, a: &Csr<f64>, b: &Csr<f64>) -> hetsparse::Result<f64> {
+fn time_first(
+    ctx: &Context<f64>,
+    op: OpKind,
+    a: &Csr<f64>,
+    b: &Csr<f64>,
+) -> hetsparse::Result<f64> {
     let started = Instant::now();
     match op {
         OpKind::Spgemm => drop(ctx.spgemm(a, b)?),
@@ -41,15 +46,30 @@ fn time_first(ctx: &Context<f64>, op: OpKind, a: &Csr<f64>, b: &Csr<f64>) -> het
 fn main() -> hetsparse::Result<()> {
     let mut args = std::env::args().skip(1);
     let Some(class) = args.next() else { usage() };
-    let Ok(class) = class.parse::<MatrixClass>() else { usage() };
+    let Ok(class) = class.parse::<MatrixClass>() else {
+        usage()
+    };
     let (mut size, mut op, mut device, mut calibrate) =
         (200_000usize, OpKind::Spgemm, DeviceChoice::Auto, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--size" => size = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
-            "--op" => op = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
+            "--size" => {
+                size = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
+            "--op" => {
+                op = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
             "--device" => {
-                device = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage())
+                device = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage())
             }
             "--calibrate" => calibrate = true,
             _ => usage(),

@@ -148,7 +148,9 @@ impl Calibration {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut lines = text.lines();
         if lines.next() != Some(HEADER) {
-            return Err(format!("not a calibration file of this format (`{HEADER}`)"));
+            return Err(format!(
+                "not a calibration file of this format (`{HEADER}`)"
+            ));
         }
         match lines.next().and_then(|l| l.strip_prefix("library ")) {
             Some(v) if v == LIBRARY_VERSION => {}
@@ -179,7 +181,9 @@ impl Calibration {
             let [tag, key, op, speed, per_call, origin] = fields[..] else {
                 return Err(format!("line {at}: not an entry"));
             };
-            let op: OpKind = op.parse().map_err(|_| format!("line {at}: no operation `{op}`"))?;
+            let op: OpKind = op
+                .parse()
+                .map_err(|_| format!("line {at}: no operation `{op}`"))?;
             let number = |s: &str| s.trim().parse::<f64>().ok();
             let measured = match (number(speed), number(per_call)) {
                 (Some(speed), Some(per_call)) => Measured { speed, per_call },
@@ -298,10 +302,7 @@ mod tests {
                 assert!(Calibration::parse(&text[..cut]).is_err(), "cut at {cut}");
             }
         }
-        let other = text.replace(
-            &format!("library {LIBRARY_VERSION}"),
-            "library 0.0.0-other",
-        );
+        let other = text.replace(&format!("library {LIBRARY_VERSION}"), "library 0.0.0-other");
         assert!(Calibration::parse(&other).unwrap_err().contains("stale"));
         for bad in [
             text.replace("8.125e8", "fast"),

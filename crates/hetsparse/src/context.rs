@@ -387,7 +387,11 @@ impl<T: ContextScalar> Context<T> {
         };
         let keys = match &engine {
             Engine::Single(b) => vec![device_key(b.as_ref())],
-            Engine::Scheduled(s) => s.backends().iter().map(|b| device_key(b.as_ref())).collect(),
+            Engine::Scheduled(s) => s
+                .backends()
+                .iter()
+                .map(|b| device_key(b.as_ref()))
+                .collect(),
         };
         Ok(Context {
             devices,
@@ -572,7 +576,9 @@ impl<T: ContextScalar> Context<T> {
                 self.learned_unsaved.store(true, Ordering::Release);
                 Ok(r)
             }
-            Err(e) if e.is_caller_error() || matches!(e, Error::Cancelled) || run.is_cancelled() => {
+            Err(e)
+                if e.is_caller_error() || matches!(e, Error::Cancelled) || run.is_cancelled() =>
+            {
                 Err(e)
             }
             Err(e) => {
@@ -610,7 +616,10 @@ impl<T: ContextScalar> Context<T> {
     /// A decision in words: the device chosen and every device's predicted time.
     pub fn describe(&self, choice: &Choice) -> String {
         let ids = self.used_ids();
-        let name = |d: usize| ids.get(d).map_or_else(|| format!("#{d}"), |id| id.to_string());
+        let name = |d: usize| {
+            ids.get(d)
+                .map_or_else(|| format!("#{d}"), |id| id.to_string())
+        };
         let ms = |s: f64| format!("{:.3} ms", s * 1e3);
         let chosen = match choice.chosen {
             Chosen::Alone(d) => format!("{} alone", name(d)),
@@ -749,7 +758,10 @@ impl<T: ContextScalar> Context<T> {
             )
         };
         let (large_dense, small_dense) = (dense_of(&large)?, dense_of(&small)?);
-        let (large_x, small_x) = (vec![T::from_f64(1.0); large.ncols()], vec![T::from_f64(1.0); small.ncols()]);
+        let (large_x, small_x) = (
+            vec![T::from_f64(1.0); large.ncols()],
+            vec![T::from_f64(1.0); small.ncols()],
+        );
         let ids = self.used_ids();
         let mut results = Vec::new();
         for (d, backend) in self.backends().iter().enumerate() {
@@ -802,7 +814,9 @@ impl<T: ContextScalar> Context<T> {
                     continue;
                 }
                 results.push(Calibrated {
-                    device: ids.get(d).map_or_else(|| format!("#{d}"), |s| s.to_string()),
+                    device: ids
+                        .get(d)
+                        .map_or_else(|| format!("#{d}"), |s| s.to_string()),
                     key: self.keys[d].clone(),
                     op,
                     measured,
@@ -820,7 +834,9 @@ impl<T: ContextScalar> Context<T> {
                 },
             );
         }
-        lock(&self.calibration).entries.extend(fresh.entries.clone());
+        lock(&self.calibration)
+            .entries
+            .extend(fresh.entries.clone());
         if let Some(path) = &self.cache_file {
             if let Err(e) = fresh.save(path) {
                 tracing::warn!(path = %path.display(), error = %e, "calibration not saved");
@@ -839,7 +855,9 @@ impl<T: ContextScalar> Context<T> {
             for op in OpKind::ALL {
                 if let Some(e) = calibration.get(key, op) {
                     out.push(Calibrated {
-                        device: ids.get(d).map_or_else(|| format!("#{d}"), |s| s.to_string()),
+                        device: ids
+                            .get(d)
+                            .map_or_else(|| format!("#{d}"), |s| s.to_string()),
                         key: key.clone(),
                         op,
                         measured: e.measured,

@@ -18,8 +18,8 @@ pub use choice::DeviceChoice;
 pub use context::{
     Calibrated, CalibrationOptions, Context, ContextScalar, FoundDevice, Unavailable,
 };
-pub use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Prediction, Source, Workload};
 pub use hetsparse_core::*;
+pub use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Prediction, Source, Workload};
 
 /// The CPU backend (feature `cpu`).
 #[cfg(feature = "cpu")]

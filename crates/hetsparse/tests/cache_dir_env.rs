@@ -12,7 +12,10 @@ fn the_cache_directory_follows_the_environment() {
     std::env::set_var("HOME", "/home/someone");
     std::env::set_var("XDG_CACHE_HOME", "/xdg/cache");
     std::env::set_var("HETSPARSE_CACHE_DIR", "/explicit/dir");
-    assert_eq!(env.file(), Some(PathBuf::from("/explicit/dir").join(FILE_NAME)));
+    assert_eq!(
+        env.file(),
+        Some(PathBuf::from("/explicit/dir").join(FILE_NAME))
+    );
     for off in ["", "off", "OFF"] {
         std::env::set_var("HETSPARSE_CACHE_DIR", off);
         assert_eq!(env.file(), None, "HETSPARSE_CACHE_DIR={off:?}");
@@ -35,7 +38,10 @@ fn the_cache_directory_follows_the_environment() {
     let dir = tempfile::tempdir().unwrap();
     std::env::set_var("HETSPARSE_CACHE_DIR", dir.path());
     let ctx = hetsparse::Context::<f64>::auto().unwrap();
-    assert_eq!(ctx.calibration_file(), Some(dir.path().join(FILE_NAME).as_path()));
+    assert_eq!(
+        ctx.calibration_file(),
+        Some(dir.path().join(FILE_NAME).as_path())
+    );
     let measured = ctx
         .calibrate_with(&hetsparse::CalibrationOptions {
             rows: 2_000,

@@ -16,7 +16,12 @@ use hetsparse_core::fault::{Fault, FaultyBackend};
 
 /// A device that computes on the host but reports itself as `kind` with `units` units in
 /// memory of its own (a GPU's profile when `kind` is `Gpu`), each call delayed by `delay`.
-fn posing(kind: DeviceKind, units: u32, own_memory: bool, delay: Duration) -> Arc<dyn Backend<f64>> {
+fn posing(
+    kind: DeviceKind,
+    units: u32,
+    own_memory: bool,
+    delay: Duration,
+) -> Arc<dyn Backend<f64>> {
     let info = DeviceInfo {
         backend: "fake".into(),
         name: format!("fake {kind:?} {units}"),
@@ -80,7 +85,9 @@ fn tiny_calibration() -> CalibrationOptions {
 fn spgemm_goes_to_the_gpu_and_spmv_to_the_cpu_before_anything_is_learned() {
     let ctx = cpu_and_gpu(Duration::ZERO);
     let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 1);
-    let expected = ReferenceBackend.spgemm(&a, &a, SpgemmAlgorithm::Auto).unwrap();
+    let expected = ReferenceBackend
+        .spgemm(&a, &a, SpgemmAlgorithm::Auto)
+        .unwrap();
     assert_eq!(ctx.spgemm(&a, &a).unwrap(), expected);
     assert_eq!(chosen(&ctx), Chosen::Alone(1), "{:?}", ctx.last_choice());
     assert_eq!(source(&ctx, 0), Source::Model);
@@ -93,13 +100,22 @@ fn spgemm_goes_to_the_gpu_and_spmv_to_the_cpu_before_anything_is_learned() {
     let y = ctx.spmv(&a, &x).unwrap();
     let want = ReferenceBackend.spmv((&a).into(), &x).unwrap();
     for (got, want) in y.iter().zip(&want) {
-        assert!((got - want).abs() <= 1e-12 * want.abs().max(1.0), "{got} {want}");
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+            "{got} {want}"
+        );
     }
     assert_eq!(chosen(&ctx), Chosen::Alone(0), "{:?}", ctx.last_choice());
     let gpu = &ctx.last_choice().unwrap().predictions[1];
-    assert!(gpu.transfer > gpu.compute, "SpMV from host is transfer-bound: {gpu:?}");
+    assert!(
+        gpu.transfer > gpu.compute,
+        "SpMV from host is transfer-bound: {gpu:?}"
+    );
     let explained = ctx.describe(&ctx.last_choice().unwrap());
-    assert!(explained.contains("cpu alone") && explained.contains("gpu"), "{explained}");
+    assert!(
+        explained.contains("cpu alone") && explained.contains("gpu"),
+        "{explained}"
+    );
 
     // A small product goes where a call costs least: the CPU.
     let small: Csr<f64> = generate::uniform(50, 50, 2, 1);
@@ -127,7 +143,12 @@ fn a_slow_device_measured_is_no_longer_chosen() {
         .unwrap();
     assert!(gpu_spgemm.measured.per_call >= 0.5, "{gpu_spgemm:?}");
     fresh.spgemm(&a, &a).unwrap();
-    assert_eq!(chosen(&fresh), Chosen::Alone(0), "{:?}", fresh.last_choice());
+    assert_eq!(
+        chosen(&fresh),
+        Chosen::Alone(0),
+        "{:?}",
+        fresh.last_choice()
+    );
     assert_eq!(source(&fresh, 1), Source::Calibrated);
     // What the CPU's run taught now takes the calibration's place.
     fresh.spgemm(&a, &a).unwrap();
@@ -161,8 +182,7 @@ fn the_cpu_backend_beside_pocl_keeps_every_operation() {
         return;
     };
     let cpu = hetsparse::cpu::CpuBackend::new().unwrap();
-    let ctx =
-        Context::from_backends(&["cpu", "opencl"], vec![Arc::new(cpu), pocl]).unwrap();
+    let ctx = Context::from_backends(&["cpu", "opencl"], vec![Arc::new(cpu), pocl]).unwrap();
     let a: Csr<f64> = generate::uniform(5_000, 5_000, 8, 3);
     ctx.spgemm(&a, &a).unwrap();
     assert_eq!(chosen(&ctx), Chosen::Alone(0), "{:?}", ctx.last_choice());
@@ -195,7 +215,10 @@ fn a_calibration_is_kept_and_loaded_by_the_next_context() {
         assert_eq!((&l.device, l.op, &l.key), (&w.device, w.op, &w.key));
         let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * x.abs().max(y.abs());
         assert!(close(l.measured.speed, w.measured.speed), "{l:?} {w:?}");
-        assert!(close(l.measured.per_call, w.measured.per_call), "{l:?} {w:?}");
+        assert!(
+            close(l.measured.per_call, w.measured.per_call),
+            "{l:?} {w:?}"
+        );
     }
     // The first call of the new context is decided on it: the slow GPU is not chosen.
     let a: Csr<f64> = generate::uniform(9_000, 9_000, 16, 4);

@@ -22,8 +22,8 @@ pub mod assemble;
 pub mod memory;
 pub mod options;
 pub mod place;
-pub mod profile;
 pub mod plan;
+pub mod profile;
 pub mod resident;
 pub mod run;
 pub mod window;
@@ -43,9 +43,9 @@ use crate::scalar::{Scalar, ScalarType};
 pub use assemble::assemble_chunks;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
-pub use profile::DeviceProfile;
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::SpgemmPlan;
+pub use profile::DeviceProfile;
 pub use resident::{
     CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
     VectorOperand,

@@ -82,8 +82,7 @@ impl DeviceProfile {
     /// multiprocessor (far above what SpMM's memory traffic allows, so bandwidth decides).
     pub fn defaults(info: &DeviceInfo, space: &MemorySpace) -> Self {
         let units = info.compute_units.max(1);
-        let host_bandwidth =
-            (HOST_BANDWIDTH_PER_THREAD * f64::from(units)).min(HOST_BANDWIDTH_MAX);
+        let host_bandwidth = (HOST_BANDWIDTH_PER_THREAD * f64::from(units)).min(HOST_BANDWIDTH_MAX);
         match (space, info.kind) {
             (MemorySpace::Host, _) => DeviceProfile {
                 memory_bandwidth: host_bandwidth,
