@@ -125,7 +125,7 @@ pub struct Workload {
 
 impl Workload {
     /// `A · B`: products counted (a pass over A), C's entries estimated from
-    /// [`SAMPLED_ROWS`] rows spread over A (their distinct columns over their products,
+    /// 256 rows spread over A (their distinct columns over their products,
     /// times all products), bounded by `rows × cols`. [`Error::ShapeMismatch`] for operands
     /// that do not chain.
     pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
