@@ -274,7 +274,7 @@ fn print_calibration(entries: &[hetsparse::Calibrated]) {
         println!(
             "  {:<12} {:<6} {:>10.3e} {unit:<10} per call {:>9.3} ms  ({:?})",
             c.device,
-            c.op,
+            c.op.name(),
             c.measured.speed,
             c.measured.per_call * 1e3,
             c.origin
