@@ -225,6 +225,9 @@ pub enum Source {
     Learned,
     /// The device failed this operation in this scheduler: not chosen.
     Failed,
+    /// The operands and the result do not fit half the device's memory: not chosen alone
+    /// (the scheduler cuts such a product into chunks).
+    DoesNotFit,
 }
 
 impl fmt::Display for Source {
@@ -234,6 +237,7 @@ impl fmt::Display for Source {
             Source::Calibrated => "calibrated",
             Source::Learned => "learned",
             Source::Failed => "failed before",
+            Source::DoesNotFit => "does not fit",
         })
     }
 }
@@ -370,10 +374,18 @@ impl<T: Scalar> Scheduler<T> {
         let predictions: Vec<Prediction> = (0..self.backends.len())
             .filter(|&d| part[d])
             .map(|d| {
-                if failed[d] {
-                    let mut p = model(d, &self.backends[d].profile(), workload);
+                let profile = self.backends[d].profile();
+                let needed = workload.bytes_in.saturating_add(workload.bytes_out);
+                let fits = profile.link_bandwidth.is_none()
+                    || needed <= crate::memory_budget(self.backends[d].as_ref()) / 2;
+                if failed[d] || !fits {
+                    let mut p = model(d, &profile, workload);
                     p.total = f64::INFINITY;
-                    p.source = Source::Failed;
+                    p.source = if failed[d] {
+                        Source::Failed
+                    } else {
+                        Source::DoesNotFit
+                    };
                     return p;
                 }
                 match (learned[d], calibrated[d].filter(Measured::is_valid)) {
@@ -382,7 +394,7 @@ impl<T: Scalar> Scheduler<T> {
                         // products, else the calibrated one, else the profile's.
                         let per_call = self.learned(workload.op.kind()).per_call[d]
                             .or(c.map(|c| c.per_call))
-                            .unwrap_or_else(|| self.backends[d].profile().call_latency);
+                            .unwrap_or(profile.call_latency);
                         let m = Measured {
                             speed: l.speed,
                             per_call,
@@ -390,7 +402,7 @@ impl<T: Scalar> Scheduler<T> {
                         measured(d, &m, Source::Learned, workload)
                     }
                     (None, Some(c)) => measured(d, &c, Source::Calibrated, workload),
-                    (None, None) => model(d, &self.backends[d].profile(), workload),
+                    (None, None) => model(d, &profile, workload),
                 }
             })
             .collect();
@@ -420,7 +432,8 @@ impl<T: Scalar> Scheduler<T> {
         let chosen = match (best, shared) {
             _ if self.share_always => Chosen::Shared,
             (Some((_, alone)), Some(s)) if s < alone => Chosen::Shared,
-            (Some((d, _)), _) => Chosen::Alone(d),
+            (Some((d, alone)), _) if alone.is_finite() => Chosen::Alone(d),
+            (Some(_), _) => Chosen::Shared,
             (None, _) => Chosen::Shared,
         };
         Ok(Choice {

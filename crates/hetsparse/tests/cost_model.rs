@@ -22,11 +22,22 @@ fn posing(
     own_memory: bool,
     delay: Duration,
 ) -> Arc<dyn Backend<f64>> {
+    posing_with_memory(kind, units, own_memory, delay, 1 << 34)
+}
+
+/// [`posing`] with `memory_bytes` of memory.
+fn posing_with_memory(
+    kind: DeviceKind,
+    units: u32,
+    own_memory: bool,
+    delay: Duration,
+    memory_bytes: u64,
+) -> Arc<dyn Backend<f64>> {
     let info = DeviceInfo {
         backend: "fake".into(),
         name: format!("fake {kind:?} {units}"),
         kind,
-        memory_bytes: 1 << 34,
+        memory_bytes,
         compute_units: units,
     };
     let space = if own_memory {
@@ -121,6 +132,27 @@ fn spgemm_goes_to_the_gpu_and_spmv_to_the_cpu_before_anything_is_learned() {
     let small: Csr<f64> = generate::uniform(50, 50, 2, 1);
     ctx.spgemm(&small, &small).unwrap();
     assert_eq!(chosen(&ctx), Chosen::Alone(0), "{:?}", ctx.last_choice());
+}
+
+#[test]
+fn a_device_that_cannot_hold_the_product_is_not_chosen_alone() {
+    let ctx = Context::from_backends(
+        &["cpu", "gpu"],
+        vec![
+            posing(DeviceKind::Cpu, 16, false, Duration::ZERO),
+            posing_with_memory(DeviceKind::Gpu, 132, true, Duration::ZERO, 8 << 20),
+        ],
+    )
+    .unwrap();
+    // A, B and C take about 40 MB: more than half the GPU's 8 MiB.
+    let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 7);
+    ctx.spgemm(&a, &a).unwrap();
+    assert_eq!(chosen(&ctx), Chosen::Alone(0), "{:?}", ctx.last_choice());
+    assert_eq!(source(&ctx, 1), Source::DoesNotFit);
+    // A small product fits, and the GPU is weighed as usual.
+    let small: Csr<f64> = generate::uniform(100, 100, 2, 7);
+    ctx.spgemm(&small, &small).unwrap();
+    assert_eq!(source(&ctx, 1), Source::Model);
 }
 
 #[test]
