@@ -25,14 +25,18 @@ pub enum CliError {
     },
     /// The operands of the product do not chain.
     #[error(
-        "{op}: the shapes do not chain: A is {a_rows}×{a_cols}, {what} is {b_rows}×{b_cols} \
-         (A's columns must equal {what}'s rows)"
+        "{op}: the shapes do not chain: A ({a_file}) is {a_rows}×{a_cols}, {what} ({b_file}) is \
+         {b_rows}×{b_cols} (A's columns must equal {what}'s rows)"
     )]
     Shapes {
         /// The operation.
         op: &'static str,
         /// The right operand: `B`, `x`, ...
         what: &'static str,
+        /// A's file, quoted.
+        a_file: String,
+        /// Where the right operand came from: its file quoted, or how it was made from A.
+        b_file: String,
         /// Rows of A.
         a_rows: usize,
         /// Columns of A.

@@ -144,10 +144,17 @@ impl PendingOutput {
             _ => PathBuf::from("."),
         };
         if !dir.is_dir() {
-            return Err(fail(format!(
-                "the directory `{}` does not exist",
-                dir.display()
-            )));
+            // The nearest part of the path that exists says why: a file in the way, or
+            // a directory missing below it.
+            let blocking = dir.ancestors().find(|p| p.exists() && !p.is_dir());
+            return Err(fail(match blocking {
+                Some(file) => format!(
+                    "`{}` is a file, not a directory, so `{}` cannot be in it",
+                    file.display(),
+                    path.display()
+                ),
+                None => format!("the directory `{}` does not exist", dir.display()),
+            }));
         }
         let file = tempfile::Builder::new()
             .prefix(&format!(".{}.", name.to_string_lossy()))

@@ -154,6 +154,15 @@ enum Op {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Past a file-size limit (ulimit -f) the kernel's default for SIGXFSZ ends the process in
+    // the middle of a write, leaving the temporary output behind; ignored, the write fails
+    // with EFBIG, which is reported and cleaned up like any other write error.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN runs no handler code; done once,
+    // before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     // Interrupted, the process ends without destructors: remove the temporary output first.
     if let Err(e) = ctrlc::set_handler(|| {
         files::remove_unfinished();
@@ -347,16 +356,30 @@ fn row_stats(label: &str, m: &Csr<f64>) {
     );
 }
 
+/// Where the right operand of a product comes from, for messages: its file, or how it is made
+/// from A, or (SpMV without x) all ones.
+fn right_source(a_path: &Path, right: &RightOperand) -> String {
+    let a = a_path.display();
+    match &right.b {
+        Some(path) => format!("`{}`", path.display()),
+        None if right.square => format!("`{a}` again, --square"),
+        None if right.aat => format!("the transpose of `{a}`, --aat"),
+        None => "all ones".into(),
+    }
+}
+
 fn chain_check(
     op: &'static str,
-    what: &'static str,
-    a: (usize, usize),
+    (what, b_file): (&'static str, String),
+    (a_path, a): (&Path, (usize, usize)),
     b: (usize, usize),
 ) -> Result<(), CliError> {
     if a.1 != b.0 {
         return Err(CliError::Shapes {
             op,
             what,
+            a_file: format!("`{}`", a_path.display()),
+            b_file,
             a_rows: a.0,
             a_cols: a.1,
             b_rows: b.0,
@@ -382,7 +405,12 @@ fn info(a_path: &Path, right: &RightOperand) -> Result<(), CliError> {
     } else {
         return Ok(());
     };
-    chain_check("SpGEMM", "B", a.shape(), b.shape())?;
+    chain_check(
+        "SpGEMM",
+        ("B", right_source(a_path, right)),
+        (a_path, a.shape()),
+        b.shape(),
+    )?;
     let product = analysis::analyze(&a, b)?;
     let c_bytes = csr_bytes(a.nrows(), product.nnz, 8);
     println!("C = A·B: {}×{}", a.nrows(), b.ncols());
@@ -433,7 +461,15 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
     let total = Instant::now();
     let progress = !args.quiet;
     let right = &args.right;
+    // Flags that conflict are named before anything found missing.
     match args.op {
+        Op::Spmm | Op::Spmv if right.square || right.aat => {
+            let flag = if right.square { "--square" } else { "--aat" };
+            let op = if args.op == Op::Spmm { "spmm" } else { "spmv" };
+            return Err(CliError::Usage(format!(
+                "{flag} makes a sparse B from A: it goes with --op spgemm, not --op {op}"
+            )));
+        }
         Op::Spgemm if right.b.is_none() && !right.square && !right.aat => {
             return Err(CliError::Usage(
                 "spgemm needs B: give B.mtx, --square or --aat".into(),
@@ -441,11 +477,6 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
         }
         Op::Spmm if right.b.is_none() => {
             return Err(CliError::Usage("spmm needs B.mtx (a dense matrix)".into()))
-        }
-        Op::Spmm | Op::Spmv if right.square || right.aat => {
-            return Err(CliError::Usage(
-                "--square and --aat make a sparse B: they go with --op spgemm".into(),
-            ))
         }
         _ => {}
     }
@@ -540,17 +571,19 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
             Right::Sparse(&transposed)
         }
     };
+    let a_at = (args.a.as_path(), a.shape());
+    let source = right_source(&args.a, right);
     let (op_name, flops) = match &operand {
         Right::Sparse(b) => {
-            chain_check("SpGEMM", "B", a.shape(), b.shape())?;
+            chain_check("SpGEMM", ("B", source), a_at, b.shape())?;
             ("SpGEMM", 2 * analysis::total_products(&a, b)?)
         }
         Right::Dense(b) => {
-            chain_check("SpMM", "B", a.shape(), b.shape())?;
+            chain_check("SpMM", ("B", source), a_at, b.shape())?;
             ("SpMM", 2 * a.nnz() * b.ncols() as u64)
         }
         Right::Vector(x) => {
-            chain_check("SpMV", "x", a.shape(), (x.len(), 1))?;
+            chain_check("SpMV", ("x", source), a_at, (x.len(), 1))?;
             ("SpMV", 2 * a.nnz())
         }
     };

@@ -333,14 +333,18 @@ fn shapes_that_do_not_chain_are_reported() {
     write_mtx(dir.path(), "a.mtx", &generate::uniform(10, 7, 2, 51));
     write_mtx(dir.path(), "b.mtx", &generate::uniform(8, 5, 2, 52));
     let o = hetsparse(&["multiply", "a.mtx", "b.mtx", "-o", "c.mtx"], dir.path());
-    assert_failure(&o, 1, &["do not chain", "A is 10×7", "B is 8×5"]);
+    assert_failure(
+        &o,
+        1,
+        &["do not chain", "A (`a.mtx`) is 10×7", "B (`b.mtx`) is 8×5"],
+    );
     let o = hetsparse(
         &["multiply", "a.mtx", "--square", "-o", "c.mtx"],
         dir.path(),
     );
-    assert_failure(&o, 1, &["do not chain"]);
+    assert_failure(&o, 1, &["do not chain", "B (`a.mtx` again, --square)"]);
     let o = hetsparse(&["info", "a.mtx", "b.mtx"], dir.path());
-    assert_failure(&o, 1, &["do not chain"]);
+    assert_failure(&o, 1, &["do not chain", "A (`a.mtx`)", "B (`b.mtx`)"]);
     assert!(stray_files(dir.path(), &["a.mtx", "b.mtx"]).is_empty());
 }
 
@@ -377,6 +381,17 @@ fn an_unwritable_output_is_reported_before_any_work() {
         dir.path(),
     );
     assert_failure(&o, 1, &["cannot write `missing/c.mtx`", "does not exist"]);
+    // A path through a file: the file is named as what is in the way.
+    let o = hetsparse(
+        &["multiply", "a.mtx", "--square", "-o", "a.mtx/c.mtx"],
+        dir.path(),
+    );
+    assert_failure(&o, 1, &["cannot write `a.mtx/c.mtx`", "`a.mtx` is a file"]);
+    let o = hetsparse(
+        &["multiply", "a.mtx", "--square", "-o", "a.mtx/deeper/c.mtx"],
+        dir.path(),
+    );
+    assert_failure(&o, 1, &["`a.mtx` is a file"]);
     let o = hetsparse(&["multiply", "a.mtx", "--square", "-o", "out"], dir.path());
     assert_failure(&o, 1, &["cannot write `out`", "directory"]);
     // The output is checked first: a missing input is not even opened.
@@ -401,7 +416,18 @@ fn arguments_that_do_not_go_together_exit_with_2() {
         ],
         dir.path(),
     );
+    // The conflicting flags are named, not B found missing.
+    assert_failure(&o, 2, &["--square makes a sparse B", "not --op spmm"]);
+    let o = hetsparse(
+        &["multiply", "a.mtx", "--op", "spmm", "-o", "c.mtx"],
+        dir.path(),
+    );
     assert_failure(&o, 2, &["spmm needs B.mtx"]);
+    let o = hetsparse(
+        &["multiply", "a.mtx", "--op", "spmv", "--aat", "-o", "c.mtx"],
+        dir.path(),
+    );
+    assert_failure(&o, 2, &["--aat makes a sparse B", "not --op spmv"]);
     let o = hetsparse(
         &["multiply", "a.mtx", "--square", "--aat", "-o", "c.mtx"],
         dir.path(),
@@ -467,4 +493,25 @@ fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
         "{}",
         stdout(&o)
     );
+}
+
+/// Past a file-size limit the write fails with an error (the process is not killed by
+/// SIGXFSZ), and the temporary output is removed.
+#[cfg(unix)]
+#[test]
+fn a_write_past_the_file_size_limit_fails_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // C of about 12 000 entries: far more than the limit of 4 KiB.
+    write_mtx(dir.path(), "a.mtx", &generate::uniform(600, 600, 5, 97));
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -f 4 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_hetsparse"))
+        .args(["multiply", "a.mtx", "--square", "-o", "c.mtx", "--quiet"])
+        .current_dir(dir.path())
+        .env("HETSPARSE_CACHE_DIR", "off")
+        .output()
+        .expect("bash starts");
+    assert_failure(&o, 1, &["cannot write `c.mtx`"]);
+    assert!(stray_files(dir.path(), &["a.mtx"]).is_empty());
 }

@@ -93,7 +93,8 @@ macro_rules! conformance_suite {
                 spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
                 resident_round_trips, mixed_host_and_resident_operands, resident_chain,
                 plan_reuse_with_new_values, foreign_handles_are_errors,
-                cancellation_and_progress, concurrent_calls, padding_is_not_multiplied,
+                handles_never_lie_about_their_pattern,
+                cancellation_and_progress, cancellation_mid_product, concurrent_calls, padding_is_not_multiplied,
                 padding_is_not_multiplied_in_products,
                 sizes_from_the_shape_are_errors_not_aborts
             );
@@ -1722,6 +1723,64 @@ pub fn plan_reuse_with_new_values<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     }
 }
 
+/// A handle's pattern identity is its structure's, so a plan never computes with an operand of
+/// another structure: a host matrix taken in with [`ResidentCsr::from_host`] gets its own
+/// identity, which a plan made for another structure refuses, and a handle over storage that
+/// is not the backend's own (whatever identity it claims) is refused, never computed with.
+pub fn handles_never_lie_about_their_pattern<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let x = random_csr::<T>(40, 40, 0.1, 31);
+    let y = random_csr::<T>(40, 40, 0.1, 32);
+    // The same shape and entry count as x, another structure.
+    let other = x.transpose().expect("transpose");
+    assert_ne!(PatternId::of(&other), PatternId::of(&x));
+    let (rx, ry) = (
+        ok(&nm, "upload", b.upload(&x)),
+        ok(&nm, "upload", b.upload(&y)),
+    );
+    let options = SpgemmOptions::new();
+    let plan = ok(
+        &nm,
+        "plan",
+        b.plan_spgemm((&rx).into(), (&ry).into(), &options),
+    );
+    let taken_in = ResidentCsr::from_host(b.memory_space(), other.clone());
+    assert_eq!(
+        taken_in.pattern(),
+        PatternId::of(&other),
+        "{nm}: from_host's identity"
+    );
+    let run = RunControl::new();
+    let r = b.execute_spgemm(&plan, (&taken_in).into(), (&ry).into(), &run);
+    assert!(
+        r.is_err(),
+        "{nm}: a plan for x computed with a matrix of another structure"
+    );
+    // Storage of a type no backend owns, claiming x's identity.
+    let claimed = ResidentCsr::<T>::from_storage(
+        b.memory_space(),
+        other.shape(),
+        other.nnz(),
+        rx.pattern(),
+        other.clone(),
+    );
+    let r = b.execute_spgemm(&plan, (&claimed).into(), (&ry).into(), &run);
+    assert!(
+        r.is_err(),
+        "{nm}: a plan computed with a handle over foreign storage: {:?}",
+        r.map(|c| c.nnz())
+    );
+    let r = b.spgemm_resident((&claimed).into(), (&ry).into(), &options, &run);
+    assert!(
+        r.is_err(),
+        "{nm}: a product of a handle over foreign storage"
+    );
+    assert!(
+        b.download(&claimed).is_err(),
+        "{nm}: a handle over foreign storage downloaded"
+    );
+}
+
 /// Handles of another memory are [`Error::WrongDevice`], never a panic or a wrong result.
 pub fn foreign_handles_are_errors<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     let nm = name(b);
@@ -1871,6 +1930,185 @@ pub fn cancellation_and_progress<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         progress.planned == products && progress.done == products,
         "{nm}: a finished SpGEMM of {products} products reports {progress:?}"
     );
+}
+
+/// How long after a cancel from another thread a run may still take to return in
+/// [`cancellation_mid_product`]: the goal is 100 ms or one kernel launch, the bound here is
+/// loose for loaded test machines (a run that ignores the cancel takes the whole product).
+const CANCEL_LATENCY_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A run cancelled while it computes returns [`Error::Cancelled`] on every operation, and the
+/// backend is usable right after:
+/// - cancelled from its progress callback at the first report (the work is planned, all of it
+///   still to do): SpGEMM from the host, resident, a plan's execution, SpMV and SpMM (where the
+///   backend reports their progress);
+/// - cancelled from another thread once the work is planned, on a product of about 1.7·10^7
+///   intermediate products (f64 only, for the time it takes): it returns within
+///   [`CANCEL_LATENCY_BOUND`] of the cancel, `Cancelled` unless it was in its last moments.
+pub fn cancellation_mid_product<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let nm = name(b);
+    let options = SpgemmOptions::new();
+    // From the callback, at its first report.
+    let cancelling = || {
+        let calls = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&calls);
+        let handle: Arc<std::sync::OnceLock<RunControl>> = Arc::default();
+        let inner = Arc::clone(&handle);
+        let run = RunControl::with_progress(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            if let Some(run) = inner.get() {
+                run.cancel();
+            }
+        });
+        let _ = handle.set(run.clone());
+        (run, calls)
+    };
+    let (x, y) = class_operands::<T>(MatrixClass::Uniform);
+    let (rx, ry) = (
+        ok(&nm, "upload", b.upload(&x)),
+        ok(&nm, "upload", b.upload(&y)),
+    );
+    let plan = ok(
+        &nm,
+        "plan",
+        b.plan_spgemm((&rx).into(), (&ry).into(), &options),
+    );
+    let cancelled = |what: &str, r: Result<(), Error>, calls: &AtomicU64| {
+        let called = calls.load(Ordering::Relaxed);
+        assert!(
+            called == 0 || matches!(r, Err(Error::Cancelled)),
+            "{nm}: {what} cancelled from its progress callback gave {r:?}"
+        );
+        called > 0
+    };
+    let (run, calls) = cancelling();
+    let r = b.spgemm_with((&x).into(), (&y).into(), &options, &run);
+    assert!(
+        cancelled("SpGEMM", r.map(drop), &calls),
+        "{nm}: SpGEMM reported no progress"
+    );
+    let (run, calls) = cancelling();
+    let r = b.spgemm_resident((&rx).into(), (&ry).into(), &options, &run);
+    cancelled("resident SpGEMM", r.map(drop), &calls);
+    let (run, calls) = cancelling();
+    let r = b.execute_spgemm(&plan, (&rx).into(), (&ry).into(), &run);
+    cancelled("a plan's execution", r.map(drop), &calls);
+    if claims(b, Operation::Spmv(SparseFormat::Csr)) {
+        let v = vector::<T>(x.ncols(), 3);
+        let (run, calls) = cancelling();
+        let r = b.spmv_with((&x).into(), (&v).into(), &SpmvOptions::new(), &run);
+        cancelled("SpMV", r.map(drop), &calls);
+    }
+    if claims(b, Operation::Spmm(SparseFormat::Csr)) {
+        let d = Dense::try_new(
+            x.ncols(),
+            4,
+            Layout::RowMajor,
+            vector::<T>(x.ncols() * 4, 4),
+        )
+        .expect("dense");
+        let (run, calls) = cancelling();
+        let r = b.spmm_with((&x).into(), (&d).into(), &SpmmOptions::new(), &run);
+        cancelled("SpMM", r.map(drop), &calls);
+    }
+    // Usable right after.
+    let c = ok(
+        &nm,
+        "SpGEMM after cancels",
+        b.spgemm_with((&x).into(), (&y).into(), &options, &RunControl::new()),
+    );
+    let e = expected_product(&x, &y);
+    check(compare_structural(&c, &e), || format!("{nm} after cancels"));
+    check(compare_values(&c, &e), || format!("{nm} after cancels"));
+
+    if T::TYPE != ScalarType::F64 {
+        return;
+    }
+    // From another thread, once the work is planned.
+    let big_a = generate::uniform::<T>(30_000, 30_000, 24, 61);
+    let big_b = generate::uniform::<T>(30_000, 30_000, 24, 62);
+    let (ra, rb) = (
+        ok(&nm, "upload", b.upload(&big_a)),
+        ok(&nm, "upload", b.upload(&big_b)),
+    );
+    let big_plan = ok(
+        &nm,
+        "plan",
+        b.plan_spgemm((&ra).into(), (&rb).into(), &options),
+    );
+    type Call<'c> = Box<dyn Fn(&RunControl) -> Result<(), Error> + Sync + 'c>;
+    let calls: Vec<(&str, Call<'_>)> = vec![
+        (
+            "SpGEMM",
+            Box::new(|run| {
+                b.spgemm_with((&big_a).into(), (&big_b).into(), &options, run)
+                    .map(drop)
+            }),
+        ),
+        (
+            "resident SpGEMM",
+            Box::new(|run| {
+                b.spgemm_resident((&ra).into(), (&rb).into(), &options, run)
+                    .map(drop)
+            }),
+        ),
+        (
+            "a plan's execution",
+            Box::new(|run| {
+                b.execute_spgemm(&big_plan, (&ra).into(), (&rb).into(), run)
+                    .map(drop)
+            }),
+        ),
+    ];
+    for (what, call) in &calls {
+        let run = RunControl::new();
+        let (result, cancelled_at, returned_at) = std::thread::scope(|scope| {
+            let worker = scope.spawn(|| {
+                let r = call(&run);
+                (r, Instant::now())
+            });
+            let started = Instant::now();
+            while run.progress().planned == 0
+                && !worker.is_finished()
+                && started.elapsed() < Duration::from_secs(30)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let cancelled_at = Instant::now();
+            run.cancel();
+            let (r, returned_at) = worker.join().expect("the call does not panic");
+            (r, cancelled_at, returned_at)
+        });
+        let latency = returned_at.saturating_duration_since(cancelled_at);
+        eprintln!("{nm}: {what} returned {latency:?} after a cancel from another thread");
+        if returned_at <= cancelled_at {
+            // Finished before the cancel: nothing to say about cancelling.
+            continue;
+        }
+        match result {
+            Err(Error::Cancelled) => assert!(
+                latency <= CANCEL_LATENCY_BOUND,
+                "{nm}: {what} returned Cancelled {latency:?} after the cancel"
+            ),
+            Ok(()) => assert!(
+                latency <= Duration::from_millis(100),
+                "{nm}: {what} went on for {latency:?} after the cancel and returned its result"
+            ),
+            Err(e) => panic!("{nm}: {what} cancelled from another thread gave {e}"),
+        }
+    }
+    drop(calls);
+    let c = ok(
+        &nm,
+        "SpGEMM after cancels",
+        b.spgemm_with((&x).into(), (&y).into(), &options, &RunControl::new()),
+    );
+    check(compare_structural(&c, &e), || {
+        format!("{nm} after cancels from another thread")
+    });
 }
 
 /// One backend called from 8 threads at once, with shared resident operands: every result is

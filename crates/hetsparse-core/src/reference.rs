@@ -30,7 +30,29 @@ pub fn spgemm_windows<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
     b: &CsrWindow<&Csr<T>>,
 ) -> Result<Csr<T>> {
+    spgemm_windows_in::<T, S>(a, b, None, false)
+}
+
+/// Products between two looks at a run's cancellation (and reports of its progress) in the
+/// backend's SpGEMM: a few milliseconds of this serial code.
+const CHECK_EVERY_PRODUCTS: u64 = 1 << 16;
+
+/// [`spgemm_windows`] for a run: cancellation looked at every [`CHECK_EVERY_PRODUCTS`]
+/// products, and progress reported as it goes where `progress` (and the run is watched, so
+/// its plan counted the products).
+fn spgemm_windows_in<T: Scalar, S: Semiring<T>>(
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
+    run: Option<&RunControl>,
+    progress: bool,
+) -> Result<Csr<T>> {
     check::shapes("SpGEMM", a.shape(), b.shape())?;
+    let report = |run: &RunControl, products: u64| {
+        if progress && run.is_watched() {
+            run.add_done(products);
+        }
+    };
+    let mut since_check = 0u64;
     let a_lo = a.col_lo();
     let mut products: Vec<(u32, T, T)> = Vec::new();
     let mut row_offsets = crate::host::try_with_capacity(a.nrows() + 1, "CSR row offsets")?;
@@ -46,15 +68,24 @@ pub fn spgemm_windows<T: Scalar, S: Semiring<T>>(
             );
         }
         products.sort_by_key(|p| p.0);
-        for run in products.chunk_by(|p, q| p.0 == q.0) {
-            let sum = run
+        for same in products.chunk_by(|p, q| p.0 == q.0) {
+            let sum = same
                 .iter()
                 .fold(S::zero(), |acc, &(_, av, bv)| S::fma(acc, av, bv));
-            cols.push(run[0].0);
+            cols.push(same[0].0);
             vals.push(T::from_acc(sum));
         }
+        since_check += products.len() as u64;
         products.clear();
         row_offsets.push(cols.len() as u64);
+        if let Some(run) = run.filter(|_| since_check >= CHECK_EVERY_PRODUCTS) {
+            report(run, since_check);
+            since_check = 0;
+            run.checkpoint()?;
+        }
+    }
+    if let Some(run) = run {
+        report(run, since_check);
     }
     // SAFETY: columns come from B's window (in bounds, relative to its start) and each row was
     // sorted and deduplicated.
@@ -136,10 +167,11 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
-        let products = run.plan_product(a, b)?;
-        let c = spgemm::<T, PlusTimes>(a, b)?;
-        run.add_done(products);
-        Ok(c)
+        run.plan_product(a, b)?;
+        // A watcher told of the plan may have cancelled it.
+        run.checkpoint()?;
+        let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
+        spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), true)
     }
 
     /// Each chunk from its windows of the operands, read in place.
@@ -161,8 +193,10 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
             let start = Instant::now();
             let compute = || -> Result<Csr<T>> {
                 let (wa, wb) = chunk.windows(a, b)?;
+                // Counted over whole rows of B, as planned: reported at the chunk's end.
                 let products = run.plan_product_rows(a, chunk.rows.clone(), b);
-                let c = spgemm_windows::<T, PlusTimes>(&wa, &wb)?;
+                run.checkpoint()?;
+                let c = spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), false)?;
                 run.add_done(products);
                 Ok(c)
             };

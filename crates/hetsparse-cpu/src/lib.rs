@@ -282,7 +282,9 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         let c = self.install(|| {
             reuse::numeric::<T, PlusTimes>(structure, structure.extension(), ha, hb, run)
         })?;
-        Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+        // SAFETY: `c` has the plan's structure, computed for operands checked to have the
+        // planned identities.
+        Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, plan.c_pattern()) })
     }
 
     fn spgemm_chunks(

@@ -29,6 +29,11 @@ use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
 use crate::scalar::bytes_of;
 use crate::BACKEND;
 
+/// Expansions of at least this many products run stage by stage, the host waiting for each
+/// while it looks at cancellation ([`Queue::finish_or_cancel`]); smaller ones are queued
+/// whole, as a wait costs the device an idle gap and they finish within a cancel's latency.
+const STAGED_FROM: u64 = 1 << 20;
+
 /// How a work-item finds its first product in the prefix sum of products per entry of A.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ExpansionSearch {
@@ -627,8 +632,18 @@ impl EscJob<'_> {
                 .run(&[groups * EXP_WG], Some(&[EXP_WG]))?;
         }
         drop((a_rows, a_prods));
+        // Waits between the stages where a cancel may have to wait for them: the expansion,
+        // the sort, the compression and the reduction each run one to a few kernels, and the
+        // queue's end waits for what is in flight.
+        let staged = exp >= STAGED_FROM;
+        if staged {
+            q.finish_or_cancel(run)?;
+        }
 
         let (keys, vals) = self.segmented_sort(q, keys, vals, exp_len, longest)?;
+        if staged {
+            q.finish_or_cancel(run)?;
+        }
 
         // Compression (Alg. 2 l. 40-49, Alg. 3).
         let _span = tracing::info_span!("compress", products = exp).entered();
@@ -641,6 +656,9 @@ impl EscJob<'_> {
             .arg(block_offsets.arg())?
             .run(&[nb * SCAN_WG], Some(&[SCAN_WG]))?;
         exclusive_scan(q, prog, &block_offsets, nb + 1)?;
+        if staged {
+            q.finish_or_cancel(run)?;
+        }
         // The only host synchronisation with host operands: the size of the product, to
         // allocate it.
         let nnz_c = q.download_at(&block_offsets, nb, 1, "product size")?[0];
@@ -705,6 +723,9 @@ impl EscJob<'_> {
                 .arg(b.values.arg())?
                 .arg(c_vals.arg())?
                 .run(&[nnz_c_len * per_entry], None)?,
+        }
+        if staged {
+            q.finish_or_cancel(run)?;
         }
         run.add_done(exp);
         Ok(Some(DeviceProduct {

@@ -16,7 +16,7 @@ use hetsparse_core::backend::{
     VectorOperand,
 };
 use hetsparse_core::format::{Csr, Dense, Layout, SparseRef};
-use hetsparse_core::{ChunkProduct, Error, Reservation, Result, RunControl, Scalar};
+use hetsparse_core::{ChunkProduct, DeviceKind, Error, Reservation, Result, RunControl, Scalar};
 
 use crate::esc::{self, Compressed, DeviceOperand, DeviceProduct, Multiply, Uploaded};
 use crate::kernels;
@@ -26,6 +26,12 @@ use crate::runtime::{DeviceBuffer, Queue, Ready};
 use crate::scalar::{bytes_of, is_device_scalar};
 use crate::slice;
 use crate::{compressed, OpenClBackend, BACKEND};
+
+/// Products per batch of a plan's numeric phase on a CPU device (PoCL) and on a GPU: the
+/// phase runs in batches with a wait between them (at most 64), so that a cancel waits for one
+/// batch. A GPU computes far more per batch, and each wait leaves it idle for a moment.
+const NUMERIC_BATCH_PRODUCTS_CPU: u64 = 1 << 22;
+const NUMERIC_BATCH_PRODUCTS_GPU: u64 = 1 << 27;
 
 /// A product computed on the device, or (when its expansion did not fit) on the host path
 /// that cuts B into column slices.
@@ -496,6 +502,7 @@ impl OpenClBackend {
             tracing::info_span!("execute spgemm plan", nrows = s.nrows, nnz = s.nnz).entered();
         run.checkpoint()?;
         run.add_planned(plan.products());
+        run.checkpoint()?;
         let q = self.state.queue()?;
         let (a_up, b_up) = (
             self.upload_operand(&q, a, "A")?,
@@ -522,8 +529,26 @@ impl OpenClBackend {
         let ops = (&a_dev, &b_dev);
         match &state.split {
             None => {
-                let launch = q.kernel(program, "spgemm_numeric")?.arg(s.nrows as u64)?;
-                numeric_args(launch, ops, s, acc, &flag)?.run(&[s.nrows], None)?;
+                // Rows in batches with a wait between them, so that a cancel waits for one
+                // batch, not the whole phase; the kernel's bound is the batch's last row.
+                let per_batch = if self.state.description.kind == DeviceKind::Cpu {
+                    NUMERIC_BATCH_PRODUCTS_CPU
+                } else {
+                    NUMERIC_BATCH_PRODUCTS_GPU
+                };
+                let batches = plan.products().div_ceil(per_batch).clamp(1, 64) as usize;
+                for k in 0..batches {
+                    let rows = k * s.nrows / batches..(k + 1) * s.nrows / batches;
+                    if k > 0 {
+                        q.finish_or_cancel(run)?;
+                    }
+                    let launch = q.kernel(program, "spgemm_numeric")?.arg(rows.end as u64)?;
+                    numeric_args(launch, ops, s, acc, &flag)?.run_from(
+                        rows.start,
+                        &[rows.len()],
+                        None,
+                    )?;
+                }
             }
             Some(split) => {
                 let _span = tracing::debug_span!(
@@ -542,6 +567,7 @@ impl OpenClBackend {
                     .arg(split.short as u64)?
                     .arg(split.rows.arg())?;
                 numeric_args(launch, ops, s, acc, &flag)?.run(&[split.short], None)?;
+                q.finish_or_cancel(run)?;
                 let launch = q
                     .kernel(program, "spgemm_numeric_medium")?
                     .arg(split.group_count as u64)?
@@ -551,6 +577,7 @@ impl OpenClBackend {
                     &[split.group_count * kernels::NUM_WG],
                     Some(&[kernels::NUM_WG]),
                 )?;
+                q.finish_or_cancel(run)?;
                 let launch = q
                     .kernel(program, "spgemm_numeric_segments")?
                     .arg(split.segment_count as u64)?
@@ -568,6 +595,7 @@ impl OpenClBackend {
                 .arg(values.arg())?
                 .run(&[nnz], None)?;
         }
+        q.finish_or_cancel(run)?;
         if q.download_at(&flag, 0, 1, "pattern flag")?[0] != 0 {
             return Err(Error::PatternMismatch {
                 operand: "A·B",
@@ -845,8 +873,9 @@ impl OpenClBackend {
             _ => 0,
         };
         run.add_planned(products);
+        run.checkpoint()?;
         let y = multiply::spmv_device::<T>(q, program, &rows, x_dev, keep)?;
-        q.finish()?;
+        q.finish_or_cancel(run)?;
         run.add_done(products);
         Ok((y, n, y_reservation))
     }
@@ -911,8 +940,9 @@ impl OpenClBackend {
         }
         .saturating_mul(n as u64);
         run.add_planned(products);
+        run.checkpoint()?;
         let c = multiply::spmm_device::<T>(q, program, &rows, &b_in, keep)?;
-        q.finish()?;
+        q.finish_or_cancel(run)?;
         run.add_done(products);
         Ok((c, (m, n), layout, c_reservation))
     }

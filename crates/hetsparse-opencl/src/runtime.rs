@@ -8,7 +8,8 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
@@ -21,7 +22,7 @@ use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::backend::MemorySpace;
-use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, ScalarType};
+use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, RunControl, ScalarType};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
@@ -1055,6 +1056,76 @@ impl<T: Plain> DeviceBuffer<T> {
     }
 }
 
+/// How often a wait for the device looks at the run's cancellation.
+const CANCEL_POLL: Duration = Duration::from_millis(5);
+
+/// Set by an event's completion callback, with a condition variable to wake the waiter.
+#[derive(Default)]
+struct Completion {
+    done: Mutex<bool>,
+    woken: Condvar,
+}
+
+/// The completion callback of [`Queue::finish_or_cancel`]'s marker.
+extern "C" fn signal_completion(
+    _event: opencl3::types::cl_event,
+    _status: opencl3::types::cl_int,
+    user_data: *mut c_void,
+) {
+    // SAFETY: `user_data` is a reference to a `Completion` leaked with `Arc::into_raw` for
+    // this callback, which OpenCL calls exactly once (at completion or on an error).
+    let completion = unsafe { Arc::from_raw(user_data as *const Completion) };
+    *completion.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    completion.woken.notify_all();
+}
+
+impl Queue<'_> {
+    /// Waits for every command queued so far, as [`finish`](Self::finish) does, but returns
+    /// [`Error::Cancelled`] as soon as `run` is cancelled (looked at every few milliseconds;
+    /// the device's completion wakes the wait at once). The commands in flight then finish
+    /// before the queue ends: callers queue long work in stages with a wait between them, so
+    /// a cancel waits for one stage at most.
+    pub(crate) fn finish_or_cancel(&self, run: &RunControl) -> Result<()> {
+        run.checkpoint()?;
+        // SAFETY: an empty wait list: the marker completes once every earlier command has.
+        let marker = unsafe { self.queue.enqueue_marker_with_wait_list(&[]) }
+            .map_err(|e| cl_error("queueing a marker", e))?;
+        self.queue
+            .flush()
+            .map_err(|e| cl_error("submitting the queued work", e))?;
+        let completion = Arc::new(Completion::default());
+        let user_data = Arc::into_raw(Arc::clone(&completion)) as *mut c_void;
+        if let Err(e) =
+            marker.set_callback(opencl3::event::CL_COMPLETE, signal_completion, user_data)
+        {
+            // SAFETY: the callback was not registered, so the reference leaked for it is
+            // taken back here, once.
+            drop(unsafe { Arc::from_raw(user_data as *const Completion) });
+            return Err(cl_error("waiting for the device", e));
+        }
+        let mut done = completion.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            if run.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            done = completion
+                .woken
+                .wait_timeout(done, CANCEL_POLL)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        drop(done);
+        let status = marker
+            .command_execution_status()
+            .map_err(|e| cl_error("waiting for the device", e))?;
+        if status.0 < 0 {
+            return Err(launch_error("the queued work", ClError(status.0)));
+        }
+        self.drained();
+        Ok(())
+    }
+}
+
 impl Queue<'_> {
     /// After a blocking read every earlier command has finished: retired buffers may go, and
     /// the kernels' device times are known.
@@ -1593,6 +1664,18 @@ impl Launch<'_> {
 
     /// Runs over `global` work-items (rounded up to a multiple of `local` per dimension).
     pub(crate) fn run(self, global: &[usize], local: Option<&[usize]>) -> Result<()> {
+        self.run_from(0, global, local)
+    }
+
+    /// [`run`](Self::run) with the first dimension's ids starting at `first` (OpenCL's global
+    /// offset): the kernel sees `get_global_id(0)` from `first` on, and must bound it itself,
+    /// as every kernel here does.
+    pub(crate) fn run_from(
+        self,
+        first: usize,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<()> {
         let declared = self
             .kernel
             .num_args()
@@ -1626,12 +1709,15 @@ impl Launch<'_> {
                 .collect(),
             None => global.to_vec(),
         };
-        // SAFETY: all arguments are set (checked above), sizes describe `global.len()` dims.
+        let mut offsets = vec![0usize; rounded.len()];
+        offsets[0] = first;
+        // SAFETY: all arguments are set (checked above); sizes and offsets describe
+        // `global.len()` dims.
         let event = unsafe {
             self.queue.queue.enqueue_nd_range_kernel(
                 self.kernel.get(),
                 rounded.len() as u32,
-                ptr::null(),
+                offsets.as_ptr(),
                 rounded.as_ptr(),
                 local.map_or(ptr::null(), |l| l.as_ptr()),
                 &[],

@@ -497,7 +497,7 @@ fn handles_of_other_memory_spaces_are_refused() {
     drop(survivor);
     // A handle claiming our space with storage of another backend is a bug report, not a
     // panic.
-    let forged = ResidentCsr::from_host(b.memory_space(), a.clone(), host_a.pattern());
+    let forged = ResidentCsr::from_host(b.memory_space(), a.clone());
     match b.download(&forged) {
         Err(Error::Internal { .. }) => {}
         other => panic!("forged handle: {other:?}"),

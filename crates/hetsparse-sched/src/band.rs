@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::check;
 use hetsparse_core::host::try_with_capacity;
-use hetsparse_core::{Backend, Dia, Error, Operation, Result, Scalar};
+use hetsparse_core::{Backend, Dia, Error, Operation, Result, RunControl, Scalar};
 
 use crate::policy::{self, Policy};
 use crate::report::{DeviceReport, RunReport};
@@ -306,7 +306,7 @@ fn panicked<T: Scalar>(
         backend: backend.info().backend,
         what: format!(
             "DIA×DIA SpGEMM of rows {rows:?} panicked: {}",
-            crate::execute::panic_message(p.as_ref())
+            crate::guard::panic_message(p.as_ref())
         ),
     }
 }
@@ -372,9 +372,14 @@ impl<T: Scalar> Scheduler<T> {
             }
             let mut samples = Vec::with_capacity(products.len());
             // A first call outside the samples: module loads and first touches.
+            // A panic is the backend's failure, as in a product (nothing is learned of it).
+            let run = RunControl::unwatched();
+            let product = |a: &Dia<T>, b: &Dia<T>| {
+                crate::guard::device_call(backend.as_ref(), &run, || backend.dia_spgemm(a, b))
+            };
             let first_failed = products
                 .first()
-                .is_some_and(|(a, b, _)| backend.dia_spgemm(a, b).is_err());
+                .is_some_and(|(a, b, _)| product(a, b).is_err());
             for (a, b, work) in &products {
                 if first_failed {
                     break;
@@ -382,7 +387,7 @@ impl<T: Scalar> Scheduler<T> {
                 let mut best = f64::INFINITY;
                 for _ in 0..2 {
                     let start = Instant::now();
-                    if backend.dia_spgemm(a, b).is_ok() {
+                    if product(a, b).is_ok() {
                         best = best.min(start.elapsed().as_secs_f64());
                     }
                 }

@@ -20,7 +20,6 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use hetsparse_core::{
 };
 
 use crate::chunking::{share_credit, split, Task};
+use crate::guard::{self, EscapedPanic};
 use crate::report::DeviceReport;
 
 /// How long an idle worker sleeps before it looks at the caller's cancellation again.
@@ -298,12 +298,15 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
         relays,
         caller: caller.clone(),
     };
+    let escaped = EscapedPanic::default();
     std::thread::scope(|scope| {
         for d in (0..n).filter(|&d| work.taking_part[d]) {
-            let (shared, work) = (&shared, &work);
-            scope.spawn(move || worker(shared, work, d));
+            let (shared, work, escaped) = (&shared, &work, &escaped);
+            scope.spawn(move || escaped.catch(|| worker(shared, work, d)));
         }
     });
+    // The caller's progress callback panicked on a worker: the panic is the caller's.
+    escaped.resume();
     let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = state.abort {
         return Err(e);
@@ -349,7 +352,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
         let mut finished = vec![false; batch.len()];
         let mut credited: Vec<u64> = batch.iter().map(|t| t.credited).collect();
         let mut tiles: Vec<Option<Csr<T>>> = (0..batch.len()).map(|_| None).collect();
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = guard::device_call(device.as_ref(), &shared.caller, || {
             if placement.is_none() {
                 placement = Some(place(device.as_ref(), work, d)?);
             }
@@ -367,8 +370,7 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
                 tiles: &mut tiles,
             };
             call.compute(placement, &batch)
-        }))
-        .unwrap_or_else(|payload| Err(panicked(device.as_ref(), payload.as_ref())));
+        });
         // A call that panicked did not close its relay.
         lock_relay(&shared.relays[d]).end(&mut credited);
         shared.lock().reports[d].busy += begun.elapsed();
@@ -395,26 +397,6 @@ fn worker<T: Scalar>(shared: &Shared<T>, work: &Work<'_, T>, d: usize) {
             }
         }
     }
-}
-
-/// The error for a backend that panicked, with the panic's message.
-pub(crate) fn panicked<T: Scalar>(
-    device: &dyn Backend<T>,
-    payload: &(dyn std::any::Any + Send),
-) -> Error {
-    Error::Internal {
-        backend: device.info().backend,
-        what: format!("the backend panicked: {}", panic_message(payload)),
-    }
-}
-
-/// A panic's message, where it carried one.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Whether A and B (`operands` bytes, [`operands_bytes`]) may be placed on `device` whole:

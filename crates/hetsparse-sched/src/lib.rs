@@ -42,6 +42,7 @@ mod band;
 mod chunking;
 mod cost;
 mod execute;
+mod guard;
 mod learn;
 mod policy;
 mod report;
@@ -238,11 +239,13 @@ impl<T: Scalar> Scheduler<T> {
         let products = analysis::total_products(a, b)?;
         let options = SpgemmOptions::new();
         let mut measured = Vec::with_capacity(self.backends.len());
+        let run = RunControl::unwatched();
         for backend in &self.backends {
             let start = Instant::now();
-            let ok = backend
-                .spgemm_with(a.into(), b.into(), &options, &RunControl::unwatched())
-                .is_ok();
+            let ok = guard::device_call(backend.as_ref(), &run, || {
+                backend.spgemm_with(a.into(), b.into(), &options, &run)
+            })
+            .is_ok();
             let secs = start.elapsed().as_secs_f64();
             measured.push((ok && secs > 0.0 && products > 0).then(|| products as f64 / secs));
         }
@@ -322,30 +325,28 @@ impl<T: Scalar> Scheduler<T> {
         let _span =
             tracing::info_span!("calibrate", backends = missing.len(), sample_products).entered();
         let mut learned = self.learned(Kind::Spgemm);
+        let run = RunControl::unwatched();
         for d in missing {
             let backend = &self.backends[d];
             // Operands placed first, so the sample times the computation and the copy back.
             let placed = if backend.memory_space() == MemorySpace::Host {
                 None
             } else {
-                backend
-                    .upload(a)
-                    .and_then(|ra| Ok((ra, backend.upload(b)?)))
-                    .ok()
+                guard::device_call(backend.as_ref(), &run, || {
+                    backend
+                        .upload(a)
+                        .and_then(|ra| Ok((ra, backend.upload(b)?)))
+                })
+                .ok()
             };
             let (oa, ob): (CsrOperand<'_, T>, CsrOperand<'_, T>) = match &placed {
                 Some((ra, rb)) => (ra.into(), rb.into()),
                 None => (a.into(), b.into()),
             };
             let start = Instant::now();
-            let ran = backend.spgemm_chunks(
-                oa,
-                ob,
-                &sample,
-                options,
-                &RunControl::unwatched(),
-                &mut |_| Ok(()),
-            );
+            let ran = guard::device_call(backend.as_ref(), &run, || {
+                backend.spgemm_chunks(oa, ob, &sample, options, &run, &mut |_| Ok(()))
+            });
             let secs = start.elapsed().as_secs_f64();
             if ran.is_ok() && secs > 0.0 && sample_products > 0 {
                 learned.speeds[d] = Some(sample_products as f64 / secs);
@@ -637,7 +638,10 @@ impl<T: Scalar> Scheduler<T> {
         let device = &self.backends[d];
         let _span = tracing::debug_span!("count C on a device", device = d).entered();
         // A and B go up once, for the count and then for the device's share of the run.
-        let uploaded = match execute::upload_operands(device.as_ref(), a, b) {
+        let counting = run.child();
+        let uploaded = match guard::device_call(device.as_ref(), &counting, || {
+            execute::upload_operands(device.as_ref(), a, b)
+        }) {
             Ok(ab) => Some(ab),
             Err(e) if e.is_caller_error() => return Err(e),
             Err(e) => {
@@ -649,8 +653,8 @@ impl<T: Scalar> Scheduler<T> {
             Some((ra, rb)) => (CsrOperand::Resident(ra), CsrOperand::Resident(rb)),
             None => (a.into(), b.into()),
         };
-        let counted =
-            device.spgemm_chunk_counts(oa, ob, &chunks, options, &run.child(), &mut |i, rows| {
+        let counted = guard::device_call(device.as_ref(), &counting, || {
+            device.spgemm_chunk_counts(oa, ob, &chunks, options, &counting, &mut |i, rows| {
                 let chunk = chunks.get(i).filter(|c| c.rows.len() == rows.len());
                 let Some(chunk) = chunk else {
                     return Err(Error::Internal {
@@ -660,7 +664,8 @@ impl<T: Scalar> Scheduler<T> {
                 };
                 per_panel[panel_of[i]][chunk.rows.clone()].copy_from_slice(rows);
                 Ok(())
-            });
+            })
+        });
         match counted {
             Ok(()) => Ok((
                 ProductLayout::from_panel_counts(a.nrows(), b.ncols(), panels, &per_panel)?,
@@ -734,7 +739,9 @@ impl<T: Scalar> Scheduler<T> {
             None => None,
         };
         let device_run = run.tracked();
-        let result = device.spgemm_with(a.into(), b.into(), options, &device_run);
+        let result = guard::device_call(device.as_ref(), &device_run, || {
+            device.spgemm_with(a.into(), b.into(), options, &device_run)
+        });
         let products = || -> Result<u64> {
             match (known, device_run.progress().done) {
                 (Some(p), _) => Ok(p),
@@ -803,7 +810,7 @@ impl<T: Scalar> Scheduler<T> {
         for d in order {
             let backend = &self.backends[d];
             let started = Instant::now();
-            match f(backend.as_ref()) {
+            match guard::device_call(backend.as_ref(), run, || f(backend.as_ref())) {
                 Ok(r) => {
                     self.learned(kind).record_alone(d, work, started.elapsed());
                     return Ok(r);

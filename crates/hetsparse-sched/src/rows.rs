@@ -5,14 +5,13 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hetsparse_core::{Backend, Csr, Error, Result, RunControl, Scalar};
 
 use crate::chunking::row_panels;
-use crate::execute::panicked;
+use crate::guard::{self, EscapedPanic};
 use crate::report::DeviceReport;
 
 /// How long an idle worker sleeps before it looks at the caller's cancellation again.
@@ -121,11 +120,10 @@ pub(crate) fn run<T: Scalar, R: Send>(
                 }
             };
             let begun = Instant::now();
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let outcome = guard::device_call(device, &runs[d], || {
                 let rows = a.rows(block.clone())?;
                 compute(device, &rows, &runs[d])
-            }))
-            .unwrap_or_else(|payload| Err(panicked(device, payload.as_ref())));
+            });
             let mut s = lock();
             s.reports[d].busy += begun.elapsed();
             match outcome {
@@ -133,12 +131,14 @@ pub(crate) fn run<T: Scalar, R: Send>(
                     let units = entries(&block).saturating_mul(units_per_entry);
                     s.reports[d].chunks += 1;
                     s.reports[d].products += units;
-                    caller.add_done(units);
                     s.pieces.push((block, piece));
                     s.outstanding -= 1;
                     if s.outstanding == 0 {
                         wake.notify_all();
                     }
+                    // Told outside the lock: the caller's callback may be slow, or panic.
+                    drop(s);
+                    caller.add_done(units);
                 }
                 Err(Error::Cancelled) if caller.is_cancelled() || s.abort.is_some() => {
                     abort(&mut s, Error::Cancelled);
@@ -168,12 +168,15 @@ pub(crate) fn run<T: Scalar, R: Send>(
             }
         }
     };
+    let escaped = EscapedPanic::default();
     std::thread::scope(|scope| {
         for d in (0..devices.len()).filter(|&d| taking_part[d]) {
-            let worker = &worker;
-            scope.spawn(move || worker(d));
+            let (worker, escaped) = (&worker, &escaped);
+            scope.spawn(move || escaped.catch(|| worker(d)));
         }
     });
+    // The caller's progress callback panicked on a worker: the panic is the caller's.
+    escaped.resume();
     let s = state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = s.abort {
         return Err(e);

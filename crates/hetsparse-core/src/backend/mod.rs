@@ -312,8 +312,7 @@ pub trait Backend<T: Scalar>: Device {
     /// where it is, copying nothing.
     fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
         let space = check::host_space(self, "upload_owned")?;
-        let pattern = PatternId::of(&m);
-        Ok(ResidentCsr::from_host(space, m, pattern))
+        Ok(ResidentCsr::from_host(space, m))
     }
 
     /// A resident matrix with `pattern`'s structure and new `values` (one per stored entry):
@@ -322,11 +321,11 @@ pub trait Backend<T: Scalar>: Device {
     fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
         let host = check::host_csr(self, pattern, "upload_values")?;
         check::value_count(pattern.nnz(), values.len())?;
-        Ok(ResidentCsr::from_host(
-            pattern.space().clone(),
-            host.with_values(values.to_vec())?,
-            pattern.pattern(),
-        ))
+        let m = host.with_values(values.to_vec())?;
+        // SAFETY: `m` has the structure of `pattern`'s host matrix, whose identity it keeps.
+        Ok(unsafe {
+            ResidentCsr::from_host_with_pattern(pattern.space().clone(), m, pattern.pattern())
+        })
     }
 
     /// Copies a resident matrix to the host.
@@ -365,7 +364,9 @@ pub trait Backend<T: Scalar>: Device {
         let space = check::host_space(self, "spgemm_resident")?;
         let c = self.spgemm_with(a, b, options, run)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
-        Ok(ResidentCsr::from_host(space, c, pattern))
+        // SAFETY: `c` is the product of operands whose identities these are (a handle's
+        // identity is its structure's: the constructors make it so).
+        Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, pattern) })
     }
 
     /// SpMM with the result left in the backend's memory.

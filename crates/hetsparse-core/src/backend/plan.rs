@@ -227,7 +227,9 @@ pub fn execute_on_host<T: Scalar>(
     run.add_planned(plan.products());
     let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
     let c = numeric::<T, PlusTimes>(structure, ha, hb, run)?;
-    Ok(ResidentCsr::from_host(space, c, plan.c_pattern()))
+    // SAFETY: `c` has the plan's structure, computed for operands checked to have the
+    // planned identities.
+    Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, plan.c_pattern()) })
 }
 
 /// The product's structure in host memory: the plan state of backends that compute there.

@@ -93,6 +93,11 @@ impl PatternId {
 
 type Storage = Arc<dyn Any + Send + Sync>;
 
+/// The storage of a CSR matrix held in host memory. Private, so that no handle made with
+/// [`ResidentCsr::from_storage`] passes for one: only the constructors that know the matrix's
+/// pattern make it.
+struct HostCsr<T>(Csr<T>);
+
 /// A sparse matrix (CSR) held in a backend's memory.
 ///
 /// Opaque to users: its shape, entry count, memory space and pattern identity are public, its
@@ -135,7 +140,9 @@ impl<T> fmt::Debug for ResidentCsr<T> {
 
 impl<T: Scalar> ResidentCsr<T> {
     /// For backends: a handle over `storage`, the backend's own representation of a
-    /// `shape.0 × shape.1` matrix with `nnz` entries and pattern `pattern` in `space`.
+    /// `shape.0 × shape.1` matrix with `nnz` entries and pattern `pattern` in `space`. A
+    /// backend accepts only storage of its own (private) types, so a handle made here with
+    /// another's pattern is refused by the backends, never computed with.
     pub fn from_storage<S: Any + Send + Sync>(
         space: MemorySpace,
         shape: (usize, usize),
@@ -153,13 +160,31 @@ impl<T: Scalar> ResidentCsr<T> {
             _scalar: PhantomData,
         }
     }
-    /// For backends that compute in host memory: `m` itself as the storage, not copied.
-    /// `pattern` must be `m`'s ([`PatternId::of`], or [`PatternId::of_product`] of the
-    /// operands whose product `m` is): plans check operands by it, and a plan's execution
-    /// trusts that operands of the planned pattern have the planned structure.
-    pub fn from_host(space: MemorySpace, m: Csr<T>, pattern: PatternId) -> Self {
+    /// For backends that compute in host memory: `m` itself as the storage, not copied, with
+    /// its pattern identity computed from it ([`PatternId::of`], a parallel pass over its
+    /// structure), so a plan never meets a handle whose identity lies about its structure.
+    pub fn from_host(space: MemorySpace, m: Csr<T>) -> Self {
+        let pattern = PatternId::of(&m);
+        // SAFETY: the pattern was just computed from `m`.
+        unsafe { Self::from_host_with_pattern(space, m, pattern) }
+    }
+    /// [`from_host`](Self::from_host) with a pattern identity the caller already knows,
+    /// skipping the pass over `m`: the result of a plan's execution, or a matrix with the
+    /// structure of an existing handle and new values.
+    ///
+    /// # Safety
+    /// `pattern` must be `m`'s: [`PatternId::of`] of it, or [`PatternId::of_product`] of the
+    /// operands whose product `m`'s structure is. Plans check operands by their identity
+    /// alone and their executions then index the operands by the planned structure, so a
+    /// handle whose identity belongs to another structure makes them read and write out of
+    /// place.
+    pub unsafe fn from_host_with_pattern(
+        space: MemorySpace,
+        m: Csr<T>,
+        pattern: PatternId,
+    ) -> Self {
         let (shape, nnz) = (m.shape(), m.nnz());
-        Self::from_storage(space, shape, nnz, pattern, m)
+        Self::from_storage(space, shape, nnz, pattern, HostCsr(m))
     }
     /// The memory it lives in.
     pub fn space(&self) -> &MemorySpace {
@@ -191,7 +216,7 @@ impl<T: Scalar> ResidentCsr<T> {
     }
     /// The matrix itself when it is held in host memory (no copy).
     pub fn host(&self) -> Option<&Csr<T>> {
-        self.storage::<Csr<T>>()
+        self.storage::<HostCsr<T>>().map(|h| &h.0)
     }
     /// The matrix, moved out when it is held in host memory and this is the only handle;
     /// otherwise the handle back.
@@ -209,17 +234,19 @@ impl<T: Scalar> ResidentCsr<T> {
             _scalar,
         } = self;
         let typed = storage
-            .downcast::<Csr<T>>()
+            .downcast::<HostCsr<T>>()
             .unwrap_or_else(|_| unreachable!("checked to be host storage above"));
-        Arc::try_unwrap(typed).map_err(|shared| ResidentCsr {
-            space,
-            nrows,
-            ncols,
-            nnz,
-            pattern,
-            storage: shared,
-            _scalar,
-        })
+        Arc::try_unwrap(typed)
+            .map(|h| h.0)
+            .map_err(|shared| ResidentCsr {
+                space,
+                nrows,
+                ncols,
+                nnz,
+                pattern,
+                storage: shared,
+                _scalar,
+            })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Run control: cancelling a run, watching its progress, and what each computed chunk cost.
 
 use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,13 +57,20 @@ struct RunState {
     done: AtomicU64,
     /// Called with this run's progress each time it moves.
     on_progress: Option<ProgressCallback>,
+    /// Set when the callback panicked: the panic is the caller's, not a device's.
+    callback_panicked: AtomicBool,
 }
 
 impl RunState {
-    /// Tells the callback, if any, where the run is now.
+    /// Tells the callback, if any, where the run is now. A panic in it cancels the run,
+    /// marks it as the caller's ([`RunControl::callback_panicked`]) and goes on unwinding.
     fn moved(&self) {
         if let Some(callback) = &self.on_progress {
-            (callback.0)(self.progress());
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (callback.0)(self.progress()))) {
+                self.callback_panicked.store(true, Ordering::Release);
+                self.cancelled.store(true, Ordering::Release);
+                resume_unwind(payload);
+            }
         }
     }
 
@@ -239,6 +247,30 @@ impl RunControl {
         let mut state = Some(&self.state);
         while let Some(s) = state {
             if s.cancelled.load(Ordering::Acquire) {
+                return true;
+            }
+            state = s.parent.as_ref();
+        }
+        false
+    }
+    /// Whether a progress callback of this run, or of one it is a [`child`](Self::child) of,
+    /// panicked. Such a panic unwinds through the backend that reported the progress; whoever
+    /// catches panics of devices (a scheduler) asks this to tell the caller's panic from a
+    /// device's failure, and passes it on to the caller
+    /// ([`std::panic::resume_unwind`]) instead of blaming the device.
+    ///
+    /// ```
+    /// use hetsparse_core::RunControl;
+    /// let run = RunControl::with_progress(|_| panic!("the caller's own bug"));
+    /// let device = run.child();
+    /// let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.add_done(1)));
+    /// assert!(caught.is_err());
+    /// assert!(device.callback_panicked() && device.is_cancelled());
+    /// ```
+    pub fn callback_panicked(&self) -> bool {
+        let mut state = Some(&self.state);
+        while let Some(s) = state {
+            if s.callback_panicked.load(Ordering::Acquire) {
                 return true;
             }
             state = s.parent.as_ref();

@@ -1,0 +1,322 @@
+//! What travels between ranks: scalars and rows as little-endian bytes, sent in messages of a
+//! bounded size, and counted.
+
+use half::{bf16, f16};
+use hetsparse::{ContextScalar, Csr};
+use mpi::traits::*;
+use num_complex::Complex;
+
+use crate::error::{Error, Result};
+use crate::report::Traffic;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A scalar type the distributed layer can send: the six types of `hetsparse`.
+///
+/// Values travel as their little-endian bytes (`BYTES` each), so one send path serves every
+/// type and no MPI datatype has to be derived. The trait is sealed.
+pub trait MpiScalar: ContextScalar + sealed::Sealed {
+    /// Bytes of one value on the wire.
+    const BYTES: usize;
+    /// Appends the value's bytes.
+    fn put(self, out: &mut Vec<u8>);
+    /// Reads a value from exactly `BYTES` bytes.
+    fn get(bytes: &[u8]) -> Self;
+}
+
+macro_rules! wire_real {
+    ($t:ty, $n:expr) => {
+        impl sealed::Sealed for $t {}
+        impl MpiScalar for $t {
+            const BYTES: usize = $n;
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(bytes: &[u8]) -> Self {
+                let mut b = [0u8; $n];
+                b.copy_from_slice(&bytes[..$n]);
+                <$t>::from_le_bytes(b)
+            }
+        }
+    };
+}
+wire_real!(f32, 4);
+wire_real!(f64, 8);
+wire_real!(f16, 2);
+wire_real!(bf16, 2);
+
+macro_rules! wire_complex {
+    ($t:ty, $n:expr) => {
+        impl sealed::Sealed for Complex<$t> {}
+        impl MpiScalar for Complex<$t> {
+            const BYTES: usize = 2 * $n;
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.re.to_le_bytes());
+                out.extend_from_slice(&self.im.to_le_bytes());
+            }
+            fn get(bytes: &[u8]) -> Self {
+                Complex::new(
+                    <$t as MpiScalar>::get(&bytes[..$n]),
+                    <$t as MpiScalar>::get(&bytes[$n..2 * $n]),
+                )
+            }
+        }
+    };
+}
+wire_complex!(f32, 4);
+wire_complex!(f64, 8);
+
+/// Bytes of `rows` rows holding `entries` entries in the row format of [`pack_rows`].
+pub(crate) fn rows_bytes<T: MpiScalar>(rows: u64, entries: u64) -> u64 {
+    8 * rows + (4 + T::BYTES as u64) * entries
+}
+
+/// Packs the rows `rows` (local row numbers) of `m`: each row's length (u64), then every column
+/// index (u32), then every value.
+pub(crate) fn pack_rows<T: MpiScalar>(
+    m: &Csr<T>,
+    rows: impl Iterator<Item = usize> + Clone,
+) -> Vec<u8> {
+    let offsets = m.row_offsets();
+    let entries: u64 = rows.clone().map(|r| offsets[r + 1] - offsets[r]).sum();
+    let count = rows.clone().count() as u64;
+    let mut out = Vec::with_capacity(rows_bytes::<T>(count, entries) as usize);
+    for r in rows.clone() {
+        out.extend_from_slice(&(offsets[r + 1] - offsets[r]).to_le_bytes());
+    }
+    for r in rows.clone() {
+        for c in m.row(r).0 {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+    }
+    for r in rows {
+        for &v in m.row(r).1 {
+            v.put(&mut out);
+        }
+    }
+    out
+}
+
+/// Rows read from a message of [`pack_rows`], appended to CSR arrays.
+pub(crate) struct RowsOut<'a, T> {
+    /// Row offsets (starts with 0 before the first append).
+    pub offsets: &'a mut Vec<u64>,
+    /// Column indices.
+    pub cols: &'a mut Vec<u32>,
+    /// Values.
+    pub values: &'a mut Vec<T>,
+}
+
+/// Unpacks `rows` rows from `bytes` (sent by rank `from`, received on `rank`) into `out`,
+/// checking lengths and that every column index is below `ncols`.
+pub(crate) fn unpack_rows<T: MpiScalar>(
+    bytes: &[u8],
+    rows: usize,
+    ncols: u64,
+    out: RowsOut<'_, T>,
+    (rank, from): (i32, i32),
+) -> Result<()> {
+    let bad = |reason: String| Error::Message { rank, from, reason };
+    let head = rows
+        .checked_mul(8)
+        .filter(|&h| h <= bytes.len())
+        .ok_or_else(|| {
+            bad(format!(
+                "{} bytes cannot hold {rows} row lengths",
+                bytes.len()
+            ))
+        })?;
+    let mut entries = 0u64;
+    let mut base = *out.offsets.last().unwrap_or(&0);
+    for len in bytes[..head].chunks_exact(8) {
+        let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
+        entries = entries
+            .checked_add(len)
+            .ok_or_else(|| bad("row lengths overflow".to_string()))?;
+        base += len;
+        out.offsets.push(base);
+    }
+    let expected = (4 + T::BYTES as u64)
+        .checked_mul(entries)
+        .and_then(|b| b.checked_add(head as u64));
+    if expected != Some(bytes.len() as u64) {
+        return Err(bad(format!(
+            "{} bytes for {rows} rows of {entries} entries (expected {expected:?})",
+            bytes.len()
+        )));
+    }
+    let entries = entries as usize;
+    let cols_end = head + 4 * entries;
+    out.cols.reserve(entries);
+    for c in bytes[head..cols_end].chunks_exact(4) {
+        let c = u32::from_le_bytes(c.try_into().unwrap_or([0; 4]));
+        if u64::from(c) >= ncols {
+            return Err(bad(format!("column index {c} past {ncols} columns")));
+        }
+        out.cols.push(c);
+    }
+    out.values.reserve(entries);
+    out.values
+        .extend(bytes[cols_end..].chunks_exact(T::BYTES).map(T::get));
+    Ok(())
+}
+
+/// Encodes `u32`s as little-endian bytes.
+pub(crate) fn u32s_to_bytes(xs: &[u32]) -> Vec<u8> {
+    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Decodes little-endian `u32`s (`bytes.len()` a multiple of 4).
+pub(crate) fn bytes_to_u32s(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+        .collect()
+}
+
+/// Messages of `bytes` bytes cut into pieces of at most `chunk` bytes (none for 0 bytes).
+pub(crate) fn messages(bytes: u64, chunk: u64) -> u64 {
+    bytes.div_ceil(chunk)
+}
+
+/// Sends `sends[r]` to every rank `r` with bytes to send and receives `recv_sizes[r]` bytes
+/// from every rank `r`, all at once (non-blocking), each cut into messages of at most `chunk`
+/// bytes. Sizes must have been agreed beforehand; nothing is sent to or received from this rank
+/// itself (its entries must be empty and 0). Adds what moved to `traffic`.
+pub(crate) fn exchange<C: Communicator>(
+    comm: &C,
+    sends: &[Vec<u8>],
+    recv_sizes: &[u64],
+    chunk: usize,
+    tag: i32,
+    traffic: &mut Traffic,
+) -> Vec<Vec<u8>> {
+    let me = comm.rank() as usize;
+    let mut received: Vec<Vec<u8>> = recv_sizes
+        .iter()
+        .enumerate()
+        .map(|(r, &n)| {
+            if r == me {
+                Vec::new()
+            } else {
+                vec![0u8; n as usize]
+            }
+        })
+        .collect();
+    let mut count = 0usize;
+    for (r, s) in sends.iter().enumerate() {
+        if r != me {
+            count += s.len().div_ceil(chunk);
+            traffic.bytes_sent += s.len() as u64;
+            traffic.messages_sent += messages(s.len() as u64, chunk as u64);
+        }
+    }
+    for (r, buf) in received.iter().enumerate() {
+        if r != me {
+            count += buf.len().div_ceil(chunk);
+            traffic.bytes_received += buf.len() as u64;
+            traffic.messages_received += messages(buf.len() as u64, chunk as u64);
+        }
+    }
+    mpi::request::multiple_scope(count, |scope, requests| {
+        for (r, buf) in received.iter_mut().enumerate() {
+            if r == me {
+                continue;
+            }
+            let source = comm.process_at_rank(r as i32);
+            for piece in buf.chunks_mut(chunk) {
+                requests.add(source.immediate_receive_into_with_tag(scope, piece, tag));
+            }
+        }
+        for (r, buf) in sends.iter().enumerate() {
+            if r == me {
+                continue;
+            }
+            let destination = comm.process_at_rank(r as i32);
+            for piece in buf.chunks(chunk) {
+                requests.add(destination.immediate_send_with_tag(scope, piece, tag));
+            }
+        }
+        let mut done = Vec::with_capacity(count);
+        requests.wait_all(&mut done);
+    });
+    received
+}
+
+/// Every rank's `u64`s to every other: `send[r]` goes to rank `r`, the result's `[r]` came from
+/// rank `r`. Counted as one message of 8 bytes to and from each other rank.
+pub(crate) fn all_to_all_u64<C: Communicator>(
+    comm: &C,
+    send: &[u64],
+    traffic: &mut Traffic,
+) -> Vec<u64> {
+    let mut recv = vec![0u64; send.len()];
+    comm.all_to_all_into(send, &mut recv[..]);
+    let others = send.len().saturating_sub(1) as u64;
+    traffic.bytes_sent += 8 * others;
+    traffic.bytes_received += 8 * others;
+    traffic.messages_sent += others;
+    traffic.messages_received += others;
+    recv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_and_bad_messages_are_refused() {
+        let m = Csr::try_new(
+            3,
+            5,
+            vec![0, 2, 2, 5],
+            vec![0, 4, 1, 2, 3],
+            vec![1.0f64, 2.0, 3.0, 4.0, 5.0],
+        )
+        .unwrap();
+        let bytes = pack_rows(&m, [2usize, 0, 1].into_iter());
+        assert_eq!(bytes.len() as u64, rows_bytes::<f64>(3, 5));
+        let (mut offsets, mut cols, mut values) = (vec![0u64], vec![], vec![]);
+        let out = RowsOut {
+            offsets: &mut offsets,
+            cols: &mut cols,
+            values: &mut values,
+        };
+        unpack_rows::<f64>(&bytes, 3, 5, out, (0, 1)).unwrap();
+        assert_eq!(offsets, vec![0, 3, 5, 5]);
+        assert_eq!(cols, vec![1, 2, 3, 0, 4]);
+        assert_eq!(values, vec![3.0, 4.0, 5.0, 1.0, 2.0]);
+        let out = RowsOut {
+            offsets: &mut vec![0],
+            cols: &mut vec![],
+            values: &mut Vec::<f64>::new(),
+        };
+        // A column past the matrix, and a message one byte short.
+        assert!(matches!(
+            unpack_rows::<f64>(&bytes, 3, 4, out, (0, 1)),
+            Err(Error::Message {
+                rank: 0,
+                from: 1,
+                ..
+            })
+        ));
+        let out = RowsOut {
+            offsets: &mut vec![0],
+            cols: &mut vec![],
+            values: &mut Vec::<f64>::new(),
+        };
+        assert!(unpack_rows::<f64>(&bytes[..bytes.len() - 1], 3, 5, out, (0, 1)).is_err());
+    }
+
+    #[test]
+    fn complex_and_half_values_travel_exactly() {
+        let mut out = Vec::new();
+        Complex::new(1.5f64, -2.25).put(&mut out);
+        f16::from_f32(0.333).put(&mut out);
+        assert_eq!(out.len(), 18);
+        assert_eq!(Complex::<f64>::get(&out[..16]), Complex::new(1.5, -2.25));
+        assert_eq!(f16::get(&out[16..]), f16::from_f32(0.333));
+    }
+}
