@@ -276,15 +276,11 @@ fn devices() -> Result<(), CliError> {
 
 fn print_calibration(entries: &[hetsparse::Calibrated]) {
     for c in entries {
-        let unit = match c.op {
-            hetsparse::OpKind::Spgemm => "products/s",
-            _ => "entries/s",
-        };
         println!(
-            "  {:<12} {:<6} {:>10.3e} {unit:<10} per call {:>9.3} ms  ({:?})",
+            "  {:<12} {:<6} ×{:<8.3} the model's time  per call {:>9.3} ms  ({:?})",
             c.device,
             c.op.name(),
-            c.measured.speed,
+            c.measured.factor,
             c.measured.per_call * 1e3,
             c.origin
         );

@@ -455,7 +455,7 @@ fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
     }
     let file = cache.join("calibration.txt");
     let text = fs::read_to_string(&file).unwrap();
-    assert!(text.starts_with("hetsparse-calibration 1\n"), "{text}");
+    assert!(text.starts_with("hetsparse-calibration 2\n"), "{text}");
     let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
     assert_success(&o);
     let out = stdout(&o);

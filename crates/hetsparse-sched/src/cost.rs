@@ -1,7 +1,7 @@
 //! The cost model: each device's time for a whole call predicted before anything is learned,
-//! from what the product's analysis gives and what the device is ([`DeviceProfile`]); speeds
-//! measured on the machine (a calibration) or learned from this scheduler's runs take
-//! precedence where they exist.
+//! from what the product's analysis gives and what the device is ([`DeviceProfile`]); where
+//! the device was measured on this machine (a calibration) or in this process (runs learned
+//! from), the measurement corrects the model's numbers for that device and operation.
 //!
 //! For a device `d` and a call of `W` work units (intermediate products for SpGEMM, entries
 //! of A times the dense operand's columns for SpMM and SpMV), with `I` bytes in (A and B, or
@@ -17,9 +17,13 @@
 //! ```
 //!
 //! where `e` is the bytes of an entry of B read per product and `skew` the longest row's
-//! products over the mean. A device with a measured speed `s` (work units per second of whole
-//! calls from host memory, transfers included) and per-call cost `p` is predicted
-//! `t_d = p + W / s` instead. Sharing a SpGEMM over every device is predicted
+//! products over the mean. A device measured ([`Measured`]: its per-call cost `p` and the
+//! factor `f` by which the rest of a measured call took longer than the model said) is
+//! predicted `t_d = p + f · (transfer_d + compute_d)`: the model keeps what differs between
+//! products (how much is copied, how much is computed, how skewed), the measurement what the
+//! device's numbers get wrong. A single speed per device would not: from host memory a GPU's
+//! SpMM is bound by copying A on one matrix and by its kernels on another. Sharing a SpGEMM
+//! over every device is predicted
 //! `overhead / Σ_d 1/t_d`, with the overhead learned from shared runs, else
 //! [`DEFAULT_SHARING_OVERHEAD`]. The least predicted time wins.
 
@@ -36,13 +40,17 @@ use crate::learn::Kind;
 use crate::Scheduler;
 
 /// How much longer than its ideal (`W / Σ speeds`) a shared SpGEMM is assumed to take before
-/// any shared run was timed: on the H200 machine a first shared run of a product large enough
-/// to share took two to three and a half times as long as the GPU alone, so sharing is chosen
-/// from the model only where the devices are close and large.
+/// any shared run was timed: a first shared run pays every device's warm-up, the cut into
+/// chunks and the assembly, and measured two to three and a half times the GPU alone, so
+/// sharing is chosen from the model only where the devices are close and the product large.
 pub const DEFAULT_SHARING_OVERHEAD: f64 = 2.0;
 
 /// Rows of A whose result rows are counted to estimate the entries of C.
 const SAMPLED_ROWS: usize = 256;
+
+/// The most products the sampled rows hold between them (after the first row): the estimate
+/// costs a small fraction of any product large enough for the choice to matter.
+pub const SAMPLED_PRODUCTS: u64 = 1 << 18;
 
 /// The operations the model and the calibration tell apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,7 +123,8 @@ pub struct Workload {
     pub bytes_in: u64,
     /// Bytes of the result (C, estimated; or y).
     pub bytes_out: u64,
-    /// Bytes read per work unit beyond the operands' streaming (an entry of B per product).
+    /// Bytes read per work unit beyond the operands' streaming (an entry of B per product;
+    /// none for SpMV and SpMM).
     pub bytes_per_unit: u64,
     /// The longest row's products over the mean (1 for even rows; SpGEMM only, else 1).
     pub skew: f64,
@@ -124,10 +133,10 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// `A · B`: products counted (a pass over A), C's entries estimated from
-    /// 256 rows spread over A (their distinct columns over their products,
-    /// times all products), bounded by `rows × cols`. [`Error::ShapeMismatch`] for operands
-    /// that do not chain.
+    /// `A · B`: products counted (a pass over A), C's entries estimated from up to 256 rows
+    /// spread over A holding at most [`SAMPLED_PRODUCTS`] products between them (at least one
+    /// row: their distinct columns over their products, times all products), bounded by
+    /// `rows × cols`. [`Error::ShapeMismatch`] for operands that do not chain.
     pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
         let per_row = analysis::row_products(a, b)?;
         let stats = analysis::row_length_stats(&per_row);
@@ -136,16 +145,30 @@ impl Workload {
         let mut sampled_products = 0u64;
         let mut sampled_entries = 0u64;
         let step = (a.nrows() / SAMPLED_ROWS).max(1);
-        let mut columns: Vec<u32> = Vec::new();
+        // A bit per column of B: a row's distinct columns counted in one pass over its
+        // products, the bits cleared again by a second.
+        let mut seen = vec![0u64; b.ncols().div_ceil(64)];
         for i in (0..a.nrows()).step_by(step) {
-            columns.clear();
-            for &k in a.row(i).0 {
-                columns.extend_from_slice(b.row(k as usize).0);
+            let row_products = per_row[i];
+            if row_products == 0
+                || (sampled_products > 0
+                    && sampled_products.saturating_add(row_products) > SAMPLED_PRODUCTS)
+            {
+                continue;
             }
-            columns.sort_unstable();
-            columns.dedup();
-            sampled_products += per_row[i];
-            sampled_entries += columns.len() as u64;
+            for &k in a.row(i).0 {
+                for &j in b.row(k as usize).0 {
+                    let (word, bit) = (j as usize / 64, 1u64 << (j % 64));
+                    sampled_entries += u64::from(seen[word] & bit == 0);
+                    seen[word] |= bit;
+                }
+            }
+            for &k in a.row(i).0 {
+                for &j in b.row(k as usize).0 {
+                    seen[j as usize / 64] = 0;
+                }
+            }
+            sampled_products += row_products;
         }
         let ratio = if sampled_products == 0 {
             1.0
@@ -169,6 +192,12 @@ impl Workload {
         })
     }
 
+    /// The model's prediction for this call on a device of `profile` at position `device`,
+    /// uncorrected by any measurement.
+    pub fn modelled_on(&self, device: usize, profile: &DeviceProfile) -> Prediction {
+        model(device, profile, self)
+    }
+
     /// `A · x`.
     pub fn spmv<T: Scalar>(a: &Csr<T>) -> Self {
         Self::dense_operand(OpKind::Spmv, a, 1)
@@ -188,6 +217,9 @@ impl Workload {
             bytes_in: csr_bytes(a.nrows(), a.nnz(), value as usize)
                 .saturating_add((a.ncols() as u64).saturating_mul(k).saturating_mul(value)),
             bytes_out: (a.nrows() as u64).saturating_mul(k).saturating_mul(value),
+            // The values of x (rows of B) each entry of A reads are counted once, in
+            // `bytes_in`: how often they come from cache rather than memory depends on
+            // the locality of A's columns, which a calibration measures.
             bytes_per_unit: 0,
             skew: 1.0,
             c_entries: 0,
@@ -195,22 +227,57 @@ impl Workload {
     }
 }
 
-/// A device's speed for one operation, measured: whole calls from host memory.
+/// How a device's whole calls of one operation from host memory measured against the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Measured {
-    /// Work units per second (transfers included).
-    pub speed: f64,
+    /// The measured time of a call's copies and computing over the model's (1: as predicted;
+    /// 2: twice as long).
+    pub factor: f64,
     /// Seconds a call costs whatever its size.
     pub per_call: f64,
 }
 
 impl Measured {
-    /// Whether both numbers are finite, the speed positive and the per-call cost not negative.
+    /// Whether both numbers are finite, the factor positive and the per-call cost not
+    /// negative.
     pub fn is_valid(&self) -> bool {
-        self.speed.is_finite()
-            && self.speed > 0.0
+        self.factor.is_finite()
+            && self.factor > 0.0
             && self.per_call.is_finite()
             && self.per_call >= 0.0
+    }
+
+    /// What a call of `wall` seconds on `w` teaches, against `model` (the device's
+    /// [`model`] prediction for `w`): the part the per-call cost does not explain (at least a
+    /// tenth of `wall`) over the model's copies and computing. A call the per-call cost
+    /// dominates teaches that cost instead (`wall` less the corrected rest). `None` where the
+    /// model predicts nothing to copy or compute.
+    pub fn from_run(&self, model: &Prediction, wall: f64) -> Option<Measured> {
+        let rest = model.compute + model.transfer;
+        if !(rest > 0.0 && rest.is_finite() && wall.is_finite() && wall >= 0.0) {
+            return None;
+        }
+        let learned = if self.factor * rest >= self.per_call {
+            Measured {
+                factor: (wall - self.per_call).max(0.1 * wall) / rest,
+                per_call: self.per_call,
+            }
+        } else {
+            Measured {
+                factor: self.factor,
+                per_call: (wall - self.factor * rest).max(0.0),
+            }
+        };
+        learned.is_valid().then_some(learned)
+    }
+
+    /// This measurement and a later one, weighed equally: the factors' geometric mean (they
+    /// are ratios), the per-call costs' mean.
+    pub fn blended(&self, later: &Measured) -> Measured {
+        Measured {
+            factor: (self.factor * later.factor).sqrt(),
+            per_call: 0.5 * (self.per_call + later.per_call),
+        }
     }
 }
 
@@ -337,36 +404,48 @@ pub fn model(device: usize, profile: &DeviceProfile, w: &Workload) -> Prediction
     }
 }
 
-/// The prediction from a measured speed.
-pub fn measured(device: usize, m: &Measured, source: Source, w: &Workload) -> Prediction {
-    let compute = w.work as f64 / m.speed;
+/// The model's prediction for a device of `profile` on `w`, corrected by a measurement.
+pub fn measured(
+    device: usize,
+    profile: &DeviceProfile,
+    m: &Measured,
+    source: Source,
+    w: &Workload,
+) -> Prediction {
+    let p = model(device, profile, w);
+    let (compute, transfer) = (p.compute * m.factor, p.transfer * m.factor);
     Prediction {
         device,
         compute,
-        transfer: 0.0,
+        transfer,
         latency: m.per_call,
-        total: m.per_call + compute,
+        total: m.per_call + transfer + compute,
         source,
     }
 }
 
 impl<T: Scalar> Scheduler<T> {
     /// The model's decision for `workload`: each backend that runs the operation predicted
-    /// from what this scheduler learned of it (whole runs alone), else from `calibrated`
-    /// (one entry per backend, `None` where not calibrated), else from its
-    /// [`DeviceProfile`]; the least predicted time wins, sharing included for SpGEMM.
+    /// from its [`DeviceProfile`], corrected by what runs in this process taught of it
+    /// (`learned`), else by a calibration (`calibrated`; both one entry per backend, `None`
+    /// where there is none); the least predicted time wins, sharing included for SpGEMM.
     /// [`Chosen::Shared`] under [`share_always`](Self::share_always).
-    /// [`Error::InvalidArgument`] when `calibrated` does not have one entry per backend.
-    pub fn predict(&self, workload: &Workload, calibrated: &[Option<Measured>]) -> Result<Choice> {
-        if calibrated.len() != self.backends.len() {
+    /// [`Error::InvalidArgument`] when either slice does not have one entry per backend.
+    pub fn predict(
+        &self,
+        workload: &Workload,
+        calibrated: &[Option<Measured>],
+        learned: &[Option<Measured>],
+    ) -> Result<Choice> {
+        if calibrated.len() != self.backends.len() || learned.len() != self.backends.len() {
             return Err(Error::InvalidArgument(format!(
-                "{} calibrations given for {} backends",
+                "{} calibrations and {} learned measurements given for {} backends",
                 calibrated.len(),
+                learned.len(),
                 self.backends.len()
             )));
         }
         let part = self.taking_part(workload.op.operation())?;
-        let learned = self.learned_alone(workload.op);
         let failed: Vec<bool> = {
             let l = self.learned(workload.op.kind());
             l.alone.iter().map(|s| *s == Some(0.0)).collect()
@@ -388,20 +467,12 @@ impl<T: Scalar> Scheduler<T> {
                     };
                     return p;
                 }
-                match (learned[d], calibrated[d].filter(Measured::is_valid)) {
-                    (Some(l), c) => {
-                        // A speed learned alone, with the per-call cost learned on small
-                        // products, else the calibrated one, else the profile's.
-                        let per_call = self.learned(workload.op.kind()).per_call[d]
-                            .or(c.map(|c| c.per_call))
-                            .unwrap_or(profile.call_latency);
-                        let m = Measured {
-                            speed: l.speed,
-                            per_call,
-                        };
-                        measured(d, &m, Source::Learned, workload)
-                    }
-                    (None, Some(c)) => measured(d, &c, Source::Calibrated, workload),
+                match (
+                    learned[d].filter(Measured::is_valid),
+                    calibrated[d].filter(Measured::is_valid),
+                ) {
+                    (Some(l), _) => measured(d, &profile, &l, Source::Learned, workload),
+                    (None, Some(c)) => measured(d, &profile, &c, Source::Calibrated, workload),
                     (None, None) => model(d, &profile, workload),
                 }
             })
@@ -465,25 +536,6 @@ impl<T: Scalar> Scheduler<T> {
         if device < self.backends.len() {
             self.learned(op.kind()).record_failed(device);
         }
-    }
-
-    /// What this scheduler learned of each backend's whole runs of `op` alone: its speed
-    /// (work units per second) and, where small products taught it, its per-call cost
-    /// (else 0). `None` where nothing was learned or the backend failed.
-    pub fn learned_alone(&self, op: OpKind) -> Vec<Option<Measured>> {
-        let learned = self.learned(op.kind());
-        learned
-            .alone
-            .iter()
-            .zip(&learned.per_call)
-            .map(|(speed, per_call)| {
-                let m = Measured {
-                    speed: (*speed)?,
-                    per_call: per_call.unwrap_or(0.0),
-                };
-                m.is_valid().then_some(m)
-            })
-            .collect()
     }
 }
 
@@ -581,6 +633,65 @@ mod tests {
             Workload::spgemm(&tall, &a),
             Err(Error::ShapeMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn a_measurement_corrects_the_model_and_keeps_its_shape() {
+        let (_, gpu) = h200_machine();
+        let a: Csr<f64> = generate::uniform(50_000, 50_000, 12, 1);
+        let w = Workload::spmm(&a, 8);
+        let p = model(1, &gpu, &w);
+        let rest = p.compute + p.transfer;
+        // Calls took twice the model's copies and computing, beside their per-call cost.
+        let before = Measured {
+            factor: 1.0,
+            per_call: 2e-4,
+        };
+        let m = before.from_run(&p, 2e-4 + 2.0 * rest).unwrap();
+        assert!((m.factor - 2.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.per_call, 2e-4);
+        let again = measured(1, &gpu, &m, Source::Calibrated, &w);
+        assert!((again.total - (2e-4 + 2.0 * rest)).abs() < 1e-12);
+        assert_eq!(again.source, Source::Calibrated);
+        // On another matrix the correction scales that matrix's prediction: a banded A whose
+        // copies weigh differently against its computing is not predicted from a's speed.
+        let (band, _) = generate::product_operands::<f64>(generate::MatrixClass::Banded, 80_000, 1);
+        let wb = Workload::spmm(&band, 8);
+        let pb = model(1, &gpu, &wb);
+        let corrected = measured(1, &gpu, &m, Source::Learned, &wb);
+        let expected = 2e-4 + 2.0 * (pb.compute + pb.transfer);
+        assert!((corrected.total - expected).abs() <= 1e-12 * expected);
+        // A call its per-call cost dominates teaches that cost, not a factor.
+        let tiny: Csr<f64> = generate::uniform(20, 20, 2, 1);
+        let wt = Workload::spmv(&tiny);
+        let pt = model(1, &gpu, &wt);
+        let slow = Measured {
+            factor: 1.0,
+            per_call: 1.0,
+        }
+        .from_run(&pt, 0.5)
+        .unwrap();
+        assert_eq!(slow.factor, 1.0);
+        assert!((slow.per_call - (0.5 - pt.compute - pt.transfer)).abs() < 1e-12);
+        // Two measurements weigh equally: factors by their geometric mean.
+        let blended = Measured {
+            factor: 4.0,
+            per_call: 1e-3,
+        }
+        .blended(&Measured {
+            factor: 1.0,
+            per_call: 3e-3,
+        });
+        assert!((blended.factor - 2.0).abs() < 1e-12);
+        assert!((blended.per_call - 2e-3).abs() < 1e-15);
+        // Nothing to learn from a call the model predicts nothing for, or a time that is not.
+        let nothing = Prediction {
+            compute: 0.0,
+            transfer: 0.0,
+            ..pt.clone()
+        };
+        assert_eq!(before.from_run(&nothing, 1.0), None);
+        assert_eq!(before.from_run(&pt, f64::NAN), None);
     }
 
     #[test]

@@ -1,20 +1,22 @@
-//! The calibration file: per device and operation, the speeds and per-call costs measured on
-//! this machine ([`Context::calibrate`](crate::Context::calibrate)) or learned from real runs,
-//! kept between processes like FFTW's wisdom.
+//! The calibration file: per device and operation, how far the cost model is off (the factor
+//! of measured over predicted time) and the per-call cost, measured on this machine
+//! ([`Context::calibrate`](crate::Context::calibrate)) or learned from real runs, kept between
+//! processes like FFTW's wisdom.
 //!
 //! The file is `calibration.txt` in the cache directory ([`CalibrationCache`]), a line format:
 //!
 //! ```text
-//! hetsparse-calibration 1
+//! hetsparse-calibration 2
 //! library 0.1.0
-//! entry<TAB>cpu|AMD EPYC 9654|-|16<TAB>spgemm<TAB>8.1e8<TAB>2.1e-5<TAB>calibrated
-//! entry<TAB>cuda|NVIDIA H200|12.4|132<TAB>spmv<TAB>2.5e9<TAB>3.0e-4<TAB>learned
+//! entry<TAB>cpu|AMD EPYC 9654|-|16<TAB>spgemm<TAB>1.3e0<TAB>2.1e-5<TAB>calibrated
+//! entry<TAB>cuda|NVIDIA H200|13.0|132<TAB>spmv<TAB>8.5e-1<TAB>3.0e-4<TAB>learned
 //! end 2
 //! ```
 //!
 //! An entry names the device by its key (backend, name, driver version, compute units), the
-//! operation, its speed (work units per second of whole calls from host memory) and its
-//! per-call cost (seconds). A file from another library version or format, or one that does
+//! operation, the factor by which whole calls from host memory took longer than the model
+//! predicted for their copies and computing, and the per-call cost (seconds). Version 1
+//! files (speeds in work units per second) are ignored as another format. A file from another library version or format, or one that does
 //! not parse, or whose `end` line is missing or counts otherwise (a truncated file), is
 //! ignored whole with a warning. Writers write a temporary file in the same directory and
 //! rename it over the old one, so a reader sees a whole file whoever wrote last.
@@ -30,8 +32,8 @@ use hetsparse_sched::{Measured, OpKind};
 /// The library version a calibration belongs to: one measured by another is stale.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The file's first line: its format, version 1.
-const HEADER: &str = "hetsparse-calibration 1";
+/// The file's first line: its format, version 2.
+const HEADER: &str = "hetsparse-calibration 2";
 
 /// The file's name in the cache directory.
 pub const FILE_NAME: &str = "calibration.txt";
@@ -135,7 +137,7 @@ impl Calibration {
             let _ = writeln!(
                 text,
                 "entry\t{key}\t{op}\t{:e}\t{:e}\t{}",
-                e.measured.speed,
+                e.measured.factor,
                 e.measured.per_call,
                 e.origin.name()
             );
@@ -178,15 +180,15 @@ impl Calibration {
                 return Ok(Calibration { entries });
             }
             let fields: Vec<&str> = line.split('\t').collect();
-            let [tag, key, op, speed, per_call, origin] = fields[..] else {
+            let [tag, key, op, factor, per_call, origin] = fields[..] else {
                 return Err(format!("line {at}: not an entry"));
             };
             let op: OpKind = op
                 .parse()
                 .map_err(|_| format!("line {at}: no operation `{op}`"))?;
             let number = |s: &str| s.trim().parse::<f64>().ok();
-            let measured = match (number(speed), number(per_call)) {
-                (Some(speed), Some(per_call)) => Measured { speed, per_call },
+            let measured = match (number(factor), number(per_call)) {
+                (Some(factor), Some(per_call)) => Measured { factor, per_call },
                 _ => return Err(format!("line {at}: not numbers")),
             };
             let origin = match origin {
@@ -264,7 +266,7 @@ mod tests {
             ("cpu|Some CPU|-|16".into(), OpKind::Spgemm),
             Entry {
                 measured: Measured {
-                    speed: 8.125e8,
+                    factor: 1.3125,
                     per_call: 2.5e-5,
                 },
                 origin: Origin::Calibrated,
@@ -274,7 +276,7 @@ mod tests {
             ("cuda|NVIDIA H200|12.4|132".into(), OpKind::Spmv),
             Entry {
                 measured: Measured {
-                    speed: 1.0 / 3.0 * 1e9,
+                    factor: 1.0 / 3.0,
                     per_call: 3e-4,
                 },
                 origin: Origin::Learned,
@@ -305,9 +307,9 @@ mod tests {
         let other = text.replace(&format!("library {LIBRARY_VERSION}"), "library 0.0.0-other");
         assert!(Calibration::parse(&other).unwrap_err().contains("stale"));
         for bad in [
-            text.replace("8.125e8", "fast"),
-            text.replace("8.125e8", "-1"),
-            text.replace("8.125e8", "NaN"),
+            text.replace("1.3125e0", "fast"),
+            text.replace("1.3125e0", "-1"),
+            text.replace("1.3125e0", "NaN"),
             text.replace("spgemm", "gemm"),
             text.replace("calibrated", "guessed"),
             text.replace("end 2", "end 3"),

@@ -1,5 +1,6 @@
 //! [`Context`]: every device the enabled features reach, used as one.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,6 +127,12 @@ pub struct Context<T: ContextScalar> {
     last_choice: Mutex<Option<Choice>>,
     /// Runs were learned from since the file was last written.
     learned_unsaved: AtomicBool,
+    /// The (backend, operation) pairs that have run alone in this context: a device's first
+    /// call in a process pays its warm-up (kernels loaded, pinned buffers and memory pools
+    /// grown), so only later calls teach its speed.
+    warmed: Mutex<Vec<(usize, OpKind)>>,
+    /// What this context's runs taught of each (backend, operation): the model's correction.
+    learned: Mutex<BTreeMap<(usize, OpKind), Measured>>,
 }
 
 impl<T: ContextScalar> fmt::Debug for Context<T> {
@@ -218,7 +225,12 @@ impl<T: ContextScalar> Context<T> {
             let mut ordinal = 0u32;
             loop {
                 match hetsparse_cuda::CudaBackend::with_device(ordinal) {
-                    Ok(gpu) => candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu))),
+                    Ok(gpu) => {
+                        // The staging buffers of host copies, locked while the caller gets
+                        // its operands ready: a first call from host memory as quick as later.
+                        gpu.prepare_staging();
+                        candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu)))
+                    }
                     Err(e) => {
                         if ordinal == 0 {
                             unavailable.push(Unavailable {
@@ -403,6 +415,8 @@ impl<T: ContextScalar> Context<T> {
             calibration: Mutex::new(Calibration::default()),
             last_choice: Mutex::new(None),
             learned_unsaved: AtomicBool::new(false),
+            warmed: Mutex::new(Vec::new()),
+            learned: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -559,7 +573,13 @@ impl<T: ContextScalar> Context<T> {
             return call(scheduler.as_ref());
         };
         let calibrated = self.calibrated(op);
-        let choice = scheduler.predict(&workload, &calibrated)?;
+        let learned: Vec<Option<Measured>> = {
+            let learned = lock(&self.learned);
+            (0..calibrated.len())
+                .map(|d| learned.get(&(d, op)).copied())
+                .collect()
+        };
+        let choice = scheduler.predict(&workload, &calibrated, &learned)?;
         let chosen = choice.chosen;
         if tracing::enabled!(tracing::Level::INFO) {
             tracing::info!(op = %op, work = workload.work, "cost model: {}", self.describe(&choice));
@@ -572,8 +592,30 @@ impl<T: ContextScalar> Context<T> {
         let started = Instant::now();
         match call(backend.as_ref()) {
             Ok(r) => {
-                scheduler.record_alone_run(op, d, workload.work, started.elapsed());
-                self.learned_unsaved.store(true, Ordering::Release);
+                let wall = started.elapsed();
+                let warm = {
+                    let mut warmed = lock(&self.warmed);
+                    let warm = warmed.contains(&(d, op));
+                    if !warm {
+                        warmed.push((d, op));
+                    }
+                    warm
+                };
+                if warm {
+                    scheduler.record_alone_run(op, d, workload.work, wall);
+                    let profile = backend.profile();
+                    let predicted = workload.modelled_on(d, &profile);
+                    let before = learned[d].or(calibrated[d]).unwrap_or(Measured {
+                        factor: 1.0,
+                        per_call: profile.call_latency,
+                    });
+                    if let Some(taught) = before.from_run(&predicted, wall.as_secs_f64()) {
+                        let mut learned = lock(&self.learned);
+                        let entry = learned.entry((d, op)).or_insert(taught);
+                        *entry = entry.blended(&taught);
+                        self.learned_unsaved.store(true, Ordering::Release);
+                    }
+                }
                 Ok(r)
             }
             Err(e)
@@ -689,7 +731,7 @@ fn lock<V>(m: &Mutex<V>) -> MutexGuard<'_, V> {
 /// How long [`Context::calibrate_with`] measures: the size of its products.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CalibrationOptions {
-    /// Rows (and columns) of the larger matrix timed for speeds: uniformly random with 16
+    /// Rows (and columns) of the larger matrix timed against the model: uniformly random with 16
     /// entries per row, so SpGEMM does 256 products per row (default 100 000: 25.6 million
     /// products, a fraction of a second on a few cores).
     pub rows: usize,
@@ -718,7 +760,8 @@ pub struct Calibrated {
     pub key: String,
     /// The operation.
     pub op: OpKind,
-    /// The speed (work units per second) and per-call cost (seconds) measured or learned.
+    /// The model's correction (measured over predicted time of copies and computing) and the
+    /// per-call cost (seconds), measured or learned.
     pub measured: Measured,
     /// Whether a calibration measured it or real runs taught it.
     pub origin: Origin,
@@ -732,8 +775,8 @@ impl<T: ContextScalar> Context<T> {
 
     /// Times SpGEMM, SpMM (8 columns) and SpMV from host memory on each device the context
     /// computes on, alone and in turn: a small product for what a call costs (the quickest
-    /// of `rounds`), a larger one for the speed (its work over its quickest time less that
-    /// cost). The results are used by the cost model from now on, take the place of the file's
+    /// of `rounds`), a larger one for how far the model is off on that device (its quickest
+    /// time less that cost, over the model's time for its copies and computing). The results are used by the cost model from now on, take the place of the file's
     /// entries for these devices, and are written to the calibration file where one is kept
     /// (a failure to write is a `tracing` warning). A device that fails an operation is left
     /// out of it (with a warning). [`Error::InvalidArgument`] for sizes of zero.
@@ -746,6 +789,16 @@ impl<T: ContextScalar> Context<T> {
         let _span = tracing::info_span!("calibrate", rows = options.rows).entered();
         let rounds = options.rounds.max(1);
         let large: Csr<T> = hetsparse_core::generate::uniform(options.rows, options.rows, 16, 11);
+        // SpMV and SpMM are timed on a banded matrix: how much of x (of B) a CPU's caches hold
+        // depends on the locality of A's columns, which the model does not weigh, and most
+        // matrices these products run on (meshes, stencils, AMG levels) keep theirs local,
+        // where a uniformly random one would teach every SpMV a random gather's cost.
+        let large_local: Csr<T> = hetsparse_core::generate::product_operands(
+            hetsparse_core::generate::MatrixClass::Banded,
+            options.rows,
+            11,
+        )
+        .0;
         let small: Csr<T> =
             hetsparse_core::generate::uniform(options.small_rows, options.small_rows, 4, 12);
         let columns = 8;
@@ -757,9 +810,9 @@ impl<T: ContextScalar> Context<T> {
                 vec![T::from_f64(1.0); m.ncols() * columns],
             )
         };
-        let (large_dense, small_dense) = (dense_of(&large)?, dense_of(&small)?);
+        let (large_dense, small_dense) = (dense_of(&large_local)?, dense_of(&small)?);
         let (large_x, small_x) = (
-            vec![T::from_f64(1.0); large.ncols()],
+            vec![T::from_f64(1.0); large_local.ncols()],
             vec![T::from_f64(1.0); small.ncols()],
         );
         let ids = self.used_ids();
@@ -785,15 +838,20 @@ impl<T: ContextScalar> Context<T> {
                     }
                     Ok(best)
                 };
-                let work = |m: &Csr<T>| -> Result<u64> {
+                let workload = |m: &Csr<T>| -> Result<Workload> {
                     Ok(match op {
-                        OpKind::Spgemm => hetsparse_core::analysis::total_products(m, m)?,
-                        OpKind::Spmm => m.nnz() * columns as u64,
-                        OpKind::Spmv => m.nnz(),
+                        OpKind::Spgemm => Workload::spgemm(m, m)?,
+                        OpKind::Spmm => Workload::spmm(m, columns),
+                        OpKind::Spmv => Workload::spmv(m),
                     })
                 };
+                let timed_large = if op == OpKind::Spgemm {
+                    &large
+                } else {
+                    &large_local
+                };
                 let timed = quickest(&small, &small_dense, &small_x).and_then(|per_call| {
-                    let wall = quickest(&large, &large_dense, &large_x)?;
+                    let wall = quickest(timed_large, &large_dense, &large_x)?;
                     Ok((per_call, wall))
                 });
                 let (per_call, wall) = match timed {
@@ -804,15 +862,20 @@ impl<T: ContextScalar> Context<T> {
                         continue;
                     }
                 };
-                // The large product's time less a call's own cost, at least a tenth of it.
-                let compute = (wall - per_call).max(wall * 0.1).max(1e-9);
-                let measured = Measured {
-                    speed: work(&large)? as f64 / compute,
+                // The large product's time less a call's own cost (at least a tenth of it)
+                // over what the model predicts for its copies and computing.
+                let predicted = workload(timed_large)?.modelled_on(d, &backend.profile());
+                let Some(measured) = (Measured {
+                    factor: 1.0,
                     per_call,
-                };
-                if !measured.is_valid() {
+                })
+                .from_run(&predicted, wall)
+                .map(|m| Measured {
+                    factor: m.factor,
+                    per_call,
+                }) else {
                     continue;
-                }
+                };
                 results.push(Calibrated {
                     device: ids
                         .get(d)
@@ -869,11 +932,12 @@ impl<T: ContextScalar> Context<T> {
         out
     }
 
-    /// Writes what runs taught (each device's speed learned alone, blended half and half with
-    /// the entry it had) to the calibration file. `Ok(false)` when there is no file or
-    /// nothing new; the context also does this when dropped, warning on failure.
+    /// Writes what runs taught (each device's correction of the model learned from its calls
+    /// alone, blended half and half with the entry it had) to the calibration file.
+    /// `Ok(false)` when there is no file or nothing new; the context also does this when
+    /// dropped, warning on failure.
     pub fn save_calibration(&self) -> std::io::Result<bool> {
-        let (Some(path), Engine::Scheduled(scheduler)) = (&self.cache_file, &self.engine) else {
+        let (Some(path), Engine::Scheduled(_)) = (&self.cache_file, &self.engine) else {
             return Ok(false);
         };
         if !self.learned_unsaved.swap(false, Ordering::AcqRel) {
@@ -882,29 +946,20 @@ impl<T: ContextScalar> Context<T> {
         let mut fresh = Calibration::default();
         {
             let mut calibration = lock(&self.calibration);
-            for op in OpKind::ALL {
-                for (d, learned) in scheduler.learned_alone(op).into_iter().enumerate() {
-                    let (Some(learned), Some(key)) = (learned, self.keys.get(d)) else {
-                        continue;
-                    };
-                    let old = calibration.get(key, op).map(|e| e.measured);
-                    let per_call = if learned.per_call > 0.0 {
-                        learned.per_call
-                    } else {
-                        old.map_or_else(
-                            || scheduler.backends()[d].profile().call_latency,
-                            |o| o.per_call,
-                        )
-                    };
-                    let speed = old.map_or(learned.speed, |o| 0.5 * (o.speed + learned.speed));
-                    let entry = Entry {
-                        measured: Measured { speed, per_call },
-                        origin: Origin::Learned,
-                    };
-                    if entry.measured.is_valid() {
-                        calibration.entries.insert((key.clone(), op), entry);
-                        fresh.entries.insert((key.clone(), op), entry);
-                    }
+            for (&(d, op), learned) in lock(&self.learned).iter() {
+                let Some(key) = self.keys.get(d) else {
+                    continue;
+                };
+                let measured = calibration
+                    .get(key, op)
+                    .map_or(*learned, |old| old.measured.blended(learned));
+                let entry = Entry {
+                    measured,
+                    origin: Origin::Learned,
+                };
+                if measured.is_valid() {
+                    calibration.entries.insert((key.clone(), op), entry);
+                    fresh.entries.insert((key.clone(), op), entry);
                 }
             }
         }
@@ -919,7 +974,7 @@ impl<T: ContextScalar> Context<T> {
 impl<T: ContextScalar> Drop for Context<T> {
     fn drop(&mut self) {
         if let Err(e) = self.save_calibration() {
-            tracing::warn!(error = %e, "learned speeds not saved to the calibration file");
+            tracing::warn!(error = %e, "what runs taught was not saved to the calibration file");
         }
     }
 }

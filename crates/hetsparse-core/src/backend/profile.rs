@@ -46,11 +46,10 @@ pub const CPU_CALL_LATENCY: f64 = 20e-6;
 /// A GPU's memory bandwidth when the driver does not report it, bytes per second (an upper
 /// mid-range card; an H100/H200 has 3–4.8 TB/s).
 pub const GPU_MEMORY_BANDWIDTH: f64 = 1e12;
-/// Host to GPU copies from pageable host memory, bytes per second (PCIe 5 x16 with the
-/// driver's staging copy: 20–26 GB/s measured; PCIe 4 about half). With it the model puts
-/// a GPU's whole SpGEMM from host memory at 1.9–3.6 times 16 CPU threads for compression
-/// ratios 1–3 and its SpMV at a quarter of theirs, as measured on the H200 machine
-/// (1.65–3.4 and 0.11–1.12).
+/// Host to GPU copies from pageable host memory, bytes per second (PCIe 5 x16 through the
+/// driver's staging copy; PCIe 4 about half). With it the model has a GPU's whole SpGEMM from
+/// host memory well ahead of a many-core CPU's and its SpMV behind (copying A costs more than
+/// the host's threads take to read it once), as measured (docs/benchmarks.md).
 pub const GPU_LINK_BANDWIDTH: f64 = 25e9;
 /// Intermediate products a GPU multiprocessor accumulates per second (hash/ESC kernels at
 /// 2–10 billion per second on 100–132 SMs).
