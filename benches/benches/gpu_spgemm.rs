@@ -1,4 +1,4 @@
-//! SpGEMM at GPU sizes (10^8–10^9 intermediate products, [`gpu_cases`]): the CUDA backend on
+//! SpGEMM at GPU sizes (10^8–10^9 intermediate products, `gpu_cases`): the CUDA backend on
 //! resident operands and from host memory, against the CPU backend, every result checked
 //! against the CPU's. The operands are also written, in a raw binary form, for
 //! `benches/peers/cusparse_spgemm.py`, which times cuSPARSE (through CuPy) on the same
@@ -40,12 +40,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hetsparse_bench::cases::{gpu_cases, SEED};
+use hetsparse_bench::cases::{gpu_operand_names, gpu_operands};
 use hetsparse_bench::gpu_table::{combined_table, parse_cusparse_table, OursRow};
+use hetsparse_bench::raw::write_csr;
 use hetsparse_core::backend::ResidentDense;
 use hetsparse_core::{
-    analysis, generate, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm,
-    SpgemmOptions, SpmmOptions, SpmvOptions,
+    analysis, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm, SpgemmOptions,
+    SpmmOptions, SpmvOptions,
 };
 use hetsparse_cpu::CpuBackend;
 use hetsparse_cuda::{CudaBackend, SpmvKernel};
@@ -82,31 +83,6 @@ fn check(name: &str, got: &Csr<f64>, want: &Csr<f64>) {
         let tol = 1e-9 * x.abs().max(y.abs()).max(1.0);
         assert!((x - y).abs() <= tol, "{name}: value {i}: {x} against {y}");
     }
-}
-
-/// Writes `m` as `{stem}.indptr` (u64), `{stem}.indices` (u32) and `{stem}.data` (f64),
-/// little-endian, for the peer script.
-fn export(dir: &Path, stem: &str, m: &Csr<f64>) -> std::io::Result<()> {
-    fn write<V: Copy>(path: PathBuf, v: &[V], bytes: impl Fn(V) -> Vec<u8>) -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        for &x in v {
-            f.write_all(&bytes(x))?;
-        }
-        f.flush()
-    }
-    write(
-        dir.join(format!("{stem}.indptr")),
-        m.row_offsets(),
-        |x: u64| x.to_le_bytes().to_vec(),
-    )?;
-    write(
-        dir.join(format!("{stem}.indices")),
-        m.col_indices(),
-        |x: u32| x.to_le_bytes().to_vec(),
-    )?;
-    write(dir.join(format!("{stem}.data")), m.values(), |x: f64| {
-        x.to_le_bytes().to_vec()
-    })
 }
 
 fn ms(d: Duration) -> String {
@@ -374,7 +350,7 @@ fn main() {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let (a, b) = gpu_operands(name, divisor);
+        let (a, b) = gpu_operands(name, divisor).expect("a GPU class");
         if ops.iter().any(|o| o == "spmv" || o == "spmm") {
             sparse_dense_rows.push((name, a.clone()));
         }
@@ -385,9 +361,9 @@ fn main() {
         // A square product is `A · A` (one matrix, uploaded once), as a user writes it.
         let b_host = if square { &a } else { &b };
         let products = analysis::total_products(&a, &b).expect("products");
-        export(&dir, &format!("{name}.a"), &a).expect("writing A");
+        write_csr(&dir, &format!("{name}.a"), &a).expect("writing A");
         if !square {
-            export(&dir, &format!("{name}.b"), &b).expect("writing B");
+            write_csr(&dir, &format!("{name}.b"), &b).expect("writing B");
         }
         let expected = cpu
             .spgemm(&a, &b, SpgemmAlgorithm::Auto)
@@ -512,7 +488,7 @@ fn main() {
     for (name, a) in sparse_dense_rows {
         // Files for the peer script, unless the SpGEMM part wrote them already.
         if !ops.iter().any(|o| o == "spgemm") {
-            export(&dir, &format!("{name}.a"), &a).expect("writing A");
+            write_csr(&dir, &format!("{name}.a"), &a).expect("writing A");
         }
         writeln!(
             sparse_dense_manifest,
@@ -550,33 +526,6 @@ fn host_write_floor(bytes: usize, reps: usize) -> Duration {
         std::hint::black_box(&out);
     })
     .0
-}
-
-/// The scalar 27-point stencil: the classic FEM-like SpGEMM matrix (the `stencil3d` class
-/// has 3 unknowns a node, like elasticity), here at 10^6 rows.
-const SCALAR_STENCIL: &str = "stencil27";
-
-/// What the GPU tables run: every class at its [`gpu_cases`] size, then [`SCALAR_STENCIL`].
-fn gpu_operand_names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = gpu_cases().iter().map(|c| c.class.name()).collect();
-    names.push(SCALAR_STENCIL);
-    names
-}
-
-/// The operands `(A, B)` named `name` (one of [`gpu_operand_names`]), their rows divided by
-/// `divisor`.
-fn gpu_operands(name: &str, divisor: usize) -> (Csr<f64>, Csr<f64>) {
-    let divisor = divisor.max(1);
-    if name == SCALAR_STENCIL {
-        let side = ((1e6 / divisor as f64).cbrt().round() as usize).max(1);
-        let a = generate::stencil_3d(side, generate::Stencil::TwentySeven, 1, SEED);
-        return (a.clone(), a);
-    }
-    let case = gpu_cases()
-        .into_iter()
-        .find(|c| c.class.name() == name)
-        .expect("a class of gpu_cases");
-    generate::product_operands::<f64>(case.class, (case.size / divisor).max(1), SEED)
 }
 
 fn rayon_threads() -> usize {

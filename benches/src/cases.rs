@@ -288,6 +288,34 @@ pub fn gpu_cases() -> Vec<Case> {
         .collect()
 }
 
+/// The scalar 27-point stencil among the GPU operands: the classic FEM-like SpGEMM matrix
+/// (the `stencil3d` class has 3 unknowns a node, like elasticity), at 10^6 rows.
+pub const SCALAR_STENCIL: &str = "stencil27";
+
+/// What the GPU tables run: every class at its [`gpu_cases`] size, then [`SCALAR_STENCIL`].
+pub fn gpu_operand_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = gpu_cases().iter().map(|c| c.class.name()).collect();
+    names.push(SCALAR_STENCIL);
+    names
+}
+
+/// The operands `(A, B)` named `name` (one of [`gpu_operand_names`], else `None`), their rows
+/// divided by `divisor`.
+pub fn gpu_operands(name: &str, divisor: usize) -> Option<(Csr<f64>, Csr<f64>)> {
+    let divisor = divisor.max(1);
+    if name == SCALAR_STENCIL {
+        let side = ((1e6 / divisor as f64).cbrt().round() as usize).max(1);
+        let a = generate::stencil_3d(side, generate::Stencil::TwentySeven, 1, SEED);
+        return Some((a.clone(), a));
+    }
+    let case = gpu_cases().into_iter().find(|c| c.class.name() == name)?;
+    Some(generate::product_operands::<f64>(
+        case.class,
+        (case.size / divisor).max(1),
+        SEED,
+    ))
+}
+
 /// The operands of a generated [`Case`] or of a matrix file, and what their SpGEMM costs.
 #[derive(Clone, Debug)]
 pub struct Operands {

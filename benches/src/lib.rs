@@ -25,6 +25,7 @@ pub mod cases;
 pub mod export;
 pub mod gpu_table;
 pub mod operation;
+pub mod raw;
 pub mod report;
 pub mod results;
 pub mod svg;

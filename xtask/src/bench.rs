@@ -24,7 +24,10 @@ const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] 
                    CUDA on resident operands and from host memory (the gpu_spgemm bench,
                    needs a CUDA GPU), with --peers cuSPARSE on device data and in whole calls
                    (CuPy) on the same operands, in one table with the ratios; then SpMV and
-                   SpMM on resident operands; --quick divides every size by 16
+                   SpMM on resident operands; then the default device choice's
+                   first call in new processes (without and with a calibration
+                   file) against each device alone, with --peers on PyAMG's
+                   Galerkin products too; --quick divides every size by 16
   --matrices SET|DIR
                    real matrices instead of the generated classes: a set of
                    `cargo xtask download` (downloaded first if missing) or every .mtx file
@@ -400,9 +403,11 @@ fn manifest_classes(manifest: &Path) -> Result<Vec<String>, String> {
 }
 
 /// `--gpu`: the `gpu_spgemm` bench (and with `--peers` the cuSPARSE peer script it runs),
-/// its output printed and saved in `target/bench-results/gpu[-quick]/table.md`.
+/// then the `first_call` bench (the default device choice on a process's first call; with
+/// `--peers`, on PyAMG's Galerkin products too, made first by `benches/peers/amg_products.py`
+/// into `target/bench-matrices/amg[-quick]/`), their output printed and saved in
+/// `target/bench-results/gpu[-quick]/table.md`.
 fn gpu_bench(root: &Path, target: &Path, o: &Options) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let results = target
         .join("bench-results")
         .join(if o.quick { "gpu-quick" } else { "gpu" });
@@ -410,47 +415,80 @@ fn gpu_bench(root: &Path, target: &Path, o: &Options) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
     let mut features = vec!["cuda".to_string()];
     features.extend(o.features.iter().filter(|f| *f != "cuda").cloned());
-    let mut bench = Command::new(cargo);
-    bench
-        .current_dir(root)
-        .args([
-            "bench",
-            "-p",
-            "hetsparse-bench",
-            "--bench",
-            "gpu_spgemm",
-            "--features",
-            &features.join(","),
-        ])
-        .env("HETSPARSE_BENCH_DIR", target.join("gpu-spgemm"))
-        .stdout(std::process::Stdio::piped());
-    if o.quick {
-        bench.env("HETSPARSE_BENCH_SIZE_DIVISOR", "16");
-    }
-    if let Some(rounds) = o.rounds {
-        bench.env("HETSPARSE_BENCH_REPS", rounds.to_string());
-    }
-    if let Some(threads) = o.threads {
-        bench.env("RAYON_NUM_THREADS", threads.to_string());
-    }
-    if o.peers {
-        bench.env("HETSPARSE_BENCH_PEERS", peers_python(o));
-    }
-    eprintln!(
-        "== the gpu_spgemm bench{}",
-        if o.peers { " and cuSPARSE" } else { "" }
-    );
-    let output = bench
-        .spawn()
-        .and_then(|c| c.wait_with_output())
-        .map_err(|e| format!("cannot start cargo bench: {e}"))?;
-    let table = String::from_utf8_lossy(&output.stdout);
-    print!("{table}");
-    if !output.status.success() {
-        return Err(format!("cargo bench failed ({})", output.status));
-    }
-    if table.trim().is_empty() {
-        return Err("the gpu_spgemm bench found no CUDA GPU".into());
+    let real = if o.peers {
+        let dir = target
+            .join("bench-matrices")
+            .join(if o.quick { "amg-quick" } else { "amg" });
+        let python = peers_python(o);
+        eprintln!("== PyAMG's Galerkin products into {}", dir.display());
+        let mut make = Command::new(&python);
+        make.arg(root.join("benches/peers/amg_products.py"))
+            .arg(&dir);
+        if o.quick {
+            make.arg("--quick");
+        }
+        status(&mut make, "amg_products.py")?;
+        Some(dir)
+    } else {
+        None
+    };
+    let mut table = String::new();
+    for bench_name in ["gpu_spgemm", "first_call"] {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut bench = Command::new(cargo);
+        bench
+            .current_dir(root)
+            .args([
+                "bench",
+                "-p",
+                "hetsparse-bench",
+                "--bench",
+                bench_name,
+                "--features",
+                &features.join(","),
+            ])
+            .env("HETSPARSE_BENCH_DIR", target.join("gpu-spgemm"))
+            .stdout(std::process::Stdio::piped());
+        if o.quick {
+            bench.env("HETSPARSE_BENCH_SIZE_DIVISOR", "16");
+        }
+        if let Some(rounds) = o.rounds {
+            bench.env("HETSPARSE_BENCH_REPS", rounds.to_string());
+        }
+        if let Some(threads) = o.threads {
+            bench.env("RAYON_NUM_THREADS", threads.to_string());
+        }
+        if o.peers && bench_name == "gpu_spgemm" {
+            bench.env("HETSPARSE_BENCH_PEERS", peers_python(o));
+        }
+        if let Some(dir) = &real {
+            bench.env("HETSPARSE_BENCH_REAL", dir);
+        }
+        eprintln!(
+            "== the {bench_name} bench{}",
+            if o.peers && bench_name == "gpu_spgemm" {
+                " and cuSPARSE"
+            } else {
+                ""
+            }
+        );
+        let output = bench
+            .spawn()
+            .and_then(|c| c.wait_with_output())
+            .map_err(|e| format!("cannot start cargo bench: {e}"))?;
+        let part = String::from_utf8_lossy(&output.stdout);
+        print!("{part}");
+        if !output.status.success() {
+            return Err(format!(
+                "cargo bench --bench {bench_name} failed ({})",
+                output.status
+            ));
+        }
+        if part.trim().is_empty() {
+            return Err(format!("the {bench_name} bench found no CUDA GPU"));
+        }
+        table.push_str(&part);
+        table.push('\n');
     }
     let path = results.join("table.md");
     std::fs::write(&path, table.as_bytes())

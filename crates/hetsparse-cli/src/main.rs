@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! hetsparse devices
+//! hetsparse calibrate [--rows N] [--rounds N]
 //! hetsparse generate CLASS --size N -o A.mtx[.gz]
 //! hetsparse info A.mtx [B.mtx | --square | --aat]
-//! hetsparse multiply A.mtx [B.mtx | --square | --aat] -o C.mtx[.gz] [--device D] [--algorithm X] [--op spgemm|spmm|spmv]
+//! hetsparse multiply A.mtx [B.mtx | --square | --aat] -o C.mtx[.gz] [--device D] [--algorithm X] [--op spgemm|spmm|spmv] [--explain]
 //! ```
 
 mod devices;
@@ -43,6 +44,17 @@ enum Command {
     /// Lists every device found (CPU, CUDA GPUs, OpenCL devices), what each runs, and which
     /// `--device auto` uses.
     Devices,
+    /// Times short products on each device `--device auto` uses and keeps their speeds in the
+    /// calibration file ($HETSPARSE_CACHE_DIR, else $XDG_CACHE_HOME/hetsparse, else
+    /// ~/.cache/hetsparse), which later runs load to choose a device from the first call.
+    Calibrate {
+        /// Rows of the larger products timed (16 entries per row).
+        #[arg(long, default_value_t = 100_000)]
+        rows: usize,
+        /// Runs of each product; the quickest counts.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Shape, entries and row lengths of A; with B (or --square, --aat), what the product
     /// A·B costs and whether it fits each device.
     Info {
@@ -106,6 +118,10 @@ struct MultiplyArgs {
     /// No progress bars and no summary.
     #[arg(short, long)]
     quiet: bool,
+    /// Say which device computed and why: every device's predicted time (compute, transfer,
+    /// per-call latency) and where the numbers come from (model, calibration, learned).
+    #[arg(long)]
+    explain: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -157,6 +173,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Devices => devices(),
+        Command::Calibrate { rows, rounds } => calibrate(rows, rounds),
         Command::Generate {
             class,
             size,
@@ -236,6 +253,61 @@ fn devices() -> Result<(), CliError> {
             s.backends().len()
         ),
         None => println!("--device auto computes on one device."),
+    }
+    match ctx.calibration_file() {
+        None => println!(
+            "Calibration: no file (HETSPARSE_CACHE_DIR is off or no cache directory is known)."
+        ),
+        Some(path) => {
+            let entries = ctx.calibration();
+            if entries.is_empty() {
+                println!(
+                    "Calibration: none in `{}` (the cost model's defaults are used; run `hetsparse calibrate`).",
+                    path.display()
+                );
+            } else {
+                println!("Calibration (`{}`):", path.display());
+                print_calibration(&entries);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_calibration(entries: &[hetsparse::Calibrated]) {
+    for c in entries {
+        println!(
+            "  {:<12} {:<6} ×{:<8.3} the model's time  per call {:>9.3} ms  ({:?})",
+            c.device,
+            c.op.name(),
+            c.measured.factor,
+            c.measured.per_call * 1e3,
+            c.origin
+        );
+    }
+}
+
+fn calibrate(rows: usize, rounds: usize) -> Result<(), CliError> {
+    let ctx = Context::<f64>::auto().map_err(|e| CliError::Device {
+        device: "auto".into(),
+        reason: e.to_string(),
+    })?;
+    let started = Instant::now();
+    let options = hetsparse::CalibrationOptions {
+        rows,
+        rounds,
+        ..Default::default()
+    };
+    let measured = ctx.calibrate_with(&options)?;
+    println!(
+        "Calibrated {} devices in {:.1} s:",
+        ctx.devices().iter().filter(|d| d.skipped.is_none()).count(),
+        started.elapsed().as_secs_f64()
+    );
+    print_calibration(&measured);
+    match ctx.calibration_file() {
+        Some(path) => println!("Saved to `{}`.", path.display()),
+        None => println!("Not saved: HETSPARSE_CACHE_DIR is off or no cache directory is known."),
     }
     Ok(())
 }
@@ -514,26 +586,26 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
 
     let run = RunControl::new();
     let stage = Stage::new("multiply", Unit::Products, Some(flops / 2), progress);
-    let backend = ctx.backend();
+    let context = &ctx;
     let waiting = std::thread::current();
     let product = std::thread::scope(|scope| {
         let worker = scope.spawn(|| -> Result<Product, hetsparse::Error> {
             let result = (|| {
                 Ok(match &operand {
-                    Right::Sparse(b) => Product::Sparse(backend.spgemm_with(
+                    Right::Sparse(b) => Product::Sparse(context.spgemm_with(
                         (&a).into(),
                         (*b).into(),
                         &SpgemmOptions::new().with_algorithm(algorithm),
                         &run,
                     )?),
-                    Right::Dense(b) => Product::Dense(backend.spmm_with(
+                    Right::Dense(b) => Product::Dense(context.spmm_with(
                         (&a).into(),
                         b.into(),
                         &SpmmOptions::new(),
                         &run,
                     )?),
                     Right::Vector(x) => {
-                        let y = backend.spmv_with(
+                        let y = context.spmv_with(
                             (&a).into(),
                             x.as_slice().into(),
                             &SpmvOptions::new(),
@@ -594,13 +666,27 @@ fn multiply(args: &MultiplyArgs) -> Result<(), CliError> {
         format!("{what}, {} to `{}`", mib(written), args.output.display()),
     ));
 
+    let choice = ctx.last_choice();
     if !args.quiet {
-        let info = ctx.backend().info();
+        let chosen = choice.as_ref().and_then(|c| match c.chosen {
+            hetsparse::Chosen::Alone(d) => ctx.scheduler().map(|s| s.backends()[d].info()),
+            hetsparse::Chosen::Shared => None,
+        });
+        let info = chosen.unwrap_or_else(|| ctx.backend().info());
         println!("{op_name} on {} ({})", info.name, info.backend);
         for (label, time, detail) in &stages {
             println!("  {label:<9} {:>9.3} s  {detail}", time.as_secs_f64());
         }
         println!("  {:<9} {:>9.3} s", "total", total.elapsed().as_secs_f64());
+    }
+    if args.explain {
+        match &choice {
+            Some(c) => println!("device choice: {}", ctx.describe(c)),
+            None => println!(
+                "device choice: {} (one device, or every product shared: nothing to choose)",
+                args.device
+            ),
+        }
     }
     Ok(())
 }

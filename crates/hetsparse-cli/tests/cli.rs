@@ -8,9 +8,15 @@ use std::process::{Command, Output};
 use hetsparse::{generate, matrix_market, Backend, Csr, Layout, ReferenceBackend, SpgemmAlgorithm};
 
 fn hetsparse(args: &[&str], dir: &Path) -> Output {
+    // No calibration file: the tests neither read nor write the user's cache.
+    hetsparse_with_cache(args, dir, Path::new("off"))
+}
+
+fn hetsparse_with_cache(args: &[&str], dir: &Path, cache: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hetsparse"))
         .args(args)
         .current_dir(dir)
+        .env("HETSPARSE_CACHE_DIR", cache)
         .output()
         .expect("the hetsparse binary starts")
 }
@@ -430,6 +436,65 @@ fn arguments_that_do_not_go_together_exit_with_2() {
     assert!(stray_files(dir.path(), &["a.mtx"]).is_empty());
 }
 
+#[test]
+fn calibrate_keeps_speeds_that_devices_shows_and_explain_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
+    assert_success(&o);
+    assert!(stdout(&o).contains("Calibration: none"), "{}", stdout(&o));
+    let o = hetsparse_with_cache(
+        &["calibrate", "--rows", "3000", "--rounds", "1"],
+        dir.path(),
+        &cache,
+    );
+    assert_success(&o);
+    let out = stdout(&o);
+    for needle in ["spgemm", "spmm", "spmv", "Saved to"] {
+        assert!(out.contains(needle), "`{needle}` not in:\n{out}");
+    }
+    let file = cache.join("calibration.txt");
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("hetsparse-calibration 2\n"), "{text}");
+    let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
+    assert_success(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("Calibration (") && out.contains("spmv"),
+        "{out}"
+    );
+    // A damaged file is ignored with a warning on stderr, never an error.
+    fs::write(&file, &text[..text.len() / 2]).unwrap();
+    let o = hetsparse_with_cache(&["devices"], dir.path(), &cache);
+    assert_success(&o);
+    assert!(stdout(&o).contains("Calibration: none"), "{}", stdout(&o));
+    // --explain says who computed.
+    let a: Csr<f64> = generate::uniform(300, 300, 4, 2);
+    write_mtx(dir.path(), "A.mtx", &a);
+    let o = hetsparse_with_cache(
+        &[
+            "multiply",
+            "A.mtx",
+            "--square",
+            "-o",
+            "C.mtx",
+            "--explain",
+            "--quiet",
+        ],
+        dir.path(),
+        &cache,
+    );
+    assert_success(&o);
+    assert!(stdout(&o).contains("device choice:"), "{}", stdout(&o));
+    let o = hetsparse_with_cache(&["devices"], dir.path(), Path::new("off"));
+    assert_success(&o);
+    assert!(
+        stdout(&o).contains("Calibration: no file"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// Past a file-size limit the write fails with an error (the process is not killed by
 /// SIGXFSZ), and the temporary output is removed.
 #[cfg(unix)]
@@ -444,6 +509,7 @@ fn a_write_past_the_file_size_limit_fails_and_leaves_nothing() {
         .arg(env!("CARGO_BIN_EXE_hetsparse"))
         .args(["multiply", "a.mtx", "--square", "-o", "c.mtx", "--quiet"])
         .current_dir(dir.path())
+        .env("HETSPARSE_CACHE_DIR", "off")
         .output()
         .expect("bash starts");
     assert_failure(&o, 1, &["cannot write `c.mtx`"]);

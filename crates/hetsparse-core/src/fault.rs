@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use crate::backend::memory::csr_bytes;
 use crate::backend::{
     check, Backend, Capabilities, ChunkProduct, ChunkSink, CsrOperand, DenseOperand, Device,
-    DeviceInfo, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk, ResidentCsr,
-    ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions,
-    VectorOperand,
+    DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
+    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 use crate::error::{DeviceFault, Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};
@@ -78,6 +78,12 @@ pub enum Fault {
         /// The unit that hangs.
         unit: u64,
     },
+    /// Every unit waits `per_unit` before it runs, as a slow device would (or a fast one
+    /// behind a slow link): for testing choices made from measured speeds.
+    Delay {
+        /// The wait before each unit.
+        per_unit: Duration,
+    },
 }
 
 /// How an injected failure shows.
@@ -102,6 +108,8 @@ pub struct FaultyBackend<T> {
     failed: AtomicU64,
     /// The SpGEMM chunks it was asked for, in order.
     chunks: Mutex<Vec<ProductChunk>>,
+    /// What it reports as its device (`None`: the wrapped backend's).
+    posing_as: Option<(DeviceInfo, DeviceProfile)>,
 }
 
 impl<T: Scalar> FaultyBackend<T> {
@@ -113,7 +121,16 @@ impl<T: Scalar> FaultyBackend<T> {
             started: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             chunks: Mutex::new(Vec::new()),
+            posing_as: None,
         }
+    }
+
+    /// Reports `info` and `profile` as its device instead of the wrapped backend's (its
+    /// backend name stays `faulty`): for testing cost models with a device that claims to be a
+    /// GPU while it computes on the host.
+    pub fn posing_as(mut self, info: DeviceInfo, profile: DeviceProfile) -> Self {
+        self.posing_as = Some((info, profile));
+        self
     }
 
     /// The SpGEMM chunks it was asked to compute so far, in the order asked (each chunk once
@@ -160,6 +177,10 @@ impl<T: Scalar> FaultyBackend<T> {
             }
             Fault::HangOnUnit { unit } if k == unit => Err(hang(k, run)),
             Fault::HangOnUnit { .. } => Ok(()),
+            Fault::Delay { per_unit } => {
+                std::thread::sleep(per_unit);
+                Ok(())
+            }
         };
         if outcome.is_err() {
             self.failed.fetch_add(1, Ordering::AcqRel);
@@ -281,7 +302,10 @@ fn dia_need<T: Scalar>(a: &Dia<T>, b: &Dia<T>) -> u64 {
 
 impl<T: Scalar> Device for FaultyBackend<T> {
     fn info(&self) -> DeviceInfo {
-        let inner = self.inner.info();
+        let inner = match &self.posing_as {
+            Some((info, _)) => info.clone(),
+            None => self.inner.info(),
+        };
         DeviceInfo {
             backend: NAME.into(),
             name: format!("{NAME} {}", inner.name),
@@ -296,6 +320,15 @@ impl<T: Scalar> Device for FaultyBackend<T> {
     }
     fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
         self.inner.memory_pool()
+    }
+    fn profile(&self) -> DeviceProfile {
+        match &self.posing_as {
+            Some((_, profile)) => profile.clone(),
+            None => self.inner.profile(),
+        }
+    }
+    fn driver_version(&self) -> Option<String> {
+        self.inner.driver_version()
     }
 }
 

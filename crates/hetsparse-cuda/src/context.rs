@@ -35,6 +35,8 @@ pub struct Gpu {
     name: String,
     total_memory: u64,
     multiprocessors: u32,
+    memory_bandwidth: Option<f64>,
+    driver_version: Option<String>,
     max_shared_per_block: u32,
     max_shared_optin: u32,
     compute_capability: (i32, i32),
@@ -208,6 +210,22 @@ impl Gpu {
             ffi::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )?
         .max(max_shared_per_block as i32) as u32;
+        // Peak memory bandwidth from the memory's clock (kHz) and bus width (bits), double
+        // data rate; `None` where the driver reports neither (some report 0).
+        let memory_bandwidth = match (
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+            device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+        ) {
+            (Ok(khz), Ok(bits)) if khz > 0 && bits > 0 => {
+                Some(2.0 * f64::from(khz) * 1e3 * f64::from(bits) / 8.0)
+            }
+            _ => None,
+        };
+        let mut driver = 0;
+        // SAFETY: query into a local.
+        let driver_version = (unsafe { ffi::cuDriverGetVersion(&mut driver) } == ffi::CUDA_SUCCESS
+            && driver > 0)
+            .then(|| format!("{}.{}", driver / 1000, driver % 1000 / 10));
         let compute_capability = (
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -243,6 +261,8 @@ impl Gpu {
             name,
             total_memory: total as u64,
             multiprocessors,
+            memory_bandwidth,
+            driver_version,
             max_shared_per_block,
             max_shared_optin,
             compute_capability,
@@ -327,6 +347,9 @@ impl Gpu {
     /// lease is dropped. Work queued on it need not be over by then: the next user's work
     /// simply queues behind it.
     pub fn stream(&self) -> Result<StreamLease<'_>> {
+        // Every call on the device takes a stream: one has begun, so locking staging buffers
+        // ahead stops rather than hold the driver's lock against it.
+        self.pinned.stop_filling();
         let reused = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let stream = match reused {
             Some(s) => s,
@@ -353,6 +376,15 @@ impl Gpu {
     /// Streaming multiprocessors.
     pub fn multiprocessors(&self) -> u32 {
         self.multiprocessors
+    }
+    /// Peak memory bandwidth in bytes per second, from the memory's clock and bus width as
+    /// the driver reports them (`None` where it reports neither).
+    pub fn memory_bandwidth(&self) -> Option<f64> {
+        self.memory_bandwidth
+    }
+    /// The driver's CUDA version (`13.0`), where the driver says.
+    pub fn driver_version(&self) -> Option<&str> {
+        self.driver_version.as_deref()
     }
     /// Whether every kernel module was loaded from the binary compiled ahead of time for this
     /// GPU's architecture (sm_90), rather than from PTX compiled by the driver at load time.

@@ -22,6 +22,8 @@ pub const CUDA_SUCCESS: CUresult = 0;
 
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 8;
 pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+pub const CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: c_int = 36;
+pub const CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: c_int = 37;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
@@ -46,6 +48,7 @@ pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 extern "C" {
     pub fn cuInit(flags: c_uint) -> CUresult;
     pub fn cuDeviceGetCount(count: *mut c_int) -> CUresult;
+    pub fn cuDriverGetVersion(version: *mut c_int) -> CUresult;
     pub fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult;
     pub fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> CUresult;
     pub fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> CUresult;

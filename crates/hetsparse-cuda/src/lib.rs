@@ -117,10 +117,10 @@ use hetsparse_core::backend::check;
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense, DenseOperand,
-    Device, DeviceInfo, DeviceKind, Dia, Error, Layout, MemoryPool, MemoryRequirement, MemorySpace,
-    Operation, PatternId, PlaceDone, ProductChunk, ResidentCsr, ResidentDense, Result, RunControl,
-    ScalarType, SparseFormat, SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan,
-    SpmmOptions, SpmvOptions, VectorOperand,
+    Device, DeviceInfo, DeviceKind, DeviceProfile, Dia, Error, Layout, MemoryPool,
+    MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone, ProductChunk, ResidentCsr,
+    ResidentDense, Result, RunControl, ScalarType, SparseFormat, SparseOperand, SparseRef,
+    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 
 use resident::{DeviceCsr, DeviceDense, Kept};
@@ -154,6 +154,42 @@ impl CudaBackend {
             gpu: Arc::new(Gpu::new(ordinal)?),
             csr_spmv_kernel: SpmvKernel::Auto,
         })
+    }
+
+    /// Starts page-locking, on a thread of its own, the host staging buffers that copies
+    /// between host memory and the device go through (the pool's
+    /// [`PINNED_POOL_KEEP`](memory::PINNED_POOL_KEEP) buffers of
+    /// [`STAGE_BYTES`](memory::STAGE_BYTES)), and returns at once. Without it the first large
+    /// copies of a process lock them as they go, which costs a first call from host memory
+    /// several times what a later one costs; started when the backend is made (as
+    /// `hetsparse::Context` does), it overlaps with whatever the caller does before its first
+    /// call (reading the operands). The first copy stops it (page-locking holds a driver lock
+    /// the call would wait behind) and takes the buffers already locked. The buffers stay
+    /// locked while the backend lives (later calls need them anyway); dropping the backend
+    /// stops the thread.
+    pub fn prepare_staging(&self) {
+        // Making the backend may have taken a stream; only calls from now on stop the fill.
+        self.gpu.pinned_pool().allow_filling();
+        let gpu = Arc::downgrade(&self.gpu);
+        let spawned = std::thread::Builder::new()
+            .name("hetsparse-cuda-staging".into())
+            .spawn(move || {
+                let Some(bound) = gpu.upgrade() else { return };
+                if bound.bind().is_err() {
+                    return;
+                }
+                let started = std::time::Instant::now();
+                let pool = bound.pinned_pool();
+                let locked = pool.fill(|| gpu.strong_count() > 1);
+                tracing::debug!(
+                    locked,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "staging buffers page-locked ahead"
+                );
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "no thread to page-lock staging buffers ahead");
+        }
     }
 
     /// Limits the device memory this backend allocates to `bytes` (operands, work buffers and
@@ -224,6 +260,19 @@ impl Device for CudaBackend {
 
     fn memory_space(&self) -> MemorySpace {
         self.space()
+    }
+
+    fn profile(&self) -> DeviceProfile {
+        let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
+        if let Some(bandwidth) = self.gpu.memory_bandwidth() {
+            profile.memory_bandwidth = bandwidth;
+            profile.reported = true;
+        }
+        profile
+    }
+
+    fn driver_version(&self) -> Option<String> {
+        self.gpu.driver_version().map(str::to_string)
     }
 
     fn memory_pool(&self) -> Option<Arc<MemoryPool>> {

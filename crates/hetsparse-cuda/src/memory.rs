@@ -93,7 +93,9 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
         {
             return self.upload(stream, host);
         }
-        let piece = (STAGE_BYTES as usize / size).max(1);
+        // A copy smaller than a stage locks (when the pool has nothing to lend) only what it
+        // needs: locking costs time in proportion to the bytes.
+        let piece = (STAGE_BYTES as usize / size).max(1).min(host.len().max(1));
         let pieces = host.len().div_ceil(piece);
         let stages = STAGES.min(pieces);
         let mut stage = Vec::with_capacity(stages);
@@ -282,7 +284,8 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
                 o += 1;
             }
         };
-        let piece = (STAGE_BYTES as usize / size).max(1);
+        // As for uploads: a copy smaller than a stage locks only what it needs.
+        let piece = (STAGE_BYTES as usize / size).max(1).min(self.len.max(1));
         let pieces = self.len.div_ceil(piece);
         let stages = STAGES.min(pieces);
         let mut stage = Vec::with_capacity(stages);
@@ -801,17 +804,75 @@ pub fn pinned<T: DeviceCopy + Default>(len: usize, what: &str) -> Result<PinnedB
 #[derive(Default)]
 pub struct PinnedPool {
     free: Mutex<Vec<LockedBuffer<u8>>>,
+    /// A call has begun on the device: [`fill`](Self::fill) stops (page-locking holds a lock
+    /// of the driver's that the call's own allocations and launches would wait for).
+    taken: std::sync::atomic::AtomicBool,
 }
 
 /// Buffers the pool keeps when they come back: a SpGEMM call's output pipeline holds four
 /// (two batches, columns and values) while its staged uploads take [`STAGES`] more, so with
 /// fewer every call that uploads chunks beside its pipeline page-locks a new buffer (tens of
 /// milliseconds for 64 MiB) and unlocks one at its end.
-const PINNED_POOL_KEEP: usize = 4 + STAGES;
+pub const PINNED_POOL_KEEP: usize = 4 + STAGES;
 
 impl PinnedPool {
+    /// Page-locks buffers of [`STAGE_BYTES`] until the pool holds as many as it keeps
+    /// ([`PINNED_POOL_KEEP`]), one at a time, each put in the pool as soon as it is locked.
+    /// Stops once a call has begun ([`stop_filling`](Self::stop_filling): the process's first
+    /// call takes the buffers ready, locks only what it lacks, and does not wait behind the
+    /// rest), when
+    /// `still_wanted` says so (the device was dropped), or when locking fails (memory that
+    /// cannot be page-locked is not an error here: copies lock their own).
+    pub fn fill(&self, still_wanted: impl Fn() -> bool) -> usize {
+        use std::sync::atomic::Ordering;
+        let mut locked = 0;
+        while still_wanted() && !self.taken.load(Ordering::Acquire) {
+            {
+                let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+                if free.len() >= PINNED_POOL_KEEP {
+                    break;
+                }
+            }
+            // SAFETY: every bit pattern is a valid u8.
+            match unsafe { LockedBuffer::<u8>::uninitialized(STAGE_BYTES as usize) } {
+                Ok(buffer) => {
+                    self.give_back(buffer);
+                    locked += 1;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "page-locking a staging buffer ahead failed");
+                    break;
+                }
+            }
+        }
+        locked
+    }
+
+    /// Lets a [`fill`](Self::fill) run (again) until the next call begins.
+    pub fn allow_filling(&self) {
+        self.taken
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Says that a call has begun on the device: a [`fill`](Self::fill) under way stops after
+    /// the buffer it is locking.
+    pub fn stop_filling(&self) {
+        self.taken.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Puts `buffer` in the pool, which keeps its [`PINNED_POOL_KEEP`] largest.
+    fn give_back(&self, buffer: LockedBuffer<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        free.push(buffer);
+        if free.len() > PINNED_POOL_KEEP {
+            free.sort_by_key(|b| std::cmp::Reverse(b.len()));
+            free.truncate(PINNED_POOL_KEEP);
+        }
+    }
+
     /// A buffer of at least `bytes`, reused when the pool has one.
     pub fn take(&self, bytes: usize, what: &str) -> Result<PooledPinned<'_>> {
+        self.stop_filling();
         let bytes = bytes.max(1);
         let reused = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -868,13 +929,7 @@ impl PooledPinned<'_> {
 impl Drop for PooledPinned<'_> {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            let mut free = self.pool.free.lock().unwrap_or_else(|p| p.into_inner());
-            free.push(b);
-            if free.len() > PINNED_POOL_KEEP {
-                // Keep the largest ones.
-                free.sort_by_key(|b| std::cmp::Reverse(b.len()));
-                free.truncate(PINNED_POOL_KEEP);
-            }
+            self.pool.give_back(b);
         }
     }
 }

@@ -374,6 +374,13 @@ impl Device for OpenClBackend {
         &self.capabilities
     }
 
+    /// The device's OpenCL version string, which names the driver (PoCL's includes its
+    /// release, NVIDIA's the CUDA version).
+    fn driver_version(&self) -> Option<String> {
+        let version = self.state.description.version.trim();
+        (!version.is_empty()).then(|| version.to_string())
+    }
+
     /// `opencl` device *n*, where *n* numbers the OpenCL contexts of the process: backends
     /// made for one device share its context (and clones share it), so they share handles;
     /// [`OpenClBackend::with_own_context`] makes another space.

@@ -328,8 +328,7 @@ fn spmm_t<'py, T: PyScalar>(
             .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("cannot allocate a copy of X"))?;
         data.extend_from_slice(x_data);
         let x = Dense::try_new(nrows, ncols, layout, data).map_err(|e| to_py(e.into()))?;
-        ctx.backend()
-            .spmm_with(a.as_ref().into(), (&x).into(), &SpmmOptions::new(), &run)
+        ctx.spmm_with(a.as_ref().into(), (&x).into(), &SpmmOptions::new(), &run)
             .map_err(to_py)
     })?;
     a.released()?;
@@ -376,8 +375,7 @@ fn spmv_t<'py, T: PyScalar>(
     let y = detached(py, &run, a.nnz(), None, || {
         let ctx = context::<T>(choice)?;
         let a = a.matrix()?;
-        ctx.backend()
-            .spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
+        ctx.spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
             .map_err(to_py)
     })?;
     a.released()?;

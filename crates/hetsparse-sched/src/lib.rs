@@ -40,6 +40,7 @@
 
 mod band;
 mod chunking;
+mod cost;
 mod execute;
 mod guard;
 mod learn;
@@ -60,6 +61,9 @@ use hetsparse_core::{
 };
 
 pub use band::{BandCost, BandWork};
+pub use cost::{
+    Choice, Chosen, Measured, OpKind, Prediction, Source, Workload, DEFAULT_SHARING_OVERHEAD,
+};
 pub use policy::Policy;
 pub use report::{DeviceReport, RunReport};
 

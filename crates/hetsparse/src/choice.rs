@@ -109,7 +109,9 @@ fn cpu<T: ContextScalar>() -> Result<Arc<dyn Backend<T>>> {
 
 #[cfg(feature = "cuda")]
 fn cuda<T: ContextScalar>(ordinal: u32) -> Result<Arc<dyn Backend<T>>> {
-    Ok(Arc::new(hetsparse_cuda::CudaBackend::with_device(ordinal)?))
+    let gpu = hetsparse_cuda::CudaBackend::with_device(ordinal)?;
+    gpu.prepare_staging();
+    Ok(Arc::new(gpu))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -1,13 +1,20 @@
 //! [`Context`]: every device the enabled features reach, used as one.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use hetsparse_core::{
-    Backend, Csr, CsrOperand, Dense, DeviceInfo, Error, Operation, ResidentCsr, ResidentDense,
-    Result, RunControl, Scalar, ScalarType, SparseRef, SpgemmAlgorithm, SpgemmOptions,
+    Backend, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error, Operation, ResidentCsr,
+    ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand, SparseRef,
+    SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
-use hetsparse_sched::Scheduler;
+use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Scheduler, Workload};
+
+use crate::calibration::{device_key, Calibration, CalibrationCache, Entry, Origin};
 
 /// The scalar types a [`Context`] computes in: every [`Scalar`] (`f32`, `f64`, their complex
 /// types, `f16`, `bf16`); with the `cuda` feature, those the CUDA kernels are built for, which
@@ -109,6 +116,23 @@ pub struct Context<T: ContextScalar> {
     devices: Vec<FoundDevice>,
     unavailable: Vec<Unavailable>,
     engine: Engine<T>,
+    share_always: bool,
+    /// Each backend's key in the calibration file, in the engine's order.
+    keys: Vec<String>,
+    /// The calibration file, where one is kept.
+    cache_file: Option<PathBuf>,
+    /// What the file held, updated by calibrations and learned runs.
+    calibration: Mutex<Calibration>,
+    /// The cost model's last decision.
+    last_choice: Mutex<Option<Choice>>,
+    /// Runs were learned from since the file was last written.
+    learned_unsaved: AtomicBool,
+    /// The (backend, operation) pairs that have run alone in this context: a device's first
+    /// call in a process pays its warm-up (kernels loaded, pinned buffers and memory pools
+    /// grown), so only later calls teach its speed.
+    warmed: Mutex<Vec<(usize, OpKind)>>,
+    /// What this context's runs taught of each (backend, operation): the model's correction.
+    learned: Mutex<BTreeMap<(usize, OpKind), Measured>>,
 }
 
 impl<T: ContextScalar> fmt::Debug for Context<T> {
@@ -167,9 +191,22 @@ fn candidate<T: Scalar>(id: String, backend: Arc<dyn Backend<T>>) -> Candidate<T
 
 impl<T: ContextScalar> Context<T> {
     /// Finds every device the enabled features reach and makes a context over those it uses
-    /// (see the [type docs](Context) for which are left out). [`Error::NoDevice`] when none is
-    /// usable.
+    /// (see the [type docs](Context) for which are left out), with the calibration file of
+    /// [`CalibrationCache::FromEnvironment`] loaded. [`Error::NoDevice`] when none is usable.
+    ///
+    /// Each call goes where the cost model predicts it finishes first (see
+    /// [`Context::spgemm_with`]); the file's calibration, or what the context learns from its
+    /// own runs, takes precedence over the model's defaults.
     pub fn auto() -> Result<Self> {
+        Self::auto_with(CalibrationCache::FromEnvironment)
+    }
+
+    /// [`Context::auto`] with the calibration kept in `cache` (another directory, or none).
+    pub fn auto_with(cache: CalibrationCache) -> Result<Self> {
+        Ok(Self::find_devices()?.with_calibration_cache(cache))
+    }
+
+    fn find_devices() -> Result<Self> {
         let _span = tracing::info_span!("context_auto").entered();
         let mut candidates: Vec<Candidate<T>> = Vec::new();
         let mut unavailable = Vec::new();
@@ -188,7 +225,12 @@ impl<T: ContextScalar> Context<T> {
             let mut ordinal = 0u32;
             loop {
                 match hetsparse_cuda::CudaBackend::with_device(ordinal) {
-                    Ok(gpu) => candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu))),
+                    Ok(gpu) => {
+                        // The staging buffers of host copies, locked while the caller gets
+                        // its operands ready: a first call from host memory as quick as later.
+                        gpu.prepare_staging();
+                        candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu)))
+                    }
                     Err(e) => {
                         if ordinal == 0 {
                             unavailable.push(Unavailable {
@@ -265,8 +307,10 @@ impl<T: ContextScalar> Context<T> {
 
     /// A context over backends the caller chose (for example a single device), listed as
     /// `ids` in [`devices`](Self::devices): one backend runs directly, several through a
-    /// [`Scheduler`]. [`Error::NoDevice`] for an empty list, [`Error::InvalidArgument`] when
-    /// `ids` and `backends` differ in length.
+    /// [`Scheduler`]. No calibration file is used unless
+    /// [`with_calibration_cache`](Self::with_calibration_cache) names one.
+    /// [`Error::NoDevice`] for an empty list, [`Error::InvalidArgument`] when `ids` and
+    /// `backends` differ in length.
     pub fn from_backends(ids: &[&str], backends: Vec<Arc<dyn Backend<T>>>) -> Result<Self> {
         if ids.len() != backends.len() {
             return Err(Error::InvalidArgument(format!(
@@ -286,9 +330,35 @@ impl<T: ContextScalar> Context<T> {
     /// The same devices, with every product large enough to cut shared over all of them even
     /// where the speeds learned so far say the fastest alone would win (the scheduler's
     /// [`share_always`](Scheduler::share_always)); no change with one device.
-    pub fn share_always(self) -> Result<Self> {
+    pub fn share_always(mut self) -> Result<Self> {
         let backends = self.backends();
-        Self::build(self.devices, self.unavailable, backends, true)
+        let devices = std::mem::take(&mut self.devices);
+        let unavailable = std::mem::take(&mut self.unavailable);
+        let cache_file = self.cache_file.take();
+        let calibration = std::mem::take(&mut *lock(&self.calibration));
+        let mut shared = Self::build(devices, unavailable, backends, true)?;
+        shared.cache_file = cache_file;
+        shared.calibration = Mutex::new(calibration);
+        Ok(shared)
+    }
+
+    /// Keeps the calibration in `cache`: loads the file there (a missing, stale, corrupted or
+    /// truncated file is ignored, with a `tracing` warning) and writes to it what
+    /// [`calibrate`](Self::calibrate) measures and what runs teach. [`CalibrationCache::Off`]
+    /// keeps nothing.
+    pub fn with_calibration_cache(mut self, cache: CalibrationCache) -> Self {
+        self.cache_file = cache.file();
+        let loaded = match &self.cache_file {
+            Some(path) => Calibration::load(path),
+            None => Calibration::default(),
+        };
+        *lock(&self.calibration) = loaded;
+        self
+    }
+
+    /// The calibration file in use, if any.
+    pub fn calibration_file(&self) -> Option<&Path> {
+        self.cache_file.as_deref()
     }
 
     fn build(
@@ -327,10 +397,26 @@ impl<T: ContextScalar> Context<T> {
                 }))
             }
         };
+        let keys = match &engine {
+            Engine::Single(b) => vec![device_key(b.as_ref())],
+            Engine::Scheduled(s) => s
+                .backends()
+                .iter()
+                .map(|b| device_key(b.as_ref()))
+                .collect(),
+        };
         Ok(Context {
             devices,
             unavailable,
             engine,
+            share_always,
+            keys,
+            cache_file: None,
+            calibration: Mutex::new(Calibration::default()),
+            last_choice: Mutex::new(None),
+            learned_unsaved: AtomicBool::new(false),
+            warmed: Mutex::new(Vec::new()),
+            learned: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -372,11 +458,21 @@ impl<T: ContextScalar> Context<T> {
 
     /// `C = A · B`, host in, host out, with the backend's choice of algorithm.
     pub fn spgemm(&self, a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>> {
-        self.backend().spgemm(a, b, SpgemmAlgorithm::Auto)
+        self.spgemm_with(
+            a.into(),
+            b.into(),
+            &SpgemmOptions::new(),
+            &RunControl::unwatched(),
+        )
     }
 
     /// `C = A · B` on host or resident operands, with options and a [`RunControl`] to cancel
     /// the run or watch its progress.
+    ///
+    /// With several devices and host operands, the cost model decides who computes
+    /// ([`last_choice`](Self::last_choice) says what it predicted): one device alone when
+    /// its predicted time is the least, else the scheduler, which shares the product. A device
+    /// chosen that fails hands the call to the scheduler, which runs it elsewhere.
     pub fn spgemm_with(
         &self,
         a: CsrOperand<'_, T>,
@@ -384,17 +480,214 @@ impl<T: ContextScalar> Context<T> {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        self.backend().spgemm_with(a, b, options, run)
+        let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (a, b) else {
+            return self.backend().spgemm_with(a, b, options, run);
+        };
+        self.route(
+            OpKind::Spgemm,
+            || Workload::spgemm(ha, hb),
+            run,
+            |backend| backend.spgemm_with(a, b, options, run),
+        )
     }
 
     /// `C = A · B` for a sparse A of any format (`&csr` converts) and a dense B.
     pub fn spmm<'a>(&self, a: impl Into<SparseRef<'a, T>>, b: &Dense<T>) -> Result<Dense<T>> {
-        self.backend().spmm(a.into(), b)
+        self.spmm_with(
+            SparseOperand::Host(a.into()),
+            b.into(),
+            &SpmmOptions::new(),
+            &RunControl::unwatched(),
+        )
+    }
+
+    /// `C = A · B` for a sparse A and a dense B, host or resident, with options and a
+    /// [`RunControl`]; a host CSR A goes where the cost model says (as for
+    /// [`spgemm_with`](Self::spgemm_with)).
+    pub fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let (SparseOperand::Host(SparseRef::Csr(csr)), DenseOperand::Host(dense)) = (a, b) else {
+            return self.backend().spmm_with(a, b, options, run);
+        };
+        self.route(
+            OpKind::Spmm,
+            || Ok(Workload::spmm(csr, dense.ncols())),
+            run,
+            |backend| backend.spmm_with(a, b, options, run),
+        )
     }
 
     /// `y = A · x` for a sparse A of any format (`&csr` converts).
     pub fn spmv<'a>(&self, a: impl Into<SparseRef<'a, T>>, x: &[T]) -> Result<Vec<T>> {
-        self.backend().spmv(a.into(), x)
+        self.spmv_with(
+            SparseOperand::Host(a.into()),
+            x.into(),
+            &SpmvOptions::new(),
+            &RunControl::unwatched(),
+        )
+    }
+
+    /// `y = A · x`, host or resident, with options and a [`RunControl`]; a host CSR A goes
+    /// where the cost model says (from host memory a GPU's SpMV is bound by copying A, so
+    /// this is usually the CPU).
+    pub fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let (SparseOperand::Host(SparseRef::Csr(csr)), VectorOperand::Host(_)) = (a, x) else {
+            return self.backend().spmv_with(a, x, options, run);
+        };
+        self.route(
+            OpKind::Spmv,
+            || Ok(Workload::spmv(csr)),
+            run,
+            |backend| backend.spmv_with(a, x, options, run),
+        )
+    }
+
+    /// Runs a call of `op` where the cost model predicts it finishes first: `call` on the one
+    /// device chosen, timed and learned from, or on the scheduler.
+    fn route<R>(
+        &self,
+        op: OpKind,
+        workload: impl FnOnce() -> Result<Workload>,
+        run: &RunControl,
+        call: impl Fn(&dyn Backend<T>) -> Result<R>,
+    ) -> Result<R> {
+        let scheduler = match &self.engine {
+            Engine::Single(b) => return call(b.as_ref()),
+            Engine::Scheduled(s) if self.share_always => return call(s.as_ref()),
+            Engine::Scheduled(s) => s,
+        };
+        // Operands the model cannot weigh (shapes that do not chain) go to the scheduler,
+        // which says what is wrong.
+        let Ok(workload) = workload() else {
+            return call(scheduler.as_ref());
+        };
+        let calibrated = self.calibrated(op);
+        let learned: Vec<Option<Measured>> = {
+            let learned = lock(&self.learned);
+            (0..calibrated.len())
+                .map(|d| learned.get(&(d, op)).copied())
+                .collect()
+        };
+        let choice = scheduler.predict(&workload, &calibrated, &learned)?;
+        let chosen = choice.chosen;
+        if tracing::enabled!(tracing::Level::INFO) {
+            tracing::info!(op = %op, work = workload.work, "cost model: {}", self.describe(&choice));
+        }
+        *lock(&self.last_choice) = Some(choice);
+        let Chosen::Alone(d) = chosen else {
+            return call(scheduler.as_ref());
+        };
+        let backend = &scheduler.backends()[d];
+        let started = Instant::now();
+        match call(backend.as_ref()) {
+            Ok(r) => {
+                let wall = started.elapsed();
+                let warm = {
+                    let mut warmed = lock(&self.warmed);
+                    let warm = warmed.contains(&(d, op));
+                    if !warm {
+                        warmed.push((d, op));
+                    }
+                    warm
+                };
+                if warm {
+                    scheduler.record_alone_run(op, d, workload.work, wall);
+                    let profile = backend.profile();
+                    let predicted = workload.modelled_on(d, &profile);
+                    let before = learned[d].or(calibrated[d]).unwrap_or(Measured {
+                        factor: 1.0,
+                        per_call: profile.call_latency,
+                    });
+                    if let Some(taught) = before.from_run(&predicted, wall.as_secs_f64()) {
+                        let mut learned = lock(&self.learned);
+                        let entry = learned.entry((d, op)).or_insert(taught);
+                        *entry = entry.blended(&taught);
+                        self.learned_unsaved.store(true, Ordering::Release);
+                    }
+                }
+                Ok(r)
+            }
+            Err(e)
+                if e.is_caller_error() || matches!(e, Error::Cancelled) || run.is_cancelled() =>
+            {
+                Err(e)
+            }
+            Err(e) => {
+                tracing::warn!(device = %backend.info().name, error = %e, "the device the cost model chose failed; the scheduler takes the call");
+                scheduler.record_alone_failure(op, d);
+                call(scheduler.as_ref())
+            }
+        }
+    }
+
+    /// The calibration's entry for `op` of each backend, in the engine's order.
+    fn calibrated(&self, op: OpKind) -> Vec<Option<Measured>> {
+        let calibration = lock(&self.calibration);
+        self.keys
+            .iter()
+            .map(|key| calibration.get(key, op).map(|e| e.measured))
+            .collect()
+    }
+
+    /// The ids of the devices computing, in the engine's order.
+    fn used_ids(&self) -> Vec<&str> {
+        self.devices
+            .iter()
+            .filter(|d| d.skipped.is_none())
+            .map(|d| d.id.as_str())
+            .collect()
+    }
+
+    /// The cost model's last decision (`None` before the first call it decided, and on a
+    /// context of one device, or sharing always).
+    pub fn last_choice(&self) -> Option<Choice> {
+        lock(&self.last_choice).clone()
+    }
+
+    /// A decision in words: the device chosen and every device's predicted time.
+    pub fn describe(&self, choice: &Choice) -> String {
+        let ids = self.used_ids();
+        let name = |d: usize| {
+            ids.get(d)
+                .map_or_else(|| format!("#{d}"), |id| id.to_string())
+        };
+        let ms = |s: f64| format!("{:.3} ms", s * 1e3);
+        let chosen = match choice.chosen {
+            Chosen::Alone(d) => format!("{} alone", name(d)),
+            Chosen::Shared => "shared by the scheduler".to_string(),
+        };
+        let mut text = format!(
+            "{} of {} work units: {chosen} (predicted {});",
+            choice.workload.op,
+            choice.workload.work,
+            ms(choice.predicted())
+        );
+        for p in &choice.predictions {
+            text.push_str(&format!(
+                " {} {} [{}: compute {} + transfer {} + latency {}]",
+                name(p.device),
+                ms(p.total),
+                p.source,
+                ms(p.compute),
+                ms(p.transfer),
+                ms(p.latency)
+            ));
+        }
+        if let Some(shared) = choice.shared {
+            text.push_str(&format!(" shared {}", ms(shared)));
+        }
+        text
     }
 
     /// Copies `m` into the context's memory, for chains of operations that keep their
@@ -426,6 +719,263 @@ impl<T: ContextScalar> Context<T> {
     /// Copies a resident dense matrix to the host.
     pub fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         self.backend().download_dense(d)
+    }
+}
+
+/// A poisoned lock's data: a panic elsewhere leaves the calibration or the last choice
+/// usable (both are replaced whole).
+fn lock<V>(m: &Mutex<V>) -> MutexGuard<'_, V> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long [`Context::calibrate_with`] measures: the size of its products.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CalibrationOptions {
+    /// Rows (and columns) of the larger matrix timed against the model: uniformly random with 16
+    /// entries per row, so SpGEMM does 256 products per row (default 100 000: 25.6 million
+    /// products, a fraction of a second on a few cores).
+    pub rows: usize,
+    /// Rows of the small matrix timed for a call's own cost (default 1 000, 4 entries per row).
+    pub small_rows: usize,
+    /// Runs of each, the quickest kept (default 3; at least 1).
+    pub rounds: usize,
+}
+
+impl Default for CalibrationOptions {
+    fn default() -> Self {
+        CalibrationOptions {
+            rows: 100_000,
+            small_rows: 1_000,
+            rounds: 3,
+        }
+    }
+}
+
+/// What a calibration measured for one device and operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibrated {
+    /// The device's id, as [`Context::devices`] lists it.
+    pub device: String,
+    /// Its key in the calibration file (backend, name, driver version, compute units).
+    pub key: String,
+    /// The operation.
+    pub op: OpKind,
+    /// The model's correction (measured over predicted time of copies and computing) and the
+    /// per-call cost (seconds), measured or learned.
+    pub measured: Measured,
+    /// Whether a calibration measured it or real runs taught it.
+    pub origin: Origin,
+}
+
+impl<T: ContextScalar> Context<T> {
+    /// [`calibrate_with`](Self::calibrate_with) the default sizes (a few seconds).
+    pub fn calibrate(&self) -> Result<Vec<Calibrated>> {
+        self.calibrate_with(&CalibrationOptions::default())
+    }
+
+    /// Times SpGEMM, SpMM (8 columns) and SpMV from host memory on each device the context
+    /// computes on, alone and in turn: a small product for what a call costs (the quickest
+    /// of `rounds`), a larger one for how far the model is off on that device (its quickest
+    /// time less that cost, over the model's time for its copies and computing). The results are used by the cost model from now on, take the place of the file's
+    /// entries for these devices, and are written to the calibration file where one is kept
+    /// (a failure to write is a `tracing` warning). A device that fails an operation is left
+    /// out of it (with a warning). [`Error::InvalidArgument`] for sizes of zero.
+    pub fn calibrate_with(&self, options: &CalibrationOptions) -> Result<Vec<Calibrated>> {
+        if options.rows == 0 || options.small_rows == 0 {
+            return Err(Error::InvalidArgument(
+                "a calibration needs products of at least one row".into(),
+            ));
+        }
+        let _span = tracing::info_span!("calibrate", rows = options.rows).entered();
+        let rounds = options.rounds.max(1);
+        let large: Csr<T> = hetsparse_core::generate::uniform(options.rows, options.rows, 16, 11);
+        // SpMV and SpMM are timed on a banded matrix: how much of x (of B) a CPU's caches hold
+        // depends on the locality of A's columns, which the model does not weigh, and most
+        // matrices these products run on (meshes, stencils, AMG levels) keep theirs local,
+        // where a uniformly random one would teach every SpMV a random gather's cost.
+        let large_local: Csr<T> = hetsparse_core::generate::product_operands(
+            hetsparse_core::generate::MatrixClass::Banded,
+            options.rows,
+            11,
+        )
+        .0;
+        let small: Csr<T> =
+            hetsparse_core::generate::uniform(options.small_rows, options.small_rows, 4, 12);
+        let columns = 8;
+        let dense_of = |m: &Csr<T>| {
+            Dense::try_new(
+                m.ncols(),
+                columns,
+                hetsparse_core::Layout::RowMajor,
+                vec![T::from_f64(1.0); m.ncols() * columns],
+            )
+        };
+        let (large_dense, small_dense) = (dense_of(&large_local)?, dense_of(&small)?);
+        let (large_x, small_x) = (
+            vec![T::from_f64(1.0); large_local.ncols()],
+            vec![T::from_f64(1.0); small.ncols()],
+        );
+        let ids = self.used_ids();
+        let mut results = Vec::new();
+        for (d, backend) in self.backends().iter().enumerate() {
+            for op in OpKind::ALL {
+                if !backend.capabilities().supports(op.operation(), T::TYPE) {
+                    continue;
+                }
+                let run = |m: &Csr<T>, dense: &Dense<T>, x: &[T]| -> Result<()> {
+                    match op {
+                        OpKind::Spgemm => backend.spgemm(m, m, SpgemmAlgorithm::Auto).map(drop),
+                        OpKind::Spmm => backend.spmm(m.into(), dense).map(drop),
+                        OpKind::Spmv => backend.spmv(m.into(), x).map(drop),
+                    }
+                };
+                let quickest = |m: &Csr<T>, dense: &Dense<T>, x: &[T]| -> Result<f64> {
+                    let mut best = f64::INFINITY;
+                    for _ in 0..rounds {
+                        let started = Instant::now();
+                        run(m, dense, x)?;
+                        best = best.min(started.elapsed().as_secs_f64());
+                    }
+                    Ok(best)
+                };
+                let workload = |m: &Csr<T>| -> Result<Workload> {
+                    Ok(match op {
+                        OpKind::Spgemm => Workload::spgemm(m, m)?,
+                        OpKind::Spmm => Workload::spmm(m, columns),
+                        OpKind::Spmv => Workload::spmv(m),
+                    })
+                };
+                let timed_large = if op == OpKind::Spgemm {
+                    &large
+                } else {
+                    &large_local
+                };
+                let timed = quickest(&small, &small_dense, &small_x).and_then(|per_call| {
+                    let wall = quickest(timed_large, &large_dense, &large_x)?;
+                    Ok((per_call, wall))
+                });
+                let (per_call, wall) = match timed {
+                    Ok(t) => t,
+                    Err(e) if e.is_caller_error() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(device = ids.get(d).copied().unwrap_or("?"), %op, error = %e, "calibration failed; the device is left out of it");
+                        continue;
+                    }
+                };
+                // The large product's time less a call's own cost (at least a tenth of it)
+                // over what the model predicts for its copies and computing.
+                let predicted = workload(timed_large)?.modelled_on(d, &backend.profile());
+                let Some(measured) = (Measured {
+                    factor: 1.0,
+                    per_call,
+                })
+                .from_run(&predicted, wall)
+                .map(|m| Measured {
+                    factor: m.factor,
+                    per_call,
+                }) else {
+                    continue;
+                };
+                results.push(Calibrated {
+                    device: ids
+                        .get(d)
+                        .map_or_else(|| format!("#{d}"), |s| s.to_string()),
+                    key: self.keys[d].clone(),
+                    op,
+                    measured,
+                    origin: Origin::Calibrated,
+                });
+            }
+        }
+        let mut fresh = Calibration::default();
+        for c in &results {
+            fresh.entries.insert(
+                (c.key.clone(), c.op),
+                Entry {
+                    measured: c.measured,
+                    origin: Origin::Calibrated,
+                },
+            );
+        }
+        lock(&self.calibration)
+            .entries
+            .extend(fresh.entries.clone());
+        if let Some(path) = &self.cache_file {
+            if let Err(e) = fresh.save(path) {
+                tracing::warn!(path = %path.display(), error = %e, "calibration not saved");
+            }
+        }
+        Ok(results)
+    }
+
+    /// The calibration of each device the context computes on: what the file held, what
+    /// [`calibrate`](Self::calibrate) measured, what runs taught and was saved.
+    pub fn calibration(&self) -> Vec<Calibrated> {
+        let calibration = lock(&self.calibration);
+        let ids = self.used_ids();
+        let mut out = Vec::new();
+        for (d, key) in self.keys.iter().enumerate() {
+            for op in OpKind::ALL {
+                if let Some(e) = calibration.get(key, op) {
+                    out.push(Calibrated {
+                        device: ids
+                            .get(d)
+                            .map_or_else(|| format!("#{d}"), |s| s.to_string()),
+                        key: key.clone(),
+                        op,
+                        measured: e.measured,
+                        origin: e.origin,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes what runs taught (each device's correction of the model learned from its calls
+    /// alone, blended half and half with the entry it had) to the calibration file.
+    /// `Ok(false)` when there is no file or nothing new; the context also does this when
+    /// dropped, warning on failure.
+    pub fn save_calibration(&self) -> std::io::Result<bool> {
+        let (Some(path), Engine::Scheduled(_)) = (&self.cache_file, &self.engine) else {
+            return Ok(false);
+        };
+        if !self.learned_unsaved.swap(false, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let mut fresh = Calibration::default();
+        {
+            let mut calibration = lock(&self.calibration);
+            for (&(d, op), learned) in lock(&self.learned).iter() {
+                let Some(key) = self.keys.get(d) else {
+                    continue;
+                };
+                let measured = calibration
+                    .get(key, op)
+                    .map_or(*learned, |old| old.measured.blended(learned));
+                let entry = Entry {
+                    measured,
+                    origin: Origin::Learned,
+                };
+                if measured.is_valid() {
+                    calibration.entries.insert((key.clone(), op), entry);
+                    fresh.entries.insert((key.clone(), op), entry);
+                }
+            }
+        }
+        if fresh.entries.is_empty() {
+            return Ok(false);
+        }
+        fresh.save(path)?;
+        Ok(true)
+    }
+}
+
+impl<T: ContextScalar> Drop for Context<T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.save_calibration() {
+            tracing::warn!(error = %e, "what runs taught was not saved to the calibration file");
+        }
     }
 }
 

@@ -9,12 +9,17 @@
 //! moving the values rather than copying them.
 #![warn(missing_docs)]
 
+pub mod calibration;
 mod choice;
 mod context;
 
+pub use calibration::CalibrationCache;
 pub use choice::DeviceChoice;
-pub use context::{Context, ContextScalar, FoundDevice, Unavailable};
+pub use context::{
+    Calibrated, CalibrationOptions, Context, ContextScalar, FoundDevice, Unavailable,
+};
 pub use hetsparse_core::*;
+pub use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Prediction, Source, Workload};
 
 /// The CPU backend (feature `cpu`).
 #[cfg(feature = "cpu")]

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod options;
 pub mod place;
 pub mod plan;
+pub mod profile;
 pub mod resident;
 pub mod run;
 pub mod window;
@@ -44,6 +45,7 @@ pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::SpgemmPlan;
+pub use profile::DeviceProfile;
 pub use resident::{
     CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
     VectorOperand,
@@ -219,6 +221,18 @@ pub trait Device: Send + Sync {
     /// The pool its device memory is reserved from, for backends with one: its limit is the
     /// device memory the backend may use, and its peak what calls actually held.
     fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
+        None
+    }
+    /// How fast the device is, for cost models ([`DeviceProfile`]). The default is
+    /// [`DeviceProfile::defaults`] for its [`info`](Self::info) and
+    /// [`memory_space`](Self::memory_space); a backend overrides it with what its driver
+    /// reports.
+    fn profile(&self) -> DeviceProfile {
+        DeviceProfile::defaults(&self.info(), &self.memory_space())
+    }
+    /// The driver's version where the backend knows it (the OpenCL driver's version string):
+    /// a calibration measured under another driver is not reused.
+    fn driver_version(&self) -> Option<String> {
         None
     }
 }

@@ -1,0 +1,704 @@
+//! The cost model: each device's time for a whole call predicted before anything is learned,
+//! from what the product's analysis gives and what the device is ([`DeviceProfile`]); where
+//! the device was measured on this machine (a calibration) or in this process (runs learned
+//! from), the measurement corrects the model's numbers for that device and operation.
+//!
+//! For a device `d` and a call of `W` work units (intermediate products for SpGEMM, entries
+//! of A times the dense operand's columns for SpMM and SpMV), with `I` bytes in (A and B, or
+//! A and x) and `O` bytes out (C, estimated from a sample of rows, or y):
+//!
+//! ```text
+//! t_d        = latency_d + transfer_d + compute_d
+//! transfer_d = (I + O) / link_d                   (0 for a device in host memory)
+//! SpGEMM:  compute_d = max(W / (units_d · products_per_unit_d),
+//!                          (I + O + W · e) / bandwidth_d) · (1 + skew_penalty_d · ln(skew))
+//! SpMV:    compute_d = (I + O) / bandwidth_d + W / (units_d · multiply_adds_per_unit_d)
+//! SpMM:    compute_d = max((I + O) / bandwidth_d, W / (units_d · multiply_adds_per_unit_d))
+//! ```
+//!
+//! where `e` is the bytes of an entry of B read per product and `skew` the longest row's
+//! products over the mean. A device measured ([`Measured`]: its per-call cost `p` and the
+//! factor `f` by which the rest of a measured call took longer than the model said) is
+//! predicted `t_d = p + f · (transfer_d + compute_d)`: the model keeps what differs between
+//! products (how much is copied, how much is computed, how skewed), the measurement what the
+//! device's numbers get wrong. A single speed per device would not: from host memory a GPU's
+//! SpMM is bound by copying A on one matrix and by its kernels on another. Sharing a SpGEMM
+//! over every device is predicted
+//! `overhead / Σ_d 1/t_d`, with the overhead learned from shared runs, else
+//! [`DEFAULT_SHARING_OVERHEAD`]. The least predicted time wins.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use hetsparse_core::backend::memory::csr_bytes;
+use hetsparse_core::{
+    analysis, Csr, DeviceProfile, Error, Operation, Result, Scalar, SparseFormat, SpgemmAlgorithm,
+};
+
+use crate::learn::Kind;
+use crate::Scheduler;
+
+/// How much longer than its ideal (`W / Σ speeds`) a shared SpGEMM is assumed to take before
+/// any shared run was timed: a first shared run pays every device's warm-up, the cut into
+/// chunks and the assembly, and measured two to three and a half times the GPU alone, so
+/// sharing is chosen from the model only where the devices are close and the product large.
+pub const DEFAULT_SHARING_OVERHEAD: f64 = 2.0;
+
+/// Rows of A whose result rows are counted to estimate the entries of C.
+const SAMPLED_ROWS: usize = 256;
+
+/// The most products the sampled rows hold between them (after the first row): the estimate
+/// costs a small fraction of any product large enough for the choice to matter.
+pub const SAMPLED_PRODUCTS: u64 = 1 << 18;
+
+/// The operations the model and the calibration tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// Sparse × sparse.
+    Spgemm,
+    /// Sparse × dense.
+    Spmm,
+    /// Sparse × vector.
+    Spmv,
+}
+
+impl OpKind {
+    /// Every operation, in the order above.
+    pub const ALL: [OpKind; 3] = [OpKind::Spgemm, OpKind::Spmm, OpKind::Spmv];
+
+    /// `spgemm`, `spmm` or `spmv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Spgemm => "spgemm",
+            OpKind::Spmm => "spmm",
+            OpKind::Spmv => "spmv",
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            OpKind::Spgemm => Kind::Spgemm,
+            OpKind::Spmm => Kind::Spmm,
+            OpKind::Spmv => Kind::Spmv,
+        }
+    }
+
+    /// The operation on CSR operands, as capabilities list it.
+    pub fn operation(self) -> Operation {
+        match self {
+            OpKind::Spgemm => Operation::Spgemm(SpgemmAlgorithm::Auto),
+            OpKind::Spmm => Operation::Spmm(SparseFormat::Csr),
+            OpKind::Spmv => Operation::Spmv(SparseFormat::Csr),
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OpKind {
+    type Err = Error;
+    /// [`Error::InvalidArgument`] for anything but the three names.
+    fn from_str(s: &str) -> Result<Self> {
+        OpKind::ALL
+            .into_iter()
+            .find(|op| op.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| Error::InvalidArgument(format!("`{s}` is not spgemm, spmm or spmv")))
+    }
+}
+
+/// What a call costs, as the model needs it: its work, the bytes it moves, its skew.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    /// The operation.
+    pub op: OpKind,
+    /// Work units: intermediate products (SpGEMM), entries of A times the dense operand's
+    /// columns (SpMM, SpMV).
+    pub work: u64,
+    /// Bytes of the operands in host memory (A and B, or A and x).
+    pub bytes_in: u64,
+    /// Bytes of the result (C, estimated; or y).
+    pub bytes_out: u64,
+    /// Bytes read per work unit beyond the operands' streaming (an entry of B per product;
+    /// none for SpMV and SpMM).
+    pub bytes_per_unit: u64,
+    /// The longest row's products over the mean (1 for even rows; SpGEMM only, else 1).
+    pub skew: f64,
+    /// Entries of C estimated from a sample of rows (SpGEMM; 0 otherwise).
+    pub c_entries: u64,
+}
+
+impl Workload {
+    /// `A · B`: products counted (a pass over A), C's entries estimated from up to 256 rows
+    /// spread over A holding at most [`SAMPLED_PRODUCTS`] products between them (at least one
+    /// row: their distinct columns over their products, times all products), bounded by
+    /// `rows × cols`. [`Error::ShapeMismatch`] for operands that do not chain.
+    pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
+        let per_row = analysis::row_products(a, b)?;
+        let stats = analysis::row_length_stats(&per_row);
+        let products = stats.total;
+        let value = std::mem::size_of::<T>();
+        let mut sampled_products = 0u64;
+        let mut sampled_entries = 0u64;
+        let step = (a.nrows() / SAMPLED_ROWS).max(1);
+        // A bit per column of B: a row's distinct columns counted in one pass over its
+        // products, the bits cleared again by a second.
+        let mut seen = vec![0u64; b.ncols().div_ceil(64)];
+        for i in (0..a.nrows()).step_by(step) {
+            let row_products = per_row[i];
+            if row_products == 0
+                || (sampled_products > 0
+                    && sampled_products.saturating_add(row_products) > SAMPLED_PRODUCTS)
+            {
+                continue;
+            }
+            for &k in a.row(i).0 {
+                for &j in b.row(k as usize).0 {
+                    let (word, bit) = (j as usize / 64, 1u64 << (j % 64));
+                    sampled_entries += u64::from(seen[word] & bit == 0);
+                    seen[word] |= bit;
+                }
+            }
+            for &k in a.row(i).0 {
+                for &j in b.row(k as usize).0 {
+                    seen[j as usize / 64] = 0;
+                }
+            }
+            sampled_products += row_products;
+        }
+        let ratio = if sampled_products == 0 {
+            1.0
+        } else {
+            sampled_entries as f64 / sampled_products as f64
+        };
+        let dense = (a.nrows() as u64).saturating_mul(b.ncols() as u64);
+        let c_entries = ((products as f64 * ratio).ceil() as u64).min(dense);
+        Ok(Workload {
+            op: OpKind::Spgemm,
+            work: products,
+            bytes_in: csr_bytes(a.nrows(), a.nnz(), value).saturating_add(csr_bytes(
+                b.nrows(),
+                b.nnz(),
+                value,
+            )),
+            bytes_out: csr_bytes(a.nrows(), c_entries, value),
+            bytes_per_unit: 4 + value as u64,
+            skew: stats.max_over_mean().max(1.0),
+            c_entries,
+        })
+    }
+
+    /// The model's prediction for this call on a device of `profile` at position `device`,
+    /// uncorrected by any measurement.
+    pub fn modelled_on(&self, device: usize, profile: &DeviceProfile) -> Prediction {
+        model(device, profile, self)
+    }
+
+    /// `A · x`.
+    pub fn spmv<T: Scalar>(a: &Csr<T>) -> Self {
+        Self::dense_operand(OpKind::Spmv, a, 1)
+    }
+
+    /// `A · B` with a dense B of `columns` columns.
+    pub fn spmm<T: Scalar>(a: &Csr<T>, columns: usize) -> Self {
+        Self::dense_operand(OpKind::Spmm, a, columns)
+    }
+
+    fn dense_operand<T: Scalar>(op: OpKind, a: &Csr<T>, columns: usize) -> Self {
+        let value = std::mem::size_of::<T>() as u64;
+        let k = columns as u64;
+        Workload {
+            op,
+            work: a.nnz().saturating_mul(k),
+            bytes_in: csr_bytes(a.nrows(), a.nnz(), value as usize)
+                .saturating_add((a.ncols() as u64).saturating_mul(k).saturating_mul(value)),
+            bytes_out: (a.nrows() as u64).saturating_mul(k).saturating_mul(value),
+            // The values of x (rows of B) each entry of A reads are counted once, in
+            // `bytes_in`: how often they come from cache rather than memory depends on
+            // the locality of A's columns, which a calibration measures.
+            bytes_per_unit: 0,
+            skew: 1.0,
+            c_entries: 0,
+        }
+    }
+}
+
+/// How a device's whole calls of one operation from host memory measured against the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measured {
+    /// The measured time of a call's copies and computing over the model's (1: as predicted;
+    /// 2: twice as long).
+    pub factor: f64,
+    /// Seconds a call costs whatever its size.
+    pub per_call: f64,
+}
+
+impl Measured {
+    /// Whether both numbers are finite, the factor positive and the per-call cost not
+    /// negative.
+    pub fn is_valid(&self) -> bool {
+        self.factor.is_finite()
+            && self.factor > 0.0
+            && self.per_call.is_finite()
+            && self.per_call >= 0.0
+    }
+
+    /// What a call of `wall` seconds on `w` teaches, against `model` (the device's
+    /// [`model`] prediction for `w`): the part the per-call cost does not explain (at least a
+    /// tenth of `wall`) over the model's copies and computing. A call the per-call cost
+    /// dominates teaches that cost instead (`wall` less the corrected rest). `None` where the
+    /// model predicts nothing to copy or compute.
+    pub fn from_run(&self, model: &Prediction, wall: f64) -> Option<Measured> {
+        let rest = model.compute + model.transfer;
+        if !(rest > 0.0 && rest.is_finite() && wall.is_finite() && wall >= 0.0) {
+            return None;
+        }
+        let learned = if self.factor * rest >= self.per_call {
+            Measured {
+                factor: (wall - self.per_call).max(0.1 * wall) / rest,
+                per_call: self.per_call,
+            }
+        } else {
+            Measured {
+                factor: self.factor,
+                per_call: (wall - self.factor * rest).max(0.0),
+            }
+        };
+        learned.is_valid().then_some(learned)
+    }
+
+    /// This measurement and a later one, weighed equally: the factors' geometric mean (they
+    /// are ratios), the per-call costs' mean.
+    pub fn blended(&self, later: &Measured) -> Measured {
+        Measured {
+            factor: (self.factor * later.factor).sqrt(),
+            per_call: 0.5 * (self.per_call + later.per_call),
+        }
+    }
+}
+
+/// Where a device's prediction comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The model, from the device's profile.
+    Model,
+    /// A calibration (`Context::calibrate`, or a file it wrote).
+    Calibrated,
+    /// This scheduler's own runs.
+    Learned,
+    /// The device failed this operation in this scheduler: not chosen.
+    Failed,
+    /// The operands and the result do not fit half the device's memory: not chosen alone
+    /// (the scheduler cuts such a product into chunks).
+    DoesNotFit,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Model => "model",
+            Source::Calibrated => "calibrated",
+            Source::Learned => "learned",
+            Source::Failed => "failed before",
+            Source::DoesNotFit => "does not fit",
+        })
+    }
+}
+
+/// One device's predicted time for a whole call, in seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// The backend's position in the scheduler.
+    pub device: usize,
+    /// Computing (for a measured device, the whole call's work over its speed, transfers
+    /// included).
+    pub compute: f64,
+    /// Copying the operands there and the result back (0 in host memory; 0 for a measured
+    /// device, whose speed includes it).
+    pub transfer: f64,
+    /// What a call costs whatever its size.
+    pub latency: f64,
+    /// The sum: the time predicted.
+    pub total: f64,
+    /// Where the numbers come from.
+    pub source: Source,
+}
+
+/// Who a call goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    /// One backend, by position, computes the whole call.
+    Alone(usize),
+    /// The scheduler shares it (its policy and what it learned decide how).
+    Shared,
+}
+
+/// The model's decision for one call, with what it was decided on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    /// The workload predicted.
+    pub workload: Workload,
+    /// One per backend that runs the operation.
+    pub predictions: Vec<Prediction>,
+    /// Predicted seconds of sharing the call over them (SpGEMM of two or more devices only).
+    pub shared: Option<f64>,
+    /// The decision.
+    pub chosen: Chosen,
+}
+
+impl Choice {
+    /// The predicted seconds of the decision.
+    pub fn predicted(&self) -> f64 {
+        match self.chosen {
+            Chosen::Alone(d) => self
+                .predictions
+                .iter()
+                .find(|p| p.device == d)
+                .map_or(f64::INFINITY, |p| p.total),
+            Chosen::Shared => self.shared.unwrap_or(f64::INFINITY),
+        }
+    }
+}
+
+/// The model's prediction for a device of `profile` on `w`.
+pub fn model(device: usize, profile: &DeviceProfile, w: &Workload) -> Prediction {
+    let positive = |x: f64, fallback: f64| {
+        if x.is_finite() && x > 0.0 {
+            x
+        } else {
+            fallback
+        }
+    };
+    let units = f64::from(profile.compute_units.max(1));
+    let bandwidth = positive(profile.memory_bandwidth, 1e9);
+    let streamed = w.bytes_in.saturating_add(w.bytes_out) as f64;
+    let work = w.work as f64;
+    let compute = match w.op {
+        OpKind::Spgemm => {
+            let rate = units * positive(profile.products_per_unit, 1e6);
+            let traffic = streamed + work * w.bytes_per_unit as f64;
+            let skew = 1.0 + profile.skew_penalty.max(0.0) * w.skew.max(1.0).ln();
+            (work / rate).max(traffic / bandwidth) * skew
+        }
+        OpKind::Spmv => {
+            streamed / bandwidth + work / (units * positive(profile.multiply_adds_per_unit, 1e8))
+        }
+        OpKind::Spmm => (streamed / bandwidth)
+            .max(work / (units * positive(profile.multiply_adds_per_unit, 1e8))),
+    };
+    let transfer = profile
+        .link_bandwidth
+        .map_or(0.0, |link| streamed / positive(link, 1e9));
+    let latency = profile.call_latency.max(0.0);
+    Prediction {
+        device,
+        compute,
+        transfer,
+        latency,
+        total: latency + transfer + compute,
+        source: Source::Model,
+    }
+}
+
+/// The model's prediction for a device of `profile` on `w`, corrected by a measurement.
+pub fn measured(
+    device: usize,
+    profile: &DeviceProfile,
+    m: &Measured,
+    source: Source,
+    w: &Workload,
+) -> Prediction {
+    let p = model(device, profile, w);
+    let (compute, transfer) = (p.compute * m.factor, p.transfer * m.factor);
+    Prediction {
+        device,
+        compute,
+        transfer,
+        latency: m.per_call,
+        total: m.per_call + transfer + compute,
+        source,
+    }
+}
+
+impl<T: Scalar> Scheduler<T> {
+    /// The model's decision for `workload`: each backend that runs the operation predicted
+    /// from its [`DeviceProfile`], corrected by what runs in this process taught of it
+    /// (`learned`), else by a calibration (`calibrated`; both one entry per backend, `None`
+    /// where there is none); the least predicted time wins, sharing included for SpGEMM.
+    /// [`Chosen::Shared`] under [`share_always`](Self::share_always).
+    /// [`Error::InvalidArgument`] when either slice does not have one entry per backend.
+    pub fn predict(
+        &self,
+        workload: &Workload,
+        calibrated: &[Option<Measured>],
+        learned: &[Option<Measured>],
+    ) -> Result<Choice> {
+        if calibrated.len() != self.backends.len() || learned.len() != self.backends.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} calibrations and {} learned measurements given for {} backends",
+                calibrated.len(),
+                learned.len(),
+                self.backends.len()
+            )));
+        }
+        let part = self.taking_part(workload.op.operation())?;
+        let failed: Vec<bool> = {
+            let l = self.learned(workload.op.kind());
+            l.alone.iter().map(|s| *s == Some(0.0)).collect()
+        };
+        let predictions: Vec<Prediction> = (0..self.backends.len())
+            .filter(|&d| part[d])
+            .map(|d| {
+                let profile = self.backends[d].profile();
+                let needed = workload.bytes_in.saturating_add(workload.bytes_out);
+                let fits = profile.link_bandwidth.is_none()
+                    || needed <= crate::memory_budget(self.backends[d].as_ref()) / 2;
+                if failed[d] || !fits {
+                    let mut p = model(d, &profile, workload);
+                    p.total = f64::INFINITY;
+                    p.source = if failed[d] {
+                        Source::Failed
+                    } else {
+                        Source::DoesNotFit
+                    };
+                    return p;
+                }
+                match (
+                    learned[d].filter(Measured::is_valid),
+                    calibrated[d].filter(Measured::is_valid),
+                ) {
+                    (Some(l), _) => measured(d, &profile, &l, Source::Learned, workload),
+                    (None, Some(c)) => measured(d, &profile, &c, Source::Calibrated, workload),
+                    (None, None) => model(d, &profile, workload),
+                }
+            })
+            .collect();
+        let small = self.min_chunk_products.saturating_mul(2);
+        let shared =
+            (workload.op == OpKind::Spgemm && predictions.len() > 1 && workload.work >= small)
+                .then(|| {
+                    let overhead = self
+                        .learned(Kind::Spgemm)
+                        .overhead
+                        .unwrap_or(DEFAULT_SHARING_OVERHEAD);
+                    let rate: f64 = predictions
+                        .iter()
+                        .filter(|p| p.total.is_finite() && p.total > 0.0)
+                        .map(|p| 1.0 / p.total)
+                        .sum();
+                    if rate > 0.0 {
+                        overhead / rate
+                    } else {
+                        f64::INFINITY
+                    }
+                });
+        let best = predictions
+            .iter()
+            .min_by(|x, y| x.total.total_cmp(&y.total))
+            .map(|p| (p.device, p.total));
+        let chosen = match (best, shared) {
+            _ if self.share_always => Chosen::Shared,
+            (Some((_, alone)), Some(s)) if s < alone => Chosen::Shared,
+            (Some((d, alone)), _) if alone.is_finite() => Chosen::Alone(d),
+            (Some(_), _) => Chosen::Shared,
+            (None, _) => Chosen::Shared,
+        };
+        Ok(Choice {
+            workload: workload.clone(),
+            predictions,
+            shared,
+            chosen,
+        })
+    }
+
+    /// Learns from a whole call of `work` units that backend `device` ran alone outside the
+    /// scheduler (as a [`Choice`] sent it) in `wall`: its speed, or for a SpGEMM too small to
+    /// share, what a call costs it. Out-of-range devices are ignored.
+    pub fn record_alone_run(&self, op: OpKind, device: usize, work: u64, wall: Duration) {
+        if device >= self.backends.len() {
+            return;
+        }
+        let mut learned = self.learned(op.kind());
+        if op == OpKind::Spgemm && work < self.min_chunk_products.saturating_mul(2) {
+            learned.record_small(device, wall);
+        } else {
+            learned.record_alone(device, work, wall);
+        }
+    }
+
+    /// Learns that backend `device` failed a whole call of `op` outside the scheduler: it is
+    /// no longer chosen for it.
+    pub fn record_alone_failure(&self, op: OpKind, device: usize) {
+        if device < self.backends.len() {
+            self.learned(op.kind()).record_failed(device);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsparse_core::{generate, DeviceInfo, DeviceKind, MemorySpace};
+
+    fn profile(kind: DeviceKind, units: u32, space: MemorySpace) -> DeviceProfile {
+        let info = DeviceInfo {
+            backend: "x".into(),
+            name: "x".into(),
+            kind,
+            memory_bytes: 1 << 34,
+            compute_units: units,
+        };
+        DeviceProfile::defaults(&info, &space)
+    }
+
+    fn h200_machine() -> (DeviceProfile, DeviceProfile) {
+        let cpu = profile(DeviceKind::Cpu, 16, MemorySpace::Host);
+        let mut gpu = profile(
+            DeviceKind::Gpu,
+            132,
+            MemorySpace::Device {
+                backend: "cuda",
+                id: 0,
+            },
+        );
+        gpu.memory_bandwidth = 4.8e12;
+        (cpu, gpu)
+    }
+
+    #[test]
+    fn spgemm_from_host_goes_to_the_gpu_and_spmv_to_the_cpu() {
+        let (cpu, gpu) = h200_machine();
+        let mut large = 0;
+        for class in generate::MatrixClass::ALL {
+            let (a, b) = generate::product_operands::<f64>(class, 60_000, 3);
+            let w = Workload::spgemm(&a, &b).unwrap();
+            let (c, g) = (model(0, &cpu, &w), model(1, &gpu, &w));
+            // Products of millions and more, as in the H200 measurements (whole SpGEMM calls
+            // from host memory 1.65-3.4 times faster on the GPU there).
+            if w.work >= 5_000_000 {
+                large += 1;
+                let ratio = c.total / g.total;
+                assert!(
+                    (1.2..8.0).contains(&ratio),
+                    "{class}: SpGEMM of {} products predicted {:.2e} s on the GPU, {:.2e} s on the CPU",
+                    w.work,
+                    g.total,
+                    c.total
+                );
+            }
+            let w = Workload::spmv(&a);
+            let (c, g) = (model(0, &cpu, &w), model(1, &gpu, &w));
+            assert!(
+                c.total < g.total,
+                "{class}: SpMV predicted {:.2e} s on the CPU, {:.2e} s on the GPU",
+                c.total,
+                g.total
+            );
+            assert!(
+                g.transfer > g.compute,
+                "{class}: SpMV from host is transfer-bound"
+            );
+        }
+        assert!(large >= 5, "only {large} classes with large products");
+        // A small product goes to the CPU: the GPU's call and copies cost more than it.
+        let small: Csr<f64> = generate::uniform(2_000, 2_000, 4, 1);
+        let w = Workload::spgemm(&small, &small).unwrap();
+        assert!(model(0, &cpu, &w).total < model(1, &gpu, &w).total);
+    }
+
+    #[test]
+    fn c_is_estimated_between_its_entries_and_the_products() {
+        let a: Csr<f64> = generate::uniform(3000, 3000, 6, 1);
+        let w = Workload::spgemm(&a, &a).unwrap();
+        let exact = analysis::analyze(&a, &a).unwrap();
+        assert_eq!(w.work, exact.total_products);
+        let ratio = w.c_entries as f64 / exact.nnz as f64;
+        assert!(
+            (0.9..1.1).contains(&ratio),
+            "estimated {} for {}",
+            w.c_entries,
+            exact.nnz
+        );
+        assert!(w.skew >= 1.0);
+        let tall: Csr<f64> = generate::uniform(3000, 2, 2, 1);
+        let wide: Csr<f64> = generate::uniform(2, 3000, 2, 1);
+        let dense = Workload::spgemm(&tall, &wide).unwrap();
+        assert!(dense.c_entries <= 3000 * 3000);
+        assert!(Workload::spgemm(&a, &tall).is_ok());
+        assert!(matches!(
+            Workload::spgemm(&tall, &a),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_measurement_corrects_the_model_and_keeps_its_shape() {
+        let (_, gpu) = h200_machine();
+        let a: Csr<f64> = generate::uniform(50_000, 50_000, 12, 1);
+        let w = Workload::spmm(&a, 8);
+        let p = model(1, &gpu, &w);
+        let rest = p.compute + p.transfer;
+        // Calls took twice the model's copies and computing, beside their per-call cost.
+        let before = Measured {
+            factor: 1.0,
+            per_call: 2e-4,
+        };
+        let m = before.from_run(&p, 2e-4 + 2.0 * rest).unwrap();
+        assert!((m.factor - 2.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.per_call, 2e-4);
+        let again = measured(1, &gpu, &m, Source::Calibrated, &w);
+        assert!((again.total - (2e-4 + 2.0 * rest)).abs() < 1e-12);
+        assert_eq!(again.source, Source::Calibrated);
+        // On another matrix the correction scales that matrix's prediction: a banded A whose
+        // copies weigh differently against its computing is not predicted from a's speed.
+        let (band, _) = generate::product_operands::<f64>(generate::MatrixClass::Banded, 80_000, 1);
+        let wb = Workload::spmm(&band, 8);
+        let pb = model(1, &gpu, &wb);
+        let corrected = measured(1, &gpu, &m, Source::Learned, &wb);
+        let expected = 2e-4 + 2.0 * (pb.compute + pb.transfer);
+        assert!((corrected.total - expected).abs() <= 1e-12 * expected);
+        // A call its per-call cost dominates teaches that cost, not a factor.
+        let tiny: Csr<f64> = generate::uniform(20, 20, 2, 1);
+        let wt = Workload::spmv(&tiny);
+        let pt = model(1, &gpu, &wt);
+        let slow = Measured {
+            factor: 1.0,
+            per_call: 1.0,
+        }
+        .from_run(&pt, 0.5)
+        .unwrap();
+        assert_eq!(slow.factor, 1.0);
+        assert!((slow.per_call - (0.5 - pt.compute - pt.transfer)).abs() < 1e-12);
+        // Two measurements weigh equally: factors by their geometric mean.
+        let blended = Measured {
+            factor: 4.0,
+            per_call: 1e-3,
+        }
+        .blended(&Measured {
+            factor: 1.0,
+            per_call: 3e-3,
+        });
+        assert!((blended.factor - 2.0).abs() < 1e-12);
+        assert!((blended.per_call - 2e-3).abs() < 1e-15);
+        // Nothing to learn from a call the model predicts nothing for, or a time that is not.
+        let nothing = Prediction {
+            compute: 0.0,
+            transfer: 0.0,
+            ..pt.clone()
+        };
+        assert_eq!(before.from_run(&nothing, 1.0), None);
+        assert_eq!(before.from_run(&pt, f64::NAN), None);
+    }
+
+    #[test]
+    fn op_names_parse_back() {
+        for op in OpKind::ALL {
+            assert_eq!(op.name().parse::<OpKind>().unwrap(), op);
+        }
+        assert!("gemm".parse::<OpKind>().is_err());
+    }
+}
