@@ -438,80 +438,20 @@ fn block_from_bytes<T: MpiScalar>(
     })
 }
 
-/// A `tracing` span for a distributed call, with the report's fields to be recorded.
-pub(crate) fn comm_span<C: Communicator>(name: &'static str, comm: &C) -> tracing::Span {
+/// A `tracing` span for a distributed call (`call` names it: `mpi_scatter`, `mpi_spgemm`, ...),
+/// with the report's fields to be recorded.
+pub(crate) fn comm_span<C: Communicator>(call: &'static str, comm: &C) -> tracing::Span {
     use tracing::field::Empty;
-    match name {
-        "mpi_scatter" => tracing::info_span!(
-            "mpi_scatter",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        "mpi_gather" => tracing::info_span!(
-            "mpi_gather",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        "mpi_from_local_rows" => tracing::info_span!(
-            "mpi_from_local_rows",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        "mpi_read_matrix_market" => tracing::info_span!(
-            "mpi_read_matrix_market",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        "mpi_write_matrix_market" => tracing::info_span!(
-            "mpi_write_matrix_market",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        "mpi_spgemm_summa3d" => tracing::info_span!(
-            "mpi_spgemm_summa3d",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty
-        ),
-        _ => tracing::info_span!(
-            "mpi_spgemm",
-            rank = comm.rank(),
-            size = comm.size(),
-            bytes_sent = Empty,
-            bytes_received = Empty,
-            messages_sent = Empty,
-            messages_received = Empty,
-            total_bytes = Empty,
-            fetched_rows = Empty
-        ),
-    }
+    tracing::info_span!(
+        "mpi",
+        call,
+        rank = comm.rank(),
+        size = comm.size(),
+        bytes_sent = Empty,
+        bytes_received = Empty,
+        messages_sent = Empty,
+        messages_received = Empty,
+        total_bytes = Empty,
+        fetched_rows = Empty
+    )
 }
