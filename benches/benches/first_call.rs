@@ -1,10 +1,10 @@
 //! The default device choice on a process's first call: `Context::<f64>::auto()` made anew in
 //! a fresh process, its first SpGEMM, SpMV and SpMM (8 columns) from host memory timed, without
 //! a calibration file and with one, against each device alone (also in fresh processes), and
-//! its steady state (the quickest of calls 8 to 10). Every case runs in a process of its own (this binary started
-//! again with [`CHILD`] set), so no case learns from another. As in a program that reads its
-//! operands (the command line), the context is made first and the operands read after it; the
-//! time from the call to its result is what is counted.
+//! its steady state (the quickest of calls 8 to 10). Every case runs in a process of its own
+//! (this binary started again with [`CHILD`] set), so no case learns from another. As in a
+//! program that reads its operands (the command line), the context is made first and the
+//! operands read after it; the time from the call to its result is what is counted.
 //!
 //! ```text
 //! cargo bench -p hetsparse-bench --features cuda --bench first_call
