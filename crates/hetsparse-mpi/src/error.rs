@@ -251,6 +251,22 @@ impl Error {
     }
 }
 
+/// [`Error::ShapeMismatch`], found by `rank`, unless A's columns (of `a`, rows × columns) are
+/// B's rows.
+pub(crate) fn check_chain(rank: i32, a: (u64, u64), b: (u64, u64)) -> Result<()> {
+    let ((a_rows, a_cols), (b_rows, b_cols)) = (a, b);
+    if a_cols != b_rows {
+        return Err(Error::ShapeMismatch {
+            rank,
+            a_rows,
+            a_cols,
+            b_rows,
+            b_cols,
+        });
+    }
+    Ok(())
+}
+
 /// Makes a local outcome collective: `Ok` on every rank when every rank succeeded, otherwise
 /// the error of the lowest-numbered failing rank, on every rank.
 ///

@@ -4,7 +4,7 @@ use hetsparse::Csr;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
-use crate::error::{agree, Error, Result};
+use crate::error::{agree, check_chain, Error, Result};
 use crate::matrix::DistCsr;
 use crate::partition::RowPartition;
 use crate::summa::Grid;
@@ -70,16 +70,8 @@ impl ProductStats {
         let checks = (|| {
             a.check_comm(comm)?;
             b.check_comm(comm)?;
-            let ((a_rows, a_cols), (b_rows, b_cols)) = (a.shape(), b.shape());
-            if a_cols != b_rows {
-                return Err(Error::ShapeMismatch {
-                    rank,
-                    a_rows,
-                    a_cols,
-                    b_rows,
-                    b_cols,
-                });
-            }
+            check_chain(rank, a.shape(), b.shape())?;
+            let a_cols = a.shape().1;
             let too_many = || Error::InvalidArgument {
                 rank,
                 reason: format!("{a_cols} column counts do not fit in memory here"),

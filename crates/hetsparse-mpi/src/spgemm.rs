@@ -3,7 +3,7 @@
 use hetsparse::{Context, Csr, DeviceChoice};
 use mpi::traits::*;
 
-use crate::error::{agree, Error, Result};
+use crate::error::{agree, check_chain, Error, Result};
 use crate::matrix::{all_gather_u64, comm_span, DistCsr, DistOptions};
 use crate::report::{CommReport, Traffic};
 use crate::wire::{self, MpiScalar, RowsOut};
@@ -48,16 +48,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
         let chunk = options.check(rank)?;
         a.check_comm(comm)?;
         b.check_comm(comm)?;
-        let ((a_rows, a_cols), (b_rows, b_cols)) = (a.shape(), b.shape());
-        if a_cols != b_rows {
-            return Err(Error::ShapeMismatch {
-                rank,
-                a_rows,
-                a_cols,
-                b_rows,
-                b_cols,
-            });
-        }
+        check_chain(rank, a.shape(), b.shape())?;
         Ok(chunk)
     })();
     let chunk = agree(comm, checks)?;

@@ -4,7 +4,7 @@ use hetsparse::{Context, Csr, DeviceChoice};
 use mpi::topology::Color;
 use mpi::traits::*;
 
-use crate::error::{agree, Error, Result};
+use crate::error::{agree, check_chain, Error, Result};
 use crate::matrix::{all_gather_u64, check_root, comm_span, DistOptions};
 use crate::partition::RowPartition;
 use crate::report::{CommReport, Traffic};
@@ -461,16 +461,7 @@ pub fn spgemm_summa_with<T: MpiScalar, C: Communicator>(
                 reason: format!("A on a {:?} grid, B on a {:?} grid", a.grid, b.grid),
             });
         }
-        let ((a_rows, a_cols), (b_rows, b_cols)) = (a.shape(), b.shape());
-        if a_cols != b_rows {
-            return Err(Error::ShapeMismatch {
-                rank,
-                a_rows,
-                a_cols,
-                b_rows,
-                b_cols,
-            });
-        }
+        check_chain(rank, a.shape(), b.shape())?;
         Ok(chunk)
     })();
     let chunk = agree(comm, checks)?;

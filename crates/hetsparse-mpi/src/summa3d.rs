@@ -6,7 +6,7 @@ use std::ops::Range;
 use hetsparse::{Context, Csr, DeviceChoice};
 use mpi::traits::*;
 
-use crate::error::{agree, Error, Result};
+use crate::error::{agree, check_chain, Error, Result};
 use crate::matrix::{all_gather_u64, check_root, comm_span, DistOptions};
 use crate::partition::RowPartition;
 use crate::report::{CommReport, Traffic};
@@ -721,16 +721,7 @@ fn run<T: MpiScalar, C: Communicator>(
                 reason: "0 batches".to_string(),
             });
         }
-        let ((a_rows, a_cols), (b_rows, b_cols)) = (a.shape(), b.shape());
-        if a_cols != b_rows {
-            return Err(Error::ShapeMismatch {
-                rank,
-                a_rows,
-                a_cols,
-                b_rows,
-                b_cols,
-            });
-        }
+        check_chain(rank, a.shape(), b.shape())?;
         Ok(chunk)
     })();
     let chunk = agree(comm, checks)?;
