@@ -1,6 +1,7 @@
 //! Criterion benchmarks of every CUDA SpGEMM algorithm on generated matrices of three classes
 //! (C = A·A). Without a GPU the benchmark prints that it skipped.
-//! Results on the GPU machine are recorded in docs/benchmarks.md ("CUDA backend").
+//! Its last results on the GPU machine are in the git history of docs/benchmarks.md, which
+//! records the GPU-size bench instead (benches/benches/gpu_spgemm.rs).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hetsparse_core::generate::{self, Stencil};

@@ -1,7 +1,8 @@
 //! Criterion benchmarks of the CUDA SpMV and SpMM kernel variants (f32), end to end through the
 //! public API: each iteration copies A and x (or B) to the device and the result back, as a
 //! caller's single call does. Without a GPU the benchmark prints that it skipped.
-//! Results on the GPU machine are recorded in docs/benchmarks.md ("CUDA SpMV/SpMM").
+//! Its last results on the GPU machine are in the git history of docs/benchmarks.md, which
+//! records resident SpMV and SpMM at GPU sizes instead (benches/benches/gpu_spgemm.rs).
 
 use std::time::Duration;
 
