@@ -41,6 +41,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod convert;
 mod error;
 mod matrix;
 mod mmio;
@@ -52,7 +53,7 @@ mod summa;
 mod summa3d;
 mod wire;
 
-pub use error::{Error, Result};
+pub use error::{agree, Error, Result};
 pub use matrix::{DistCsr, DistOptions};
 pub use model::{choose_algorithm, model_volume, Algorithm, ProductStats};
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).
