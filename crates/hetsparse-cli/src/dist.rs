@@ -23,12 +23,16 @@ use crate::{chain_check, devices, mib, right_source, AlgorithmArg, DistArg, Mult
 fn check_args(args: &MultiplyArgs) -> Result<(), CliError> {
     if args.op != Op::Spgemm {
         return Err(CliError::Usage(
-            "--dist multiplies two sparse matrices: it goes with --op spgemm".into(),
+            "a distributed run (--dist, or under mpiexec) multiplies two sparse matrices: it goes \
+             with --op spgemm"
+                .into(),
         ));
     }
     if args.right.aat {
         return Err(CliError::Usage(
-            "--aat is not available with --dist: write Aᵀ to a file and give it as B".into(),
+            "--aat is not available in a distributed run (--dist, or under mpiexec): write Aᵀ to a \
+             file and give it as B"
+                .into(),
         ));
     }
     if args.right.b.is_none() && !args.right.square {
@@ -38,14 +42,15 @@ fn check_args(args: &MultiplyArgs) -> Result<(), CliError> {
     }
     if args.algorithm != AlgorithmArg::Auto {
         return Err(CliError::Usage(
-            "--algorithm does not go with --dist: each rank's products use its device's own choice"
+            "--algorithm does not go with a distributed run (--dist, or under mpiexec): each rank's \
+             products use its device's own choice"
                 .into(),
         ));
     }
     if args.output.extension().is_some_and(|e| e == "gz") {
         return Err(CliError::Usage(format!(
-            "`{}`: --dist writes C collectively, each rank its own rows, as plain text; \
-             name it without .gz",
+            "`{}`: a distributed run (--dist, or under mpiexec) writes C collectively, each rank \
+             its own rows, as plain text; name it without .gz",
             args.output.display()
         )));
     }
