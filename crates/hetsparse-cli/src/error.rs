@@ -65,6 +65,28 @@ pub enum CliError {
     /// Arguments that do not go together.
     #[error("{0}")]
     Usage(String),
+    /// A distributed step failed: the same error on every rank, naming the rank that found it.
+    #[cfg(feature = "mpi")]
+    #[error("distributed: {0}")]
+    Distributed(#[from] hetsparse_mpi::Error),
+    /// The collective reader found a file wrong, or some rank could not read it.
+    #[cfg(feature = "mpi")]
+    #[error("`{}`: {source}", path.display())]
+    DistRead {
+        /// The path as given.
+        path: PathBuf,
+        /// What the reader found, and on which rank.
+        source: hetsparse_mpi::Error,
+    },
+    /// The collective writer could not write C; nothing is left at its path.
+    #[cfg(feature = "mpi")]
+    #[error("cannot write `{}`: {source}", path.display())]
+    DistWrite {
+        /// The output path as given.
+        path: PathBuf,
+        /// What failed, and on which rank.
+        source: hetsparse_mpi::Error,
+    },
     /// The library failed while computing.
     #[error(transparent)]
     Compute(#[from] hetsparse::Error),

@@ -6,9 +6,12 @@
 //! hetsparse generate CLASS --size N -o A.mtx[.gz]
 //! hetsparse info A.mtx [B.mtx | --square | --aat]
 //! hetsparse multiply A.mtx [B.mtx | --square | --aat] -o C.mtx[.gz] [--device D] [--algorithm X] [--op spgemm|spmm|spmv] [--explain]
+//! mpiexec -n P hetsparse multiply A.mtx [B.mtx | --square] -o C.mtx [--dist auto|1d|2d|3d]   (feature `mpi`)
 //! ```
 
 mod devices;
+#[cfg(feature = "mpi")]
+mod dist;
 mod error;
 mod files;
 mod progress;
@@ -120,8 +123,62 @@ struct MultiplyArgs {
     quiet: bool,
     /// Say which device computed and why: every device's predicted time (compute, transfer,
     /// per-call latency) and where the numbers come from (model, calibration, learned).
+    /// With --dist: every layout's modelled communication.
     #[arg(long)]
     explain: bool,
+    /// Multiply distributed over the MPI ranks the command runs on (`mpiexec -n P hetsparse
+    /// multiply ...`; needs a build with the `mpi` feature): 1d (row fetch), 2d (Sparse
+    /// SUMMA), 3d (split SUMMA), or auto (the layout the communication-volume model ranks
+    /// first). Under mpiexec, auto without it. A and B are read and C written collectively
+    /// (plain Matrix Market files every rank can reach).
+    #[arg(long, value_enum)]
+    dist: Option<DistArg>,
+}
+
+/// `--dist`: the distributed algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DistArg {
+    Auto,
+    #[value(name = "1d")]
+    OneD,
+    #[value(name = "2d")]
+    TwoD,
+    #[value(name = "3d")]
+    ThreeD,
+}
+
+/// The number of ranks when an MPI launcher (mpiexec of MPICH or Open MPI, MVAPICH) started
+/// this process.
+fn launched_ranks() -> Option<u64> {
+    ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// `multiply`, in this process or distributed over MPI ranks: with `--dist`, or under an MPI
+/// launcher (`--dist auto`) when built with the `mpi` feature.
+fn multiply_any(args: &MultiplyArgs) -> Result<(), CliError> {
+    let launched = launched_ranks();
+    let dist = args.dist.or(launched.map(|_| DistArg::Auto));
+    match dist {
+        #[cfg(feature = "mpi")]
+        Some(d) => dist::multiply(args, d),
+        #[cfg(not(feature = "mpi"))]
+        Some(_) if args.dist.is_some() || launched.is_some_and(|n| n > 1) => {
+            Err(CliError::Usage(format!(
+                "{}this hetsparse was built without MPI: build it with \
+                 `cargo build -p hetsparse-cli --features mpi` (see the README's Distributed \
+                 section)",
+                if args.dist.is_some() {
+                    "--dist: "
+                } else {
+                    "started by mpiexec on several ranks, each would compute the whole product \
+                     and write the same file: "
+                }
+            )))
+        }
+        _ => multiply(args),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -181,7 +238,7 @@ fn main() -> ExitCode {
             output,
         } => generate_matrix(class, size, seed, &output),
         Command::Info { a, right } => info(&a, &right),
-        Command::Multiply(args) => multiply(&args),
+        Command::Multiply(args) => multiply_any(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

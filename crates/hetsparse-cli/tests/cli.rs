@@ -515,3 +515,52 @@ fn a_write_past_the_file_size_limit_fails_and_leaves_nothing() {
     assert_failure(&o, 1, &["cannot write `c.mtx`"]);
     assert!(stray_files(dir.path(), &["a.mtx"]).is_empty());
 }
+
+/// Without the `mpi` feature, `--dist` is refused, and so is a run under an MPI launcher on
+/// several ranks (each rank would compute the whole product and write the same file); under a
+/// launcher on one rank the command runs as one process.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn without_the_mpi_feature_distributed_runs_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = generate::uniform::<f64>(30, 30, 3, 9);
+    write_mtx(d, "a.mtx", &a);
+    let run = |args: &[&str], launcher_size: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetsparse"));
+        cmd.args(args)
+            .current_dir(d)
+            .env("HETSPARSE_CACHE_DIR", "off");
+        for v in ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"] {
+            cmd.env_remove(v);
+        }
+        if let Some(n) = launcher_size {
+            cmd.env("PMI_SIZE", n);
+        }
+        cmd.output().expect("the hetsparse binary starts")
+    };
+    let square = [
+        "multiply", "a.mtx", "--square", "-o", "c.mtx", "--device", "cpu",
+    ];
+    let mut dist = square.to_vec();
+    dist.extend_from_slice(&["--dist", "2d"]);
+    assert_failure(
+        &run(&dist, None),
+        2,
+        &["--dist", "built without MPI", "--features mpi"],
+    );
+    assert_failure(
+        &run(&square, Some("4")),
+        2,
+        &["mpiexec on several ranks", "built without MPI"],
+    );
+    assert!(
+        stray_files(d, &["a.mtx"]).is_empty(),
+        "{:?}",
+        stray_files(d, &["a.mtx"])
+    );
+    let one = run(&square, Some("1"));
+    assert_success(&one);
+    let c: Csr<f64> = matrix_market::read_csr_path(d.join("c.mtx")).unwrap();
+    assert_close(&c, &spgemm_reference(&a, &a));
+}

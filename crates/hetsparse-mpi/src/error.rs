@@ -271,8 +271,10 @@ pub(crate) fn check_chain(rank: i32, a: (u64, u64), b: (u64, u64)) -> Result<()>
 /// the error of the lowest-numbered failing rank, on every rank.
 ///
 /// Costs one all-reduce of an `i32` when all went well, plus two broadcasts when not. Every rank
-/// of `comm` must call it at the same point.
-pub(crate) fn agree<C: Communicator, T>(comm: &C, local: Result<T>) -> Result<T> {
+/// of `comm` must call it at the same point. Every function of this crate ends its fallible
+/// local steps with it; a caller does the same with its own steps (opening an output, making
+/// a `Context`) so that no rank goes on to a collective call that another has abandoned.
+pub fn agree<C: Communicator, T>(comm: &C, local: Result<T>) -> Result<T> {
     let rank = comm.rank();
     let mine = if local.is_err() { rank } else { i32::MAX };
     let mut first = i32::MAX;

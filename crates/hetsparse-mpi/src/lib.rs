@@ -16,6 +16,9 @@
 //! [`spgemm_summa3d`] add layers: on a `pr × pc × c` [`Grid3`] each layer multiplies its slice
 //! of the inner dimension by 2D SUMMA and the partial products are summed along the fibers;
 //! [`spgemm_summa3d_batched`] forms C in batches of columns to bound memory.
+//! Every layout converts to every other (`to_rows`, `to_2d` and `to_3d` on each type), so a
+//! matrix read by rows reaches any of the three products and a product comes back to rows to be
+//! written; [`agree`] makes a caller's own local steps collective in the same way.
 //! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
 //! layouts of a product by it.
 //!
@@ -41,6 +44,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod convert;
 mod error;
 mod matrix;
 mod mmio;
@@ -52,7 +56,7 @@ mod summa;
 mod summa3d;
 mod wire;
 
-pub use error::{Error, Result};
+pub use error::{agree, Error, Result};
 pub use matrix::{DistCsr, DistOptions};
 pub use model::{choose_algorithm, model_volume, Algorithm, ProductStats};
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).

@@ -33,7 +33,7 @@ impl Grid {
     }
 
     /// Checks the grid has `size` ranks and is the same on every rank (collective).
-    fn check<C: Communicator>(&self, comm: &C) -> Result<()> {
+    pub(crate) fn check<C: Communicator>(&self, comm: &C) -> Result<()> {
         let mine = [
             self.rows as i64,
             -(self.rows as i64),

@@ -55,7 +55,7 @@ impl Grid3 {
     }
 
     /// Checks the grid has `comm`'s size and is the same on every rank (collective).
-    fn check<C: Communicator>(&self, comm: &C) -> Result<()> {
+    pub(crate) fn check<C: Communicator>(&self, comm: &C) -> Result<()> {
         let dims = [self.rows as i64, self.cols as i64, self.layers as i64];
         let mine = [dims[0], -dims[0], dims[1], -dims[1], dims[2], -dims[2]];
         let mut max = [0i64; 6];
@@ -119,7 +119,7 @@ fn nested(n: u64, outer: usize, inner: usize) -> RowPartition {
 }
 
 /// The row and column partitions of a `nrows × ncols` matrix in `layout` on `grid`.
-fn partitions(
+pub(crate) fn partitions(
     grid: Grid3,
     layout: Layout3,
     nrows: u64,
@@ -134,7 +134,7 @@ fn partitions(
 }
 
 /// The (row part, column part) rank `rank` holds.
-fn parts_of(grid: Grid3, layout: Layout3, rank: usize) -> (usize, usize) {
+pub(crate) fn parts_of(grid: Grid3, layout: Layout3, rank: usize) -> (usize, usize) {
     let (i, j, l) = grid.position(rank);
     let (pr, pc, c) = (grid.rows, grid.cols, grid.layers);
     match layout {
@@ -249,6 +249,115 @@ impl<T: MpiScalar> Dist3dCsr<T> {
             },
             report,
         ))
+    }
+
+    /// Makes a matrix in `layout` on `grid` of the block each rank holds: rank `(i, j, l)`'s
+    /// `local` is the block `layout` gives it (its own column numbering, from 0 at the block's
+    /// first column). An all-gather of `(rows, columns, nnz)` per rank gives the matrix's shape
+    /// (the rows of the first block of each row part, the columns of the first block of each
+    /// column part); every block must then have the shape the layout's even partitions give
+    /// it, as [`spgemm_summa3d`] relies on them.
+    ///
+    /// Collective. Errors (on every rank): a grid that does not fit the communicator or
+    /// differs between ranks, [`Error::InvalidBlock`] naming the first rank whose block does
+    /// not have its shape.
+    pub fn from_local_blocks<C: Communicator>(
+        comm: &C,
+        grid: Grid3,
+        layout: Layout3,
+        local: Csr<T>,
+    ) -> Result<(Dist3dCsr<T>, CommReport)> {
+        let span = comm_span("mpi_from_local_blocks", comm);
+        let _enter = span.enter();
+        grid.check(comm)?;
+        let size = comm.size() as usize;
+        let mut sizes = Traffic::default();
+        let mine = [local.nrows() as u64, local.ncols() as u64, local.nnz()];
+        let all = all_gather_u64(comm, &mine, &mut sizes);
+        let shape = |r: usize| (all[3 * r], all[3 * r + 1]);
+        // How many row and column parts the layout has, and the first block of each.
+        let (row_parts, col_parts) = partitions(grid, layout, 0, 0);
+        let mut row_counts = vec![None; row_parts.ranks()];
+        let mut col_counts = vec![None; col_parts.ranks()];
+        for r in 0..size {
+            let (rp, cp) = parts_of(grid, layout, r);
+            if let Some(slot) = row_counts.get_mut(rp) {
+                slot.get_or_insert(shape(r).0);
+            }
+            if let Some(slot) = col_counts.get_mut(cp) {
+                slot.get_or_insert(shape(r).1);
+            }
+        }
+        let sum = |counts: &[Option<u64>]| {
+            counts
+                .iter()
+                .fold(0u64, |s, c| s.saturating_add(c.unwrap_or(0)))
+        };
+        let (nrows, ncols) = (sum(&row_counts), sum(&col_counts));
+        let (rows, cols) = partitions(grid, layout, nrows, ncols);
+        let wrong = (0..size).find_map(|r| {
+            let (rp, cp) = parts_of(grid, layout, r);
+            let (want_rows, want_cols) = (rows.rows(rp), cols.rows(cp));
+            let want = (
+                want_rows.end - want_rows.start,
+                want_cols.end - want_cols.start,
+            );
+            let (i, j, l) = grid.position(r);
+            (shape(r) != want).then(|| Error::InvalidBlock {
+                rank: r as i32,
+                reason: format!(
+                    "its block is {}×{}; a {nrows}×{ncols} matrix in {layout:?} layout on a \
+                     {}×{}×{} grid gives rank {r} (row {i}, column {j}, layer {l}) rows \
+                     {want_rows:?} and columns {want_cols:?}, a {}×{} block",
+                    shape(r).0,
+                    shape(r).1,
+                    grid.rows,
+                    grid.cols,
+                    grid.layers,
+                    want.0,
+                    want.1
+                ),
+            })
+        });
+        agree(comm, wrong.map_or(Ok(()), Err))?;
+        let nnz_per_rank = all.chunks_exact(3).map(|b| b[2]).collect();
+        let report =
+            CommReport::finish(comm, sizes, Traffic::default(), Traffic::default(), (0, 0));
+        Ok((
+            Dist3dCsr {
+                grid,
+                layout,
+                rows,
+                cols,
+                nnz_per_rank,
+                local,
+            },
+            report,
+        ))
+    }
+
+    /// A matrix from parts every rank agrees on: the layout's partitions of `shape`.
+    pub(crate) fn from_parts(
+        grid: Grid3,
+        layout: Layout3,
+        shape: (u64, u64),
+        nnz_per_rank: Vec<u64>,
+        local: Csr<T>,
+    ) -> Self {
+        let (rows, cols) = partitions(grid, layout, shape.0, shape.1);
+        Dist3dCsr {
+            grid,
+            layout,
+            rows,
+            cols,
+            nnz_per_rank,
+            local,
+        }
+    }
+
+    /// The row and column partitions of the layout.
+    pub(crate) fn partitions(&self) -> (&RowPartition, &RowPartition) {
+        (&self.rows, &self.cols)
     }
 
     /// Collects the whole matrix on rank `root` (`Some` there, `None` elsewhere).

@@ -1228,6 +1228,320 @@ fn model_case<C: Communicator>(world: &C, a: &Csr<f64>, b: &Csr<f64>) -> Check {
     Ok(())
 }
 
+/// Each rank's block: (rows, columns), global numbers.
+type Blocks = Vec<(std::ops::Range<u64>, std::ops::Range<u64>)>;
+
+fn blocks_1d<T: MpiScalar>(d: &DistCsr<T>) -> Blocks {
+    (0..d.partition().ranks())
+        .map(|r| (d.partition().rows(r), 0..d.shape().1))
+        .collect()
+}
+
+fn blocks_2d<T: MpiScalar>(d: &Dist2dCsr<T>) -> Blocks {
+    let g = d.grid();
+    (0..g.rows * g.cols)
+        .map(|r| {
+            let (i, j) = g.position(r);
+            (d.row_partition().rows(i), d.col_partition().rows(j))
+        })
+        .collect()
+}
+
+fn blocks_3d<T: MpiScalar>(d: &Dist3dCsr<T>) -> Blocks {
+    (0..d.grid().size().unwrap_or(0))
+        .map(|r| (d.block_rows(r), d.block_cols(r)))
+        .collect()
+}
+
+fn overlap(a: &std::ops::Range<u64>, b: &std::ops::Range<u64>) -> std::ops::Range<u64> {
+    let start = a.start.max(b.start);
+    start..a.end.min(b.end).max(start)
+}
+
+/// What converting `m` from blocks `from` to blocks `to` must move in all: every piece with
+/// entries between two different ranks, its rows' lengths and its entries; and the sizes, an
+/// all-to-all of byte counts and an all-gather of the new blocks' entries (8 bytes each way
+/// between every two ranks).
+fn conversion_bytes<T: MpiScalar>(m: &Csr<T>, from: &Blocks, to: &Blocks) -> u64 {
+    let p = from.len() as u64;
+    let mut bytes = 16 * p * (p - 1);
+    for (s, (sr, sc)) in from.iter().enumerate() {
+        for (d, (dr, dc)) in to.iter().enumerate() {
+            let (rows, cols) = (overlap(sr, dr), overlap(sc, dc));
+            if s == d || rows.is_empty() || cols.is_empty() {
+                continue;
+            }
+            let piece = block_bytes(m, rows.clone(), cols);
+            if piece > 8 * (rows.end - rows.start) {
+                bytes += piece;
+            }
+        }
+    }
+    bytes
+}
+
+/// A conversion of `m` checked: the bytes its report counts in all against
+/// [`conversion_bytes`], and the converted matrix gathered on `root` against `m`.
+fn check_conversion<T: MpiScalar>(
+    what: &str,
+    m: &Csr<T>,
+    (from, to): (&Blocks, &Blocks),
+    report: &hetsparse_mpi::CommReport,
+    gathered: Option<Csr<T>>,
+) -> Check {
+    let want = conversion_bytes(m, from, to);
+    ensure(report.total.bytes_sent == want, || {
+        format!(
+            "{what}: {} bytes moved in all, expected {want}",
+            report.total.bytes_sent
+        )
+    })?;
+    match gathered {
+        Some(g) => ensure(&g == m, || {
+            format!("{what}: the converted matrix is not the matrix")
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every `(pr, pc)` with `pr · pc = p`.
+fn grids(p: usize) -> Vec<Grid> {
+    (1..=p)
+        .filter(|r| p % r == 0)
+        .map(|r| Grid::new(r, p / r))
+        .collect()
+}
+
+/// Every `(pr, pc, c)` with `pr · pc · c = p`.
+fn grids3(p: usize) -> Vec<Grid3> {
+    (1..=p)
+        .filter(|c| p % c == 0)
+        .flat_map(|c| {
+            grids(p / c)
+                .into_iter()
+                .map(move |g| Grid3::new(g.rows, g.cols, c))
+        })
+        .collect()
+}
+
+/// Conversions between the layouts on every grid of the communicator's size: A brought by
+/// each rank as its own uneven rows (the first rank none) and B scattered in even rows, both
+/// converted to 2D and to 3D (checked against what scatter makes, the bytes against what the
+/// blocks' overlaps hold, and gathered against the whole), multiplied there, and C brought back
+/// to rows (even after 2D, A's uneven rows after 3D) and compared with the single-process
+/// product; 3D blocks made of each rank's own equal the scattered ones; 2D and 3D convert into
+/// each other.
+fn conversion_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    b: &Csr<T>,
+    root: i32,
+    options: &DistOptions,
+) -> Check {
+    let (rank, p) = (world.rank() as usize, world.size() as usize);
+    let on_root = |m| (world.rank() == root).then_some(m);
+    let gather1 = |d: &DistCsr<T>| -> Result<Option<Csr<T>>, String> {
+        Ok(d.gather(world, root, options).map_err(|e| e.to_string())?.0)
+    };
+    let gather2 = |d: &Dist2dCsr<T>| -> Result<Option<Csr<T>>, String> {
+        Ok(d.gather(world, root, options).map_err(|e| e.to_string())?.0)
+    };
+    let gather3 = |d: &Dist3dCsr<T>| -> Result<Option<Csr<T>>, String> {
+        Ok(d.gather(world, root, options).map_err(|e| e.to_string())?.0)
+    };
+    let a_part = skewed(a.nrows() as u64, p);
+    let mine = sub_matrix(a, a_part.rows(rank), 0..a.ncols() as u64)?;
+    let (da, _) = DistCsr::from_local_rows(world, mine).map_err(|e| e.to_string())?;
+    let (db, _) =
+        DistCsr::scatter(world, root, on_root(b), None, options).map_err(|e| e.to_string())?;
+    let want = Context::<T>::on(&DeviceChoice::Cpu)
+        .and_then(|ctx| ctx.spgemm(a, b))
+        .map_err(|e| e.to_string())?;
+    let even_c = RowPartition::even(a.nrows() as u64, p);
+
+    // 1D to other rows and back.
+    let (even_a, report) = da
+        .to_rows(world, None, options)
+        .map_err(|e| e.to_string())?;
+    ensure(
+        even_a.partition() == &RowPartition::even(a.nrows() as u64, p),
+        || "to_rows(None) did not give even rows".into(),
+    )?;
+    check_conversion(
+        "uneven rows to even rows",
+        a,
+        (&blocks_1d(&da), &blocks_1d(&even_a)),
+        &report,
+        gather1(&even_a)?,
+    )?;
+    let (back, _) = even_a
+        .to_rows(world, Some(&a_part), options)
+        .map_err(|e| e.to_string())?;
+    ensure(back == da, || "rows converted back differ".into())?;
+
+    for grid in grids(p) {
+        let what = format!("{}×{}", grid.rows, grid.cols);
+        let (a2, report) = da.to_2d(world, grid, options).map_err(|e| e.to_string())?;
+        let (scattered, _) = Dist2dCsr::scatter(world, root, on_root(a), grid, options)
+            .map_err(|e| e.to_string())?;
+        ensure(a2 == scattered, || {
+            format!("A on {what}: not what scatter makes")
+        })?;
+        check_conversion(
+            &format!("A rows to {what}"),
+            a,
+            (&blocks_1d(&da), &blocks_2d(&a2)),
+            &report,
+            gather2(&a2)?,
+        )?;
+        let (b2, _) = db.to_2d(world, grid, options).map_err(|e| e.to_string())?;
+        let (c2, _) = spgemm_summa(world, &a2, &b2, options).map_err(|e| e.to_string())?;
+        let (c, report) = c2
+            .to_rows(world, None, options)
+            .map_err(|e| e.to_string())?;
+        ensure(c.partition() == &even_c, || {
+            format!("C from {what}: not in even rows")
+        })?;
+        check_conversion(
+            &format!("C {what} to rows"),
+            &want,
+            (&blocks_2d(&c2), &blocks_1d(&c)),
+            &report,
+            None,
+        )?;
+        if let Some(c) = gather1(&c)? {
+            same_product(&c, &want).map_err(|e| format!("2D {what}: {e}"))?;
+        }
+    }
+
+    for grid in grids3(p) {
+        let what = format!("{}×{}×{}", grid.rows, grid.cols, grid.layers);
+        let mut operands = Vec::new();
+        for (m, d, layout) in [
+            (a, &da, Layout3::ColumnLayers),
+            (b, &db, Layout3::RowLayers),
+        ] {
+            let (m3, report) = d
+                .to_3d(world, grid, layout, options)
+                .map_err(|e| e.to_string())?;
+            let (scattered, _) = Dist3dCsr::scatter(world, root, on_root(m), grid, layout, options)
+                .map_err(|e| e.to_string())?;
+            ensure(m3 == scattered, || {
+                format!("{layout:?} on {what}: not what scatter makes")
+            })?;
+            check_conversion(
+                &format!("rows to {layout:?} on {what}"),
+                m,
+                (&blocks_1d(d), &blocks_3d(&m3)),
+                &report,
+                gather3(&m3)?,
+            )?;
+            // The same blocks, each rank bringing its own.
+            let own = sub_matrix(m, m3.block_rows(rank), m3.block_cols(rank))?;
+            let (made, _) = Dist3dCsr::from_local_blocks(world, grid, layout, own)
+                .map_err(|e| e.to_string())?;
+            ensure(made == m3, || {
+                format!("{layout:?} on {what}: from_local_blocks differs")
+            })?;
+            operands.push(m3);
+        }
+        let (c3, _) = spgemm_summa3d(world, &operands[0], &operands[1], options)
+            .map_err(|e| e.to_string())?;
+        let (c, report) = c3
+            .to_rows(world, Some(&a_part), options)
+            .map_err(|e| e.to_string())?;
+        ensure(c.partition() == &a_part, || {
+            format!("C from {what}: not in A's rows")
+        })?;
+        check_conversion(
+            &format!("C {what} to rows"),
+            &want,
+            (&blocks_3d(&c3), &blocks_1d(&c)),
+            &report,
+            None,
+        )?;
+        let whole_c = gather1(&c)?;
+        if let Some(c) = &whole_c {
+            same_product(c, &want).map_err(|e| format!("3D {what}: {e}"))?;
+        }
+        // C (Output) as the left operand of another product, and 2D ⇄ 3D.
+        let (left, _) = c3
+            .to_3d(world, grid, Layout3::ColumnLayers, options)
+            .map_err(|e| e.to_string())?;
+        let flat = Grid::new(grid.rows, grid.cols * grid.layers);
+        let (c2, _) = left
+            .to_2d(world, flat, options)
+            .map_err(|e| e.to_string())?;
+        let (again, _) = c2
+            .to_3d(world, grid, Layout3::Output, options)
+            .map_err(|e| e.to_string())?;
+        ensure(again == c3, || {
+            format!("C on {what}: 3D to 2D to 3D differs")
+        })?;
+        if let (Some(x), Some(y)) = (gather3(&left)?, whole_c) {
+            ensure(x == y, || format!("C on {what} in ColumnLayers differs"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Conversions and 3D blocks that go wrong: one rank's 3D block of the wrong shape, and a row
+/// partition that differs between ranks, each the same error on every rank.
+fn conversion_errors_case<C: Communicator>(world: &C) -> Check {
+    let (rank, size) = (world.rank(), world.size());
+    let options = DistOptions::default();
+    let a = generate::uniform::<f64>(23, 17, 3, 5);
+    let grid = Grid3::new(1, 1, size as usize);
+    let (a3, _) = Dist3dCsr::scatter(
+        world,
+        0,
+        (rank == 0).then_some(&a),
+        grid,
+        Layout3::RowLayers,
+        &options,
+    )
+    .map_err(|e| e.to_string())?;
+    let bad = size - 1;
+    let rows = a3.block_rows(rank as usize);
+    // The last rank's block one column short.
+    let cols = 0..17 - u64::from(rank == bad);
+    let own = sub_matrix(&a, rows, cols)?;
+    let made = Dist3dCsr::from_local_blocks(world, grid, Layout3::RowLayers, own);
+    if size == 1 {
+        // One block is a whole matrix of any shape.
+        return ensure(made.is_ok(), || "one rank's 3D block refused".into());
+    }
+    match made {
+        Err(Error::InvalidBlock { rank: r, reason })
+            if r == bad && reason.starts_with("its block is") => {}
+        other => return Err(format!("a short 3D block: {other:?}")),
+    }
+    {
+        let (da, _) = DistCsr::scatter(world, 0, (rank == 0).then_some(&a), None, &options)
+            .map_err(|e| e.to_string())?;
+        // Every rank puts its extra row elsewhere.
+        let mut counts = vec![23 / size as u64; size as usize];
+        counts[rank as usize] += 23 % size as u64;
+        let part = RowPartition::from_counts(&counts);
+        let want = Error::Partition {
+            rank: 0,
+            reason: "ranks disagree on the row partition".into(),
+        };
+        if 23 % size != 0 {
+            expect_error(da.to_rows(world, Some(&part), &options), &want)?;
+        }
+        let short = RowPartition::from_counts(&vec![1; size as usize]);
+        let want = Error::Partition {
+            rank: 0,
+            reason: format!(
+                "{size} rows over {size} ranks given for a matrix of 23 rows on {size} ranks"
+            ),
+        };
+        expect_error(a3.to_rows(world, Some(&short), &options), &want)?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let Some(universe) = hetsparse_mpi::mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -1277,6 +1591,12 @@ fn main() -> ExitCode {
     let lp3_t = lp3.transpose().expect("a transpose");
     let complex3_a = generate::uniform::<Complex<f64>>(90, 130, 4, 45);
     let complex3_b = generate::uniform::<Complex<f64>>(130, 70, 3, 46);
+
+    // Conversions: shapes no rank count divides.
+    let conv_a = generate::uniform::<f64>(97, 61, 4, 47);
+    let conv_b = generate::uniform::<f64>(61, 43, 3, 48);
+    let conv_c = generate::uniform::<Complex<f64>>(53, 71, 3, 49);
+    let conv_c_t = conv_c.transpose().expect("a transpose");
 
     let cases: Vec<Case> = vec![
         (
@@ -1385,6 +1705,18 @@ fn main() -> ExitCode {
                 summa_layout_case(&world, &rmat3, &rmat3, 0, &options, true)?;
                 summa_layout_case(&world, &lp3, &lp3_t, last, &small, true)
             }),
+        ),
+        (
+            "conversions 1D ⇄ 2D ⇄ 3D: rectangular uneven A·B, every grid",
+            Box::new(|| conversion_case(&world, &conv_a, &conv_b, 0, &options)),
+        ),
+        (
+            "conversions 1D ⇄ 2D ⇄ 3D: complex A·Aᵀ, small messages",
+            Box::new(|| conversion_case(&world, &conv_c, &conv_c_t, last, &small)),
+        ),
+        (
+            "error: a 3D block of the wrong shape, partitions that disagree",
+            Box::new(|| conversion_errors_case(&world)),
         ),
         (
             "volume model against what moved (uniform operands)",
