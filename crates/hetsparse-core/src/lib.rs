@@ -109,6 +109,65 @@ pub fn host_available_bytes() -> u64 {
     meminfo_bytes("MemAvailable:")
 }
 
+/// The host's last-level caches together, in bytes, as Linux lists them under
+/// `/sys/devices/system/cpu/cpu*/cache`: each distinct cache of the highest level counted once
+/// (a chip with one L3 per group of cores has several). `None` where the system does not say.
+pub fn host_cache_bytes() -> Option<u64> {
+    let cpus = std::fs::read_dir("/sys/devices/system/cpu").ok()?;
+    // (level, the CPUs sharing it) -> bytes
+    let mut caches: std::collections::BTreeMap<(u32, String), u64> = Default::default();
+    for cpu in cpus.flatten() {
+        let name = cpu.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("cpu") && name[3..].bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(indices) = std::fs::read_dir(cpu.path().join("cache")) else {
+            continue;
+        };
+        for index in indices.flatten() {
+            let read = |f: &str| std::fs::read_to_string(index.path().join(f)).ok();
+            let (Some(level), Some(size), Some(shared)) =
+                (read("level"), read("size"), read("shared_cpu_list"))
+            else {
+                continue;
+            };
+            if read("type").is_some_and(|t| t.trim() == "Instruction") {
+                continue;
+            }
+            let (Ok(level), Some(bytes)) = (level.trim().parse::<u32>(), parse_size(&size)) else {
+                continue;
+            };
+            caches.insert((level, shared.trim().to_string()), bytes);
+        }
+    }
+    let top = caches.keys().map(|(level, _)| *level).max()?;
+    let total: u64 = caches
+        .iter()
+        .filter(|((level, _), _)| *level == top)
+        .map(|(_, bytes)| bytes)
+        .sum();
+    (total > 0).then_some(total)
+}
+
+/// `32768K`, `2M`, `1024` (bytes) as sysfs writes cache sizes.
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => s.split_at(at),
+        None => (s, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit.trim() {
+        "" => 1,
+        "K" | "KB" | "KiB" => 1 << 10,
+        "M" | "MB" | "MiB" => 1 << 20,
+        "G" | "GB" | "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
 fn meminfo_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -119,4 +178,27 @@ fn meminfo_bytes(field: &str) -> u64 {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb.saturating_mul(1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("12Q"), None);
+        assert_eq!(parse_size(""), None);
+        if cfg!(target_os = "linux")
+            && std::path::Path::new("/sys/devices/system/cpu/cpu0/cache").exists()
+        {
+            let bytes = host_cache_bytes().expect("sysfs lists the caches");
+            assert!(
+                (64 << 10..1 << 40).contains(&bytes),
+                "{bytes} bytes of cache"
+            );
+        }
+    }
 }

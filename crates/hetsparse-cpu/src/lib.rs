@@ -58,9 +58,10 @@ use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    DenseOperand, Device, DeviceInfo, DeviceKind, Error, MemoryRequirement, Operation, PlaceDone,
-    PlusTimes, ProductChunk, ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseOperand,
-    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error, MemoryRequirement,
+    Operation, PlaceDone, PlusTimes, ProductChunk, ResidentCsr, Result, RunControl, Scalar,
+    ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 use spgemm::Watch;
 
@@ -185,6 +186,14 @@ impl Device for CpuBackend {
 
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    fn profile(&self) -> DeviceProfile {
+        let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
+        if let Some(bytes) = hetsparse_core::host_cache_bytes() {
+            profile.cache_bytes = bytes;
+        }
+        profile
     }
 }
 

@@ -16,7 +16,7 @@ use hetsparse_core::{Error, Result};
 use crate::error::{check, from_code, from_cust, BACKEND};
 use crate::ffi::{self, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
 use crate::kernels::{self, MODULES};
-use crate::memory::PinnedPool;
+use crate::memory::{DeviceBuffer, PinnedPool};
 use hetsparse_core::MemoryPool;
 
 /// Static shared memory any kernel of this crate declares at most (scan scratch, counters):
@@ -36,6 +36,9 @@ pub struct Gpu {
     total_memory: u64,
     multiprocessors: u32,
     memory_bandwidth: Option<f64>,
+    l2_bytes: Option<u64>,
+    /// [`Gpu::warm_up`] and the staging buffers' locking ran to their end.
+    ready: std::sync::atomic::AtomicBool,
     driver_version: Option<String>,
     max_shared_per_block: u32,
     max_shared_optin: u32,
@@ -221,6 +224,10 @@ impl Gpu {
             }
             _ => None,
         };
+        let l2_bytes = device_attribute(device, ffi::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .ok()
+            .and_then(|b| u64::try_from(b).ok())
+            .filter(|&b| b > 0);
         let mut driver = 0;
         // SAFETY: query into a local.
         let driver_version = (unsafe { ffi::cuDriverGetVersion(&mut driver) } == ffi::CUDA_SUCCESS
@@ -262,6 +269,8 @@ impl Gpu {
             total_memory: total as u64,
             multiprocessors,
             memory_bandwidth,
+            l2_bytes,
+            ready: std::sync::atomic::AtomicBool::new(false),
             driver_version,
             max_shared_per_block,
             max_shared_optin,
@@ -304,6 +313,78 @@ impl Gpu {
             "kernel modules loaded"
         );
         Ok(gpu)
+    }
+
+    /// Readies, on the calling thread (bound to this device), what a process's first call
+    /// would otherwise wait for: every embedded kernel looked up (where the driver loads
+    /// modules lazily, its default since CUDA 12, a kernel is loaded on its first look-up,
+    /// milliseconds each, which a first call paid for each kernel it used), two streams in
+    /// the pool, and [`WARM_POOL_BYTES`] of device memory taken from the stream-ordered pool
+    /// and given back (the pool keeps it, so the first call's allocations need no new
+    /// mapping). Stops as soon as a call begins, which then does what is left itself. The
+    /// kernels looked up, or `None` where a call began first. Failures are left to the calls
+    /// that meet them.
+    pub fn warm_up(&self) -> Option<usize> {
+        let mut looked_up = 0;
+        for (module, (_, loaded)) in MODULES.iter().zip(&self.modules) {
+            for name in kernel_names(module.ptx) {
+                if self.pinned.call_begun() {
+                    return None;
+                }
+                let Ok(c_name) = CString::new(name) else {
+                    continue;
+                };
+                let mut raw: CUfunction = ptr::null_mut();
+                // SAFETY: the module is loaded and the name NUL-terminated; the handle is
+                // dropped (the look-up is what loads the kernel).
+                if unsafe { ffi::cuModuleGetFunction(&mut raw, loaded.0, c_name.as_ptr()) }
+                    == ffi::CUDA_SUCCESS
+                {
+                    looked_up += 1;
+                }
+            }
+        }
+        for _ in 0..2 {
+            if self.pinned.call_begun() {
+                return None;
+            }
+            let Ok(stream) = Stream::new() else { break };
+            self.streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Arc::new(stream));
+        }
+        if self.pinned.call_begun() {
+            return None;
+        }
+        let home = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if let Some(home) = home {
+            if let Ok(buffer) = DeviceBuffer::<u8>::new_on(
+                self,
+                &home,
+                WARM_POOL_BYTES as usize,
+                "readying the memory pool",
+            ) {
+                drop(buffer);
+                let _ = home.synchronize();
+            }
+            self.streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(home);
+        }
+        Some(looked_up)
+    }
+
+    /// Says that the device was readied ahead ([`Gpu::warm_up`] and the staging buffers).
+    pub fn mark_ready(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a call on the device now pays no cold start: it was readied ahead, or a call
+    /// has begun since (which readied what it used).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Acquire) || self.pinned.call_begun()
     }
 
     /// Makes this device's context current on the calling thread.
@@ -381,6 +462,10 @@ impl Gpu {
     /// the driver reports them (`None` where it reports neither).
     pub fn memory_bandwidth(&self) -> Option<f64> {
         self.memory_bandwidth
+    }
+    /// Bytes of the device's L2 cache, where the driver says.
+    pub fn l2_bytes(&self) -> Option<u64> {
+        self.l2_bytes
     }
     /// The driver's CUDA version (`13.0`), where the driver says.
     pub fn driver_version(&self) -> Option<&str> {
@@ -561,6 +646,22 @@ fn load_binary(name: &str, image: &[u8]) -> Result<Module> {
         &format!("loading the sm_90 binary of kernel module `{name}`"),
     )?;
     Ok(Module(module))
+}
+
+/// Device memory [`Gpu::warm_up`] takes from the stream-ordered pool and gives back, so
+/// that the pool holds it mapped: what the first calls' operands and work buffers take.
+pub const WARM_POOL_BYTES: u64 = 256 << 20;
+
+/// The kernels a module's PTX defines (its `.entry` directives).
+fn kernel_names(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|line| {
+        let line = line.trim_start();
+        let rest = line
+            .strip_prefix(".visible .entry ")
+            .or_else(|| line.strip_prefix(".entry "))?;
+        let name = rest.split(['(', ' ']).next()?.trim();
+        (!name.is_empty()).then_some(name)
+    })
 }
 
 fn load_module(name: &str, ptx: &str) -> Result<Module> {
@@ -747,5 +848,30 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: created by cuEventCreate, destroyed once.
         unsafe { ffi::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_module_names_its_kernels() {
+        let ptx =
+            ".visible .entry scale_rows(\n\t.param .u64 a\n)\n.entry helper (\n.func not_a_kernel(";
+        assert_eq!(
+            kernel_names(ptx).collect::<Vec<_>>(),
+            ["scale_rows", "helper"]
+        );
+        for module in MODULES {
+            let names: Vec<&str> = kernel_names(module.ptx).collect();
+            assert!(!names.is_empty(), "module {} lists no kernels", module.name);
+            assert!(
+                names.iter().all(|n| n
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')),
+                "{names:?}"
+            );
+        }
     }
 }

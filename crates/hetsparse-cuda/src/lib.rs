@@ -156,35 +156,41 @@ impl CudaBackend {
         })
     }
 
-    /// Starts page-locking, on a thread of its own, the host staging buffers that copies
-    /// between host memory and the device go through (the pool's
-    /// [`PINNED_POOL_KEEP`](memory::PINNED_POOL_KEEP) buffers of
-    /// [`STAGE_BYTES`](memory::STAGE_BYTES)), and returns at once. Without it the first large
-    /// copies of a process lock them as they go, which costs a first call from host memory
-    /// several times what a later one costs; started when the backend is made (as
-    /// `hetsparse::Context` does), it overlaps with whatever the caller does before its first
-    /// call (reading the operands). The first copy stops it (page-locking holds a driver lock
-    /// the call would wait behind) and takes the buffers already locked. The buffers stay
-    /// locked while the backend lives (later calls need them anyway); dropping the backend
-    /// stops the thread.
-    pub fn prepare_staging(&self) {
+    /// Starts readying, on a thread of its own, what a process's first call on the device would
+    /// otherwise wait for, and returns at once: the kernels (the driver loads each on its first
+    /// look-up where module loading is lazy, its default), streams, device memory in the
+    /// stream-ordered pool, and then the host staging buffers that copies between host memory
+    /// and the device go through (the pool's [`PINNED_POOL_KEEP`](memory::PINNED_POOL_KEEP)
+    /// buffers of [`STAGE_BYTES`](memory::STAGE_BYTES)), whose page-locking made a first call
+    /// from host memory several times as long as a later one. Started when the backend is made
+    /// (as `hetsparse::Context` does), it overlaps with whatever the caller does before its
+    /// first call (reading the operands). The first call stops it (loading and page-locking
+    /// hold driver locks the call would wait behind) and takes what is ready. What it readied
+    /// stays while the backend lives (later calls need it anyway); dropping the backend stops
+    /// the thread.
+    pub fn warm_up(&self) {
         // Making the backend may have taken a stream; only calls from now on stop the fill.
         self.gpu.pinned_pool().allow_filling();
         let gpu = Arc::downgrade(&self.gpu);
         let spawned = std::thread::Builder::new()
-            .name("hetsparse-cuda-staging".into())
+            .name("hetsparse-cuda-warm-up".into())
             .spawn(move || {
                 let Some(bound) = gpu.upgrade() else { return };
                 if bound.bind().is_err() {
                     return;
                 }
                 let started = std::time::Instant::now();
+                let kernels = bound.warm_up();
                 let pool = bound.pinned_pool();
                 let locked = pool.fill(|| gpu.strong_count() > 1);
+                if kernels.is_some() && !pool.call_begun() && pool.is_full() {
+                    bound.mark_ready();
+                }
                 tracing::debug!(
+                    kernels,
                     locked,
                     ms = started.elapsed().as_secs_f64() * 1e3,
-                    "staging buffers page-locked ahead"
+                    "device readied ahead of the first call"
                 );
             });
         if let Err(e) = spawned {
@@ -266,7 +272,14 @@ impl Device for CudaBackend {
         let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
         if let Some(bandwidth) = self.gpu.memory_bandwidth() {
             profile.memory_bandwidth = bandwidth;
+            profile.gather_bandwidth = bandwidth / 4.0;
             profile.reported = true;
+        }
+        if let Some(bytes) = self.gpu.l2_bytes() {
+            profile.cache_bytes = bytes;
+        }
+        if self.gpu.is_ready() {
+            profile.cold_start = 0.0;
         }
         profile
     }

@@ -860,6 +860,16 @@ impl PinnedPool {
         self.taken.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Whether the pool holds all the buffers it keeps.
+    pub fn is_full(&self) -> bool {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).len() >= PINNED_POOL_KEEP
+    }
+
+    /// Whether a call has begun since the last [`allow_filling`](Self::allow_filling).
+    pub fn call_begun(&self) -> bool {
+        self.taken.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Puts `buffer` in the pool, which keeps its [`PINNED_POOL_KEEP`] largest.
     fn give_back(&self, buffer: LockedBuffer<u8>) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());

@@ -84,3 +84,25 @@ pub fn context<T: PyScalar>(choice: &DeviceChoice) -> PyResult<Arc<Context<T>>> 
     map.insert(choice.clone(), Arc::clone(&ctx));
     Ok(ctx)
 }
+
+/// Writes what every context's runs taught to the calibration file (the module registers this
+/// with `atexit`: the contexts live as long as the process, so they are never dropped, which
+/// is where a context saves otherwise). The number of contexts that wrote something; a write
+/// that fails is a `tracing` warning, never an exception at exit.
+pub fn save_calibrations() -> usize {
+    let Ok(all) = cache().lock() else {
+        return 0;
+    };
+    fn save<T: ContextScalar>(map: &HashMap<DeviceChoice, Arc<Context<T>>>) -> usize {
+        map.values()
+            .filter(|ctx| match ctx.save_calibration() {
+                Ok(saved) => saved,
+                Err(e) => {
+                    tracing::warn!(error = %e, "what runs taught was not saved to the calibration file");
+                    false
+                }
+            })
+            .count()
+    }
+    save(&all.f32) + save(&all.f64) + save(&all.c64) + save(&all.c128)
+}

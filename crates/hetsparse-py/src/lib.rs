@@ -496,6 +496,15 @@ fn time_spgemm<'py>(
     Ok(times)
 }
 
+/// Writes what the process's contexts learned to the calibration file; registered with
+/// `atexit` by the package. The number of contexts that wrote something. Not part of the
+/// package's API.
+#[pyfunction]
+#[pyo3(name = "_save_calibrations")]
+fn save_calibrations(py: Python<'_>) -> usize {
+    py.allow_threads(devices::save_calibrations)
+}
+
 /// How many compressed operands were read in place (their offsets, their indices, their
 /// values) and how many were converted, since the module was loaded: `(offsets, indices,
 /// values, converted)`. For the tests; not part of the package's API.
@@ -517,6 +526,7 @@ fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_operands, m)?)?;
     m.add_function(wrap_pyfunction!(time_spgemm, m)?)?;
     m.add_function(wrap_pyfunction!(conversions, m)?)?;
+    m.add_function(wrap_pyfunction!(save_calibrations, m)?)?;
     m.add("DeviceError", m.py().get_type::<DeviceError>())?;
     m.add(
         "FEATURES",

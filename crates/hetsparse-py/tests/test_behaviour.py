@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -179,3 +181,24 @@ def test_product_that_cannot_fit_is_a_memory_error(device):
     with pytest.raises(MemoryError, match="host memory"):
         hs.spgemm(col, row, device=device)
     assert time.perf_counter() - start < 5.0
+
+
+def test_what_contexts_learned_is_saved_at_exit(tmp_path):
+    """The package's contexts live until the interpreter exits; the `atexit` hook that saves
+    what they learned runs there without an error, and directly it says how many wrote."""
+    script = (
+        "import numpy as np, scipy.sparse as sp, hetsparse as hs\n"
+        "a = sp.random(300, 300, density=0.02, format='csr', random_state=1)\n"
+        "for _ in range(3):\n"
+        "    hs.spgemm(a, a)\n"
+        "    hs.spmv(a, np.ones(300))\n"
+        "from hetsparse import _hetsparse\n"
+        "assert isinstance(_hetsparse._save_calibrations(), int)\n"
+    )
+    env = dict(os.environ, HETSPARSE_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Error in atexit" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -110,7 +110,7 @@ fn cpu<T: ContextScalar>() -> Result<Arc<dyn Backend<T>>> {
 #[cfg(feature = "cuda")]
 fn cuda<T: ContextScalar>(ordinal: u32) -> Result<Arc<dyn Backend<T>>> {
     let gpu = hetsparse_cuda::CudaBackend::with_device(ordinal)?;
-    gpu.prepare_staging();
+    gpu.warm_up();
     Ok(Arc::new(gpu))
 }
 

@@ -226,9 +226,10 @@ impl<T: ContextScalar> Context<T> {
             loop {
                 match hetsparse_cuda::CudaBackend::with_device(ordinal) {
                     Ok(gpu) => {
-                        // The staging buffers of host copies, locked while the caller gets
-                        // its operands ready: a first call from host memory as quick as later.
-                        gpu.prepare_staging();
+                        // Kernels, memory and the staging buffers of host copies readied
+                        // while the caller gets its operands ready: a first call from host
+                        // memory as quick as later ones.
+                        gpu.warm_up();
                         candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu)))
                     }
                     Err(e) => {

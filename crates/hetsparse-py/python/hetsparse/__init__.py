@@ -18,6 +18,7 @@ operands, ``TypeError`` for dtypes, ``MemoryError`` when a product cannot fit ev
 ``DeviceError`` (a ``RuntimeError``) for a missing or failing device.
 """
 
+import atexit
 import operator
 
 import numpy as np
@@ -33,6 +34,10 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np
 
 #: The backends this build includes (``cpu``, and ``opencl`` / ``cuda`` where built with them).
 FEATURES = tuple(_hetsparse.FEATURES)
+
+# The contexts live as long as the process; what their calls taught the device choice is
+# written to the calibration file when the interpreter exits.
+atexit.register(_hetsparse._save_calibrations)
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
