@@ -190,7 +190,9 @@ impl Device for CpuBackend {
 
     fn profile(&self) -> DeviceProfile {
         let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
-        if let Some(bytes) = hetsparse_core::host_cache_bytes() {
+        // Read from sysfs once per process: the profile is asked for at every routed call.
+        static CACHE_BYTES: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        if let Some(bytes) = *CACHE_BYTES.get_or_init(hetsparse_core::host_cache_bytes) {
             profile.cache_bytes = bytes;
         }
         profile

@@ -580,7 +580,13 @@ impl<T: ContextScalar> Context<T> {
                 .map(|d| learned.get(&(d, op)).copied())
                 .collect()
         };
-        let choice = scheduler.predict(&workload, &calibrated, &learned)?;
+        let ran: Vec<bool> = {
+            let warmed = lock(&self.warmed);
+            (0..calibrated.len())
+                .map(|d| warmed.iter().any(|&(w, _)| w == d))
+                .collect()
+        };
+        let choice = scheduler.predict(&workload, &calibrated, &learned, &ran)?;
         let chosen = choice.chosen;
         if tracing::enabled!(tracing::Level::INFO) {
             tracing::info!(op = %op, work = workload.work, "cost model: {}", self.describe(&choice));

@@ -48,7 +48,9 @@ fn posing_with_memory(
     } else {
         MemorySpace::Host
     };
-    let profile = DeviceProfile::defaults(&info, &space);
+    let mut profile = DeviceProfile::defaults(&info, &space);
+    // The host's cores behind the pose have nothing to ready.
+    profile.cold_start = 0.0;
     let cpu = hetsparse::cpu::CpuBackend::new().expect("the CPU backend");
     let fault = if delay.is_zero() {
         Fault::None
@@ -157,6 +159,39 @@ fn a_device_that_cannot_hold_the_product_is_not_chosen_alone() {
     let small: Csr<f64> = generate::uniform(100, 100, 2, 7);
     ctx.spgemm(&small, &small).unwrap();
     assert_eq!(source(&ctx, 1), Source::Model);
+}
+
+#[test]
+fn a_device_not_ready_pays_its_cold_start() {
+    let info = DeviceInfo {
+        backend: "fake".into(),
+        name: "fake cold GPU".into(),
+        kind: DeviceKind::Gpu,
+        memory_bytes: 1 << 34,
+        compute_units: 132,
+    };
+    let space = MemorySpace::Device {
+        backend: "fake",
+        id: 0,
+    };
+    let mut profile = DeviceProfile::defaults(&info, &space);
+    profile.cold_start = 30.0;
+    let cpu = hetsparse::cpu::CpuBackend::new().expect("the CPU backend");
+    let cold = FaultyBackend::new(Arc::new(cpu), Fault::None).posing_as(info, profile);
+    let ctx = Context::from_backends(
+        &["cpu", "gpu"],
+        vec![
+            posing(DeviceKind::Cpu, 16, false, Duration::ZERO),
+            Arc::new(cold),
+        ],
+    )
+    .unwrap();
+    let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 1);
+    ctx.spgemm(&a, &a).unwrap();
+    let choice = ctx.last_choice().expect("the model decided");
+    assert_eq!(choice.chosen, Chosen::Alone(0), "{choice:?}");
+    let gpu = &choice.predictions[1];
+    assert!(gpu.latency >= 30.0, "{gpu:?}");
 }
 
 #[test]

@@ -57,12 +57,12 @@ pub const HOST_BANDWIDTH_PER_THREAD: f64 = 6e9;
 /// The most host memory bandwidth the defaults assume, bytes per second (a two-socket server).
 pub const HOST_BANDWIDTH_MAX: f64 = 200e9;
 /// Intermediate products a CPU thread accumulates per second into entries already there (a
-/// dense accumulator's multiply-add; a dense product's rows of B, contiguous, run several
-/// times this, banded ones about this).
-pub const CPU_PRODUCTS_PER_THREAD: f64 = 700e6;
+/// dense accumulator's multiply-add at a scattered column; products whose rows of B are long
+/// dense runs, which vectorise, run ten times this).
+pub const CPU_PRODUCTS_PER_THREAD: f64 = 200e6;
 /// Entries of C a CPU thread makes per second (hash or sort accumulators; with the products
 /// above, 50 million products a second where each makes an entry).
-pub const CPU_ENTRIES_PER_THREAD: f64 = 53.8e6;
+pub const CPU_ENTRIES_PER_THREAD: f64 = 66.7e6;
 /// Bytes per second of random cache-line reads one CPU thread draws from host memory (about
 /// ten misses in flight at 100 ns each, less what the page walks of a large operand cost).
 pub const HOST_GATHER_PER_THREAD: f64 = 1.3e9;
@@ -111,8 +111,8 @@ impl DeviceProfile {
     /// | memory bandwidth | 6 GB/s per thread, at most 200 GB/s | the same | 1 TB/s |
     /// | link | none | 8 GB/s | 25 GB/s |
     /// | call latency | 20 µs | 500 µs | 300 µs |
-    /// | products per unit per s | 700 M | 1 G | 300 M |
-    /// | entries of C per unit per s | 53.8 M | 20 M | 46 M |
+    /// | products per unit per s | 200 M | 1 G | 300 M |
+    /// | entries of C per unit per s | 66.7 M | 20 M | 46 M |
     /// | cold start | 0 | 0 | 20 ms |
     /// | skew penalty | 0.02 | 0.05 | 0.15 |
     /// | cache | 2 MiB per thread | the same | 40 MiB |
