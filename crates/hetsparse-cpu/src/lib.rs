@@ -98,6 +98,7 @@ fn capabilities() -> Capabilities {
 impl CpuBackend {
     /// A backend on every core, through rayon's global pool (which honours `RAYON_NUM_THREADS`).
     pub fn new() -> Result<CpuBackend> {
+        host_cache_bytes();
         Ok(CpuBackend {
             pool: None,
             threads: rayon::current_num_threads().max(1),
@@ -115,6 +116,7 @@ impl CpuBackend {
     /// # Ok::<(), hetsparse_core::Error>(())
     /// ```
     pub fn with_threads(threads: usize) -> Result<CpuBackend> {
+        host_cache_bytes();
         if threads == 0 {
             return Err(Error::InvalidArgument(
                 "CPU backend: the thread count must be at least 1, got 0".into(),
@@ -173,6 +175,14 @@ fn read_cpu_model() -> String {
         .unwrap_or_else(|| format!("host CPU ({})", std::env::consts::ARCH))
 }
 
+/// The host's last-level cache, read from sysfs once per process (hundreds of small files:
+/// milliseconds, where the profile is asked for at every call a context routes); the backend
+/// reads it when it is made, so that no call pays for it.
+fn host_cache_bytes() -> Option<u64> {
+    static CACHE_BYTES: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *CACHE_BYTES.get_or_init(hetsparse_core::host_cache_bytes)
+}
+
 impl Device for CpuBackend {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
@@ -190,9 +200,7 @@ impl Device for CpuBackend {
 
     fn profile(&self) -> DeviceProfile {
         let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
-        // Read from sysfs once per process: the profile is asked for at every routed call.
-        static CACHE_BYTES: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-        if let Some(bytes) = *CACHE_BYTES.get_or_init(hetsparse_core::host_cache_bytes) {
+        if let Some(bytes) = host_cache_bytes() {
             profile.cache_bytes = bytes;
         }
         profile

@@ -39,6 +39,8 @@ pub struct Gpu {
     l2_bytes: Option<u64>,
     /// [`Gpu::warm_up`] and the staging buffers' locking ran to their end.
     ready: std::sync::atomic::AtomicBool,
+    /// Calls running on other devices of the process: the warm-up waits while there are any.
+    paused: std::sync::atomic::AtomicUsize,
     driver_version: Option<String>,
     max_shared_per_block: u32,
     max_shared_optin: u32,
@@ -271,6 +273,7 @@ impl Gpu {
             memory_bandwidth,
             l2_bytes,
             ready: std::sync::atomic::AtomicBool::new(false),
+            paused: std::sync::atomic::AtomicUsize::new(0),
             driver_version,
             max_shared_per_block,
             max_shared_optin,
@@ -328,7 +331,7 @@ impl Gpu {
         let mut looked_up = 0;
         for (module, (_, loaded)) in MODULES.iter().zip(&self.modules) {
             for name in kernel_names(module.ptx) {
-                if self.pinned.call_begun() {
+                if !self.may_warm_up() {
                     return None;
                 }
                 let Ok(c_name) = CString::new(name) else {
@@ -345,7 +348,7 @@ impl Gpu {
             }
         }
         for _ in 0..2 {
-            if self.pinned.call_begun() {
+            if !self.may_warm_up() {
                 return None;
             }
             let Ok(stream) = Stream::new() else { break };
@@ -354,7 +357,7 @@ impl Gpu {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(Arc::new(stream));
         }
-        if self.pinned.call_begun() {
+        if !self.may_warm_up() {
             return None;
         }
         let home = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
@@ -374,6 +377,31 @@ impl Gpu {
                 .push(home);
         }
         Some(looked_up)
+    }
+
+    /// Whether the warm-up may take its next step: `false` once a call began on the device;
+    /// while calls run on other devices of the process ([`Gpu::pause_warm_up`]), waits for
+    /// them (page-locking takes the process's memory-map lock, which every page fault of a
+    /// host call waits for, and loading kernels takes host time).
+    pub fn may_warm_up(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        loop {
+            if self.pinned.call_begun() {
+                return false;
+            }
+            if self.paused.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Holds the warm-up while a call runs on another device; it resumes when the returned
+    /// guard is dropped.
+    pub fn pause_warm_up(&self) -> WarmUpPause<'_> {
+        self.paused
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        WarmUpPause { gpu: self }
     }
 
     /// Says that the device was readied ahead ([`Gpu::warm_up`] and the staging buffers).
@@ -646,6 +674,19 @@ fn load_binary(name: &str, image: &[u8]) -> Result<Module> {
         &format!("loading the sm_90 binary of kernel module `{name}`"),
     )?;
     Ok(Module(module))
+}
+
+/// A pause of a device's warm-up ([`Gpu::pause_warm_up`]), over when dropped.
+pub struct WarmUpPause<'g> {
+    gpu: &'g Gpu,
+}
+
+impl Drop for WarmUpPause<'_> {
+    fn drop(&mut self) {
+        self.gpu
+            .paused
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Device memory [`Gpu::warm_up`] takes from the stream-ordered pool and gives back, so

@@ -127,7 +127,7 @@ use resident::{DeviceCsr, DeviceDense, Kept};
 use spmm::{DenseIn, SparseIn};
 use spmv::VecIn;
 
-pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream};
+pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream, WarmUpPause};
 pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
@@ -182,7 +182,7 @@ impl CudaBackend {
                 let started = std::time::Instant::now();
                 let kernels = bound.warm_up();
                 let pool = bound.pinned_pool();
-                let locked = pool.fill(|| gpu.strong_count() > 1);
+                let locked = pool.fill(|| gpu.strong_count() > 1 && bound.may_warm_up());
                 if kernels.is_some() && !pool.call_begun() && pool.is_full() {
                     bound.mark_ready();
                 }
@@ -196,6 +196,14 @@ impl CudaBackend {
         if let Err(e) = spawned {
             tracing::debug!(error = %e, "no thread to page-lock staging buffers ahead");
         }
+    }
+
+    /// Holds this backend's [warm-up](Self::warm_up) while the caller computes on another
+    /// device (a host call beside it, as `hetsparse::Context` makes): the warm-up's
+    /// page-locking would stall the call's page faults. It resumes when the returned guard is
+    /// dropped; a call on this device ends it instead.
+    pub fn pause_warm_up(&self) -> WarmUpPause<'_> {
+        self.gpu.pause_warm_up()
     }
 
     /// Limits the device memory this backend allocates to `bytes` (operands, work buffers and

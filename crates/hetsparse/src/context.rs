@@ -133,6 +133,10 @@ pub struct Context<T: ContextScalar> {
     warmed: Mutex<Vec<(usize, OpKind)>>,
     /// What this context's runs taught of each (backend, operation): the model's correction.
     learned: Mutex<BTreeMap<(usize, OpKind), Measured>>,
+    /// The CUDA backends readying themselves in the background: held while a routed call
+    /// runs, so that their page-locking does not stall a host call's page faults.
+    #[cfg(feature = "cuda")]
+    warming: Vec<Arc<hetsparse_cuda::CudaBackend>>,
 }
 
 impl<T: ContextScalar> fmt::Debug for Context<T> {
@@ -221,6 +225,8 @@ impl<T: ContextScalar> Context<T> {
         }
 
         #[cfg(feature = "cuda")]
+        let mut warming = Vec::new();
+        #[cfg(feature = "cuda")]
         {
             let mut ordinal = 0u32;
             loop {
@@ -230,7 +236,9 @@ impl<T: ContextScalar> Context<T> {
                         // while the caller gets its operands ready: a first call from host
                         // memory as quick as later ones.
                         gpu.warm_up();
-                        candidates.push(candidate(format!("cuda:{ordinal}"), Arc::new(gpu)))
+                        let gpu = Arc::new(gpu);
+                        warming.push(Arc::clone(&gpu));
+                        candidates.push(candidate(format!("cuda:{ordinal}"), gpu))
                     }
                     Err(e) => {
                         if ordinal == 0 {
@@ -303,7 +311,13 @@ impl<T: ContextScalar> Context<T> {
             used = backends.len(),
             "devices found"
         );
-        Self::build(devices, unavailable, backends, false)
+        #[allow(unused_mut)]
+        let mut ctx = Self::build(devices, unavailable, backends, false)?;
+        #[cfg(feature = "cuda")]
+        {
+            ctx.warming = warming;
+        }
+        Ok(ctx)
     }
 
     /// A context over backends the caller chose (for example a single device), listed as
@@ -418,6 +432,8 @@ impl<T: ContextScalar> Context<T> {
             learned_unsaved: AtomicBool::new(false),
             warmed: Mutex::new(Vec::new()),
             learned: Mutex::new(BTreeMap::new()),
+            #[cfg(feature = "cuda")]
+            warming: Vec::new(),
         })
     }
 
@@ -596,6 +612,8 @@ impl<T: ContextScalar> Context<T> {
             return call(scheduler.as_ref());
         };
         let backend = &scheduler.backends()[d];
+        #[cfg(feature = "cuda")]
+        let _paused: Vec<_> = self.warming.iter().map(|g| g.pause_warm_up()).collect();
         let started = Instant::now();
         match call(backend.as_ref()) {
             Ok(r) => {
