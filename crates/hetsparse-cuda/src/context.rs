@@ -409,10 +409,15 @@ impl Gpu {
         self.ready.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Whether a call on the device now pays no cold start: it was readied ahead, or a call
+    /// Whether the device was readied ahead ([`Gpu::warm_up`] ran to its end), or a call
     /// has begun since (which readied what it used).
     pub fn is_ready(&self) -> bool {
         self.ready.load(std::sync::atomic::Ordering::Acquire) || self.pinned.call_begun()
+    }
+
+    /// Whether a call has begun on the device since its warm-up started.
+    pub fn call_begun(&self) -> bool {
+        self.pinned.call_begun()
     }
 
     /// Makes this device's context current on the calling thread.

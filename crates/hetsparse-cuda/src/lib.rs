@@ -286,8 +286,10 @@ impl Device for CudaBackend {
         if let Some(bytes) = self.gpu.l2_bytes() {
             profile.cache_bytes = bytes;
         }
-        if self.gpu.is_ready() {
+        if self.gpu.call_begun() {
             profile.cold_start = 0.0;
+        } else if self.gpu.is_ready() {
+            profile.cold_start = hetsparse_core::backend::profile::GPU_READIED_COLD_START;
         }
         profile
     }

@@ -22,6 +22,9 @@ pub struct DeviceProfile {
     /// of C already there (a multiply-add into a dense accumulator: what a product whose
     /// rows of C fill up, like a dense one, costs per product).
     pub products_per_unit: f64,
+    /// Products per second of a unit where the row of B is a run of consecutive columns (32
+    /// or more, as in a dense product): the accumulation is then a vector add along the run.
+    pub run_products_per_unit: f64,
     /// Entries of C one compute unit makes per second beside that (finding the slot of a new
     /// column, hashing or sorting, writing the entry): with every product a new entry, as in
     /// a uniformly random product, a unit's rate is `1 / (1/products_per_unit +
@@ -57,9 +60,11 @@ pub const HOST_BANDWIDTH_PER_THREAD: f64 = 6e9;
 /// The most host memory bandwidth the defaults assume, bytes per second (a two-socket server).
 pub const HOST_BANDWIDTH_MAX: f64 = 200e9;
 /// Intermediate products a CPU thread accumulates per second into entries already there (a
-/// dense accumulator's multiply-add at a scattered column; products whose rows of B are long
-/// dense runs, which vectorise, run ten times this).
+/// dense accumulator's multiply-add at a scattered column).
 pub const CPU_PRODUCTS_PER_THREAD: f64 = 200e6;
+/// The same where B's row is a run of consecutive columns: vector adds along the run (a
+/// dense product's rows of B ran fifteen times the scattered rate).
+pub const CPU_RUN_PRODUCTS_PER_THREAD: f64 = 3e9;
 /// Entries of C a CPU thread makes per second (hash or sort accumulators; with the products
 /// above, 50 million products a second where each makes an entry).
 pub const CPU_ENTRIES_PER_THREAD: f64 = 66.7e6;
@@ -91,6 +96,9 @@ pub const GPU_ENTRIES_PER_UNIT: f64 = 46e6;
 /// ready (kernels loading on first use, the first allocations, staging buffers locked by the
 /// call itself).
 pub const GPU_COLD_START: f64 = 20e-3;
+/// What a GPU's first call still costs beyond later ones once its backend readied it ahead
+/// (first launches, the first allocations of the call's sizes).
+pub const GPU_READIED_COLD_START: f64 = 5e-3;
 /// Seconds a whole GPU call costs whatever its size (allocations, a dozen launches, the
 /// synchronisations between the symbolic and numeric phases).
 pub const GPU_CALL_LATENCY: f64 = 300e-6;
@@ -112,6 +120,7 @@ impl DeviceProfile {
     /// | link | none | 8 GB/s | 25 GB/s |
     /// | call latency | 20 µs | 500 µs | 300 µs |
     /// | products per unit per s | 200 M | 1 G | 300 M |
+    /// | the same, rows of B that are runs | 3 G | 1 G | 300 M |
     /// | entries of C per unit per s | 66.7 M | 20 M | 46 M |
     /// | cold start | 0 | 0 | 20 ms |
     /// | skew penalty | 0.02 | 0.05 | 0.15 |
@@ -132,6 +141,7 @@ impl DeviceProfile {
                 link_bandwidth: None,
                 call_latency: CPU_CALL_LATENCY,
                 products_per_unit: CPU_PRODUCTS_PER_THREAD,
+                run_products_per_unit: CPU_RUN_PRODUCTS_PER_THREAD,
                 entries_per_unit: CPU_ENTRIES_PER_THREAD,
                 multiply_adds_per_unit: 4e9,
                 compute_units: units,
@@ -146,6 +156,7 @@ impl DeviceProfile {
                 link_bandwidth: Some(OPENCL_CPU_LINK_BANDWIDTH),
                 call_latency: OPENCL_CPU_CALL_LATENCY,
                 products_per_unit: 1e9,
+                run_products_per_unit: 1e9,
                 entries_per_unit: OPENCL_CPU_ENTRIES_PER_THREAD,
                 multiply_adds_per_unit: 2e9,
                 compute_units: units,
@@ -160,6 +171,7 @@ impl DeviceProfile {
                 link_bandwidth: Some(GPU_LINK_BANDWIDTH),
                 call_latency: GPU_CALL_LATENCY,
                 products_per_unit: GPU_PRODUCTS_PER_UNIT,
+                run_products_per_unit: GPU_PRODUCTS_PER_UNIT,
                 entries_per_unit: GPU_ENTRIES_PER_UNIT,
                 multiply_adds_per_unit: 30e9,
                 compute_units: units,
