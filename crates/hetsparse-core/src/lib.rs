@@ -98,9 +98,12 @@ pub fn advise_huge_pages<X>(buffer: &mut [X]) {
     }
 }
 
-/// Physical memory of the host in bytes, from `/proc/meminfo` where there is one, else 0.
+/// Physical memory of the host in bytes, from `/proc/meminfo` where there is one, else 0;
+/// read once per process (a host backend's [`Device::info`] asks for it at every call a
+/// context routes).
 pub fn host_memory_bytes() -> u64 {
-    meminfo_bytes("MemTotal:")
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| meminfo_bytes("MemTotal:"))
 }
 
 /// Memory the host can give a process now without swapping, in bytes (`MemAvailable` in

@@ -71,8 +71,9 @@ const SAMPLED_ROWS: usize = 256;
 pub const SAMPLED_PRODUCTS: u64 = 1 << 18;
 
 /// The most entries of A the gathers' sample looks at (pairs of consecutive rows spread over
-/// A, up to [`SAMPLED_ROWS`] of them).
-const SAMPLED_GATHERS: u64 = 1 << 16;
+/// A, up to [`SAMPLED_ROWS`] of them): a share known within a few percent, for a cost small
+/// beside a SpMV of a few thousand rows.
+const SAMPLED_GATHERS: u64 = 1 << 12;
 
 /// Columns within which an entry of A counts as near one of the previous row's: its row of the
 /// dense operand is then in cache, or next in a stream the prefetchers follow.
