@@ -20,7 +20,8 @@
 //! matrix read by rows reaches any of the three products and a product comes back to rows to be
 //! written; [`agree`] makes a caller's own local steps collective in the same way.
 //! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
-//! layouts of a product by it.
+//! layouts of a product by it; [`model_time`] predicts a product's time on `P` ranks from a
+//! measured local rate and a [`Network`]'s bandwidth and latency.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
@@ -58,7 +59,11 @@ mod wire;
 
 pub use error::{agree, Error, Result};
 pub use matrix::{DistCsr, DistOptions};
-pub use model::{choose_algorithm, model_volume, Algorithm, ProductStats};
+pub use model::{
+    choose_algorithm, critical_path_flops, model_comm, model_comm_with, model_time,
+    model_time_with, model_volume, Algorithm, CommEstimate, Machine, ModelError, Network,
+    ProductStats, TimeEstimate, MAX_MODEL_RANKS,
+};
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).
 pub use mpi;
 pub use partition::RowPartition;
