@@ -112,7 +112,10 @@ pub fn total_products<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<u64> {
         .sum())
 }
 
-fn row_product_count<T: Scalar>(a: &Csr<T>, b: &Csr<T>, i: usize) -> u64 {
+/// Intermediate products of row `i` of `A · B`: the lengths of the rows of B that row `i` of A
+/// takes. For operands already checked to chain ([`row_products`] checks them); a column of A
+/// beyond B's rows panics.
+pub fn row_product_count<T: Scalar>(a: &Csr<T>, b: &Csr<T>, i: usize) -> u64 {
     a.row(i).0.iter().map(|&k| b.row_nnz(k as usize)).sum()
 }
 

@@ -252,19 +252,15 @@ pub fn uncached(operand_bytes: u64, cache_bytes: u64) -> f64 {
 }
 
 impl Workload {
-    /// `A · B`: products counted (a pass over A), C's entries estimated from up to 256 rows
+    /// `A · B`: products counted (a pass over A; where A has more than 2^17 rows, estimated
+    /// from 2^15 rows spread over it, with the longest of those for the skew), C's entries
+    /// estimated from up to 256 rows
     /// spread over A holding at most [`SAMPLED_PRODUCTS`] products between them (at least one
     /// row: their distinct columns over their products, times all products), bounded by
     /// `rows × cols`. [`Error::ShapeMismatch`] for operands that do not chain.
     pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
         hetsparse_core::backend::check::spgemm(a, b)?;
-        let row_products = |i: usize| -> u64 {
-            a.row(i)
-                .0
-                .iter()
-                .map(|&k| b.row(k as usize).0.len() as u64)
-                .sum()
-        };
+        let row_products = |i: usize| analysis::row_product_count(a, b, i);
         // Products per row: every row's where A is short, else a sample's (a whole pass and a
         // vector of A's rows cost a steady-state call on the GPU a quarter of its time on
         // matrices of millions of rows; the choice does not hang on the last percent).
