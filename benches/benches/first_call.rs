@@ -15,7 +15,7 @@
 //! `products.tsv` (written by `benches/peers/amg_products.py`: PyAMG's Galerkin products), those
 //! too. Environment as for `gpu_spgemm`: `HETSPARSE_BENCH_DIR`, `HETSPARSE_BENCH_CLASSES`,
 //! `HETSPARSE_BENCH_SIZE_DIVISOR`, `HETSPARSE_BENCH_OPS`; `HETSPARSE_BENCH_REPS` (calls after the
-//! first in a device's process, the quickest kept as its steady time; 3);
+//! first in a device's process; its steady time, as auto's, the quickest of the last three; 9);
 //! `HETSPARSE_BENCH_PROCESSES` (processes per case, the median kept; 1). A last table counts
 //! the products within each of the issue's goals (geometric mean and worst ratio).
 //!
@@ -80,7 +80,8 @@ fn call(ctx: &Context<f64>, op: OpKind, a: &Csr<f64>, b: &Csr<f64>, dense: &Dens
 }
 
 /// A child's work: prints `first<TAB>steady<TAB>chosen<TAB>predicted` (seconds; steady the
-/// quickest of calls after the first, or for `auto` of its last three; `-` where none).
+/// quickest of the last three calls after the first; `-` where none), and on standard error
+/// each call's time and device.
 fn child(spec: &str) -> Result<(), String> {
     if spec == "calibrate" {
         let started = Instant::now();
@@ -128,47 +129,54 @@ fn child(spec: &str) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let x: Vec<f64> = (0..a.ncols()).map(|i| 1.0 + (i % 5) as f64).collect();
-    // HETSPARSE_BENCH_PROFILE=1: the first two calls' stages (the backends' spans) on
-    // standard error, to see where a first call's extra time goes.
+    // HETSPARSE_BENCH_PROFILE=1: the stages (the backends' spans) of the first two calls and
+    // the last on standard error, to see where a first or a steady call's extra time goes.
     let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
     let mut times = Vec::with_capacity(calls);
     let mut first_choice = None;
-    for i in 0..calls.max(1) {
+    // Each call's time and where the cost model sent it, for the log.
+    let mut account = Vec::with_capacity(calls);
+    let ids: Vec<String> = ctx
+        .devices()
+        .iter()
+        .filter(|d| d.skipped.is_none())
+        .map(|d| d.id.clone())
+        .collect();
+    let calls = calls.max(1);
+    for i in 0..calls {
         let started = Instant::now();
-        if profile && i < 2 {
+        if profile && (i < 2 || i + 1 == calls) {
             eprintln!("== call {}", i + 1);
             spans::printed(|| call(&ctx, op, &a, &b, &dense, &x));
         } else {
             call(&ctx, op, &a, &b, &dense, &x);
         }
-        times.push(started.elapsed().as_secs_f64());
+        let wall = started.elapsed().as_secs_f64();
+        times.push(wall);
+        let choice = ctx.last_choice();
+        let went = match choice.as_ref().map(|c| c.chosen) {
+            Some(Chosen::Alone(d)) => ids.get(d).cloned().unwrap_or_else(|| "?".into()),
+            Some(Chosen::Shared) => "shared".into(),
+            None => device.to_string(),
+        };
+        account.push(format!("{} {went}", ms(wall)));
         if i == 0 {
-            first_choice = ctx.last_choice();
+            first_choice = choice;
         }
     }
+    eprintln!("{a_stem} {op} {device} calls: {}", account.join(", "));
+    // Steady state, for a device alone as for `auto`: the quickest of the last three calls
+    // (calls 8 to 10 of 10), or of the calls after the first where there are fewer.
     let steady = if times.len() < 2 {
         "-".to_string()
-    } else if matches!(device, DeviceChoice::Auto) {
-        // Steady state: the quickest of the last three calls (calls 8 to 10), against the
-        // quickest of a device's calls after its first.
+    } else {
         let last = &times[times.len().saturating_sub(3).max(1)..];
         format!("{:.6}", last.iter().copied().fold(f64::INFINITY, f64::min))
-    } else {
-        format!(
-            "{:.6}",
-            times[1..].iter().copied().fold(f64::INFINITY, f64::min)
-        )
     };
     let (chosen, predicted) = match &first_choice {
         Some(c) => {
-            let ids: Vec<&str> = ctx
-                .devices()
-                .iter()
-                .filter(|d| d.skipped.is_none())
-                .map(|d| d.id.as_str())
-                .collect();
             let who = match c.chosen {
-                Chosen::Alone(d) => ids.get(d).copied().unwrap_or("?").to_string(),
+                Chosen::Alone(d) => ids.get(d).cloned().unwrap_or_else(|| "?".into()),
                 Chosen::Shared => "shared".to_string(),
             };
             eprintln!("{a_stem} {op}: {}", ctx.describe(c));
@@ -225,7 +233,11 @@ fn run_child(spec: &str, cache: Option<&Path>) -> Result<Timed, String> {
     // profiling), for the log.
     let profile = std::env::var("HETSPARSE_BENCH_PROFILE").is_ok_and(|v| v == "1");
     for l in String::from_utf8_lossy(&out.stderr).lines() {
-        if profile || l.contains("work units") || l.contains("context made") {
+        if profile
+            || l.contains("work units")
+            || l.contains("context made")
+            || l.contains(" calls: ")
+        {
             eprintln!("  {l}");
         }
     }
@@ -321,7 +333,7 @@ fn parent() {
         eprintln!("first_call: SKIPPED, no CUDA GPU");
         return;
     }
-    let reps: usize = env_or("HETSPARSE_BENCH_REPS", 3);
+    let reps: usize = env_or("HETSPARSE_BENCH_REPS", AUTO_CALLS - 1);
     let processes: usize = env_or("HETSPARSE_BENCH_PROCESSES", 1);
     let divisor: usize = env_or("HETSPARSE_BENCH_SIZE_DIVISOR", 1);
     let dir = PathBuf::from(
@@ -355,7 +367,7 @@ fn parent() {
     println!(
         "Auto's first call in a new process, f64, whole calls from host memory (SpMM: {SPMM_COLUMNS} \
          columns); each case in a fresh process, making the context not counted; ms. \
-         Devices alone: first call / quickest of the {reps} after it. Auto: device chosen, \
+         Devices alone: first call / quickest of the last three of the {reps} after it. Auto: device chosen, \
          first call, and its ratio to the best device alone (first call, steady); steady \
          state of a context without a file (quickest of calls 8 to 10) against the best \
          steady time. Calibration: {calibration_note}."

@@ -66,16 +66,23 @@ pub const DEFAULT_SHARING_OVERHEAD: f64 = 2.0;
 /// Rows of A whose result rows are counted to estimate the entries of C.
 const SAMPLED_ROWS: usize = 256;
 
-/// Rows of A up to which a SpGEMM's products are counted row by row; beyond, from
-/// [`PRODUCT_SAMPLE_ROWS`] rows spread over A.
-const EXACT_PRODUCT_ROWS: usize = 1 << 17;
+/// Entries of A up to which a SpGEMM's products are counted row by row (a pass over A);
+/// beyond, from [`PRODUCT_SAMPLE_BLOCKS`] blocks of [`PRODUCT_BLOCK_ROWS`] consecutive rows
+/// spread over A.
+const EXACT_PRODUCT_ENTRIES: u64 = 1 << 18;
 
-/// Rows whose products estimate a long A's (every `rows / 2^15`-th).
-const PRODUCT_SAMPLE_ROWS: usize = 1 << 15;
+/// Blocks of consecutive rows whose products estimate a long A's.
+const PRODUCT_SAMPLE_BLOCKS: usize = 128;
 
-/// The most products the sampled rows hold between them (after the first row): the estimate
-/// costs a small fraction of any product large enough for the choice to matter.
-pub const SAMPLED_PRODUCTS: u64 = 1 << 18;
+/// Rows in each block of the products' sample: consecutive rows are read as streams, where
+/// rows spread one by one over A cost the memory's latency each (a strided sample of 2^15 rows
+/// took as long as a small product's whole call).
+const PRODUCT_BLOCK_ROWS: usize = 64;
+
+/// The most products the sampled rows hold between them (a first row holding more is sampled
+/// from its start): the estimate costs a small fraction of any product large enough for the
+/// choice to matter.
+pub const SAMPLED_PRODUCTS: u64 = 1 << 16;
 
 /// The most entries of A the gathers' sample looks at (pairs of consecutive rows spread over
 /// A, up to [`SAMPLED_ROWS`] of them): a share known within a few percent, for a cost small
@@ -208,9 +215,21 @@ impl Gathers {
             let (row, _) = a.row(i);
             // A row longer than what is left of the sample is sampled from its start.
             let left = usize::try_from(SAMPLED_GATHERS - sampled).unwrap_or(usize::MAX);
-            for &j in &row[..row.len().min(left)] {
-                // The previous row's first column at or after j - 16 (columns sorted).
-                let from = before.partition_point(|&c| c.saturating_add(NEAR_COLUMNS) < j);
+            let row = &row[..row.len().min(left)];
+            // Both rows' columns are sorted: the previous row's first column at or after
+            // j - 16 moves forward with j, found by a walk along both rows, or by a binary
+            // search for each j where the previous row is much the longer.
+            let search = before.len() > 4 * row.len();
+            let mut from = 0;
+            for &j in row {
+                let behind = |c: u32| c.saturating_add(NEAR_COLUMNS) < j;
+                if search {
+                    from = before.partition_point(|&c| behind(c));
+                } else {
+                    while before.get(from).is_some_and(|&c| behind(c)) {
+                        from += 1;
+                    }
+                }
                 let near = before
                     .get(from)
                     .is_some_and(|&c| c <= j.saturating_add(NEAR_COLUMNS));
@@ -252,30 +271,36 @@ pub fn uncached(operand_bytes: u64, cache_bytes: u64) -> f64 {
 }
 
 impl Workload {
-    /// `A · B`: products counted (a pass over A; where A has more than 2^17 rows, estimated
-    /// from 2^15 rows spread over it, with the longest of those for the skew), C's entries
-    /// estimated from up to 256 rows
-    /// spread over A holding at most [`SAMPLED_PRODUCTS`] products between them (at least one
-    /// row: their distinct columns over their products, times all products), bounded by
-    /// `rows × cols`. [`Error::ShapeMismatch`] for operands that do not chain.
+    /// `A · B`: products counted (a pass over A; where A has more than 2^18 entries,
+    /// estimated from 128 blocks of 64 consecutive rows spread over it, with the longest of
+    /// those rows for the skew), C's entries estimated from up to 256 rows spread over A
+    /// holding at most [`SAMPLED_PRODUCTS`] products between them (at least one row, whose
+    /// start is taken where it alone holds more: their distinct columns over their products,
+    /// times all products), bounded by `rows × cols`. [`Error::ShapeMismatch`] for operands
+    /// that do not chain.
     pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
         hetsparse_core::backend::check::spgemm(a, b)?;
         let row_products = |i: usize| analysis::row_product_count(a, b, i);
-        // Products per row: every row's where A is short, else a sample's (a whole pass and a
-        // vector of A's rows cost a steady-state call on the GPU a quarter of its time on
-        // matrices of millions of rows; the choice does not hang on the last percent).
-        let (products, longest) = if a.nrows() <= EXACT_PRODUCT_ROWS {
-            let per_row = analysis::row_products(a, b)?;
-            let stats = analysis::row_length_stats(&per_row);
-            (stats.total, stats.max)
+        // Products per row: every row's where A is small, else a sample's (a whole pass costs
+        // a steady-state call on the GPU a quarter of its time on matrices of millions of
+        // rows; the choice does not hang on the last percent).
+        let blocked = PRODUCT_SAMPLE_BLOCKS * PRODUCT_BLOCK_ROWS;
+        let (products, longest) = if a.nnz() <= EXACT_PRODUCT_ENTRIES || a.nrows() <= blocked {
+            (0..a.nrows())
+                .map(row_products)
+                .fold((0u64, 0u64), |(sum, longest), p| {
+                    (sum.saturating_add(p), longest.max(p))
+                })
         } else {
-            let step = a.nrows() / PRODUCT_SAMPLE_ROWS;
             let (mut sum, mut longest, mut rows) = (0u64, 0u64, 0u64);
-            for i in (0..a.nrows()).step_by(step) {
-                let p = row_products(i);
-                sum += p;
-                longest = longest.max(p);
-                rows += 1;
+            for block in 0..PRODUCT_SAMPLE_BLOCKS {
+                let first = block * (a.nrows() / PRODUCT_SAMPLE_BLOCKS);
+                for i in first..(first + PRODUCT_BLOCK_ROWS).min(a.nrows()) {
+                    let p = row_products(i);
+                    sum = sum.saturating_add(p);
+                    longest = longest.max(p);
+                    rows += 1;
+                }
             }
             let mean = sum as f64 / rows.max(1) as f64;
             ((mean * a.nrows() as f64).round() as u64, longest)
@@ -302,14 +327,29 @@ impl Workload {
             {
                 continue;
             }
-            for &k in a.row(i).0 {
+            // The row's entries of A up to the budget (all of them but for a first row that
+            // alone holds more: its start, whose share of distinct columns is at least the
+            // whole row's, so C is not under-estimated).
+            let (columns_of_a, _) = a.row(i);
+            let mut taken = 0;
+            let mut taken_products = 0u64;
+            for &k in columns_of_a {
+                let n = b.row_nnz(k as usize);
+                if taken > 0 && taken_products + n > SAMPLED_PRODUCTS {
+                    break;
+                }
+                taken += 1;
+                taken_products += n;
+            }
+            let columns_of_a = &columns_of_a[..taken];
+            for &k in columns_of_a {
                 for &j in b.row(k as usize).0 {
                     let (word, bit) = (j as usize / 64, 1u64 << (j % 64));
                     sampled_entries += u64::from(seen[word] & bit == 0);
                     seen[word] |= bit;
                 }
             }
-            for &k in a.row(i).0 {
+            for &k in columns_of_a {
                 let (columns, _) = b.row(k as usize);
                 for &j in columns {
                     seen[j as usize / 64] = 0;
@@ -321,7 +361,7 @@ impl Workload {
                     }
                 }
             }
-            sampled_products += row_products;
+            sampled_products += taken_products;
         }
         let ratio = if sampled_products == 0 {
             1.0
@@ -608,20 +648,33 @@ pub fn measured(
     }
 }
 
+/// The share of a device's cold start that the next call is charged with after
+/// `calls_before` calls of the same operation: all of it for a first or second call, then
+/// `1 / calls_before`. A caller that has made n calls is expected to make about as many more
+/// (an AMG setup, an iterative solver, a loop over a graph's levels), over which a device
+/// whose later calls are quicker earns its cold start back; without this, a device not yet
+/// used would carry its cold start in every prediction and never be tried.
+pub fn cold_start_share(calls_before: u64) -> f64 {
+    1.0 / calls_before.max(1) as f64
+}
+
 impl<T: Scalar> Scheduler<T> {
     /// The model's decision for `workload`: each backend that runs the operation predicted
     /// from its [`DeviceProfile`], corrected by what runs in this process taught of it
     /// (`learned`), else by a calibration (`calibrated`; both one entry per backend, `None`
     /// where there is none), with its [cold start](DeviceProfile::cold_start) unless `ran`
-    /// says it has run a call in this process; the least predicted time wins, sharing
-    /// included for SpGEMM. [`Chosen::Shared`] under [`share_always`](Self::share_always).
-    /// [`Error::InvalidArgument`] when a slice does not have one entry per backend.
+    /// says it has run a call in this process, spread over the `calls_before` calls of this
+    /// operation the caller made before this one ([`cold_start_share`]); the least
+    /// predicted time wins, sharing included for SpGEMM. [`Chosen::Shared`] under
+    /// [`share_always`](Self::share_always). [`Error::InvalidArgument`] when a slice does
+    /// not have one entry per backend.
     pub fn predict(
         &self,
         workload: &Workload,
         calibrated: &[Option<Measured>],
         learned: &[Option<Measured>],
         ran: &[bool],
+        calls_before: u64,
     ) -> Result<Choice> {
         let n = self.backends.len();
         if calibrated.len() != n || learned.len() != n || ran.len() != n {
@@ -642,9 +695,11 @@ impl<T: Scalar> Scheduler<T> {
             .filter(|&d| part[d])
             .map(|d| {
                 let mut profile = self.backends[d].profile();
-                if ran[d] {
-                    profile.cold_start = 0.0;
-                }
+                profile.cold_start *= if ran[d] {
+                    0.0
+                } else {
+                    cold_start_share(calls_before)
+                };
                 let needed = workload.bytes_in.saturating_add(workload.bytes_out);
                 let fits = profile.link_bandwidth.is_none()
                     || needed <= crate::memory_budget(self.backends[d].as_ref()) / 2;
@@ -834,6 +889,12 @@ mod tests {
         let (dense, _) = generate::product_operands::<f64>(generate::MatrixClass::Dense, 300, 1);
         let wd = Workload::spgemm(&dense, &dense).unwrap();
         assert!(wd.run_products as f64 >= 0.99 * wd.work as f64, "{wd:?}");
+        // A first sampled row holding more products than the sample is taken from its start:
+        // C is not under-estimated (here it is dense, every entry).
+        let full: Csr<f64> = generate::dense(600, 600, 2);
+        let wf = Workload::spgemm(&full, &full).unwrap();
+        assert_eq!(wf.work, 600 * 600 * 600);
+        assert_eq!(wf.c_entries, 600 * 600, "{wf:?}");
         let tall: Csr<f64> = generate::uniform(3000, 2, 2, 1);
         let wide: Csr<f64> = generate::uniform(2, 3000, 2, 1);
         let dense = Workload::spgemm(&tall, &wide).unwrap();

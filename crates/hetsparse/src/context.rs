@@ -131,6 +131,8 @@ pub struct Context<T: ContextScalar> {
     /// call in a process pays its warm-up (kernels loaded, pinned buffers and memory pools
     /// grown), so only later calls teach its speed.
     warmed: Mutex<Vec<(usize, OpKind)>>,
+    /// Calls of each operation the cost model decided in this context.
+    decided: Mutex<BTreeMap<OpKind, u64>>,
     /// What this context's runs taught of each (backend, operation): the model's correction.
     learned: Mutex<BTreeMap<(usize, OpKind), Measured>>,
     /// The CUDA backends readying themselves in the background: held while a routed call
@@ -431,6 +433,7 @@ impl<T: ContextScalar> Context<T> {
             last_choice: Mutex::new(None),
             learned_unsaved: AtomicBool::new(false),
             warmed: Mutex::new(Vec::new()),
+            decided: Mutex::new(BTreeMap::new()),
             learned: Mutex::new(BTreeMap::new()),
             #[cfg(feature = "cuda")]
             warming: Vec::new(),
@@ -602,7 +605,13 @@ impl<T: ContextScalar> Context<T> {
                 .map(|d| warmed.iter().any(|&(w, _)| w == d))
                 .collect()
         };
-        let choice = scheduler.predict(&workload, &calibrated, &learned, &ran)?;
+        let calls_before = {
+            let mut decided = lock(&self.decided);
+            let calls = decided.entry(op).or_insert(0);
+            *calls += 1;
+            *calls - 1
+        };
+        let choice = scheduler.predict(&workload, &calibrated, &learned, &ran, calls_before)?;
         let chosen = choice.chosen;
         if tracing::enabled!(tracing::Level::INFO) {
             tracing::info!(op = %op, work = workload.work, "cost model: {}", self.describe(&choice));

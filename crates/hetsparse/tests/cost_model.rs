@@ -195,6 +195,64 @@ fn a_device_not_ready_pays_its_cold_start() {
 }
 
 #[test]
+fn a_cold_start_is_spread_over_repeated_calls_until_the_device_is_tried() {
+    // A GPU predicted quicker than the CPU once ready, but whose cold start outweighs that
+    // on one call: the first calls stay on the CPU, and once the calls made spread the cold
+    // start thin enough the GPU is tried.
+    let info = DeviceInfo {
+        backend: "fake".into(),
+        name: "fake cold GPU".into(),
+        kind: DeviceKind::Gpu,
+        memory_bytes: 1 << 34,
+        compute_units: 132,
+    };
+    let space = MemorySpace::Device {
+        backend: "fake",
+        id: 0,
+    };
+    let profile = DeviceProfile::defaults(&info, &space);
+    let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 1);
+    let ctx_of = |cold_start: f64| {
+        let mut profile = profile.clone();
+        profile.cold_start = cold_start;
+        let cpu = hetsparse::cpu::CpuBackend::new().expect("the CPU backend");
+        let cold = FaultyBackend::new(Arc::new(cpu), Fault::None).posing_as(info.clone(), profile);
+        Context::from_backends(
+            &["cpu", "gpu"],
+            vec![
+                posing(DeviceKind::Cpu, 16, false, Duration::ZERO),
+                Arc::new(cold),
+            ],
+        )
+        .unwrap()
+    };
+    // The gain per call the model predicts for the GPU once ready.
+    let warm = ctx_of(0.0);
+    warm.spgemm(&a, &a).unwrap();
+    let p = warm.last_choice().expect("the model decided").predictions;
+    let gain = p[0].total - p[1].total;
+    assert!(gain > 0.0, "{p:?}");
+    // A cold start of thirty gains: not tried on the first calls, but within a hundred (the
+    // CPU's learned speed moves the gain, not by thirty times).
+    let cold_start = 30.0 * gain;
+    let ctx = ctx_of(cold_start);
+    let mut tried = None;
+    for call in 1..=100u64 {
+        ctx.spgemm(&a, &a).unwrap();
+        let choice = ctx.last_choice().expect("the model decided");
+        let latency = choice.predictions[1].latency;
+        if choice.chosen == Chosen::Alone(1) {
+            tried = Some(call);
+            break;
+        }
+        let share = cold_start / (call - 1).max(1) as f64;
+        assert!(latency >= share, "call {call}: {choice:?}");
+    }
+    let tried = tried.expect("the GPU was tried");
+    assert!(tried > 2, "tried on call {tried}");
+}
+
+#[test]
 fn a_slow_device_measured_is_no_longer_chosen() {
     // The GPU's profile says fast; every call on it takes half a second more (far more than
     // the CPU's whole run of these products, also on a loaded machine).
