@@ -41,6 +41,9 @@ pub const CU_MEMORYTYPE_HOST: c_uint = 1;
 pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
 
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+
+/// `cuMemHostRegister`: page-locked for every context, not only the current one.
+pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 
 pub const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
@@ -58,6 +61,8 @@ extern "C" {
     pub fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
     pub fn cuCtxSynchronize() -> CUresult;
     pub fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult;
+    pub fn cuMemHostRegister_v2(ptr: *mut c_void, bytes: usize, flags: c_uint) -> CUresult;
+    pub fn cuMemHostUnregister(ptr: *mut c_void) -> CUresult;
     pub fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: CUdeviceptr)
         -> CUresult;
 

@@ -799,11 +799,153 @@ pub fn pinned<T: DeviceCopy + Default>(len: usize, what: &str) -> Result<PinnedB
     LockedBuffer::new(&T::default(), len.max(1)).map_err(|e| from_cust(e, what))
 }
 
+/// Host memory page-locked by registering it with the driver, prepared so that no step holds
+/// the process's memory map for long: allocated aligned to huge pages and advised to use them,
+/// its pages touched in [`TOUCH_STEP_BYTES`] steps (each fault takes the memory map's lock
+/// briefly; between steps the preparation can wait or stop), and only then registered, which
+/// locks pages already present. Page-locked in one call (`cuMemHostAlloc`), 64 MiB held that
+/// lock for tens of milliseconds, in which every page fault and allocation of the process's
+/// other threads waited: a host call beside the warm-up took ten times as long.
+pub(crate) struct RegisteredBytes {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+    /// The driver holds the range page-locked (until it is unregistered).
+    registered: bool,
+}
+
+// SAFETY: the allocation is owned (no aliasing handle exists); access goes through `&self` and
+// `&mut self` as for a `Vec<u8>`.
+unsafe impl Send for RegisteredBytes {}
+// SAFETY: as above; `&self` gives only reads.
+unsafe impl Sync for RegisteredBytes {}
+
+/// Alignment of [`RegisteredBytes`]: a huge page of x86-64 and aarch64 (4 KiB base pages).
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Bytes of a [`RegisteredBytes`] touched between two looks at whether to go on.
+const TOUCH_STEP_BYTES: usize = 2 << 20;
+
+impl RegisteredBytes {
+    /// `bytes` of page-locked memory, or `Ok(None)` when `go_on` said to stop (checked before
+    /// each step; it may wait). Errors where the memory cannot be allocated or registered.
+    pub(crate) fn prepare(bytes: usize, go_on: impl Fn() -> bool) -> Result<Option<Self>> {
+        use std::alloc::{alloc, Layout};
+        let layout = Layout::from_size_align(bytes.max(1), HUGE_PAGE_BYTES)
+            .map_err(|e| hetsparse_core::Error::InvalidArgument(format!("staging buffer: {e}")))?;
+        // SAFETY: the layout's size is not zero.
+        let raw = unsafe { alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(raw) else {
+            return Err(out_of_memory("host staging buffer", bytes as u64, 0));
+        };
+        let mut owned = RegisteredBytes {
+            ptr,
+            layout,
+            registered: false,
+        };
+        owned.advise_huge_pages();
+        let len = layout.size();
+        let mut from = 0;
+        while from < len {
+            if !go_on() {
+                return Ok(None);
+            }
+            let to = (from + TOUCH_STEP_BYTES).min(len);
+            let page = 4096;
+            let mut at = from;
+            while at < to {
+                // SAFETY: `at` is within the allocation; volatile so that the touch is kept.
+                unsafe { owned.ptr.as_ptr().add(at).write_volatile(0) };
+                at += page;
+            }
+            from = to;
+        }
+        // SAFETY: the range is one live allocation of this process, of `len` bytes.
+        let code = unsafe {
+            ffi::cuMemHostRegister_v2(
+                owned.ptr.as_ptr().cast(),
+                len,
+                ffi::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        };
+        check(code, "registering a staging buffer")?;
+        owned.registered = true;
+        Ok(Some(owned))
+    }
+
+    #[cfg(target_os = "linux")]
+    fn advise_huge_pages(&mut self) {
+        // SAFETY: advice on a range of this allocation; failure only leaves base pages.
+        let _ = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.layout.size(),
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn advise_huge_pages(&mut self) {}
+
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for RegisteredBytes {
+    fn drop(&mut self) {
+        if self.registered {
+            // SAFETY: the range was registered by `prepare`; copies from it were waited for by
+            // their callers before the buffer went back to the pool.
+            let code = unsafe { ffi::cuMemHostUnregister(self.ptr.as_ptr().cast()) };
+            if code != ffi::CUDA_SUCCESS {
+                // Memory the driver may still hold page-locked is never handed back to the
+                // allocator (a later allocation there could be written by a stale transfer):
+                // leaked, the safe side (where the context is gone, so is the registration).
+                tracing::debug!(code, "a staging buffer could not be unregistered; kept");
+                return;
+            }
+        }
+        // SAFETY: allocated by `prepare` with this layout, and no longer registered.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// A page-locked buffer of the pool: registered ahead by the warm-up, or allocated
+/// page-locked by a call that found none free.
+enum Staging {
+    Locked(LockedBuffer<u8>),
+    Registered(RegisteredBytes),
+}
+
+impl Staging {
+    fn len(&self) -> usize {
+        match self {
+            Staging::Locked(b) => b.len(),
+            Staging::Registered(b) => b.len(),
+        }
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        match self {
+            Staging::Locked(b) => b.as_ptr(),
+            Staging::Registered(b) => b.ptr.as_ptr(),
+        }
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            Staging::Locked(b) => b.as_mut_ptr(),
+            Staging::Registered(b) => b.ptr.as_ptr(),
+        }
+    }
+}
+
 /// Pinned host buffers kept between operations: page-locking memory takes milliseconds per
 /// tens of megabytes, far longer than the copies it speeds up, so staging buffers are reused.
 #[derive(Default)]
 pub struct PinnedPool {
-    free: Mutex<Vec<LockedBuffer<u8>>>,
+    free: Mutex<Vec<Staging>>,
     /// A call has begun on the device: [`fill`](Self::fill) stops (page-locking holds a lock
     /// of the driver's that the call's own allocations and launches would wait for).
     taken: std::sync::atomic::AtomicBool,
@@ -816,29 +958,30 @@ pub struct PinnedPool {
 pub const PINNED_POOL_KEEP: usize = 4 + STAGES;
 
 impl PinnedPool {
-    /// Page-locks buffers of [`STAGE_BYTES`] until the pool holds as many as it keeps
-    /// ([`PINNED_POOL_KEEP`]), one at a time, each put in the pool as soon as it is locked.
-    /// Stops once a call has begun ([`stop_filling`](Self::stop_filling): the process's first
-    /// call takes the buffers ready, locks only what it lacks, and does not wait behind the
-    /// rest), when
-    /// `still_wanted` says so (the device was dropped), or when locking fails (memory that
-    /// cannot be page-locked is not an error here: copies lock their own).
+    /// Page-locks buffers of [`STAGE_BYTES`] ([`RegisteredBytes`]) until the pool holds as
+    /// many as it keeps ([`PINNED_POOL_KEEP`]), one at a time, each put in the pool as soon
+    /// as it is locked. Stops once a call has begun ([`stop_filling`](Self::stop_filling):
+    /// the process's first call takes the buffers ready, locks only what it lacks, and does
+    /// not wait behind the rest), when `still_wanted` says so (the device was dropped; it may
+    /// also wait, and is asked between steps of a buffer's preparation), or when locking fails
+    /// (memory that cannot be page-locked is not an error here: copies lock their own).
     pub fn fill(&self, still_wanted: impl Fn() -> bool) -> usize {
         use std::sync::atomic::Ordering;
+        let go_on = || still_wanted() && !self.taken.load(Ordering::Acquire);
         let mut locked = 0;
-        while still_wanted() && !self.taken.load(Ordering::Acquire) {
+        while go_on() {
             {
                 let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
                 if free.len() >= PINNED_POOL_KEEP {
                     break;
                 }
             }
-            // SAFETY: every bit pattern is a valid u8.
-            match unsafe { LockedBuffer::<u8>::uninitialized(STAGE_BYTES as usize) } {
-                Ok(buffer) => {
-                    self.give_back(buffer);
+            match RegisteredBytes::prepare(STAGE_BYTES as usize, go_on) {
+                Ok(Some(buffer)) => {
+                    self.give_back(Staging::Registered(buffer));
                     locked += 1;
                 }
+                Ok(None) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "page-locking a staging buffer ahead failed");
                     break;
@@ -871,7 +1014,7 @@ impl PinnedPool {
     }
 
     /// Puts `buffer` in the pool, which keeps its [`PINNED_POOL_KEEP`] largest.
-    fn give_back(&self, buffer: LockedBuffer<u8>) {
+    fn give_back(&self, buffer: Staging) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         free.push(buffer);
         if free.len() > PINNED_POOL_KEEP {
@@ -897,9 +1040,9 @@ impl PinnedPool {
         let buffer = match reused {
             Some(b) => b,
             // SAFETY: every bit pattern is a valid u8.
-            None => {
-                unsafe { LockedBuffer::uninitialized(bytes) }.map_err(|e| from_cust(e, what))?
-            }
+            None => Staging::Locked(
+                unsafe { LockedBuffer::uninitialized(bytes) }.map_err(|e| from_cust(e, what))?,
+            ),
         };
         Ok(PooledPinned {
             buffer: Some(buffer),
@@ -910,7 +1053,7 @@ impl PinnedPool {
 
 /// A pinned buffer on loan from a [`PinnedPool`]; it goes back when dropped.
 pub struct PooledPinned<'p> {
-    buffer: Option<LockedBuffer<u8>>,
+    buffer: Option<Staging>,
     pool: &'p PinnedPool,
 }
 
