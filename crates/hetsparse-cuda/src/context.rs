@@ -41,6 +41,9 @@ pub struct Gpu {
     ready: std::sync::atomic::AtomicBool,
     /// Calls running on other devices of the process: the warm-up waits while there are any.
     paused: std::sync::atomic::AtomicUsize,
+    /// When the last pause ended ([`Gpu::pause_warm_up`]): microseconds on
+    /// [`micros_since_epoch`]'s clock, or [`NEVER_PAUSED`].
+    resumed_at: std::sync::atomic::AtomicU64,
     driver_version: Option<String>,
     max_shared_per_block: u32,
     max_shared_optin: u32,
@@ -274,6 +277,7 @@ impl Gpu {
             l2_bytes,
             ready: std::sync::atomic::AtomicBool::new(false),
             paused: std::sync::atomic::AtomicUsize::new(0),
+            resumed_at: std::sync::atomic::AtomicU64::new(NEVER_PAUSED),
             driver_version,
             max_shared_per_block,
             max_shared_optin,
@@ -380,9 +384,11 @@ impl Gpu {
     }
 
     /// Whether the warm-up may take its next step: `false` once a call began on the device;
-    /// while calls run on other devices of the process ([`Gpu::pause_warm_up`]), waits for
-    /// them (page-locking takes the process's memory-map lock, which every page fault of a
-    /// host call waits for, and loading kernels takes host time).
+    /// while calls run on other devices of the process ([`Gpu::pause_warm_up`]), and for
+    /// [`WARM_UP_QUIET`] after the last of them, waits (page-locking takes the process's
+    /// memory-map lock, which every page fault of a host call waits for, and loading kernels
+    /// takes host time; a caller making host calls one after another would otherwise meet a
+    /// step at the start of each).
     pub fn may_warm_up(&self) -> bool {
         use std::sync::atomic::Ordering;
         loop {
@@ -390,7 +396,13 @@ impl Gpu {
                 return false;
             }
             if self.paused.load(Ordering::Acquire) == 0 {
-                return true;
+                let resumed = self.resumed_at.load(Ordering::Acquire);
+                if resumed == NEVER_PAUSED
+                    || micros_since_epoch().saturating_sub(resumed)
+                        >= WARM_UP_QUIET.as_micros() as u64
+                {
+                    return true;
+                }
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -688,10 +700,28 @@ pub struct WarmUpPause<'g> {
 
 impl Drop for WarmUpPause<'_> {
     fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
         self.gpu
-            .paused
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            .resumed_at
+            .store(micros_since_epoch(), Ordering::Release);
+        self.gpu.paused.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// How long the warm-up waits after a pause ends before its next step: longer than the gap
+/// between a program's calls, so that calls made one after another do not meet its steps.
+pub const WARM_UP_QUIET: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`Gpu`]'s `resumed_at` before any pause.
+const NEVER_PAUSED: u64 = u64::MAX;
+
+/// Microseconds since the first time this was asked (a clock for [`Gpu::may_warm_up`]).
+fn micros_since_epoch() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_micros() as u64
 }
 
 /// Device memory [`Gpu::warm_up`] takes from the stream-ordered pool and gives back, so

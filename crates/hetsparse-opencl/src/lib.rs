@@ -398,6 +398,25 @@ fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
     !matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64
 }
 
+impl DeviceDescription {
+    /// What a backend on this device reports ([`Backend::info`]), without making one (no
+    /// context, no queue): for listing a device that will not be used.
+    pub fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: BACKEND.into(),
+            name: format!("{} ({})", self.name, self.platform),
+            kind: self.kind,
+            memory_bytes: self.global_memory_bytes,
+            compute_units: self.compute_units,
+        }
+    }
+
+    /// What a backend on this device runs ([`Backend::capabilities`]), without making one.
+    pub fn capabilities(&self) -> Capabilities {
+        capabilities_of(self)
+    }
+}
+
 /// Every operation, for every scalar type the device runs.
 fn capabilities_of(d: &DeviceDescription) -> Capabilities {
     let scalars: Vec<ScalarType> = ScalarType::ALL

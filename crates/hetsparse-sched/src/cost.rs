@@ -67,22 +67,25 @@ pub const DEFAULT_SHARING_OVERHEAD: f64 = 2.0;
 const SAMPLED_ROWS: usize = 256;
 
 /// Entries of A up to which a SpGEMM's products are counted row by row (a pass over A);
-/// beyond, from [`PRODUCT_SAMPLE_BLOCKS`] blocks of [`PRODUCT_BLOCK_ROWS`] consecutive rows
-/// spread over A.
-const EXACT_PRODUCT_ENTRIES: u64 = 1 << 18;
+/// beyond, from [`PRODUCT_SAMPLE_BLOCKS`] blocks of consecutive rows spread over A.
+const EXACT_PRODUCT_ENTRIES: u64 = 1 << 16;
 
-/// Blocks of consecutive rows whose products estimate a long A's.
+/// Blocks of consecutive rows whose products estimate a larger A's.
 const PRODUCT_SAMPLE_BLOCKS: usize = 128;
 
-/// Rows in each block of the products' sample: consecutive rows are read as streams, where
-/// rows spread one by one over A cost the memory's latency each (a strided sample of 2^15 rows
-/// took as long as a small product's whole call).
+/// The most rows in each block of the products' sample: consecutive rows are read as streams,
+/// where rows spread one by one over A cost the memory's latency each (a strided sample of
+/// 2^15 rows took as long as a small product's whole call).
 const PRODUCT_BLOCK_ROWS: usize = 64;
+
+/// Entries of A after which a block of the products' sample ends (at the end of a row), so
+/// that the sample of a matrix of long rows reads a few of them, not 64 each.
+const PRODUCT_BLOCK_ENTRIES: u64 = 128;
 
 /// The most products the sampled rows hold between them (a first row holding more is sampled
 /// from its start): the estimate costs a small fraction of any product large enough for the
 /// choice to matter.
-pub const SAMPLED_PRODUCTS: u64 = 1 << 16;
+pub const SAMPLED_PRODUCTS: u64 = 1 << 14;
 
 /// The most entries of A the gathers' sample looks at (pairs of consecutive rows spread over
 /// A, up to [`SAMPLED_ROWS`] of them): a share known within a few percent, for a cost small
@@ -271,9 +274,9 @@ pub fn uncached(operand_bytes: u64, cache_bytes: u64) -> f64 {
 }
 
 impl Workload {
-    /// `A · B`: products counted (a pass over A; where A has more than 2^18 entries,
-    /// estimated from 128 blocks of 64 consecutive rows spread over it, with the longest of
-    /// those rows for the skew), C's entries estimated from up to 256 rows spread over A
+    /// `A · B`: products counted (a pass over A; where A has more than 2^16 entries,
+    /// estimated from 128 blocks of consecutive rows spread over it, each of up to 64 rows
+    /// or 512 entries, with the longest of those rows for the skew), C's entries estimated from up to 256 rows spread over A
     /// holding at most [`SAMPLED_PRODUCTS`] products between them (at least one row, whose
     /// start is taken where it alone holds more: their distinct columns over their products,
     /// times all products), bounded by `rows × cols`. [`Error::ShapeMismatch`] for operands
@@ -284,8 +287,7 @@ impl Workload {
         // Products per row: every row's where A is small, else a sample's (a whole pass costs
         // a steady-state call on the GPU a quarter of its time on matrices of millions of
         // rows; the choice does not hang on the last percent).
-        let blocked = PRODUCT_SAMPLE_BLOCKS * PRODUCT_BLOCK_ROWS;
-        let (products, longest) = if a.nnz() <= EXACT_PRODUCT_ENTRIES || a.nrows() <= blocked {
+        let (products, longest) = if a.nnz() <= EXACT_PRODUCT_ENTRIES {
             (0..a.nrows())
                 .map(row_products)
                 .fold((0u64, 0u64), |(sum, longest), p| {
@@ -293,13 +295,20 @@ impl Workload {
                 })
         } else {
             let (mut sum, mut longest, mut rows) = (0u64, 0u64, 0u64);
-            for block in 0..PRODUCT_SAMPLE_BLOCKS {
-                let first = block * (a.nrows() / PRODUCT_SAMPLE_BLOCKS);
-                for i in first..(first + PRODUCT_BLOCK_ROWS).min(a.nrows()) {
+            let blocks = PRODUCT_SAMPLE_BLOCKS.min(a.nrows());
+            for block in 0..blocks {
+                let first = block * a.nrows() / blocks;
+                let last = ((block + 1) * a.nrows() / blocks).min(first + PRODUCT_BLOCK_ROWS);
+                let mut entries = 0u64;
+                for i in first..last {
+                    if entries >= PRODUCT_BLOCK_ENTRIES {
+                        break;
+                    }
                     let p = row_products(i);
                     sum = sum.saturating_add(p);
                     longest = longest.max(p);
                     rows += 1;
+                    entries += a.row_nnz(i);
                 }
             }
             let mean = sum as f64 / rows.max(1) as f64;
@@ -320,6 +329,9 @@ impl Workload {
         // products, the bits cleared again by a second.
         let mut seen = vec![0u64; b.ncols().div_ceil(64)];
         for i in (0..a.nrows()).step_by(step) {
+            if sampled_products >= SAMPLED_PRODUCTS {
+                break;
+            }
             let row_products = row_products(i);
             if row_products == 0
                 || (sampled_products > 0

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use hetsparse_core::{
-    Backend, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error, Operation, ResidentCsr,
-    ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand, SparseRef,
+    Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error, Operation,
+    ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand, SparseRef,
     SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Scheduler, Workload};
@@ -157,7 +157,11 @@ struct Candidate<T: Scalar> {
 }
 
 fn describe<T: Scalar>(id: String, backend: &dyn Backend<T>) -> FoundDevice {
-    let capabilities = backend.capabilities();
+    described::<T>(id, backend.info(), backend.capabilities())
+}
+
+/// A device as [`describe`] says it, from what its backend would report.
+fn described<T: Scalar>(id: String, info: DeviceInfo, capabilities: &Capabilities) -> FoundDevice {
     let scalars = ScalarType::ALL
         .into_iter()
         .filter(|&s| capabilities.supports(Operation::Spgemm(SpgemmAlgorithm::Auto), s))
@@ -168,7 +172,7 @@ fn describe<T: Scalar>(id: String, backend: &dyn Backend<T>) -> FoundDevice {
         .collect();
     FoundDevice {
         id,
-        info: backend.info(),
+        info,
         scalars,
         algorithms,
         skipped: None,
@@ -278,17 +282,23 @@ impl<T: ContextScalar> Context<T> {
                     } else {
                         None
                     };
+                    if let Some(reason) = skip {
+                        // Listed, not opened: a context on a device left out would hold a
+                        // second context on a CUDA card and threads of a CPU runtime.
+                        let mut found = described::<T>(id, d.info(), &d.capabilities());
+                        found.skipped = Some(reason);
+                        candidates.push(Candidate {
+                            found,
+                            backend: None,
+                        });
+                        continue;
+                    }
                     match hetsparse_opencl::OpenClBackend::with_device_index(
                         d.platform_index,
                         d.device_index,
                     ) {
                         Ok(backend) => {
-                            let mut c = candidate(id, Arc::new(backend) as Arc<dyn Backend<T>>);
-                            if skip.is_some() {
-                                c.found.skipped = skip;
-                                c.backend = None;
-                            }
-                            candidates.push(c);
+                            candidates.push(candidate(id, Arc::new(backend) as Arc<dyn Backend<T>>))
                         }
                         Err(e) => unavailable.push(Unavailable {
                             backend: id,
