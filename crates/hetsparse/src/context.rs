@@ -96,6 +96,9 @@ enum Engine<T: Scalar> {
 /// - A device that cannot run scalar type `T` (an OpenCL device without `cl_khr_fp64` for
 ///   `f64`) is left out.
 ///
+/// An OpenCL device left out for the first two reasons is listed ([`Context::devices`]) but
+/// not opened: no OpenCL context is made on it.
+///
 /// With one device left, operations run on its backend directly; with several, on a
 /// [`Scheduler`] over all of them, which shares each product out by the devices' speeds.
 /// [`Context::devices`] lists every device found, with why one is not used.
