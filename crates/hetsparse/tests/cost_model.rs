@@ -161,8 +161,9 @@ fn a_device_that_cannot_hold_the_product_is_not_chosen_alone() {
     assert_eq!(source(&ctx, 1), Source::Model);
 }
 
-#[test]
-fn a_device_not_ready_pays_its_cold_start() {
+/// A faked 16-thread CPU beside a faked 132-SM GPU (computing on the host) whose profile
+/// charges `cold_start` seconds until it has run a call.
+fn cpu_and_cold_gpu(cold_start: f64) -> Context<f64> {
     let info = DeviceInfo {
         backend: "fake".into(),
         name: "fake cold GPU".into(),
@@ -175,17 +176,22 @@ fn a_device_not_ready_pays_its_cold_start() {
         id: 0,
     };
     let mut profile = DeviceProfile::defaults(&info, &space);
-    profile.cold_start = 30.0;
+    profile.cold_start = cold_start;
     let cpu = hetsparse::cpu::CpuBackend::new().expect("the CPU backend");
     let cold = FaultyBackend::new(Arc::new(cpu), Fault::None).posing_as(info, profile);
-    let ctx = Context::from_backends(
+    Context::from_backends(
         &["cpu", "gpu"],
         vec![
             posing(DeviceKind::Cpu, 16, false, Duration::ZERO),
             Arc::new(cold),
         ],
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn a_device_not_ready_pays_its_cold_start() {
+    let ctx = cpu_and_cold_gpu(30.0);
     let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 1);
     ctx.spgemm(&a, &a).unwrap();
     let choice = ctx.last_choice().expect("the model decided");
@@ -199,35 +205,9 @@ fn a_cold_start_is_spread_over_repeated_calls_until_the_device_is_tried() {
     // A GPU predicted quicker than the CPU once ready, but whose cold start outweighs that
     // on one call: the first calls stay on the CPU, and once the calls made spread the cold
     // start thin enough the GPU is tried.
-    let info = DeviceInfo {
-        backend: "fake".into(),
-        name: "fake cold GPU".into(),
-        kind: DeviceKind::Gpu,
-        memory_bytes: 1 << 34,
-        compute_units: 132,
-    };
-    let space = MemorySpace::Device {
-        backend: "fake",
-        id: 0,
-    };
-    let profile = DeviceProfile::defaults(&info, &space);
     let a: Csr<f64> = generate::uniform(20_000, 20_000, 16, 1);
-    let ctx_of = |cold_start: f64| {
-        let mut profile = profile.clone();
-        profile.cold_start = cold_start;
-        let cpu = hetsparse::cpu::CpuBackend::new().expect("the CPU backend");
-        let cold = FaultyBackend::new(Arc::new(cpu), Fault::None).posing_as(info.clone(), profile);
-        Context::from_backends(
-            &["cpu", "gpu"],
-            vec![
-                posing(DeviceKind::Cpu, 16, false, Duration::ZERO),
-                Arc::new(cold),
-            ],
-        )
-        .unwrap()
-    };
     // The gain per call the model predicts for the GPU once ready.
-    let warm = ctx_of(0.0);
+    let warm = cpu_and_cold_gpu(0.0);
     warm.spgemm(&a, &a).unwrap();
     let p = warm.last_choice().expect("the model decided").predictions;
     let gain = p[0].total - p[1].total;
@@ -235,7 +215,7 @@ fn a_cold_start_is_spread_over_repeated_calls_until_the_device_is_tried() {
     // A cold start of thirty gains: not tried on the first calls, but within a hundred (the
     // CPU's learned speed moves the gain, not by thirty times).
     let cold_start = 30.0 * gain;
-    let ctx = ctx_of(cold_start);
+    let ctx = cpu_and_cold_gpu(cold_start);
     let mut tried = None;
     for call in 1..=100u64 {
         ctx.spgemm(&a, &a).unwrap();
