@@ -276,11 +276,11 @@ pub fn uncached(operand_bytes: u64, cache_bytes: u64) -> f64 {
 impl Workload {
     /// `A · B`: products counted (a pass over A; where A has more than 2^16 entries,
     /// estimated from 128 blocks of consecutive rows spread over it, each of up to 64 rows
-    /// or 512 entries, with the longest of those rows for the skew), C's entries estimated from up to 256 rows spread over A
-    /// holding at most [`SAMPLED_PRODUCTS`] products between them (at least one row, whose
-    /// start is taken where it alone holds more: their distinct columns over their products,
-    /// times all products), bounded by `rows × cols`. [`Error::ShapeMismatch`] for operands
-    /// that do not chain.
+    /// or 128 entries, with the longest of those rows for the skew), C's entries estimated
+    /// from up to 256 rows spread over A holding at most [`SAMPLED_PRODUCTS`] products between
+    /// them (at least one row, whose start is taken where it alone holds more: their distinct
+    /// columns over their products, times all products), bounded by `rows × cols`.
+    /// [`Error::ShapeMismatch`] for operands that do not chain.
     pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Self> {
         hetsparse_core::backend::check::spgemm(a, b)?;
         let row_products = |i: usize| analysis::row_product_count(a, b, i);
