@@ -360,13 +360,9 @@ impl OpenClBackend {
 
 impl Device for OpenClBackend {
     fn info(&self) -> DeviceInfo {
-        let d = &self.state.description;
         DeviceInfo {
-            backend: BACKEND.into(),
-            name: format!("{} ({})", d.name, d.platform),
-            kind: d.kind,
             memory_bytes: self.memory_bytes(),
-            compute_units: d.compute_units,
+            ..self.state.description.info()
         }
     }
 
