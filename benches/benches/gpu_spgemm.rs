@@ -40,9 +40,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hetsparse_bench::cases::{gpu_operand_names, gpu_operands};
+use hetsparse_bench::cases::{gpu_operand_names, gpu_operands, output_heavy_names};
 use hetsparse_bench::gpu_table::{combined_table, parse_cusparse_table, OursRow};
-use hetsparse_bench::raw::write_csr;
+use hetsparse_bench::raw::{read_csr, write_csr};
 use hetsparse_core::backend::ResidentDense;
 use hetsparse_core::{
     analysis, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm, SpgemmOptions,
@@ -346,12 +346,36 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let options = SpgemmOptions::new();
     let run = RunControl::unwatched();
-    for name in gpu_operand_names() {
+    // The generated classes, then the output-heavy products (SpGEMM only), then the real
+    // products of HETSPARSE_BENCH_REAL (SpGEMM only).
+    let mut names: Vec<(String, Source)> = gpu_operand_names()
+        .into_iter()
+        .map(|n| (n.to_string(), Source::Class))
+        .collect();
+    names.extend(
+        output_heavy_names()
+            .into_iter()
+            .map(|n| (n.to_string(), Source::OutputHeavy)),
+    );
+    if let Ok(real) = std::env::var("HETSPARSE_BENCH_REAL") {
+        let real = PathBuf::from(real);
+        for (name, a, b) in real_products(&real) {
+            names.push((name, Source::Real(real.clone(), a, b)));
+        }
+    }
+    for (name, source) in &names {
+        let name = name.as_str();
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let (a, b) = gpu_operands(name, divisor).expect("a GPU class");
-        if ops.iter().any(|o| o == "spmv" || o == "spmm") {
+        let (a, b) = match source {
+            Source::Real(dir, a, b) => (
+                read_csr(dir, a).expect("reading A"),
+                read_csr(dir, b).expect("reading B"),
+            ),
+            _ => gpu_operands(name, divisor).expect("a GPU class"),
+        };
+        if matches!(source, Source::Class) && ops.iter().any(|o| o == "spmv" || o == "spmm") {
             sparse_dense_rows.push((name, a.clone()));
         }
         if !ops.iter().any(|o| o == "spgemm") {
@@ -498,6 +522,35 @@ fn main() {
         )
         .expect("SpMV/SpMM manifest");
         sparse_dense_row(name, &a, &cuda, &cpu, reps, &ops, no_host);
+    }
+}
+
+/// Where a product's operands come from.
+enum Source {
+    /// A generated class of `gpu_operand_names`.
+    Class,
+    /// A generated output-heavy product of `output_heavy_names`.
+    OutputHeavy,
+    /// A real product: the folder and the stems of A and B.
+    Real(PathBuf, String, String),
+}
+
+/// The products listed in `dir/products.tsv` (`name`, A's stem, B's stem, and optionally the
+/// library that made them), as `benches/peers/amg_products.py` writes them.
+fn real_products(dir: &Path) -> Vec<(String, String, String)> {
+    match std::fs::read_to_string(dir.join("products.tsv")) {
+        Ok(text) => text
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split('\t').collect();
+                (f.len() == 3 || f.len() == 4)
+                    .then(|| (f[0].to_string(), f[1].to_string(), f[2].to_string()))
+            })
+            .collect(),
+        Err(e) => {
+            eprintln!("gpu_spgemm: no real products in {}: {e}", dir.display());
+            Vec::new()
+        }
     }
 }
 

@@ -299,10 +299,97 @@ pub fn gpu_operand_names() -> Vec<&'static str> {
     names
 }
 
-/// The operands `(A, B)` named `name` (one of [`gpu_operand_names`], else `None`), their rows
-/// divided by `divisor`.
+/// Output-heavy products at GPU sizes, nearly every intermediate product a distinct entry of
+/// C: `uniform12`, 4·10^6 rows of 12 random columns (5.8·10^8 entries of C), and `hubs`, 2·10^6
+/// rows of 20 random columns with 64 hub rows and 64 hub columns of 3000 entries each
+/// ([`hub_matrix`], 8·10^8 entries of C). There the symbolic phase and C's allocation weigh as
+/// much as the numeric phase, which the classes above do not show.
+pub fn output_heavy_names() -> Vec<&'static str> {
+    vec!["uniform12", "hubs"]
+}
+
+/// Hub rows and columns of [`hub_matrix`] in the `hubs` operands.
+const HUBS: usize = 64;
+/// Entries of each hub row and hub column of the `hubs` operands.
+const HUB_DEGREE: usize = 3000;
+
+/// An `n × n` matrix of `per_row` uniformly random columns a row, in which `hubs` rows at
+/// random positions hold `degree` random columns instead, and `hubs` other random columns are
+/// held by `degree` random rows each (on top of their own): the hub rows and columns of a
+/// circuit or a social graph, of thousands of entries rather than the nearly full ones of
+/// the `skewed` class. Values in [0.5, 1.5).
+pub fn hub_matrix(n: usize, per_row: usize, hubs: usize, degree: usize, seed: u64) -> Csr<f64> {
+    let n = n.max(1);
+    let background = generate::uniform::<f64>(n, n, per_row, seed);
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let hubs = hubs.min(n / 2);
+    let degree = degree.min(n);
+    // Distinct positions: the first `hubs` are hub rows, the next `hubs` hub columns.
+    let mut positions = std::collections::BTreeSet::new();
+    while positions.len() < 2 * hubs {
+        positions.insert((next() % n as u64) as u32);
+    }
+    let mut positions: Vec<u32> = positions.into_iter().collect();
+    for i in (1..positions.len()).rev() {
+        positions.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    let (hub_rows, hub_cols) = positions.split_at(hubs);
+    let mut hub_row_cols: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    for &r in hub_rows {
+        let cols = (0..degree).map(|_| (next() % n as u64) as u32).collect();
+        hub_row_cols.insert(r, cols);
+    }
+    // (row, hub column) pairs, by row.
+    let mut extra: Vec<(u32, u32)> = hub_cols
+        .iter()
+        .flat_map(|&c| (0..degree).map(move |_| c))
+        .map(|c| ((next() % n as u64) as u32, c))
+        .collect();
+    extra.sort_unstable();
+    let mut offsets = Vec::with_capacity(n + 1);
+    let mut cols = Vec::with_capacity(background.nnz() as usize + extra.len() + hubs * degree);
+    offsets.push(0u64);
+    let mut e = 0;
+    for i in 0..n {
+        match hub_row_cols.get(&(i as u32)) {
+            Some(own) => cols.extend_from_slice(own),
+            None => cols.extend_from_slice(background.row(i).0),
+        }
+        while e < extra.len() && extra[e].0 as usize == i {
+            cols.push(extra[e].1);
+            e += 1;
+        }
+        offsets.push(cols.len() as u64);
+    }
+    let values = (0..cols.len())
+        .map(|k| 0.5 + (k.wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0)
+        .collect();
+    Csr::try_from_unsorted(n, n, offsets, cols, values).expect("hub matrix")
+}
+
+/// The operands `(A, B)` named `name` (one of [`gpu_operand_names`] or
+/// [`output_heavy_names`], else `None`), their rows divided by `divisor`.
 pub fn gpu_operands(name: &str, divisor: usize) -> Option<(Csr<f64>, Csr<f64>)> {
     let divisor = divisor.max(1);
+    match name {
+        "uniform12" => {
+            let a = generate::uniform::<f64>(4_000_000 / divisor, 4_000_000 / divisor, 12, SEED);
+            return Some((a.clone(), a));
+        }
+        "hubs" => {
+            let a = hub_matrix(2_000_000 / divisor, 20, HUBS, HUB_DEGREE, SEED);
+            return Some((a.clone(), a));
+        }
+        _ => {}
+    }
     if name == SCALAR_STENCIL {
         let side = ((1e6 / divisor as f64).cbrt().round() as usize).max(1);
         let a = generate::stencil_3d(side, generate::Stencil::TwentySeven, 1, SEED);
@@ -390,6 +477,26 @@ impl FromStr for Scale {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hub_matrix_has_its_hub_rows_and_columns() {
+        let a = hub_matrix(5000, 4, 3, 300, 7);
+        let lengths: Vec<u64> = (0..a.nrows()).map(|i| a.row_nnz(i)).collect();
+        // Three hub rows of 300 random columns (a few repeated), the rest 4 and any hub columns.
+        assert_eq!(lengths.iter().filter(|&&l| l > 250).count(), 3);
+        let t = a.transpose().unwrap();
+        let column_lengths: Vec<u64> = (0..t.nrows()).map(|j| t.row_nnz(j)).collect();
+        assert_eq!(column_lengths.iter().filter(|&&l| l > 250).count(), 3);
+        assert!(lengths
+            .iter()
+            .filter(|&&l| l <= 250)
+            .all(|&l| (4..=7).contains(&l)));
+        assert_eq!(
+            a,
+            hub_matrix(5000, 4, 3, 300, 7),
+            "a pure function of its arguments"
+        );
+    }
 
     #[test]
     fn every_class_once_per_scale() {
