@@ -257,6 +257,8 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
     typedef typename S::acc A;
     unsigned char* smem = hs_smem;
     __shared__ u32 packed;
+    // The least and greatest occupied key and the most keys of one bucket (bucketed ranking).
+    __shared__ u32 key_lo, key_hi, widest;
     // A bitmap of the window after the table (shared tables only): see below.
     bool ranked = bitmap_words != 0 && !table_offsets && !known_col;
     u32* bitmap = (u32*)(smem + (u64)table_size * (4u + sizeof(A)));
@@ -282,6 +284,11 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
         }
         if (ranked)
             for (u32 t = threadIdx.x; t < bitmap_words; t += blockDim.x) bitmap[t] = 0;
+        if (threadIdx.x == 0) {
+            key_lo = HS_EMPTY;
+            key_hi = 0;
+            widest = 0;
+        }
         __syncthreads();
         block_row_products(
             a_off[r], a_off[r + 1], a_col, b_off, [&](u64 e) { return a_val[e]; },
@@ -354,13 +361,17 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
         } else {
             // The occupied slots compacted to the front, blockDim slots at a time (a slot moves
             // only to a lower index, and every slot of a round is read before any is written),
-            // then the bitonic sort of the next power of two of them only: a table is at most
-            // half full, so this sorts half the slots or fewer.
+            // noting the least and greatest key.
+            u32 lo = HS_EMPTY, hi = 0;
             for (u32 first = 0; first < table_size; first += blockDim.x) {
                 u32 t = first + threadIdx.x;
                 u32 k = keys[t];
                 A v = vals[t];
                 u32 occupied = k != HS_EMPTY, total;
+                if (occupied) {
+                    lo = min(lo, k);
+                    hi = max(hi, k);
+                }
                 u32 before = block_exclusive_scan(occupied, &total);  // ends synchronised
                 u32 base = packed;
                 if (occupied) {
@@ -371,14 +382,81 @@ __device__ void hash_numeric(const u32* rows, u64 nlist, u64 row_base, u32 table
                 if (threadIdx.x == 0) packed = base + total;
                 __syncthreads();
             }
-            u32 m = 1;
-            while (m < packed) m <<= 1;
-            for (u32 t = packed + threadIdx.x; t < m; t += blockDim.x) keys[t] = HS_EMPTY;
-            __syncthreads();
-            bitonic_sort(keys, vals, m);  // empty slots (all ones) sort last
-            for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
-                out_col[dst + t] = keys[t] - col_lo;
-                out_val[dst + t] = S::store(vals[t]);
+            u32 count = packed;
+            // Shared tables: each key ranked within a bucket of the keys' span. A table is at
+            // most half full, so its upper half is free after the compaction: table_size / 8
+            // bucket cursors, then a u16 list of the keys in bucket order. Buckets split the
+            // span [lo, hi] evenly (monotonic in the key), so a key's rank is the keys of the
+            // buckets before its own plus the smaller keys of its own bucket: a handful on
+            // spread keys. Four passes over the keys and a scan of the cursors, where a
+            // bitonic sort takes log2(m)(log2(m) + 1) / 2 barrier-separated passes. Keys
+            // bunched into a few buckets keep the sort.
+            bool bucketed = !table_offsets && count > 32 && count <= table_size / 2;
+            u32 nb = table_size / 8;
+            u32* cursor = keys + table_size / 2;
+            unsigned short* order = (unsigned short*)(cursor + nb);
+            u64 scale = 0;
+            if (bucketed) {
+                if (lo != HS_EMPTY) {
+                    atomicMin(&key_lo, lo);
+                    atomicMax(&key_hi, hi);
+                }
+                for (u32 b = threadIdx.x; b < nb; b += blockDim.x) cursor[b] = 0;
+                __syncthreads();
+                lo = key_lo;
+                // bucket(k) = ((k - lo) * scale) >> 32: below nb for every k in [lo, hi].
+                scale = ((u64)nb << 32) / ((u64)(key_hi - lo) + 1);
+                for (u32 t = threadIdx.x; t < count; t += blockDim.x)
+                    atomicAdd(&cursor[(u32)(((u64)(keys[t] - lo) * scale) >> 32)], 1u);
+                __syncthreads();
+                u32 run = (nb + blockDim.x - 1) / blockDim.x;
+                u32 b0 = min(threadIdx.x * run, nb), b1 = min(b0 + run, nb);
+                u32 mine = 0, most = 0;
+                for (u32 b = b0; b < b1; ++b) {
+                    mine += cursor[b];
+                    most = max(most, cursor[b]);
+                }
+                if (most) atomicMax(&widest, most);
+                u32 total;
+                u32 before = block_exclusive_scan(mine, &total);  // ends synchronised
+                for (u32 b = b0; b < b1; ++b) {
+                    u32 c = cursor[b];
+                    cursor[b] = before;
+                    before += c;
+                }
+                __syncthreads();
+                bucketed = widest <= 64;
+            }
+            if (bucketed) {
+                for (u32 t = threadIdx.x; t < count; t += blockDim.x) {
+                    u32 b = (u32)(((u64)(keys[t] - lo) * scale) >> 32);
+                    order[atomicAdd(&cursor[b], 1u)] = (unsigned short)t;
+                }
+                __syncthreads();
+                // Each cursor now ends its bucket, so the one before begins it.
+                for (u32 t = threadIdx.x; t < count; t += blockDim.x) {
+                    u32 k = keys[t];
+                    u32 b = (u32)(((u64)(k - lo) * scale) >> 32);
+                    u32 end = cursor[b];
+                    u32 rank = b ? cursor[b - 1] : 0u;
+                    for (u32 u = rank; u < end; ++u) rank += keys[order[u]] < k;
+                    if (rank < n) {  // the symbolic phase's count: always, unless it is wrong
+                        out_col[dst + rank] = k - col_lo;
+                        out_val[dst + rank] = S::store(vals[t]);
+                    }
+                }
+            } else {
+                // The bitonic sort of the next power of two of the keys only (at most half
+                // the slots).
+                u32 m = 1;
+                while (m < count) m <<= 1;
+                for (u32 t = count + threadIdx.x; t < m; t += blockDim.x) keys[t] = HS_EMPTY;
+                __syncthreads();
+                bitonic_sort(keys, vals, m);  // empty slots (all ones) sort last
+                for (u64 t = threadIdx.x; t < n; t += blockDim.x) {
+                    out_col[dst + t] = keys[t] - col_lo;
+                    out_val[dst + t] = S::store(vals[t]);
+                }
             }
             if (threadIdx.x == 0) packed = 0;
         }
