@@ -170,6 +170,12 @@ __device__ __forceinline__ u32 hash_insert(u32* keys, u32 mask, u32 col, bool* f
     }
 }
 
+// Scans and searches over a group of G lanes (defined with the short-row kernels below).
+template <u32 G>
+__device__ __forceinline__ u64 group_inclusive_scan64(u64 x, u32 mask);
+template <u32 G>
+__device__ __forceinline__ u32 group_find_entry(u64 start, u64 p, u32 mask);
+
 // Sets, over the whole warp, the bits of the lanes' columns (`in`: the lane has one, `rel`
 // relative to the window) in a bitmap of the window; returns on one lane of each run of
 // neighbouring lanes whose columns share a word how many of the run's columns were new (0 on
@@ -217,20 +223,54 @@ extern "C" __global__ void spgemm_hash_symbolic(const u32* rows, u64 nlist, u64 
         if (threadIdx.x == 0) count = 0;
         __syncthreads();
         u64 local = 0;
-        for (u64 e = a_off[r] + warp; e < a_off[r + 1]; e += nwarps) {
-            u32 k = a_col[e];
-            u64 q1 = b_off[k + 1];
-            // Whole warps (e, so k, is the warp's): the bitmap's runs are formed over them.
-            for (u64 q0 = b_off[k]; q0 < q1; q0 += 32) {
-                u64 q = q0 + lane;
-                u32 c = q < q1 ? b_col[q] : col_hi;
-                bool in = c >= col_lo && c < col_hi;
-                if (bitmap) {
-                    local += bitmap_set_warp(keys, in, c - col_lo);
-                } else if (in) {
-                    bool fresh;
-                    hash_insert(keys, mask, c, &fresh);
-                    local += fresh;
+        // Whole warps call it (every loop below is uniform over the warp): the bitmap's runs
+        // are formed over the warp's lanes.
+        auto note = [&](u32 c) {
+            bool in = c >= col_lo && c < col_hi;
+            if (bitmap) {
+                local += bitmap_set_warp(keys, in, c - col_lo);
+            } else if (in) {
+                bool fresh;
+                hash_insert(keys, mask, c, &fresh);
+                local += fresh;
+            }
+        };
+        // Each warp takes an equal run of the row's entries of A, 32 at a time. Where their
+        // B rows hold 16 entries or more on average, the lanes walk each B row in turn; where
+        // they are shorter (AMG's interpolation and Galerkin operands: 5 to 30) the batch's
+        // products are spread evenly over the lanes (a scan of the lengths, a search per
+        // product), which a lane per B entry would leave mostly idle. Lanes holding
+        // neighbouring products of one B row still hold neighbouring columns.
+        u64 e0 = a_off[r], e1 = a_off[r + 1];
+        u64 share = (e1 - e0 + nwarps - 1) / nwarps;
+        u64 begin = min(e1, e0 + share * warp), end = min(e1, begin + share);
+        for (u64 base = begin; base < end; base += 32) {
+            u64 e = base + lane, len = 0, bs = 0;
+            if (e < end) {
+                u32 k = a_col[e];
+                bs = b_off[k];
+                len = b_off[k + 1] - bs;
+            }
+            u64 n = min((u64)32, end - base);
+            u64 incl = group_inclusive_scan64<32>(len, 0xffffffffu);
+            u64 total = __shfl_sync(0xffffffffu, incl, 31);
+            if (total >= 16 * n) {
+                for (u32 j = 0; j < n; ++j) {
+                    u64 q0 = __shfl_sync(0xffffffffu, bs, j);
+                    u64 q1 = q0 + __shfl_sync(0xffffffffu, len, j);
+                    for (; q0 < q1; q0 += 32) {
+                        u64 q = q0 + lane;
+                        note(q < q1 ? b_col[q] : col_hi);
+                    }
+                }
+            } else {
+                u64 start = incl - len;
+                for (u64 p0 = 0; p0 < total; p0 += 32) {
+                    u64 p = p0 + lane;
+                    u32 j = group_find_entry<32>(start, p, 0xffffffffu);
+                    u64 sj = __shfl_sync(0xffffffffu, start, j);
+                    u64 bj = __shfl_sync(0xffffffffu, bs, j);
+                    note(p < total ? b_col[bj + (p - sj)] : col_hi);
                 }
             }
         }
