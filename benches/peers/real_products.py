@@ -29,6 +29,12 @@ zeros), and two tables:
 Files already there are kept: nothing is made when `products.tsv` exists. `--quick` makes
 problems small enough for a smoke run (10^5-10^7 products each); at full scale the largest
 product of each family has 10^8-10^9. Per-family times go to stderr.
+
+Needs numpy, scipy, pyamg and scikit-fem (pure Python; networkx and markov_clustering are not
+used). Where no package registry is reachable, two wheels suffice beside numpy and scipy:
+pyamg-5.4.1-cp312-cp312-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl (2.4 MB) and
+scikit_fem-12.0.2-py3-none-any.whl (0.2 MB); e.g. `python3 -m zipfile -e WHEEL SITE` for each
+and PYTHONPATH=SITE.
 """
 
 import os
@@ -50,9 +56,9 @@ SEED = 2026
 SIZES = {
     "poisson2d": (1400, 160),  # grid side
     "poisson3d": (140, 24),  # grid side
-    "elasticity2d": (700, 60),  # grid side
-    "elasticity3d": (40, 8),  # P1 mesh: cells along the box's short sides
-    "fem-p2": (12, 3),  # P2 mesh: cells along the box's short sides
+    "elasticity2d": (600, 60),  # grid side
+    "elasticity3d": (24, 8),  # P1 mesh: cells along the box's short sides
+    "fem-p2": (10, 3),  # P2 mesh: cells along the box's short sides
     "mcl": (60_000, 1_500),  # nodes
     "rmat": (15, 11),  # scale: 2^scale vertices
 }
