@@ -12,8 +12,8 @@
 //!
 //! or `cargo xtask bench --gpu`, after the `gpu_spgemm` table. The products: the GPU classes
 //! (as `gpu_spgemm` makes them) and, where `HETSPARSE_BENCH_REAL` names a folder holding
-//! `products.tsv` (written by `benches/peers/amg_products.py`: PyAMG's Galerkin products), those
-//! too. Environment as for `gpu_spgemm`: `HETSPARSE_BENCH_DIR`, `HETSPARSE_BENCH_CLASSES`,
+//! `products.tsv` (written by `benches/peers/real_products.py`: the real-workload products, read
+//! by `hetsparse_bench::real`), those too. Environment as for `gpu_spgemm`: `HETSPARSE_BENCH_DIR`, `HETSPARSE_BENCH_CLASSES`,
 //! `HETSPARSE_BENCH_SIZE_DIVISOR`, `HETSPARSE_BENCH_OPS`; `HETSPARSE_BENCH_REPS` (calls after the
 //! first in a device's process; its steady time, as auto's, the quickest of the last three; 9);
 //! `HETSPARSE_BENCH_PROCESSES` (processes per case, the median kept; 1). A last table counts
@@ -308,20 +308,13 @@ fn products(dir: &Path, divisor: usize, only: &[String]) -> Vec<Product> {
     }
     if let Ok(real) = std::env::var("HETSPARSE_BENCH_REAL") {
         let real = PathBuf::from(real);
-        match std::fs::read_to_string(real.join("products.tsv")) {
-            Ok(text) => {
-                for line in text.lines() {
-                    let f: Vec<&str> = line.split('\t').collect();
-                    if let [name, a, b] = f[..] {
-                        list.push(Product {
-                            name: name.to_string(),
-                            dir: real.clone(),
-                            a: a.to_string(),
-                            b: b.to_string(),
-                        });
-                    }
-                }
-            }
+        match hetsparse_bench::real::read_manifest(&real) {
+            Ok(found) => list.extend(found.into_iter().map(|p| Product {
+                name: p.name,
+                dir: real.clone(),
+                a: p.a,
+                b: p.b,
+            })),
             Err(e) => eprintln!("first_call: no real products in {}: {e}", real.display()),
         }
     }

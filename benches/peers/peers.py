@@ -3,6 +3,7 @@
 
     peers.py --manifest DIR/<scale>/manifest.tsv --threads N[,N...] --out FILE [--quick]
              [--only scipy,mkl,graphblas,cusparse] [--classes road,banded] [--suffix S]
+             [--ops spgemm,spmm32,spmv]
 
 Peers: scipy (single-threaded SpGEMM), Intel MKL through sparse_dot_mkl (PyPI `mkl` +
 `sparse-dot-mkl`), SuiteSparse:GraphBLAS through python-graphblas, and cuSPARSE through CuPy
@@ -29,6 +30,13 @@ The manifest's `class` names the row of the table. For real matrices
 absolute path (read where it is), and `b_file` the same path, or for a rectangular A the name
 of its transpose written beside the manifest, as the generated operands' files are. Every
 operand is read as float64, as hetsparse reads every field, `integer` and `pattern` included.
+For real-workload products (`hetsparse-bench export --real DIR`), `a_file` and `b_file` are
+the absolute paths of raw operands' stems (no `.mtx`: `STEM.indptr`, `.indices`, `.data`,
+`.shape`, as benches/peers/real_products.py writes them), and B is not A's square.
+
+scipy drops the entries of a product that cancel to exactly zero (the others keep them, as
+hetsparse does), so its SpGEMM may have fewer entries than the manifest's nnz(C): that passes
+the check, an empty product does not.
 
 Output: the result file format of benches/src/results.rs (tab-separated).
 """
@@ -53,6 +61,7 @@ def parse_args():
     p.add_argument("--only", default=",".join(PEERS))
     p.add_argument("--classes", default="", help="only these classes of the manifest")
     p.add_argument("--suffix", default="")
+    p.add_argument("--ops", default=",".join(OPERATIONS), help="only these operations")
     args = p.parse_args()
     try:
         args.threads = [int(n) for n in args.threads.split(",")]
@@ -62,6 +71,9 @@ def parse_args():
         p.error("--threads must be positive")
     args.only = [n for n in args.only.split(",") if n]
     args.classes = [c for c in args.classes.split(",") if c]
+    args.ops = [o for o in args.ops.split(",") if o]
+    if [o for o in args.ops if o not in OPERATIONS]:
+        p.error(f"unknown operations in --ops; known: {OPERATIONS}")
     unknown = [n for n in args.only if n not in PEERS]
     if unknown:
         p.error(f"unknown peers {unknown}; known: {PEERS}")
@@ -103,7 +115,16 @@ def operand_paths(manifest, case):
 
 def read_operand(np, sp, mmread, path):
     """A Matrix Market file as a float64 CSR matrix with sorted indices: an `integer` or
-    `pattern` file would otherwise be multiplied in another type than hetsparse's f64."""
+    `pattern` file would otherwise be multiplied in another type than hetsparse's f64. A path
+    without `.mtx` whose `.shape` file exists is a raw operand's stem."""
+    if not path.endswith(".mtx") and os.path.exists(path + ".shape"):
+        with open(path + ".shape") as f:
+            rows, cols = (int(v) for v in f.read().split())
+        return sp.csr_matrix(
+            (np.fromfile(path + ".data", dtype="<f8"),
+             np.fromfile(path + ".indices", dtype="<u4").astype(np.int64),
+             np.fromfile(path + ".indptr", dtype="<u8").astype(np.int64)),
+            shape=(rows, cols))
     m = sp.csr_matrix(mmread(path), dtype=np.float64)
     m.sort_indices()
     return m
@@ -156,6 +177,8 @@ class Peer:
         self.nnz_of = nnz_of
         # set_threads(n), for peers whose thread count can change in-process
         self.set_threads = set_threads
+        # whether SpGEMM drops entries that cancel to zero (scipy)
+        self.drops_zeros = False
 
 def load_scipy(threads):
     import scipy
@@ -167,7 +190,9 @@ def load_scipy(threads):
             "spmm32": lambda: a @ x_dense,
             "spmv": lambda: a @ x_vec,
         }
-    return Peer(f"scipy {scipy.__version__} (SpGEMM single-threaded)", make, lambda c: c.nnz)
+    peer = Peer(f"scipy {scipy.__version__} (SpGEMM single-threaded)", make, lambda c: c.nnz)
+    peer.drops_zeros = True
+    return peer
 
 
 def load_mkl(threads):
@@ -292,7 +317,7 @@ def main():
                 note = clean(f"setup failed: {type(e).__name__}: {e}")
                 for n in series:
                     label = name + args.suffix + (f"@{n}" if n else "")
-                    for op in OPERATIONS:
+                    for op in args.ops:
                         records.append((label, case["class"], op, "", case["flops_" + op], note))
                 continue
             for n in series:
@@ -300,6 +325,8 @@ def main():
                     peer.set_threads(n)
                 for key, run in runs.items():
                     op, _, variant = key.partition(":")
+                    if op not in args.ops:
+                        continue
                     label = name + (f":{variant}" if variant else "") + args.suffix + (
                         f"@{n}" if n else "")
                     records.append(measure_op(budget, peer, run, label, case, op))
@@ -320,7 +347,7 @@ OPERATIONS = ["spgemm", "spmm32", "spmv"]
 def measure_op(budget, peer, run, label, case, op):
     """Times one operation; returns its result-file record."""
     if op == "spgemm":
-        check = nnz_check(peer.nnz_of, case["nnz_c"], case["products"])
+        check = nnz_check(peer.nnz_of, case["nnz_c"], case["products"], peer.drops_zeros)
     else:
         check = lambda result: None  # noqa: E731
     try:
@@ -333,10 +360,10 @@ def measure_op(budget, peer, run, label, case, op):
     return (label, case["class"], op, f"{seconds:.9f}" if seconds else "", flops, note)
 
 
-def nnz_check(nnz_of, expected, products):
+def nnz_check(nnz_of, expected, products, drops_zeros=False):
     def check(result):
         found = int(nnz_of(result))
-        if found == expected:
+        if found == expected or (drops_zeros and 0 < found < expected):
             return None
         if found == 0:
             return (f"empty product: nnz 0, expected {expected} "

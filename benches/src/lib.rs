@@ -26,6 +26,7 @@ pub mod export;
 pub mod gpu_table;
 pub mod operation;
 pub mod raw;
+pub mod real;
 pub mod report;
 pub mod results;
 pub mod svg;

@@ -4,9 +4,10 @@
 //! hetsparse-bench list   [--quick]                        shapes and costs of every case
 //! hetsparse-bench export --dir DIR [--quick]              operands as .mtx + manifest.tsv
 //! hetsparse-bench export --dir DIR --matrix FILE.mtx...   manifest.tsv of matrix files
+//! hetsparse-bench export --dir DIR --real REAL [--classes LIST]  manifest.tsv of real products
 //! hetsparse-bench time   [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
 //!                        [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
-//!                        [--matrix FILE.mtx]...
+//!                        [--matrix FILE.mtx]... [--real REAL]
 //! hetsparse-bench report [--html FILE] [--svg DIR] FILE...  markdown table of result files
 //! ```
 //!
@@ -21,12 +22,16 @@
 //! - `--suffix S`: appended to every implementation name;
 //! - `--matrix FILE.mtx` (repeatable): time these matrices instead of the generated classes,
 //!   each named by its file stem and multiplied as the papers do (`A·A`, or `A·Aᵀ` when
-//!   rectangular).
+//!   rectangular);
+//! - `--real REAL`: time the products listed in `REAL/products.tsv` (the folder
+//!   `benches/peers/real_products.py` writes) instead, each as listed, `A · B`; `--classes`
+//!   then selects products by name (see `hetsparse_bench::real`).
 //!
 //! `export --matrix FILE.mtx...` writes `DIR/manifest.tsv` for the peers' script instead of
 //! the generated operands: one line per file, named, multiplied and counted as `time --matrix`
 //! does, pointing at the file itself (and at its transpose, written into DIR, when
-//! rectangular).
+//! rectangular). `export --real REAL` writes it for real products: their operands are read
+//! where they are, as raw arrays (`a_file` and `b_file` are their stems' absolute paths).
 //!
 //! `report` prints the markdown table; `--html FILE` also writes one self-contained HTML page
 //! with charts (GFLOP/s per class and implementation, speedup over each peer, thread scaling
@@ -40,15 +45,16 @@ use hetsparse_bench::cases::{cases, Case, Operands, Scale};
 use hetsparse_bench::operation::Measured;
 use hetsparse_bench::results::{comments, parse_tsv, to_tsv, Record};
 use hetsparse_bench::timing::Budget;
-use hetsparse_bench::{export, measure_backend, report};
+use hetsparse_bench::{export, measure_backend, real, report};
 use hetsparse_core::{Error, Result};
 
 const USAGE: &str = "usage: hetsparse-bench list [--quick]
        hetsparse-bench export --dir DIR [--quick]
        hetsparse-bench export --dir DIR --matrix FILE.mtx...
+       hetsparse-bench export --dir DIR --real REAL [--classes LIST]
        hetsparse-bench time [--quick] [--threads N[,N...]] [--reference] [--ops LIST]
                             [--classes LIST] [--budget quick|full] [--suffix S] [--out FILE]
-                            [--matrix FILE.mtx]...
+                            [--matrix FILE.mtx]... [--real REAL]
        hetsparse-bench report [--html FILE] [--svg DIR] FILE...";
 
 const HELP: &str =
@@ -83,6 +89,7 @@ struct Options {
     suffix: String,
     files: Vec<PathBuf>,
     matrices: Vec<PathBuf>,
+    real: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -100,6 +107,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--dir" => o.dir = Some(value("--dir")?.into()),
             "--out" => o.out = Some(value("--out")?.into()),
             "--matrix" => o.matrices.push(value("--matrix")?.into()),
+            "--real" => o.real = Some(value("--real")?.into()),
             "--html" => o.html = Some(value("--html")?.into()),
             "--svg" => o.svg = Some(value("--svg")?.into()),
             "--suffix" => o.suffix = value("--suffix")?,
@@ -160,6 +168,11 @@ fn run(args: &[String]) -> Result<()> {
             let dir = o.dir.ok_or_else(|| usage("export needs --dir DIR"))?;
             if !o.matrices.is_empty() {
                 let manifest = export::export_matrices(&dir, &o.matrices)?;
+                eprintln!("wrote {}", manifest.display());
+                return Ok(());
+            }
+            if let Some(products) = &o.real {
+                let manifest = real::export_manifest(&dir, products, &o.classes)?;
                 eprintln!("wrote {}", manifest.display());
                 return Ok(());
             }
@@ -248,7 +261,9 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     let mut sets = Vec::new();
     let mut records = Vec::new();
     let rayon = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
-    let sizes = if o.matrices.is_empty() {
+    let sizes = if o.real.is_some() {
+        "real products (A·B)".to_string()
+    } else if o.matrices.is_empty() {
         format!("{scale} sizes")
     } else {
         "matrix files (A·A, A·Aᵀ if rectangular)".to_string()
@@ -288,7 +303,7 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
     }
     let wanted = |op: Measured| o.ops.is_empty() || o.ops.iter().any(|w| *w == op.to_string());
     let budget = Budget::for_scale(o.budget.unwrap_or(scale));
-    let classes: Vec<Case> = if o.matrices.is_empty() {
+    let classes: Vec<Case> = if o.matrices.is_empty() && o.real.is_none() {
         cases(scale)
             .into_iter()
             .filter(|c| o.classes.is_empty() || o.classes.iter().any(|w| *w == c.class.name()))
@@ -300,6 +315,14 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
         .into_iter()
         .map(Source::Generated)
         .chain(o.matrices.iter().map(|p| Source::File(p)));
+    let products = match &o.real {
+        Some(dir) => real::selected(dir, &o.classes)?
+            .into_iter()
+            .map(|p| (dir.as_path(), p))
+            .collect(),
+        None => Vec::new(),
+    };
+    let sources = sources.chain(products.into_iter().map(|(d, p)| Source::Real(d, p)));
     for source in sources {
         let ops = source.operands()?;
         for (suffix, ready) in &sets {
@@ -323,6 +346,7 @@ fn time(scale: Scale, o: &Options) -> Result<()> {
 enum Source<'a> {
     Generated(Case),
     File(&'a std::path::Path),
+    Real(&'a std::path::Path, real::RealProduct),
 }
 
 impl Source<'_> {
@@ -335,6 +359,10 @@ impl Source<'_> {
             Source::File(path) => {
                 eprintln!("reading {}", path.display());
                 Operands::from_file(path)
+            }
+            Source::Real(dir, product) => {
+                eprintln!("reading {} from {}", product.name, dir.display());
+                real::operands(dir, product)
             }
         }
     }

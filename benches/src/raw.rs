@@ -1,5 +1,5 @@
 //! Operands as raw little-endian arrays, the form the GPU benches share with the peers'
-//! scripts and with the real-workload generator (`benches/peers/amg_products.py`): a CSR
+//! scripts and with the real-workload generator (`benches/peers/real_products.py`): a CSR
 //! matrix `stem` is `{stem}.indptr` (u64), `{stem}.indices` (u32), `{stem}.data` (f64) and
 //! `{stem}.shape` (`rows cols`, text). Reading and writing them is a copy of the bytes, so a
 //! matrix of 10^8 entries moves in a second rather than the minute Matrix Market text takes.

@@ -14,6 +14,13 @@
 //! tool first writes a manifest of the files there (`operands/manifest.tsv`: each file where it
 //! is, and the transpose of a rectangular one), with the names and flop counts of our own
 //! results, and the peers time each file right after our backends, as for the classes.
+//!
+//! `--matrices real` times the real-workload products instead (AMG Galerkin products, FEM
+//! stiffness squares, Markov clustering, a power-law graph, PyAMG's examples): made first by
+//! `benches/peers/real_products.py` into `target/bench-matrices/real[-quick]/` (kept between
+//! runs), each timed as listed, `A · B`, SpGEMM only, with results in
+//! `target/bench-results/matrices-real[-quick]/`; `--matrices DIR` does the same for a folder
+//! holding such a `products.tsv`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,14 +33,19 @@ const USAGE: &str = "usage: cargo xtask bench [--quick] [--peers] [--threads N] 
                    (CuPy) on the same operands, in one table with the ratios; then SpMV and
                    SpMM on resident operands; then the default device choice's
                    first call in new processes (without and with a calibration
-                   file) against each device alone, with --peers on PyAMG's
-                   Galerkin products too; --quick divides every size by 16
+                   file) against each device alone, with --peers on the
+                   real-workload products too (benches/peers/real_products.py
+                   into target/bench-matrices/real[-quick]/); --quick divides
+                   every size by 16
   --matrices SET|DIR
                    real matrices instead of the generated classes: a set of
                    `cargo xtask download` (downloaded first if missing) or every .mtx file
                    under DIR (auxiliary Name/Name_*.mtx files left out); each is multiplied
                    as A·A, or A·Aᵀ when rectangular; with --peers the peers time the
-                   same products (the manifest they read: <results>/operands/)
+                   same products (the manifest they read: <results>/operands/);
+                   `real`: the real-workload products (benches/peers/real_products.py, run
+                   with the peers' Python; needs numpy, scipy, pyamg, scikit-fem), each
+                   timed as A·B, SpGEMM only; a DIR holding products.tsv is such a set
   --peers          also time scipy, MKL, GraphBLAS and cuSPARSE (benches/peers/peers.py);
                    missing ones are reported as missing
   --threads N      threads for everybody (default: all cores)
@@ -113,13 +125,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return gpu_bench(&root, &target, &o);
     }
     if let Some(which) = &o.matrices {
+        if let Some(dir) = real_products_dir(&root, &target, &o, which)? {
+            let name = if which == REAL_SET {
+                format!("matrices-real{}", if o.quick { "-quick" } else { "" })
+            } else {
+                format!("matrices-{}", folder_name(Path::new(which)))
+            };
+            let results = target.join("bench-results").join(name);
+            let tool = build_tool(&root, &target, &o.features)?;
+            return time_products(&root, &tool, &o, threads, scale_flag, &dir, &results);
+        }
         let files = real_matrices(which)?;
-        let results = target.join("bench-results").join(format!(
-            "matrices-{}",
-            Path::new(which)
-                .file_name()
-                .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
-        ));
+        let results = target
+            .join("bench-results")
+            .join(format!("matrices-{}", folder_name(Path::new(which))));
         let tool = build_tool(&root, &target, &o.features)?;
         return time_files(&root, &tool, &o, threads, scale_flag, &files, &results);
     }
@@ -160,7 +179,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             files.push(ours);
             if peers {
                 let out = results.join(format!("peers-{round}-{class}.tsv"));
-                match run_peers(&root, &o, threads, &folder, class, &out) {
+                match run_peers(&root, &o, threads, &folder, class, &out, &[]) {
                     Ok(()) => files.push(out),
                     // Peers are optional: say why they are absent and print our numbers anyway.
                     Err(e) => {
@@ -173,6 +192,157 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 
     print_report(&tool, &files, &results)
+}
+
+/// The name `--matrices` takes for the real-workload products.
+const REAL_SET: &str = "real";
+
+/// The manifest of a folder of real-workload products.
+const PRODUCTS: &str = "products.tsv";
+
+/// The last component of `dir`, naming its results folder.
+fn folder_name(dir: &Path) -> String {
+    dir.file_name()
+        .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The folder of real-workload products that `--matrices which` names: a folder holding
+/// `products.tsv`, or for `real` the one `benches/peers/real_products.py` makes; `None` for
+/// anything else (Matrix Market files).
+fn real_products_dir(
+    root: &Path,
+    target: &Path,
+    o: &Options,
+    which: &str,
+) -> Result<Option<PathBuf>, String> {
+    let dir = Path::new(which);
+    if dir.is_dir() {
+        return Ok(dir.join(PRODUCTS).is_file().then(|| dir.to_path_buf()));
+    }
+    if which == REAL_SET {
+        return make_real_products(root, target, o).map(Some);
+    }
+    Ok(None)
+}
+
+/// Runs `benches/peers/real_products.py` (with the peers' Python) into
+/// `target/bench-matrices/real[-quick]/`, which keeps a complete folder as it is.
+fn make_real_products(root: &Path, target: &Path, o: &Options) -> Result<PathBuf, String> {
+    let dir = target
+        .join("bench-matrices")
+        .join(if o.quick { "real-quick" } else { "real" });
+    let python = peers_python(o);
+    eprintln!("== the real-workload products into {}", dir.display());
+    let mut make = Command::new(&python);
+    make.arg(root.join("benches/peers/real_products.py"))
+        .arg(&dir);
+    if o.quick {
+        make.arg("--quick");
+    }
+    status(&mut make, "real_products.py")?;
+    Ok(dir)
+}
+
+/// The product names of a real-workload manifest (`products.tsv`: `name<TAB>A<TAB>B`, and
+/// optionally `<TAB>source`), in its order; `origin` names it in errors, which give the line.
+fn product_names(text: &str, origin: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        if !(3..=4).contains(&fields.len()) || fields.iter().any(|f| f.trim().is_empty()) {
+            return Err(format!(
+                "{origin} line {}: expected 3 or 4 non-empty tab-separated fields \
+                 (name, A, B[, source]), found `{line}`",
+                i + 1
+            ));
+        }
+        names.push(fields[0].to_string());
+    }
+    if names.is_empty() {
+        return Err(format!("{origin} lists no product"));
+    }
+    Ok(names)
+}
+
+/// Times our backends on each real-workload product of `dir`, as `A · B` and SpGEMM only,
+/// round by round, and with `--peers` the peers right after ours on the same product (their
+/// manifest, with our names and counts, written first by `export --real`), and prints one
+/// table.
+fn time_products(
+    root: &Path,
+    tool: &Path,
+    o: &Options,
+    threads: usize,
+    scale_flag: &[&str],
+    dir: &Path,
+    results: &Path,
+) -> Result<(), String> {
+    let manifest = dir.join(PRODUCTS);
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let names = product_names(&text, &manifest.display().to_string())?;
+    std::fs::create_dir_all(results)
+        .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
+    let operands = results.join("operands");
+    if o.peers {
+        eprintln!(
+            "== the peers' manifest of the products in {}",
+            operands.display()
+        );
+        let mut export = Command::new(tool);
+        export
+            .arg("export")
+            .arg("--dir")
+            .arg(&operands)
+            .arg("--real")
+            .arg(dir);
+        status(&mut export, "hetsparse-bench export")?;
+    }
+    let rounds = o.rounds.unwrap_or(1);
+    let mut outs = Vec::new();
+    let mut peers = o.peers;
+    for round in 1..=rounds {
+        for name in &names {
+            eprintln!("== round {round} of {rounds}, {name}: hetsparse with {threads} threads");
+            let out = results.join(format!("hetsparse-{round}-{name}.tsv"));
+            let mut time = Command::new(tool);
+            time.arg("time")
+                .args(scale_flag)
+                .arg("--real")
+                .arg(dir)
+                .args(["--ops", "spgemm"])
+                .args(class_args(threads, name))
+                .arg(&out);
+            if o.reference {
+                time.arg("--reference");
+            }
+            status(with_threads(&mut time, threads), "hetsparse-bench time")?;
+            outs.push(out);
+            if peers {
+                let out = results.join(format!("peers-{round}-{name}.tsv"));
+                match run_peers(
+                    root,
+                    o,
+                    threads,
+                    &operands,
+                    name,
+                    &out,
+                    &["--ops", "spgemm"],
+                ) {
+                    // As for the generated classes: our numbers are printed without the peers.
+                    Ok(()) => outs.push(out),
+                    Err(e) => {
+                        eprintln!("peers not measured: {e}");
+                        peers = false;
+                    }
+                }
+            }
+        }
+    }
+    print_report(tool, &outs, results)
 }
 
 /// The `.mtx` files of `--matrices`: a folder's, or a download set's (downloaded if missing).
@@ -296,7 +466,7 @@ fn time_files(
             outs.push(out);
             if let Some(name) = names.get(i).filter(|_| peers) {
                 let out = results.join(format!("peers-{round}-{stem}.tsv"));
-                match run_peers(root, o, threads, &operands, name, &out) {
+                match run_peers(root, o, threads, &operands, name, &out, &[]) {
                     Ok(()) => outs.push(out),
                     // As for the generated classes: our numbers are printed without the peers.
                     Err(e) => {
@@ -404,8 +574,8 @@ fn manifest_classes(manifest: &Path) -> Result<Vec<String>, String> {
 
 /// `--gpu`: the `gpu_spgemm` bench (and with `--peers` the cuSPARSE peer script it runs),
 /// then the `first_call` bench (the default device choice on a process's first call; with
-/// `--peers`, on PyAMG's Galerkin products too, made first by `benches/peers/amg_products.py`
-/// into `target/bench-matrices/amg[-quick]/`), their output printed and saved in
+/// `--peers`, on the real-workload products too, made first by `benches/peers/real_products.py`
+/// into `target/bench-matrices/real[-quick]/`), their output printed and saved in
 /// `target/bench-results/gpu[-quick]/table.md`.
 fn gpu_bench(root: &Path, target: &Path, o: &Options) -> Result<(), String> {
     let results = target
@@ -416,19 +586,7 @@ fn gpu_bench(root: &Path, target: &Path, o: &Options) -> Result<(), String> {
     let mut features = vec!["cuda".to_string()];
     features.extend(o.features.iter().filter(|f| *f != "cuda").cloned());
     let real = if o.peers {
-        let dir = target
-            .join("bench-matrices")
-            .join(if o.quick { "amg-quick" } else { "amg" });
-        let python = peers_python(o);
-        eprintln!("== PyAMG's Galerkin products into {}", dir.display());
-        let mut make = Command::new(&python);
-        make.arg(root.join("benches/peers/amg_products.py"))
-            .arg(&dir);
-        if o.quick {
-            make.arg("--quick");
-        }
-        status(&mut make, "amg_products.py")?;
-        Some(dir)
+        Some(make_real_products(root, target, o)?)
     } else {
         None
     };
@@ -512,6 +670,7 @@ fn run_peers(
     folder: &Path,
     class: &str,
     out: &Path,
+    extra: &[&str],
 ) -> Result<(), String> {
     let python = peers_python(o);
     eprintln!("== {class}: the peers with {python}, {threads} threads");
@@ -521,7 +680,8 @@ fn run_peers(
         .arg("--manifest")
         .arg(folder.join("manifest.tsv"))
         .args(class_args(threads, class))
-        .arg(out);
+        .arg(out)
+        .args(extra);
     if o.quick {
         peers.arg("--quick");
     }
@@ -616,6 +776,45 @@ mod tests {
         assert!(parse(&args("--matrices"))
             .unwrap_err()
             .contains("needs a value"));
+    }
+
+    #[test]
+    fn reads_product_names_of_three_and_four_columns() {
+        let text = "sa.l0.AP\tA\tP\nsa.l0.RAP\tR\tAP\tPyAMG 5.4.1\n\n";
+        assert_eq!(
+            product_names(text, "p.tsv").unwrap(),
+            ["sa.l0.AP", "sa.l0.RAP"]
+        );
+        assert!(product_names("x\ta\tb\ny\ta", "p.tsv")
+            .unwrap_err()
+            .starts_with("p.tsv line 2: expected 3 or 4"));
+        assert!(product_names("x\ta\tb\ts\textra", "p.tsv")
+            .unwrap_err()
+            .starts_with("p.tsv line 1:"));
+        assert!(product_names("x\ta\t\n", "p.tsv")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(product_names("\n", "p.tsv")
+            .unwrap_err()
+            .contains("lists no product"));
+    }
+
+    #[test]
+    fn a_folder_with_products_tsv_is_a_real_set() {
+        let dir = std::env::temp_dir().join(format!("hetsparse-xtask-real-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = Options::default();
+        let root = Path::new("/nonexistent");
+        let which = dir.to_str().unwrap();
+        assert_eq!(real_products_dir(root, root, &o, which).unwrap(), None);
+        std::fs::write(dir.join(PRODUCTS), "p\ta\tb\n").unwrap();
+        assert_eq!(
+            real_products_dir(root, root, &o, which).unwrap(),
+            Some(dir.clone())
+        );
+        assert_eq!(real_products_dir(root, root, &o, "spgemm").unwrap(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
