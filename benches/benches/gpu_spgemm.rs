@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use hetsparse_bench::cases::{gpu_operand_names, gpu_operands, output_heavy_names};
 use hetsparse_bench::gpu_table::{combined_table, parse_cusparse_table, OursRow};
 use hetsparse_bench::raw::{read_csr, write_csr};
+use hetsparse_bench::real::read_manifest;
 use hetsparse_core::backend::ResidentDense;
 use hetsparse_core::{
     analysis, Backend, Csr, Dense, Device, Layout, RunControl, SpgemmAlgorithm, SpgemmOptions,
@@ -359,8 +360,12 @@ fn main() {
     );
     if let Ok(real) = std::env::var("HETSPARSE_BENCH_REAL") {
         let real = PathBuf::from(real);
-        for (name, a, b) in real_products(&real) {
-            names.push((name, Source::Real(real.clone(), a, b)));
+        match read_manifest(&real) {
+            Ok(list) => names.extend(
+                list.into_iter()
+                    .map(|p| (p.name, Source::Real(real.clone(), p.a, p.b))),
+            ),
+            Err(e) => eprintln!("gpu_spgemm: no real products: {e}"),
         }
     }
     for (name, source) in &names {
@@ -533,25 +538,6 @@ enum Source {
     OutputHeavy,
     /// A real product: the folder and the stems of A and B.
     Real(PathBuf, String, String),
-}
-
-/// The products listed in `dir/products.tsv` (`name`, A's stem, B's stem, and optionally the
-/// library that made them), as `benches/peers/amg_products.py` writes them.
-fn real_products(dir: &Path) -> Vec<(String, String, String)> {
-    match std::fs::read_to_string(dir.join("products.tsv")) {
-        Ok(text) => text
-            .lines()
-            .filter_map(|line| {
-                let f: Vec<&str> = line.split('\t').collect();
-                (f.len() == 3 || f.len() == 4)
-                    .then(|| (f[0].to_string(), f[1].to_string(), f[2].to_string()))
-            })
-            .collect(),
-        Err(e) => {
-            eprintln!("gpu_spgemm: no real products in {}: {e}", dir.display());
-            Vec::new()
-        }
-    }
 }
 
 /// The least a result of `bytes` downloaded into a new host CSR costs the host, min of `reps`:
