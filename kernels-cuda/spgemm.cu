@@ -1836,8 +1836,15 @@ HS_INSTANTIATE(spgemm_esc_compress,
 #define BIN_EMPTY 28u
 #define BIN_THREADS 256u
 
-__device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u64 i) {
-    return from_offsets ? values[i + 1] - values[i] : values[i];
+// A row's weight: values[i], or with from_offsets the difference of two offsets. With a_scale
+// (the weight of an entry of A, in 256ths) a non-zero weight is raised to the row's entries of
+// A times it: the numeric phase bins rows by their entries of C, raised so that rows of many
+// products per entry (AMG's coarse operators) get more lanes.
+__device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u32 a_scale,
+                                          const u64* a_off, u64 row, u64 i) {
+    u64 w = from_offsets ? values[i + 1] - values[i] : values[i];
+    if (a_scale && w) w = max(w, ((a_off[row + 1] - a_off[row]) * a_scale) >> 8);
+    return w;
 }
 
 __device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
@@ -1862,9 +1869,9 @@ __device__ __forceinline__ u32 lanes_below(u32 peers) {
 // costs (the Rust side's choice between column ranges and a dense row in global memory).
 #define LONG_A_MIN_BIN 8u
 
-extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets, u64 cap,
-                                            u64* bin_rows, u64* sums, const u64* a_off, u64 row0,
-                                            u64* bin_longest_a) {
+extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets,
+                                            u32 a_scale, u64 cap, u64* bin_rows, u64* sums,
+                                            const u64* a_off, u64 row0, u64* bin_longest_a) {
     __shared__ unsigned long long counts[BIN_COUNT];
     __shared__ unsigned long long longest[BIN_COUNT];
     __shared__ unsigned long long block_sums[2];
@@ -1878,7 +1885,7 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
         u64 i = round * stride + (u64)blockIdx.x * blockDim.x + threadIdx.x;
         u32 b = BIN_COUNT;  // no row
         if (i < n) {
-            u64 w = bin_weight(values, from_offsets, i);
+            u64 w = bin_weight(values, from_offsets, a_scale, a_off, row0 + i, i);
             raw += w;
             capped += min(w, cap);
             b = weight_bin(w, cap);
@@ -1907,8 +1914,9 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
 }
 
 extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values,
-                                              u32 from_offsets, u64 cap, const u64* bin_start,
-                                              u64* bin_cursor, u32* list) {
+                                              u32 from_offsets, u32 a_scale, const u64* a_off,
+                                              u64 cap, const u64* bin_start, u64* bin_cursor,
+                                              u32* list) {
     __shared__ unsigned long long counts[BIN_COUNT];
     __shared__ unsigned long long base[BIN_COUNT];
     // One pass per blockDim rows: positions within the block by one shared atomic per group of
@@ -1918,7 +1926,7 @@ extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values
         __syncthreads();
         u64 i = first + threadIdx.x;
         u32 b = BIN_EMPTY;
-        if (i < n) b = weight_bin(bin_weight(values, from_offsets, i), cap);
+        if (i < n) b = weight_bin(bin_weight(values, from_offsets, a_scale, a_off, row0 + i, i), cap);
         u32 peers = __match_any_sync(0xffffffffu, b);
         u32 leader = __ffs(peers) - 1;
         unsigned long long group = 0;

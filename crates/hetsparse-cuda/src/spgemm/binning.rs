@@ -79,21 +79,29 @@ pub(super) fn bin_of(w: u64, cap: u64) -> usize {
 pub(super) enum Weights<'a> {
     /// One weight per row.
     PerRow(DeviceSlice<'a, u64>),
-    /// Row offsets (one more than rows): weights are their differences.
-    Offsets(DeviceSlice<'a, u64>),
+    /// Row offsets of C (one more than rows): weights are their differences, each non-zero
+    /// one raised to the row's entries of A times `a_scale / 256` (a weight for the row's
+    /// products, which a row of few entries may have many of; 0 for none).
+    OffsetsOrWork {
+        offsets: DeviceSlice<'a, u64>,
+        a_scale: u32,
+    },
 }
 
 impl Weights<'_> {
     fn rows(&self) -> usize {
         match self {
             Weights::PerRow(w) => w.len(),
-            Weights::Offsets(o) => o.len().saturating_sub(1),
+            Weights::OffsetsOrWork { offsets, .. } => offsets.len().saturating_sub(1),
         }
     }
-    fn args(&self) -> [Arg; 2] {
+    /// The kernels' `values`, `from_offsets` and `a_scale`.
+    fn args(&self) -> [Arg; 3] {
         match self {
-            Weights::PerRow(w) => [w.arg(), Arg::U32(0)],
-            Weights::Offsets(o) => [o.arg(), Arg::U32(1)],
+            Weights::PerRow(w) => [w.arg(), Arg::U32(0), Arg::U32(0)],
+            Weights::OffsetsOrWork { offsets, a_scale } => {
+                [offsets.arg(), Arg::U32(1), Arg::U32(*a_scale)]
+            }
         }
     }
 }
@@ -132,7 +140,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
     let counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
     counters.zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
-    let [values, from_offsets] = weights.args();
+    let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_count; `counters` has 2 * BIN_COUNT + 2 slots; A's
     // offsets cover rows first_row .. first_row + n (the job's rows).
     unsafe {
@@ -144,6 +152,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 Arg::U64(n),
                 values,
                 from_offsets,
+                a_scale,
                 Arg::U64(cap),
                 counters.arg(),
                 counters.sub(BIN_COUNT, 2).arg(),
@@ -262,7 +271,7 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
     counters.zero(job.stream)?;
     counters.upload(job.stream, start)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
-    let [values, from_offsets] = weights.args();
+    let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
     // listed bin, as counted by the histogram `start` came from, over the same weights.
     unsafe {
@@ -275,6 +284,8 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
                 Arg::U64(first_row as u64),
                 values,
                 from_offsets,
+                a_scale,
+                job.a.matrix().offsets.slice().arg(),
                 Arg::U64(cap),
                 counters.arg(),
                 counters.sub(BIN_COUNT, BIN_COUNT).arg(),
