@@ -89,7 +89,7 @@ __device__ u32 block_exclusive_scan(u32 v, u32* total) {
 // would walk them for milliseconds: a skewed matrix's dense rows hold 90 % of its columns) are
 // listed instead, their products 0, and summed by every block of spgemm_row_products_huge.
 
-#define RP_LONG 256u
+#define RP_LONG 32u
 #define RP_HUGE 16384u
 
 extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a_off,
@@ -1847,8 +1847,12 @@ __device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u
     return w;
 }
 
+// The bin of a row of weight w in a window of cap columns: a table of twice its weight, the
+// weight capped at the window, except that a row of many more products than columns (a coarse
+// AMG level's few wide rows: thousands of products, a dozen columns) keeps a quarter of its
+// weight, up to 32 windows, so that more lanes share its products. binning::bin_of mirrors it.
 __device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
-    w = min(w, cap);
+    w = min(w, max(cap, min(w / 4, 32 * cap)));
     if (w == 0) return BIN_EMPTY;
     u64 slots = 2 * w;
     if (slots <= 16) return 0;

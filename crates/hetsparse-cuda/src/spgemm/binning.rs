@@ -60,9 +60,11 @@ impl Histogram {
     }
 }
 
-/// The bin of a row of weight `w` (capped at `cap`): the kernels' `weight_bin`.
+/// The bin of a row of weight `w` in a window of `cap` columns: the kernels' `weight_bin`. The
+/// weight is capped at the window, except that a row of many more products than columns keeps
+/// a quarter of its weight, up to 32 windows: more lanes share its products.
 pub(super) fn bin_of(w: u64, cap: u64) -> usize {
-    let w = w.min(cap);
+    let w = w.min(cap.max((w / 4).min(cap.saturating_mul(32))));
     if w == 0 {
         return BIN_EMPTY;
     }
@@ -379,8 +381,14 @@ mod tests {
         }
         assert_eq!(bin_of(u64::MAX / 4, u64::MAX), BIN_EMPTY - 1);
         assert_eq!(Histogram::table_size(BIN_EMPTY - 1), 1 << 31);
-        assert_eq!(bin_of(1000, 8), 0);
-        assert_eq!(bin_of(1000, 10), 1);
+        // Capped at the window: 8 and 10 entries at most, tables of 16 and 32 slots...
+        assert_eq!(bin_of(20, 8), 0);
+        assert_eq!(bin_of(40, 10), 1);
+        // ... unless the products are more than four windows: a quarter of them (tables of
+        // 512 slots), up to 32 windows (256 entries, 512 slots).
+        assert_eq!(bin_of(1000, 10), 5);
+        assert_eq!(bin_of(1000, 8), 5);
+        assert_eq!(bin_of(100_000, 8), 5);
         let h = Histogram::of(&[0, 3, 40, 40, 1 << 12], u64::MAX);
         assert_eq!(h.weight, 83 + (1 << 12));
         assert_eq!(Histogram::of(&[5, 50], 10).capped_weight, 15);
