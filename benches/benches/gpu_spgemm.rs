@@ -1,6 +1,7 @@
-//! SpGEMM at GPU sizes (10^8–10^9 intermediate products, `gpu_cases`): the CUDA backend on
-//! resident operands and from host memory, against the CPU backend, every result checked
-//! against the CPU's. The operands are also written, in a raw binary form, for
+//! SpGEMM at GPU sizes (10^8–10^9 intermediate products, `gpu_cases`; then the output-heavy
+//! products of `output_heavy_names`, and the real products of `HETSPARSE_BENCH_REAL`): the CUDA
+//! backend on resident operands and from host memory, against the CPU backend, every result
+//! checked against the CPU's. The operands are also written, in a raw binary form, for
 //! `benches/peers/cusparse_spgemm.py`, which times cuSPARSE (through CuPy) on the same
 //! matrices; the two tables together are the comparison.
 //!
@@ -16,6 +17,8 @@
 //! download into a new host CSR no GPU or link can shorten.
 //!
 //! Environment: `HETSPARSE_BENCH_DIR` (where the operands go; `target/gpu-spgemm`),
+//! `HETSPARSE_BENCH_REAL` (a folder of real products, `products.tsv` and raw operands as
+//! `benches/peers/real_products.py` writes them: SpGEMM only),
 //! `HETSPARSE_BENCH_REPS` (timed calls per implementation, 5), `HETSPARSE_BENCH_CLASSES`
 //! (comma-separated class names, or `stencil27` for the scalar 27-point stencil of 10^6 rows; all), `HETSPARSE_BENCH_SIZE_DIVISOR` (divides every size, for
 //! a smoke run), `HETSPARSE_BENCH_NO_HOST=1` (skips the whole calls from host memory),
