@@ -252,36 +252,29 @@ def skfem_source():
     return f"scikit-fem {skfem.__version__}"
 
 
+def fem_elasticity3d(out, quick, p2, hierarchies):
+    """K, K.K, and K's AMG hierarchies: (name, solver kind) pairs."""
+    tag = "fem-p2" if p2 else "fem-p1"
+    k, b = elasticity_stiffness(SIZES["fem-p2" if p2 else "elasticity3d"][quick], p2=p2)
+    fam = Family(out, skfem_source())
+    fam.matrix(f"{tag}.K", k)
+    fam.product(f"{tag}.KK", f"{tag}.K", f"{tag}.K")
+    fam.source = pyamg_source(f" on {skfem_source()}")
+    kb = sp.bsr_matrix(fam.matrices[f"{tag}.K"], blocksize=(3, 3))
+    for name, kind in hierarchies:
+        np.random.seed(SEED)
+        fam.galerkin(name, solver(kind)(kb, B=b, max_coarse=30), a0=f"{tag}.K")
+    return fam
+
+
 def fem_elasticity3d_p1(out, quick):
     """P1 K, K.K, and K's SA and root-node hierarchies."""
-    import pyamg
-
-    k, b = elasticity_stiffness(SIZES["elasticity3d"][quick], p2=False)
-    fam = Family(out, skfem_source())
-    fam.matrix("fem-p1.K", k)
-    fam.product("fem-p1.KK", "fem-p1.K", "fem-p1.K")
-    fam.source = pyamg_source(f" on {skfem_source()}")
-    kb = sp.bsr_matrix(fam.matrices["fem-p1.K"], blocksize=(3, 3))
-    np.random.seed(SEED)
-    fam.galerkin("sa-elasticity3d", solver("sa")(kb, B=b, max_coarse=30), a0="fem-p1.K")
-    np.random.seed(SEED)
-    fam.galerkin("rn-elasticity3d", solver("rn")(kb, B=b, max_coarse=30), a0="fem-p1.K")
-    return fam
+    return fem_elasticity3d(out, quick, False, [("sa-elasticity3d", "sa"), ("rn-elasticity3d", "rn")])
 
 
 def fem_elasticity3d_p2(out, quick):
     """P2 K, K.K, and K's SA hierarchy."""
-    import pyamg
-
-    k, b = elasticity_stiffness(SIZES["fem-p2"][quick], p2=True)
-    fam = Family(out, skfem_source())
-    fam.matrix("fem-p2.K", k)
-    fam.product("fem-p2.KK", "fem-p2.K", "fem-p2.K")
-    fam.source = pyamg_source(f" on {skfem_source()}")
-    kb = sp.bsr_matrix(fam.matrices["fem-p2.K"], blocksize=(3, 3))
-    np.random.seed(SEED)
-    fam.galerkin("sa-elasticity3d-p2", solver("sa")(kb, B=b, max_coarse=30), a0="fem-p2.K")
-    return fam
+    return fem_elasticity3d(out, quick, True, [("sa-elasticity3d-p2", "sa")])
 
 
 def block_model(n, rng, sizes=(20, 120), degree_in=8.0, degree_out=2.0):
