@@ -1834,25 +1834,34 @@ HS_INSTANTIATE(spgemm_esc_compress,
 
 #define BIN_COUNT 29u
 #define BIN_EMPTY 28u
+// binning::WIDE_ROW_WEIGHT_MAX.
+#define WIDE_ROW_WEIGHT_MAX 4096u
 #define BIN_THREADS 256u
 
 // A row's weight: values[i], or with from_offsets the difference of two offsets. With a_scale
 // (the weight of an entry of A, in 256ths) a non-zero weight is raised to the row's entries of
 // A times it: the numeric phase bins rows by their entries of C, raised so that rows of many
-// products per entry (AMG's coarse operators) get more lanes.
+// products per entry (AMG's coarse operators) get more lanes. Only a thread's row (at most 16
+// entries) or a row raised fourfold or more: a table twice as large for the same threads
+// (tables of 1024 and 2048 slots both get 128) would cost its clearing and compaction for
+// nothing.
 __device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u32 a_scale,
                                           const u64* a_off, u64 row, u64 i) {
     u64 w = from_offsets ? values[i + 1] - values[i] : values[i];
-    if (a_scale && w) w = max(w, ((a_off[row + 1] - a_off[row]) * a_scale) >> 8);
+    if (a_scale && w) {
+        u64 work = ((a_off[row + 1] - a_off[row]) * a_scale) >> 8;
+        if (work > w && (w <= 16 || work >= 4 * w)) w = work;
+    }
     return w;
 }
 
 // The bin of a row of weight w in a window of cap columns: a table of twice its weight, the
 // weight capped at the window, except that a row of many more products than columns (a coarse
 // AMG level's few wide rows: thousands of products, a dozen columns) keeps a quarter of its
-// weight, up to 32 windows, so that more lanes share its products. binning::bin_of mirrors it.
+// weight, up to 32 windows and 4096 (a table that stays in shared memory), so that more lanes
+// share its products. binning::bin_of mirrors it.
 __device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
-    w = min(w, max(cap, min(w / 4, 32 * cap)));
+    w = min(w, max(cap, min(w / 4, min(32 * cap, (u64)WIDE_ROW_WEIGHT_MAX))));
     if (w == 0) return BIN_EMPTY;
     u64 slots = 2 * w;
     if (slots <= 16) return 0;

@@ -1061,7 +1061,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
 /// few entries and many products (AMG's coarse Galerkin products: 15 entries from 170
 /// products, or 45 from 20 000) is binned by its products over this, so that it gets a warp
 /// rather than a thread, or a block rather than a warp (a table larger than its entries need),
-/// and no lane walks more than a few of its products in turn.
+/// and no lane walks more than a few of its products in turn. Only rows of at most 16 entries
+/// (a thread's) or raised at least fourfold: the kernels' `bin_weight`.
 const PRODUCTS_PER_WEIGHT: u64 = 8;
 
 /// The numeric phase's histogram of rows `range` (chunk-relative) of C: their entries

@@ -60,11 +60,18 @@ impl Histogram {
     }
 }
 
+/// Most weight a row of many more products than its window's columns keeps beyond the window
+/// (`WIDE_ROW_WEIGHT_MAX` in the kernels): tables of up to 8192 slots, which stay in shared
+/// memory (larger ones went to a dense row in global memory and were slower).
+const WIDE_ROW_WEIGHT_MAX: u64 = 4096;
+
 /// The bin of a row of weight `w` in a window of `cap` columns: the kernels' `weight_bin`. The
 /// weight is capped at the window, except that a row of many more products than columns keeps
-/// a quarter of its weight, up to 32 windows: more lanes share its products.
+/// a quarter of its weight, up to 32 windows and [`WIDE_ROW_WEIGHT_MAX`]: more lanes share its
+/// products.
 pub(super) fn bin_of(w: u64, cap: u64) -> usize {
-    let w = w.min(cap.max((w / 4).min(cap.saturating_mul(32))));
+    let wide = (w / 4).min(cap.saturating_mul(32)).min(WIDE_ROW_WEIGHT_MAX);
+    let w = w.min(cap.max(wide));
     if w == 0 {
         return BIN_EMPTY;
     }
@@ -83,7 +90,8 @@ pub(super) enum Weights<'a> {
     PerRow(DeviceSlice<'a, u64>),
     /// Row offsets of C (one more than rows): weights are their differences, each non-zero
     /// one raised to the row's entries of A times `a_scale / 256` (a weight for the row's
-    /// products, which a row of few entries may have many of; 0 for none).
+    /// products, which a row of few entries may have many of; 0 for none) where that is more
+    /// than 4 times the entries, or the entries are at most 16 (the kernels' `bin_weight`).
     OffsetsOrWork {
         offsets: DeviceSlice<'a, u64>,
         a_scale: u32,
@@ -389,6 +397,11 @@ mod tests {
         assert_eq!(bin_of(1000, 10), 5);
         assert_eq!(bin_of(1000, 8), 5);
         assert_eq!(bin_of(100_000, 8), 5);
+        // ... and 4096 (tables of 8192 slots).
+        assert_eq!(bin_of(1_000_000, 1000), 9);
+        // A window wider than that caps as before.
+        assert_eq!(bin_of(1_000_000, 5000), 10);
+        assert_eq!(bin_of(1_000_000, 10_000), 11);
         let h = Histogram::of(&[0, 3, 40, 40, 1 << 12], u64::MAX);
         assert_eq!(h.weight, 83 + (1 << 12));
         assert_eq!(Histogram::of(&[5, 50], 10).capped_weight, 15);
