@@ -63,6 +63,10 @@ pub fn obtain<B>(suite: &str, made: Result<B, Error>) -> Option<B> {
 }
 
 /// Generates the conformance tests for a backend; see the [module docs](self).
+///
+/// The tests call the checks through [`compiled`], where each check is compiled once for each
+/// scalar type, taking `&dyn Backend<T>`: a backend's test crate then builds only its own
+/// backend, not the whole suite again.
 #[macro_export]
 macro_rules! conformance_suite {
     (backend: $make:expr, scalars: [$($s:ident),+ $(,)?] $(,)?) => {
@@ -85,19 +89,7 @@ macro_rules! conformance_suite {
                 })
             }
 
-            $crate::conformance_suite!(@tests
-                capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
-                spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
-                spgemm_rejects_bad_operands,
-                spmv_every_format,
-                spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
-                resident_round_trips, mixed_host_and_resident_operands, resident_chain,
-                plan_reuse_with_new_values, foreign_handles_are_errors,
-                handles_never_lie_about_their_pattern,
-                cancellation_and_progress, cancellation_mid_product, concurrent_calls, padding_is_not_multiplied,
-                padding_is_not_multiplied_in_products,
-                sizes_from_the_shape_are_errors_not_aborts
-            );
+            $crate::conformance_suite!(@checks tests $s);
 
             /// Two backends made the same way run on the same memory and take each other's
             /// handles.
@@ -106,7 +98,9 @@ macro_rules! conformance_suite {
                 let first = $crate::conformance::obtain(stringify!($s), $make);
                 let second = $crate::conformance::obtain(stringify!($s), $make);
                 if let (Some(first), Some(second)) = (first, second) {
-                    $crate::conformance::handles_are_shared_on_one_device::<T, _>(&first, &second);
+                    $crate::conformance::compiled::$s::handles_are_shared_on_one_device(
+                        &first, &second,
+                    );
                 }
             }
 
@@ -114,20 +108,57 @@ macro_rules! conformance_suite {
             #[test]
             fn requirement_bounds_allocation() {
                 if let Some(b) = $crate::conformance::obtain(stringify!($s), $make) {
-                    $crate::conformance::requirement_bounds_allocation::<T, _>(&b);
+                    $crate::conformance::compiled::$s::requirement_bounds_allocation(&b);
                 }
             }
         }
     };
-    (@tests $($check:ident),+) => {
+    // The one list of checks, handed to `@tests` (a backend's test crate) or `@compile`
+    // (hetsparse-core's `compiled` module).
+    (@checks $mode:ident $s:ident) => {
+        $crate::conformance_suite!(@$mode $s:
+            capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
+            spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
+            spgemm_rejects_bad_operands,
+            spmv_every_format,
+            spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
+            resident_round_trips, mixed_host_and_resident_operands, resident_chain,
+            plan_reuse_with_new_values, foreign_handles_are_errors,
+            handles_never_lie_about_their_pattern,
+            cancellation_and_progress, cancellation_mid_product, concurrent_calls, padding_is_not_multiplied,
+            padding_is_not_multiplied_in_products,
+            sizes_from_the_shape_are_errors_not_aborts
+        );
+    };
+    (@tests $s:ident: $($check:ident),+) => {
         $(
             #[test]
             fn $check() {
                 if let Some(b) = backend() {
-                    $crate::conformance::$check::<T, dyn $crate::Backend<T>>(&**b);
+                    $crate::conformance::compiled::$s::$check(&**b);
                 }
             }
         )+
+    };
+    (@compile $s:ident: $($check:ident),+) => {
+        #[allow(non_snake_case, missing_docs)]
+        pub mod $s {
+            use $crate::Backend;
+            type T = $crate::conformance_suite!(@type $s);
+            $(
+                pub fn $check(b: &dyn Backend<T>) {
+                    $crate::conformance::$check::<T, dyn Backend<T>>(b)
+                }
+            )+
+            pub fn handles_are_shared_on_one_device(first: &dyn Backend<T>, second: &dyn Backend<T>) {
+                $crate::conformance::handles_are_shared_on_one_device::<T, dyn Backend<T>>(
+                    first, second,
+                )
+            }
+            pub fn requirement_bounds_allocation(b: &dyn Backend<T>) {
+                $crate::conformance::requirement_bounds_allocation::<T, dyn Backend<T>>(b)
+            }
+        }
     };
     (@type f32) => { f32 };
     (@type f64) => { f64 };
@@ -135,6 +166,18 @@ macro_rules! conformance_suite {
     (@type c64) => { $crate::Complex<f64> };
     (@type f16) => { $crate::f16 };
     (@type bf16) => { $crate::bf16 };
+}
+
+/// Every check compiled once per scalar type, for `dyn Backend<T>` (what the macro's tests
+/// call; not for use otherwise).
+#[doc(hidden)]
+pub mod compiled {
+    crate::conformance_suite!(@checks compile f32);
+    crate::conformance_suite!(@checks compile f64);
+    crate::conformance_suite!(@checks compile c32);
+    crate::conformance_suite!(@checks compile c64);
+    crate::conformance_suite!(@checks compile f16);
+    crate::conformance_suite!(@checks compile bf16);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -299,3 +299,5 @@ mod tests {
         assert!(spmv::<f32, PlusTimes>(&a, &[1.0]).is_err());
     }
 }
+
+crate::every_scalar!(ReferenceBackend);

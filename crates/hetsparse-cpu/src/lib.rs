@@ -463,3 +463,5 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         self.install(|| bsr::multiply::<T, PlusTimes>(a, b))
     }
 }
+
+hetsparse_core::every_scalar!(CpuBackend);

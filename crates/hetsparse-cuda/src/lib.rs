@@ -793,3 +793,5 @@ mod tests {
         }
     }
 }
+
+hetsparse_core::every_scalar!(CudaBackend);

@@ -964,3 +964,5 @@ mod tests {
         ));
     }
 }
+
+hetsparse_core::every_scalar!(OpenClBackend);

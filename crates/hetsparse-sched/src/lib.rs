@@ -1093,3 +1093,5 @@ fn dense_rows<T: Scalar>(
     }
     Ok(c)
 }
+
+hetsparse_core::every_scalar!(Scheduler<_>);

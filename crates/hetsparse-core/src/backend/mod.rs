@@ -944,3 +944,70 @@ pub mod check {
         Ok(per_row.iter().map(|&p| p.min(width)).sum())
     }
 }
+
+/// One backend seen as `dyn Backend<T>` for each of the six scalar types.
+pub type EveryScalar<'b> = (
+    &'b dyn Backend<f32>,
+    &'b dyn Backend<f64>,
+    &'b dyn Backend<crate::Complex<f32>>,
+    &'b dyn Backend<crate::Complex<f64>>,
+    &'b dyn Backend<crate::f16>,
+    &'b dyn Backend<crate::bf16>,
+);
+
+/// Defines `pub fn every_scalar` in a backend crate: its backend seen as `dyn Backend<T>` for each
+/// of the six scalar types, which makes that crate compile all of the backend's methods for every
+/// scalar once.
+///
+/// An aid to compile times, not to users. Builds that share generic code between crates
+/// (unoptimised and `opt-level = 1`: the workspace's dev profile) let the crates built on a
+/// backend — the scheduler, the facade, every test binary — link that code instead of each
+/// compiling a copy. The function exists only where that pays: in builds with debug assertions
+/// (optimised builds share no generic code) that are tests (hetsparse-core's `conformance`
+/// feature, which the backend crates' dev-dependencies turn on); elsewhere the macro expands to
+/// nothing.
+///
+/// `every_scalar!(Backend)` takes one backend value implementing `Backend<T>` for all six;
+/// `every_scalar!(Backend<_>)` takes six values of a type generic over the scalar.
+#[cfg(feature = "conformance")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! every_scalar {
+    ($backend:ident<_>) => {
+        /// The backend's code compiled here for every scalar type (see
+        /// `hetsparse_core::every_scalar!`).
+        #[cfg(debug_assertions)]
+        #[doc(hidden)]
+        #[allow(clippy::type_complexity)]
+        pub fn every_scalar<'b>(
+            backends: (
+                &'b $backend<f32>,
+                &'b $backend<f64>,
+                &'b $backend<$crate::Complex<f32>>,
+                &'b $backend<$crate::Complex<f64>>,
+                &'b $backend<$crate::f16>,
+                &'b $backend<$crate::bf16>,
+            ),
+        ) -> $crate::backend::EveryScalar<'b> {
+            let (a, b, c, d, e, f) = backends;
+            (a, b, c, d, e, f)
+        }
+    };
+    ($backend:ty) => {
+        /// The backend's code compiled here for every scalar type (see
+        /// `hetsparse_core::every_scalar!`).
+        #[cfg(debug_assertions)]
+        #[doc(hidden)]
+        pub fn every_scalar(backend: &$backend) -> $crate::backend::EveryScalar<'_> {
+            (backend, backend, backend, backend, backend, backend)
+        }
+    };
+}
+
+/// Without the `conformance` feature (not a test build) there is nothing to share.
+#[cfg(not(feature = "conformance"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! every_scalar {
+    ($($backend:tt)*) => {};
+}
