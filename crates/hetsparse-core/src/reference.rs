@@ -246,6 +246,8 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
     }
 }
 
+crate::every_scalar!(ReferenceBackend);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +301,3 @@ mod tests {
         assert!(spmv::<f32, PlusTimes>(&a, &[1.0]).is_err());
     }
 }
-
-crate::every_scalar!(ReferenceBackend);

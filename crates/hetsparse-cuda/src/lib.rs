@@ -704,6 +704,8 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     }
 }
 
+hetsparse_core::every_scalar!(CudaBackend);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,5 +795,3 @@ mod tests {
         }
     }
 }
-
-hetsparse_core::every_scalar!(CudaBackend);

@@ -761,6 +761,8 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
     }
 }
 
+hetsparse_core::every_scalar!(OpenClBackend);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -964,5 +966,3 @@ mod tests {
         ));
     }
 }
-
-hetsparse_core::every_scalar!(OpenClBackend);

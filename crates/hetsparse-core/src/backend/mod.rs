@@ -945,7 +945,9 @@ pub mod check {
     }
 }
 
-/// One backend seen as `dyn Backend<T>` for each of the six scalar types.
+/// One backend seen as `dyn Backend<T>` for each of the six scalar types (what
+/// `every_scalar!` returns; not for use otherwise).
+#[doc(hidden)]
 pub type EveryScalar<'b> = (
     &'b dyn Backend<f32>,
     &'b dyn Backend<f64>,
