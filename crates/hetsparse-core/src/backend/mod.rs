@@ -967,7 +967,9 @@ pub type EveryScalar<'b> = (
 /// compiling a copy. The function exists only where that pays: in builds with debug assertions
 /// (optimised builds share no generic code) that are tests (hetsparse-core's `conformance`
 /// feature, which the backend crates' dev-dependencies turn on); elsewhere the macro expands to
-/// nothing.
+/// nothing. The function is `#[inline(never)]`: without incremental compilation (CI's builds)
+/// rustc would otherwise treat so small a function as inlinable across crates and compile it,
+/// and the vtables with it, only where it is called.
 ///
 /// `every_scalar!(Backend)` takes one backend value implementing `Backend<T>` for all six;
 /// `every_scalar!(Backend<_>)` takes six values of a type generic over the scalar.
@@ -981,6 +983,7 @@ macro_rules! every_scalar {
         #[cfg(debug_assertions)]
         #[doc(hidden)]
         #[allow(clippy::type_complexity)]
+        #[inline(never)]
         pub fn every_scalar<'b>(
             backends: (
                 &'b $backend<f32>,
@@ -1000,6 +1003,7 @@ macro_rules! every_scalar {
         /// `hetsparse_core::every_scalar!`).
         #[cfg(debug_assertions)]
         #[doc(hidden)]
+        #[inline(never)]
         pub fn every_scalar(backend: &$backend) -> $crate::backend::EveryScalar<'_> {
             (backend, backend, backend, backend, backend, backend)
         }

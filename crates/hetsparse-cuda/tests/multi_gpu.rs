@@ -6,8 +6,7 @@
 //! - one GPU's backend failing mid-run (an injected device loss after its first chunk), its
 //!   chunks finished by the other GPUs, the result the same as one GPU's alone.
 //!
-//! Built only with the `cuda` feature (it links libcuda):
-//! `cargo test -p hetsparse-sched --features cuda --test multi_gpu -- --nocapture`.
+//! Run with `cargo test -p hetsparse-cuda --test multi_gpu -- --nocapture`.
 //!
 //! Without a GPU every test skips with a line saying so, unless `HETSPARSE_REQUIRE_DEVICE=1`
 //! (then they fail). With one GPU they run their one-GPU variants (the failing backend then
