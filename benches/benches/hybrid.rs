@@ -220,7 +220,7 @@ fn main() {
         let mut best_single = f64::INFINITY;
         let mut rows = Vec::new();
         for backend in &single {
-            let name = backend.info().backend;
+            let name = backend.info().backend.to_string();
             match time(reps, || {
                 backend
                     .spgemm(a, b, SpgemmAlgorithm::Auto)

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::generate::{self, MatrixClass};
-use hetsparse_core::{Backend, Csr, SpgemmAlgorithm};
+use hetsparse_core::{Backend, BackendKind, Csr, SpgemmAlgorithm};
 use hetsparse_sched::{Policy, Scheduler};
 
 #[path = "common/timing.rs"]
@@ -42,15 +42,15 @@ type Shared = Arc<dyn Backend<f64>>;
 
 /// GPU backends with and without the budget, by name.
 #[allow(unused_variables, unused_mut)]
-fn gpus(budget: u64) -> Vec<(String, Shared, Shared)> {
-    let mut found: Vec<(String, Shared, Shared)> = Vec::new();
+fn gpus(budget: u64) -> Vec<(BackendKind, Shared, Shared)> {
+    let mut found: Vec<(BackendKind, Shared, Shared)> = Vec::new();
     #[cfg(feature = "cuda")]
     match (
         hetsparse_cuda::CudaBackend::new(),
         hetsparse_cuda::CudaBackend::new(),
     ) {
         (Ok(free), Ok(limited)) => found.push((
-            "cuda".into(),
+            BackendKind::Cuda,
             Arc::new(free),
             Arc::new(limited.with_memory_budget(budget)),
         )),
@@ -60,7 +60,7 @@ fn gpus(budget: u64) -> Vec<(String, Shared, Shared)> {
     match hetsparse_opencl::OpenClBackend::with_device_kind(hetsparse_core::DeviceKind::Gpu) {
         Ok(free) => match free.with_own_context() {
             Ok(limited) => found.push((
-                "opencl".into(),
+                BackendKind::OpenCl,
                 Arc::new(free),
                 Arc::new(limited.with_memory_budget(budget)),
             )),
@@ -151,7 +151,8 @@ fn main() {
             ),
         ];
         #[cfg(feature = "cuda")]
-        if name == "cuda" && std::env::var("HETSPARSE_OOC_LANES").is_ok_and(|v| v == "1") {
+        if name == BackendKind::Cuda && std::env::var("HETSPARSE_OOC_LANES").is_ok_and(|v| v == "1")
+        {
             let lane = || -> Shared {
                 Arc::new(
                     hetsparse_cuda::CudaBackend::new()

@@ -79,7 +79,7 @@ fn v2(c: &mut Criterion) {
             });
             g.finish();
             #[cfg(feature = "opencl")]
-            if reg.name == "opencl" {
+            if reg.backend.info().backend == hetsparse_core::BackendKind::OpenCl {
                 kernel_time::report(case.class, be, || {
                     be.spmv_resident((&ra).into(), (&rx).into(), &opts, &run)
                         .expect("SpMV")

@@ -38,7 +38,7 @@ pub fn backends(selection: Selection) -> Result<(Vec<Registered>, Vec<Unavailabl
     let mut register = |name: &'static str, made: Result<Box<dyn Backend<f64>>>| match made {
         Ok(backend) => {
             ready.push(Registered {
-                name: backend.info().backend,
+                name: backend.info().backend.to_string(),
                 backend,
             });
             Ok(())
@@ -82,6 +82,7 @@ fn cpu(threads: Option<usize>) -> Result<Box<dyn Backend<f64>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsparse_core::BackendKind;
 
     #[test]
     fn reference_only_when_asked() {
@@ -90,8 +91,12 @@ mod tests {
             reference: true,
         })
         .unwrap();
-        assert!(with.iter().any(|r| r.name == "reference"));
+        assert!(with
+            .iter()
+            .any(|r| r.backend.info().backend == BackendKind::Reference));
         let (without, _) = backends(Selection::default()).unwrap();
-        assert!(without.iter().all(|r| r.name != "reference"));
+        assert!(without
+            .iter()
+            .all(|r| r.backend.info().backend != BackendKind::Reference));
     }
 }

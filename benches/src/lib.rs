@@ -47,11 +47,11 @@ pub fn measure_backend(
     budget: Budget,
     wanted: impl Fn(Measured) -> bool,
 ) -> Vec<Record> {
-    let name = backend.info().backend;
+    let name = backend.info().backend.name();
     measured_operations(backend, operands)
         .into_iter()
         .filter(|&op| wanted(op))
-        .map(|op| measure_one(backend, &name, op, operands, budget))
+        .map(|op| measure_one(backend, name, op, operands, budget))
         .collect()
 }
 

@@ -147,7 +147,7 @@ impl Measured {
             None => Ok(()),
             Some(p) => Err(Error::InvalidArgument(format!(
                 "{} on {}: wrong result: {p}",
-                self.implementation(&backend.info().backend),
+                self.implementation(backend.info().backend.name()),
                 operands.stem()
             ))),
         }

@@ -302,7 +302,7 @@ fn devices() -> Result<(), CliError> {
         }
     }
     for u in ctx.unavailable() {
-        println!("  {:<12} none: {}", u.backend, u.reason);
+        println!("  {:<12} none: {}", u.name(), u.reason);
     }
     match ctx.scheduler() {
         Some(s) => println!(

@@ -480,7 +480,7 @@ fn class_operands<T: Scalar>(class: MatrixClass) -> (Csr<T>, Csr<T>) {
 /// The backend describes itself and claims at least one operation for `T`.
 pub fn capabilities_are_consistent<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     let info = b.info();
-    assert!(!info.backend.is_empty(), "backend name is empty");
+    assert!(!info.backend.name().is_empty(), "backend name is empty");
     assert!(!info.name.is_empty(), "device name is empty");
     assert!(info.compute_units > 0, "{}: no compute units", info.backend);
     let ops = b.capabilities().operations(T::TYPE);
@@ -1828,7 +1828,7 @@ pub fn handles_never_lie_about_their_pattern<T: Scalar, B: Backend<T> + ?Sized>(
 pub fn foreign_handles_are_errors<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     let nm = name(b);
     let foreign = MemorySpace::Device {
-        backend: "conformance-foreign",
+        backend: crate::BackendKind::Other("conformance-foreign"),
         id: 7,
     };
     let x = random_csr::<T>(6, 6, 0.4, 21);

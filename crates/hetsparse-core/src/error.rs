@@ -1,6 +1,6 @@
 //! Errors: what was wrong and where.
 
-use crate::backend::Operation;
+use crate::backend::{BackendKind, MemorySpace, Operation};
 use crate::scalar::ScalarType;
 
 /// A structural problem in the arrays handed to a matrix constructor.
@@ -185,14 +185,19 @@ pub enum Error {
         right_cols: u64,
     },
     /// The backend does not implement this operation for this scalar type.
-    #[error("backend `{backend}` does not support {op} for {scalar}")]
+    #[error(
+        "backend `{backend}` does not support {op} for {scalar}{}",
+        .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default()
+    )]
     Unsupported {
-        /// The backend's name.
-        backend: String,
+        /// The kind of backend.
+        backend: BackendKind,
         /// The operation asked for.
         op: Operation,
         /// The scalar type asked for.
         scalar: ScalarType,
+        /// Why, where the backend can say more (the device lacks double precision, ...).
+        detail: Option<String>,
     },
     /// An argument other than a matrix is invalid.
     #[error("{0}")]
@@ -212,8 +217,8 @@ pub enum Error {
     /// Device memory ran out, or a budget set by the caller was exceeded.
     #[error("{backend}: out of device memory: {what} needs {needed_bytes} bytes, {available_bytes} available")]
     OutOfMemory {
-        /// The backend's name.
-        backend: String,
+        /// The kind of backend.
+        backend: BackendKind,
         /// What was being allocated.
         what: String,
         /// Bytes needed.
@@ -224,16 +229,16 @@ pub enum Error {
     /// No device of the kind asked for is present.
     #[error("{backend}: no device: {reason}")]
     NoDevice {
-        /// The backend's name.
-        backend: String,
+        /// The kind of backend.
+        backend: BackendKind,
         /// Why none was found (no driver, a link stub, no platform, ...).
         reason: String,
     },
     /// A device, driver or runtime call failed.
     #[error("{backend}: {context}: {message}")]
     Device {
-        /// The backend's name.
-        backend: String,
+        /// The kind of backend.
+        backend: BackendKind,
         /// What was being done.
         context: String,
         /// What the driver or runtime said.
@@ -253,9 +258,9 @@ pub enum Error {
         /// What was handed over.
         what: String,
         /// Where it lives.
-        found: String,
+        found: MemorySpace,
         /// Where the backend computes.
-        expected: String,
+        expected: MemorySpace,
     },
     /// A plan was executed with an operand of another sparsity pattern.
     #[error("SpGEMM plan: operand {operand} does not have the planned pattern: {detail}")]
@@ -268,8 +273,8 @@ pub enum Error {
     /// A bug in hetsparse: an invariant of the backend failed. Please report it.
     #[error("{backend}: internal error (a bug, please report it): {what}")]
     Internal {
-        /// The backend's name.
-        backend: String,
+        /// The kind of backend.
+        backend: BackendKind,
         /// The invariant that failed.
         what: String,
     },
@@ -298,12 +303,12 @@ pub enum DeviceFault {
 impl Error {
     /// A device failure of kind [`DeviceFault::Other`] with no source error.
     pub fn device(
-        backend: impl Into<String>,
+        backend: BackendKind,
         context: impl Into<String>,
         message: impl Into<String>,
     ) -> Error {
         Error::Device {
-            backend: backend.into(),
+            backend,
             context: context.into(),
             message: message.into(),
             fault: DeviceFault::Other,
@@ -364,21 +369,21 @@ mod tests {
     #[test]
     fn a_scheduler_can_sort_errors() {
         let oom = Error::OutOfMemory {
-            backend: "cuda".into(),
+            backend: crate::BackendKind::Cuda,
             what: "C".into(),
             needed_bytes: 10,
             available_bytes: 4,
         };
         assert!(oom.is_retryable() && !oom.is_caller_error());
         let lost = Error::Device {
-            backend: "cuda".into(),
+            backend: crate::BackendKind::Cuda,
             context: "launch".into(),
             message: "device lost".into(),
             fault: DeviceFault::DeviceLost,
             source: None,
         };
         assert!(lost.is_retryable());
-        assert!(!Error::device("cuda", "query", "odd").is_retryable());
+        assert!(!Error::device(BackendKind::Cuda, "query", "odd").is_retryable());
         let shape = Error::ShapeMismatch {
             op: "SpGEMM",
             left_rows: 1,
@@ -388,7 +393,7 @@ mod tests {
         };
         assert!(shape.is_caller_error() && !shape.is_retryable());
         let internal = Error::Internal {
-            backend: "cpu".into(),
+            backend: crate::BackendKind::Cpu,
             what: "a hole in C".into(),
         };
         assert!(!internal.is_retryable() && !internal.is_caller_error());
@@ -411,7 +416,7 @@ mod tests {
     fn a_driver_error_keeps_its_source() {
         let io = std::io::Error::other("driver said no");
         let e = Error::Device {
-            backend: "opencl".into(),
+            backend: crate::BackendKind::OpenCl,
             context: "enqueue".into(),
             message: io.to_string(),
             fault: DeviceFault::LaunchFailed,

@@ -40,7 +40,7 @@ use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};
 use crate::scalar::Scalar;
 
 /// The backend name of a [`FaultyBackend`] and of the errors it injects.
-const NAME: &str = "faulty";
+const NAME: crate::BackendKind = crate::BackendKind::Other("faulty");
 
 /// How long a hanging unit waits for its cancellation before giving up with
 /// [`Error::Internal`], so that a broken test cannot hang forever.
@@ -190,7 +190,7 @@ impl<T: Scalar> FaultyBackend<T> {
 
     fn injected(&self, k: u64, kind: FaultKind, what: &str, need: impl FnOnce() -> u64) -> Error {
         let device = |fault, message: &str| Error::Device {
-            backend: NAME.into(),
+            backend: NAME,
             context: format!("unit {k}"),
             message: message.into(),
             fault,
@@ -210,7 +210,7 @@ impl<T: Scalar> FaultyBackend<T> {
 
 fn out_of_memory(k: u64, what: &str, needed_bytes: u64, available_bytes: u64) -> Error {
     Error::OutOfMemory {
-        backend: NAME.into(),
+        backend: NAME,
         what: format!("{what} (unit {k})"),
         needed_bytes,
         available_bytes,
@@ -227,7 +227,7 @@ fn hang(k: u64, run: Option<&RunControl>) -> Error {
         std::thread::sleep(Duration::from_millis(1));
     }
     Error::Internal {
-        backend: NAME.into(),
+        backend: NAME,
         what: format!("unit {k} hung for {HANG_CAP:?} and was never cancelled"),
     }
 }
@@ -307,7 +307,7 @@ impl<T: Scalar> Device for FaultyBackend<T> {
             None => self.inner.info(),
         };
         DeviceInfo {
-            backend: NAME.into(),
+            backend: NAME,
             name: format!("{NAME} {}", inner.name),
             ..inner
         }
@@ -593,7 +593,11 @@ mod tests {
         match &e {
             Error::InChunk { index: 2, source } => assert!(matches!(
                 **source,
-                Error::Device { fault: DeviceFault::LaunchFailed, ref backend, .. } if backend == "faulty"
+                Error::Device {
+                    fault: DeviceFault::LaunchFailed,
+                    backend: NAME,
+                    ..
+                }
             )),
             other => panic!("unexpected error {other:?}"),
         }
@@ -722,7 +726,7 @@ mod tests {
         let (a, b) = operands();
         let backend = faulty(Fault::None);
         let info = backend.info();
-        assert_eq!(info.backend, "faulty");
+        assert_eq!(info.backend, NAME);
         assert_eq!(
             info.name,
             format!("faulty {}", ReferenceBackend.info().name)

@@ -24,9 +24,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
-/// The backend name host buffer errors carry.
-pub const HOST: &str = "host";
-
 /// 0 means "not set": the host's physical memory.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
@@ -66,7 +63,7 @@ pub fn set_buffer_limit(bytes: u64) {
 /// The error for a host buffer of `needed_bytes` named `what` that cannot be had.
 pub fn out_of_memory(what: &str, needed_bytes: u64) -> Error {
     Error::OutOfMemory {
-        backend: HOST.into(),
+        backend: crate::BackendKind::Host,
         what: what.into(),
         needed_bytes,
         available_bytes: buffer_limit(),
@@ -287,8 +284,8 @@ mod tests {
         let e = check_buffer::<u64>(1 << 62, "offsets").unwrap_err();
         assert!(matches!(
             e,
-            Error::OutOfMemory { ref backend, ref what, needed_bytes, .. }
-                if backend == HOST && what == "offsets" && needed_bytes == u64::MAX
+            Error::OutOfMemory { backend, ref what, needed_bytes, .. }
+                if backend == crate::BackendKind::Host && what == "offsets" && needed_bytes == u64::MAX
         ));
         assert!(check_buffer::<u64>(16, "offsets").is_ok());
         let e = try_filled(usize::MAX / 2, 0u32, "counts").unwrap_err();

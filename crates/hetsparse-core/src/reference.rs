@@ -131,7 +131,7 @@ pub struct ReferenceBackend;
 impl Device for ReferenceBackend {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            backend: "reference".into(),
+            backend: crate::BackendKind::Reference,
             name: "serial reference kernels".into(),
             kind: DeviceKind::Cpu,
             memory_bytes: crate::host_memory_bytes(),

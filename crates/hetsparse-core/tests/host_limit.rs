@@ -24,7 +24,7 @@ fn out_of_memory<R: std::fmt::Debug>(r: Result<R, Error>, bytes: u64) {
             available_bytes,
             ..
         }) => {
-            assert_eq!(backend, host::HOST);
+            assert_eq!(backend, hetsparse_core::BackendKind::Host);
             assert_eq!(needed_bytes, bytes);
             assert_eq!(available_bytes, LIMIT);
         }

@@ -127,7 +127,7 @@ impl CpuBackend {
             .thread_name(|i| format!("hetsparse-cpu-{i}"))
             .build()
             .map_err(|e| Error::Device {
-                backend: "cpu".into(),
+                backend: hetsparse_core::BackendKind::Cpu,
                 context: format!("starting a pool of {threads} threads"),
                 message: e.to_string(),
                 fault: hetsparse_core::DeviceFault::Other,
@@ -186,7 +186,7 @@ fn host_cache_bytes() -> Option<u64> {
 impl Device for CpuBackend {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            backend: "cpu".into(),
+            backend: hetsparse_core::BackendKind::Cpu,
             name: cpu_model(),
             kind: DeviceKind::Cpu,
             memory_bytes: hetsparse_core::host_memory_bytes(),
@@ -292,7 +292,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         let structure = plan
             .state::<HostStructure>()
             .ok_or_else(|| Error::Internal {
-                backend: "cpu".into(),
+                backend: hetsparse_core::BackendKind::Cpu,
                 what: "a SpGEMM plan of host memory without its structure".into(),
             })?;
         run.checkpoint()?;

@@ -148,7 +148,7 @@ fn device_memory(ordinal: u32, bytes: u64) -> Result<Arc<MemoryPool>> {
         .get_or_init(Default::default)
         .lock()
         .map_err(|_| Error::Internal {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: "the device memory registry: a thread panicked while holding it".into(),
         })?;
     Ok(Arc::clone(
@@ -183,7 +183,7 @@ impl Gpu {
         let count = device_count()?;
         if ordinal >= count {
             return Err(Error::NoDevice {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 reason: format!("device {ordinal} asked for, the driver sees {count}"),
             });
         }
@@ -579,7 +579,7 @@ impl Gpu {
         let (_, m) = index
             .map(|i| &self.modules[i])
             .ok_or_else(|| Error::Internal {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 what: format!(
                     "looking up kernel `{name}`: no kernel module `{module}` is embedded"
                 ),
@@ -742,7 +742,7 @@ fn kernel_names(ptx: &str) -> impl Iterator<Item = &str> {
 
 fn load_module(name: &str, ptx: &str) -> Result<Module> {
     let image = CString::new(ptx).map_err(|_| Error::Internal {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         what: format!("loading kernel module `{name}`: the embedded PTX contains a NUL byte"),
     })?;
     let mut log = vec![0u8; 8192];

@@ -124,7 +124,7 @@ pub(crate) fn dia_spgemm_rows<T: DeviceScalar>(
     let fits = (budget / per_row.max(1)).saturating_sub(span) as usize;
     if fits == 0 {
         return Err(Error::OutOfMemory {
-            backend: "cuda".into(),
+            backend: hetsparse_core::BackendKind::Cuda,
             what: format!("one row of a DIA×DIA product ({per_row} bytes a row, band of {span})"),
             needed_bytes: per_row.saturating_mul(span + 1),
             available_bytes: budget,

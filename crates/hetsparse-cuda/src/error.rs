@@ -8,7 +8,7 @@ use hetsparse_core::{DeviceFault, Error};
 use crate::ffi::{CUresult, CUDA_SUCCESS};
 
 /// The backend's name in errors and [`hetsparse_core::DeviceInfo`].
-pub(crate) const BACKEND: &str = "cuda";
+pub(crate) const BACKEND: hetsparse_core::BackendKind = hetsparse_core::BackendKind::Cuda;
 
 /// What a driver status means, in words.
 pub(crate) fn describe(code: CUresult) -> &'static str {
@@ -64,17 +64,17 @@ pub(crate) fn from_code(code: CUresult, what: &str) -> Error {
     match code {
         // No usable driver or device: the backend cannot exist here, callers skip.
         34 | 35 | 100 | 3 | 4 => Error::NoDevice {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             reason: format!("{what}: {} [code {code}]", describe(code)),
         },
         2 => Error::OutOfMemory {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: what.into(),
             needed_bytes: 0,
             available_bytes: crate::memory::free_device_memory(),
         },
         _ => Error::Device {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             context: what.into(),
             message: format!("{} [code {code}]", describe(code)),
             fault: fault(code),
@@ -112,7 +112,7 @@ pub(crate) fn from_cust(e: cust::error::CudaError, what: &str) -> Error {
 /// A budget or device-memory shortfall with the sizes involved.
 pub(crate) fn out_of_memory(what: &str, needed: u64, available: u64) -> Error {
     Error::OutOfMemory {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         what: what.into(),
         needed_bytes: needed,
         available_bytes: available,

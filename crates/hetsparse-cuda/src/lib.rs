@@ -264,7 +264,7 @@ const SCALARS: [ScalarType; 6] = ScalarType::ALL;
 impl Device for CudaBackend {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            backend: error::BACKEND.into(),
+            backend: error::BACKEND,
             name: self.gpu.name().to_string(),
             kind: DeviceKind::Gpu,
             memory_bytes: self.gpu.memory().limit(),
@@ -318,7 +318,7 @@ impl Device for CudaBackend {
 /// The error for a resident handle of this device that this backend did not make.
 fn foreign_storage(what: &str) -> Error {
     Error::Internal {
-        backend: error::BACKEND.into(),
+        backend: error::BACKEND,
         what: format!("{what} of this CUDA device is not in this backend's storage"),
     }
 }
@@ -459,9 +459,14 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         // operands that do not fit go through panels of B and C streamed over two streams.
         let c = match (spmm::spmm_device(&self.gpu, a, b, SpmmKernel::Auto), a, b) {
             (Ok(c), _, _) => c,
-            (Err(Error::OutOfMemory { ref backend, .. }), SparseIn::Host(a), DenseIn::Host(b))
-                if backend == error::BACKEND =>
-            {
+            (
+                Err(Error::OutOfMemory {
+                    backend: error::BACKEND,
+                    ..
+                }),
+                SparseIn::Host(a),
+                DenseIn::Host(b),
+            ) => {
                 tracing::debug!("SpMM operands do not fit on the device: streamed in panels");
                 return spmm::spmm(&self.gpu, a, b, SpmmKernelOptions::default());
             }

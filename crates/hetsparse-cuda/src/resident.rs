@@ -354,7 +354,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
                 .ok()
                 .filter(|&n| n <= cap)
                 .ok_or_else(|| Error::Internal {
-                    backend: BACKEND.into(),
+                    backend: BACKEND,
                     what: format!("{n} long rows found, at most {cap} possible"),
                 })?;
             longest_short = longest;
@@ -460,7 +460,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         let vals = tracing::debug_span!("values")
             .in_scope(|| download_values::<T>(self.vals.slice(), stream, gpu.pinned_pool()))?;
         let invalid = |e: String| Error::Internal {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: format!("a resident matrix is not a valid CSR matrix: {e}"),
         };
         if self.nrows == 0 || !self.valid_on_device(gpu, stream)? {

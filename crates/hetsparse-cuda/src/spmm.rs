@@ -630,7 +630,7 @@ fn spmm_queue<T: DeviceScalar>(
             SparseIn::Host(m) => m,
             SparseIn::Device(_) => {
                 return Err(hetsparse_core::Error::Internal {
-                    backend: crate::error::BACKEND.into(),
+                    backend: crate::error::BACKEND,
                     what: "a resident CSR matrix has its own SpMM kernels".into(),
                 })
             }

@@ -707,7 +707,7 @@ fn unprepared(empty: bool, kernel: &str, partition: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Internal {
-            backend: crate::error::BACKEND.into(),
+            backend: crate::error::BACKEND,
             what: format!("{kernel} launched without its {partition}"),
         })
     }

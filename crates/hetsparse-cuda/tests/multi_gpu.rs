@@ -81,7 +81,7 @@ fn gpus() -> &'static Result<Vec<CudaBackend>, Error> {
         let count = hetsparse_cuda::device_count()?;
         if count == 0 {
             return Err(Error::NoDevice {
-                backend: "cuda".into(),
+                backend: hetsparse_core::BackendKind::Cuda,
                 reason: "the driver reports no GPU".into(),
             });
         }
@@ -128,7 +128,7 @@ fn usable_gpus(test: &str) -> Result<Vec<CudaBackend>, Error> {
                 )));
             }
             return Err(Error::NoDevice {
-                backend: backend.clone(),
+                backend: *backend,
                 reason: format!("{reason} (these tests are for 2 GPUs or more)"),
             });
         }

@@ -59,7 +59,7 @@ fn memory_space_and_pool() {
     assert_eq!(
         Device::memory_space(&gpu),
         MemorySpace::Device {
-            backend: "cuda",
+            backend: hetsparse_core::BackendKind::Cuda,
             id: 0
         }
     );

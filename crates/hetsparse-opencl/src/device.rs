@@ -76,7 +76,7 @@ pub(crate) enum Selector {
 
 fn no_device(reason: impl Into<String>) -> Error {
     Error::NoDevice {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         reason: reason.into(),
     }
 }
@@ -132,7 +132,7 @@ pub(crate) fn enumerate() -> Result<Listed> {
         })
         .clone()
         .map_err(|reason| Error::NoDevice {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             reason,
         })
 }

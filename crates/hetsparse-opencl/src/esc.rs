@@ -331,7 +331,7 @@ impl EscJob<'_> {
             upload(q, self.pool, a, "A")
         })?;
         let sizes = sizes.ok_or_else(|| Error::Internal {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: "the expansion sizes were not computed".into(),
         })?;
         run.add_planned(sizes.0);
@@ -375,7 +375,7 @@ impl EscJob<'_> {
         let c = self
             .pipeline::<T>(q, operands, ncols, Some(sizes), u64::MAX, false, run)?
             .ok_or_else(|| Error::Internal {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 what: "a part of a product without a limit was refused".into(),
             })?;
         self.download(q, c)
@@ -1036,7 +1036,7 @@ fn cut(
     for (j, &w) in weights.iter().enumerate() {
         if w > limit {
             return Err(Error::OutOfMemory {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 what: format!(
                     "ESC SpGEMM: {what} {j} of {operand} alone makes {w} products, more than \
                      the {limit} that fit the memory budget"

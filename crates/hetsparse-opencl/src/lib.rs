@@ -108,7 +108,7 @@ use kernels::KernelSemiring;
 use runtime::{DeviceState, Variant};
 
 /// The backend's name in [`DeviceInfo`] and errors.
-pub(crate) const BACKEND: &str = "opencl";
+pub(crate) const BACKEND: hetsparse_core::BackendKind = hetsparse_core::BackendKind::OpenCl;
 
 /// The environment variable [`OpenClBackend::from_env`] reads: a substring of the device's,
 /// platform's or vendor's name.
@@ -212,7 +212,7 @@ impl OpenClBackend {
             .find(|(_, d)| *d == self.state.description)
             .cloned()
             .ok_or_else(|| Error::NoDevice {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 reason: format!("{} is no longer listed", self.state.description),
             })?;
         let state = runtime::new_context(id, description)?;
@@ -267,17 +267,15 @@ impl OpenClBackend {
     fn program<T: Scalar>(&self, op: Operation, block: bool) -> Result<Arc<Program>> {
         if !scalar::is_device_scalar::<T>() || !self.supports_scalar(T::TYPE) {
             let why = if scalar::is_device_scalar::<T>() {
-                format!(
-                    "{BACKEND} on {} (no cl_khr_fp64)",
-                    self.state.description.name
-                )
+                format!("{} has no cl_khr_fp64", self.state.description.name)
             } else {
-                format!("{BACKEND} (not one of the six built-in scalar types)")
+                "not one of the six built-in scalar types".to_string()
             };
             return Err(Error::Unsupported {
-                backend: why,
+                backend: BACKEND,
                 op,
                 scalar: T::TYPE,
+                detail: Some(why),
             });
         }
         let d = &self.state.description;
@@ -399,7 +397,7 @@ impl DeviceDescription {
     /// context, no queue): for listing a device that will not be used.
     pub fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             name: format!("{} ({})", self.name, self.platform),
             kind: self.kind,
             memory_bytes: self.global_memory_bytes,

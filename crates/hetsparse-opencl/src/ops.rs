@@ -494,7 +494,7 @@ impl OpenClBackend {
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
         let state = plan.state::<ClPlan>().ok_or_else(|| Error::Internal {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: "the SpGEMM plan holds no OpenCL structure".into(),
         })?;
         let s = &state.structure;
@@ -720,7 +720,7 @@ impl OpenClBackend {
                     .name("hetsparse-opencl chunk cutter".into())
                     .spawn_scoped(s, move || cut(&chunks[k]))
                     .map_err(|e| Error::Internal {
-                        backend: BACKEND.into(),
+                        backend: BACKEND,
                         what: format!("no thread to cut chunks on: {e}"),
                     })
             };
@@ -734,7 +734,7 @@ impl OpenClBackend {
                     break;
                 };
                 let parts = cutting.join().map_err(|_| Error::Internal {
-                    backend: BACKEND.into(),
+                    backend: BACKEND,
                     what: format!("the thread cutting chunk {index} panicked"),
                 })?;
                 run.checkpoint()?;
@@ -1038,7 +1038,7 @@ fn row_operand<'o, T: Scalar>(
 
 fn not_uploaded() -> Error {
     Error::Internal {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         what: "a host operand was not uploaded".into(),
     }
 }

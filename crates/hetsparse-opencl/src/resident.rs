@@ -308,7 +308,7 @@ pub(crate) fn download_dense<T: Scalar>(q: &Queue<'_>, d: &ClDense) -> Result<De
 /// [`Error::Internal`] for a handle of this backend's memory whose storage is not its own.
 pub(crate) fn foreign_storage(what: &str) -> Error {
     Error::Internal {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         what: format!("{what} of this backend's memory space holds storage of another type"),
     }
 }

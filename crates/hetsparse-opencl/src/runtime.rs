@@ -158,7 +158,7 @@ fn status_error(context: String, e: ClError, fault: DeviceFault) -> Error {
         fault
     };
     Error::Device {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         context,
         message: e.to_string(),
         fault,
@@ -186,7 +186,7 @@ pub(crate) fn launch_error(context: impl Into<String>, e: ClError) -> Error {
 pub(crate) fn alloc_error(what: &str, needed: u64, available: u64, e: ClError) -> Error {
     if out_of_memory(e.0) {
         Error::OutOfMemory {
-            backend: BACKEND.into(),
+            backend: BACKEND,
             what: format!("{what} ({e})"),
             needed_bytes: needed,
             available_bytes: available,
@@ -1682,7 +1682,7 @@ impl Launch<'_> {
             .map_err(|e| cl_error(format!("kernel {}", self.name), e))?;
         if declared != self.next {
             return Err(Error::Internal {
-                backend: BACKEND.into(),
+                backend: BACKEND,
                 what: format!(
                     "kernel {}: {} arguments set, the kernel declares {declared}",
                     self.name, self.next

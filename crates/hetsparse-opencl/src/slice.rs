@@ -82,7 +82,7 @@ fn rows<T: Scalar>(
     let base = q.download_at(m.offsets, rows.start, 1, "first offset of the rows")?[0];
     let end = q.download_at(m.offsets, rows.end, 1, "last offset of the rows")?[0];
     let nnz = end.checked_sub(base).ok_or_else(|| Error::Internal {
-        backend: BACKEND.into(),
+        backend: BACKEND,
         what: "resident offsets decrease".into(),
     })?;
     let len = len_of(nnz, "a row slice")?;

@@ -76,7 +76,7 @@ fn matrices_and_dense_matrices_round_trip() {
     assert!(matches!(
         b.memory_space(),
         MemorySpace::Device {
-            backend: "opencl",
+            backend: hetsparse_core::BackendKind::OpenCl,
             ..
         }
     ));

@@ -72,7 +72,7 @@ pub fn spgemm<T: ContextScalar>(
         .devices()
         .iter()
         .filter(|d| d.skipped.is_none())
-        .all(|d| d.info.backend == "cpu");
+        .all(|d| d.info.backend == hetsparse::BackendKind::Cpu);
     if !cpu_only || a.nrows() < 2 || products.saturating_mul(entry) <= available {
         return whole();
     }
@@ -123,7 +123,7 @@ pub fn spgemm<T: ContextScalar>(
             }
             run.add_done(chunk_products.get(done.index).copied().unwrap_or(0));
             let slot = parts.get_mut(done.index).ok_or_else(|| Error::Internal {
-                backend: "cpu".into(),
+                backend: hetsparse::BackendKind::Cpu,
                 what: format!("chunk {} of {} returned", done.index, chunks.len()),
             })?;
             *slot = Some(done.product);
@@ -192,7 +192,7 @@ fn stack<T: ContextScalar>(
     parts: Vec<Option<Csr<T>>>,
 ) -> Result<Csr<T>, Error> {
     let missing = || Error::Internal {
-        backend: "cpu".into(),
+        backend: hetsparse::BackendKind::Cpu,
         what: "a chunk of the product was not returned".into(),
     };
     let parts: Vec<Csr<T>> = parts

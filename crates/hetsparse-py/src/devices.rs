@@ -73,7 +73,7 @@ pub fn context<T: PyScalar>(choice: &DeviceChoice) -> PyResult<Arc<Context<T>>> 
     if !cfg!(feature = "cuda") && matches!(choice, DeviceChoice::Cuda(_)) {
         // Said here rather than by the facade, with how a Python user gets CUDA.
         return Err(to_py(Error::NoDevice {
-            backend: "cuda".into(),
+            backend: hetsparse::BackendKind::Cuda,
             reason: "this hetsparse was built without CUDA (build the package with the `cuda` \
                      feature: MATURIN_PEP517_ARGS=\"--features cuda\" pip install \
                      crates/hetsparse-py)"

@@ -396,7 +396,7 @@ fn list_devices<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyLis
         let dict = PyDict::new(py);
         dict.set_item("id", &d.id)?;
         dict.set_item("name", &d.info.name)?;
-        dict.set_item("backend", &d.info.backend)?;
+        dict.set_item("backend", d.info.backend.name())?;
         dict.set_item("kind", format!("{:?}", d.info.kind).to_lowercase())?;
         dict.set_item("compute_units", d.info.compute_units)?;
         dict.set_item("memory_bytes", d.info.memory_bytes)?;
@@ -408,9 +408,9 @@ fn list_devices<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyLis
     }
     for u in ctx.unavailable() {
         let dict = PyDict::new(py);
-        dict.set_item("id", &u.backend)?;
+        dict.set_item("id", u.name())?;
         dict.set_item("name", py.None())?;
-        dict.set_item("backend", u.backend.split(':').next().unwrap_or(&u.backend))?;
+        dict.set_item("backend", u.backend.name())?;
         dict.set_item("kind", py.None())?;
         dict.set_item("compute_units", 0)?;
         dict.set_item("memory_bytes", 0)?;

@@ -70,7 +70,7 @@ impl Task {
         match layout.panels_spanned(cols) {
             Some(panels) => Ok(layout.panels_segments(panels, self.chunk.rows.clone())),
             None => Err(Error::Internal {
-                backend: "sched".into(),
+                backend: hetsparse_core::BackendKind::Scheduler,
                 what: format!("chunk columns {cols:?} are not a run of C's panels"),
             }),
         }

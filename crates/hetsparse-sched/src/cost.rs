@@ -800,11 +800,11 @@ impl<T: Scalar> Scheduler<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hetsparse_core::{generate, DeviceInfo, DeviceKind, MemorySpace};
+    use hetsparse_core::{generate, BackendKind, DeviceInfo, DeviceKind, MemorySpace};
 
     fn profile(kind: DeviceKind, units: u32, space: MemorySpace) -> DeviceProfile {
         let info = DeviceInfo {
-            backend: "x".into(),
+            backend: BackendKind::Other("x"),
             name: "x".into(),
             kind,
             memory_bytes: 1 << 34,
@@ -819,7 +819,7 @@ mod tests {
             DeviceKind::Gpu,
             132,
             MemorySpace::Device {
-                backend: "cuda",
+                backend: BackendKind::Cuda,
                 id: 0,
             },
         );

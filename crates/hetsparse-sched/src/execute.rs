@@ -113,7 +113,7 @@ impl<T> State<T> {
         if live.is_empty() {
             if self.outstanding > 0 {
                 self.abort = Some(self.last_failure.take().unwrap_or_else(|| Error::Internal {
-                    backend: "sched".into(),
+                    backend: hetsparse_core::BackendKind::Scheduler,
                     what: "no backend is left to compute the remaining chunks".into(),
                 }));
             }
@@ -135,7 +135,7 @@ impl<T> State<T> {
             self.abort = Some(match (cause, chunk) {
                 (Some(e), _) => e,
                 (None, chunk) => Error::Internal {
-                    backend: "sched".into(),
+                    backend: hetsparse_core::BackendKind::Scheduler,
                     what: format!("no backend can compute the chunk {chunk:?}"),
                 },
             });
@@ -313,7 +313,7 @@ pub(crate) fn run<T: Scalar>(work: Work<'_, T>, caller: &RunControl) -> Result<F
     }
     if state.outstanding > 0 {
         return Err(state.last_failure.unwrap_or_else(|| Error::Internal {
-            backend: "sched".into(),
+            backend: hetsparse_core::BackendKind::Scheduler,
             what: format!("{} chunks were left unfinished", state.outstanding),
         }));
     }
@@ -794,7 +794,7 @@ impl<T: Scalar> Call<'_, '_, T> {
                 let chunk = &task.chunk;
                 if part.product.shape() != (chunk.rows.len(), chunk.cols.len()) {
                     return Err(Error::Internal {
-                        backend: "sched".into(),
+                        backend: hetsparse_core::BackendKind::Scheduler,
                         what: format!(
                             "a chunk of rows {:?}, columns {:?} came back {}×{}",
                             chunk.rows,
@@ -832,7 +832,7 @@ fn count_done(caller: &RunControl, task: &Task, rest: u64) {
 /// The task of chunk `i` of a call's batch, which its device said it finished.
 fn task_at(tasks: &[Task], i: usize) -> Result<&Task> {
     tasks.get(i).ok_or_else(|| Error::Internal {
-        backend: "sched".into(),
+        backend: hetsparse_core::BackendKind::Scheduler,
         what: format!("chunk {i} of a batch of {} finished", tasks.len()),
     })
 }

@@ -262,7 +262,7 @@ impl<T: Scalar> Scheduler<T> {
 
     fn no_device(&self) -> Error {
         Error::NoDevice {
-            backend: "sched".into(),
+            backend: hetsparse_core::BackendKind::Scheduler,
             reason: "the scheduler holds no backends".into(),
         }
     }
@@ -279,9 +279,10 @@ impl<T: Scalar> Scheduler<T> {
             .collect();
         if !part.iter().any(|p| *p) {
             return Err(Error::Unsupported {
-                backend: "sched".into(),
+                backend: hetsparse_core::BackendKind::Scheduler,
                 op,
                 scalar: T::TYPE,
+                detail: Some("no backend of the scheduler supports it".into()),
             });
         }
         Ok(part)
@@ -626,7 +627,7 @@ impl<T: Scalar> Scheduler<T> {
                     .iter()
                     .position(|p| *p == c.cols)
                     .ok_or_else(|| Error::Internal {
-                        backend: "sched".into(),
+                        backend: hetsparse_core::BackendKind::Scheduler,
                         what: format!("chunk columns {:?} are not one of C's panels", c.cols),
                     })
             })
@@ -931,7 +932,7 @@ impl<T: Scalar> Device for Scheduler<T> {
     fn info(&self) -> DeviceInfo {
         let infos: Vec<DeviceInfo> = self.backends.iter().map(|b| b.info()).collect();
         DeviceInfo {
-            backend: "sched".into(),
+            backend: hetsparse_core::BackendKind::Scheduler,
             name: infos
                 .iter()
                 .map(|i| i.name.as_str())
@@ -1056,7 +1057,7 @@ fn sparse_entries<T: Scalar>(a: &SparseRef<'_, T>) -> u64 {
 
 fn piece_mismatch(block: &std::ops::Range<usize>, rows: usize, cols: usize) -> Error {
     Error::Internal {
-        backend: "sched".into(),
+        backend: hetsparse_core::BackendKind::Scheduler,
         what: format!("a block of rows {block:?} came back with {rows} rows of {cols} columns"),
     }
 }

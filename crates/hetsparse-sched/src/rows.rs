@@ -183,7 +183,7 @@ pub(crate) fn run<T: Scalar, R: Send>(
     }
     if s.outstanding > 0 {
         return Err(s.last_failure.unwrap_or_else(|| Error::Internal {
-            backend: "sched".into(),
+            backend: hetsparse_core::BackendKind::Scheduler,
             what: format!("{} row blocks were left unfinished", s.outstanding),
         }));
     }

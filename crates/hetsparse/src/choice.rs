@@ -102,7 +102,7 @@ fn cpu<T: ContextScalar>() -> Result<Arc<dyn Backend<T>>> {
 #[cfg(not(feature = "cpu"))]
 fn cpu<T: ContextScalar>() -> Result<Arc<dyn Backend<T>>> {
     Err(Error::NoDevice {
-        backend: "cpu".into(),
+        backend: hetsparse_core::BackendKind::Cpu,
         reason: "this hetsparse was built without the CPU backend (its `cpu` feature)".into(),
     })
 }
@@ -117,7 +117,7 @@ fn cuda<T: ContextScalar>(ordinal: u32) -> Result<Arc<dyn Backend<T>>> {
 #[cfg(not(feature = "cuda"))]
 fn cuda<T: ContextScalar>(_ordinal: u32) -> Result<Arc<dyn Backend<T>>> {
     Err(Error::NoDevice {
-        backend: "cuda".into(),
+        backend: hetsparse_core::BackendKind::Cuda,
         reason: "this hetsparse was built without CUDA (its `cuda` feature)".into(),
     })
 }
@@ -140,7 +140,7 @@ fn opencl<T: ContextScalar>(name: Option<&str>) -> Result<Arc<dyn Backend<T>>> {
 #[cfg(not(feature = "opencl"))]
 fn opencl<T: ContextScalar>(_name: Option<&str>) -> Result<Arc<dyn Backend<T>>> {
     Err(Error::NoDevice {
-        backend: "opencl".into(),
+        backend: hetsparse_core::BackendKind::OpenCl,
         reason: "this hetsparse was built without OpenCL (its `opencl` feature)".into(),
     })
 }

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use hetsparse_core::{
-    Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error, Operation,
-    ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand, SparseRef,
-    SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error,
+    Operation, ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand,
+    SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Scheduler, Workload};
 
@@ -69,10 +69,21 @@ impl fmt::Display for FoundDevice {
 /// A backend family the enabled features include that found no device, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unavailable {
-    /// `cpu`, `cuda` or `opencl`.
-    pub backend: String,
+    /// [`Cpu`](BackendKind::Cpu), [`Cuda`](BackendKind::Cuda) or
+    /// [`OpenCl`](BackendKind::OpenCl).
+    pub backend: BackendKind,
+    /// The one device that could not be opened (`opencl:P.D`, named as
+    /// [`FoundDevice::id`] names it); `None` when the backend found no device at all.
+    pub device: Option<String>,
     /// What the backend said.
     pub reason: String,
+}
+
+impl Unavailable {
+    /// The device's id where one device failed, else the backend's name (`cuda`, ...).
+    pub fn name(&self) -> &str {
+        self.device.as_deref().unwrap_or(self.backend.name())
+    }
 }
 
 /// What runs the operations: one backend, or the scheduler over several.
@@ -228,7 +239,8 @@ impl<T: ContextScalar> Context<T> {
         match hetsparse_cpu::CpuBackend::new() {
             Ok(cpu) => candidates.push(candidate("cpu".into(), Arc::new(cpu))),
             Err(e) => unavailable.push(Unavailable {
-                backend: "cpu".into(),
+                backend: BackendKind::Cpu,
+                device: None,
                 reason: reason_of(e),
             }),
         }
@@ -252,7 +264,8 @@ impl<T: ContextScalar> Context<T> {
                     Err(e) => {
                         if ordinal == 0 {
                             unavailable.push(Unavailable {
-                                backend: "cuda".into(),
+                                backend: BackendKind::Cuda,
+                                device: None,
                                 reason: reason_of(e),
                             });
                         }
@@ -269,12 +282,12 @@ impl<T: ContextScalar> Context<T> {
                 // CUDA GPUs by name, each able to claim one OpenCL device of that name.
                 let mut unclaimed_cuda: Vec<(String, String)> = candidates
                     .iter()
-                    .filter(|c| c.found.info.backend == "cuda")
+                    .filter(|c| c.found.info.backend == BackendKind::Cuda)
                     .map(|c| (c.found.info.name.clone(), c.found.id.clone()))
                     .collect();
                 let cpu_on = candidates
                     .iter()
-                    .any(|c| c.found.info.backend == "cpu" && c.backend.is_some());
+                    .any(|c| c.found.info.backend == BackendKind::Cpu && c.backend.is_some());
                 for d in listed {
                     let id = format!("opencl:{}.{}", d.platform_index, d.device_index);
                     let skip = if d.kind == hetsparse_core::DeviceKind::Cpu && cpu_on {
@@ -304,14 +317,16 @@ impl<T: ContextScalar> Context<T> {
                             candidates.push(candidate(id, Arc::new(backend) as Arc<dyn Backend<T>>))
                         }
                         Err(e) => unavailable.push(Unavailable {
-                            backend: id,
+                            backend: BackendKind::OpenCl,
+                            device: Some(id),
                             reason: reason_of(e),
                         }),
                     }
                 }
             }
             Err(e) => unavailable.push(Unavailable {
-                backend: "opencl".into(),
+                backend: BackendKind::OpenCl,
+                device: None,
                 reason: reason_of(e),
             }),
         }
@@ -401,7 +416,7 @@ impl<T: ContextScalar> Context<T> {
             0 => {
                 let reasons: Vec<String> = unavailable
                     .iter()
-                    .map(|u| format!("{}: {}", u.backend, u.reason))
+                    .map(|u| format!("{}: {}", u.name(), u.reason))
                     .chain(
                         devices
                             .iter()
@@ -409,7 +424,7 @@ impl<T: ContextScalar> Context<T> {
                     )
                     .collect();
                 return Err(Error::NoDevice {
-                    backend: "context".into(),
+                    backend: BackendKind::Context,
                     reason: if reasons.is_empty() {
                         "this build enables no backend (features `cpu`, `cuda`, `opencl`)".into()
                     } else {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use hetsparse::calibration::{Calibration, Entry, Origin, FILE_NAME, LIBRARY_VERSION};
 use hetsparse::{
-    generate, Backend, CalibrationCache, CalibrationOptions, Chosen, Context, Csr, DeviceInfo,
-    DeviceKind, DeviceProfile, Measured, MemorySpace, OpKind, ReferenceBackend, Source,
+    generate, Backend, BackendKind, CalibrationCache, CalibrationOptions, Chosen, Context, Csr,
+    DeviceInfo, DeviceKind, DeviceProfile, Measured, MemorySpace, OpKind, ReferenceBackend, Source,
     SpgemmAlgorithm,
 };
 use hetsparse_core::fault::{Fault, FaultyBackend};
@@ -34,7 +34,7 @@ fn posing_with_memory(
     memory_bytes: u64,
 ) -> Arc<dyn Backend<f64>> {
     let info = DeviceInfo {
-        backend: "fake".into(),
+        backend: BackendKind::Other("fake"),
         name: format!("fake {kind:?} {units}"),
         kind,
         memory_bytes,
@@ -42,7 +42,7 @@ fn posing_with_memory(
     };
     let space = if own_memory {
         MemorySpace::Device {
-            backend: "fake",
+            backend: BackendKind::Other("fake"),
             id: 0,
         }
     } else {
@@ -165,14 +165,14 @@ fn a_device_that_cannot_hold_the_product_is_not_chosen_alone() {
 /// charges `cold_start` seconds until it has run a call.
 fn cpu_and_cold_gpu(cold_start: f64) -> Context<f64> {
     let info = DeviceInfo {
-        backend: "fake".into(),
+        backend: BackendKind::Other("fake"),
         name: "fake cold GPU".into(),
         kind: DeviceKind::Gpu,
         memory_bytes: 1 << 34,
         compute_units: 132,
     };
     let space = MemorySpace::Device {
-        backend: "fake",
+        backend: BackendKind::Other("fake"),
         id: 0,
     };
     let mut profile = DeviceProfile::defaults(&info, &space);

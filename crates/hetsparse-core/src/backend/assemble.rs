@@ -247,7 +247,7 @@ fn check_shapes<T: Scalar>(nrows: usize, ncols: usize, tiles: &[Tile<T>]) -> Res
 
 fn internal(what: String) -> Error {
     Error::Internal {
-        backend: "core".into(),
+        backend: crate::BackendKind::Host,
         what,
     }
 }

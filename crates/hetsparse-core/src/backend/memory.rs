@@ -53,8 +53,8 @@ pub fn csr_bytes(nrows: usize, nnz: u64, value_bytes: usize) -> u64 {
 /// together they cannot reserve more than the device has.
 ///
 /// ```
-/// use hetsparse_core::MemoryPool;
-/// let pool = MemoryPool::new("example", 1000);
+/// use hetsparse_core::{BackendKind, MemoryPool};
+/// let pool = MemoryPool::new(BackendKind::Other("example"), 1000);
 /// let first = pool.reserve(600, "A")?;
 /// assert!(pool.reserve(600, "B").is_err()); // would overcommit
 /// drop(first);
@@ -62,10 +62,10 @@ pub fn csr_bytes(nrows: usize, nnz: u64, value_bytes: usize) -> u64 {
 /// assert_eq!(pool.peak(), 600);
 ///
 /// // Two budgets of 800 bytes on a device of 1000.
-/// let device = MemoryPool::new("example", 1000);
+/// let device = MemoryPool::new(BackendKind::Other("example"), 1000);
 /// let (x, y) = (
-///     MemoryPool::with_parent("example", 800, &device),
-///     MemoryPool::with_parent("example", 800, &device),
+///     MemoryPool::with_parent(BackendKind::Other("example"), 800, &device),
+///     MemoryPool::with_parent(BackendKind::Other("example"), 800, &device),
 /// );
 /// let held = x.reserve(700, "A")?;
 /// assert!(y.reserve(700, "B").is_err()); // each budget allows it, the device does not
@@ -76,7 +76,7 @@ pub fn csr_bytes(nrows: usize, nnz: u64, value_bytes: usize) -> u64 {
 /// ```
 #[derive(Debug)]
 pub struct MemoryPool {
-    backend: &'static str,
+    backend: crate::BackendKind,
     limit: AtomicU64,
     reserved: AtomicU64,
     peak: AtomicU64,
@@ -84,8 +84,8 @@ pub struct MemoryPool {
 }
 
 impl MemoryPool {
-    /// A pool of `limit` bytes for the backend named `backend`.
-    pub fn new(backend: &'static str, limit: u64) -> Arc<Self> {
+    /// A pool of `limit` bytes for a backend of kind `backend`.
+    pub fn new(backend: crate::BackendKind, limit: u64) -> Arc<Self> {
         Arc::new(MemoryPool {
             backend,
             limit: AtomicU64::new(limit),
@@ -96,7 +96,11 @@ impl MemoryPool {
     }
 
     /// A pool of `limit` bytes under `parent`: reservations take from both.
-    pub fn with_parent(backend: &'static str, limit: u64, parent: &Arc<MemoryPool>) -> Arc<Self> {
+    pub fn with_parent(
+        backend: crate::BackendKind,
+        limit: u64,
+        parent: &Arc<MemoryPool>,
+    ) -> Arc<Self> {
         Arc::new(MemoryPool {
             backend,
             limit: AtomicU64::new(limit),
@@ -168,7 +172,7 @@ impl MemoryPool {
     fn out_of_memory(&self, bytes: u64, what: &str, available: u64) -> Error {
         let own = self.limit().saturating_sub(self.reserved());
         Error::OutOfMemory {
-            backend: self.backend.into(),
+            backend: self.backend,
             what: what.into(),
             needed_bytes: bytes,
             available_bytes: own.min(available),
@@ -185,7 +189,7 @@ impl MemoryPool {
                 let own = limit.saturating_sub(now);
                 let available = self.parent.as_ref().map_or(own, |p| own.min(p.available()));
                 return Err(Error::OutOfMemory {
-                    backend: self.backend.into(),
+                    backend: self.backend,
                     what: what.into(),
                     needed_bytes: bytes,
                     available_bytes: available,
@@ -250,9 +254,9 @@ mod tests {
 
     #[test]
     fn two_children_cannot_exceed_their_parent_together() {
-        let device = MemoryPool::new("test", 1000);
-        let x = MemoryPool::with_parent("test", 800, &device);
-        let y = MemoryPool::with_parent("test", 800, &device);
+        let device = MemoryPool::new(crate::BackendKind::Other("test"), 1000);
+        let x = MemoryPool::with_parent(crate::BackendKind::Other("test"), 800, &device);
+        let y = MemoryPool::with_parent(crate::BackendKind::Other("test"), 800, &device);
         let a = x.reserve(600, "A").unwrap();
         assert_eq!((x.reserved(), device.reserved()), (600, 600));
         // y's own budget allows 500; the device has 400 left.
@@ -282,9 +286,9 @@ mod tests {
 
     #[test]
     fn concurrent_reservations_never_overcommit_the_parent() {
-        let device = MemoryPool::new("test", 10_000);
+        let device = MemoryPool::new(crate::BackendKind::Other("test"), 10_000);
         let children: Vec<_> = (0..4)
-            .map(|_| MemoryPool::with_parent("test", 6_000, &device))
+            .map(|_| MemoryPool::with_parent(crate::BackendKind::Other("test"), 6_000, &device))
             .collect();
         let start = std::sync::Barrier::new(children.len());
         std::thread::scope(|s| {

@@ -64,11 +64,62 @@ pub enum DeviceKind {
     Accelerator,
 }
 
+/// Which kind of backend something belongs to: a device description, a resident matrix's
+/// memory, an error. Its [`Display`](fmt::Display) is the short name messages use (`cpu`,
+/// `cuda`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// hetsparse-core's own host-side work outside any backend: host buffers, conversions,
+    /// assembling chunks into one matrix.
+    Host,
+    /// The serial reference kernels ([`ReferenceBackend`](crate::ReferenceBackend)).
+    Reference,
+    /// The CPU backend (hetsparse-cpu).
+    Cpu,
+    /// The CUDA backend (hetsparse-cuda).
+    Cuda,
+    /// The OpenCL backend (hetsparse-opencl).
+    OpenCl,
+    /// The scheduler over several backends (hetsparse-sched).
+    Scheduler,
+    /// The distributed layer (hetsparse-mpi).
+    Mpi,
+    /// The facade's `Context`, finding and choosing the devices it runs on.
+    Context,
+    /// A backend outside this project, by the short name it gives itself.
+    Other(&'static str),
+}
+
+impl BackendKind {
+    /// The short name messages use: `host`, `reference`, `cpu`, `cuda`, `opencl`, `sched`,
+    /// `mpi`, `context`, or another backend's own.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Reference => "reference",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::OpenCl => "opencl",
+            BackendKind::Scheduler => "sched",
+            BackendKind::Mpi => "mpi",
+            BackendKind::Context => "context",
+            BackendKind::Other(name) => name,
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A backend's description of its device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// The backend's short name: `reference`, `cpu`, `cuda`, `opencl`, ...
-    pub backend: String,
+    /// The kind of backend.
+    pub backend: BackendKind,
     /// The device's name as its driver reports it.
     pub name: String,
     /// Processor kind.
@@ -813,6 +864,7 @@ pub mod check {
                 backend: device.info().backend,
                 op,
                 scalar: T::TYPE,
+                detail: None,
             })
         }
     }
@@ -827,8 +879,8 @@ pub mod check {
         if &own != space {
             return Err(Error::WrongDevice {
                 what: what.into(),
-                found: space.to_string(),
-                expected: own.to_string(),
+                found: space.clone(),
+                expected: own,
             });
         }
         Ok(())

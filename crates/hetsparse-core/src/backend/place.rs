@@ -287,7 +287,7 @@ impl<T: Scalar> ProductBuffer<T> {
         let rows = chunk.rows.clone();
         let width = chunk.cols.len() as u64;
         let bad = |what: String| Error::Internal {
-            backend: host::HOST.into(),
+            backend: crate::BackendKind::Host,
             what: format!("the place of chunk {chunk:?} in C: {what}"),
         };
         if rows.end > self.layout.nrows
@@ -355,7 +355,7 @@ impl<T: Scalar> ProductBuffer<T> {
         let _check = tracing::debug_span!("check C").entered();
         Csr::try_new(layout.nrows, layout.ncols, layout.offsets, cols, vals).map_err(|e| {
             Error::Internal {
-                backend: host::HOST.into(),
+                backend: crate::BackendKind::Host,
                 what: format!("C written in place is not a valid CSR matrix: {e}"),
             }
         })
@@ -454,7 +454,7 @@ impl<T: Scalar> ChunkPlace<'_, T> {
 
     fn mismatch(&self, what: String) -> Error {
         Error::Internal {
-            backend: host::HOST.into(),
+            backend: crate::BackendKind::Host,
             what: format!(
                 "chunk of rows {:?}, columns {:?} written in place: {what}",
                 self.chunk.rows, self.chunk.cols

@@ -143,8 +143,8 @@ impl<T: Scalar> SpgemmPlan<T> {
         if &self.space != space {
             return Err(Error::WrongDevice {
                 what: "SpGEMM plan".into(),
-                found: self.space.to_string(),
-                expected: space.to_string(),
+                found: self.space.clone(),
+                expected: space.clone(),
             });
         }
         for (name, planned, given) in [("A", self.a, a), ("B", self.b, b)] {

@@ -191,7 +191,7 @@ mod tests {
 
     fn info(kind: DeviceKind, units: u32) -> DeviceInfo {
         DeviceInfo {
-            backend: "x".into(),
+            backend: crate::BackendKind::Other("x"),
             name: "x".into(),
             kind,
             memory_bytes: 1 << 30,
@@ -207,7 +207,7 @@ mod tests {
         let big = DeviceProfile::defaults(&info(DeviceKind::Cpu, 256), &MemorySpace::Host);
         assert_eq!(big.memory_bandwidth, HOST_BANDWIDTH_MAX);
         let gpu_space = MemorySpace::Device {
-            backend: "cuda",
+            backend: crate::BackendKind::Cuda,
             id: 0,
         };
         let gpu = DeviceProfile::defaults(&info(DeviceKind::Gpu, 0), &gpu_space);

@@ -27,8 +27,8 @@ pub enum MemorySpace {
     /// One device's memory as one kind of backend holds it: backends of that kind on that
     /// device share handles.
     Device {
-        /// The backend kind (`cuda`, `opencl`, ...).
-        backend: &'static str,
+        /// The kind of backend.
+        backend: crate::BackendKind,
         /// Which device, in the backend's own numbering.
         id: u64,
     },

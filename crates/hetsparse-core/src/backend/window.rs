@@ -119,7 +119,7 @@ impl<M: Shaped> CsrWindow<M> {
         let matrix = f(self.matrix)?;
         if matrix.shape() != shape {
             return Err(Error::Internal {
-                backend: "core".into(),
+                backend: crate::BackendKind::Host,
                 what: format!(
                     "a window's matrix resolved to a {:?} matrix from a {shape:?} one",
                     matrix.shape()

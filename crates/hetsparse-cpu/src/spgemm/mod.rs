@@ -144,7 +144,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
     ) -> Result<Self> {
         if !a.all_columns() || !b.all_rows() || a.ncols() != b.nrows() {
             return Err(Error::Internal {
-                backend: "cpu".into(),
+                backend: hetsparse_core::BackendKind::Cpu,
                 what: format!(
                     "SpGEMM of a {:?} window of A by a {:?} window of B: the kernels read rows of A by columns of B",
                     (a.rows(), a.cols()),
@@ -587,7 +587,7 @@ pub(crate) fn multiply_into<T: Scalar, S: Semiring<T>>(
     }
     if counts.len() != ops.nrows || offsets[counts.len()] != cols.len() as u64 {
         return Err(Error::Internal {
-            backend: "cpu".into(),
+            backend: hetsparse_core::BackendKind::Cpu,
             what: format!(
                 "{} rows counting {} entries for a chunk of {} rows written into {} slots",
                 counts.len(),
@@ -840,7 +840,7 @@ impl<'r, T> RowOut<'r, T> {
 /// instead of returning a wrong matrix.
 fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
     Error::Internal {
-            backend: "cpu".into(),
+            backend: hetsparse_core::BackendKind::Cpu,
         what: format!(
             "SpGEMM row {row}: the numeric phase produced {written} entries, the symbolic phase counted {counted}"
         ),
@@ -851,7 +851,7 @@ fn count_mismatch(row: usize, counted: usize, written: usize) -> Error {
 /// width allow: a bug, reported instead of returning a wrong matrix.
 fn bound_exceeded(row: usize, bound: usize, written: usize) -> Error {
     Error::Internal {
-        backend: "cpu".into(),
+        backend: hetsparse_core::BackendKind::Cpu,
         what: format!(
             "SpGEMM row {row}: the row produced {written} entries, more than its bound of {bound}"
         ),

@@ -174,7 +174,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                         // Ranges are staged before they are counted, so this is a bug; C
                         // would keep a hole.
                         return Err(Error::Internal {
-                            backend: "cpu".into(),
+                            backend: hetsparse_core::BackendKind::Cpu,
                             what: format!("SpGEMM: range {q} of rows was placed but not staged"),
                         });
                     };
@@ -214,7 +214,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     if frontier.next != ranges.len() {
         return Err(Error::Internal {
-            backend: "cpu".into(),
+            backend: hetsparse_core::BackendKind::Cpu,
             what: format!(
                 "SpGEMM: only {} of {} ranges of rows were placed in C",
                 frontier.next,

@@ -813,7 +813,7 @@ fn run_bins<T: DeviceScalar>(
             }
             Accumulator::Ranges => {
                 let ranges = plan.ranges.ok_or_else(|| Error::Internal {
-                    backend: crate::error::BACKEND.into(),
+                    backend: crate::error::BACKEND,
                     what: format!("column ranges of bin {b} without a plan"),
                 })?;
                 let mut first = 0;
@@ -1268,7 +1268,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
             _ if known_cols || g.ranges.blocks_per_row == 1 => Arg::U64(0),
             _ => {
                 return Err(Error::Internal {
-                    backend: crate::error::BACKEND.into(),
+                    backend: crate::error::BACKEND,
                     what: "rows of C split over several blocks without their range counts".into(),
                 })
             }

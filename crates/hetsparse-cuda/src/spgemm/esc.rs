@@ -18,7 +18,7 @@ const PER_THREAD: u64 = 4;
 /// The error for host structure ESC was not given (a bug of the caller in this crate).
 fn missing(what: &str) -> Error {
     Error::Internal {
-        backend: crate::error::BACKEND.into(),
+        backend: crate::error::BACKEND,
         what: format!("ESC was not given {what} on the host"),
     }
 }

@@ -220,7 +220,7 @@ impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
         let room = self.cols.len() as u64 - self.at;
         if sum != len || len > room {
             return Err(Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: format!(
                     "SpGEMM batch of {len} entries (rows counting {sum}) at entry {} of a \
                      product of {}",
@@ -701,7 +701,7 @@ impl<T: DeviceScalar> Windows<'_, T> {
     fn job<'s>(&'s self, gpu: &'s Gpu, stream: &'s Stream) -> Result<Job<'s, T>> {
         let (Some((rows, a)), Some((_, b))) = (&self.rows, &self.cols) else {
             return Err(Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: "a chunk's operands were not placed".into(),
             });
         };
@@ -1190,7 +1190,7 @@ fn chunk_on_device<T: DeviceScalar>(
         unsafe { Csr::from_parts_unchecked(n, width, c_off, host_cols, host_vals) }
     } else {
         Csr::try_new(n, width, c_off, host_cols, host_vals).map_err(|e| Error::Internal {
-            backend: crate::error::BACKEND.into(),
+            backend: crate::error::BACKEND,
             what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
         })?
     };
@@ -1340,7 +1340,7 @@ fn numeric_rows<T: DeviceScalar>(
             vals,
         ),
         Method::Esc => Err(Error::Internal {
-            backend: crate::error::BACKEND.into(),
+            backend: crate::error::BACKEND,
             what: "ESC has its own numeric batches".into(),
         }),
     }
@@ -1364,11 +1364,11 @@ pub(crate) fn multiply<T: DeviceScalar>(
             c.download(gpu, &stream)
         }
         Err(Error::OutOfMemory {
-            ref backend,
+            backend: crate::error::BACKEND,
             needed_bytes,
             available_bytes,
             ..
-        }) if backend == crate::error::BACKEND => {
+        }) => {
             tracing::debug!(
                 needed_bytes,
                 available_bytes,
@@ -1410,7 +1410,7 @@ fn multiply_pipelined<T: DeviceScalar>(
         e => e,
     })?;
     result.ok_or_else(|| Error::Internal {
-        backend: crate::error::BACKEND.into(),
+        backend: crate::error::BACKEND,
         what: "SpGEMM produced no result".into(),
     })
 }
@@ -1567,7 +1567,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             esc::chunk(&job, &mut scratch, &mut out)?;
             if out.at != nnz {
                 return Err(Error::Internal {
-                    backend: crate::error::BACKEND.into(),
+                    backend: crate::error::BACKEND,
                     what: format!("SpGEMM wrote {} of the {nnz} entries of C", out.at),
                 });
             }
@@ -1575,14 +1575,14 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         Method::Adaptive => {
             let _numeric = tracing::debug_span!("numeric", rows = nrows, nnz).entered();
             let bins = bins.as_deref().ok_or_else(|| Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: "an Adaptive SpGEMM structure without its numeric bins".into(),
             })?;
             let binned = bins.binned();
             let binned_rows: u64 = binned.hist.rows.iter().sum();
             if binned_rows != n {
                 return Err(Error::Internal {
-                    backend: crate::error::BACKEND.into(),
+                    backend: crate::error::BACKEND,
                     what: format!("numeric bins of {binned_rows} rows for a product of {n}"),
                 });
             }

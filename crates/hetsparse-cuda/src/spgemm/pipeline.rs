@@ -76,7 +76,7 @@ impl<T: DeviceScalar> Assembly<T> {
         match out {
             Delivery::Places { done, .. } => done(self.index, self.timing()),
             _ => Err(Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: format!("chunk {} written into a place it was not given", self.index),
             }),
         }
@@ -122,7 +122,7 @@ impl<T: DeviceScalar> Delivery<'_, '_, '_, T> {
                 done(c.index, c.timing)
             }
             Delivery::Counts(_) => Err(Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: format!(
                     "chunk {} computed where only its counts were asked",
                     c.index
@@ -138,7 +138,7 @@ fn place_of<'p, 'c, T: DeviceScalar>(
 ) -> Result<&'p mut ChunkPlace<'c, T>> {
     let n = places.len();
     places.get_mut(index).ok_or_else(|| Error::Internal {
-        backend: crate::error::BACKEND.into(),
+        backend: crate::error::BACKEND,
         what: format!("SpGEMM chunk {index} of {n} has no place in C"),
     })
 }
@@ -312,7 +312,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             .expect("capacity_for allocates the buffers before the first batch");
         if len > slot.capacity {
             return Err(Error::Internal {
-                backend: crate::error::BACKEND.into(),
+                backend: crate::error::BACKEND,
                 what: format!(
                     "SpGEMM batch of {len} entries for an output buffer of {}",
                     slot.capacity
@@ -371,7 +371,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
     ) -> Result<()> {
         self.drain_all(done)?;
         let mut asm = self.chunks.pop_back().ok_or_else(|| Error::Internal {
-            backend: crate::error::BACKEND.into(),
+            backend: crate::error::BACKEND,
             what: "a SpGEMM chunk completed directly was never begun".into(),
         })?;
         asm.timing.kernel += kernel;
@@ -440,7 +440,7 @@ fn drain<T: DeviceScalar>(
     done: &mut Done<'_, '_, '_, T>,
 ) -> Result<()> {
     let asm = chunks.front_mut().ok_or_else(|| Error::Internal {
-        backend: crate::error::BACKEND.into(),
+        backend: crate::error::BACKEND,
         what: "a copied SpGEMM batch belongs to no chunk".into(),
     })?;
     // The copy has landed (its event was waited for): both event pairs are complete.
@@ -489,7 +489,7 @@ fn drain<T: DeviceScalar>(
             std::mem::take(&mut asm.vals),
         )
         .map_err(|e| Error::Internal {
-            backend: crate::error::BACKEND.into(),
+            backend: crate::error::BACKEND,
             what: format!("a SpGEMM chunk is not a valid CSR matrix: {e}"),
         })?;
         asm.hand_out(product, done)?;
