@@ -30,7 +30,7 @@ use std::mem::size_of;
 
 use crate::backend::{
     Backend, CsrOperand, DenseOperand, MemorySpace, Operation, PatternId, ProductBuffer,
-    ProductChunk, ProductLayout, ResidentCsr, ResidentDense, RunControl, SparseOperand,
+    ProductChunk, ProductLayout, Residency, ResidentCsr, ResidentDense, RunControl, SparseOperand,
     SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use crate::error::Error;
@@ -494,6 +494,15 @@ pub fn capabilities_are_consistent<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
         assert!(
             ops.contains(&Operation::Spgemm(SpgemmAlgorithm::Auto)),
             "{}: a backend with any SpGEMM algorithm must accept Auto",
+            info.backend
+        );
+    }
+    // Host residency keeps handles as host matrices: only right in host memory.
+    if matches!(b.residency(), Residency::Host) {
+        assert_eq!(
+            b.memory_space(),
+            MemorySpace::Host,
+            "{}: host residency in another memory",
             info.backend
         );
     }
@@ -2341,6 +2350,9 @@ mod tests {
         fn capabilities(&self) -> &Capabilities {
             ReferenceBackend.capabilities()
         }
+        fn memory_space(&self) -> MemorySpace {
+            MemorySpace::Host
+        }
     }
 
     impl Backend<f64> for Faulty {
@@ -2393,6 +2405,9 @@ mod tests {
                 *v += 1.0;
             }
             Ok(y)
+        }
+        fn residency(&self) -> crate::backend::Residency<'_, f64> {
+            crate::backend::Residency::Host
         }
     }
 

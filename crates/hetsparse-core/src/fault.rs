@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use crate::backend::memory::csr_bytes;
 use crate::backend::{
-    check, Backend, Capabilities, ChunkProduct, ChunkSink, CsrOperand, DenseOperand, Device,
-    DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
-    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    check, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, CsrOperand, DenseOperand,
+    Device, DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
+    Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SparseOperand, SpgemmOptions,
+    SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use crate::error::{DeviceFault, Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};
@@ -366,29 +366,44 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         self.inner.spmv_with(a, x, options, run)
     }
 
-    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        self.begin("DIA×DIA SpGEMM", || dia_need(a, b), None)?;
+        self.inner.dia_spgemm(a, b)
+    }
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        self.inner.bsr_spgemm(a, b)
+    }
+
+    fn residency(&self) -> Residency<'_, T> {
+        Residency::Own(self)
+    }
+
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        Some(self)
+    }
+}
+
+impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
+    fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
         self.inner.upload(m)
     }
-    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+    fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
         self.inner.upload_owned(m)
     }
-    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
         self.inner.upload_values(pattern, values)
     }
-    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
         self.inner.download(m)
     }
-    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+    fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.inner.upload_dense(d)
     }
-    fn upload_vector(&self, x: &[T]) -> Result<ResidentDense<T>> {
-        self.inner.upload_vector(x)
-    }
-    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         self.inner.download_dense(d)
     }
 
-    fn spgemm_resident(
+    fn spgemm_stored(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -398,7 +413,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         self.begin("SpGEMM", || product_need(a, b), Some(run))?;
         self.inner.spgemm_resident(a, b, options, run)
     }
-    fn spmm_resident(
+    fn spmm_stored(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
@@ -407,7 +422,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     ) -> Result<ResidentDense<T>> {
         self.inner.spmm_resident(a, b, options, run)
     }
-    fn spmv_resident(
+    fn spmv_stored(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
@@ -417,7 +432,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         self.inner.spmv_resident(a, x, options, run)
     }
 
-    fn plan_spgemm(
+    fn plan(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -427,7 +442,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         self.inner.plan_spgemm(a, b, options)
     }
 
-    fn execute_spgemm(
+    fn execute(
         &self,
         plan: &SpgemmPlan<T>,
         a: CsrOperand<'_, T>,
@@ -444,7 +459,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         self.inner.execute_spgemm(plan, a, b, run)
     }
 
-    fn spgemm_requirement(
+    fn requirement(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -452,10 +467,12 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     ) -> Result<MemoryRequirement> {
         self.inner.spgemm_requirement(a, b, options)
     }
+}
 
+impl<T: Scalar> ChunkPipeline<T> for FaultyBackend<T> {
     /// Runs the wrapped backend's `spgemm_chunks` one chunk at a time, so that a fault hits
     /// exactly its chunk; chunks keep their positions in `chunks`.
-    fn spgemm_chunks(
+    fn chunks(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -494,11 +511,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         Ok(())
     }
 
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        self.begin("DIA×DIA SpGEMM", || dia_need(a, b), None)?;
-        self.inner.dia_spgemm(a, b)
-    }
-    fn dia_spgemm_rows(
+    fn dia_rows(
         &self,
         a: &Dia<T>,
         b: &Dia<T>,
@@ -508,9 +521,6 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     ) -> Result<()> {
         self.begin("DIA×DIA SpGEMM rows", || dia_need(a, b), None)?;
         self.inner.dia_spgemm_rows(a, b, rows, offsets, c)
-    }
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        self.inner.bsr_spgemm(a, b)
     }
 }
 

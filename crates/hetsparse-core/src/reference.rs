@@ -3,9 +3,10 @@
 //! [`ReferenceBackend`] wraps them in the [`Backend`] trait and passes the conformance suite.
 
 use crate::backend::{
-    check, Backend, Capabilities, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    DenseOperand, Device, DeviceInfo, DeviceKind, Operation, ProductChunk, RunControl,
-    SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    check, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand,
+    CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, MemorySpace, Operation, ProductChunk,
+    Residency, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
+    VectorOperand,
 };
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -153,6 +154,10 @@ impl Device for ReferenceBackend {
             Capabilities::new().with_all(&ops, &ScalarType::ALL)
         })
     }
+
+    fn memory_space(&self) -> MemorySpace {
+        MemorySpace::Host
+    }
 }
 
 impl<T: Scalar> Backend<T> for ReferenceBackend {
@@ -172,43 +177,6 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         run.checkpoint()?;
         let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
         spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), true)
-    }
-
-    /// Each chunk from its windows of the operands, read in place.
-    fn spgemm_chunks(
-        &self,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        chunks: &[ProductChunk],
-        options: &SpgemmOptions,
-        run: &RunControl,
-        sink: &mut ChunkSink<'_, T>,
-    ) -> Result<()> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        for (index, chunk) in chunks.iter().enumerate() {
-            run.checkpoint()?;
-            let start = Instant::now();
-            let compute = || -> Result<Csr<T>> {
-                let (wa, wb) = chunk.windows(a, b)?;
-                // Counted over whole rows of B, as planned: reported at the chunk's end.
-                let products = run.plan_product_rows(a, chunk.rows.clone(), b);
-                run.checkpoint()?;
-                let c = spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), false)?;
-                run.add_done(products);
-                Ok(c)
-            };
-            let product = compute().map_err(|e| e.in_chunk(index))?;
-            sink(ChunkProduct {
-                index,
-                chunk: chunk.clone(),
-                product,
-                timing: ChunkTiming::host(start.elapsed()),
-            })?;
-        }
-        Ok(())
     }
 
     fn spmm_with(
@@ -243,6 +211,53 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         check::spmv(&a, x)?;
         run.checkpoint()?;
         spmv::<T, PlusTimes>(&*a.to_csr()?, x)
+    }
+
+    fn residency(&self) -> Residency<'_, T> {
+        Residency::Host
+    }
+
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        Some(self)
+    }
+}
+
+impl<T: Scalar> ChunkPipeline<T> for ReferenceBackend {
+    /// Each chunk from its windows of the operands, read in place.
+    fn chunks(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        check::spgemm(a, b)?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let start = Instant::now();
+            let compute = || -> Result<Csr<T>> {
+                let (wa, wb) = chunk.windows(a, b)?;
+                // Counted over whole rows of B, as planned: reported at the chunk's end.
+                let products = run.plan_product_rows(a, chunk.rows.clone(), b);
+                run.checkpoint()?;
+                let c = spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), false)?;
+                run.add_done(products);
+                Ok(c)
+            };
+            let product = compute().map_err(|e| e.in_chunk(index))?;
+            sink(ChunkProduct {
+                index,
+                chunk: chunk.clone(),
+                product,
+                timing: ChunkTiming::host(start.elapsed()),
+            })?;
+        }
+        Ok(())
     }
 }
 

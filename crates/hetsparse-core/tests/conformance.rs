@@ -1,6 +1,289 @@
-//! The serial reference backend passes the conformance suite it anchors.
+//! The serial reference backend passes the conformance suite it anchors, and so does the
+//! minimal backend of `examples/minimal_backend.rs` (the required methods only), which
+//! docs/backend-guide.md walks through.
 
 hetsparse_core::conformance_suite! {
     backend: Ok::<_, hetsparse_core::Error>(hetsparse_core::ReferenceBackend),
     scalars: [f32, f64, c32, c64, f16, bf16],
+}
+
+#[path = "../examples/minimal_backend.rs"]
+mod minimal_example;
+
+/// The example backend, whose every other method is the trait's.
+mod minimal {
+    use super::minimal_example::MinimalBackend;
+
+    hetsparse_core::conformance_suite! {
+        backend: MinimalBackend::new(),
+        scalars: [f32, f64, c32, c64, f16, bf16],
+    }
+}
+
+/// A backend with memory of its own (handles over a private storage type, in a device memory
+/// space) and no chunk pipeline: its residency is [`ResidentOps`], and the plain chunk
+/// protocol, plans and requirement queries must work on its handles, which hold no host
+/// matrix.
+mod own_memory {
+    use hetsparse_core::backend::check;
+    use hetsparse_core::{
+        Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device,
+        DeviceInfo, Error, MemoryRequirement, MemorySpace, PatternId, ReferenceBackend, Residency,
+        ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, SparseOperand,
+        SparseRef, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    };
+
+    const KIND: BackendKind = BackendKind::Other("own-memory");
+
+    /// The reference kernels, with handles they cannot read.
+    pub struct OwnMemory;
+
+    /// What a handle holds: not a host matrix the plain protocol could borrow.
+    struct Stored<M>(M);
+
+    /// A plan's state: the structure, checked against the operands it is run with.
+    struct PlanState<T>(Csr<T>);
+
+    impl OwnMemory {
+        fn csr<'a, T: Scalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a Csr<T>> {
+            check::same_space(self, m.space(), "a resident matrix")?;
+            m.storage::<Stored<Csr<T>>>()
+                .map(|s| &s.0)
+                .ok_or_else(|| internal("a handle of this memory over another storage"))
+        }
+        fn dense<'a, T: Scalar>(&self, d: &'a ResidentDense<T>) -> Result<&'a Dense<T>> {
+            check::same_space(self, d.space(), "a resident dense matrix")?;
+            d.storage::<Stored<Dense<T>>>()
+                .map(|s| &s.0)
+                .ok_or_else(|| internal("a dense handle of this memory over another storage"))
+        }
+        /// Host operands as they are, handles read from their storage.
+        fn host<'a, T: Scalar>(&self, m: CsrOperand<'a, T>) -> Result<CsrOperand<'a, T>> {
+            Ok(match m {
+                CsrOperand::Host(m) => CsrOperand::Host(m),
+                CsrOperand::Resident(r) => CsrOperand::Host(self.csr(r)?),
+            })
+        }
+        fn host_sparse<'a, T: Scalar>(
+            &self,
+            m: SparseOperand<'a, T>,
+        ) -> Result<SparseOperand<'a, T>> {
+            Ok(match m {
+                SparseOperand::Host(m) => SparseOperand::Host(m),
+                SparseOperand::Resident(r) => SparseOperand::Host(SparseRef::Csr(self.csr(r)?)),
+            })
+        }
+        fn keep<T: Scalar>(&self, m: Csr<T>, pattern: PatternId) -> ResidentCsr<T> {
+            let (shape, nnz) = (m.shape(), m.nnz());
+            ResidentCsr::from_storage(self.memory_space(), shape, nnz, pattern, Stored(m))
+        }
+        fn keep_dense<T: Scalar>(&self, d: Dense<T>) -> ResidentDense<T> {
+            let (shape, layout) = (d.shape(), d.layout());
+            ResidentDense::from_storage(self.memory_space(), shape, layout, Stored(d))
+        }
+    }
+
+    fn internal(what: &str) -> Error {
+        Error::Internal {
+            backend: KIND,
+            what: what.into(),
+        }
+    }
+
+    impl Device for OwnMemory {
+        fn info(&self) -> DeviceInfo {
+            DeviceInfo {
+                backend: KIND,
+                name: "reference kernels behind handles of their own".into(),
+                ..ReferenceBackend.info()
+            }
+        }
+        fn capabilities(&self) -> &Capabilities {
+            ReferenceBackend.capabilities()
+        }
+        fn memory_space(&self) -> MemorySpace {
+            MemorySpace::Device {
+                backend: KIND,
+                id: 0,
+            }
+        }
+    }
+
+    impl<T: Scalar> Backend<T> for OwnMemory {
+        fn spgemm_with(
+            &self,
+            a: CsrOperand<'_, T>,
+            b: CsrOperand<'_, T>,
+            options: &SpgemmOptions,
+            run: &RunControl,
+        ) -> Result<Csr<T>> {
+            ReferenceBackend.spgemm_with(self.host(a)?, self.host(b)?, options, run)
+        }
+        fn spmm_with(
+            &self,
+            a: SparseOperand<'_, T>,
+            b: DenseOperand<'_, T>,
+            options: &SpmmOptions,
+            run: &RunControl,
+        ) -> Result<Dense<T>> {
+            let b = match b {
+                DenseOperand::Host(d) => DenseOperand::Host(d),
+                DenseOperand::Resident(r) => DenseOperand::Host(self.dense(r)?),
+            };
+            ReferenceBackend.spmm_with(self.host_sparse(a)?, b, options, run)
+        }
+        fn spmv_with(
+            &self,
+            a: SparseOperand<'_, T>,
+            x: VectorOperand<'_, T>,
+            options: &SpmvOptions,
+            run: &RunControl,
+        ) -> Result<Vec<T>> {
+            let x = match x {
+                VectorOperand::Host(x) => VectorOperand::Host(x),
+                VectorOperand::Resident(r) => {
+                    let d = self.dense(r)?;
+                    if d.ncols() != 1 {
+                        return Err(Error::InvalidArgument("not one column".into()));
+                    }
+                    VectorOperand::Host(d.data())
+                }
+            };
+            ReferenceBackend.spmv_with(self.host_sparse(a)?, x, options, run)
+        }
+        fn residency(&self) -> Residency<'_, T> {
+            Residency::Own(self)
+        }
+    }
+
+    impl<T: Scalar> ResidentOps<T> for OwnMemory {
+        fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+            Ok(self.keep(m.clone(), PatternId::of(m)))
+        }
+        fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+            let pattern = PatternId::of(&m);
+            Ok(self.keep(m, pattern))
+        }
+        fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+            let m = self.csr(pattern)?;
+            check::value_count(pattern.nnz(), values.len())?;
+            Ok(self.keep(m.with_values(values.to_vec())?, pattern.pattern()))
+        }
+        fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+            Ok(self.csr(m)?.clone())
+        }
+        fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+            Ok(self.keep_dense(d.clone()))
+        }
+        fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+            Ok(self.dense(d)?.clone())
+        }
+        fn spgemm_stored(
+            &self,
+            a: CsrOperand<'_, T>,
+            b: CsrOperand<'_, T>,
+            options: &SpgemmOptions,
+            run: &RunControl,
+        ) -> Result<ResidentCsr<T>> {
+            let pattern = PatternId::of_product(a.pattern(), b.pattern());
+            Ok(self.keep(self.spgemm_with(a, b, options, run)?, pattern))
+        }
+        fn spmm_stored(
+            &self,
+            a: SparseOperand<'_, T>,
+            b: DenseOperand<'_, T>,
+            options: &SpmmOptions,
+            run: &RunControl,
+        ) -> Result<ResidentDense<T>> {
+            Ok(self.keep_dense(self.spmm_with(a, b, options, run)?))
+        }
+        fn spmv_stored(
+            &self,
+            a: SparseOperand<'_, T>,
+            x: VectorOperand<'_, T>,
+            options: &SpmvOptions,
+            run: &RunControl,
+        ) -> Result<ResidentDense<T>> {
+            let y = self.spmv_with(a, x, options, run)?;
+            Ok(self.keep_dense(Dense::try_new(
+                y.len(),
+                1,
+                hetsparse_core::Layout::ColMajor,
+                y,
+            )?))
+        }
+        fn plan(
+            &self,
+            a: CsrOperand<'_, T>,
+            b: CsrOperand<'_, T>,
+            options: &SpgemmOptions,
+        ) -> Result<SpgemmPlan<T>> {
+            let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
+            let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (self.host(a)?, self.host(b)?)
+            else {
+                return Err(internal("operands not read"));
+            };
+            let products = hetsparse_core::analysis::total_products(ha, hb)?;
+            let mut requirement = MemoryRequirement::default();
+            requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(
+                c.nrows(),
+                c.nnz(),
+                std::mem::size_of::<T>(),
+            );
+            Ok(SpgemmPlan::from_state(
+                self.memory_space(),
+                options.clone(),
+                hetsparse_core::backend::plan::OperandPattern::of(&a),
+                hetsparse_core::backend::plan::OperandPattern::of(&b),
+                c.nnz(),
+                products,
+                requirement,
+                PlanState(c),
+            ))
+        }
+        fn execute(
+            &self,
+            plan: &SpgemmPlan<T>,
+            a: CsrOperand<'_, T>,
+            b: CsrOperand<'_, T>,
+            run: &RunControl,
+        ) -> Result<ResidentCsr<T>> {
+            plan.check_operands(&self.memory_space(), &a, &b)?;
+            let planned = plan
+                .state::<PlanState<T>>()
+                .ok_or_else(|| internal("a plan without its state"))?;
+            let c = self.spgemm_with(a, b, plan.options(), run)?;
+            if c.row_offsets() != planned.0.row_offsets()
+                || c.col_indices() != planned.0.col_indices()
+            {
+                return Err(internal("the product left its planned structure"));
+            }
+            Ok(self.keep(c, plan.c_pattern()))
+        }
+        fn requirement(
+            &self,
+            a: CsrOperand<'_, T>,
+            b: CsrOperand<'_, T>,
+            _options: &SpgemmOptions,
+        ) -> Result<MemoryRequirement> {
+            check::shapes("SpGEMM", a.shape(), b.shape())?;
+            let (a, b) = (self.host(a)?, self.host(b)?);
+            let (CsrOperand::Host(a), CsrOperand::Host(b)) = (a, b) else {
+                return Err(internal("operands not read"));
+            };
+            let bound = check::output_bound(a, b)?;
+            let mut requirement = MemoryRequirement::default();
+            requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(
+                a.nrows(),
+                bound,
+                std::mem::size_of::<T>(),
+            );
+            Ok(requirement)
+        }
+    }
+
+    hetsparse_core::conformance_suite! {
+        backend: Ok::<_, Error>(OwnMemory),
+        scalars: [f64, c32],
+    }
 }

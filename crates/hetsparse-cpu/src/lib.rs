@@ -55,13 +55,14 @@ use std::time::Instant;
 use hetsparse_core::backend::check;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
+use hetsparse_core::backend::residency::in_host;
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error, MemoryRequirement,
-    Operation, PlaceDone, PlusTimes, ProductChunk, ResidentCsr, Result, RunControl, Scalar,
-    ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    Backend, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming,
+    CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
+    MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk, Residency,
+    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType, SparseOperand,
+    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use spgemm::Watch;
 
@@ -198,6 +199,10 @@ impl Device for CpuBackend {
         &self.capabilities
     }
 
+    fn memory_space(&self) -> MemorySpace {
+        MemorySpace::Host
+    }
+
     fn profile(&self) -> DeviceProfile {
         let mut profile = DeviceProfile::defaults(&self.info(), &self.memory_space());
         if let Some(bytes) = host_cache_bytes() {
@@ -231,7 +236,119 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         })
     }
 
-    fn plan_spgemm(
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        _options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let (a, b) = (
+            check::sparse_operand(self, a)?,
+            check::dense_operand(self, b)?,
+        );
+        check::spmm(&a, b)?;
+        run.checkpoint()?;
+        if multiply::runs_serially(&a, b.ncols()) {
+            return multiply::spmm::<T, PlusTimes>(a, b);
+        }
+        self.install(|| multiply::spmm::<T, PlusTimes>(a, b))
+    }
+
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        _options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let (a, x) = (
+            check::sparse_operand(self, a)?,
+            check::vector_operand(self, x)?,
+        );
+        check::spmv(&a, x)?;
+        run.checkpoint()?;
+        if multiply::runs_serially(&a, 1) {
+            return multiply::spmv::<T, PlusTimes>(a, x);
+        }
+        self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
+    }
+
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        self.install(|| dia::multiply::<T, PlusTimes>(a, b))
+    }
+
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        check::bsr_spgemm(a, b)?;
+        self.install(|| bsr::multiply::<T, PlusTimes>(a, b))
+    }
+
+    fn residency(&self) -> Residency<'_, T> {
+        Residency::Own(self)
+    }
+
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        Some(self)
+    }
+}
+
+impl<T: Scalar> ResidentOps<T> for CpuBackend {
+    fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+        in_host::store_owned(self, m.clone())
+    }
+
+    fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+        in_host::store_owned(self, m)
+    }
+
+    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        in_host::store_values(self, pattern, values)
+    }
+
+    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        in_host::load(self, m)
+    }
+
+    fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+        in_host::store_dense(self, d)
+    }
+
+    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        in_host::load_dense(self, d)
+    }
+
+    fn spgemm_stored(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        in_host::spgemm_stored(self, a, b, options, run)
+    }
+
+    fn spmm_stored(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        in_host::spmm_stored(self, a, b, options, run)
+    }
+
+    fn spmv_stored(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        in_host::spmv_stored(self, a, x, options, run)
+    }
+
+    fn plan(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -278,7 +395,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         ))
     }
 
-    fn execute_spgemm(
+    fn execute(
         &self,
         plan: &SpgemmPlan<T>,
         a: CsrOperand<'_, T>,
@@ -306,7 +423,18 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, plan.c_pattern()) })
     }
 
-    fn spgemm_chunks(
+    fn requirement(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<MemoryRequirement> {
+        in_host::requirement(self, a, b, options)
+    }
+}
+
+impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
+    fn chunks(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -347,7 +475,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
     /// Each chunk whose rows are one run in C (whole rows of C, or one row) computed straight
     /// into its place: its numeric phase alone, from the place's counts, with no copy. Other
     /// chunks (several rows of a column panel) are computed, then copied in.
-    fn spgemm_chunks_into(
+    fn chunks_into(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -403,50 +531,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         Ok(())
     }
 
-    fn spmm_with(
-        &self,
-        a: SparseOperand<'_, T>,
-        b: DenseOperand<'_, T>,
-        _options: &SpmmOptions,
-        run: &RunControl,
-    ) -> Result<Dense<T>> {
-        let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
-        );
-        check::spmm(&a, b)?;
-        run.checkpoint()?;
-        if multiply::runs_serially(&a, b.ncols()) {
-            return multiply::spmm::<T, PlusTimes>(a, b);
-        }
-        self.install(|| multiply::spmm::<T, PlusTimes>(a, b))
-    }
-
-    fn spmv_with(
-        &self,
-        a: SparseOperand<'_, T>,
-        x: VectorOperand<'_, T>,
-        _options: &SpmvOptions,
-        run: &RunControl,
-    ) -> Result<Vec<T>> {
-        let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
-        );
-        check::spmv(&a, x)?;
-        run.checkpoint()?;
-        if multiply::runs_serially(&a, 1) {
-            return multiply::spmv::<T, PlusTimes>(a, x);
-        }
-        self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
-    }
-
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
-        self.install(|| dia::multiply::<T, PlusTimes>(a, b))
-    }
-
-    fn dia_spgemm_rows(
+    fn dia_rows(
         &self,
         a: &Dia<T>,
         b: &Dia<T>,
@@ -456,11 +541,6 @@ impl<T: Scalar> Backend<T> for CpuBackend {
     ) -> Result<()> {
         check::dia_rows(a, b, &rows, offsets, c)?;
         self.install(|| dia::multiply_rows::<T, PlusTimes>(a, b, rows, offsets, c))
-    }
-
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::bsr_spgemm(a, b)?;
-        self.install(|| bsr::multiply::<T, PlusTimes>(a, b))
     }
 }
 

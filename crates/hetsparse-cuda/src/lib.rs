@@ -116,11 +116,12 @@ use std::sync::Arc;
 use hetsparse_core::backend::check;
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::{
-    Backend, Bsr, Capabilities, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense, DenseOperand,
-    Device, DeviceInfo, DeviceKind, DeviceProfile, Dia, Error, Layout, MemoryPool,
-    MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone, ProductChunk, ResidentCsr,
-    ResidentDense, Result, RunControl, ScalarType, SparseFormat, SparseOperand, SparseRef,
-    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, Bsr, Capabilities, ChunkPipeline, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense,
+    DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Dia, Error, Layout, MemoryPool,
+    MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone, ProductChunk, Residency,
+    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, ScalarType, SparseFormat,
+    SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions,
+    VectorOperand,
 };
 
 use resident::{DeviceCsr, DeviceDense, Kept};
@@ -490,7 +491,27 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         spmv::download_vec::<T>(&self.gpu, &y)
     }
 
-    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        dia::dia_spgemm(&self.gpu, a, b)
+    }
+
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        bsr::bsr_spgemm(&self.gpu, a, b, |pa, pb| {
+            <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)
+        })
+    }
+
+    fn residency(&self) -> Residency<'_, T> {
+        Residency::Own(self)
+    }
+
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        Some(self)
+    }
+}
+
+impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
+    fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
@@ -498,11 +519,11 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_csr(dev, PatternId::of(m)))
     }
 
-    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+    fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
         self.upload(&m)
     }
 
-    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
         let dev = self.csr(pattern)?;
         check::value_count(pattern.nnz(), values.len())?;
         self.gpu.bind()?;
@@ -512,13 +533,13 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_csr(new, pattern.pattern()))
     }
 
-    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
         let dev = self.csr(m)?;
         self.gpu.bind()?;
         dev.download(&self.gpu, &**self.gpu.stream()?)
     }
 
-    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+    fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
@@ -526,13 +547,13 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
     }
 
-    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
         let dev = self.dense(d)?;
         self.gpu.bind()?;
         dev.download(&self.gpu, &**self.gpu.stream()?, d.shape(), d.layout())
     }
 
-    fn spgemm_resident(
+    fn spgemm_stored(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -548,7 +569,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_csr(c, pattern))
     }
 
-    fn spmm_resident(
+    fn spmm_stored(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
@@ -567,7 +588,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_dense(c, shape, layout))
     }
 
-    fn spmv_resident(
+    fn spmv_stored(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
@@ -582,7 +603,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_dense(y, (nrows, 1), Layout::ColMajor))
     }
 
-    fn plan_spgemm(
+    fn plan(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -611,7 +632,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         ))
     }
 
-    fn execute_spgemm(
+    fn execute(
         &self,
         plan: &SpgemmPlan<T>,
         a: CsrOperand<'_, T>,
@@ -630,7 +651,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(self.wrap_csr(c, plan.c_pattern()))
     }
 
-    fn spgemm_requirement(
+    fn requirement(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -641,8 +662,10 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         spgemm::requirement(&self.gpu, a, b, options.algorithm)
     }
+}
 
-    fn spgemm_chunks(
+impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
+    fn chunks(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -657,7 +680,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     /// The chunks through the same pipeline as [`Backend::spgemm_chunks`], each output batch
     /// written from its pinned buffer straight into the chunk's place in C (a chunk computed
     /// whole on the device is downloaded, then copied into its place).
-    fn spgemm_chunks_into(
+    fn chunks_into(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -673,7 +696,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
 
     /// The chunks' analysis, symbolic and scan kernels alone (as in
     /// [`Backend::spgemm_chunks`]), each chunk's counts read back.
-    fn spgemm_chunk_counts(
+    fn chunk_counts(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
@@ -686,11 +709,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         self.chunk_call(a, b, chunks, options, run, delivery)
     }
 
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        dia::dia_spgemm(&self.gpu, a, b)
-    }
-
-    fn dia_spgemm_rows(
+    fn dia_rows(
         &self,
         a: &Dia<T>,
         b: &Dia<T>,
@@ -700,12 +719,6 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     ) -> Result<()> {
         check::dia_rows(a, b, &rows, offsets, c)?;
         dia::dia_spgemm_rows(&self.gpu, a, b, rows, offsets, c)
-    }
-
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        bsr::bsr_spgemm(&self.gpu, a, b, |pa, pb| {
-            <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)
-        })
     }
 }
 

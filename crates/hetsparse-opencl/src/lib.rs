@@ -94,8 +94,8 @@ use hetsparse_core::backend::{
 };
 use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
-    Backend, Capabilities, Device, DeviceInfo, DeviceKind, Error, Operation, Result, RunControl,
-    Scalar, ScalarType, SpgemmAlgorithm,
+    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Operation,
+    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SpgemmAlgorithm,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -554,180 +554,6 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
     }
 
-    // --- Residency ---------------------------------------------------------------------------
-
-    fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
-        let q = self.state.queue()?;
-        let c = self.upload_csr(&q, m)?;
-        Ok(self.wrap_csr(c, PatternId::of(m)))
-    }
-
-    fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
-        Backend::upload(self, &m)
-    }
-
-    fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
-        let storage = self.csr_storage(pattern)?;
-        check::value_count(pattern.nnz(), values.len())?;
-        self.holds::<T>()?;
-        let _span = tracing::info_span!("upload values", nnz = pattern.nnz()).entered();
-        let q = self.state.queue()?;
-        let c = resident::upload_values(&self.pool, &q, Arc::clone(&storage.structure), values)?;
-        Ok(self.wrap_csr(c, pattern.pattern()))
-    }
-
-    fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
-        let storage = self.csr_storage(m)?;
-        self.holds::<T>()?;
-        let q = self.state.queue()?;
-        resident::download_csr(&q, storage)
-    }
-
-    fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
-        self.holds::<T>()?;
-        let _span = tracing::info_span!("upload dense", shape = ?d.shape()).entered();
-        let q = self.state.queue()?;
-        let stored = resident::upload_dense(&self.state, &self.pool, &q, d)?;
-        Ok(self.wrap_dense(stored))
-    }
-
-    fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
-        let storage = self.dense_storage(d)?;
-        self.holds::<T>()?;
-        let q = self.state.queue()?;
-        resident::download_dense(&q, storage)
-    }
-
-    // --- Results left resident -----------------------------------------------------------------
-
-    fn spgemm_resident(
-        &self,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
-        run: &RunControl,
-    ) -> Result<ResidentCsr<T>> {
-        let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        run.checkpoint()?;
-        let program = self.program::<T>(op, false)?;
-        let pattern = PatternId::of_product(a.pattern(), b.pattern());
-        let q = self.state.queue()?;
-        let c = self.spgemm_on_device(&q, &program, a, b, run)?;
-        self.keep(&q, c, pattern)
-    }
-
-    fn spmm_resident(
-        &self,
-        a: SparseOperand<'_, T>,
-        b: DenseOperand<'_, T>,
-        options: &SpmmOptions,
-        run: &RunControl,
-    ) -> Result<ResidentDense<T>> {
-        let _ = options;
-        let program = self.check_spmm(&a, &b)?;
-        run.checkpoint()?;
-        if let (SparseOperand::Resident(ra), DenseOperand::Resident(rb)) = (a, b) {
-            let shape = (ra.shape().0, rb.ncols());
-            let products = ra.nnz().saturating_mul(rb.ncols() as u64);
-            return self.queued(ra, rb, shape, products, "SpMM result", run, |q, a, b| {
-                multiply::spmm_device::<T>(q, &program, &a.rows(), &b.input(), true)
-            });
-        }
-        let q = self.state.queue()?;
-        let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true, run)?;
-        Ok(self.keep_dense(c, shape, layout, held))
-    }
-
-    fn spmv_resident(
-        &self,
-        a: SparseOperand<'_, T>,
-        x: VectorOperand<'_, T>,
-        options: &SpmvOptions,
-        run: &RunControl,
-    ) -> Result<ResidentDense<T>> {
-        let _ = options;
-        let program = self.check_spmv(&a, &x)?;
-        run.checkpoint()?;
-        if let (SparseOperand::Resident(ra), VectorOperand::Resident(rx)) = (a, x) {
-            let shape = (ra.shape().0, 1);
-            return self.queued(ra, rx, shape, ra.nnz(), "SpMV result", run, |q, a, x| {
-                multiply::spmv_device::<T>(q, &program, &a.rows(), &x.data, true)
-            });
-        }
-        let q = self.state.queue()?;
-        let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true, run)?;
-        Ok(self.keep_dense(y, (n, 1), Layout::ColMajor, held))
-    }
-
-    // --- Plans and requirements ------------------------------------------------------------------
-
-    fn plan_spgemm(
-        &self,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
-    ) -> Result<SpgemmPlan<T>> {
-        let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        let program = self.program::<T>(op, false)?;
-        self.plan(&program, a, b, options)
-    }
-
-    fn execute_spgemm(
-        &self,
-        plan: &SpgemmPlan<T>,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        run: &RunControl,
-    ) -> Result<ResidentCsr<T>> {
-        plan.check_operands(&self.memory_space(), &a, &b)?;
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        let program = self.program::<T>(Operation::Spgemm(plan.options().algorithm), false)?;
-        self.execute(&program, plan, a, b, run)
-    }
-
-    fn spgemm_requirement(
-        &self,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
-    ) -> Result<MemoryRequirement> {
-        let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        let program = self.program::<T>(op, false)?;
-        self.requirement(&program, a, b)
-    }
-
-    fn spgemm_chunks(
-        &self,
-        a: CsrOperand<'_, T>,
-        b: CsrOperand<'_, T>,
-        chunks: &[ProductChunk],
-        options: &SpgemmOptions,
-        run: &RunControl,
-        sink: &mut ChunkSink<'_, T>,
-    ) -> Result<()> {
-        let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        let program = self.program::<T>(op, false)?;
-        self.chunks(&program, a, b, chunks, run, sink)
-    }
-
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
         check::supported::<T>(self, Operation::BsrSpgemm)?;
         check::bsr_spgemm(a, b)?;
@@ -756,6 +582,192 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             c.index.into_owned(),
             c.values.into_owned(),
         )?)
+    }
+
+    fn residency(&self) -> Residency<'_, T> {
+        Residency::Own(self)
+    }
+
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        Some(self)
+    }
+}
+
+impl<T: Scalar> ResidentOps<T> for OpenClBackend {
+    // --- Residency ---------------------------------------------------------------------------
+
+    fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
+        let q = self.state.queue()?;
+        let c = self.upload_csr(&q, m)?;
+        Ok(self.wrap_csr(c, PatternId::of(m)))
+    }
+
+    fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
+        Backend::upload(self, &m)
+    }
+
+    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        let storage = self.csr_storage(pattern)?;
+        check::value_count(pattern.nnz(), values.len())?;
+        self.holds::<T>()?;
+        let _span = tracing::info_span!("upload values", nnz = pattern.nnz()).entered();
+        let q = self.state.queue()?;
+        let c = resident::upload_values(&self.pool, &q, Arc::clone(&storage.structure), values)?;
+        Ok(self.wrap_csr(c, pattern.pattern()))
+    }
+
+    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        let storage = self.csr_storage(m)?;
+        self.holds::<T>()?;
+        let q = self.state.queue()?;
+        resident::download_csr(&q, storage)
+    }
+
+    fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
+        self.holds::<T>()?;
+        let _span = tracing::info_span!("upload dense", shape = ?d.shape()).entered();
+        let q = self.state.queue()?;
+        let stored = resident::upload_dense(&self.state, &self.pool, &q, d)?;
+        Ok(self.wrap_dense(stored))
+    }
+
+    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        let storage = self.dense_storage(d)?;
+        self.holds::<T>()?;
+        let q = self.state.queue()?;
+        resident::download_dense(&q, storage)
+    }
+
+    // --- Results left resident -----------------------------------------------------------------
+
+    fn spgemm_stored(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        run.checkpoint()?;
+        let program = self.program::<T>(op, false)?;
+        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        let q = self.state.queue()?;
+        let c = self.spgemm_on_device(&q, &program, a, b, run)?;
+        self.keep(&q, c, pattern)
+    }
+
+    fn spmm_stored(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let _ = options;
+        let program = self.check_spmm(&a, &b)?;
+        run.checkpoint()?;
+        if let (SparseOperand::Resident(ra), DenseOperand::Resident(rb)) = (a, b) {
+            let shape = (ra.shape().0, rb.ncols());
+            let products = ra.nnz().saturating_mul(rb.ncols() as u64);
+            return self.queued(ra, rb, shape, products, "SpMM result", run, |q, a, b| {
+                multiply::spmm_device::<T>(q, &program, &a.rows(), &b.input(), true)
+            });
+        }
+        let q = self.state.queue()?;
+        let (c, shape, layout, held) = self.spmm_on_device(&q, &program, a, b, true, run)?;
+        Ok(self.keep_dense(c, shape, layout, held))
+    }
+
+    fn spmv_stored(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<ResidentDense<T>> {
+        let _ = options;
+        let program = self.check_spmv(&a, &x)?;
+        run.checkpoint()?;
+        if let (SparseOperand::Resident(ra), VectorOperand::Resident(rx)) = (a, x) {
+            let shape = (ra.shape().0, 1);
+            return self.queued(ra, rx, shape, ra.nnz(), "SpMV result", run, |q, a, x| {
+                multiply::spmv_device::<T>(q, &program, &a.rows(), &x.data, true)
+            });
+        }
+        let q = self.state.queue()?;
+        let (y, n, held) = self.spmv_on_device(&q, &program, a, x, true, run)?;
+        Ok(self.keep_dense(y, (n, 1), Layout::ColMajor, held))
+    }
+
+    // --- Plans and requirements ------------------------------------------------------------------
+
+    fn plan(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<SpgemmPlan<T>> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let program = self.program::<T>(op, false)?;
+        self.plan(&program, a, b, options)
+    }
+
+    fn execute(
+        &self,
+        plan: &SpgemmPlan<T>,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        run: &RunControl,
+    ) -> Result<ResidentCsr<T>> {
+        plan.check_operands(&self.memory_space(), &a, &b)?;
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        let program = self.program::<T>(Operation::Spgemm(plan.options().algorithm), false)?;
+        self.execute(&program, plan, a, b, run)
+    }
+
+    fn requirement(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> Result<MemoryRequirement> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        let program = self.program::<T>(op, false)?;
+        self.requirement(&program, a, b)
+    }
+}
+
+impl<T: Scalar> ChunkPipeline<T> for OpenClBackend {
+    fn chunks(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        sink: &mut ChunkSink<'_, T>,
+    ) -> Result<()> {
+        let op = Operation::Spgemm(options.algorithm);
+        self.check_csr(&a)?;
+        self.check_csr(&b)?;
+        check::supported::<T>(self, op)?;
+        check::shapes("SpGEMM", a.shape(), b.shape())?;
+        check::chunks(a.shape(), b.shape(), chunks)?;
+        let program = self.program::<T>(op, false)?;
+        self.chunks(&program, a, b, chunks, run, sink)
     }
 }
 

@@ -951,6 +951,11 @@ impl<T: Scalar> Device for Scheduler<T> {
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
     }
+
+    /// The scheduler's results and handles are host matrices, whatever devices computed them.
+    fn memory_space(&self) -> hetsparse_core::MemorySpace {
+        hetsparse_core::MemorySpace::Host
+    }
 }
 
 impl<T: Scalar> Backend<T> for Scheduler<T> {
@@ -1043,6 +1048,12 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
     /// [`Policy::RowSplitAssumed`]. A backend that fails has its rows rerun on the others.
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
         self.dia_scheduled(a, b)
+    }
+
+    /// Handles are host matrices: resident products and plans go through the scheduled
+    /// products.
+    fn residency(&self) -> hetsparse_core::Residency<'_, T> {
+        hetsparse_core::Residency::Host
     }
 }
 

@@ -5,25 +5,30 @@
 //! [`Backend<T>`] (the operations over one scalar type). Both are object safe, so
 //! `Vec<Box<dyn Backend<f64>>>` can mix CPU, CUDA and OpenCL backends.
 //!
+//! A backend implements seven methods: [`Device::info`], [`Device::capabilities`],
+//! [`Device::memory_space`], the three operations [`Backend::spgemm_with`],
+//! [`Backend::spmm_with`] and [`Backend::spmv_with`], and [`Backend::residency`], which says how
+//! it keeps resident matrices ([`residency`]: in host memory, built from the operations, or
+//! through its own [`ResidentOps`]). Everything else is provided and correct for any backend:
+//! residency dispatches on that answer, the chunk protocol the scheduler drives runs the
+//! [`chunks::plain`] one unless the backend pipelines chunks ([`ChunkPipeline`]), and DIA×DIA
+//! and BSR×BSR go through CSR SpGEMM unless the backend has kernels of its own. The guide
+//! `docs/backend-guide.md` walks through a minimal backend.
+//!
 //! Data flows through the submodules in order: operands on the host or [`resident`] in a
 //! backend's memory (a chunk of a product reads [`window`]s of them), the operation's
 //! [`options`], a [`plan`] with its [`memory`] requirement, and a [`run`] that can be
-//! cancelled and watched.
-//!
-//! Operations that can be built from others have defaults: residency keeps matrices in host
-//! memory (what a backend that computes there needs), resident results go through the host
-//! result, plans through one product and [`plan::numeric`], every format's SpMV and SpMM
-//! through CSR, DIA×DIA and BSR×BSR through CSR SpGEMM, and the chunk entry point through
-//! [`Backend::spgemm_with`] on each chunk's [`CsrWindow`]s (whoever cut a product lays the
-//! chunks' products into one matrix with [`assemble_chunks`]). A device backend overrides
-//! residency and what it runs natively.
+//! cancelled and watched; [`chunks`] of one product are laid into one matrix with
+//! [`assemble_chunks`] or written into their [`place`]s.
 
 pub mod assemble;
+pub mod chunks;
 pub mod memory;
 pub mod options;
 pub mod place;
 pub mod plan;
 pub mod profile;
+pub mod residency;
 pub mod resident;
 pub mod run;
 pub mod window;
@@ -34,18 +39,19 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::format::{Bsr, Csr, Dense, Dia, DiaRowBlock, Layout, SparseFormat, SparseRef};
+use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
 
 pub use assemble::assemble_chunks;
+pub use chunks::ChunkPipeline;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::SpgemmPlan;
 pub use profile::DeviceProfile;
+pub use residency::{Residency, ResidentOps};
 pub use resident::{
     CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
     VectorOperand,
@@ -265,10 +271,9 @@ pub trait Device: Send + Sync {
     /// that operations can check it on every call.
     fn capabilities(&self) -> &Capabilities;
     /// The memory its resident matrices live in. Backends on the same memory share handles.
-    /// The default, [`MemorySpace::Host`], is right for backends that compute in host memory.
-    fn memory_space(&self) -> MemorySpace {
-        MemorySpace::Host
-    }
+    /// [`MemorySpace::Host`] for a backend that computes in host memory; required, so that a
+    /// device backend cannot claim the host's by leaving it out.
+    fn memory_space(&self) -> MemorySpace;
     /// The pool its device memory is reserved from, for backends with one: its limit is the
     /// device memory the backend may use, and its peak what calls actually held.
     fn memory_pool(&self) -> Option<Arc<MemoryPool>> {
@@ -352,42 +357,83 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
     ) -> Result<Vec<T>>;
 
-    // --- Residency -----------------------------------------------------------------------
+    /// How the backend keeps resident matrices: [`Residency::Host`] (handles hold host
+    /// matrices, everything built from the operations above) or [`Residency::Own`] (its own
+    /// [`ResidentOps`]). Required, so that a device backend cannot inherit host residency by
+    /// leaving it out.
+    fn residency(&self) -> Residency<'_, T>;
+
+    /// The backend's own chunk protocol, if it pipelines chunks ([`ChunkPipeline`]); `None`,
+    /// the default, runs the [`chunks::plain`] one.
+    fn chunk_pipeline(&self) -> Option<&dyn ChunkPipeline<T>> {
+        None
+    }
+
+    // --- Specialised formats: overridden by backends with kernels of their own -------------
+
+    /// `C = A · B` for band matrices in DIA format. The default multiplies their CSR forms.
+    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        if a.ndiags() == 0 || b.ndiags() == 0 {
+            // No band, no product: and the CSR detour would cost row offsets sized by the
+            // shape (32 GiB for u32::MAX rows) for an operand of a few bytes.
+            return Ok(Dia::try_new(a.nrows(), b.ncols(), Vec::new(), Vec::new())?);
+        }
+        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
+        Dia::from_csr(&c, u64::MAX)
+    }
+
+    /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns. The default
+    /// multiplies their CSR forms.
+    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+        check::bsr_spgemm(a, b)?;
+        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
+        Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))
+    }
+
+    // --- Residency: dispatched on `residency()`, not overridden ----------------------------
 
     /// Copies `m` into the backend's memory.
     fn upload(&self, m: &Csr<T>) -> Result<ResidentCsr<T>> {
-        self.upload_owned(m.clone())
+        match self.residency() {
+            Residency::Host => residency::in_host::store_owned(self, m.clone()),
+            Residency::Own(r) => r.store(m),
+        }
     }
 
     /// Takes `m` into the backend's memory; a backend that computes in host memory keeps it
     /// where it is, copying nothing.
     fn upload_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
-        let space = check::host_space(self, "upload_owned")?;
-        Ok(ResidentCsr::from_host(space, m))
+        match self.residency() {
+            Residency::Host => residency::in_host::store_owned(self, m),
+            Residency::Own(r) => r.store_owned(m),
+        }
     }
 
     /// A resident matrix with `pattern`'s structure and new `values` (one per stored entry):
     /// only the values are copied, and the result keeps `pattern`'s identity, so plans made
     /// for it accept it.
     fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
-        let host = check::host_csr(self, pattern, "upload_values")?;
-        check::value_count(pattern.nnz(), values.len())?;
-        let m = host.with_values(values.to_vec())?;
-        // SAFETY: `m` has the structure of `pattern`'s host matrix, whose identity it keeps.
-        Ok(unsafe {
-            ResidentCsr::from_host_with_pattern(pattern.space().clone(), m, pattern.pattern())
-        })
+        match self.residency() {
+            Residency::Host => residency::in_host::store_values(self, pattern, values),
+            Residency::Own(r) => r.store_values(pattern, values),
+        }
     }
 
     /// Copies a resident matrix to the host.
     fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
-        Ok(check::host_csr(self, m, "download")?.clone())
+        match self.residency() {
+            Residency::Host => residency::in_host::load(self, m),
+            Residency::Own(r) => r.load(m),
+        }
     }
 
     /// Copies a dense matrix into the backend's memory.
     fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
-        let space = check::host_space(self, "upload_dense")?;
-        Ok(ResidentDense::from_host(space, d.clone()))
+        match self.residency() {
+            Residency::Host => residency::in_host::store_dense(self, d),
+            Residency::Own(r) => r.store_dense(d),
+        }
     }
 
     /// Copies a vector into the backend's memory, as a one-column dense matrix.
@@ -398,10 +444,11 @@ pub trait Backend<T: Scalar>: Device {
 
     /// Copies a resident dense matrix to the host.
     fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
-        Ok(check::host_dense(self, d, "download_dense")?.clone())
+        match self.residency() {
+            Residency::Host => residency::in_host::load_dense(self, d),
+            Residency::Own(r) => r.load_dense(d),
+        }
     }
-
-    // --- Results left resident -------------------------------------------------------------
 
     /// `C = A · B`, the result left in the backend's memory with pattern identity
     /// [`PatternId::of_product`] of the operands'.
@@ -412,12 +459,10 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        let space = check::host_space(self, "spgemm_resident")?;
-        let c = self.spgemm_with(a, b, options, run)?;
-        let pattern = PatternId::of_product(a.pattern(), b.pattern());
-        // SAFETY: `c` is the product of operands whose identities these are (a handle's
-        // identity is its structure's: the constructors make it so).
-        Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, pattern) })
+        match self.residency() {
+            Residency::Host => residency::in_host::spgemm_stored(self, a, b, options, run),
+            Residency::Own(r) => r.spgemm_stored(a, b, options, run),
+        }
     }
 
     /// SpMM with the result left in the backend's memory.
@@ -428,11 +473,10 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpmmOptions,
         run: &RunControl,
     ) -> Result<ResidentDense<T>> {
-        let space = check::host_space(self, "spmm_resident")?;
-        Ok(ResidentDense::from_host(
-            space,
-            self.spmm_with(a, b, options, run)?,
-        ))
+        match self.residency() {
+            Residency::Host => residency::in_host::spmm_stored(self, a, b, options, run),
+            Residency::Own(r) => r.spmm_stored(a, b, options, run),
+        }
     }
 
     /// SpMV with the result left in the backend's memory (one column).
@@ -443,13 +487,11 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpmvOptions,
         run: &RunControl,
     ) -> Result<ResidentDense<T>> {
-        let space = check::host_space(self, "spmv_resident")?;
-        let y = self.spmv_with(a, x, options, run)?;
-        let column = Dense::try_new(y.len(), 1, Layout::ColMajor, y)?;
-        Ok(ResidentDense::from_host(space, column))
+        match self.residency() {
+            Residency::Host => residency::in_host::spmv_stored(self, a, x, options, run),
+            Residency::Own(r) => r.spmv_stored(a, x, options, run),
+        }
     }
-
-    // --- Plans and requirements --------------------------------------------------------------
 
     /// The symbolic part of `A · B`: the product's structure and what executing it needs.
     fn plan_spgemm(
@@ -458,19 +500,10 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<SpgemmPlan<T>> {
-        let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        let products = crate::analysis::total_products(ha, hb)?;
-        let structure_bytes = (c.nrows() as u64 + 1) * 8 + c.nnz() * 4;
-        Ok(SpgemmPlan::on_host(
-            self.memory_space(),
-            options.clone(),
-            &a,
-            &b,
-            &c,
-            products,
-            structure_bytes,
-        ))
+        match self.residency() {
+            Residency::Host => residency::in_host::plan(self, a, b, options),
+            Residency::Own(r) => r.plan(a, b, options),
+        }
     }
 
     /// Runs `plan` with `a` and `b` (the planned patterns, any values): only the numeric
@@ -482,7 +515,10 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        plan::execute_on_host(self, plan, a, b, run)
+        match self.residency() {
+            Residency::Host => residency::in_host::execute(self, plan, a, b, run),
+            Residency::Own(r) => r.execute(plan, a, b, run),
+        }
     }
 
     /// What `A · B` with these options needs in memory, before anything runs. The output is
@@ -494,26 +530,22 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<MemoryRequirement> {
-        let _ = options;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        let bound = check::output_bound(ha, hb)?;
-        Ok(MemoryRequirement {
-            output_bytes: memory::csr_bytes(ha.nrows(), bound, std::mem::size_of::<T>()),
-            ..MemoryRequirement::default()
-        })
+        match self.residency() {
+            Residency::Host => residency::in_host::requirement(self, a, b, options),
+            Residency::Own(r) => r.requirement(a, b, options),
+        }
     }
 
-    // --- Chunks ----------------------------------------------------------------------------
+    // --- Chunks: dispatched on `chunk_pipeline()`, not overridden ----------------------------
 
     /// Computes the listed chunks of `A · B`, handing each to `sink` as it completes. A GPU
     /// backend pipelines them, overlapping transfers with computation; results need not fit in
     /// device memory together. `run` is checked between chunks; an error names its chunk.
     ///
     /// A chunk multiplies two windows of the operands, [`ProductChunk::windows`]: backends read
-    /// them where they lie. The default hands each chunk to [`Backend::spgemm_with`], as the
-    /// operands themselves where a window is a whole matrix and as copies of the windows
-    /// ([`CsrWindow::as_csr`]) otherwise.
+    /// them where they lie. The [`chunks::plain`] protocol hands each chunk to
+    /// [`Backend::spgemm_with`], as the operands themselves where a window is a whole matrix
+    /// and as copies of the windows ([`CsrWindow::to_csr`]) otherwise.
     fn spgemm_chunks(
         &self,
         a: CsrOperand<'_, T>,
@@ -523,35 +555,10 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        for (index, chunk) in chunks.iter().enumerate() {
-            run.checkpoint()?;
-            let start = Instant::now();
-            let compute = || -> Result<Csr<T>> {
-                let (wa, wb) = chunk.windows(a, b)?;
-                let copy = |w: CsrWindow<CsrOperand<'_, T>>| -> Result<Option<Csr<T>>> {
-                    if w.is_whole() {
-                        return Ok(None);
-                    }
-                    w.resolve(|m| check::csr_operand(self, m))?
-                        .to_csr()
-                        .map(Some)
-                };
-                let (ca, cb) = (copy(wa)?, copy(wb)?);
-                let pa = ca.as_ref().map_or(a, CsrOperand::from);
-                let pb = cb.as_ref().map_or(b, CsrOperand::from);
-                self.spgemm_with(pa, pb, options, run)
-            };
-            let product = compute().map_err(|e| e.in_chunk(index))?;
-            sink(ChunkProduct {
-                index,
-                chunk: chunk.clone(),
-                product,
-                timing: ChunkTiming::host(start.elapsed()),
-            })?;
+        match self.chunk_pipeline() {
+            Some(p) => p.chunks(a, b, chunks, options, run, sink),
+            None => chunks::plain::spgemm_chunks(self, a, b, chunks, options, run, sink),
         }
-        Ok(())
     }
 
     /// Computes chunks of `A · B` straight into their places in C: each [`ChunkPlace`] names
@@ -561,9 +568,10 @@ pub trait Backend<T: Scalar>: Device {
     /// [`Backend::spgemm_chunks`]' do; a place whose rows do not match the chunk's product
     /// refuses them with [`Error::Internal`].
     ///
-    /// The default computes each chunk with [`Backend::spgemm_chunks`] and copies it into its
-    /// place. A backend whose results pass through a staging buffer (a GPU's pinned output
-    /// buffers) writes from there into the places instead, so that C is written once.
+    /// The [`chunks::plain`] protocol computes each chunk with [`Backend::spgemm_chunks`] and
+    /// copies it into its place. A backend whose results pass through a staging buffer (a
+    /// GPU's pinned output buffers) writes from there into the places instead, so that C is
+    /// written once.
     fn spgemm_chunks_into(
         &self,
         a: CsrOperand<'_, T>,
@@ -573,23 +581,19 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         done: &mut PlaceDone<'_>,
     ) -> Result<()> {
-        let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
-        self.spgemm_chunks(a, b, &chunks, options, run, &mut |c: ChunkProduct<T>| {
-            let place = places.get_mut(c.index).ok_or_else(|| Error::Internal {
-                backend: self.info().backend,
-                what: format!("chunk {} of {} came back", c.index, chunks.len()),
-            })?;
-            place.write_csr(&c.product)?;
-            done(c.index, c.timing)
-        })
+        match self.chunk_pipeline() {
+            Some(p) => p.chunks_into(a, b, places, options, run, done),
+            None => chunks::plain::spgemm_chunks_into(self, a, b, places, options, run, done),
+        }
     }
 
     /// The entries of each row of each listed chunk of `A · B`, the symbolic phase alone, for
     /// a caller that places C before computing it ([`ProductLayout`]): `counts` gets each
     /// chunk's position and one count per row, in any order. An error names its chunk.
     ///
-    /// The default counts on the host ([`crate::analysis::symbolic_panel_nnz`]) from host
-    /// operands; a device backend counts with its own symbolic kernels.
+    /// The [`chunks::plain`] protocol counts on the host
+    /// ([`crate::analysis::symbolic_panel_nnz`]); a device backend counts with its own
+    /// symbolic kernels.
     fn spgemm_chunk_counts(
         &self,
         a: CsrOperand<'_, T>,
@@ -599,18 +603,30 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
     ) -> Result<()> {
-        let _ = options;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        for (index, chunk) in chunks.iter().enumerate() {
-            run.checkpoint()?;
-            let panel = std::slice::from_ref(&chunk.cols);
-            let rows = crate::analysis::symbolic_panel_nnz(ha, chunk.rows.clone(), hb, panel)
-                .map_err(|e| e.in_chunk(index))?;
-            counts(index, &rows)?;
+        match self.chunk_pipeline() {
+            Some(p) => p.chunk_counts(a, b, chunks, options, run, counts),
+            None => chunks::plain::spgemm_chunk_counts(self, a, b, chunks, options, run, counts),
         }
-        Ok(())
+    }
+
+    /// Rows `rows` of `C = A · B` for band matrices, written where they lie: `c[d]` receives
+    /// rows `rows` of C's diagonal of offset `offsets[d]`, and every one of its slots is
+    /// written (zeros where nothing lands). `offsets` must be C's diagonals,
+    /// [`Dia::product_offsets`] (a scheduler splitting C by rows writes each device's rows
+    /// into C itself, with no copy). The [`chunks::plain`] protocol multiplies the rows'
+    /// [`DiaRowBlock`](crate::format::DiaRowBlock) as a product of its own and copies its diagonals in.
+    fn dia_spgemm_rows(
+        &self,
+        a: &Dia<T>,
+        b: &Dia<T>,
+        rows: Range<usize>,
+        offsets: &[i64],
+        c: &mut [&mut [MaybeUninit<T>]],
+    ) -> Result<()> {
+        match self.chunk_pipeline() {
+            Some(p) => p.dia_rows(a, b, rows, offsets, c),
+            None => chunks::plain::dia_spgemm_rows(self, a, b, rows, offsets, c),
+        }
     }
 
     // --- Host conveniences ---------------------------------------------------------------------
@@ -643,75 +659,6 @@ pub trait Backend<T: Scalar>: Device {
             &SpmvOptions::new(),
             &RunControl::unwatched(),
         )
-    }
-
-    /// `C = A · B` for band matrices in DIA format.
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
-        if a.ndiags() == 0 || b.ndiags() == 0 {
-            // No band, no product: and the CSR detour would cost row offsets sized by the
-            // shape (32 GiB for u32::MAX rows) for an operand of a few bytes.
-            return Ok(Dia::try_new(a.nrows(), b.ncols(), Vec::new(), Vec::new())?);
-        }
-        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
-        Dia::from_csr(&c, u64::MAX)
-    }
-
-    /// Rows `rows` of `C = A · B` for band matrices, written where they lie: `c[d]` receives
-    /// rows `rows` of C's diagonal of offset `offsets[d]`, and every one of its slots is
-    /// written (zeros where nothing lands). `offsets` must be C's diagonals,
-    /// [`Dia::product_offsets`] (a scheduler splitting C by rows writes each device's rows
-    /// into C itself, with no copy). The default multiplies the rows' [`DiaRowBlock`] as a
-    /// product of its own and copies its diagonals in.
-    fn dia_spgemm_rows(
-        &self,
-        a: &Dia<T>,
-        b: &Dia<T>,
-        rows: Range<usize>,
-        offsets: &[i64],
-        c: &mut [&mut [MaybeUninit<T>]],
-    ) -> Result<()> {
-        check::dia_rows(a, b, &rows, offsets, c)?;
-        let product = match DiaRowBlock::new(a, b, rows.clone()) {
-            None => None,
-            Some(block) => {
-                let (ba, bb) = block.operands(a, b)?;
-                Some(self.dia_spgemm(&ba, &bb)?)
-            }
-        };
-        let shift = rows.start as i64;
-        if let Some(p) = &product {
-            for (d, &off) in p.offsets().iter().enumerate() {
-                let s = off - shift;
-                if offsets.binary_search(&s).is_err()
-                    && p.diagonal(d).iter().any(|x| *x != T::zero())
-                {
-                    return Err(Error::InvalidArgument(format!(
-                        "DIA×DIA rows {rows:?}: C has a diagonal of offset {s}, not among the offsets given"
-                    )));
-                }
-            }
-        }
-        for (&s, out) in offsets.iter().zip(c.iter_mut()) {
-            let diagonal = product.as_ref().and_then(|p| {
-                let d = p.offsets().binary_search(&(s + shift)).ok()?;
-                Some(p.diagonal(d))
-            });
-            match diagonal {
-                Some(from) => crate::host::copy_streaming(out, from),
-                None => out.iter_mut().for_each(|x| {
-                    x.write(T::zero());
-                }),
-            }
-        }
-        Ok(())
-    }
-
-    /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns.
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::bsr_spgemm(a, b)?;
-        let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
-        Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))
     }
 }
 

@@ -363,7 +363,7 @@ mod tests {
     }
 
     /// The reference kernels behind only the required methods, so that `spgemm_chunks` is
-    /// the trait's default.
+    /// the plain protocol.
     struct Defaults;
     impl crate::Device for Defaults {
         fn info(&self) -> crate::DeviceInfo {
@@ -371,6 +371,9 @@ mod tests {
         }
         fn capabilities(&self) -> &crate::Capabilities {
             crate::ReferenceBackend.capabilities()
+        }
+        fn memory_space(&self) -> crate::MemorySpace {
+            crate::MemorySpace::Host
         }
     }
     impl crate::Backend<f64> for Defaults {
@@ -400,6 +403,9 @@ mod tests {
             run: &crate::RunControl,
         ) -> Result<Vec<f64>> {
             crate::ReferenceBackend.spmv_with(a, x, options, run)
+        }
+        fn residency(&self) -> crate::Residency<'_, f64> {
+            crate::Residency::Host
         }
     }
 
