@@ -2,7 +2,8 @@
 //! names): round trips on random and edge matrices, products through hetsparse compared with
 //! each library's own, which parts move without a copy, and the errors at the boundary.
 //!
-//! `cargo test -p hetsparse-core --features sprs,nalgebra-sparse,faer,ndarray --test interop`
+//! The crate's dev-dependencies turn the four features on: `cargo test` runs these
+//! (`cargo test -p hetsparse-core --test interop` alone).
 #![cfg(any(
     feature = "sprs",
     feature = "nalgebra-sparse",
