@@ -72,7 +72,7 @@ impl<T: Scalar> Backend<T> for MinimalBackend {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         // Host matrices, or handles of host memory (another memory's are WrongDevice).
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;

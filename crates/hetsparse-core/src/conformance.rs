@@ -119,7 +119,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@$mode $s:
             capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
             spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
-            spgemm_rejects_bad_operands,
+            spgemm_rejects_bad_operands, unclaimed_spgemm_options_are_refused,
             spmv_every_format,
             spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
             resident_round_trips, mixed_host_and_resident_operands, resident_chain,
@@ -476,6 +476,105 @@ fn class_operands<T: Scalar>(class: MatrixClass) -> (Csr<T>, Csr<T>) {
 
 // ---------------------------------------------------------------------------------------------
 // Checks
+
+/// SpGEMM options beyond plain plus-times that the backend does not list
+/// ([`crate::Capabilities::spgemm_features`]) are [`Error::Unsupported`] on every SpGEMM entry
+/// point, never ignored (a mask or a semiring ignored is a wrong answer).
+pub fn unclaimed_spgemm_options_are_refused<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    use crate::backend::{AccumulateOp, Mask, SemiringKind, SpgemmFeatures};
+    let nm = name(b);
+    if !claims(b, Operation::Spgemm(SpgemmAlgorithm::Auto)) {
+        return;
+    }
+    let (x, y) = class_operands::<T>(MatrixClass::Uniform);
+    let c = reference::spgemm::<T, PlusTimes>(&x, &y).expect("the reference product");
+    let features: SpgemmFeatures = b.capabilities().spgemm_features(T::TYPE);
+    let mut variants: Vec<(String, SpgemmOptions)> = Vec::new();
+    for s in SemiringKind::ALL {
+        if !features.semirings.contains(&s) {
+            variants.push((
+                format!("the {s} semiring"),
+                SpgemmOptions::new().with_semiring(s),
+            ));
+        }
+    }
+    for (what, mask) in [
+        ("a structural mask", Mask::structural(&c)),
+        ("a valued mask", Mask::valued(&c)),
+        ("a complemented mask", Mask::structural(&c).complemented()),
+    ] {
+        let o = SpgemmOptions::new().with_mask(mask);
+        if o.unsupported_by(&features).is_some() {
+            variants.push((what.into(), o));
+        }
+    }
+    for acc in [AccumulateOp::Plus, AccumulateOp::Min, AccumulateOp::Second] {
+        if !features.accumulators.contains(&acc) {
+            variants.push((
+                format!("the {acc} accumulator"),
+                SpgemmOptions::new().with_accumulator(acc),
+            ));
+        }
+    }
+    let refused = |what: &str, path: &str, r: Result<(), Error>| {
+        assert!(
+            matches!(r, Err(Error::Unsupported { .. })),
+            "{nm}: SpGEMM with {what} ({path}) gave {r:?}, not Unsupported"
+        );
+    };
+    let chunks = [
+        ProductChunk {
+            rows: 0..x.nrows() / 2,
+            cols: 0..y.ncols(),
+        },
+        ProductChunk {
+            rows: x.nrows() / 2..x.nrows(),
+            cols: 0..y.ncols(),
+        },
+    ];
+    let run = RunControl::new();
+    for (what, o) in &variants {
+        let (hx, hy): (CsrOperand<'_, T>, CsrOperand<'_, T>) = ((&x).into(), (&y).into());
+        refused(
+            what,
+            "spgemm_with",
+            b.spgemm_with(hx, hy, o, &run).map(drop),
+        );
+        refused(
+            what,
+            "spgemm_resident",
+            b.spgemm_resident(hx, hy, o, &run).map(drop),
+        );
+        refused(what, "plan_spgemm", b.plan_spgemm(hx, hy, o).map(drop));
+        refused(
+            what,
+            "spgemm_requirement",
+            b.spgemm_requirement(hx, hy, o).map(drop),
+        );
+        let mut delivered = 0;
+        let r = b.spgemm_chunks(hx, hy, &chunks, o, &run, &mut |_| {
+            delivered += 1;
+            Ok(())
+        });
+        refused(what, "spgemm_chunks", r);
+        assert_eq!(delivered, 0, "{nm}: chunks with {what} were delivered");
+        let r = b.spgemm_chunk_counts(hx, hy, &chunks, o, &run, &mut |_, _| Ok(()));
+        refused(what, "spgemm_chunk_counts", r);
+        let all_columns = std::iter::once(0..y.ncols()).collect();
+        let layout = ProductLayout::count(&x, &y, all_columns).expect("C's layout");
+        let buffer = ProductBuffer::<T>::new(layout).expect("C's arrays");
+        let mut places = Vec::new();
+        for chunk in &chunks {
+            let segments = buffer.layout().segments(0, chunk.rows.clone());
+            // SAFETY: the chunks' rows tile C, so no two places share a position.
+            places.push(unsafe { buffer.place(chunk.clone(), 0, segments) }.expect("a place"));
+        }
+        let r = b.spgemm_chunks_into(hx, hy, &mut places, o, &run, &mut |_, _| Ok(()));
+        refused(what, "spgemm_chunks_into", r);
+    }
+    // Plain options with any algorithm stay plain, and run.
+    assert!(SpgemmOptions::new().is_plain());
+}
 
 /// The backend describes itself and claims at least one operation for `T`.
 pub fn capabilities_are_consistent<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {

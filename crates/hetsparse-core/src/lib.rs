@@ -40,12 +40,13 @@ pub mod scalar;
 pub mod semiring;
 
 pub use backend::{
-    Backend, BackendKind, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct, ChunkSink,
-    ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind,
-    DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone,
-    ProductBuffer, ProductChunk, ProductLayout, Progress, Reservation, Residency, ResidentCsr,
-    ResidentDense, ResidentOps, RunControl, Shaped, SparseOperand, SpgemmAlgorithm, SpgemmOptions,
-    SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    AccumulateOp, Backend, BackendKind, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct,
+    ChunkSink, ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind,
+    DeviceProfile, Mask, MaskKind, MemoryPool, MemoryRequirement, MemorySpace, Operation,
+    PatternId, PlaceDone, ProductBuffer, ProductChunk, ProductLayout, Progress, Reservation,
+    Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind, Shaped,
+    SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    SpmvOptions, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{

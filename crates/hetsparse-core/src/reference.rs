@@ -168,7 +168,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
@@ -233,7 +233,7 @@ impl<T: Scalar> ChunkPipeline<T> for ReferenceBackend {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         check::chunks(a.shape(), b.shape(), chunks)?;

@@ -264,8 +264,9 @@ mod own_memory {
             &self,
             a: CsrOperand<'_, T>,
             b: CsrOperand<'_, T>,
-            _options: &SpgemmOptions,
+            options: &SpgemmOptions,
         ) -> Result<MemoryRequirement> {
+            check::spgemm_supported::<T>(self, options)?;
             check::shapes("SpGEMM", a.shape(), b.shape())?;
             let (a, b) = (self.host(a)?, self.host(b)?);
             let (CsrOperand::Host(a), CsrOperand::Host(b)) = (a, b) else {

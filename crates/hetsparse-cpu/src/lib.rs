@@ -220,7 +220,7 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         run.checkpoint()?;
@@ -354,7 +354,7 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<SpgemmPlan<T>> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(ha, hb)?;
         let _span =
@@ -443,7 +443,7 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         check::chunks(a.shape(), b.shape(), chunks)?;
@@ -484,7 +484,7 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
         run: &RunControl,
         done: &mut PlaceDone<'_>,
     ) -> Result<()> {
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
         check::spgemm(a, b)?;
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();

@@ -404,7 +404,7 @@ impl CudaBackend {
     ) -> Result<()> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::chunks(a.shape(), b.shape(), chunks)?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
         spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, delivery)
@@ -435,7 +435,7 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         run: &RunControl,
     ) -> Result<Csr<T>> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
         spgemm::multiply(&self.gpu, a, b, options.algorithm, run)
@@ -561,7 +561,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
@@ -610,7 +610,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         options: &SpgemmOptions,
     ) -> Result<SpgemmPlan<T>> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (pa, pb) = (OperandPattern::of(&a), OperandPattern::of(&b));
         let (da, db) = (self.operand(a)?, self.operand(b)?);
         // Watched, so that the plan learns the product count whatever the algorithm.
@@ -658,7 +658,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         options: &SpgemmOptions,
     ) -> Result<MemoryRequirement> {
         check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::supported::<T>(self, Operation::Spgemm(options.algorithm))?;
+        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         spgemm::requirement(&self.gpu, a, b, options.algorithm)
     }

@@ -453,7 +453,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         tracing::debug_span!("check operands").in_scope(|| -> Result<()> {
             self.check_csr(&a)?;
             self.check_csr(&b)?;
-            check::supported::<T>(self, op)?;
+            check::spgemm_supported::<T>(self, options)?;
             check::shapes("SpGEMM", a.shape(), b.shape())
         })?;
         run.checkpoint()?;
@@ -650,7 +650,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         let op = Operation::Spgemm(options.algorithm);
         self.check_csr(&a)?;
         self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
+        check::spgemm_supported::<T>(self, options)?;
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
@@ -714,7 +714,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         let op = Operation::Spgemm(options.algorithm);
         self.check_csr(&a)?;
         self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
+        check::spgemm_supported::<T>(self, options)?;
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         let program = self.program::<T>(op, false)?;
         self.plan(&program, a, b, options)
@@ -743,7 +743,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         let op = Operation::Spgemm(options.algorithm);
         self.check_csr(&a)?;
         self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
+        check::spgemm_supported::<T>(self, options)?;
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         let program = self.program::<T>(op, false)?;
         self.requirement(&program, a, b)
@@ -763,7 +763,7 @@ impl<T: Scalar> ChunkPipeline<T> for OpenClBackend {
         let op = Operation::Spgemm(options.algorithm);
         self.check_csr(&a)?;
         self.check_csr(&b)?;
-        check::supported::<T>(self, op)?;
+        check::spgemm_supported::<T>(self, options)?;
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         check::chunks(a.shape(), b.shape(), chunks)?;
         let program = self.program::<T>(op, false)?;

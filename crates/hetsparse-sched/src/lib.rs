@@ -483,6 +483,9 @@ impl<T: Scalar> Scheduler<T> {
         let started = Instant::now();
         self.policy.validate(self.backends.len())?;
         let part = self.taking_part(Operation::Spgemm(options.algorithm))?;
+        // After the backends taking part are known (none is NoDevice): options beyond plain
+        // plus-times that the scheduler does not list are refused, not ignored.
+        check::spgemm_supported::<T>(self, options)?;
         let operand_budget = self.operand_budget(&part);
         let participants = part.iter().filter(|p| **p).count();
         let _span = tracing::info_span!(

@@ -33,7 +33,7 @@ pub mod resident;
 pub mod run;
 pub mod window;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -47,7 +47,10 @@ use crate::scalar::{Scalar, ScalarType};
 pub use assemble::assemble_chunks;
 pub use chunks::ChunkPipeline;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
-pub use options::{SpgemmOptions, SpmmOptions, SpmvOptions};
+pub use options::{
+    AccumulateOp, Mask, MaskKind, SemiringKind, SpgemmFeatures, SpgemmOptions, SpmmOptions,
+    SpmvOptions,
+};
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::SpgemmPlan;
 pub use profile::DeviceProfile;
@@ -192,10 +195,12 @@ impl fmt::Display for Operation {
     }
 }
 
-/// The set of (operation, scalar type) pairs a backend supports.
+/// The set of (operation, scalar type) pairs a backend supports, and for each scalar type the
+/// SpGEMM options beyond plain plus-times it runs ([`SpgemmFeatures`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
     entries: BTreeSet<(Operation, ScalarType)>,
+    spgemm_features: BTreeMap<ScalarType, SpgemmFeatures>,
 }
 
 impl Capabilities {
@@ -230,6 +235,25 @@ impl Capabilities {
     /// Every (operation, scalar type) pair.
     pub fn iter(&self) -> impl Iterator<Item = (Operation, ScalarType)> + '_ {
         self.entries.iter().copied()
+    }
+    /// Declares that SpGEMM over each of `scalars` runs `features` (semirings, masks,
+    /// accumulators); without it, plain plus-times alone.
+    pub fn with_spgemm_features(
+        mut self,
+        scalars: &[ScalarType],
+        features: SpgemmFeatures,
+    ) -> Self {
+        for &s in scalars {
+            self.spgemm_features.insert(s, features.clone());
+        }
+        self
+    }
+    /// The SpGEMM options run for `scalar` ([`SpgemmFeatures::plain`] unless declared).
+    pub fn spgemm_features(&self, scalar: ScalarType) -> SpgemmFeatures {
+        self.spgemm_features
+            .get(&scalar)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -800,6 +824,30 @@ pub mod check {
             }
         }
         Ok(())
+    }
+
+    /// [`Error::Unsupported`] unless `device` runs SpGEMM over `T` with `options`: its
+    /// algorithm, and its semiring, mask and accumulator where they are not the plain ones
+    /// ([`Capabilities::spgemm_features`]). Every SpGEMM entry point calls it, so that options
+    /// a backend does not run are refused, never ignored.
+    pub fn spgemm_supported<T: Scalar>(
+        device: &(impl Device + ?Sized),
+        options: &SpgemmOptions,
+    ) -> Result<()> {
+        let op = Operation::Spgemm(options.algorithm);
+        supported::<T>(device, op)?;
+        if options.is_plain() {
+            return Ok(());
+        }
+        match options.unsupported_by(&device.capabilities().spgemm_features(T::TYPE)) {
+            None => Ok(()),
+            Some(what) => Err(Error::Unsupported {
+                backend: device.info().backend,
+                op,
+                scalar: T::TYPE,
+                detail: Some(what),
+            }),
+        }
     }
 
     /// [`Error::Unsupported`] unless `device` lists `op` for `T`.

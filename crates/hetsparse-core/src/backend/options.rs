@@ -1,33 +1,261 @@
-//! Options of each operation: one value per operation, so that new settings (a semiring, a mask,
-//! unsorted results) can be added without changing the trait again.
+//! Options of each operation: one value per operation, so that new settings can be added
+//! without changing the trait again.
+//!
+//! A SpGEMM's options carry, beside the algorithm, what GraphBLAS-style graph algorithms
+//! multiply with: a [`SemiringKind`], a [`Mask`] on C, and an [`AccumulateOp`] into C. The
+//! defaults are plain arithmetic, no mask and no accumulator: `C = A · B` as every backend
+//! computes it. Each backend lists in its [`Capabilities`](super::Capabilities) which of them it
+//! runs ([`SpgemmFeatures`]); options it does not list are [`Error::Unsupported`], never
+//! ignored.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
 
 use super::SpgemmAlgorithm;
+use crate::error::{Error, Result};
+use crate::format::Csr;
+use crate::scalar::Scalar;
+
+/// The semiring a SpGEMM multiplies over: its "add" combines the products landing on one
+/// entry of C, its "multiply" makes them. Kernels are written over the
+/// [`Semiring`](crate::Semiring) trait; this names one for the options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum SemiringKind {
+    /// `+` and `×`: ordinary arithmetic, the default.
+    #[default]
+    PlusTimes,
+    /// `min` and `+`, zero `+∞`: shortest paths.
+    MinPlus,
+    /// `max` and `+`, zero `−∞`: longest or critical paths.
+    MaxPlus,
+    /// `max` and `×`, zero `0`: most reliable paths (values in `[0, 1]`).
+    MaxTimes,
+    /// `or` and `and` over "stored and non-zero": reachability, breadth-first search.
+    OrAnd,
+    /// `+` and "1 for every pair of stored entries": counting common neighbours (triangles),
+    /// whatever the values.
+    PlusPair,
+}
+
+impl SemiringKind {
+    /// Every semiring, the default first.
+    pub const ALL: [SemiringKind; 6] = [
+        SemiringKind::PlusTimes,
+        SemiringKind::MinPlus,
+        SemiringKind::MaxPlus,
+        SemiringKind::MaxTimes,
+        SemiringKind::OrAnd,
+        SemiringKind::PlusPair,
+    ];
+}
+
+impl fmt::Display for SemiringKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SemiringKind::PlusTimes => "plus-times",
+            SemiringKind::MinPlus => "min-plus",
+            SemiringKind::MaxPlus => "max-plus",
+            SemiringKind::MaxTimes => "max-times",
+            SemiringKind::OrAnd => "or-and",
+            SemiringKind::PlusPair => "plus-pair",
+        })
+    }
+}
+
+/// What an entry of the mask matrix says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MaskKind {
+    /// Every stored entry of the mask admits C's entry there, whatever its value.
+    Structural,
+    /// Only stored entries whose value is not zero admit C's entry.
+    Valued,
+}
+
+/// Which entries of C a SpGEMM computes: those the mask admits (or, complemented, those it
+/// does not). The mask holds the admitting positions of a matrix of C's shape, taken once when
+/// it is made (a valued mask keeps its non-zero entries), so it is independent of the scalar
+/// type and cheap to clone.
+///
+/// ```
+/// use hetsparse_core::{Csr, Mask, MaskKind};
+/// let m = Csr::try_new(2, 2, vec![0, 1, 2], vec![0, 1], vec![1.0, 0.0])?;
+/// assert_eq!(Mask::structural(&m).entries(), 2);
+/// let valued = Mask::valued(&m).complemented();
+/// assert_eq!((valued.kind(), valued.entries(), valued.is_complemented()), (MaskKind::Valued, 1, true));
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Mask {
+    pattern: Arc<MaskPattern>,
+    kind: MaskKind,
+    complement: bool,
+    replace: bool,
+}
+
+/// The admitting positions of a mask: CSR structure without values.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MaskPattern {
+    nrows: usize,
+    ncols: usize,
+    row_offsets: Vec<u64>,
+    col_indices: Vec<u32>,
+}
+
+impl Mask {
+    /// Every stored entry of `m` admits C's entry at its position.
+    pub fn structural<U: Scalar>(m: &Csr<U>) -> Mask {
+        Mask::from_pattern(m, MaskKind::Structural, |_| true)
+    }
+
+    /// Stored entries of `m` whose value is not zero admit C's entry at their position.
+    pub fn valued<U: Scalar>(m: &Csr<U>) -> Mask {
+        Mask::from_pattern(m, MaskKind::Valued, |v: &U| *v != U::zero())
+    }
+
+    fn from_pattern<U: Scalar>(m: &Csr<U>, kind: MaskKind, admits: impl Fn(&U) -> bool) -> Mask {
+        let mut row_offsets = Vec::with_capacity(m.nrows() + 1);
+        let mut col_indices = Vec::new();
+        row_offsets.push(0);
+        for i in 0..m.nrows() {
+            let (cols, vals) = m.row(i);
+            col_indices.extend(
+                cols.iter()
+                    .zip(vals)
+                    .filter(|(_, v)| admits(v))
+                    .map(|(c, _)| *c),
+            );
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows: m.nrows(),
+                ncols: m.ncols(),
+                row_offsets,
+                col_indices,
+            }),
+            kind,
+            complement: false,
+            replace: false,
+        }
+    }
+
+    /// This mask, admitting the positions it did not and refusing those it did.
+    pub fn complemented(mut self) -> Mask {
+        self.complement = !self.complement;
+        self
+    }
+
+    /// This mask, with C's entries it refuses removed from an accumulated C rather than kept
+    /// (GraphBLAS's "replace"; it matters only with an [`AccumulateOp`]).
+    pub fn replacing(mut self) -> Mask {
+        self.replace = true;
+        self
+    }
+
+    /// Structural or valued.
+    pub fn kind(&self) -> MaskKind {
+        self.kind
+    }
+
+    /// Whether it admits the positions its matrix does not hold.
+    pub fn is_complemented(&self) -> bool {
+        self.complement
+    }
+
+    /// Whether refused entries of an accumulated C are removed.
+    pub fn is_replacing(&self) -> bool {
+        self.replace
+    }
+
+    /// The shape of the matrix it was made from (C's shape, for the product it masks).
+    pub fn shape(&self) -> (usize, usize) {
+        (self.pattern.nrows, self.pattern.ncols)
+    }
+
+    /// How many positions its matrix admits (before any complement).
+    pub fn entries(&self) -> u64 {
+        self.pattern.col_indices.len() as u64
+    }
+
+    /// The admitted columns of row `i` (before any complement), sorted as its matrix's were.
+    /// `i` must be below the mask's rows.
+    pub fn row(&self, i: usize) -> &[u32] {
+        let p = &self.pattern;
+        &p.col_indices[p.row_offsets[i] as usize..p.row_offsets[i + 1] as usize]
+    }
+}
+
+/// How a product is combined with the C it is accumulated into (`C ⊙= A · B`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum AccumulateOp {
+    /// `c + p`.
+    Plus,
+    /// `c × p`.
+    Times,
+    /// `min(c, p)`.
+    Min,
+    /// `max(c, p)`.
+    Max,
+    /// `p`: the product's entry replaces C's.
+    Second,
+}
+
+impl fmt::Display for AccumulateOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccumulateOp::Plus => "plus",
+            AccumulateOp::Times => "times",
+            AccumulateOp::Min => "min",
+            AccumulateOp::Max => "max",
+            AccumulateOp::Second => "second",
+        })
+    }
+}
 
 /// How to run a SpGEMM.
 ///
 /// ```
-/// use hetsparse_core::{SpgemmAlgorithm, SpgemmOptions};
+/// use hetsparse_core::{Csr, Mask, SemiringKind, SpgemmAlgorithm, SpgemmOptions};
 /// let options = SpgemmOptions::new().with_algorithm(SpgemmAlgorithm::RowRow);
 /// assert_eq!(options.algorithm, SpgemmAlgorithm::RowRow);
 /// assert_eq!(SpgemmOptions::from(SpgemmAlgorithm::Esc).algorithm, SpgemmAlgorithm::Esc);
+/// // Shortest paths of two hops, only where no edge is yet.
+/// let graph = Csr::<f64>::identity(4)?;
+/// let options = SpgemmOptions::new()
+///     .with_semiring(SemiringKind::MinPlus)
+///     .with_mask(Mask::structural(&graph).complemented());
+/// assert!(!options.is_plain());
+/// # Ok::<(), hetsparse_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct SpgemmOptions {
     /// The algorithm; [`SpgemmAlgorithm::Auto`] lets the backend choose.
     pub algorithm: SpgemmAlgorithm,
+    /// The semiring; [`SemiringKind::PlusTimes`] by default.
+    pub semiring: SemiringKind,
+    /// Which entries of C to compute; all of them by default.
+    pub mask: Option<Mask>,
+    /// How the product combines with an existing C; none by default (C is the product).
+    pub accumulator: Option<AccumulateOp>,
 }
 
 impl Default for SpgemmOptions {
     fn default() -> Self {
         SpgemmOptions {
             algorithm: SpgemmAlgorithm::Auto,
+            semiring: SemiringKind::PlusTimes,
+            mask: None,
+            accumulator: None,
         }
     }
 }
 
 impl SpgemmOptions {
-    /// The defaults: the backend's choice of algorithm.
+    /// The defaults: the backend's choice of algorithm, plus-times, no mask, no accumulator.
     pub fn new() -> Self {
         Self::default()
     }
@@ -36,11 +264,105 @@ impl SpgemmOptions {
         self.algorithm = algorithm;
         self
     }
+    /// These options with `semiring`.
+    pub fn with_semiring(mut self, semiring: SemiringKind) -> Self {
+        self.semiring = semiring;
+        self
+    }
+    /// These options with `mask` on C.
+    pub fn with_mask(mut self, mask: Mask) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+    /// These options with `accumulator`.
+    pub fn with_accumulator(mut self, accumulator: AccumulateOp) -> Self {
+        self.accumulator = Some(accumulator);
+        self
+    }
+    /// Whether these are plain `C = A · B`: plus-times, no mask, no accumulator (any
+    /// algorithm). Every backend runs those.
+    pub fn is_plain(&self) -> bool {
+        self.semiring == SemiringKind::PlusTimes
+            && self.mask.is_none()
+            && self.accumulator.is_none()
+    }
+    /// The first of these options `features` lacks, in words (for [`Error::Unsupported`]).
+    pub fn unsupported_by(&self, features: &SpgemmFeatures) -> Option<String> {
+        if !features.semirings.contains(&self.semiring) {
+            return Some(format!("the {} semiring", self.semiring));
+        }
+        if let Some(mask) = &self.mask {
+            if !features.masks.contains(&mask.kind) {
+                return Some(format!("a {:?} mask", mask.kind).to_lowercase());
+            }
+            if mask.complement && !features.complemented_masks {
+                return Some("a complemented mask".into());
+            }
+            if mask.replace && !features.replacing_masks {
+                return Some("a replacing mask".into());
+            }
+        }
+        if let Some(acc) = self.accumulator {
+            if !features.accumulators.contains(&acc) {
+                return Some(format!("the {acc} accumulator"));
+            }
+        }
+        None
+    }
+    /// [`Error::InvalidArgument`] unless the mask, if any, has C's shape `shape`.
+    pub fn check_mask_shape(&self, shape: (usize, usize)) -> Result<()> {
+        match &self.mask {
+            Some(mask) if mask.shape() != shape => Err(Error::InvalidArgument(format!(
+                "SpGEMM: a {}×{} mask for a {}×{} product",
+                mask.shape().0,
+                mask.shape().1,
+                shape.0,
+                shape.1
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl From<SpgemmAlgorithm> for SpgemmOptions {
     fn from(algorithm: SpgemmAlgorithm) -> Self {
         SpgemmOptions::new().with_algorithm(algorithm)
+    }
+}
+
+/// Which SpGEMM options a backend runs for one scalar type, beside the algorithms its
+/// [`Capabilities`](super::Capabilities) list: the default is plain plus-times alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpgemmFeatures {
+    /// The semirings it multiplies over.
+    pub semirings: BTreeSet<SemiringKind>,
+    /// The kinds of mask it applies.
+    pub masks: BTreeSet<MaskKind>,
+    /// Whether it applies complemented masks.
+    pub complemented_masks: bool,
+    /// Whether it applies replacing masks.
+    pub replacing_masks: bool,
+    /// The accumulators it combines with.
+    pub accumulators: BTreeSet<AccumulateOp>,
+}
+
+impl Default for SpgemmFeatures {
+    fn default() -> Self {
+        SpgemmFeatures {
+            semirings: BTreeSet::from([SemiringKind::PlusTimes]),
+            masks: BTreeSet::new(),
+            complemented_masks: false,
+            replacing_masks: false,
+            accumulators: BTreeSet::new(),
+        }
+    }
+}
+
+impl SpgemmFeatures {
+    /// Plus-times alone: what every backend runs.
+    pub fn plain() -> Self {
+        Self::default()
     }
 }
 

@@ -266,7 +266,7 @@ pub mod in_host {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<MemoryRequirement> {
-        let _ = options;
+        check::spgemm_supported::<T>(backend, options)?;
         check::shapes("SpGEMM", a.shape(), b.shape())?;
         let (ha, hb) = (
             check::csr_operand(backend, a)?,
