@@ -57,12 +57,16 @@ mod own_memory {
                 .map(|s| &s.0)
                 .ok_or_else(|| internal("a dense handle of this memory over another storage"))
         }
+        /// A host operand itself, a handle's matrix read from its storage.
+        fn matrix<'a, T: Scalar>(&self, m: CsrOperand<'a, T>) -> Result<&'a Csr<T>> {
+            match m {
+                CsrOperand::Host(m) => Ok(m),
+                CsrOperand::Resident(r) => self.csr(r),
+            }
+        }
         /// Host operands as they are, handles read from their storage.
         fn host<'a, T: Scalar>(&self, m: CsrOperand<'a, T>) -> Result<CsrOperand<'a, T>> {
-            Ok(match m {
-                CsrOperand::Host(m) => CsrOperand::Host(m),
-                CsrOperand::Resident(r) => CsrOperand::Host(self.csr(r)?),
-            })
+            Ok(CsrOperand::Host(self.matrix(m)?))
         }
         fn host_sparse<'a, T: Scalar>(
             &self,
@@ -219,10 +223,7 @@ mod own_memory {
             options: &SpgemmOptions,
         ) -> Result<SpgemmPlan<T>> {
             let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
-            let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (self.host(a)?, self.host(b)?)
-            else {
-                return Err(internal("operands not read"));
-            };
+            let (ha, hb) = (self.matrix(a)?, self.matrix(b)?);
             let products = hetsparse_core::analysis::total_products(ha, hb)?;
             let mut requirement = MemoryRequirement::default();
             requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(
@@ -268,10 +269,7 @@ mod own_memory {
         ) -> Result<MemoryRequirement> {
             check::spgemm_supported::<T>(self, options)?;
             check::shapes("SpGEMM", a.shape(), b.shape())?;
-            let (a, b) = (self.host(a)?, self.host(b)?);
-            let (CsrOperand::Host(a), CsrOperand::Host(b)) = (a, b) else {
-                return Err(internal("operands not read"));
-            };
+            let (a, b) = (self.matrix(a)?, self.matrix(b)?);
             let bound = check::output_bound(a, b)?;
             let mut requirement = MemoryRequirement::default();
             requirement.output_bytes = hetsparse_core::backend::memory::csr_bytes(

@@ -121,13 +121,15 @@ pub mod plain {
         check::chunks(a.shape(), b.shape(), chunks)?;
         // Host copies only where some chunk takes part of an operand.
         let (nrows, ncols) = (a.shape().0, b.shape().1);
-        let ha = match chunks.iter().any(|c| c.rows != (0..nrows)) {
-            true => Some(host_operand(backend, a)?),
-            false => None,
+        let ha = if chunks.iter().any(|c| c.rows != (0..nrows)) {
+            Some(host_operand(backend, a)?)
+        } else {
+            None
         };
-        let hb = match chunks.iter().any(|c| c.cols != (0..ncols)) {
-            true => Some(host_operand(backend, b)?),
-            false => None,
+        let hb = if chunks.iter().any(|c| c.cols != (0..ncols)) {
+            Some(host_operand(backend, b)?)
+        } else {
+            None
         };
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
