@@ -1,5 +1,6 @@
 //! A backend in the seven required methods: the serial reference kernels behind `Device` and
-//! `Backend<T>`, computing in host memory. Everything else (resident matrices, plans, the chunk
+//! `Backend<T>`, computing in host memory. Its operations receive operands the public methods
+//! have validated (shapes, memory, capabilities). Everything else (resident matrices, plans, the chunk
 //! protocol the scheduler drives, DIA and BSR products) comes from the provided methods, and
 //! the backend passes the whole conformance suite (`tests/conformance.rs` runs it).
 //! docs/backend-guide.md walks through it.
@@ -8,14 +9,14 @@
 //! cargo run -p hetsparse-core --example minimal_backend
 //! ```
 
-use hetsparse_core::backend::{assemble_chunks, check};
+use hetsparse_core::backend::{assemble_chunks, host_operands};
 use hetsparse_core::format::SparseFormat;
 use hetsparse_core::reference;
 use hetsparse_core::{
     Backend, BackendKind, Capabilities, Csr, CsrOperand, CsrWindow, Dense, DenseOperand, Device,
     DeviceInfo, DeviceKind, MemorySpace, Operation, PlusTimes, ProductChunk, Residency, Result,
     RunControl, Scalar, ScalarType, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    SpmvOptions, Validated, VectorOperand,
 };
 
 /// Rows of A per block of SpGEMM: the serial kernel looks at the run between blocks.
@@ -65,17 +66,17 @@ impl Device for MinimalBackend {
 }
 
 impl<T: Scalar> Backend<T> for MinimalBackend {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
+        _options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        check::spgemm_supported::<T>(self, options)?;
-        // Host matrices, or handles of host memory (another memory's are WrongDevice).
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
+        // Checked above this method: shapes chain, the options are the plain ones the
+        // capabilities claim, and handles are of host memory, so each holds a host matrix.
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         run.checkpoint()?;
         // Progress is counted in intermediate products; a watcher told of the plan may cancel.
         let products = run.plan_product(a, b)?;
@@ -95,36 +96,34 @@ impl<T: Scalar> Backend<T> for MinimalBackend {
         assemble_chunks(a.nrows(), b.ncols(), tiles)
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         _options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
+            host_operands::sparse(self, a)?,
+            host_operands::dense(self, b)?,
         );
-        check::supported::<T>(self, Operation::Spmm(a.format()))?;
-        check::spmm(&a, b)?;
         run.checkpoint()?;
         reference::spmm::<T, PlusTimes>(&*a.to_csr()?, b)
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         _options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
+            host_operands::sparse(self, a)?,
+            host_operands::vector(self, x)?,
         );
-        check::supported::<T>(self, Operation::Spmv(a.format()))?;
-        check::spmv(&a, x)?;
         run.checkpoint()?;
         reference::spmv::<T, PlusTimes>(&*a.to_csr()?, x)
     }

@@ -2424,7 +2424,7 @@ mod tests {
     //! The suite must fail for backends that are wrong in the ways backends go wrong.
 
     use super::*;
-    use crate::backend::{Capabilities, Device, DeviceInfo};
+    use crate::backend::{Capabilities, Device, DeviceInfo, Validated};
     use crate::ReferenceBackend;
 
     /// The reference backend with one fault switched on.
@@ -2455,12 +2455,13 @@ mod tests {
     }
 
     impl Backend<f64> for Faulty {
-        fn spgemm_with(
+        fn spgemm_checked(
             &self,
             a: CsrOperand<'_, f64>,
             b: CsrOperand<'_, f64>,
             options: &SpgemmOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> crate::Result<Csr<f64>> {
             let c = ReferenceBackend.spgemm_with(a, b, options, run)?;
             Ok(match self.0 {
@@ -2483,21 +2484,23 @@ mod tests {
                 _ => c,
             })
         }
-        fn spmm_with(
+        fn spmm_checked(
             &self,
             a: SparseOperand<'_, f64>,
             b: DenseOperand<'_, f64>,
             options: &SpmmOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> crate::Result<Dense<f64>> {
             ReferenceBackend.spmm_with(a, b, options, run)
         }
-        fn spmv_with(
+        fn spmv_checked(
             &self,
             a: SparseOperand<'_, f64>,
             x: VectorOperand<'_, f64>,
             options: &SpmvOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> crate::Result<Vec<f64>> {
             let mut y = ReferenceBackend.spmv_with(a, x, options, run)?;
             if let (Fault::SpmvOffByOne, Some(v)) = (self.0, y.last_mut()) {

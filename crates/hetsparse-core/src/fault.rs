@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use crate::backend::memory::csr_bytes;
 use crate::backend::{
-    check, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, CsrOperand, DenseOperand,
+    Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, CsrOperand, DenseOperand,
     Device, DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
     Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SparseOperand, SpgemmOptions,
-    SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 use crate::error::{DeviceFault, Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};
@@ -330,47 +330,53 @@ impl<T: Scalar> Device for FaultyBackend<T> {
     fn driver_version(&self) -> Option<String> {
         self.inner.driver_version()
     }
+    fn available(&self) -> Result<()> {
+        self.inner.available()
+    }
 }
 
 impl<T: Scalar> Backend<T> for FaultyBackend<T> {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
         self.begin("SpGEMM", || product_need(a, b), Some(run))?;
         self.inner.spgemm_with(a, b, options, run)
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         self.begin("SpMM", || dense_need(a, b.shape().1), Some(run))?;
         self.inner.spmm_with(a, b, options, run)
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         self.begin("SpMV", || dense_need(a, 1), Some(run))?;
         self.inner.spmv_with(a, x, options, run)
     }
 
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+    fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
         self.begin("DIA×DIA SpGEMM", || dia_need(a, b), None)?;
         self.inner.dia_spgemm(a, b)
     }
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+    fn bsr_spgemm_checked(&self, a: &Bsr<T>, b: &Bsr<T>, _checked: Validated) -> Result<Bsr<T>> {
         self.inner.bsr_spgemm(a, b)
     }
 
@@ -390,16 +396,21 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
     fn store_owned(&self, m: Csr<T>) -> Result<ResidentCsr<T>> {
         self.inner.upload_owned(m)
     }
-    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+    fn store_values(
+        &self,
+        pattern: &ResidentCsr<T>,
+        values: &[T],
+        _checked: Validated,
+    ) -> Result<ResidentCsr<T>> {
         self.inner.upload_values(pattern, values)
     }
-    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+    fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
         self.inner.download(m)
     }
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.inner.upload_dense(d)
     }
-    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+    fn load_dense(&self, d: &ResidentDense<T>, _checked: Validated) -> Result<Dense<T>> {
         self.inner.download_dense(d)
     }
 
@@ -409,6 +420,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         self.begin("SpGEMM", || product_need(a, b), Some(run))?;
         self.inner.spgemm_resident(a, b, options, run)
@@ -419,6 +431,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
         self.inner.spmm_resident(a, b, options, run)
     }
@@ -428,6 +441,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
         self.inner.spmv_resident(a, x, options, run)
     }
@@ -437,6 +451,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
         self.begin("SpGEMM plan", || product_need(a, b), None)?;
         self.inner.plan_spgemm(a, b, options)
@@ -448,6 +463,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         let need = || {
             let vb = size_of::<T>();
@@ -464,6 +480,7 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<MemoryRequirement> {
         self.inner.spgemm_requirement(a, b, options)
     }
@@ -480,9 +497,8 @@ impl<T: Scalar> ChunkPipeline<T> for FaultyBackend<T> {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        _checked: Validated,
     ) -> Result<()> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
         self.chunks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -518,6 +534,7 @@ impl<T: Scalar> ChunkPipeline<T> for FaultyBackend<T> {
         rows: Range<usize>,
         offsets: &[i64],
         c: &mut [&mut [std::mem::MaybeUninit<T>]],
+        _checked: Validated,
     ) -> Result<()> {
         self.begin("DIA×DIA SpGEMM rows", || dia_need(a, b), None)?;
         self.inner.dia_spgemm_rows(a, b, rows, offsets, c)

@@ -46,7 +46,7 @@ pub use backend::{
     PatternId, PlaceDone, ProductBuffer, ProductChunk, ProductLayout, Progress, Reservation,
     Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind, Shaped,
     SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    SpmvOptions, Validated, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{

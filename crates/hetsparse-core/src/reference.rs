@@ -3,10 +3,10 @@
 //! [`ReferenceBackend`] wraps them in the [`Backend`] trait and passes the conformance suite.
 
 use crate::backend::{
-    check, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand,
-    CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, MemorySpace, Operation, ProductChunk,
-    Residency, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
-    VectorOperand,
+    check, host_operands, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink,
+    ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, MemorySpace,
+    Operation, ProductChunk, Residency, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -161,16 +161,15 @@ impl Device for ReferenceBackend {
 }
 
 impl<T: Scalar> Backend<T> for ReferenceBackend {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
+        _options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         run.checkpoint()?;
         run.plan_product(a, b)?;
         // A watcher told of the plan may have cancelled it.
@@ -179,36 +178,34 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), true)
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         _options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
+            host_operands::sparse(self, a)?,
+            host_operands::dense(self, b)?,
         );
-        check::supported::<T>(self, Operation::Spmm(a.format()))?;
-        check::spmm(&a, b)?;
         run.checkpoint()?;
         spmm::<T, PlusTimes>(&*a.to_csr()?, b)
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         _options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
+            host_operands::sparse(self, a)?,
+            host_operands::vector(self, x)?,
         );
-        check::supported::<T>(self, Operation::Spmv(a.format()))?;
-        check::spmv(&a, x)?;
         run.checkpoint()?;
         spmv::<T, PlusTimes>(&*a.to_csr()?, x)
     }
@@ -229,14 +226,12 @@ impl<T: Scalar> ChunkPipeline<T> for ReferenceBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         chunks: &[ProductChunk],
-        options: &SpgemmOptions,
+        _options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        _checked: Validated,
     ) -> Result<()> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
             let start = Instant::now();

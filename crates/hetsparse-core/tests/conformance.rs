@@ -30,7 +30,7 @@ mod own_memory {
         Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device,
         DeviceInfo, Error, MemoryRequirement, MemorySpace, PatternId, ReferenceBackend, Residency,
         ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, SparseOperand,
-        SparseRef, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+        SparseRef, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
     };
 
     const KIND: BackendKind = BackendKind::Other("own-memory");
@@ -45,14 +45,13 @@ mod own_memory {
     struct PlanState<T>(Csr<T>);
 
     impl OwnMemory {
+        /// A handle's matrix: in this memory, as the public methods validated.
         fn csr<'a, T: Scalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a Csr<T>> {
-            check::same_space(self, m.space(), "a resident matrix")?;
             m.storage::<Stored<Csr<T>>>()
                 .map(|s| &s.0)
                 .ok_or_else(|| internal("a handle of this memory over another storage"))
         }
         fn dense<'a, T: Scalar>(&self, d: &'a ResidentDense<T>) -> Result<&'a Dense<T>> {
-            check::same_space(self, d.space(), "a resident dense matrix")?;
             d.storage::<Stored<Dense<T>>>()
                 .map(|s| &s.0)
                 .ok_or_else(|| internal("a dense handle of this memory over another storage"))
@@ -114,21 +113,23 @@ mod own_memory {
     }
 
     impl<T: Scalar> Backend<T> for OwnMemory {
-        fn spgemm_with(
+        fn spgemm_checked(
             &self,
             a: CsrOperand<'_, T>,
             b: CsrOperand<'_, T>,
             options: &SpgemmOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> Result<Csr<T>> {
             ReferenceBackend.spgemm_with(self.host(a)?, self.host(b)?, options, run)
         }
-        fn spmm_with(
+        fn spmm_checked(
             &self,
             a: SparseOperand<'_, T>,
             b: DenseOperand<'_, T>,
             options: &SpmmOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> Result<Dense<T>> {
             let b = match b {
                 DenseOperand::Host(d) => DenseOperand::Host(d),
@@ -136,22 +137,17 @@ mod own_memory {
             };
             ReferenceBackend.spmm_with(self.host_sparse(a)?, b, options, run)
         }
-        fn spmv_with(
+        fn spmv_checked(
             &self,
             a: SparseOperand<'_, T>,
             x: VectorOperand<'_, T>,
             options: &SpmvOptions,
             run: &RunControl,
+            _checked: Validated,
         ) -> Result<Vec<T>> {
             let x = match x {
                 VectorOperand::Host(x) => VectorOperand::Host(x),
-                VectorOperand::Resident(r) => {
-                    let d = self.dense(r)?;
-                    if d.ncols() != 1 {
-                        return Err(Error::InvalidArgument("not one column".into()));
-                    }
-                    VectorOperand::Host(d.data())
-                }
+                VectorOperand::Resident(r) => VectorOperand::Host(self.dense(r)?.data()),
             };
             ReferenceBackend.spmv_with(self.host_sparse(a)?, x, options, run)
         }
@@ -168,18 +164,22 @@ mod own_memory {
             let pattern = PatternId::of(&m);
             Ok(self.keep(m, pattern))
         }
-        fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        fn store_values(
+            &self,
+            pattern: &ResidentCsr<T>,
+            values: &[T],
+            _checked: Validated,
+        ) -> Result<ResidentCsr<T>> {
             let m = self.csr(pattern)?;
-            check::value_count(pattern.nnz(), values.len())?;
             Ok(self.keep(m.with_values(values.to_vec())?, pattern.pattern()))
         }
-        fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
             Ok(self.csr(m)?.clone())
         }
         fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
             Ok(self.keep_dense(d.clone()))
         }
-        fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        fn load_dense(&self, d: &ResidentDense<T>, _checked: Validated) -> Result<Dense<T>> {
             Ok(self.dense(d)?.clone())
         }
         fn spgemm_stored(
@@ -188,9 +188,10 @@ mod own_memory {
             b: CsrOperand<'_, T>,
             options: &SpgemmOptions,
             run: &RunControl,
+            checked: Validated,
         ) -> Result<ResidentCsr<T>> {
             let pattern = PatternId::of_product(a.pattern(), b.pattern());
-            Ok(self.keep(self.spgemm_with(a, b, options, run)?, pattern))
+            Ok(self.keep(self.spgemm_checked(a, b, options, run, checked)?, pattern))
         }
         fn spmm_stored(
             &self,
@@ -198,8 +199,9 @@ mod own_memory {
             b: DenseOperand<'_, T>,
             options: &SpmmOptions,
             run: &RunControl,
+            checked: Validated,
         ) -> Result<ResidentDense<T>> {
-            Ok(self.keep_dense(self.spmm_with(a, b, options, run)?))
+            Ok(self.keep_dense(self.spmm_checked(a, b, options, run, checked)?))
         }
         fn spmv_stored(
             &self,
@@ -207,8 +209,9 @@ mod own_memory {
             x: VectorOperand<'_, T>,
             options: &SpmvOptions,
             run: &RunControl,
+            checked: Validated,
         ) -> Result<ResidentDense<T>> {
-            let y = self.spmv_with(a, x, options, run)?;
+            let y = self.spmv_checked(a, x, options, run, checked)?;
             Ok(self.keep_dense(Dense::try_new(
                 y.len(),
                 1,
@@ -221,8 +224,9 @@ mod own_memory {
             a: CsrOperand<'_, T>,
             b: CsrOperand<'_, T>,
             options: &SpgemmOptions,
+            checked: Validated,
         ) -> Result<SpgemmPlan<T>> {
-            let c = self.spgemm_with(a, b, options, &RunControl::unwatched())?;
+            let c = self.spgemm_checked(a, b, options, &RunControl::unwatched(), checked)?;
             let (ha, hb) = (self.matrix(a)?, self.matrix(b)?);
             let products = hetsparse_core::analysis::total_products(ha, hb)?;
             let mut requirement = MemoryRequirement::default();
@@ -248,12 +252,12 @@ mod own_memory {
             a: CsrOperand<'_, T>,
             b: CsrOperand<'_, T>,
             run: &RunControl,
+            checked: Validated,
         ) -> Result<ResidentCsr<T>> {
-            plan.check_operands(&self.memory_space(), &a, &b)?;
             let planned = plan
                 .state::<PlanState<T>>()
                 .ok_or_else(|| internal("a plan without its state"))?;
-            let c = self.spgemm_with(a, b, plan.options(), run)?;
+            let c = self.spgemm_checked(a, b, plan.options(), run, checked)?;
             if c.row_offsets() != planned.0.row_offsets()
                 || c.col_indices() != planned.0.col_indices()
             {
@@ -265,10 +269,9 @@ mod own_memory {
             &self,
             a: CsrOperand<'_, T>,
             b: CsrOperand<'_, T>,
-            options: &SpgemmOptions,
+            _options: &SpgemmOptions,
+            _checked: Validated,
         ) -> Result<MemoryRequirement> {
-            check::spgemm_supported::<T>(self, options)?;
-            check::shapes("SpGEMM", a.shape(), b.shape())?;
             let (a, b) = (self.matrix(a)?, self.matrix(b)?);
             let bound = check::output_bound(a, b)?;
             let mut requirement = MemoryRequirement::default();

@@ -52,7 +52,7 @@ mod spgemm;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetsparse_core::backend::check;
+use hetsparse_core::backend::host_operands;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
 use hetsparse_core::backend::residency::in_host;
@@ -62,7 +62,7 @@ use hetsparse_core::{
     CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
     MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk, Residency,
     ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType, SparseOperand,
-    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, VectorOperand,
+    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 use spgemm::Watch;
 
@@ -213,16 +213,15 @@ impl Device for CpuBackend {
 }
 
 impl<T: Scalar> Backend<T> for CpuBackend {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         run.checkpoint()?;
         self.install(|| {
             let planned = run.plan_product(a, b)?;
@@ -236,18 +235,18 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         })
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         _options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
+            host_operands::sparse(self, a)?,
+            host_operands::dense(self, b)?,
         );
-        check::spmm(&a, b)?;
         run.checkpoint()?;
         if multiply::runs_serially(&a, b.ncols()) {
             return multiply::spmm::<T, PlusTimes>(a, b);
@@ -255,18 +254,18 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         self.install(|| multiply::spmm::<T, PlusTimes>(a, b))
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         _options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
+            host_operands::sparse(self, a)?,
+            host_operands::vector(self, x)?,
         );
-        check::spmv(&a, x)?;
         run.checkpoint()?;
         if multiply::runs_serially(&a, 1) {
             return multiply::spmv::<T, PlusTimes>(a, x);
@@ -274,13 +273,11 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
     }
 
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+    fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
         self.install(|| dia::multiply::<T, PlusTimes>(a, b))
     }
 
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::bsr_spgemm(a, b)?;
+    fn bsr_spgemm_checked(&self, a: &Bsr<T>, b: &Bsr<T>, _checked: Validated) -> Result<Bsr<T>> {
         self.install(|| bsr::multiply::<T, PlusTimes>(a, b))
     }
 
@@ -302,20 +299,25 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         in_host::store_owned(self, m)
     }
 
-    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
-        in_host::store_values(self, pattern, values)
+    fn store_values(
+        &self,
+        pattern: &ResidentCsr<T>,
+        values: &[T],
+        checked: Validated,
+    ) -> Result<ResidentCsr<T>> {
+        in_host::store_values(self, pattern, values, checked)
     }
 
-    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
-        in_host::load(self, m)
+    fn load(&self, m: &ResidentCsr<T>, checked: Validated) -> Result<Csr<T>> {
+        in_host::load(self, m, checked)
     }
 
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         in_host::store_dense(self, d)
     }
 
-    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
-        in_host::load_dense(self, d)
+    fn load_dense(&self, d: &ResidentDense<T>, checked: Validated) -> Result<Dense<T>> {
+        in_host::load_dense(self, d, checked)
     }
 
     fn spgemm_stored(
@@ -324,8 +326,9 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        in_host::spgemm_stored(self, a, b, options, run)
+        in_host::spgemm_stored(self, a, b, options, run, checked)
     }
 
     fn spmm_stored(
@@ -334,8 +337,9 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>> {
-        in_host::spmm_stored(self, a, b, options, run)
+        in_host::spmm_stored(self, a, b, options, run, checked)
     }
 
     fn spmv_stored(
@@ -344,8 +348,9 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>> {
-        in_host::spmv_stored(self, a, x, options, run)
+        in_host::spmv_stored(self, a, x, options, run, checked)
     }
 
     fn plan(
@@ -353,16 +358,15 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(ha, hb)?;
+        let (ha, hb) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         let _span =
             tracing::debug_span!("symbolic", nrows = ha.nrows(), ncols = hb.ncols()).entered();
         // The symbolic pass is one product: its structure is what every execution fills.
         let (c, products) = self.install(|| -> Result<_> {
-            let c =
-                <Self as Backend<T>>::spgemm_with(self, a, b, options, &RunControl::unwatched())?;
+            let unwatched = RunControl::unwatched();
+            let c = <Self as Backend<T>>::spgemm_checked(self, a, b, options, &unwatched, checked)?;
             Ok((c, hetsparse_core::analysis::total_products(ha, hb)?))
         })?;
         let structure = HostStructure::of(&c);
@@ -401,10 +405,10 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         let space = self.memory_space();
-        let (ha, hb) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        plan.check_operands(&space, &a, &b)?;
+        let (ha, hb) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         // Plans of other host backends hold the structure alone.
         let structure = plan
             .state::<HostStructure>()
@@ -428,8 +432,9 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        checked: Validated,
     ) -> Result<MemoryRequirement> {
-        in_host::requirement(self, a, b, options)
+        in_host::requirement(self, a, b, options, checked)
     }
 }
 
@@ -442,11 +447,9 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        _checked: Validated,
     ) -> Result<()> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         let b_shape = self.install(|| spgemm::shape_of_b(b));
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
@@ -483,12 +486,10 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         done: &mut PlaceDone<'_>,
+        _checked: Validated,
     ) -> Result<()> {
-        check::spgemm_supported::<T>(self, options)?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
-        check::spgemm(a, b)?;
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
-        check::chunks(a.shape(), b.shape(), &chunks)?;
         let b_shape = self.install(|| spgemm::shape_of_b(b));
         for (index, (place, chunk)) in places.iter_mut().zip(&chunks).enumerate() {
             run.checkpoint()?;
@@ -538,8 +539,8 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
         rows: std::ops::Range<usize>,
         offsets: &[i64],
         c: &mut [&mut [std::mem::MaybeUninit<T>]],
+        _checked: Validated,
     ) -> Result<()> {
-        check::dia_rows(a, b, &rows, offsets, c)?;
         self.install(|| dia::multiply_rows::<T, PlusTimes>(a, b, rows, offsets, c))
     }
 }

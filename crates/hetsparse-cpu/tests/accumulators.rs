@@ -80,9 +80,9 @@ fn check_product<T: Scalar>(a: &Csr<T>, b: &Csr<T>, what: &str) {
             &alg.into(),
             &RunControl::new(),
             &mut |part| {
-                let rows = a.rows(part.chunk.rows.clone())?;
-                let panel = b.column_panel(part.chunk.cols.clone())?;
-                let expected = reference::spgemm::<T, PlusTimes>(&rows, &panel)?;
+                // A chunk of C is C's block: rows of A times a column panel of B.
+                let rows = expected.rows(part.chunk.rows.clone())?;
+                let expected = rows.column_panel(part.chunk.cols.clone())?;
                 assert_matches(
                     &part.product,
                     &expected,

@@ -113,7 +113,6 @@ mod spmv;
 
 use std::sync::Arc;
 
-use hetsparse_core::backend::check;
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkPipeline, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense,
@@ -121,7 +120,7 @@ use hetsparse_core::{
     MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone, ProductChunk, Residency,
     ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, ScalarType, SparseFormat,
     SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions,
-    VectorOperand,
+    Validated, VectorOperand,
 };
 
 use resident::{DeviceCsr, DeviceDense, Kept};
@@ -333,9 +332,9 @@ impl CudaBackend {
         }
     }
 
-    /// The device storage behind a resident matrix of this device.
+    /// The device storage behind a resident matrix of this device (the public methods
+    /// validated its memory).
     fn csr<'a, T: DeviceScalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a DeviceCsr<T>> {
-        check::same_space(self, m.space(), "a resident matrix")?;
         m.storage::<Kept<DeviceCsr<T>>>()
             .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a resident matrix"))
@@ -343,7 +342,6 @@ impl CudaBackend {
 
     /// The device storage behind a resident dense matrix of this device.
     fn dense<'a, T: DeviceScalar>(&self, d: &'a ResidentDense<T>) -> Result<&'a DeviceDense<T>> {
-        check::same_space(self, d.space(), "a resident dense matrix")?;
         d.storage::<Kept<DeviceDense<T>>>()
             .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a resident dense matrix"))
@@ -377,22 +375,13 @@ impl CudaBackend {
     fn vec_in<'a, T: DeviceScalar>(&self, x: VectorOperand<'a, T>) -> Result<VecIn<'a, T>> {
         Ok(match x {
             VectorOperand::Host(x) => VecIn::Host(x),
-            VectorOperand::Resident(r) => {
-                let storage = self.dense(r)?;
-                if r.ncols() != 1 {
-                    return Err(Error::InvalidArgument(format!(
-                        "SpMV: the resident vector is a {}×{} matrix, not one column",
-                        r.nrows(),
-                        r.ncols()
-                    )));
-                }
-                VecIn::Device(&storage.data)
-            }
+            // One column, as validated.
+            VectorOperand::Resident(r) => VecIn::Device(&self.dense(r)?.data),
         })
     }
 
-    /// One chunk call of the SpGEMM pipeline, its results delivered as `delivery` says: the
-    /// checks every chunk entry point makes, then [`spgemm::multiply_chunks`].
+    /// One chunk call of the SpGEMM pipeline (its operands validated), its results delivered
+    /// as `delivery` says: [`spgemm::multiply_chunks`].
     fn chunk_call<T: DeviceScalar>(
         &self,
         a: CsrOperand<'_, T>,
@@ -402,9 +391,6 @@ impl CudaBackend {
         run: &RunControl,
         delivery: spgemm::Delivery<'_, '_, '_, T>,
     ) -> Result<()> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
-        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
         spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, delivery)
@@ -427,28 +413,27 @@ impl CudaBackend {
 }
 
 impl<T: DeviceScalar> Backend<T> for CudaBackend {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
         spgemm::multiply(&self.gpu, a, b, options.algorithm, run)
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         _options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
-        check::shapes("SpMM", a.shape(), b.shape())?;
         let (nrows, ncols) = (a.shape().0, b.shape().1);
         let (a, b) = (self.sparse_in(a)?, self.dense_in(b)?);
         run.checkpoint()?;
@@ -477,25 +462,25 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         Ok(Dense::try_new(nrows, ncols, layout, data)?)
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         _options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
-        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
         let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
         let y = spmv::spmv_device(&self.gpu, a, x, self.spmv_kernel_for(&a))?;
         spmv::download_vec::<T>(&self.gpu, &y)
     }
 
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+    fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
         dia::dia_spgemm(&self.gpu, a, b)
     }
 
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
+    fn bsr_spgemm_checked(&self, a: &Bsr<T>, b: &Bsr<T>, _checked: Validated) -> Result<Bsr<T>> {
         bsr::bsr_spgemm(&self.gpu, a, b, |pa, pb| {
             <Self as Backend<f32>>::spgemm(self, pa, pb, SpgemmAlgorithm::Auto)
         })
@@ -523,9 +508,13 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.upload(&m)
     }
 
-    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+    fn store_values(
+        &self,
+        pattern: &ResidentCsr<T>,
+        values: &[T],
+        _checked: Validated,
+    ) -> Result<ResidentCsr<T>> {
         let dev = self.csr(pattern)?;
-        check::value_count(pattern.nnz(), values.len())?;
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let new = dev.with_values(&self.gpu, &stream, values)?;
@@ -533,7 +522,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         Ok(self.wrap_csr(new, pattern.pattern()))
     }
 
-    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+    fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
         let dev = self.csr(m)?;
         self.gpu.bind()?;
         dev.download(&self.gpu, &**self.gpu.stream()?)
@@ -547,7 +536,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
     }
 
-    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+    fn load_dense(&self, d: &ResidentDense<T>, _checked: Validated) -> Result<Dense<T>> {
         let dev = self.dense(d)?;
         self.gpu.bind()?;
         dev.download(&self.gpu, &**self.gpu.stream()?, d.shape(), d.layout())
@@ -559,9 +548,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::spgemm_supported::<T>(self, options)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
@@ -575,8 +563,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         b: DenseOperand<'_, T>,
         _options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
-        check::shapes("SpMM", a.shape(), b.shape())?;
         let shape = (a.shape().0, b.shape().1);
         let (a, b) = (self.sparse_in(a)?, self.dense_in(b)?);
         let layout = match &b {
@@ -594,8 +582,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         x: VectorOperand<'_, T>,
         _options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
-        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
         let nrows = a.shape().0;
         let (a, x) = (self.sparse_in(a)?, self.vec_in(x)?);
         run.checkpoint()?;
@@ -608,9 +596,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::spgemm_supported::<T>(self, options)?;
         let (pa, pb) = (OperandPattern::of(&a), OperandPattern::of(&b));
         let (da, db) = (self.operand(a)?, self.operand(b)?);
         // Watched, so that the plan learns the product count whatever the algorithm.
@@ -638,8 +625,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        plan.check_operands(&self.space(), &a, &b)?;
         let structure = plan
             .state::<Kept<spgemm::Structure>>()
             .map(|k| &k.data)
@@ -656,9 +643,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<MemoryRequirement> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::spgemm_supported::<T>(self, options)?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         spgemm::requirement(&self.gpu, a, b, options.algorithm)
     }
@@ -673,6 +659,7 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        _checked: Validated,
     ) -> Result<()> {
         self.chunk_call(a, b, chunks, options, run, spgemm::Delivery::Chunks(sink))
     }
@@ -688,6 +675,7 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         done: &mut PlaceDone<'_>,
+        _checked: Validated,
     ) -> Result<()> {
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
         let delivery = spgemm::Delivery::Places { places, done };
@@ -704,6 +692,7 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+        _checked: Validated,
     ) -> Result<()> {
         let delivery = spgemm::Delivery::Counts(counts);
         self.chunk_call(a, b, chunks, options, run, delivery)
@@ -716,8 +705,8 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         rows: std::ops::Range<usize>,
         offsets: &[i64],
         c: &mut [&mut [std::mem::MaybeUninit<T>]],
+        _checked: Validated,
     ) -> Result<()> {
-        check::dia_rows(a, b, &rows, offsets, c)?;
         dia::dia_spgemm_rows(&self.gpu, a, b, rows, offsets, c)
     }
 }

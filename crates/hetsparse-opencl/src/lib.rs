@@ -86,7 +86,6 @@ use std::sync::Arc;
 
 use opencl3::program::Program;
 
-use hetsparse_core::backend::check;
 use hetsparse_core::backend::{
     ChunkSink, CsrOperand, DenseOperand, MemoryPool, MemoryRequirement, MemorySpace, PatternId,
     ProductChunk, ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan,
@@ -95,7 +94,7 @@ use hetsparse_core::backend::{
 use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
     Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Operation,
-    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SpgemmAlgorithm,
+    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SpgemmAlgorithm, Validated,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -291,56 +290,17 @@ impl OpenClBackend {
         }
     }
 
-    /// Checks SpMV operands whose either side is resident (A of those is CSR): handles,
-    /// capabilities, shapes; the program.
-    fn check_spmv<T: Scalar>(
-        &self,
-        a: &SparseOperand<'_, T>,
-        x: &VectorOperand<'_, T>,
-    ) -> Result<Arc<Program>> {
+    /// The program of SpMV or SpMM (`spmm`) with a sparse A of `a`'s format (CSR if resident).
+    fn program_for<T: Scalar>(&self, a: &SparseOperand<'_, T>, spmm: bool) -> Result<Arc<Program>> {
         let format = match a {
             SparseOperand::Host(m) => m.format(),
-            SparseOperand::Resident(r) => {
-                self.csr_storage(r)?;
-                SparseFormat::Csr
-            }
+            SparseOperand::Resident(_) => SparseFormat::Csr,
         };
-        if let VectorOperand::Resident(d) = x {
-            self.dense_storage(d)?;
-            if d.ncols() != 1 {
-                return Err(Error::InvalidArgument(format!(
-                    "SpMV: the resident vector is a {}×{} matrix, not one column",
-                    d.nrows(),
-                    d.ncols()
-                )));
-            }
-        }
-        let op = Operation::Spmv(format);
-        check::supported::<T>(self, op)?;
-        check::shapes("SpMV", a.shape(), (x.len(), 1))?;
-        self.program::<T>(op, false)
-    }
-
-    /// Checks SpMM operands whose either side is resident: handles, capabilities, shapes; the
-    /// program.
-    fn check_spmm<T: Scalar>(
-        &self,
-        a: &SparseOperand<'_, T>,
-        b: &DenseOperand<'_, T>,
-    ) -> Result<Arc<Program>> {
-        let format = match a {
-            SparseOperand::Host(m) => m.format(),
-            SparseOperand::Resident(r) => {
-                self.csr_storage(r)?;
-                SparseFormat::Csr
-            }
+        let op = if spmm {
+            Operation::Spmm(format)
+        } else {
+            Operation::Spmv(format)
         };
-        if let DenseOperand::Resident(d) = b {
-            self.dense_storage(d)?;
-        }
-        let op = Operation::Spmm(format);
-        check::supported::<T>(self, op)?;
-        check::shapes("SpMM", a.shape(), b.shape())?;
         self.program::<T>(op, false)
     }
 
@@ -442,20 +402,15 @@ fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
 }
 
 impl<T: Scalar> Backend<T> for OpenClBackend {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
         let op = Operation::Spgemm(options.algorithm);
-        tracing::debug_span!("check operands").in_scope(|| -> Result<()> {
-            self.check_csr(&a)?;
-            self.check_csr(&b)?;
-            check::spgemm_supported::<T>(self, options)?;
-            check::shapes("SpGEMM", a.shape(), b.shape())
-        })?;
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         let q = self.state.queue()?;
@@ -468,18 +423,19 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         let _ = options;
         let (a, b) = match (a, b) {
             (SparseOperand::Host(a), DenseOperand::Host(b)) => (a, b),
             (a, b) => {
-                let program = self.check_spmm(&a, &b)?;
+                let program = self.program_for(&a, true)?;
                 run.checkpoint()?;
                 let q = self.state.queue()?;
                 let (c, shape, layout, _held) =
@@ -488,8 +444,6 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             }
         };
         let op = Operation::Spmm(a.format());
-        check::supported::<T>(self, op)?;
-        check::spmm(&a, b)?;
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         let (m, n) = (a.shape().0, b.ncols());
@@ -502,18 +456,19 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         self.fetch_dense(&q, &c, shape, layout)
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         let _ = options;
         let (a, x) = match (a, x) {
             (SparseOperand::Host(a), VectorOperand::Host(x)) => (a, x),
             (a, x) => {
-                let program = self.check_spmv(&a, &x)?;
+                let program = self.program_for(&a, false)?;
                 run.checkpoint()?;
                 let q = self.state.queue()?;
                 let (y, n, _held) = self.spmv_on_device(&q, &program, a, x, false, run)?;
@@ -523,8 +478,6 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
             }
         };
         let op = Operation::Spmv(a.format());
-        check::supported::<T>(self, op)?;
-        check::spmv(&a, x)?;
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         if a.shape().0 == 0 || x.is_empty() {
@@ -554,9 +507,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         }
     }
 
-    fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::supported::<T>(self, Operation::BsrSpgemm)?;
-        check::bsr_spgemm(a, b)?;
+    fn bsr_spgemm_checked(&self, a: &Bsr<T>, b: &Bsr<T>, _checked: Validated) -> Result<Bsr<T>> {
         let program = self.program::<T>(Operation::BsrSpgemm, true)?;
         let ((r, k), (_, s)) = (a.block_shape(), b.block_shape());
         let _span =
@@ -606,9 +557,13 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         Backend::upload(self, &m)
     }
 
-    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+    fn store_values(
+        &self,
+        pattern: &ResidentCsr<T>,
+        values: &[T],
+        _checked: Validated,
+    ) -> Result<ResidentCsr<T>> {
         let storage = self.csr_storage(pattern)?;
-        check::value_count(pattern.nnz(), values.len())?;
         self.holds::<T>()?;
         let _span = tracing::info_span!("upload values", nnz = pattern.nnz()).entered();
         let q = self.state.queue()?;
@@ -616,7 +571,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         Ok(self.wrap_csr(c, pattern.pattern()))
     }
 
-    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+    fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
         let storage = self.csr_storage(m)?;
         self.holds::<T>()?;
         let q = self.state.queue()?;
@@ -631,7 +586,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         Ok(self.wrap_dense(stored))
     }
 
-    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+    fn load_dense(&self, d: &ResidentDense<T>, _checked: Validated) -> Result<Dense<T>> {
         let storage = self.dense_storage(d)?;
         self.holds::<T>()?;
         let q = self.state.queue()?;
@@ -646,12 +601,9 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::spgemm_supported::<T>(self, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
         run.checkpoint()?;
         let program = self.program::<T>(op, false)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
@@ -666,9 +618,10 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
         let _ = options;
-        let program = self.check_spmm(&a, &b)?;
+        let program = self.program_for(&a, true)?;
         run.checkpoint()?;
         if let (SparseOperand::Resident(ra), DenseOperand::Resident(rb)) = (a, b) {
             let shape = (ra.shape().0, rb.ncols());
@@ -688,9 +641,10 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentDense<T>> {
         let _ = options;
-        let program = self.check_spmv(&a, &x)?;
+        let program = self.program_for(&a, false)?;
         run.checkpoint()?;
         if let (SparseOperand::Resident(ra), VectorOperand::Resident(rx)) = (a, x) {
             let shape = (ra.shape().0, 1);
@@ -710,12 +664,9 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
         let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::spgemm_supported::<T>(self, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
         let program = self.program::<T>(op, false)?;
         self.plan(&program, a, b, options)
     }
@@ -726,10 +677,8 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        plan.check_operands(&self.memory_space(), &a, &b)?;
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
         let program = self.program::<T>(Operation::Spgemm(plan.options().algorithm), false)?;
         self.execute(&program, plan, a, b, run)
     }
@@ -739,12 +688,9 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<MemoryRequirement> {
         let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::spgemm_supported::<T>(self, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
         let program = self.program::<T>(op, false)?;
         self.requirement(&program, a, b)
     }
@@ -759,13 +705,9 @@ impl<T: Scalar> ChunkPipeline<T> for OpenClBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        _checked: Validated,
     ) -> Result<()> {
         let op = Operation::Spgemm(options.algorithm);
-        self.check_csr(&a)?;
-        self.check_csr(&b)?;
-        check::spgemm_supported::<T>(self, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
         let program = self.program::<T>(op, false)?;
         self.chunks(&program, a, b, chunks, run, sink)
     }

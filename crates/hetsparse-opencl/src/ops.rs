@@ -11,9 +11,8 @@ use opencl3::program::Program;
 
 use hetsparse_core::backend::plan::OperandPattern;
 use hetsparse_core::backend::{
-    check, ChunkSink, CsrOperand, CsrWindow, DenseOperand, MemoryRequirement, PatternId,
-    ProductChunk, ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan,
-    VectorOperand,
+    ChunkSink, CsrOperand, CsrWindow, DenseOperand, MemoryRequirement, PatternId, ProductChunk,
+    ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand,
 };
 use hetsparse_core::format::{Csr, Dense, Layout, SparseRef};
 use hetsparse_core::{ChunkProduct, DeviceKind, Error, Reservation, Result, RunControl, Scalar};
@@ -115,31 +114,21 @@ impl OpenClBackend {
         }
     }
 
-    /// The storage of a resident CSR matrix: [`Error::WrongDevice`] for a handle of another
-    /// memory space.
+    /// The storage of a resident CSR matrix of this backend's memory (the public methods
+    /// validated that).
     pub(crate) fn csr_storage<'a, T: Scalar>(&self, m: &'a ResidentCsr<T>) -> Result<&'a ClCsr> {
-        check::same_space(self, m.space(), "a resident matrix")?;
         m.storage::<ClCsr>()
             .ok_or_else(|| resident::foreign_storage("a resident matrix"))
     }
 
-    /// The storage of a resident dense matrix: [`Error::WrongDevice`] for a handle of another
-    /// memory space.
+    /// The storage of a resident dense matrix of this backend's memory (the public methods
+    /// validated that).
     pub(crate) fn dense_storage<'a, T: Scalar>(
         &self,
         d: &'a ResidentDense<T>,
     ) -> Result<&'a ClDense> {
-        check::same_space(self, d.space(), "a resident dense matrix")?;
         d.storage::<ClDense>()
             .ok_or_else(|| resident::foreign_storage("a resident dense matrix"))
-    }
-
-    /// Checks a SpGEMM operand's handle, if it is one.
-    pub(crate) fn check_csr<T: Scalar>(&self, m: &CsrOperand<'_, T>) -> Result<()> {
-        match m {
-            CsrOperand::Host(_) => Ok(()),
-            CsrOperand::Resident(r) => self.csr_storage(r).map(|_| ()),
-        }
     }
 
     pub(crate) fn wrap_csr<T: Scalar>(&self, c: ClCsr, pattern: PatternId) -> ResidentCsr<T> {

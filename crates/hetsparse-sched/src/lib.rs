@@ -52,12 +52,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::memory::csr_bytes;
-use hetsparse_core::backend::{assemble_chunks, check};
+use hetsparse_core::backend::{assemble_chunks, check, host_operands};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Dia, Error, MemorySpace, Operation, ProductBuffer, ProductChunk, ProductLayout,
     ResidentCsr, Result, RunControl, Scalar, SparseFormat, SparseOperand, SparseRef, SpgemmOptions,
-    SpmmOptions, SpmvOptions, VectorOperand,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 
 pub use band::{BandCost, BandWork};
@@ -483,9 +483,6 @@ impl<T: Scalar> Scheduler<T> {
         let started = Instant::now();
         self.policy.validate(self.backends.len())?;
         let part = self.taking_part(Operation::Spgemm(options.algorithm))?;
-        // After the backends taking part are known (none is NoDevice): options beyond plain
-        // plus-times that the scheduler does not list are refused, not ignored.
-        check::spgemm_supported::<T>(self, options)?;
         let operand_budget = self.operand_budget(&part);
         let participants = part.iter().filter(|p| **p).count();
         let _span = tracing::info_span!(
@@ -959,34 +956,42 @@ impl<T: Scalar> Device for Scheduler<T> {
     fn memory_space(&self) -> hetsparse_core::MemorySpace {
         hetsparse_core::MemorySpace::Host
     }
+
+    /// [`Error::NoDevice`] when the scheduler holds no backends.
+    fn available(&self) -> Result<()> {
+        if self.backends.is_empty() {
+            return Err(self.no_device());
+        }
+        Ok(())
+    }
 }
 
 impl<T: Scalar> Backend<T> for Scheduler<T> {
-    fn spgemm_with(
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        let (a, b) = (check::csr_operand(self, a)?, check::csr_operand(self, b)?);
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         run.checkpoint()?;
         self.spgemm_scheduled(a, b, options, run)
     }
 
-    fn spmm_with(
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
         let (a, b) = (
-            check::sparse_operand(self, a)?,
-            check::dense_operand(self, b)?,
+            host_operands::sparse(self, a)?,
+            host_operands::dense(self, b)?,
         );
-        check::spmm(&a, b)?;
         run.checkpoint()?;
         let k = b.ncols() as u64;
         if let SparseRef::Csr(csr) = a {
@@ -1007,18 +1012,18 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
         )
     }
 
-    fn spmv_with(
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        _checked: Validated,
     ) -> Result<Vec<T>> {
         let (a, x) = (
-            check::sparse_operand(self, a)?,
-            check::vector_operand(self, x)?,
+            host_operands::sparse(self, a)?,
+            host_operands::vector(self, x)?,
         );
-        check::spmv(&a, x)?;
         run.checkpoint()?;
         if let SparseRef::Csr(csr) = a {
             let shared = self.by_row_blocks(Kind::Spmv, csr, 1, run, &|backend, rows, r| {
@@ -1049,7 +1054,7 @@ impl<T: Scalar> Backend<T> for Scheduler<T> {
     /// rows, sized so that all finish together by the backends' [`BandCost`]s (calibrated on
     /// first use with [`Scheduler::calibrate_band`]), or by the speeds of
     /// [`Policy::RowSplitAssumed`]. A backend that fails has its rows rerun on the others.
-    fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
+    fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
         self.dia_scheduled(a, b)
     }
 

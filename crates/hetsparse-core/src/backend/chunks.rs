@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use super::{
     check, Backend, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming, CsrOperand, CsrWindow,
-    PlaceDone, ProductChunk, RunControl, SpgemmOptions,
+    PlaceDone, ProductChunk, RunControl, SpgemmOptions, Validated,
 };
 use crate::error::{Error, Result};
 use crate::format::{Csr, Dia, DiaRowBlock};
@@ -24,6 +24,12 @@ use crate::scalar::Scalar;
 
 /// A backend's own chunk protocol. Only [`ChunkPipeline::chunks`] is required; the others
 /// default to the [`plain`] protocol, which builds them from it and the backend's operations.
+///
+/// Each method receives what the public method [`Validated`]: the product as SpGEMM checks it,
+/// chunks inside it, the arguments of a band product's rows.
+// A chunk call carries the operands, the chunks, the options, the run, where results go and
+// the validation's evidence: one argument more than clippy's default.
+#[allow(clippy::too_many_arguments)]
 pub trait ChunkPipeline<T: Scalar>: Backend<T> {
     /// Computes the listed chunks of `A · B`, handing each to `sink` as it completes
     /// ([`Backend::spgemm_chunks`](super::Backend::spgemm_chunks), whose contract this keeps).
@@ -35,6 +41,7 @@ pub trait ChunkPipeline<T: Scalar>: Backend<T> {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        checked: Validated,
     ) -> Result<()>;
 
     /// Computes chunks straight into their places in C
@@ -48,8 +55,9 @@ pub trait ChunkPipeline<T: Scalar>: Backend<T> {
         options: &SpgemmOptions,
         run: &RunControl,
         done: &mut PlaceDone<'_>,
+        checked: Validated,
     ) -> Result<()> {
-        plain::spgemm_chunks_into(self, a, b, places, options, run, done)
+        plain::spgemm_chunks_into(self, a, b, places, options, run, done, checked)
     }
 
     /// The entries of each row of each chunk, the symbolic phase alone
@@ -63,8 +71,9 @@ pub trait ChunkPipeline<T: Scalar>: Backend<T> {
         options: &SpgemmOptions,
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+        checked: Validated,
     ) -> Result<()> {
-        plain::spgemm_chunk_counts(self, a, b, chunks, options, run, counts)
+        plain::spgemm_chunk_counts(self, a, b, chunks, options, run, counts, checked)
     }
 
     /// Rows of a band product written where they lie
@@ -77,8 +86,9 @@ pub trait ChunkPipeline<T: Scalar>: Backend<T> {
         rows: Range<usize>,
         offsets: &[i64],
         c: &mut [&mut [MaybeUninit<T>]],
+        checked: Validated,
     ) -> Result<()> {
-        plain::dia_spgemm_rows(self, a, b, rows, offsets, c)
+        plain::dia_spgemm_rows(self, a, b, rows, offsets, c, checked)
     }
 }
 
@@ -107,6 +117,7 @@ pub mod plain {
 
     /// Each chunk by [`Backend::spgemm_with`]: the operands themselves where a chunk's window
     /// of one is all of it, else a copy of the window ([`CsrWindow::to_csr`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn spgemm_chunks<T: Scalar, B: Backend<T> + ?Sized>(
         backend: &B,
         a: CsrOperand<'_, T>,
@@ -115,10 +126,8 @@ pub mod plain {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
+        checked: Validated,
     ) -> Result<()> {
-        check::spgemm_supported::<T>(backend, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
         // Host copies only where some chunk takes part of an operand.
         let (nrows, ncols) = (a.shape().0, b.shape().1);
         let ha = if chunks.iter().any(|c| c.rows != (0..nrows)) {
@@ -147,9 +156,16 @@ pub mod plain {
                     }
                     _ => None,
                 };
-                let pa = ca.as_ref().map_or(a, CsrOperand::from);
-                let pb = cb.as_ref().map_or(b, CsrOperand::from);
-                backend.spgemm_with(pa, pb, options, run)
+                match (&ca, &cb) {
+                    // The operands as validated.
+                    (None, None) => backend.spgemm_checked(a, b, options, run, checked),
+                    // A window is a product of its own, validated as one.
+                    _ => {
+                        let pa = ca.as_ref().map_or(a, CsrOperand::from);
+                        let pb = cb.as_ref().map_or(b, CsrOperand::from);
+                        backend.spgemm_with(pa, pb, options, run)
+                    }
+                }
             };
             let product = compute().map_err(|e| e.in_chunk(index))?;
             sink(ChunkProduct {
@@ -162,7 +178,9 @@ pub mod plain {
         Ok(())
     }
 
-    /// Each chunk from [`Backend::spgemm_chunks`], copied into its place.
+    /// Each chunk from [`plain::spgemm_chunks`](spgemm_chunks) or the backend's own
+    /// [`ChunkPipeline::chunks`], copied into its place.
+    #[allow(clippy::too_many_arguments)]
     pub fn spgemm_chunks_into<T: Scalar, B: Backend<T> + ?Sized>(
         backend: &B,
         a: CsrOperand<'_, T>,
@@ -171,32 +189,35 @@ pub mod plain {
         options: &SpgemmOptions,
         run: &RunControl,
         done: &mut PlaceDone<'_>,
+        checked: Validated,
     ) -> Result<()> {
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
-        backend.spgemm_chunks(a, b, &chunks, options, run, &mut |c: ChunkProduct<T>| {
+        let mut sink = |c: ChunkProduct<T>| {
             let place = places.get_mut(c.index).ok_or_else(|| Error::Internal {
                 backend: backend.info().backend,
                 what: format!("chunk {} of {} came back", c.index, chunks.len()),
             })?;
             place.write_csr(&c.product)?;
             done(c.index, c.timing)
-        })
+        };
+        match backend.chunk_pipeline() {
+            Some(p) => p.chunks(a, b, &chunks, options, run, &mut sink, checked),
+            None => spgemm_chunks(backend, a, b, &chunks, options, run, &mut sink, checked),
+        }
     }
 
     /// Counts on the host ([`crate::analysis::symbolic_panel_nnz`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn spgemm_chunk_counts<T: Scalar, B: Backend<T> + ?Sized>(
         backend: &B,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         chunks: &[ProductChunk],
-        options: &SpgemmOptions,
+        _options: &SpgemmOptions,
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+        _checked: Validated,
     ) -> Result<()> {
-        // A mask would change the counts: options the backend does not run are refused here too.
-        check::spgemm_supported::<T>(backend, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
-        check::chunks(a.shape(), b.shape(), chunks)?;
         let (ha, hb) = (host_operand(backend, a)?, host_operand(backend, b)?);
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;
@@ -216,8 +237,8 @@ pub mod plain {
         rows: Range<usize>,
         offsets: &[i64],
         c: &mut [&mut [MaybeUninit<T>]],
+        _checked: Validated,
     ) -> Result<()> {
-        check::dia_rows(a, b, &rows, offsets, c)?;
         let product = match DiaRowBlock::new(a, b, rows.clone()) {
             None => None,
             Some(block) => {

@@ -6,14 +6,16 @@
 //! `Vec<Box<dyn Backend<f64>>>` can mix CPU, CUDA and OpenCL backends.
 //!
 //! A backend implements seven methods: [`Device::info`], [`Device::capabilities`],
-//! [`Device::memory_space`], the three operations [`Backend::spgemm_with`],
-//! [`Backend::spmm_with`] and [`Backend::spmv_with`], and [`Backend::residency`], which says how
-//! it keeps resident matrices ([`residency`]: in host memory, built from the operations, or
-//! through its own [`ResidentOps`]). Everything else is provided and correct for any backend:
-//! residency dispatches on that answer, the chunk protocol the scheduler drives runs the
-//! [`chunks::plain`] one unless the backend pipelines chunks ([`ChunkPipeline`]), and DIA×DIA
-//! and BSR×BSR go through CSR SpGEMM unless the backend has kernels of its own. The guide
-//! `docs/backend-guide.md` walks through a minimal backend.
+//! [`Device::memory_space`], the three operations [`Backend::spgemm_checked`],
+//! [`Backend::spmm_checked`] and [`Backend::spmv_checked`], and [`Backend::residency`], which
+//! says how it keeps resident matrices ([`residency`]: in host memory, built from the
+//! operations, or through its own [`ResidentOps`]). Everything else is provided and correct for
+//! any backend: the public methods ([`Backend::spgemm_with`] and the others) [`validate`] their
+//! operands once and hand the backend a [`Validated`], residency dispatches on that answer, the
+//! chunk protocol the scheduler drives runs the [`chunks::plain`] one unless the backend
+//! pipelines chunks ([`ChunkPipeline`]), and DIA×DIA and BSR×BSR go through CSR SpGEMM unless
+//! the backend has kernels of its own. The guide `docs/backend-guide.md` walks through a
+//! minimal backend.
 //!
 //! Data flows through the submodules in order: operands on the host or [`resident`] in a
 //! backend's memory (a chunk of a product reads [`window`]s of them), the operation's
@@ -31,6 +33,7 @@ pub mod profile;
 pub mod residency;
 pub mod resident;
 pub mod run;
+pub mod validate;
 pub mod window;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,6 +63,7 @@ pub use resident::{
     VectorOperand,
 };
 pub use run::{ChunkTiming, Progress, RunControl};
+pub use validate::Validated;
 pub use window::{CsrWindow, Shaped};
 
 /// What kind of processor a backend runs on.
@@ -315,12 +319,19 @@ pub trait Device: Send + Sync {
     fn driver_version(&self) -> Option<String> {
         None
     }
+    /// [`Error::NoDevice`] when the backend has nothing to run on now (a scheduler holding no
+    /// backends); every operation asks first. The default is always available.
+    fn available(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The operations of a backend over scalar type `T`.
 ///
-/// Every operation validates its operands' shapes and returns [`Error::Unsupported`] for what
-/// [`Device::capabilities`] does not list. Results are canonical. SpGEMM keeps every entry the
+/// Every public operation validates its operands once, above the backend ([`validate`]): shapes,
+/// handles of this backend's memory, and [`Error::Unsupported`] for what
+/// [`Device::capabilities`] does not list; the backend's `*_checked` methods receive what
+/// passed. Results are canonical. SpGEMM keeps every entry the
 /// product's structure creates, also where values cancel to zero, so the result's structure
 /// depends only on the operands' structures.
 ///
@@ -353,32 +364,39 @@ pub trait Device: Send + Sync {
 /// # Ok::<(), hetsparse_core::Error>(())
 /// ```
 pub trait Backend<T: Scalar>: Device {
-    /// `C = A · B`, the result on the host.
-    fn spgemm_with(
+    /// [`Backend::spgemm_with`] on operands it has [`validate`]d: shapes that chain, handles in
+    /// this backend's memory, SpGEMM over `T` with `options` in its capabilities.
+    fn spgemm_checked(
         &self,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<Csr<T>>;
 
-    /// `C = A · B` for a sparse A of any format (CSR if resident) and a dense B; C has B's
-    /// layout and is returned on the host.
-    fn spmm_with(
+    /// [`Backend::spmm_with`] on operands it has [`validate`]d: shapes that chain, handles in
+    /// this backend's memory, SpMM of A's format over `T` in its capabilities, a result the
+    /// host can hold.
+    fn spmm_checked(
         &self,
         a: SparseOperand<'_, T>,
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<Dense<T>>;
 
-    /// `y = A · x` for a sparse A of any format (CSR if resident), `y` on the host.
-    fn spmv_with(
+    /// [`Backend::spmv_with`] on operands it has [`validate`]d: shapes that chain, handles in
+    /// this backend's memory (a resident vector of one column), SpMV of A's format over `T` in
+    /// its capabilities, a result the host can hold.
+    fn spmv_checked(
         &self,
         a: SparseOperand<'_, T>,
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<Vec<T>>;
 
     /// How the backend keeps resident matrices: [`Residency::Host`] (handles hold host
@@ -393,11 +411,56 @@ pub trait Backend<T: Scalar>: Device {
         None
     }
 
+    // --- The operations, validated once here ---------------------------------------------------
+
+    /// `C = A · B`, the result on the host.
+    fn spgemm_with(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let checked = validate::spgemm(self, &a, &b, options)?;
+        self.spgemm_checked(a, b, options, run, checked)
+    }
+
+    /// `C = A · B` for a sparse A of any format (CSR if resident) and a dense B; C has B's
+    /// layout and is returned on the host.
+    fn spmm_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        b: DenseOperand<'_, T>,
+        options: &SpmmOptions,
+        run: &RunControl,
+    ) -> Result<Dense<T>> {
+        let checked = validate::spmm(self, &a, &b, false)?;
+        self.spmm_checked(a, b, options, run, checked)
+    }
+
+    /// `y = A · x` for a sparse A of any format (CSR if resident), `y` on the host.
+    fn spmv_with(
+        &self,
+        a: SparseOperand<'_, T>,
+        x: VectorOperand<'_, T>,
+        options: &SpmvOptions,
+        run: &RunControl,
+    ) -> Result<Vec<T>> {
+        let checked = validate::spmv(self, &a, &x, false)?;
+        self.spmv_checked(a, x, options, run, checked)
+    }
+
     // --- Specialised formats: overridden by backends with kernels of their own -------------
 
-    /// `C = A · B` for band matrices in DIA format. The default multiplies their CSR forms.
+    /// `C = A · B` for band matrices in DIA format.
     fn dia_spgemm(&self, a: &Dia<T>, b: &Dia<T>) -> Result<Dia<T>> {
-        check::shapes("DIA×DIA SpGEMM", a.shape(), b.shape())?;
+        let checked = validate::dia(self, a, b)?;
+        self.dia_spgemm_checked(a, b, checked)
+    }
+
+    /// [`Backend::dia_spgemm`] on operands whose shapes chain. The default multiplies their
+    /// CSR forms.
+    fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
         if a.ndiags() == 0 || b.ndiags() == 0 {
             // No band, no product: and the CSR detour would cost row offsets sized by the
             // shape (32 GiB for u32::MAX rows) for an operand of a few bytes.
@@ -407,10 +470,15 @@ pub trait Backend<T: Scalar>: Device {
         Dia::from_csr(&c, u64::MAX)
     }
 
-    /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns. The default
-    /// multiplies their CSR forms.
+    /// `C = A · B` for block matrices; C has blocks of A's rows × B's columns.
     fn bsr_spgemm(&self, a: &Bsr<T>, b: &Bsr<T>) -> Result<Bsr<T>> {
-        check::bsr_spgemm(a, b)?;
+        let checked = validate::bsr(self, a, b)?;
+        self.bsr_spgemm_checked(a, b, checked)
+    }
+
+    /// [`Backend::bsr_spgemm`] on operands whose shapes and blocks chain. The default
+    /// multiplies their CSR forms.
+    fn bsr_spgemm_checked(&self, a: &Bsr<T>, b: &Bsr<T>, _checked: Validated) -> Result<Bsr<T>> {
         let c = self.spgemm(&a.to_csr()?, &b.to_csr()?, SpgemmAlgorithm::Auto)?;
         Bsr::from_csr(&c, (a.block_shape().0, b.block_shape().1))
     }
@@ -438,17 +506,19 @@ pub trait Backend<T: Scalar>: Device {
     /// only the values are copied, and the result keeps `pattern`'s identity, so plans made
     /// for it accept it.
     fn upload_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>> {
+        let checked = validate::new_values(self, pattern, values)?;
         match self.residency() {
-            Residency::Host => residency::in_host::store_values(self, pattern, values),
-            Residency::Own(r) => r.store_values(pattern, values),
+            Residency::Host => residency::in_host::store_values(self, pattern, values, checked),
+            Residency::Own(r) => r.store_values(pattern, values, checked),
         }
     }
 
     /// Copies a resident matrix to the host.
     fn download(&self, m: &ResidentCsr<T>) -> Result<Csr<T>> {
+        let checked = validate::resident_csr(self, m)?;
         match self.residency() {
-            Residency::Host => residency::in_host::load(self, m),
-            Residency::Own(r) => r.load(m),
+            Residency::Host => residency::in_host::load(self, m, checked),
+            Residency::Own(r) => r.load(m, checked),
         }
     }
 
@@ -468,9 +538,10 @@ pub trait Backend<T: Scalar>: Device {
 
     /// Copies a resident dense matrix to the host.
     fn download_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>> {
+        let checked = validate::resident_dense(self, d)?;
         match self.residency() {
-            Residency::Host => residency::in_host::load_dense(self, d),
-            Residency::Own(r) => r.load_dense(d),
+            Residency::Host => residency::in_host::load_dense(self, d, checked),
+            Residency::Own(r) => r.load_dense(d, checked),
         }
     }
 
@@ -483,9 +554,10 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
+        let checked = validate::spgemm(self, &a, &b, options)?;
         match self.residency() {
-            Residency::Host => residency::in_host::spgemm_stored(self, a, b, options, run),
-            Residency::Own(r) => r.spgemm_stored(a, b, options, run),
+            Residency::Host => residency::in_host::spgemm_stored(self, a, b, options, run, checked),
+            Residency::Own(r) => r.spgemm_stored(a, b, options, run, checked),
         }
     }
 
@@ -497,9 +569,10 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpmmOptions,
         run: &RunControl,
     ) -> Result<ResidentDense<T>> {
+        let checked = validate::spmm(self, &a, &b, true)?;
         match self.residency() {
-            Residency::Host => residency::in_host::spmm_stored(self, a, b, options, run),
-            Residency::Own(r) => r.spmm_stored(a, b, options, run),
+            Residency::Host => residency::in_host::spmm_stored(self, a, b, options, run, checked),
+            Residency::Own(r) => r.spmm_stored(a, b, options, run, checked),
         }
     }
 
@@ -511,9 +584,10 @@ pub trait Backend<T: Scalar>: Device {
         options: &SpmvOptions,
         run: &RunControl,
     ) -> Result<ResidentDense<T>> {
+        let checked = validate::spmv(self, &a, &x, true)?;
         match self.residency() {
-            Residency::Host => residency::in_host::spmv_stored(self, a, x, options, run),
-            Residency::Own(r) => r.spmv_stored(a, x, options, run),
+            Residency::Host => residency::in_host::spmv_stored(self, a, x, options, run, checked),
+            Residency::Own(r) => r.spmv_stored(a, x, options, run, checked),
         }
     }
 
@@ -524,9 +598,10 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<SpgemmPlan<T>> {
+        let checked = validate::spgemm(self, &a, &b, options)?;
         match self.residency() {
-            Residency::Host => residency::in_host::plan(self, a, b, options),
-            Residency::Own(r) => r.plan(a, b, options),
+            Residency::Host => residency::in_host::plan(self, a, b, options, checked),
+            Residency::Own(r) => r.plan(a, b, options, checked),
         }
     }
 
@@ -539,9 +614,10 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
+        let checked = validate::execute(self, plan, &a, &b)?;
         match self.residency() {
-            Residency::Host => residency::in_host::execute(self, plan, a, b, run),
-            Residency::Own(r) => r.execute(plan, a, b, run),
+            Residency::Host => residency::in_host::execute(self, plan, a, b, run, checked),
+            Residency::Own(r) => r.execute(plan, a, b, run, checked),
         }
     }
 
@@ -554,9 +630,10 @@ pub trait Backend<T: Scalar>: Device {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
     ) -> Result<MemoryRequirement> {
+        let checked = validate::spgemm(self, &a, &b, options)?;
         match self.residency() {
-            Residency::Host => residency::in_host::requirement(self, a, b, options),
-            Residency::Own(r) => r.requirement(a, b, options),
+            Residency::Host => residency::in_host::requirement(self, a, b, options, checked),
+            Residency::Own(r) => r.requirement(a, b, options, checked),
         }
     }
 
@@ -579,9 +656,10 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
     ) -> Result<()> {
+        let checked = validate::chunks(self, &a, &b, chunks, options)?;
         match self.chunk_pipeline() {
-            Some(p) => p.chunks(a, b, chunks, options, run, sink),
-            None => chunks::plain::spgemm_chunks(self, a, b, chunks, options, run, sink),
+            Some(p) => p.chunks(a, b, chunks, options, run, sink, checked),
+            None => chunks::plain::spgemm_chunks(self, a, b, chunks, options, run, sink, checked),
         }
     }
 
@@ -605,9 +683,13 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         done: &mut PlaceDone<'_>,
     ) -> Result<()> {
+        let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
+        let checked = validate::chunks(self, &a, &b, &chunks, options)?;
         match self.chunk_pipeline() {
-            Some(p) => p.chunks_into(a, b, places, options, run, done),
-            None => chunks::plain::spgemm_chunks_into(self, a, b, places, options, run, done),
+            Some(p) => p.chunks_into(a, b, places, options, run, done, checked),
+            None => {
+                chunks::plain::spgemm_chunks_into(self, a, b, places, options, run, done, checked)
+            }
         }
     }
 
@@ -627,9 +709,12 @@ pub trait Backend<T: Scalar>: Device {
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
     ) -> Result<()> {
+        let checked = validate::chunks(self, &a, &b, chunks, options)?;
         match self.chunk_pipeline() {
-            Some(p) => p.chunk_counts(a, b, chunks, options, run, counts),
-            None => chunks::plain::spgemm_chunk_counts(self, a, b, chunks, options, run, counts),
+            Some(p) => p.chunk_counts(a, b, chunks, options, run, counts, checked),
+            None => chunks::plain::spgemm_chunk_counts(
+                self, a, b, chunks, options, run, counts, checked,
+            ),
         }
     }
 
@@ -647,9 +732,10 @@ pub trait Backend<T: Scalar>: Device {
         offsets: &[i64],
         c: &mut [&mut [MaybeUninit<T>]],
     ) -> Result<()> {
+        let checked = validate::dia_rows(a, b, &rows, offsets, c)?;
         match self.chunk_pipeline() {
-            Some(p) => p.dia_rows(a, b, rows, offsets, c),
-            None => chunks::plain::dia_spgemm_rows(self, a, b, rows, offsets, c),
+            Some(p) => p.dia_rows(a, b, rows, offsets, c, checked),
+            None => chunks::plain::dia_spgemm_rows(self, a, b, rows, offsets, c, checked),
         }
     }
 
@@ -767,30 +853,31 @@ pub mod check {
     /// sizes with the same error.
     pub fn spmv<T: Scalar>(a: &SparseRef<'_, T>, x: &[T]) -> Result<()> {
         shapes("SpMV", a.shape(), (x.len(), 1))?;
-        result_and_copy::<T>(a, a.shape().0 as u64, "SpMV")
+        let copy = copy_offsets(a.format(), a.shape().0);
+        host_result::<T>(a.shape().0 as u64, copy, "SpMV")
     }
 
     /// Row offsets of A's CSR copy where some backend multiplies A through one (every format
     /// but CSR and ELLPACK-R, which the row kernels read as they are), else 0: sized by the
     /// shape, so they are counted before anything is converted.
-    fn copy_offsets<T: Scalar>(a: &SparseRef<'_, T>) -> u64 {
-        match a {
-            SparseRef::Csr(_) | SparseRef::Ellr(_) => 0,
-            _ => a.shape().0 as u64 + 1,
+    pub(crate) fn copy_offsets(format: SparseFormat, nrows: usize) -> u64 {
+        match format {
+            SparseFormat::Csr | SparseFormat::Ellr => 0,
+            _ => nrows as u64 + 1,
         }
     }
 
-    /// A result of `values` values, together with A's CSR copy where one is made, under the
-    /// host's buffer limit: both are sized by the shape, so a matrix of a few entries and
-    /// `u32::MAX` rows must not get the one and then the other. Every backend checks the same
-    /// sum, so the same operands give the same outcome everywhere.
-    fn result_and_copy<T: Scalar>(a: &SparseRef<'_, T>, values: u64, op: &str) -> Result<()> {
+    /// A result of `values` values, together with A's CSR copy of `copy_offsets` row offsets
+    /// where one is made, under the host's buffer limit: both are sized by the shape, so a
+    /// matrix of a few entries and `u32::MAX` rows must not get the one and then the other.
+    /// Every backend checks the same sum, so the same operands give the same outcome
+    /// everywhere.
+    pub(crate) fn host_result<T: Scalar>(values: u64, copy_offsets: u64, op: &str) -> Result<()> {
         crate::host::check_buffer::<T>(values, &format!("{op} result"))?;
-        let offsets = copy_offsets(a);
-        if offsets == 0 {
+        if copy_offsets == 0 {
             return Ok(());
         }
-        let bytes = u128::from(values) * size_of::<T>() as u128 + u128::from(offsets) * 8;
+        let bytes = u128::from(values) * size_of::<T>() as u128 + u128::from(copy_offsets) * 8;
         if bytes > u128::from(crate::host::buffer_limit()) {
             return Err(crate::host::out_of_memory(
                 &format!("{op} result and the CSR copy of A"),
@@ -806,7 +893,7 @@ pub mod check {
     pub fn spmm<T: Scalar>(a: &SparseRef<'_, T>, b: &Dense<T>) -> Result<()> {
         shapes("SpMM", a.shape(), b.shape())?;
         let values = (a.shape().0 as u64).saturating_mul(b.ncols() as u64);
-        result_and_copy::<T>(a, values, "SpMM")
+        host_result::<T>(values, copy_offsets(a.format(), a.shape().0), "SpMM")
     }
 
     /// Chunks must lie inside the `a.0 × b.1` product.
@@ -893,86 +980,6 @@ pub mod check {
         Ok(space)
     }
 
-    /// The host matrix behind a handle of `device`'s memory held in host storage.
-    pub fn host_csr<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        m: &'a ResidentCsr<T>,
-        what: &str,
-    ) -> Result<&'a Csr<T>> {
-        same_space(device, m.space(), "a resident matrix")?;
-        m.host().ok_or_else(|| Error::Internal {
-            backend: device.info().backend,
-            what: format!("{what}: a resident matrix of this backend is not in host storage"),
-        })
-    }
-
-    /// The host matrix behind a dense handle of `device`'s memory held in host storage.
-    pub fn host_dense<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        d: &'a ResidentDense<T>,
-        what: &str,
-    ) -> Result<&'a Dense<T>> {
-        same_space(device, d.space(), "a resident dense matrix")?;
-        d.host().ok_or_else(|| Error::Internal {
-            backend: device.info().backend,
-            what: format!("{what}: a resident dense matrix of this backend is not in host storage"),
-        })
-    }
-
-    /// A SpGEMM operand as a host matrix: itself, or a host-stored handle of `device`'s memory.
-    pub fn csr_operand<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        m: CsrOperand<'a, T>,
-    ) -> Result<&'a Csr<T>> {
-        match m {
-            CsrOperand::Host(m) => Ok(m),
-            CsrOperand::Resident(r) => host_csr(device, r, "operand"),
-        }
-    }
-
-    /// A SpMV/SpMM sparse operand as a host matrix of any format.
-    pub fn sparse_operand<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        m: SparseOperand<'a, T>,
-    ) -> Result<SparseRef<'a, T>> {
-        match m {
-            SparseOperand::Host(m) => Ok(m),
-            SparseOperand::Resident(r) => Ok(SparseRef::Csr(host_csr(device, r, "operand")?)),
-        }
-    }
-
-    /// A SpMM dense operand as a host matrix.
-    pub fn dense_operand<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        d: DenseOperand<'a, T>,
-    ) -> Result<&'a Dense<T>> {
-        match d {
-            DenseOperand::Host(d) => Ok(d),
-            DenseOperand::Resident(r) => host_dense(device, r, "operand"),
-        }
-    }
-
-    /// A SpMV vector as a host slice; a resident one must have one column.
-    pub fn vector_operand<'a, T: Scalar>(
-        device: &(impl Device + ?Sized),
-        x: VectorOperand<'a, T>,
-    ) -> Result<&'a [T]> {
-        match x {
-            VectorOperand::Host(x) => Ok(x),
-            VectorOperand::Resident(r) => {
-                let d = host_dense(device, r, "operand")?;
-                if d.ncols() != 1 {
-                    return Err(Error::InvalidArgument(format!(
-                        "SpMV: the resident vector is a {}×{} matrix, not one column",
-                        d.nrows(),
-                        d.ncols()
-                    )));
-                }
-                Ok(d.data())
-            }
-        }
-    }
-
     /// `values` must hold one value per stored entry.
     pub fn value_count(nnz: u64, values: usize) -> Result<()> {
         if values as u64 != nnz {
@@ -989,6 +996,84 @@ pub mod check {
         let per_row = crate::analysis::row_products(a, b)?;
         let width = b.ncols() as u64;
         Ok(per_row.iter().map(|&p| p.min(width)).sum())
+    }
+}
+
+/// Operands as host matrices, for backends that compute in host memory: a host operand itself,
+/// or the matrix behind a handle of the backend's memory kept in host storage. The public
+/// methods have validated the operands ([`validate`]); these only convert them.
+pub mod host_operands {
+    use super::*;
+
+    /// The host matrix behind a handle of `device`'s memory held in host storage;
+    /// [`Error::Internal`] for a handle over other storage.
+    pub fn csr_handle<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: &'a ResidentCsr<T>,
+        what: &str,
+    ) -> Result<&'a Csr<T>> {
+        m.host().ok_or_else(|| Error::Internal {
+            backend: device.info().backend,
+            what: format!("{what}: a resident matrix of this backend is not in host storage"),
+        })
+    }
+
+    /// The host matrix behind a dense handle of `device`'s memory held in host storage;
+    /// [`Error::Internal`] for a handle over other storage.
+    pub fn dense_handle<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        d: &'a ResidentDense<T>,
+        what: &str,
+    ) -> Result<&'a Dense<T>> {
+        d.host().ok_or_else(|| Error::Internal {
+            backend: device.info().backend,
+            what: format!("{what}: a resident dense matrix of this backend is not in host storage"),
+        })
+    }
+
+    /// A SpGEMM operand as a host matrix: itself, or a host-stored handle of `device`'s memory.
+    pub fn csr<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: CsrOperand<'a, T>,
+    ) -> Result<&'a Csr<T>> {
+        match m {
+            CsrOperand::Host(m) => Ok(m),
+            CsrOperand::Resident(r) => csr_handle(device, r, "operand"),
+        }
+    }
+
+    /// A SpMV/SpMM sparse operand as a host matrix of any format.
+    pub fn sparse<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        m: SparseOperand<'a, T>,
+    ) -> Result<SparseRef<'a, T>> {
+        match m {
+            SparseOperand::Host(m) => Ok(m),
+            SparseOperand::Resident(r) => Ok(SparseRef::Csr(csr_handle(device, r, "operand")?)),
+        }
+    }
+
+    /// A SpMM dense operand as a host matrix.
+    pub fn dense<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        d: DenseOperand<'a, T>,
+    ) -> Result<&'a Dense<T>> {
+        match d {
+            DenseOperand::Host(d) => Ok(d),
+            DenseOperand::Resident(r) => dense_handle(device, r, "operand"),
+        }
+    }
+
+    /// A SpMV vector as a host slice.
+    pub fn vector<'a, T: Scalar>(
+        device: &(impl Device + ?Sized),
+        x: VectorOperand<'a, T>,
+    ) -> Result<&'a [T]> {
+        match x {
+            VectorOperand::Host(x) => Ok(x),
+            // One column, as validated.
+            VectorOperand::Resident(r) => Ok(dense_handle(device, r, "operand")?.data()),
+        }
     }
 }
 

@@ -19,7 +19,8 @@ use super::memory::{csr_bytes, MemoryRequirement};
 use super::options::SpgemmOptions;
 use super::resident::{CsrOperand, MemorySpace, PatternId, ResidentCsr};
 use super::run::RunControl;
-use super::{check, Device};
+use super::validate::Validated;
+use super::{host_operands, Device};
 use crate::error::{Error, Result};
 use crate::format::{Csr, HostArray};
 use crate::scalar::Scalar;
@@ -210,13 +211,13 @@ pub fn execute_on_host<T: Scalar>(
     a: CsrOperand<'_, T>,
     b: CsrOperand<'_, T>,
     run: &RunControl,
+    _checked: Validated,
 ) -> Result<ResidentCsr<T>> {
     let space = device.memory_space();
     let (ha, hb) = (
-        check::csr_operand(device, a)?,
-        check::csr_operand(device, b)?,
+        host_operands::csr(device, a)?,
+        host_operands::csr(device, b)?,
     );
-    plan.check_operands(&space, &a, &b)?;
     let structure = plan
         .state::<HostStructure>()
         .ok_or_else(|| Error::Internal {

@@ -16,9 +16,9 @@
 //! [`Backend::plan_spgemm`](super::Backend::plan_spgemm) and the others dispatch on the answer.
 
 use super::{
-    check, memory, plan, Backend, CsrOperand, DenseOperand, MemoryRequirement, PatternId,
-    ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, VectorOperand,
+    check, host_operands, memory, plan, Backend, CsrOperand, DenseOperand, MemoryRequirement,
+    PatternId, ResidentCsr, ResidentDense, RunControl, SparseOperand, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 use crate::error::Result;
 use crate::format::{Csr, Dense, Layout};
@@ -37,8 +37,9 @@ pub enum Residency<'a, T> {
 /// What a backend that keeps resident matrices its own way implements. Each method is
 /// required: none has a host-memory default that a device backend could inherit by mistake.
 ///
-/// Operands arrive as the public methods received them; handles of another memory are
-/// [`Error::WrongDevice`](crate::Error::WrongDevice), as everywhere.
+/// Operands arrive as the public methods received them, [`Validated`] there: handles are of
+/// this backend's memory, shapes chain, the operation is in its capabilities, a plan was made
+/// for the operands it is executed with.
 pub trait ResidentOps<T: Scalar>: Send + Sync {
     /// Copies `m` into the backend's memory ([`Backend::upload`](super::Backend::upload)).
     fn store(&self, m: &Csr<T>) -> Result<ResidentCsr<T>>;
@@ -49,10 +50,15 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
 
     /// `pattern`'s structure with new values, keeping its identity
     /// ([`Backend::upload_values`](super::Backend::upload_values)).
-    fn store_values(&self, pattern: &ResidentCsr<T>, values: &[T]) -> Result<ResidentCsr<T>>;
+    fn store_values(
+        &self,
+        pattern: &ResidentCsr<T>,
+        values: &[T],
+        checked: Validated,
+    ) -> Result<ResidentCsr<T>>;
 
     /// Copies a resident matrix to the host ([`Backend::download`](super::Backend::download)).
-    fn load(&self, m: &ResidentCsr<T>) -> Result<Csr<T>>;
+    fn load(&self, m: &ResidentCsr<T>, checked: Validated) -> Result<Csr<T>>;
 
     /// Copies a dense matrix into the backend's memory
     /// ([`Backend::upload_dense`](super::Backend::upload_dense)).
@@ -60,7 +66,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
 
     /// Copies a resident dense matrix to the host
     /// ([`Backend::download_dense`](super::Backend::download_dense)).
-    fn load_dense(&self, d: &ResidentDense<T>) -> Result<Dense<T>>;
+    fn load_dense(&self, d: &ResidentDense<T>, checked: Validated) -> Result<Dense<T>>;
 
     /// `C = A · B` left resident, with pattern identity [`PatternId::of_product`] of the
     /// operands' ([`Backend::spgemm_resident`](super::Backend::spgemm_resident)).
@@ -70,6 +76,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentCsr<T>>;
 
     /// SpMM left resident ([`Backend::spmm_resident`](super::Backend::spmm_resident)).
@@ -79,6 +86,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>>;
 
     /// SpMV left resident, one column ([`Backend::spmv_resident`](super::Backend::spmv_resident)).
@@ -88,6 +96,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>>;
 
     /// The symbolic part of `A · B` ([`Backend::plan_spgemm`](super::Backend::plan_spgemm)).
@@ -96,6 +105,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        checked: Validated,
     ) -> Result<SpgemmPlan<T>>;
 
     /// The numeric part of a plan this backend made
@@ -106,6 +116,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentCsr<T>>;
 
     /// What `A · B` needs in memory before it runs
@@ -115,6 +126,7 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        checked: Validated,
     ) -> Result<MemoryRequirement>;
 }
 
@@ -140,9 +152,9 @@ pub mod in_host {
         backend: &B,
         pattern: &ResidentCsr<T>,
         values: &[T],
+        _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        let host = check::host_csr(backend, pattern, "upload_values")?;
-        check::value_count(pattern.nnz(), values.len())?;
+        let host = host_operands::csr_handle(backend, pattern, "upload_values")?;
         let m = host.with_values(values.to_vec())?;
         // SAFETY: `m` has the structure of `pattern`'s host matrix, whose identity it keeps.
         Ok(unsafe {
@@ -154,8 +166,9 @@ pub mod in_host {
     pub fn load<T: Scalar, B: Backend<T> + ?Sized>(
         backend: &B,
         m: &ResidentCsr<T>,
+        _checked: Validated,
     ) -> Result<Csr<T>> {
-        Ok(check::host_csr(backend, m, "download")?.clone())
+        Ok(host_operands::csr_handle(backend, m, "download")?.clone())
     }
 
     /// [`ResidentOps::store_dense`]: a copy in host storage.
@@ -171,8 +184,9 @@ pub mod in_host {
     pub fn load_dense<T: Scalar, B: Backend<T> + ?Sized>(
         backend: &B,
         d: &ResidentDense<T>,
+        _checked: Validated,
     ) -> Result<Dense<T>> {
-        Ok(check::host_dense(backend, d, "download_dense")?.clone())
+        Ok(host_operands::dense_handle(backend, d, "download_dense")?.clone())
     }
 
     /// [`ResidentOps::spgemm_stored`]: the host product, kept as the handle.
@@ -182,9 +196,10 @@ pub mod in_host {
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         let space = check::host_space(backend, "its residency")?;
-        let c = backend.spgemm_with(a, b, options, run)?;
+        let c = backend.spgemm_checked(a, b, options, run, checked)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
         // SAFETY: `c` is the product of operands whose identities these are (a handle's
         // identity is its structure's: the constructors make it so).
@@ -198,11 +213,12 @@ pub mod in_host {
         b: DenseOperand<'_, T>,
         options: &SpmmOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>> {
         let space = check::host_space(backend, "its residency")?;
         Ok(ResidentDense::from_host(
             space,
-            backend.spmm_with(a, b, options, run)?,
+            backend.spmm_checked(a, b, options, run, checked)?,
         ))
     }
 
@@ -213,9 +229,10 @@ pub mod in_host {
         x: VectorOperand<'_, T>,
         options: &SpmvOptions,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentDense<T>> {
         let space = check::host_space(backend, "its residency")?;
-        let y = backend.spmv_with(a, x, options, run)?;
+        let y = backend.spmv_checked(a, x, options, run, checked)?;
         let column = Dense::try_new(y.len(), 1, Layout::ColMajor, y)?;
         Ok(ResidentDense::from_host(space, column))
     }
@@ -227,12 +244,13 @@ pub mod in_host {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         options: &SpgemmOptions,
+        checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
         let space = check::host_space(backend, "its residency")?;
-        let c = backend.spgemm_with(a, b, options, &RunControl::unwatched())?;
+        let c = backend.spgemm_checked(a, b, options, &RunControl::unwatched(), checked)?;
         let (ha, hb) = (
-            check::csr_operand(backend, a)?,
-            check::csr_operand(backend, b)?,
+            host_operands::csr(backend, a)?,
+            host_operands::csr(backend, b)?,
         );
         let products = crate::analysis::total_products(ha, hb)?;
         let structure_bytes = (c.nrows() as u64 + 1) * 8 + c.nnz() * 4;
@@ -254,9 +272,10 @@ pub mod in_host {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         run: &RunControl,
+        checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         check::host_space(backend, "its residency")?;
-        plan::execute_on_host(backend, plan, a, b, run)
+        plan::execute_on_host(backend, plan, a, b, run, checked)
     }
 
     /// [`ResidentOps::requirement`]: C bounded by the intermediate products.
@@ -264,13 +283,12 @@ pub mod in_host {
         backend: &B,
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
-        options: &SpgemmOptions,
+        _options: &SpgemmOptions,
+        _checked: Validated,
     ) -> Result<MemoryRequirement> {
-        check::spgemm_supported::<T>(backend, options)?;
-        check::shapes("SpGEMM", a.shape(), b.shape())?;
         let (ha, hb) = (
-            check::csr_operand(backend, a)?,
-            check::csr_operand(backend, b)?,
+            host_operands::csr(backend, a)?,
+            host_operands::csr(backend, b)?,
         );
         let bound = check::output_bound(ha, hb)?;
         Ok(MemoryRequirement {

@@ -377,30 +377,33 @@ mod tests {
         }
     }
     impl crate::Backend<f64> for Defaults {
-        fn spgemm_with(
+        fn spgemm_checked(
             &self,
             a: CsrOperand<'_, f64>,
             b: CsrOperand<'_, f64>,
             options: &crate::SpgemmOptions,
             run: &crate::RunControl,
+            _checked: crate::Validated,
         ) -> Result<Csr<f64>> {
             crate::ReferenceBackend.spgemm_with(a, b, options, run)
         }
-        fn spmm_with(
+        fn spmm_checked(
             &self,
             a: crate::SparseOperand<'_, f64>,
             b: crate::DenseOperand<'_, f64>,
             options: &crate::SpmmOptions,
             run: &crate::RunControl,
+            _checked: crate::Validated,
         ) -> Result<crate::Dense<f64>> {
             crate::ReferenceBackend.spmm_with(a, b, options, run)
         }
-        fn spmv_with(
+        fn spmv_checked(
             &self,
             a: crate::SparseOperand<'_, f64>,
             x: crate::VectorOperand<'_, f64>,
             options: &crate::SpmvOptions,
             run: &crate::RunControl,
+            _checked: crate::Validated,
         ) -> Result<Vec<f64>> {
             crate::ReferenceBackend.spmv_with(a, x, options, run)
         }
