@@ -1846,6 +1846,19 @@ pub fn plan_reuse_with_new_values<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                 compare_structural(&ok(&nm, "download", b.download(&c3)), &e2),
                 || format!("{nm} {what}, new host values"),
             );
+            // The same structure in arrays of its own (a copy, not shared with the planned
+            // operand) is the same pattern.
+            let (m, n, off, cols, vals) = x2.clone().into_parts();
+            let copy = Csr::try_new(m, n, off, cols, vals).expect("csr");
+            let c4 = ok(
+                &nm,
+                &what,
+                b.execute_spgemm(&plan, (&copy).into(), (&ry2).into(), &RunControl::new()),
+            );
+            check(
+                compare_structural(&ok(&nm, "download", b.download(&c4)), &e2),
+                || format!("{nm} {what}, a copy of A's structure"),
+            );
 
             // Another pattern: a structural entry dropped from A.
             let (m, n, mut off, mut cols, mut vals) = x.clone().into_parts();
@@ -1863,6 +1876,26 @@ pub fn plan_reuse_with_new_values<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                     "{nm} {what}: another pattern of A gave {r:?}"
                 );
             }
+            // Another pattern of the same shape and entry count: an entry of A moved to a
+            // column its row does not hold.
+            if let Some(moved) = entry_moved(&x) {
+                let r = b.execute_spgemm(&plan, (&moved).into(), (&ry).into(), &RunControl::new());
+                assert!(
+                    matches!(r, Err(Error::PatternMismatch { operand: "A", .. })),
+                    "{nm} {what}: an entry of A moved gave {r:?}"
+                );
+                let moved_resident = ok(&nm, "upload", b.upload(&moved));
+                let r = b.execute_spgemm(
+                    &plan,
+                    (&moved_resident).into(),
+                    (&ry).into(),
+                    &RunControl::new(),
+                );
+                assert!(
+                    matches!(r, Err(Error::PatternMismatch { operand: "A", .. })),
+                    "{nm} {what}: a resident A with an entry moved gave {r:?}"
+                );
+            }
             if rx.pattern() != ry.pattern() {
                 let r = b.execute_spgemm(&plan, (&ry).into(), (&rx).into(), &RunControl::new());
                 assert!(
@@ -1872,6 +1905,21 @@ pub fn plan_reuse_with_new_values<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             }
         }
     }
+}
+
+/// `m` with one entry moved to a column its row does not hold (same shape, same entry count,
+/// another pattern); `None` when every row with entries is full.
+fn entry_moved<T: Scalar>(m: &Csr<T>) -> Option<Csr<T>> {
+    let (nrows, ncols, off, mut cols, vals) = m.clone().into_parts();
+    let row = (0..nrows).find(|&i| {
+        let len = (off[i + 1] - off[i]) as usize;
+        len > 0 && len < ncols
+    })?;
+    let (lo, hi) = (off[row] as usize, off[row + 1] as usize);
+    let free = (0..ncols as u32).find(|c| cols[lo..hi].binary_search(c).is_err())?;
+    cols[hi - 1] = free;
+    cols[lo..hi].sort_unstable();
+    Csr::try_new(nrows, ncols, off, cols, vals).ok()
 }
 
 /// A handle's pattern identity is its structure's, so a plan never computes with an operand of

@@ -43,9 +43,9 @@ pub use backend::{
     AccumulateOp, Backend, BackendKind, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct,
     ChunkSink, ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind,
     DeviceProfile, Mask, MaskKind, MemoryPool, MemoryRequirement, MemorySpace, Operation,
-    PatternId, PlaceDone, ProductBuffer, ProductChunk, ProductLayout, Progress, Reservation,
-    Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind, Shaped,
-    SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
+    PatternId, PlaceDone, PlanState, ProductBuffer, ProductChunk, ProductLayout, Progress,
+    Reservation, Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind,
+    Shaped, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
     SpmvOptions, Validated, VectorOperand,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};

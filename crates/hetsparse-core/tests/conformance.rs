@@ -42,7 +42,7 @@ mod own_memory {
     struct Stored<M>(M);
 
     /// A plan's state: the structure, checked against the operands it is run with.
-    struct PlanState<T>(Csr<T>);
+    struct Planned<T>(Csr<T>);
 
     impl OwnMemory {
         /// A handle's matrix: in this memory, as the public methods validated.
@@ -235,7 +235,7 @@ mod own_memory {
                 c.nnz(),
                 std::mem::size_of::<T>(),
             );
-            Ok(SpgemmPlan::from_state(
+            Ok(SpgemmPlan::new(
                 self.memory_space(),
                 options.clone(),
                 hetsparse_core::backend::plan::OperandPattern::of(&a),
@@ -243,7 +243,7 @@ mod own_memory {
                 c.nnz(),
                 products,
                 requirement,
-                PlanState(c),
+                hetsparse_core::PlanState::device(Planned(c)),
             ))
         }
         fn execute(
@@ -255,7 +255,7 @@ mod own_memory {
             checked: Validated,
         ) -> Result<ResidentCsr<T>> {
             let planned = plan
-                .state::<PlanState<T>>()
+                .device_state::<Planned<T>>()
                 .ok_or_else(|| internal("a plan without its state"))?;
             let c = self.spgemm_checked(a, b, plan.options(), run, checked)?;
             if c.row_offsets() != planned.0.row_offsets()

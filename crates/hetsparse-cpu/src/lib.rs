@@ -54,7 +54,7 @@ use std::time::Instant;
 
 use hetsparse_core::backend::host_operands;
 use hetsparse_core::backend::memory::csr_bytes;
-use hetsparse_core::backend::plan::{HostStructure, OperandPattern};
+use hetsparse_core::backend::plan::{HostStructure, OperandPattern, PlanState};
 use hetsparse_core::backend::residency::in_host;
 use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
@@ -387,7 +387,7 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
             "SpGEMM plan"
         );
         let structure = structure.with_extension(tables);
-        Ok(SpgemmPlan::from_state(
+        Ok(SpgemmPlan::new(
             self.memory_space(),
             options.clone(),
             OperandPattern::of(&a),
@@ -395,7 +395,7 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
             c.nnz(),
             products,
             requirement,
-            structure,
+            PlanState::Host(structure),
         ))
     }
 
@@ -410,12 +410,10 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         let space = self.memory_space();
         let (ha, hb) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         // Plans of other host backends hold the structure alone.
-        let structure = plan
-            .state::<HostStructure>()
-            .ok_or_else(|| Error::Internal {
-                backend: hetsparse_core::BackendKind::Cpu,
-                what: "a SpGEMM plan of host memory without its structure".into(),
-            })?;
+        let structure = plan.host_structure().ok_or_else(|| Error::Internal {
+            backend: hetsparse_core::BackendKind::Cpu,
+            what: "a SpGEMM plan of host memory without its structure".into(),
+        })?;
         run.checkpoint()?;
         run.add_planned(plan.products());
         let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();

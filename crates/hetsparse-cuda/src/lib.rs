@@ -113,7 +113,7 @@ mod spmv;
 
 use std::sync::Arc;
 
-use hetsparse_core::backend::plan::OperandPattern;
+use hetsparse_core::backend::plan::{OperandPattern, PlanState};
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkPipeline, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense,
     DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Dia, Error, Layout, MemoryPool,
@@ -607,7 +607,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         let nnz = c.nnz();
         drop(c);
         let requirement = spgemm::plan_requirement::<T>(&structure);
-        Ok(SpgemmPlan::from_state(
+        Ok(SpgemmPlan::new(
             self.space(),
             options.clone(),
             pa,
@@ -615,7 +615,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
             nnz,
             structure.products,
             requirement,
-            Kept::new(structure, &self.gpu),
+            PlanState::device(Kept::new(structure, &self.gpu)),
         ))
     }
 
@@ -628,7 +628,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
         let structure = plan
-            .state::<Kept<spgemm::Structure>>()
+            .device_state::<Kept<spgemm::Structure>>()
             .map(|k| &k.data)
             .ok_or_else(|| foreign_storage("a SpGEMM plan"))?;
         let (a, b) = (self.operand(a)?, self.operand(b)?);

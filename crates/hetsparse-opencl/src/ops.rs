@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use opencl3::program::Program;
 
-use hetsparse_core::backend::plan::OperandPattern;
+use hetsparse_core::backend::plan::{OperandPattern, PlanState};
 use hetsparse_core::backend::{
     ChunkSink, CsrOperand, CsrWindow, DenseOperand, MemoryRequirement, PatternId, ProductChunk,
     ResidentCsr, ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand,
@@ -326,7 +326,7 @@ impl OpenClBackend {
         // The product as a matrix (executions share the plan's structure and add values).
         requirement.output_bytes =
             hetsparse_core::backend::memory::csr_bytes(nrows, nnz_c, size::<T>());
-        Ok(SpgemmPlan::from_state(
+        Ok(SpgemmPlan::new(
             self.state.space(),
             options.clone(),
             OperandPattern::of(&a),
@@ -334,7 +334,7 @@ impl OpenClBackend {
             nnz_c,
             run.progress().planned,
             requirement,
-            ClPlan { split, structure },
+            PlanState::device(ClPlan { split, structure }),
         ))
     }
 
@@ -482,10 +482,12 @@ impl OpenClBackend {
         b: CsrOperand<'_, T>,
         run: &RunControl,
     ) -> Result<ResidentCsr<T>> {
-        let state = plan.state::<ClPlan>().ok_or_else(|| Error::Internal {
-            backend: BACKEND,
-            what: "the SpGEMM plan holds no OpenCL structure".into(),
-        })?;
+        let state = plan
+            .device_state::<ClPlan>()
+            .ok_or_else(|| Error::Internal {
+                backend: BACKEND,
+                what: "the SpGEMM plan holds no OpenCL structure".into(),
+            })?;
         let s = &state.structure;
         let _span =
             tracing::info_span!("execute spgemm plan", nrows = s.nrows, nnz = s.nnz).entered();
@@ -1093,9 +1095,9 @@ mod tests {
         let rw = b.upload(&wide).unwrap();
         let state = ClPlan {
             split: None,
-            structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
+            structure: Arc::clone(&plan.device_state::<ClPlan>().unwrap().structure),
         };
-        let forged = SpgemmPlan::<f64>::from_state(
+        let forged = SpgemmPlan::<f64>::new(
             b.memory_space(),
             opts.clone(),
             OperandPattern::of(&(&rw).into()),
@@ -1103,7 +1105,7 @@ mod tests {
             plan.c_nnz(),
             plan.products(),
             plan.requirement(),
-            state,
+            PlanState::device(state),
         );
         let program = b
             .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
@@ -1154,7 +1156,7 @@ mod tests {
         let rx = b.upload(&x).unwrap();
         let plan = b.plan_spgemm((&rx).into(), (&rx).into(), &opts).unwrap();
         let atomics = kernels::has_atomics(<f64 as Scalar>::TYPE, &b.state.description);
-        let split = &plan.state::<ClPlan>().unwrap().split;
+        let split = &plan.device_state::<ClPlan>().unwrap().split;
         assert_eq!(
             split.as_ref().map(|s| (s.short, s.long)),
             atomics.then_some((599, 1))
@@ -1181,7 +1183,7 @@ mod tests {
                 &program,
                 (&ry).into(),
                 (&rx).into(),
-                &plan.state::<ClPlan>().unwrap().structure,
+                &plan.device_state::<ClPlan>().unwrap().structure,
             )
             .unwrap();
         if !atomics {
@@ -1218,9 +1220,9 @@ mod tests {
     ) -> Error {
         let state = ClPlan {
             split,
-            structure: Arc::clone(&plan.state::<ClPlan>().unwrap().structure),
+            structure: Arc::clone(&plan.device_state::<ClPlan>().unwrap().structure),
         };
-        let forged = SpgemmPlan::<f64>::from_state(
+        let forged = SpgemmPlan::<f64>::new(
             b.memory_space(),
             plan.options().clone(),
             OperandPattern::of(&ry.into()),
@@ -1228,7 +1230,7 @@ mod tests {
             plan.c_nnz(),
             plan.products(),
             plan.requirement(),
-            state,
+            PlanState::device(state),
         );
         b.execute(program, &forged, ry.into(), rx.into(), &RunControl::new())
             .unwrap_err()
@@ -1286,7 +1288,12 @@ mod hub_tests {
         let segment = kernels::numeric_segment(T::TYPE, &b.state.description) as u64;
         let longest = (0..c.nrows()).map(|i| c.row_nnz(i)).max().unwrap();
         assert!(longest > segment, "{}: longest row {longest}", T::TYPE);
-        let split = plan.state::<ClPlan>().unwrap().split.as_ref().unwrap();
+        let split = plan
+            .device_state::<ClPlan>()
+            .unwrap()
+            .split
+            .as_ref()
+            .unwrap();
         assert!(split.segment_count > split.long, "{}", T::TYPE);
     }
 
@@ -1419,7 +1426,7 @@ mod tier_tests {
         let plan = b
             .plan_spgemm((&rx).into(), (&rx).into(), &SpgemmOptions::new())
             .unwrap();
-        let split = plan.state::<ClPlan>().unwrap().split.as_ref();
+        let split = plan.device_state::<ClPlan>().unwrap().split.as_ref();
         if kernels::has_atomics(T::TYPE, &b.state.description) {
             let split = split.unwrap();
             let tiers = (split.short, split.medium, split.long);
@@ -1537,7 +1544,7 @@ mod tier_tests {
             .program::<f64>(hetsparse_core::Operation::Spgemm(opts.algorithm), false)
             .unwrap();
         let q = b.state.queue().unwrap();
-        let planned = plan.state::<ClPlan>().unwrap();
+        let planned = plan.device_state::<ClPlan>().unwrap();
         let tiers = |s: &RowSplit| (s.short, s.medium, s.long);
         let honest = tiers(planned.split.as_ref().unwrap());
         // A short, a medium (wide and deep) and a long row.

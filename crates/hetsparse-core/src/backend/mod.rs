@@ -55,7 +55,7 @@ pub use options::{
     SpmvOptions,
 };
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
-pub use plan::SpgemmPlan;
+pub use plan::{PlanState, SpgemmPlan};
 pub use profile::DeviceProfile;
 pub use residency::{Residency, ResidentOps};
 pub use resident::{

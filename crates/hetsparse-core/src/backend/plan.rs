@@ -6,6 +6,13 @@
 //! coefficients, Newton steps with a fixed pattern (cuSPARSE's SpGEMMreuse, faer's
 //! symbolic/numeric split). Operands of another pattern are an
 //! [`Error::PatternMismatch`].
+//!
+//! The plan's symbolic result is typed ([`PlanState`]): in host memory it is C's structure
+//! ([`HostStructure`]), which the numeric phase ([`numeric`]) takes; a device backend keeps its
+//! own state (C's structure and bins in device memory), which only it reads. A plan remembers
+//! each operand's pattern ([`OperandPattern`]): the structure itself where it lies on the host
+//! (shared with the operand, not copied), so that executing with host operands compares
+//! structures and no hash stands in for them; a handle's identity otherwise.
 
 use std::any::Any;
 use std::fmt;
@@ -30,13 +37,29 @@ use crate::semiring::{PlusTimes, Semiring};
 pub struct SpgemmPlan<T> {
     space: MemorySpace,
     options: SpgemmOptions,
-    a: (PatternId, (usize, usize), u64),
-    b: (PatternId, (usize, usize), u64),
+    a: OperandPattern,
+    b: OperandPattern,
     c_nnz: u64,
     products: u64,
     requirement: MemoryRequirement,
-    state: Arc<dyn Any + Send + Sync>,
+    state: Arc<PlanState>,
     _scalar: PhantomData<fn() -> T>,
+}
+
+/// A plan's symbolic result.
+pub enum PlanState {
+    /// C's structure in host memory: what the numeric phase of host backends takes.
+    Host(HostStructure),
+    /// A device backend's own state (C's structure and bins in its memory), read back by that
+    /// backend alone ([`SpgemmPlan::device_state`]).
+    Device(Box<dyn Any + Send + Sync>),
+}
+
+impl PlanState {
+    /// A device backend's state.
+    pub fn device<S: Any + Send + Sync>(state: S) -> Self {
+        PlanState::Device(Box::new(state))
+    }
 }
 
 impl<T> fmt::Debug for SpgemmPlan<T> {
@@ -44,7 +67,7 @@ impl<T> fmt::Debug for SpgemmPlan<T> {
         f.debug_struct("SpgemmPlan")
             .field("space", &self.space)
             .field("options", &self.options)
-            .field("shape", &(self.a.1 .0, self.b.1 .1))
+            .field("shape", &(self.a.shape.0, self.b.shape.1))
             .field("c_nnz", &self.c_nnz)
             .field("products", &self.products)
             .field("requirement", &self.requirement)
@@ -52,8 +75,9 @@ impl<T> fmt::Debug for SpgemmPlan<T> {
     }
 }
 
-/// What a plan records of one operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a plan records of one operand: its shape, entry count and pattern identity, and its
+/// structure where it lies on the host (the operand's own arrays, shared, not copied).
+#[derive(Clone)]
 pub struct OperandPattern {
     /// Its pattern identity.
     pub pattern: PatternId,
@@ -61,23 +85,71 @@ pub struct OperandPattern {
     pub shape: (usize, usize),
     /// Stored entries.
     pub nnz: u64,
+    structure: Option<(HostArray<u64>, HostArray<u32>)>,
+}
+
+impl fmt::Debug for OperandPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OperandPattern")
+            .field("pattern", &self.pattern)
+            .field("shape", &self.shape)
+            .field("nnz", &self.nnz)
+            .field("on_host", &self.structure.is_some())
+            .finish()
+    }
+}
+
+/// The structure of an operand that lies on the host: a host matrix, or a handle kept in host
+/// storage.
+fn host_structure_of<'m, T: Scalar>(m: &CsrOperand<'m, T>) -> Option<&'m Csr<T>> {
+    match *m {
+        CsrOperand::Host(h) => Some(h),
+        CsrOperand::Resident(r) => r.host(),
+    }
 }
 
 impl OperandPattern {
     /// What `m` is.
     pub fn of<T: Scalar>(m: &CsrOperand<'_, T>) -> Self {
+        let structure = host_structure_of(m).map(|h| {
+            let (row_offsets, col_indices, _) = h.arrays();
+            (row_offsets.clone(), col_indices.clone())
+        });
         OperandPattern {
             pattern: m.pattern(),
             shape: m.shape(),
             nnz: m.nnz(),
+            structure,
+        }
+    }
+
+    /// Whether `m` has this pattern. Where both structures lie on the host they are compared
+    /// (the same arrays at once, else entry by entry); otherwise the identities are.
+    pub fn admits<T: Scalar>(&self, m: &CsrOperand<'_, T>) -> bool {
+        if m.shape() != self.shape || m.nnz() != self.nnz {
+            return false;
+        }
+        match (&self.structure, host_structure_of(m)) {
+            (Some((offsets, indices)), Some(h)) => {
+                let (given_offsets, given_indices, _) = h.arrays();
+                same_array(offsets, given_offsets) && same_array(indices, given_indices)
+            }
+            _ => m.pattern() == self.pattern,
         }
     }
 }
 
+/// Equal contents: at once for the same memory (a shared array does not change), else by
+/// comparing entries.
+fn same_array<E: PartialEq>(x: &HostArray<E>, y: &HostArray<E>) -> bool {
+    let (x, y) = (x.as_slice(), y.as_slice());
+    std::ptr::eq(x, y) || x == y
+}
+
 impl<T: Scalar> SpgemmPlan<T> {
-    /// For backends: a plan over `state`, the backend's own symbolic result.
+    /// For backends: a plan over `state`, the backend's symbolic result.
     #[allow(clippy::too_many_arguments)]
-    pub fn from_state<S: Any + Send + Sync>(
+    pub fn new(
         space: MemorySpace,
         options: SpgemmOptions,
         a: OperandPattern,
@@ -85,13 +157,13 @@ impl<T: Scalar> SpgemmPlan<T> {
         c_nnz: u64,
         products: u64,
         requirement: MemoryRequirement,
-        state: S,
+        state: PlanState,
     ) -> Self {
         SpgemmPlan {
             space,
             options,
-            a: (a.pattern, a.shape, a.nnz),
-            b: (b.pattern, b.shape, b.nnz),
+            a,
+            b,
             c_nnz,
             products,
             requirement,
@@ -109,7 +181,7 @@ impl<T: Scalar> SpgemmPlan<T> {
     }
     /// `(rows, columns)` of the product.
     pub fn shape(&self) -> (usize, usize) {
-        (self.a.1 .0, self.b.1 .1)
+        (self.a.shape.0, self.b.shape.1)
     }
     /// Entries of the product.
     pub fn c_nnz(&self) -> u64 {
@@ -126,11 +198,25 @@ impl<T: Scalar> SpgemmPlan<T> {
     }
     /// The pattern identity of the products it makes.
     pub fn c_pattern(&self) -> PatternId {
-        PatternId::of_product(self.a.0, self.b.0)
+        PatternId::of_product(self.a.pattern, self.b.pattern)
     }
-    /// For backends: the symbolic state, if it is of type `S`.
-    pub fn state<S: Any>(&self) -> Option<&S> {
-        self.state.downcast_ref::<S>()
+    /// The symbolic result.
+    pub fn state(&self) -> &PlanState {
+        &self.state
+    }
+    /// C's structure, for a plan of host memory.
+    pub fn host_structure(&self) -> Option<&HostStructure> {
+        match &*self.state {
+            PlanState::Host(structure) => Some(structure),
+            PlanState::Device(_) => None,
+        }
+    }
+    /// A device backend's state, if the plan holds one of type `S`.
+    pub fn device_state<S: Any>(&self) -> Option<&S> {
+        match &*self.state {
+            PlanState::Device(state) => state.downcast_ref::<S>(),
+            PlanState::Host(_) => None,
+        }
     }
 
     /// [`Error::WrongDevice`] unless the plan was made in `space`, [`Error::PatternMismatch`]
@@ -148,18 +234,18 @@ impl<T: Scalar> SpgemmPlan<T> {
                 expected: space.clone(),
             });
         }
-        for (name, planned, given) in [("A", self.a, a), ("B", self.b, b)] {
-            let (shape, nnz) = (given.shape(), given.nnz());
-            if shape != planned.1 || nnz != planned.2 || given.pattern() != planned.0 {
+        for (name, planned, given) in [("A", &self.a, a), ("B", &self.b, b)] {
+            if !planned.admits(given) {
+                let (shape, nnz) = (given.shape(), given.nnz());
                 return Err(Error::PatternMismatch {
                     operand: name,
                     detail: format!(
                         "the plan was made for a {}×{} operand with {} entries and pattern {:#x}, \
                          this one is {}×{} with {} entries and pattern {:#x}",
-                        planned.1 .0,
-                        planned.1 .1,
-                        planned.2,
-                        planned.0.value(),
+                        planned.shape.0,
+                        planned.shape.1,
+                        planned.nnz,
+                        planned.pattern.value(),
                         shape.0,
                         shape.1,
                         nnz,
@@ -190,7 +276,7 @@ impl<T: Scalar> SpgemmPlan<T> {
             work_bytes,
             ..MemoryRequirement::default()
         };
-        Self::from_state(
+        Self::new(
             space,
             options,
             OperandPattern::of(a),
@@ -198,7 +284,7 @@ impl<T: Scalar> SpgemmPlan<T> {
             c.nnz(),
             products,
             requirement,
-            HostStructure::of(c),
+            PlanState::Host(HostStructure::of(c)),
         )
     }
 }
@@ -218,12 +304,10 @@ pub fn execute_on_host<T: Scalar>(
         host_operands::csr(device, a)?,
         host_operands::csr(device, b)?,
     );
-    let structure = plan
-        .state::<HostStructure>()
-        .ok_or_else(|| Error::Internal {
-            backend: device.info().backend,
-            what: "a SpGEMM plan of host memory without its structure".into(),
-        })?;
+    let structure = plan.host_structure().ok_or_else(|| Error::Internal {
+        backend: device.info().backend,
+        what: "a SpGEMM plan of host memory without its structure".into(),
+    })?;
     run.checkpoint()?;
     run.add_planned(plan.products());
     let _span = tracing::debug_span!("numeric", nnz = plan.c_nnz()).entered();
