@@ -1,6 +1,14 @@
 //! Matrix Market reading and writing: every error path with its line number, the tolerated
 //! variations, symmetry expansion, round trips for every format × field × symmetry, gzip, the
 //! fixture files in `tests/data`, and property-based round trips.
+//!
+//! One test program with its modules, so that the reader is compiled once for all of them:
+//! `parallel` (files of many chunks, any thread count) and `limits` (hostile input).
+
+#[path = "matrix_market/limits.rs"]
+mod limits;
+#[path = "matrix_market/parallel.rs"]
+mod parallel;
 
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
