@@ -300,6 +300,15 @@ fn dia_need<T: Scalar>(a: &Dia<T>, b: &Dia<T>) -> u64 {
     slots.saturating_mul(size_of::<T>() as u64)
 }
 
+/// Memory need of `rows` rows of DIA × DIA: those rows of A's diagonals, as many of B's (the
+/// rows A's band reaches there, to within its width) and of C's `diagonals`.
+fn dia_rows_need<T: Scalar>(a: &Dia<T>, b: &Dia<T>, rows: usize, diagonals: usize) -> u64 {
+    let per_row = a.offsets().len() + b.offsets().len() + diagonals;
+    (rows as u64)
+        .saturating_mul(per_row as u64)
+        .saturating_mul(size_of::<T>() as u64)
+}
+
 impl<T: Scalar> Device for FaultyBackend<T> {
     fn info(&self) -> DeviceInfo {
         let inner = match &self.posing_as {
@@ -536,7 +545,8 @@ impl<T: Scalar> ChunkPipeline<T> for FaultyBackend<T> {
         c: &mut [&mut [std::mem::MaybeUninit<T>]],
         _checked: Validated,
     ) -> Result<()> {
-        self.begin("DIA×DIA SpGEMM rows", || dia_need(a, b), None)?;
+        let need = || dia_rows_need::<T>(a, b, rows.len(), offsets.len());
+        self.begin("DIA×DIA SpGEMM rows", need, None)?;
         self.inner.dia_spgemm_rows(a, b, rows, offsets, c)
     }
 }

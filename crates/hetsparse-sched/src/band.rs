@@ -20,6 +20,7 @@
 //! beats the fastest backend alone (unless [`Scheduler::share_always`]). A backend the model
 //! puts within twice the fastest but never run alone runs one whole product, to learn its own.
 
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,6 +30,7 @@ use hetsparse_core::backend::check;
 use hetsparse_core::host::try_with_capacity;
 use hetsparse_core::{Backend, Dia, Error, Operation, Result, RunControl, Scalar};
 
+use crate::executor::{self, Call, Job, Plan, RowTask};
 use crate::policy::{self, Policy};
 use crate::report::{DeviceReport, RunReport};
 use crate::Scheduler;
@@ -278,22 +280,68 @@ pub(crate) fn cut_rows(shares: &[f64], rows: usize) -> Vec<Range<usize>> {
 /// Out slots of C: for each diagonal, the rows one part writes.
 type Slots<'c, T> = Vec<&'c mut [MaybeUninit<T>]>;
 
-/// A part's backend, rows, slots, result and busy time.
-type Outcome<'c, T> = (usize, Range<usize>, Slots<'c, T>, Result<()>, Duration);
+/// Rows of a band product, as the executor runs them: each task owns its rows of every
+/// diagonal of C and writes them in place.
+struct BandRows<'a, 'c, T: Scalar> {
+    a: &'a Dia<T>,
+    b: &'a Dia<T>,
+    offsets: &'a [i64],
+    /// The tasks' slots borrow C for `'c`.
+    _slots: PhantomData<&'c ()>,
+}
 
-/// Rows `rows` of `A · B` on `backend`, written into `c`, with a panic turned into an error.
-fn compute<T: Scalar>(
-    backend: &dyn Backend<T>,
-    a: &Dia<T>,
-    b: &Dia<T>,
-    rows: Range<usize>,
-    offsets: &[i64],
-    c: &mut [&mut [MaybeUninit<T>]],
-) -> Result<()> {
-    catch_unwind(AssertUnwindSafe(|| {
-        backend.dia_spgemm_rows(a, b, rows.clone(), offsets, c)
-    }))
-    .unwrap_or_else(|p| Err(panicked(backend, rows, p)))
+impl<'c, T: Scalar> BandRows<'_, 'c, T> {
+    /// The task of `rows`, owning `slots` (its rows of each diagonal).
+    fn task(&self, rows: Range<usize>, slots: Slots<'c, T>) -> RowTask<Slots<'c, T>> {
+        let work = BandWork::of_rows(self.a, self.b, rows.clone(), self.offsets.len());
+        RowTask::new(rows, work.products, slots)
+    }
+}
+
+impl<'c, T: Scalar> Job<T> for BandRows<'_, 'c, T> {
+    type Task = RowTask<Slots<'c, T>>;
+    type Output = ();
+    type Placement = ();
+
+    fn place(&self, _device: &dyn Backend<T>, _d: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// Halves a task of more than one row, and its slots with it.
+    fn split(&self, task: Self::Task) -> std::result::Result<Vec<Self::Task>, Self::Task> {
+        let units = |rows: Range<usize>| self.task(rows, Vec::new()).units;
+        let split_slots = |slots: Slots<'c, T>, half: usize| {
+            slots
+                .into_iter()
+                .map(|slot| slot.split_at_mut(half))
+                .unzip()
+        };
+        task.halve(units, split_slots).map(Vec::from)
+    }
+
+    /// Each task's rows of `A · B`, written into its slots (every slot of its rows of every
+    /// diagonal, [`Backend::dia_spgemm_rows`]'s contract).
+    fn compute(
+        &self,
+        device: &dyn Backend<T>,
+        _placement: &(),
+        batch: &mut [Self::Task],
+        call: &mut Call<'_, ()>,
+    ) -> Result<()> {
+        for (i, task) in batch.iter_mut().enumerate() {
+            let _s = tracing::debug_span!("band_part", rows = ?task.rows).entered();
+            call.begin(std::slice::from_ref(task), i);
+            let rows = task.rows.clone();
+            let done = device.dia_spgemm_rows(self.a, self.b, rows, self.offsets, &mut task.slots);
+            if done.is_ok() {
+                call.count_done(0);
+            }
+            call.end();
+            done?;
+            call.finish(i, None);
+        }
+        Ok(())
+    }
 }
 
 /// The error for a backend that panicked computing `rows`.
@@ -482,88 +530,39 @@ impl<T: Scalar> Scheduler<T> {
                 rest = tail;
             }
         }
-        let mut reports: Vec<DeviceReport> = self
+        let job = BandRows {
+            a,
+            b,
+            offsets: &offsets,
+            _slots: PhantomData,
+        };
+        // Each participant's rows; a part whose backend fails goes to the others.
+        let own = self
             .backends
             .iter()
-            .map(|d| DeviceReport::new(d.info().name))
+            .enumerate()
+            .map(|(d, _)| {
+                participants
+                    .iter()
+                    .position(|&p| p == d)
+                    .map(|k| (ranges[k].clone(), std::mem::take(&mut slots[k])))
+                    .filter(|(rows, _)| !rows.is_empty())
+                    .map(|(rows, c)| job.task(rows, c))
+                    .into_iter()
+                    .collect()
+            })
             .collect();
-        let offsets_ref = &offsets;
-        // Each backend's rows, computed side by side.
-        let outcomes: Vec<Outcome<'_, T>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = participants
-                .iter()
-                .zip(ranges.iter().zip(slots))
-                .filter(|(_, (rows, _))| !rows.is_empty())
-                .map(|(&d, (rows, mut c))| {
-                    let backend = self.backends[d].as_ref();
-                    let rows = rows.clone();
-                    scope.spawn(move || {
-                        let _s =
-                            tracing::debug_span!("band_part", device = d, rows = ?rows).entered();
-                        let start = Instant::now();
-                        let done = compute(backend, a, b, rows.clone(), offsets_ref, &mut c);
-                        (d, rows, c, done, start.elapsed())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| unreachable!("compute returns panics as errors"))
-                })
-                .collect()
-        });
-        let mut failed = Vec::new();
-        let mut dead = vec![false; self.backends.len()];
-        for (d, rows, c, done, busy) in outcomes {
-            match done {
-                Ok(()) => record(
-                    &mut reports[d],
-                    BandWork::of_rows(a, b, rows, offsets.len()),
-                    busy,
-                ),
-                Err(e) => {
-                    tracing::warn!(device = d, error = %e, "a band part failed; rerunning it");
-                    reports[d].failure = Some(e.to_string());
-                    dead[d] = true;
-                    failed.push((rows, c, e));
-                }
-            }
-        }
-        // A failed part goes to the other backends, cheapest first, until one computes it
-        // (each writes every slot of the part again).
-        for (rows, mut c, error) in failed {
-            let mut last = Some(error);
-            for d in self.rescue_order(&participants, &dead, work) {
-                let start = Instant::now();
-                match compute(
-                    self.backends[d].as_ref(),
-                    a,
-                    b,
-                    rows.clone(),
-                    &offsets,
-                    &mut c,
-                ) {
-                    Ok(()) => {
-                        let part = BandWork::of_rows(a, b, rows.clone(), offsets.len());
-                        record(&mut reports[d], part, start.elapsed());
-                        last = None;
-                        break;
-                    }
-                    Err(e) => {
-                        reports[d].failure = Some(e.to_string());
-                        dead[d] = true;
-                        last = Some(e);
-                    }
-                }
-            }
-            if let Some(e) = last {
-                return Err(e);
-            }
-        }
-        // SAFETY: the parts cover rows 0..m and every part was computed by a backend, which
-        // writes every slot of its rows of every diagonal (`dia_spgemm_rows`'s contract).
+        let plan = Plan {
+            devices: &self.backends,
+            taking_part: part,
+            own,
+            shared: Vec::new(),
+            speeds: vec![None; self.backends.len()],
+        };
+        let reports = executor::run(&job, plan, &RunControl::new())?.reports;
+        // SAFETY: the parts cover rows 0..m and the executor returned without error, so every
+        // part (or every piece it was split into) was computed by a backend, which writes every
+        // slot of its rows of every diagonal (`dia_spgemm_rows`'s contract).
         unsafe { data.set_len(len) };
         let c = Dia::try_new(m, n, offsets, data)?;
         if reports.iter().all(|r| r.failure.is_none()) {

@@ -42,6 +42,7 @@ mod band;
 mod chunking;
 mod cost;
 mod execute;
+mod executor;
 mod guard;
 mod learn;
 mod policy;

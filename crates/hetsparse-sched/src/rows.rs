@@ -1,21 +1,17 @@
-//! SpMV and SpMM over several backends: row blocks of A, balanced by entries, handed out from
-//! one queue (the fastest backend takes the largest blocks, the others the smallest); each
-//! backend computes its blocks' rows of the result, which are copied into place. A backend
-//! that fails has its blocks rerun on the others; out of memory halves the block.
+//! SpMV and SpMM over several backends, as a job of the scheduler's executor
+//! ([`crate::executor`]): row blocks of A, balanced by entries, in one queue from the largest to
+//! the smallest (the fastest backend takes from the front, the others from the back); each
+//! backend computes its blocks' rows of the result, which are copied into place. Out of memory
+//! halves a block.
 
-use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use hetsparse_core::{Backend, Csr, Error, Result, RunControl, Scalar};
+use hetsparse_core::{Backend, Csr, Result, RunControl, Scalar};
 
 use crate::chunking::row_panels;
-use crate::guard::{self, EscapedPanic};
+use crate::executor::{self, Call, Job, Plan, RowTask};
 use crate::report::DeviceReport;
-
-/// How long an idle worker sleeps before it looks at the caller's cancellation again.
-const IDLE_POLL: Duration = Duration::from_millis(20);
 
 /// Row blocks of `a` of about `entries` entries each (at least one row): row panels weighed
 /// by entries, whose prefix sums are A's row offsets.
@@ -30,14 +26,55 @@ pub(crate) type BlockFn<'a, T, R> =
 /// Computed row blocks, in any order.
 pub(crate) type Pieces<R> = Vec<(Range<usize>, R)>;
 
-struct State<R> {
-    queue: VecDeque<Range<usize>>,
-    outstanding: usize,
-    live: Vec<bool>,
-    abort: Option<Error>,
-    last_failure: Option<Error>,
-    pieces: Pieces<R>,
-    reports: Vec<DeviceReport>,
+/// The row blocks of A, as the executor runs them.
+struct RowBlocks<'a, 'f, T: Scalar, R> {
+    a: &'a Csr<T>,
+    units_per_entry: u64,
+    compute: &'a BlockFn<'f, T, R>,
+}
+
+impl<T: Scalar, R> RowBlocks<'_, '_, T, R> {
+    /// A block of `rows`, weighed by its entries.
+    fn block(&self, rows: Range<usize>) -> RowTask<()> {
+        let offsets = self.a.row_offsets();
+        let entries = offsets[rows.end] - offsets[rows.start];
+        RowTask::new(rows, entries.saturating_mul(self.units_per_entry), ())
+    }
+}
+
+impl<T: Scalar, R: Send> Job<T> for RowBlocks<'_, '_, T, R> {
+    type Task = RowTask<()>;
+    type Output = R;
+    type Placement = ();
+
+    fn place(&self, _device: &dyn Backend<T>, _d: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// Halves a block of more than one row.
+    fn split(&self, task: RowTask<()>) -> std::result::Result<Vec<RowTask<()>>, RowTask<()>> {
+        let units = |rows: Range<usize>| self.block(rows).units;
+        task.halve(units, |(), _| ((), ())).map(Vec::from)
+    }
+
+    fn compute(
+        &self,
+        device: &dyn Backend<T>,
+        _placement: &(),
+        batch: &mut [RowTask<()>],
+        call: &mut Call<'_, R>,
+    ) -> Result<()> {
+        for (i, task) in batch.iter().enumerate() {
+            let piece = call.within(std::slice::from_ref(task), i, |call| {
+                let rows = self.a.rows(task.rows.clone())?;
+                let piece = (self.compute)(device, &rows, call.run())?;
+                call.count_done(0);
+                Ok(piece)
+            })?;
+            call.finish(i, Some(piece));
+        }
+        Ok(())
+    }
 }
 
 /// Runs `compute` on row blocks of `a` over the backends taking part; returns the pieces (in
@@ -48,146 +85,34 @@ pub(crate) fn run<T: Scalar, R: Send>(
     a: &Csr<T>,
     devices: &[Arc<dyn Backend<T>>],
     taking_part: &[bool],
-    mut blocks: Vec<Range<usize>>,
+    blocks: Vec<Range<usize>>,
     units_per_entry: u64,
     speeds: &[Option<f64>],
     caller: &RunControl,
     compute: &BlockFn<'_, T, R>,
 ) -> Result<(Pieces<R>, Vec<DeviceReport>)> {
-    let entries = |r: &Range<usize>| a.row_offsets()[r.end] - a.row_offsets()[r.start];
-    blocks.sort_by_key(|r| std::cmp::Reverse(entries(r)));
-    caller.add_planned(a.nnz().saturating_mul(units_per_entry));
-    let state = Mutex::new(State {
-        outstanding: blocks.len(),
-        queue: blocks.into(),
-        live: taking_part.to_vec(),
-        abort: None,
-        last_failure: None,
-        pieces: Vec::new(),
-        reports: devices
-            .iter()
-            .map(|d| DeviceReport::new(d.info().name))
-            .collect(),
-    });
-    let wake = Condvar::new();
-    let runs: Vec<RunControl> = devices.iter().map(|_| caller.child()).collect();
-    let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
-    let abort = |s: &mut MutexGuard<'_, State<R>>, e: Error| {
-        if s.abort.is_none() {
-            s.abort = Some(e);
-        }
-        for r in &runs {
-            r.cancel();
-        }
-        wake.notify_all();
+    let job = RowBlocks {
+        a,
+        units_per_entry,
+        compute,
     };
-    let worker = |d: usize| {
-        let device = devices[d].as_ref();
-        loop {
-            // The next block: the fastest known backend takes from the front.
-            let block = {
-                let mut s = lock();
-                loop {
-                    if s.abort.is_some() || !s.live[d] {
-                        return;
-                    }
-                    if caller.is_cancelled() {
-                        abort(&mut s, Error::Cancelled);
-                        return;
-                    }
-                    let speed = |k: usize| s.reports[k].speed().or(speeds[k]);
-                    let mine = speed(d);
-                    let fastest = mine.is_some_and(|m| {
-                        (0..s.live.len())
-                            .filter(|&k| s.live[k])
-                            .all(|k| speed(k).is_none_or(|o| o <= m))
-                    });
-                    let next = if fastest {
-                        s.queue.pop_front()
-                    } else {
-                        s.queue.pop_back()
-                    };
-                    if let Some(b) = next {
-                        break b;
-                    }
-                    if s.outstanding == 0 {
-                        return;
-                    }
-                    s = wake
-                        .wait_timeout(s, IDLE_POLL)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
-                }
-            };
-            let begun = Instant::now();
-            let outcome = guard::device_call(device, &runs[d], || {
-                let rows = a.rows(block.clone())?;
-                compute(device, &rows, &runs[d])
-            });
-            let mut s = lock();
-            s.reports[d].busy += begun.elapsed();
-            match outcome {
-                Ok(piece) => {
-                    let units = entries(&block).saturating_mul(units_per_entry);
-                    s.reports[d].chunks += 1;
-                    s.reports[d].products += units;
-                    s.pieces.push((block, piece));
-                    s.outstanding -= 1;
-                    if s.outstanding == 0 {
-                        wake.notify_all();
-                    }
-                    // Told outside the lock: the caller's callback may be slow, or panic.
-                    drop(s);
-                    caller.add_done(units);
-                }
-                Err(Error::Cancelled) if caller.is_cancelled() || s.abort.is_some() => {
-                    abort(&mut s, Error::Cancelled);
-                    return;
-                }
-                Err(e @ Error::OutOfMemory { .. }) if block.len() > 1 => {
-                    tracing::info!(device = d, rows = ?block, error = %e, "out of memory on a row block; splitting it");
-                    let mid = block.start + block.len() / 2;
-                    s.queue.push_back(block.start..mid);
-                    s.queue.push_back(mid..block.end);
-                    s.outstanding += 1;
-                    wake.notify_all();
-                }
-                Err(e) => {
-                    tracing::warn!(device = d, error = %e, "a backend failed; its rows go to the others");
-                    s.live[d] = false;
-                    s.reports[d].failure = Some(e.to_string());
-                    s.queue.push_back(block);
-                    s.last_failure = Some(e);
-                    if !s.live.iter().any(|l| *l) {
-                        let e = s.last_failure.take().unwrap_or(Error::Cancelled);
-                        abort(&mut s, e);
-                    }
-                    wake.notify_all();
-                    return;
-                }
-            }
-        }
+    let mut shared: Vec<RowTask<()>> = blocks.into_iter().map(|r| job.block(r)).collect();
+    // Largest first: the fastest backend takes from the front.
+    shared.sort_by_key(|t| std::cmp::Reverse(t.units));
+    let plan = Plan {
+        devices,
+        taking_part: taking_part.to_vec(),
+        own: devices.iter().map(|_| Vec::new()).collect(),
+        shared,
+        speeds: speeds.to_vec(),
     };
-    let escaped = EscapedPanic::default();
-    std::thread::scope(|scope| {
-        for d in (0..devices.len()).filter(|&d| taking_part[d]) {
-            let (worker, escaped) = (&worker, &escaped);
-            scope.spawn(move || escaped.catch(|| worker(d)));
-        }
-    });
-    // The caller's progress callback panicked on a worker: the panic is the caller's.
-    escaped.resume();
-    let s = state.into_inner().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = s.abort {
-        return Err(e);
-    }
-    if s.outstanding > 0 {
-        return Err(s.last_failure.unwrap_or_else(|| Error::Internal {
-            backend: hetsparse_core::BackendKind::Scheduler,
-            what: format!("{} row blocks were left unfinished", s.outstanding),
-        }));
-    }
-    Ok((s.pieces, s.reports))
+    let finished = executor::run(&job, plan, caller)?;
+    let pieces = finished
+        .outputs
+        .into_iter()
+        .map(|(task, piece)| (task.rows, piece))
+        .collect();
+    Ok((pieces, finished.reports))
 }
 
 #[cfg(test)]

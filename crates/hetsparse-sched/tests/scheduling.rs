@@ -930,11 +930,7 @@ mod band {
     fn a_failing_backend_has_its_rows_rerun_on_the_other() {
         let (a, b) = &cases()[1];
         let whole = cpu().dia_spgemm(a, b).expect("CPU alone");
-        for kind in [
-            FaultKind::DeviceLost,
-            FaultKind::Panic,
-            FaultKind::OutOfMemory,
-        ] {
+        for kind in [FaultKind::DeviceLost, FaultKind::Panic] {
             let fault = Fault::FailOnUnit {
                 unit: 0,
                 kind,
@@ -951,6 +947,22 @@ mod band {
             assert_eq!(report.devices[1].chunks, 2, "{kind:?}");
             assert_eq!(failing.units_failed(), 1, "{kind:?}");
         }
+        // Out of memory on every call: the part is halved (up to the limit of halvings), and
+        // every piece goes to the other backend, without the failing one dropping out.
+        let failing = faulty(Fault::FailOnUnit {
+            unit: 0,
+            kind: FaultKind::OutOfMemory,
+            sticky: true,
+        });
+        let s = scheduler(vec![failing.clone(), cpu()], Policy::WorkStealing)
+            .with_band_costs(&[EQUAL, EQUAL])
+            .expect("costs");
+        assert_eq!(s.dia_spgemm(a, b).expect("pieces rerun"), whole);
+        let report = s.last_report().expect("report");
+        assert!(report.devices[0].failure.is_none());
+        assert_eq!(report.devices[0].chunks, 0);
+        assert!(report.devices[1].chunks > 2, "{report:?}");
+        assert!(failing.units_failed() > 1);
         // Both failing: the error comes back.
         let lost = || {
             faulty(Fault::FailOnUnit {
@@ -963,6 +975,28 @@ mod band {
             .with_band_costs(&[EQUAL, EQUAL])
             .expect("costs");
         assert!(matches!(s.dia_spgemm(a, b), Err(e) if e.is_retryable()));
+    }
+
+    #[test]
+    fn a_part_too_large_for_its_backend_is_halved_until_it_fits() {
+        let (a, b) = &cases()[1];
+        let whole = cpu().dia_spgemm(a, b).expect("CPU alone");
+        // Memory for 300 rows: the first backend's 1000 rows are cut to pieces of 250.
+        let per_row = a.offsets().len() + b.offsets().len() + whole.offsets().len();
+        let bytes = (300 * per_row * std::mem::size_of::<f64>()) as u64;
+        let small = faulty(Fault::MemoryLimit { bytes });
+        let s = scheduler(vec![small.clone(), cpu()], Policy::WorkStealing)
+            .with_band_costs(&[EQUAL, EQUAL])
+            .expect("costs");
+        let c = s.dia_spgemm(a, b).expect("halved");
+        assert_eq!(c, whole);
+        let report = s.last_report().expect("report");
+        assert!(report.devices.iter().all(|d| d.failure.is_none()));
+        // It computed pieces of its part itself.
+        assert!(report.devices[0].chunks >= 1, "{report:?}");
+        assert!(small.units_failed() >= 2);
+        let total: u64 = report.devices.iter().map(|d| d.products).sum();
+        assert!(total > 0);
     }
 
     #[test]
