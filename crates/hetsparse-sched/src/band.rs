@@ -537,11 +537,8 @@ impl<T: Scalar> Scheduler<T> {
             _slots: PhantomData,
         };
         // Each participant's rows; a part whose backend fails goes to the others.
-        let own = self
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(d, _)| {
+        let own = (0..self.backends.len())
+            .map(|d| {
                 participants
                     .iter()
                     .position(|&p| p == d)
