@@ -128,7 +128,9 @@ use spmm::{DenseIn, SparseIn};
 use spmv::VecIn;
 
 pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream, WarmUpPause};
-pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
+pub use memory::{
+    DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut, PinnedBuffer, PinnedPool, PooledPinned,
+};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
 pub use spmv::{csr_rows_skewed, ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};

@@ -791,13 +791,16 @@ fn run_bins<T: DeviceScalar>(
                         plan.group_bytes(n, stride, value_bytes),
                         "dense accumulators of long rows",
                     )?;
-                    let flags = arena.alloc::<u8>((n * stride) as usize, "dense row flags")?;
-                    flags.zero(job.stream)?;
+                    let flags = arena
+                        .alloc::<u8>((n * stride) as usize, "dense row flags")?
+                        .into_view();
+                    flags.assume_writable().zero(job.stream)?;
                     let vals = if value_bytes > 0 {
                         let v = arena
-                            .alloc::<u8>((n * stride * value_bytes) as usize, "dense row values")?;
+                            .alloc::<u8>((n * stride * value_bytes) as usize, "dense row values")?
+                            .into_view();
                         // Zero bits are the additive identity of every accumulator type.
-                        v.zero(job.stream)?;
+                        v.assume_writable().zero(job.stream)?;
                         v.arg()
                     } else {
                         Arg::U64(0)
@@ -829,10 +832,12 @@ fn run_bins<T: DeviceScalar>(
                                 "entry counts of the column ranges of long rows",
                             )?;
                             // Every (row, range) count is written by the counting pass.
-                            let counts = arena.alloc::<u32>(
-                                (n * counted.ranges) as usize,
-                                "entry counts of column ranges",
-                            )?;
+                            let counts = arena
+                                .alloc::<u32>(
+                                    (n * counted.ranges) as usize,
+                                    "entry counts of column ranges",
+                                )?
+                                .into_view();
                             (long.ranges)(&RangeGroup {
                                 rows,
                                 ranges,
@@ -857,9 +862,12 @@ fn run_bins<T: DeviceScalar>(
                     let arena = scratch.get(job.gpu, job.stream, need, "global hash tables")?;
                     let table_offsets: Vec<u64> = (0..n).map(|k| k * size).collect();
                     let offsets = arena.upload(job.stream, &table_offsets, "table offsets")?;
-                    let keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
+                    let keys = arena
+                        .alloc::<u32>(entries as usize, "global hash keys")?
+                        .into_view();
                     let vals = arena
-                        .alloc::<u8>((entries * value_bytes) as usize, "global hash values")?;
+                        .alloc::<u8>((entries * value_bytes) as usize, "global hash values")?
+                        .into_view();
                     let launch = BinLaunch {
                         warp: false,
                         rows: rows.sub(first as usize, n as usize),
@@ -912,18 +920,24 @@ fn dense_configs(group: &DenseGroup<'_>) -> (LaunchConfig, LaunchConfig) {
 /// The operands as the kernels of both phases take them after their own leading arguments:
 /// A's offsets and columns, B's, then the window's first and last column; with `values` each
 /// matrix's values after its columns.
-fn operand_args<T: DeviceScalar>(job: &Job<'_, T>, values: bool) -> Vec<Arg> {
+fn operand_args<T: DeviceScalar>(job: &Job<'_, T>, values: bool) -> Result<Vec<Arg>> {
     let (a, b) = (job.a.matrix(), job.b.matrix());
-    let mut v = vec![a.offsets.slice().arg(), a.cols.slice().arg()];
+    let mut v = vec![
+        a.offsets.read(job.stream)?.arg(),
+        a.cols.read(job.stream)?.arg(),
+    ];
     if values {
-        v.push(a.vals.slice().arg());
+        v.push(a.vals.read(job.stream)?.arg());
     }
-    v.extend([b.offsets.slice().arg(), b.cols.slice().arg()]);
+    v.extend([
+        b.offsets.read(job.stream)?.arg(),
+        b.cols.read(job.stream)?.arg(),
+    ]);
     if values {
-        v.push(b.vals.slice().arg());
+        v.push(b.vals.read(job.stream)?.arg());
     }
     v.extend([Arg::U32(job.col_lo()), Arg::U32(job.col_hi())]);
-    v
+    Ok(v)
 }
 
 /// Launch configuration of the range kernels for a group: `blocks_per_row` blocks per row,
@@ -963,7 +977,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
     let n = job.nrows();
     let _span = tracing::debug_span!("symbolic", algorithm = "adaptive", rows = n).entered();
     let width = job.width();
-    row_nnz.zero(job.stream)?;
+    row_nnz.assume_writable().zero(job.stream)?;
     bin_arena.reset();
     let binned = binning::scatter(
         job,
@@ -973,6 +987,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         hist,
         bin_arena,
     )?;
+    let operands = operand_args(job, false)?;
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -983,7 +998,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys]);
         }
-        v.extend(operand_args(job, false));
+        v.extend(operands.iter().copied());
         v.push(row_nnz.arg());
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
@@ -1020,7 +1035,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
                         Arg::U64(stride),
                         g.flags.arg(),
                     ][..],
-                    &operand_args(job, false),
+                    &operand_args(job, false)?,
                 ]
                 .concat(),
             )?;
@@ -1044,7 +1059,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         let config = range_config(g, g.ranges.shared_bytes(0, 0));
         job.gpu.allow_shared(count, config.shared_bytes)?;
         let mut args = range_args(g, job.rows().start).to_vec();
-        args.extend(operand_args(job, false));
+        args.extend(operand_args(job, false)?);
         args.extend([row_nnz.arg(), Arg::U64(0)]);
         // SAFETY: arguments match spgemm_range_count, which adds each range's entries to its
         // row's count in `row_nnz` (zeroed above; one slot per row of the chunk).
@@ -1160,6 +1175,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
     if need > 0 {
         scratch.get(job.gpu, job.stream, need, "numeric work memory")?;
     }
+    let operands = operand_args(job, true)?;
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -1170,7 +1186,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys, l.vals]);
         }
-        v.extend(operand_args(job, true));
+        v.extend(operands.iter().copied());
         v.extend([c_off.arg(), Arg::U64(base), out_cols, vals.arg(), read_cols]);
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
@@ -1218,7 +1234,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                         g.flags.arg(),
                         g.vals,
                     ][..],
-                    &operand_args(job, true),
+                    &operand_args(job, true)?,
                 ]
                 .concat(),
             )?;
@@ -1258,7 +1274,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                 let config = range_config(g, g.ranges.shared_bytes(0, 0));
                 job.gpu.allow_shared(count, config.shared_bytes)?;
                 let mut args = leading.to_vec();
-                args.extend(operand_args(job, false));
+                args.extend(operand_args(job, false)?);
                 args.extend([Arg::U64(0), counts.arg()]);
                 // SAFETY: arguments match spgemm_range_count; `counts` holds a slot for each
                 // range of each of the group's rows.
@@ -1277,7 +1293,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         job.gpu
             .allow_shared(range_accumulate, config.shared_bytes)?;
         let mut args = leading.to_vec();
-        args.extend(operand_args(job, true));
+        args.extend(operand_args(job, true)?);
         args.extend([
             counts,
             c_off.arg(),

@@ -147,8 +147,10 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
         return Ok(Histogram::default());
     }
     // Rows per bin, the two sums, the longest rows of A per bin.
-    let counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
-    counters.zero(job.stream)?;
+    let counters = arena
+        .alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?
+        .into_view();
+    counters.assume_writable().zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
     let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_count; `counters` has 2 * BIN_COUNT + 2 slots; A's
@@ -166,7 +168,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 Arg::U64(cap),
                 counters.arg(),
                 counters.sub(BIN_COUNT, 2).arg(),
-                job.a.matrix().offsets.slice().arg(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(first_row as u64),
                 counters.sub(BIN_COUNT + 2, BIN_COUNT).arg(),
             ],
@@ -222,7 +224,9 @@ pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
     arena: &'a DeviceArena,
 ) -> Result<Binned<'a>> {
     let (start, listed) = starts(&hist);
-    let list = arena.alloc::<u32>(listed as usize, "rows by bin")?;
+    let list = arena
+        .alloc::<u32>(listed as usize, "rows by bin")?
+        .into_view();
     scatter_into(job, weights, first_row, cap, &start, list, arena)?;
     Ok(Binned { list, start, hist })
 }
@@ -237,12 +241,12 @@ pub(super) struct KeptBins {
 
 impl KeptBins {
     /// The bins as the kernels' launches take them.
-    pub fn binned(&self) -> Binned<'_> {
-        Binned {
-            list: self.list.slice(),
+    pub fn binned(&self, stream: &Stream) -> Result<Binned<'_>> {
+        Ok(Binned {
+            list: self.list.read(stream)?,
             start: self.start,
             hist: self.hist,
-        }
+        })
     }
 }
 
@@ -258,8 +262,9 @@ pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
     arena: &DeviceArena,
 ) -> Result<KeptBins> {
     let (start, listed) = starts(&hist);
-    let list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
-    scatter_into(job, weights, first_row, cap, &start, list.slice(), arena)?;
+    let mut list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
+    let writable = list.write(home)?.into_view();
+    scatter_into(job, weights, first_row, cap, &start, writable, arena)?;
     Ok(KeptBins { list, start, hist })
 }
 
@@ -277,9 +282,12 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
         return Ok(());
     }
     let n = weights.rows() as u64;
-    let counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
-    counters.zero(job.stream)?;
-    counters.upload(job.stream, start)?;
+    let counters = arena
+        .alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?
+        .into_view();
+    let mut writable = counters.assume_writable();
+    writable.zero(job.stream)?;
+    writable.upload(job.stream, start)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
     let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
@@ -295,7 +303,7 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
                 values,
                 from_offsets,
                 a_scale,
-                job.a.matrix().offsets.slice().arg(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(cap),
                 counters.arg(),
                 counters.sub(BIN_COUNT, BIN_COUNT).arg(),
@@ -325,11 +333,13 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
     let _span = tracing::debug_span!("scan", rows = n).entered();
     let total = offsets.sub(n as usize, 1);
     if n == 0 {
-        total.zero(job.stream)?;
+        total.assume_writable().zero(job.stream)?;
         return Ok(0);
     }
     let blocks = n.div_ceil(SCAN_BLOCK);
-    let sums = arena.alloc::<u64>(blocks as usize, "scan block sums")?;
+    let sums = arena
+        .alloc::<u64>(blocks as usize, "scan block sums")?
+        .into_view();
     let config = LaunchConfig {
         grid: blocks as u32,
         block: 1024,

@@ -183,8 +183,12 @@ fn batch<T: DeviceScalar>(
     ]) + 256 * (sort_bins.len() as u64 + 2); // each sort list is aligned on its own
     let arena = scratch.get(job.gpu, job.stream, need, "ESC work memory")?;
     let stream = job.stream;
-    let keys = arena.alloc::<u32>(products as usize, "ESC keys")?;
-    let vals = arena.alloc::<u8>((products * acc) as usize, "ESC values")?;
+    let keys = arena
+        .alloc::<u32>(products as usize, "ESC keys")?
+        .into_view();
+    let vals = arena
+        .alloc::<u8>((products * acc) as usize, "ESC values")?
+        .into_view();
     let prefix_dev = arena.upload(stream, &prefix, "ESC product prefix")?;
     let b_start_dev = arena.upload(stream, &b_start[be0..be1], "ESC B positions")?;
     let seg_dev = arena.upload(stream, &seg, "ESC row segments")?;
@@ -204,9 +208,9 @@ fn batch<T: DeviceScalar>(
                     Arg::U64(a_off[first]),
                     prefix_dev.arg(),
                     b_start_dev.arg(),
-                    job.a.matrix().vals.slice().arg(),
-                    job.b.matrix().cols.slice().arg(),
-                    job.b.matrix().vals.slice().arg(),
+                    job.a.matrix().vals.read(stream)?.arg(),
+                    job.b.matrix().cols.read(stream)?.arg(),
+                    job.b.matrix().vals.read(stream)?.arg(),
                     Arg::U32(job.col_lo()),
                     keys.arg(),
                     vals.arg(),
@@ -241,8 +245,12 @@ fn batch<T: DeviceScalar>(
         }
         if !long.is_empty() {
             let sort_long = gpu.function("spgemm", kernel_name::<T>("spgemm_esc_sort_long"))?;
-            let scratch_keys = arena.alloc::<u32>(long_max as usize, "ESC sort scratch")?;
-            let scratch_vals = arena.alloc::<u8>((long_max * acc) as usize, "ESC sort scratch")?;
+            let scratch_keys = arena
+                .alloc::<u32>(long_max as usize, "ESC sort scratch")?
+                .into_view();
+            let scratch_vals = arena
+                .alloc::<u8>((long_max * acc) as usize, "ESC sort scratch")?
+                .into_view();
             for &(i, size) in &long {
                 // SAFETY: arguments match spgemm_esc_sort_long; the scratch holds `size`.
                 unsafe {
@@ -268,7 +276,9 @@ fn batch<T: DeviceScalar>(
             }
         }
     }
-    let row_nnz = arena.alloc::<u64>(nrows, "ESC entries per row")?;
+    let row_nnz = arena
+        .alloc::<u64>(nrows, "ESC entries per row")?
+        .into_view();
     let count = gpu.function("spgemm", "spgemm_esc_count")?;
     // SAFETY: arguments match spgemm_esc_count.
     unsafe {

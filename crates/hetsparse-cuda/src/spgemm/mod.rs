@@ -291,7 +291,7 @@ impl Scratch {
             self.arena = None;
             self.arena = Some(match &home {
                 Some(home) => DeviceArena::new_on(gpu, home, size, what)?,
-                None => DeviceArena::new(gpu.memory(), size, what)?,
+                None => DeviceArena::new(gpu.memory(), stream, size, what)?,
             });
         }
         let arena = self.arena.as_mut().expect("allocated above");
@@ -330,17 +330,19 @@ fn analyse<'a, T: DeviceScalar>(
 ) -> Result<(DeviceSlice<'a, u64>, Histogram)> {
     let n = job.nrows();
     let _span = tracing::debug_span!("analysis", rows = n).entered();
-    let products = arena.alloc::<u64>(n, "row products")?;
+    let products = arena.alloc::<u64>(n, "row products")?.into_view();
     if n == 0 {
         return Ok((products, Histogram::default()));
     }
     // Rows too long for one warp are listed (at most one per row; the count after the list).
-    let huge = arena.alloc::<u32>(n + 1, "rows of A too long for a warp")?;
+    let huge = arena
+        .alloc::<u32>(n + 1, "rows of A too long for a warp")?
+        .into_view();
     let (huge_rows, huge_count) = (huge.sub(0, n), huge.sub(n, 1));
-    huge_count.zero(job.stream)?;
-    let a_off = job.a.matrix().offsets.slice().arg();
-    let a_col = job.a.matrix().cols.slice().arg();
-    let b_off = job.b.matrix().offsets.slice().arg();
+    huge_count.assume_writable().zero(job.stream)?;
+    let a_off = job.a.matrix().offsets.read(job.stream)?.arg();
+    let a_col = job.a.matrix().cols.read(job.stream)?.arg();
+    let b_off = job.b.matrix().offsets.read(job.stream)?.arg();
     let row0 = crate::Arg::U64(job.rows().start as u64);
     // SAFETY: arguments match spgemm_row_products and spgemm_row_products_huge; all buffers
     // cover the rows read, the list holds every row of the job.
@@ -453,12 +455,9 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
                 Held::Owned(DeviceCsr::upload_to(gpu, stream, Some(stream), m, name)?),
                 Some(m),
             ),
-            Operand::Device(m) => {
-                // A resident operand may still be written on its home stream (stream-ordered
-                // results of other calls).
-                m.await_on(stream)?;
-                (Held::Borrowed(m), None)
-            }
+            // A resident operand may still be written on another stream (stream-ordered
+            // results of other calls): its buffers' reads order this stream after the writer.
+            Operand::Device(m) => (Held::Borrowed(m), None),
         })
     }
 }
@@ -732,7 +731,7 @@ fn esc_columns<'a, T: DeviceScalar>(
             let _span =
                 tracing::debug_span!("D2H", what = "ESC: column indices", entries = dev.nnz())
                     .entered();
-            Some(Cow::Owned(dev.cols.slice().to_vec(stream)?))
+            Some(Cow::Owned(dev.cols.read(stream)?.to_vec(stream)?))
         }
     })
 }
@@ -1145,9 +1144,9 @@ fn chunk_on_device<T: DeviceScalar>(
         0..n,
         c_off_dev,
         0,
-        cols.slice(),
+        cols.read(job.stream)?,
         false,
-        vals.slice(),
+        vals.read(job.stream)?,
         scratch,
         bin_arena,
     )?;
@@ -1158,7 +1157,7 @@ fn chunk_on_device<T: DeviceScalar>(
         job.stream,
         (n, width, nnz),
         c_off_dev,
-        cols.slice(),
+        cols.read(job.stream)?,
     )?;
     let kernel = pipeline::elapsed(&k0, &k1)?;
     let copying = Instant::now();
@@ -1168,9 +1167,10 @@ fn chunk_on_device<T: DeviceScalar>(
         // SAFETY: each staged download writes every slot of its slice where it returns `Ok`.
         let filled = unsafe {
             place.fill_rows(&counts, |place_cols, place_vals| {
-                cols.slice().download_staged(job.stream, pool, place_cols)?;
+                cols.read(job.stream)?
+                    .download_staged(job.stream, pool, place_cols)?;
                 crate::resident::download_values_into::<T>(
-                    vals.slice(),
+                    vals.read(job.stream)?,
                     job.stream,
                     pool,
                     place_vals,
@@ -1181,8 +1181,9 @@ fn chunk_on_device<T: DeviceScalar>(
             return Ok((Landed::InPlace(nnz), kernel, copying.elapsed()));
         }
     }
-    let host_cols = cols.slice().to_vec_staged(job.stream, pool)?;
-    let host_vals = crate::resident::download_values::<T>(vals.slice(), job.stream, pool)?;
+    let host_cols = cols.read(job.stream)?.to_vec_staged(job.stream, pool)?;
+    let host_vals =
+        crate::resident::download_values::<T>(vals.read(job.stream)?, job.stream, pool)?;
     let d2h = copying.elapsed();
     let product = if valid {
         // SAFETY: copies of arrays `csr_valid_on_device` found to satisfy every CSR
@@ -1210,7 +1211,9 @@ fn row_offsets<'a, T: DeviceScalar>(
     let analysed = analyse(job, chunk_arena, bin_arena)?;
     let (row_nnz, products) =
         symbolic(job, method, analysed, scratch, chunk_arena, bin_arena, run)?;
-    let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
+    let c_off_dev = chunk_arena
+        .alloc::<u64>(job.nrows() + 1, "row offsets of C")?
+        .into_view();
     binning::exclusive_scan(job, row_nnz, c_off_dev, chunk_arena)?;
     // Staged: a pageable copy of a chunk's offsets (MBs) took longer than its kernels.
     let c_off = tracing::debug_span!("D2H", what = "row offsets of C", rows = job.nrows())
@@ -1231,7 +1234,9 @@ fn symbolic<'a, T: DeviceScalar>(
     run: &RunControl,
 ) -> Result<(DeviceSlice<'a, u64>, u64)> {
     run.add_planned(hist.weight);
-    let row_nnz = chunk_arena.alloc::<u64>(job.nrows(), "entries per row")?;
+    let row_nnz = chunk_arena
+        .alloc::<u64>(job.nrows(), "entries per row")?
+        .into_view();
     match method {
         Method::Adaptive | Method::Esc => {
             adaptive::symbolic(job, products, hist, row_nnz, scratch, bin_arena)?
@@ -1510,7 +1515,8 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             drop(symbolic_span);
             let c_offsets =
                 DeviceBuffer::<u64>::new_on(gpu, &stream, nrows + 1, "row offsets of C")?;
-            let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
+            let nnz =
+                binning::exclusive_scan(&job, row_nnz, c_offsets.read(&stream)?, &chunk_arena)?;
             // The row arrays and the symbolic work memory go before the numeric bins are
             // listed, which take their room.
             drop(scratch);
@@ -1521,7 +1527,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 Method::Adaptive => Some(Arc::new(adaptive::numeric_bins_kept(
                     &job,
                     &stream,
-                    c_offsets.slice(),
+                    c_offsets.read(&stream)?,
                     &mut bin_arena,
                 )?)),
                 _ => None,
@@ -1552,7 +1558,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         )?),
         _ => None,
     };
-    let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
+    let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).read(&stream)?;
     drop(allocation);
     run.checkpoint()?;
     let mut scratch = Scratch::on(scratch_cap(tracker.available()).min(bound), &stream);
@@ -1561,7 +1567,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             let mut out = ToDevice::<T> {
                 cols: cols_out,
                 known_cols,
-                vals: c_vals.slice(),
+                vals: c_vals.read(&stream)?,
                 at: 0,
             };
             esc::chunk(&job, &mut scratch, &mut out)?;
@@ -1578,7 +1584,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 backend: crate::error::BACKEND,
                 what: "an Adaptive SpGEMM structure without its numeric bins".into(),
             })?;
-            let binned = bins.binned();
+            let binned = bins.binned(&stream)?;
             let binned_rows: u64 = binned.hist.rows.iter().sum();
             if binned_rows != n {
                 return Err(Error::Internal {
@@ -1589,11 +1595,11 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             adaptive::numeric_binned(
                 &job,
                 &binned,
-                c_offsets.slice(),
+                c_offsets.read(&stream)?,
                 0,
                 cols_out,
                 known_cols,
-                c_vals.slice(),
+                c_vals.read(&stream)?,
                 &mut scratch,
             )?;
         }
@@ -1607,10 +1613,10 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 &job,
                 tiling,
                 0..nrows,
-                c_offsets.slice(),
+                c_offsets.read(&stream)?,
                 0,
                 cols_out,
-                c_vals.slice(),
+                c_vals.read(&stream)?,
             )?;
         }
     }

@@ -283,7 +283,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         self.drain_all(done)?;
         self.slots = [None, None];
         for slot in &mut self.slots {
-            *slot = Some(Slot::new(self.gpu, target)?);
+            *slot = Some(Slot::new(self.gpu, &self.copy, target)?);
         }
         Ok(target)
     }
@@ -320,7 +320,10 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             });
         }
         slot.launched.record(compute)?;
-        launch(slot.dev_cols.slice(), slot.dev_vals.slice())?;
+        launch(
+            slot.dev_cols.write(compute)?.into_view(),
+            slot.dev_vals.write(compute)?.into_view(),
+        )?;
         slot.computed.record(compute)?;
         self.copy.wait(&slot.computed)?;
         slot.copy_started.record(&self.copy)?;
@@ -331,10 +334,10 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         // finish it first or fail, in which case the streams are synchronised on drop.
         unsafe {
             slot.dev_cols
-                .slice()
+                .read(&self.copy)?
                 .download_unchecked(&self.copy, slot.host_cols.typed_mut(n))?;
             slot.dev_vals
-                .slice()
+                .read(&self.copy)?
                 .download_unchecked(&self.copy, slot.host_vals.typed_mut(n))?;
         }
         slot.copied.record(&self.copy)?;
@@ -398,14 +401,15 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
 }
 
 impl<'g, T: DeviceScalar> Slot<'g, T> {
-    fn new(gpu: &'g Gpu, capacity: u64) -> Result<Self> {
+    /// Buffers whose device half is allocated for `home` (the copy stream, which reads them).
+    fn new(gpu: &'g Gpu, home: &Stream, capacity: u64) -> Result<Self> {
         let n = capacity as usize;
         let tracker = gpu.memory();
         let pool = gpu.pinned_pool();
         Ok(Slot {
             capacity,
-            dev_cols: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (columns)")?,
-            dev_vals: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (values)")?,
+            dev_cols: DeviceBuffer::new(tracker, home, n, "SpGEMM output buffer (columns)")?,
+            dev_vals: DeviceBuffer::new(tracker, home, n, "SpGEMM output buffer (values)")?,
             host_cols: pool.take(n * 4, "pinned SpGEMM output buffer (columns)")?,
             host_vals: pool.take(
                 n * std::mem::size_of::<T>(),
