@@ -45,14 +45,14 @@ impl<T> Copy for DeviceSlice<'_, T> {}
 /// it is not `Copy`, and a read view of it ([`DeviceSliceMut::view`]) borrows it. Kernel
 /// outputs take their pointer from [`DeviceSliceMut::arg_mut`].
 ///
-/// ```compile_fail
+/// ```compile_fail,E0382
 /// fn two_writers(w: hetsparse_cuda::DeviceSliceMut<'_, u32>) {
 ///     let copy = w; // moves: a write view is not Copy
 ///     let again = w;
 /// }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0596
 /// fn write_through_shared(b: &hetsparse_cuda::DeviceBuffer<u32>, s: &hetsparse_cuda::Stream) {
 ///     let _ = b.write(s); // writing needs `&mut DeviceBuffer`
 /// }
