@@ -275,18 +275,6 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     pub fn arg(&self) -> Arg {
         Arg::U64(self.ptr)
     }
-    /// The same memory as a write view, although other views of it may exist. Transitional:
-    /// the SpGEMM modules still pass their arena slices around as shared views and write
-    /// through them (issue 47, goal 7, is not finished there). No Rust reference points into
-    /// device memory, so this is no aliasing of Rust memory; the ordering it gives up is the
-    /// SpGEMM code's own, all on one stream.
-    pub(crate) fn assume_writable(self) -> DeviceSliceMut<'a, T> {
-        DeviceSliceMut {
-            ptr: self.ptr,
-            len: self.len,
-            _memory: PhantomData,
-        }
-    }
     /// Elements `start..start + len`.
     pub fn sub(&self, start: usize, len: usize) -> DeviceSlice<'a, T> {
         assert!(start + len <= self.len, "device sub-slice out of range");

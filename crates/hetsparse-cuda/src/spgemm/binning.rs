@@ -8,7 +8,7 @@ use hetsparse_core::Result;
 use std::sync::Arc;
 
 use crate::context::{Arg, LaunchConfig, Stream};
-use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
+use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 
 use super::{footprint, Job};
 
@@ -147,10 +147,8 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
         return Ok(Histogram::default());
     }
     // Rows per bin, the two sums, the longest rows of A per bin.
-    let counters = arena
-        .alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?
-        .into_view();
-    counters.assume_writable().zero(job.stream)?;
+    let mut counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
+    counters.zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
     let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_count; `counters` has 2 * BIN_COUNT + 2 slots; A's
@@ -166,15 +164,15 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 from_offsets,
                 a_scale,
                 Arg::U64(cap),
-                counters.arg(),
-                counters.sub(BIN_COUNT, 2).arg(),
+                counters.arg_mut(),
+                counters.sub_mut(BIN_COUNT, 2).arg_mut(),
                 job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(first_row as u64),
-                counters.sub(BIN_COUNT + 2, BIN_COUNT).arg(),
+                counters.sub_mut(BIN_COUNT + 2, BIN_COUNT).arg_mut(),
             ],
         )?;
     }
-    let c = counters.to_vec(job.stream)?;
+    let c = counters.view().to_vec(job.stream)?;
     let mut h = Histogram {
         weight: c[BIN_COUNT],
         capped_weight: c[BIN_COUNT + 1],
@@ -224,11 +222,13 @@ pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
     arena: &'a DeviceArena,
 ) -> Result<Binned<'a>> {
     let (start, listed) = starts(&hist);
-    let list = arena
-        .alloc::<u32>(listed as usize, "rows by bin")?
-        .into_view();
-    scatter_into(job, weights, first_row, cap, &start, list, arena)?;
-    Ok(Binned { list, start, hist })
+    let mut list = arena.alloc::<u32>(listed as usize, "rows by bin")?;
+    scatter_into(job, weights, first_row, cap, &start, &mut list, arena)?;
+    Ok(Binned {
+        list: list.into_view(),
+        start,
+        hist,
+    })
 }
 
 /// Rows listed by bin in device memory of their own, for a plan to keep: what [`scatter`]
@@ -263,8 +263,15 @@ pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
 ) -> Result<KeptBins> {
     let (start, listed) = starts(&hist);
     let mut list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
-    let writable = list.write(home)?.into_view();
-    scatter_into(job, weights, first_row, cap, &start, writable, arena)?;
+    scatter_into(
+        job,
+        weights,
+        first_row,
+        cap,
+        &start,
+        &mut list.write(home)?,
+        arena,
+    )?;
     Ok(KeptBins { list, start, hist })
 }
 
@@ -275,19 +282,17 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
     first_row: usize,
     cap: u64,
     start: &[u64; BIN_COUNT],
-    list: DeviceSlice<'_, u32>,
+    list: &mut DeviceSliceMut<'_, u32>,
     arena: &DeviceArena,
 ) -> Result<()> {
     if list.is_empty() {
         return Ok(());
     }
     let n = weights.rows() as u64;
-    let counters = arena
-        .alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?
-        .into_view();
-    let mut writable = counters.assume_writable();
-    writable.zero(job.stream)?;
-    writable.upload(job.stream, start)?;
+    let mut counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
+    counters.zero(job.stream)?;
+    counters.upload(job.stream, start)?;
+    let (starts, mut cursors) = counters.split_at_mut(BIN_COUNT);
     let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
     let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
@@ -305,9 +310,9 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
                 a_scale,
                 job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(cap),
-                counters.arg(),
-                counters.sub(BIN_COUNT, BIN_COUNT).arg(),
-                list.arg(),
+                starts.view().arg(),
+                cursors.arg_mut(),
+                list.arg_mut(),
             ],
         )
     }
@@ -326,20 +331,17 @@ pub(super) fn scan_bytes(n: u64) -> u64 {
 pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
     counts: DeviceSlice<'_, u64>,
-    offsets: DeviceSlice<'_, u64>,
+    offsets: &mut DeviceSliceMut<'_, u64>,
     arena: &DeviceArena,
 ) -> Result<u64> {
     let n = counts.len() as u64;
     let _span = tracing::debug_span!("scan", rows = n).entered();
-    let total = offsets.sub(n as usize, 1);
     if n == 0 {
-        total.assume_writable().zero(job.stream)?;
+        offsets.sub_mut(0, 1).zero(job.stream)?;
         return Ok(0);
     }
     let blocks = n.div_ceil(SCAN_BLOCK);
-    let sums = arena
-        .alloc::<u64>(blocks as usize, "scan block sums")?
-        .into_view();
+    let mut sums = arena.alloc::<u64>(blocks as usize, "scan block sums")?;
     let config = LaunchConfig {
         grid: blocks as u32,
         block: 1024,
@@ -355,7 +357,7 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
             sums_fn,
             config,
             job.stream,
-            &[Arg::U64(n), counts.arg(), sums.arg()],
+            &[Arg::U64(n), counts.arg(), sums.arg_mut()],
         )?;
         job.gpu.launch(
             prefixes_fn,
@@ -365,16 +367,25 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
                 shared_bytes: 0,
             },
             job.stream,
-            &[Arg::U64(blocks), sums.arg(), total.arg()],
+            &[
+                Arg::U64(blocks),
+                sums.arg_mut(),
+                offsets.sub_mut(n as usize, 1).arg_mut(),
+            ],
         )?;
         job.gpu.launch(
             apply_fn,
             config,
             job.stream,
-            &[Arg::U64(n), counts.arg(), sums.arg(), offsets.arg()],
+            &[
+                Arg::U64(n),
+                counts.arg(),
+                sums.view().arg(),
+                offsets.arg_mut(),
+            ],
         )?;
     }
-    Ok(total.to_vec(job.stream)?[0])
+    Ok(offsets.view().sub(n as usize, 1).to_vec(job.stream)?[0])
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use hetsparse_core::{ChunkPlace, ChunkProduct, ChunkTiming, Csr, Error, ProductC
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{parallel_append, DeviceBuffer, DeviceSlice, PooledPinned};
+use crate::memory::{parallel_append, DeviceBuffer, DeviceSliceMut, PooledPinned};
 use crate::scalar::{from_device, DeviceScalar};
 
-use super::{entry_bytes, offsets};
+use super::{entry_bytes, offsets, ColsOut};
 
 struct Slot<'g, T: DeviceScalar> {
     capacity: u64,
@@ -297,7 +297,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         len: u64,
         last_of_chunk: bool,
         done: &mut Done<'_, '_, '_, T>,
-        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+        launch: impl FnOnce(ColsOut<'_>, DeviceSliceMut<'_, T::Device>) -> Result<()>,
     ) -> Result<()> {
         let i = self.next;
         self.next ^= 1;
@@ -321,8 +321,8 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         }
         slot.launched.record(compute)?;
         launch(
-            slot.dev_cols.write(compute)?.into_view(),
-            slot.dev_vals.write(compute)?.into_view(),
+            ColsOut::Write(slot.dev_cols.write(compute)?),
+            slot.dev_vals.write(compute)?,
         )?;
         slot.computed.record(compute)?;
         self.copy.wait(&slot.computed)?;
