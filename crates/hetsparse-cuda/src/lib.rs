@@ -502,6 +502,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
+        dev.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(dev, PatternId::of(m)))
     }
@@ -520,6 +521,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let new = dev.with_values(&self.gpu, &stream, values)?;
+        // The structure is the pattern's: only the values are new.
+        new.vals.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(new, pattern.pattern()))
     }
@@ -534,6 +537,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
+        dev.data.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
     }

@@ -626,6 +626,32 @@ impl Uses {
         Ok(())
     }
 
+    /// Records one event now at the end of `stream` for the uses queued there: the last write,
+    /// where it was queued on `stream`, and the read noted there.
+    fn mark_done(&self, stream: &Stream) -> Result<()> {
+        let mut marks = self.marks();
+        let wrote_here = marks
+            .write
+            .as_ref()
+            .map_or(&self.home, |w| &w.stream)
+            .is(stream);
+        let read_here = marks.reads.iter().any(|r| r.stream.is(stream));
+        if !wrote_here && !read_here {
+            return Ok(());
+        }
+        let event = Arc::new(event_now(stream)?);
+        if wrote_here {
+            marks.write = Some(Mark {
+                stream: stream.clone(),
+                event: Some(Arc::clone(&event)),
+            });
+        }
+        for r in marks.reads.iter_mut().filter(|r| r.stream.is(stream)) {
+            r.event = Some(Arc::clone(&event));
+        }
+        Ok(())
+    }
+
     /// Every noted use on a stream other than the home one, with an event after it (recorded
     /// now where none was); a use whose event could not be recorded is waited for on the host.
     fn events_for_free(&self) -> Vec<Arc<Event>> {
@@ -794,6 +820,19 @@ impl<T: Copy> DeviceBuffer<T> {
             len: self.len,
             _memory: PhantomData,
         })
+    }
+
+    /// Records now, at the end of what `stream` has queued, the event that later uses on other
+    /// streams (and the free) wait for instead of this buffer's uses queued on `stream` so
+    /// far: its last write, where that was queued on `stream`, and its read noted there.
+    ///
+    /// An optimisation for a buffer used beyond the work that queued those uses (a result
+    /// handed out, a buffer read on a second stream and written again on the first): without
+    /// it the event is recorded when first needed, at the end of what `stream` has queued by
+    /// then, which may be later work unrelated to this buffer (the next calls of a pooled
+    /// stream), so that the later use waits for that too. Correctness does not depend on it.
+    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+        self.uses.mark_done(stream)
     }
 
     /// Elements.

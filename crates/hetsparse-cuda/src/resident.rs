@@ -387,6 +387,15 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         self.tile_rows.get().map(|b| &**b)
     }
 
+    /// Records the event after the writes of the matrix's arrays queued on `stream`, for a
+    /// matrix handed out ([`DeviceBuffer::mark_done`]: an optimisation, so that later uses on
+    /// other streams wait for those writes only).
+    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+        self.offsets.mark_done(stream)?;
+        self.cols.mark_done(stream)?;
+        self.vals.mark_done(stream)
+    }
+
     /// This matrix's structure with new `values` (one per entry, checked by the caller).
     pub fn with_values(&self, gpu: &Gpu, stream: &Stream, values: &[T]) -> Result<Self> {
         let _span =

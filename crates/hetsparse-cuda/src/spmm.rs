@@ -607,7 +607,12 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
 ) -> Result<DeviceBuffer<T::Device>> {
     gpu.bind()?;
     let stream = gpu.stream()?;
-    let queued = spmm_queue(gpu, &stream, a, b, kernel);
+    // Handed out: a later use on another stream waits for this call's writes only, not for
+    // what the pooled stream runs for other calls by then.
+    let queued = spmm_queue(gpu, &stream, a, b, kernel).and_then(|c| {
+        c.mark_done(&stream)?;
+        Ok(c)
+    });
     if queued.is_err() {
         let _ = stream.synchronize();
     }

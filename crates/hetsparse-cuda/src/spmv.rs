@@ -897,7 +897,12 @@ pub(crate) fn spmv_device<T: DeviceScalar>(
     let (nrows, ncols) = a.shape();
     let _span = tracing::debug_span!("spmv_device", nrows, ncols).entered();
     let stream = gpu.stream()?;
-    let queued = spmv_queue(gpu, &stream, a, x, kernel);
+    // Handed out: a later use on another stream waits for this call's writes only, not for
+    // what the pooled stream runs for other calls by then.
+    let queued = spmv_queue(gpu, &stream, a, x, kernel).and_then(|y| {
+        y.mark_done(&stream)?;
+        Ok(y)
+    });
     if queued.is_err() {
         let _ = stream.synchronize();
     }

@@ -272,6 +272,8 @@ pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
         &mut list.write(home)?,
         arena,
     )?;
+    // Kept by a plan, read by its executions on other streams.
+    list.mark_done(home)?;
     Ok(KeptBins { list, start, hist })
 }
 

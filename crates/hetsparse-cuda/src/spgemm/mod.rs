@@ -1542,6 +1542,8 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 &mut c_offsets.write(&stream)?,
                 &chunk_arena,
             )?;
+            // Written: handed out with C and kept by a plan.
+            c_offsets.mark_done(&stream)?;
             // The row arrays and the symbolic work memory go before the numeric bins are
             // listed, which take their room.
             drop(scratch);
@@ -1655,6 +1657,12 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 c_vals_out,
             )?;
         }
+    }
+    // C is handed out (and its structure kept by a plan): later uses on other streams wait
+    // for its writes only. A plan's columns are its own, written by the call that made it.
+    c_vals.mark_done(&stream)?;
+    if plan.is_none() {
+        c_cols.mark_done(&stream)?;
     }
     // Everything queued must be done before the result is handed out and before the
     // operands uploaded for the call are freed.
