@@ -283,7 +283,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         self.drain_all(done)?;
         self.slots = [None, None];
         for slot in &mut self.slots {
-            *slot = Some(Slot::new(self.gpu, &self.copy, target)?);
+            *slot = Some(Slot::new(self.gpu, compute, target)?);
         }
         Ok(target)
     }
@@ -341,6 +341,11 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
                 .download_unchecked(&self.copy, slot.host_vals.typed_mut(n))?;
         }
         slot.copied.record(&self.copy)?;
+        // The next batch into this slot waits for this copy only, not for the other slot's,
+        // queued on the copy stream by then: the buffers' next write would otherwise wait for
+        // all the copy stream holds, and the two batches would no longer overlap.
+        slot.dev_cols.mark_done(&self.copy)?;
+        slot.dev_vals.mark_done(&self.copy)?;
         slot.pending = Some(Pending {
             len: n,
             counts: counts.to_vec(),
@@ -401,7 +406,8 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
 }
 
 impl<'g, T: DeviceScalar> Slot<'g, T> {
-    /// Buffers whose device half is allocated for `home` (the copy stream, which reads them).
+    /// Buffers whose device half is allocated for `home` (the compute stream, which writes
+    /// them; the copy stream reads them).
     fn new(gpu: &'g Gpu, home: &Stream, capacity: u64) -> Result<Self> {
         let n = capacity as usize;
         let tracker = gpu.memory();
