@@ -67,7 +67,7 @@ pub(crate) fn bsr_spgemm<T: DeviceScalar>(
     let b_vals = DeviceBuffer::from_host(mem, &stream, as_device(b.values()), "BSR values of B")?;
     let c_off = DeviceBuffer::from_host(mem, &stream, &c_offsets, "BSR offsets of C")?;
     let c_cols_dev = DeviceBuffer::from_host(mem, &stream, &c_cols, "BSR columns of C")?;
-    let c_vals = DeviceBuffer::<T::Device>::new(mem, c_len, "BSR values of C")?;
+    let mut c_vals = DeviceBuffer::<T::Device>::new(mem, &stream, c_len, "BSR values of C")?;
     drop(_h);
     {
         let _k = tracing::debug_span!("kernel", "numeric").entered();
@@ -89,21 +89,21 @@ pub(crate) fn bsr_spgemm<T: DeviceScalar>(
                     Arg::U32(block_side(r)?),
                     Arg::U32(block_side(m)?),
                     Arg::U32(block_side(c)?),
-                    a_off.slice().arg(),
-                    a_cols.slice().arg(),
-                    a_vals.slice().arg(),
-                    b_off.slice().arg(),
-                    b_cols.slice().arg(),
-                    b_vals.slice().arg(),
-                    c_off.slice().arg(),
-                    c_cols_dev.slice().arg(),
-                    c_vals.slice().arg(),
+                    a_off.read(&stream)?.arg(),
+                    a_cols.read(&stream)?.arg(),
+                    a_vals.read(&stream)?.arg(),
+                    b_off.read(&stream)?.arg(),
+                    b_cols.read(&stream)?.arg(),
+                    b_vals.read(&stream)?.arg(),
+                    c_off.read(&stream)?.arg(),
+                    c_cols_dev.read(&stream)?.arg(),
+                    c_vals.write(&stream)?.arg_mut(),
                 ],
             )?;
         }
     }
     let _d = tracing::debug_span!("D2H", bytes = c_len * size_of::<T>()).entered();
-    let values = c_vals.slice().to_vec(&stream)?;
+    let values = c_vals.read(&stream)?.to_vec(&stream)?;
     Ok(Bsr::try_new(
         (r, c),
         a.block_rows(),

@@ -658,7 +658,7 @@ impl Gpu {
                 1,
                 1,
                 config.shared_bytes,
-                stream.raw,
+                stream.raw(),
                 pointers.as_mut_ptr(),
                 ptr::null_mut(),
             )
@@ -788,13 +788,21 @@ fn load_module(name: &str, ptx: &str) -> Result<Module> {
 }
 
 /// A non-blocking stream (it does not synchronise with the legacy default stream).
+///
+/// A handle: clones name the same stream, which is destroyed with the last of them. Device
+/// buffers keep a clone of every stream that used them, so that their free can still be
+/// ordered behind that work after the caller's handle is gone.
+#[derive(Clone)]
 pub struct Stream {
-    raw: CUstream,
+    inner: Arc<RawStream>,
 }
 
+/// The driver's stream, destroyed once.
+struct RawStream(CUstream);
+
 // SAFETY: stream handles may be used from any thread with the context current.
-unsafe impl Send for Stream {}
-unsafe impl Sync for Stream {}
+unsafe impl Send for RawStream {}
+unsafe impl Sync for RawStream {}
 
 impl Stream {
     /// A new stream on the current context.
@@ -805,13 +813,15 @@ impl Stream {
             unsafe { ffi::cuStreamCreate(&mut raw, ffi::CU_STREAM_NON_BLOCKING) },
             "creating a stream",
         )?;
-        Ok(Stream { raw })
+        Ok(Stream {
+            inner: Arc::new(RawStream(raw)),
+        })
     }
     /// Waits for everything queued on the stream.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: valid stream.
         check(
-            unsafe { ffi::cuStreamSynchronize(self.raw) },
+            unsafe { ffi::cuStreamSynchronize(self.raw()) },
             "waiting for a stream",
         )
     }
@@ -819,19 +829,23 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         // SAFETY: valid stream and event.
         check(
-            unsafe { ffi::cuStreamWaitEvent(self.raw, event.raw, 0) },
+            unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw, 0) },
             "making a stream wait for an event",
         )
     }
+    /// Whether `other` is the same driver stream (a clone of this one).
+    pub fn is(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
     pub(crate) fn raw(&self) -> CUstream {
-        self.raw
+        self.inner.0
     }
 }
 
-impl Drop for Stream {
+impl Drop for RawStream {
     fn drop(&mut self) {
         // SAFETY: created by cuStreamCreate, destroyed once; pending work still completes.
-        unsafe { ffi::cuStreamDestroy_v2(self.raw) };
+        unsafe { ffi::cuStreamDestroy_v2(self.0) };
     }
 }
 
@@ -888,7 +902,7 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         // SAFETY: valid event and stream.
         check(
-            unsafe { ffi::cuEventRecord(self.raw, stream.raw) },
+            unsafe { ffi::cuEventRecord(self.raw, stream.raw()) },
             "recording an event",
         )
     }

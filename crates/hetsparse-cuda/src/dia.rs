@@ -253,16 +253,15 @@ fn dia_rows_on_device<T: DeviceScalar>(
         .ok_or_else(|| Error::InvalidArgument("DIA×DIA SpGEMM: C's size overflows".into()))?;
     // The block's diagonals, each copied from its rows of A or B through page-locked staging.
     let diagonals = |m: &Dia<T>, kept: &[(usize, i64)], range: &Range<usize>, what: &str| {
-        let buffer = DeviceBuffer::<T::Device>::new(mem, kept.len() * range.len(), what)?;
+        let mut buffer =
+            DeviceBuffer::<T::Device>::new(mem, &stream, kept.len() * range.len(), what)?;
+        let mut to = buffer.write(&stream)?;
         for (k, &(d, _)) in kept.iter().enumerate() {
-            buffer
-                .slice()
-                .sub(k * range.len(), range.len())
-                .upload_staged(
-                    &stream,
-                    gpu.pinned_pool(),
-                    as_device(&m.diagonal(d)[range.clone()]),
-                )?;
+            to.sub_mut(k * range.len(), range.len()).upload_staged(
+                &stream,
+                gpu.pinned_pool(),
+                as_device(&m.diagonal(d)[range.clone()]),
+            )?;
         }
         Ok::<_, Error>(buffer)
     };
@@ -278,18 +277,20 @@ fn dia_rows_on_device<T: DeviceScalar>(
         let data_a = if a_within_b {
             let rows = block.rows.len();
             let shift = block.rows.start - block.inner.start;
-            let data_a = DeviceBuffer::<T::Device>::new(
+            let mut data_a = DeviceBuffer::<T::Device>::new(
                 mem,
+                &stream,
                 block.a_diagonals.len() * rows,
                 "DIA data of A",
             )?;
+            let mut all = data_a.write(&stream)?;
+            let from_b = data_b.read(&stream)?;
             for (k, &(d, _)) in block.a_diagonals.iter().enumerate() {
-                let to = data_a.slice().sub(k * rows, rows);
+                let mut to = all.sub_mut(k * rows, rows);
                 match block.b_diagonals.iter().position(|&(e, _)| e == d) {
-                    Some(kb) => to.copy_from(
-                        &stream,
-                        data_b.slice().sub(kb * block.inner.len() + shift, rows),
-                    )?,
+                    Some(kb) => {
+                        to.copy_from(&stream, from_b.sub(kb * block.inner.len() + shift, rows))?
+                    }
                     None => to.upload_staged(
                         &stream,
                         gpu.pinned_pool(),
@@ -311,7 +312,7 @@ fn dia_rows_on_device<T: DeviceScalar>(
             DeviceBuffer::from_host(mem, &stream, &plan.pair_b, "DIA pairs (B)")?,
         )
     };
-    let data_c = DeviceBuffer::<T::Device>::new(mem, c_len, "DIA data of C")?;
+    let mut data_c = DeviceBuffer::<T::Device>::new(mem, &stream, c_len, "DIA data of C")?;
 
     // The tile holds BlockSize + (max oa - min oa) rows of every diagonal of B.
     let span = (offsets_a[offsets_a.len() - 1] - offsets_a[0]) as u64;
@@ -337,17 +338,17 @@ fn dia_rows_on_device<T: DeviceScalar>(
                     Arg::U64(nrows as u64),
                     Arg::U64(inner as u64),
                     Arg::U32(count_u32(offsets_a.len(), "diagonals in A")?),
-                    off_a.slice().arg(),
-                    data_a.slice().arg(),
+                    off_a.read(&stream)?.arg(),
+                    data_a.read(&stream)?.arg(),
                     Arg::U32(count_u32(offsets_b.len(), "diagonals in B")?),
-                    data_b.slice().arg(),
+                    data_b.read(&stream)?.arg(),
                     Arg::U64(ncols as u64),
                     Arg::U32(count_u32(plan.offsets.len(), "diagonals in C")?),
-                    off_c.slice().arg(),
-                    pair_start.slice().arg(),
-                    pair_a.slice().arg(),
-                    pair_b.slice().arg(),
-                    data_c.slice().arg(),
+                    off_c.read(&stream)?.arg(),
+                    pair_start.read(&stream)?.arg(),
+                    pair_a.read(&stream)?.arg(),
+                    pair_b.read(&stream)?.arg(),
+                    data_c.write(&stream)?.arg_mut(),
                     Arg::U32(u32::from(staged)),
                 ],
             )?;
@@ -369,7 +370,7 @@ fn dia_rows_on_device<T: DeviceScalar>(
         })
         .collect();
     data_c
-        .slice()
+        .read(&stream)?
         .download_staged_into(&stream, gpu.pinned_pool(), &mut outs)?;
     Ok(())
 }

@@ -128,7 +128,9 @@ use spmm::{DenseIn, SparseIn};
 use spmv::VecIn;
 
 pub use context::{device_count, Arg, Event, Function, Gpu, LaunchConfig, Stream, WarmUpPause};
-pub use memory::{DeviceArena, DeviceBuffer, DeviceSlice, PinnedBuffer, PinnedPool, PooledPinned};
+pub use memory::{
+    DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut, PinnedBuffer, PinnedPool, PooledPinned,
+};
 pub use scalar::DeviceScalar;
 pub use spmm::{SpmmKernel, SpmmKernelOptions, STREAM_MIN_BYTES};
 pub use spmv::{csr_rows_skewed, ellr_threads_per_row, SpmvKernel, CSR_VECTOR_MIN_MEAN_ROW};
@@ -500,6 +502,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceCsr::upload(&self.gpu, &stream, m, "uploaded matrix")?;
+        dev.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(dev, PatternId::of(m)))
     }
@@ -518,6 +521,8 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let new = dev.with_values(&self.gpu, &stream, values)?;
+        // The structure is the pattern's: only the values are new.
+        new.vals.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_csr(new, pattern.pattern()))
     }
@@ -532,6 +537,7 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;
         let dev = DeviceDense::upload(&self.gpu, &stream, d)?;
+        dev.data.mark_done(&stream)?;
         stream.synchronize()?;
         Ok(self.wrap_dense(dev.data, d.shape(), d.layout()))
     }

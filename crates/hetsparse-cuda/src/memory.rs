@@ -20,8 +20,12 @@ use crate::context::{Arg, Event, Gpu, Stream};
 use crate::error::{check, from_cust, out_of_memory};
 use crate::ffi::{self, CUcontext, CUdeviceptr};
 
-/// A typed view of device memory: a pointer and a length. It borrows the buffer or arena it
-/// came from, so it cannot outlive the memory.
+/// A read-only view of device memory: a pointer and a length. It borrows the buffer or arena
+/// it came from, so it cannot outlive the memory, and may be copied freely: nothing is written
+/// through it. Writes go through a [`DeviceSliceMut`], which only `&mut` access hands out.
+///
+/// A view is for work queued on the stream it was obtained for ([`DeviceBuffer::read`]): that
+/// call ordered the stream after the buffer's writers and noted the use for the free.
 #[derive(Debug)]
 pub struct DeviceSlice<'a, T> {
     ptr: CUdeviceptr,
@@ -36,7 +40,31 @@ impl<T> Clone for DeviceSlice<'_, T> {
 }
 impl<T> Copy for DeviceSlice<'_, T> {}
 
-impl<'a, T: Copy> DeviceSlice<'a, T> {
+/// A writable view of device memory, handed out for `&mut` of the memory
+/// ([`DeviceBuffer::write`], [`DeviceArena::alloc`]), so that at most one exists for a range:
+/// it is not `Copy`, and a read view of it ([`DeviceSliceMut::view`]) borrows it. Kernel
+/// outputs take their pointer from [`DeviceSliceMut::arg_mut`].
+///
+/// ```compile_fail,E0382
+/// fn two_writers(w: hetsparse_cuda::DeviceSliceMut<'_, u32>) {
+///     let copy = w; // moves: a write view is not Copy
+///     let again = w;
+/// }
+/// ```
+///
+/// ```compile_fail,E0596
+/// fn write_through_shared(b: &hetsparse_cuda::DeviceBuffer<u32>, s: &hetsparse_cuda::Stream) {
+///     let _ = b.write(s); // writing needs `&mut DeviceBuffer`
+/// }
+/// ```
+#[derive(Debug)]
+pub struct DeviceSliceMut<'a, T> {
+    ptr: CUdeviceptr,
+    len: usize,
+    _memory: PhantomData<&'a mut T>,
+}
+
+impl<'a, T: Copy> DeviceSliceMut<'a, T> {
     /// Elements.
     pub fn len(&self) -> usize {
         self.len
@@ -49,24 +77,57 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     pub fn bytes(&self) -> u64 {
         (self.len * size_of::<T>()) as u64
     }
-    /// The device address, for kernel arguments.
-    pub fn arg(&self) -> Arg {
+    /// The device address, for a kernel argument the kernel may write through.
+    pub fn arg_mut(&mut self) -> Arg {
         Arg::U64(self.ptr)
     }
-    /// Elements `start..start + len`.
-    pub fn sub(&self, start: usize, len: usize) -> DeviceSlice<'a, T> {
-        assert!(start + len <= self.len, "device sub-slice out of range");
+    /// A read view, borrowing this one (no write through it meanwhile).
+    pub fn view(&self) -> DeviceSlice<'_, T> {
         DeviceSlice {
+            ptr: self.ptr,
+            len: self.len,
+            _memory: PhantomData,
+        }
+    }
+    /// The memory as a read view for the rest of its borrow: what was written is only read
+    /// from here on.
+    pub fn into_view(self) -> DeviceSlice<'a, T> {
+        DeviceSlice {
+            ptr: self.ptr,
+            len: self.len,
+            _memory: PhantomData,
+        }
+    }
+    /// Elements `start..start + len`, writable while this one is borrowed.
+    pub fn sub_mut(&mut self, start: usize, len: usize) -> DeviceSliceMut<'_, T> {
+        assert!(start + len <= self.len, "device sub-slice out of range");
+        DeviceSliceMut {
             ptr: self.ptr + (start * size_of::<T>()) as u64,
             len,
             _memory: PhantomData,
         }
     }
+    /// Splits into elements `..mid` and `mid..`, both writable.
+    pub fn split_at_mut(self, mid: usize) -> (DeviceSliceMut<'a, T>, DeviceSliceMut<'a, T>) {
+        assert!(mid <= self.len, "device split out of range");
+        (
+            DeviceSliceMut {
+                ptr: self.ptr,
+                len: mid,
+                _memory: PhantomData,
+            },
+            DeviceSliceMut {
+                ptr: self.ptr + (mid * size_of::<T>()) as u64,
+                len: self.len - mid,
+                _memory: PhantomData,
+            },
+        )
+    }
     /// Copies `host` into the start of the slice, queued on `stream`; `host` may be reused as
     /// soon as this returns. Pageable host memory is staged by the driver before the call
     /// returns; from page-locked memory the copy is truly asynchronous, so the stream is
-    /// waited for (use [`DeviceSlice::upload_async`] to overlap such a copy).
-    pub fn upload(&self, stream: &Stream, host: &[T]) -> Result<()> {
+    /// waited for (use [`DeviceSliceMut::upload_async`] to overlap such a copy).
+    pub fn upload(&mut self, stream: &Stream, host: &[T]) -> Result<()> {
         // SAFETY: the copy is over, or has staged `host`, before it is handed back.
         unsafe { self.upload_async(stream, host)? };
         if !host.is_empty() && is_page_locked(host.as_ptr() as *const c_void) {
@@ -79,7 +140,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     /// memory is copied by the driver at a fraction of the link's speed, so large arrays go
     /// through [`STAGES`] page-locked buffers of
     /// [`STAGE_BYTES`] from `pool`, filled by the host's threads while earlier pieces cross.
-    pub fn upload_staged(&self, stream: &Stream, pool: &PinnedPool, host: &[T]) -> Result<()>
+    pub fn upload_staged(&mut self, stream: &Stream, pool: &PinnedPool, host: &[T]) -> Result<()>
     where
         T: DeviceCopy + Send + Sync,
     {
@@ -120,7 +181,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
                 // SAFETY: the staging buffer is page-locked; it is written again or returned
                 // to the pool only after its event has been waited for.
                 unsafe {
-                    self.sub(start, n)
+                    self.sub_mut(start, n)
                         .upload_async(stream, stage[i].typed::<T>(n))?
                 };
                 sent[i].record(stream)?;
@@ -140,7 +201,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     /// # Safety
     /// If `host` is page-locked the copy runs after this returns: `host` must be neither
     /// written nor freed until `stream` has passed this point.
-    pub unsafe fn upload_async(&self, stream: &Stream, host: &[T]) -> Result<()> {
+    pub unsafe fn upload_async(&mut self, stream: &Stream, host: &[T]) -> Result<()> {
         assert!(
             host.len() <= self.len,
             "upload larger than the device slice"
@@ -165,7 +226,7 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     /// Copies `src` (device memory of the same context) into the start of the slice, queued on
     /// `stream` behind what is there, and waits for it: both may be reused or freed once this
     /// returns.
-    pub fn copy_from(&self, stream: &Stream, src: DeviceSlice<'_, T>) -> Result<()> {
+    pub fn copy_from(&mut self, stream: &Stream, src: DeviceSlice<'_, T>) -> Result<()> {
         assert!(src.len <= self.len, "copy larger than the device slice");
         if src.len == 0 {
             return Ok(());
@@ -179,6 +240,49 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             "copying within the device",
         )?;
         stream.synchronize()
+    }
+    /// Fills the slice with zero bytes, queued on `stream`.
+    pub fn zero(&mut self, stream: &Stream) -> Result<()> {
+        self.fill_bytes(stream, 0)
+    }
+    /// Fills every byte with `byte`, queued on `stream`.
+    pub fn fill_bytes(&mut self, stream: &Stream, byte: u8) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range is the slice, borrowed mutably.
+        check(
+            unsafe { ffi::cuMemsetD8Async(self.ptr, byte, self.bytes() as usize, stream.raw()) },
+            "filling device memory",
+        )
+    }
+}
+
+impl<'a, T: Copy> DeviceSlice<'a, T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        (self.len * size_of::<T>()) as u64
+    }
+    /// The device address, for a kernel argument the kernel only reads.
+    pub fn arg(&self) -> Arg {
+        Arg::U64(self.ptr)
+    }
+    /// Elements `start..start + len`.
+    pub fn sub(&self, start: usize, len: usize) -> DeviceSlice<'a, T> {
+        assert!(start + len <= self.len, "device sub-slice out of range");
+        DeviceSlice {
+            ptr: self.ptr + (start * size_of::<T>()) as u64,
+            len,
+            _memory: PhantomData,
+        }
     }
     /// Copies the start of the slice into `host`, waiting for `stream` first and for the copy.
     pub fn download(&self, stream: &Stream, host: &mut [T]) -> Result<()> {
@@ -378,57 +482,199 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
             "copying from the device (asynchronous)",
         )
     }
-    /// Fills the slice with zero bytes, queued on `stream`.
-    pub fn zero(&self, stream: &Stream) -> Result<()> {
-        self.fill_bytes(stream, 0)
-    }
-    /// Fills every byte with `byte`, queued on `stream`.
-    pub fn fill_bytes(&self, stream: &Stream, byte: u8) -> Result<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: the range is the slice.
-        check(
-            unsafe { ffi::cuMemsetD8Async(self.ptr, byte, self.bytes() as usize, stream.raw()) },
-            "filling device memory",
-        )
-    }
 }
 
 /// An owned device allocation of `len` elements of `T`, reserved in the device's pool.
 ///
-/// Buffers made with [`DeviceBuffer::new`] come from `cuMemAlloc`; dropping one waits for the
-/// whole context before freeing it, so that no queued work on any stream can still touch it.
-/// Buffers the crate makes for one operation or for a resident result come from the device's
-/// stream-ordered pool instead (`cuMemAllocAsync` on a *home* stream): they are freed on that
-/// stream, after the events of their uses on other streams, without waiting on the host. Every
-/// use of such a buffer on a stream other than its home goes through
-/// [`DeviceBuffer::await_on`] before and [`DeviceBuffer::note_use`] after; the crate never hands
-/// one out where other code could queue work on it unseen.
+/// A buffer has a *home* stream, the one it was allocated for, and knows which streams used
+/// it since: the last writer and the readers after it. Its memory is reached only through
+/// [`DeviceBuffer::read`] and [`DeviceBuffer::write`] (`&mut`), which take the stream the
+/// work goes to: they make that stream wait for the last write (and a write for the reads)
+/// queued on other streams, and note the use. Uses are not followed by an event each: the
+/// event of a use on another stream is recorded when something has to wait for it (a use on
+/// a third stream, the free), at the end of what that stream had queued by then, which
+/// covers the use. Work that stays on one stream records no event at all.
+///
+/// Buffers made with [`DeviceBuffer::new_on`] come from the device's stream-ordered pool
+/// (`cuMemAllocAsync`) and are freed on their home stream (`cuMemFreeAsync`) behind every
+/// use noted on other streams, without waiting on the host. Those from [`DeviceBuffer::new`]
+/// (`cuMemAlloc`) are freed once the host has waited for their own uses (the home stream's
+/// work and the noted uses), not for the whole context.
 pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     bytes: u64,
     context: CUcontext,
-    order: Option<Box<Order>>,
+    /// Allocated by `cuMemAllocAsync` (freed with `cuMemFreeAsync` on the home stream).
+    stream_ordered: bool,
+    uses: Uses,
     _reservation: Reservation,
     _type: PhantomData<T>,
 }
 
-/// How a stream-ordered buffer's lifetime is ordered with the device work that uses it.
-struct Order {
-    /// Allocated on, written by the operation that made it on, and freed on this stream.
-    home: Arc<Stream>,
-    /// Recorded on `home` after the writes of the operation that made the buffer: work on
-    /// other streams waits for it before reading.
-    ready: Option<Arc<Event>>,
-    /// The latest use on each other stream: the free waits for them. One entry per stream
-    /// (events on one stream complete in order), and completed ones are dropped, so the list
-    /// stays as short as the number of streams reading at once.
-    uses: Mutex<Vec<(Arc<Stream>, Arc<Event>)>>,
+/// Where a buffer was used: its home stream, its last writer and the readers after it.
+struct Uses {
+    /// Allocated for this stream; uses on it are ordered with the free without events.
+    home: Stream,
+    marks: Mutex<Marks>,
 }
 
-// SAFETY: device memory is not tied to a host thread; the use list is behind a mutex.
+#[derive(Default)]
+struct Marks {
+    /// The stream of the last write; `None` while it is the home stream.
+    write: Option<Mark>,
+    /// The latest read on each stream other than the home and the writer since that write
+    /// (a stream runs in order, so one per stream is enough).
+    reads: Vec<Mark>,
+}
+
+/// A use of a buffer on `stream`: up to `event` where one was recorded after it, else up to
+/// whatever the stream has queued when an event is needed (recorded then, and kept).
+struct Mark {
+    stream: Stream,
+    event: Option<Arc<Event>>,
+}
+
+impl Mark {
+    fn on(stream: &Stream) -> Self {
+        Mark {
+            stream: stream.clone(),
+            event: None,
+        }
+    }
+
+    /// An event after the use: the one recorded before, or one recorded now at the end of the
+    /// stream (behind the use, which was queued before the mark was made).
+    fn event(&mut self) -> Result<&Arc<Event>> {
+        if self.event.is_none() {
+            let event = Event::new(false)?;
+            event.record(&self.stream)?;
+            self.event = Some(Arc::new(event));
+        }
+        Ok(self.event.as_ref().expect("set just above"))
+    }
+}
+
+/// An event recorded now at the end of `stream`.
+fn event_now(stream: &Stream) -> Result<Event> {
+    let event = Event::new(false)?;
+    event.record(stream)?;
+    Ok(event)
+}
+
+impl Uses {
+    fn new(home: &Stream) -> Self {
+        Uses {
+            home: home.clone(),
+            marks: Mutex::new(Marks::default()),
+        }
+    }
+
+    fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Orders a read on `stream` after the last write, and notes it.
+    fn read(&self, stream: &Stream) -> Result<()> {
+        let mut marks = self.marks();
+        let writer = marks.write.as_ref().map_or(&self.home, |w| &w.stream);
+        if writer.is(stream) {
+            // In order behind the write; the free waits for the writer.
+            return Ok(());
+        }
+        match marks.write.as_mut() {
+            Some(w) => stream.wait(w.event()?)?,
+            None => {
+                // Written on the home stream (or not at all): wait for what it has queued,
+                // and keep the event for the next reader until the next write.
+                let event = Arc::new(event_now(&self.home)?);
+                stream.wait(&event)?;
+                marks.write = Some(Mark {
+                    stream: self.home.clone(),
+                    event: Some(event),
+                });
+            }
+        }
+        if !stream.is(&self.home) {
+            marks.reads.retain(|r| !r.stream.is(stream));
+            marks.reads.push(Mark::on(stream));
+        }
+        Ok(())
+    }
+
+    /// Orders a write on `stream` after every earlier use on other streams, and notes it.
+    fn write(&self, stream: &Stream) -> Result<()> {
+        let mut marks = self.marks();
+        let mut waited_home = false;
+        if let Some(w) = marks.write.as_mut() {
+            if !w.stream.is(stream) {
+                stream.wait(w.event()?)?;
+            }
+        }
+        for r in marks.reads.iter_mut() {
+            if !r.stream.is(stream) {
+                stream.wait(r.event()?)?;
+            }
+        }
+        if !stream.is(&self.home) {
+            // Reads on the home stream are not noted: wait for all it has queued.
+            stream.wait(&event_now(&self.home)?)?;
+            waited_home = true;
+        }
+        marks.reads.clear();
+        marks.write = waited_home.then(|| Mark::on(stream));
+        Ok(())
+    }
+
+    /// Records one event now at the end of `stream` for the uses queued there: the last write,
+    /// where it was queued on `stream`, and the read noted there.
+    fn mark_done(&self, stream: &Stream) -> Result<()> {
+        let mut marks = self.marks();
+        let wrote_here = marks
+            .write
+            .as_ref()
+            .map_or(&self.home, |w| &w.stream)
+            .is(stream);
+        let read_here = marks.reads.iter().any(|r| r.stream.is(stream));
+        if !wrote_here && !read_here {
+            return Ok(());
+        }
+        let event = Arc::new(event_now(stream)?);
+        if wrote_here {
+            marks.write = Some(Mark {
+                stream: stream.clone(),
+                event: Some(Arc::clone(&event)),
+            });
+        }
+        for r in marks.reads.iter_mut().filter(|r| r.stream.is(stream)) {
+            r.event = Some(Arc::clone(&event));
+        }
+        Ok(())
+    }
+
+    /// Every noted use on a stream other than the home one, with an event after it (recorded
+    /// now where none was); a use whose event could not be recorded is waited for on the host.
+    fn events_for_free(&self) -> Vec<Arc<Event>> {
+        let mut marks = self.marks();
+        let Marks { write, reads } = &mut *marks;
+        let mut events = Vec::new();
+        let home = &self.home;
+        for mark in write.iter_mut().chain(reads.iter_mut()) {
+            if mark.stream.is(home) {
+                continue;
+            }
+            match mark.event() {
+                Ok(event) => events.push(Arc::clone(event)),
+                Err(_) => {
+                    let _ = mark.stream.synchronize();
+                }
+            }
+        }
+        events
+    }
+}
+
+// SAFETY: device memory is not tied to a host thread; the marks are behind a mutex.
 unsafe impl<T: Send> Send for DeviceBuffer<T> {}
 unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
 
@@ -458,11 +704,12 @@ fn trim_cached_memory() {
 }
 
 impl<T: Copy> DeviceBuffer<T> {
-    /// Allocates `len` uninitialised elements on the current context, reserving their bytes
-    /// in `pool` first: over the pool's limit, or when the device has too little free memory,
+    /// Allocates `len` uninitialised elements on the current context with `cuMemAlloc`, for
+    /// work on `stream` (its home), reserving their bytes in `pool` first: over the pool's
+    /// limit, or when the device has too little free memory,
     /// [`Error::OutOfMemory`](hetsparse_core::Error::OutOfMemory) with the bytes needed and
     /// available.
-    pub fn new(pool: &Arc<MemoryPool>, len: usize, what: &str) -> Result<Self> {
+    pub fn new(pool: &Arc<MemoryPool>, stream: &Stream, len: usize, what: &str) -> Result<Self> {
         let (bytes, reservation) = reserve::<T>(pool, len, what)?;
         let mut ptr: CUdeviceptr = 0;
         let mut context: CUcontext = std::ptr::null_mut();
@@ -490,20 +737,19 @@ impl<T: Copy> DeviceBuffer<T> {
             len,
             bytes,
             context,
-            order: None,
+            stream_ordered: false,
+            uses: Uses::new(stream),
             _reservation: reservation,
             _type: PhantomData,
         })
     }
 
     /// Allocates `len` uninitialised elements from `gpu`'s stream-ordered pool on `stream`,
-    /// their home (a plain [`DeviceBuffer::new`] where the driver has no such pool). The
-    /// memory may be used on `stream` from here on; on any other stream only between
-    /// [`DeviceBuffer::await_on`] and [`DeviceBuffer::note_use`].
-    pub(crate) fn new_on(gpu: &Gpu, stream: &Arc<Stream>, len: usize, what: &str) -> Result<Self> {
+    /// their home (a plain [`DeviceBuffer::new`] where the driver has no such pool).
+    pub(crate) fn new_on(gpu: &Gpu, stream: &Stream, len: usize, what: &str) -> Result<Self> {
         let pool = gpu.memory();
         if gpu.mempool().is_none() {
-            return Self::new(pool, len, what);
+            return Self::new(pool, stream, len, what);
         }
         let (bytes, reservation) = reserve::<T>(pool, len, what)?;
         let mut ptr: CUdeviceptr = 0;
@@ -533,36 +779,62 @@ impl<T: Copy> DeviceBuffer<T> {
             len,
             bytes,
             context,
-            order: Some(Box::new(Order {
-                home: Arc::clone(stream),
-                ready: None,
-                uses: Mutex::new(Vec::new()),
-            })),
+            stream_ordered: bytes > 0,
+            uses: Uses::new(stream),
             _reservation: reservation,
             _type: PhantomData,
         })
     }
 
-    /// Allocates and fills from `host`.
+    /// Allocates (for `stream`, its home) and fills from `host`.
     pub fn from_host(
         tracker: &Arc<MemoryPool>,
         stream: &Stream,
         host: &[T],
         what: &str,
     ) -> Result<Self> {
-        let b = Self::new(tracker, host.len(), what)?;
-        b.slice().upload(stream, host)?;
+        let mut b = Self::new(tracker, stream, host.len(), what)?;
+        b.write(stream)?.upload(stream, host)?;
         Ok(b)
     }
 
-    /// The whole buffer as a slice.
-    pub fn slice(&self) -> DeviceSlice<'_, T> {
-        DeviceSlice {
+    /// The whole buffer, to be read by work queued on `stream` from here on: `stream` waits
+    /// for the last write queued on another stream, and the use is noted, so that a later
+    /// write elsewhere and the free wait for it.
+    pub fn read(&self, stream: &Stream) -> Result<DeviceSlice<'_, T>> {
+        self.uses.read(stream)?;
+        Ok(DeviceSlice {
             ptr: self.ptr,
             len: self.len,
             _memory: PhantomData,
-        }
+        })
     }
+
+    /// The whole buffer, to be written (and read) by work queued on `stream` from here on:
+    /// `stream` waits for every use queued on other streams, and the write is noted, so that
+    /// later uses elsewhere and the free wait for it.
+    pub fn write(&mut self, stream: &Stream) -> Result<DeviceSliceMut<'_, T>> {
+        self.uses.write(stream)?;
+        Ok(DeviceSliceMut {
+            ptr: self.ptr,
+            len: self.len,
+            _memory: PhantomData,
+        })
+    }
+
+    /// Records now, at the end of what `stream` has queued, the event that later uses on other
+    /// streams (and the free) wait for instead of this buffer's uses queued on `stream` so
+    /// far: its last write, where that was queued on `stream`, and its read noted there.
+    ///
+    /// An optimisation for a buffer used beyond the work that queued those uses (a result
+    /// handed out, a buffer read on a second stream and written again on the first): without
+    /// it the event is recorded when first needed, at the end of what `stream` has queued by
+    /// then, which may be later work unrelated to this buffer (the next calls of a pooled
+    /// stream), so that the later use waits for that too. Correctness does not depend on it.
+    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+        self.uses.mark_done(stream)
+    }
+
     /// Elements.
     pub fn len(&self) -> usize {
         self.len
@@ -571,43 +843,9 @@ impl<T: Copy> DeviceBuffer<T> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
-
-impl<T> DeviceBuffer<T> {
-    /// Marks the contents complete at `done`, an event recorded on the home stream after the
-    /// work that wrote them. Other streams wait for it in [`DeviceBuffer::await_on`].
-    pub(crate) fn set_ready(&mut self, done: &Arc<Event>) {
-        if let Some(order) = self.order.as_mut() {
-            order.ready = Some(Arc::clone(done));
-        }
-    }
-
-    /// Makes work queued on `stream` from here on wait until the contents are complete (and
-    /// nothing for a plain buffer, complete before it is handed out, or on the home stream).
-    pub(crate) fn await_on(&self, stream: &Stream) -> Result<()> {
-        match self.order.as_deref() {
-            Some(Order {
-                home,
-                ready: Some(ready),
-                ..
-            }) if home.raw() != stream.raw() => stream.wait(ready),
-            _ => Ok(()),
-        }
-    }
-
-    /// Records that work on `stream` up to `done` (an event recorded on `stream` after it)
-    /// uses the buffer, so that the free waits for it.
-    pub(crate) fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
-        let Some(order) = self.order.as_deref() else {
-            return;
-        };
-        if Arc::ptr_eq(&order.home, stream) {
-            // The free is queued on this stream, behind the use.
-            return;
-        }
-        let mut uses = order.uses.lock().unwrap_or_else(|p| p.into_inner());
-        uses.retain(|(s, e)| !Arc::ptr_eq(s, stream) && !e.is_done());
-        uses.push((Arc::clone(stream), Arc::clone(done)));
+    /// The stream the buffer was allocated for.
+    pub fn home(&self) -> &Stream {
+        &self.uses.home
     }
 }
 
@@ -616,32 +854,35 @@ impl<T> Drop for DeviceBuffer<T> {
         if self.bytes == 0 {
             return;
         }
-        match self.order.take() {
-            // SAFETY: allocated by cuMemAllocAsync on `context`, freed once. The free is
-            // queued on the home stream, which is where the buffer was written; uses on other
-            // streams were noted with an event, which the home stream waits for first. The
-            // events stay valid for the waits: a destroyed event's pending wait completes.
-            Some(order) => unsafe {
+        // Work queued before this drop may still use the memory, also after a failure (an
+        // operation that failed half way drops its buffers without waiting for its stream):
+        // the home stream's and every noted use's.
+        let events = self.uses.events_for_free();
+        let home = &self.uses.home;
+        if self.stream_ordered {
+            // SAFETY: allocated by cuMemAllocAsync on `context`, freed once, on the home
+            // stream, which first waits for the other streams' uses (a destroyed event's
+            // pending wait still completes, so dropping the events after is fine). The
+            // context is made current because the dropping thread may have another one.
+            unsafe {
                 ffi::cuCtxSetCurrent(self.context);
-                let uses = order.uses.into_inner().unwrap_or_else(|p| p.into_inner());
-                for (_, event) in &uses {
-                    if !event.is_done() {
-                        ffi::cuStreamWaitEvent(order.home.raw(), event.raw(), 0);
-                    }
+                for event in &events {
+                    ffi::cuStreamWaitEvent(home.raw(), event.raw(), 0);
                 }
-                ffi::cuMemFreeAsync(self.ptr, order.home.raw());
-            },
-            // SAFETY: allocated by cuMemAlloc on `context`, freed once; the context is made
-            // current first because the dropping thread may have another one. Work queued on
-            // any stream may still read or write the buffer (an operation that failed half
-            // way drops its buffers without waiting for its stream): the context is
-            // synchronised first, so the memory is returned only once nothing queued before
-            // the free can touch it.
-            None => unsafe {
+                ffi::cuMemFreeAsync(self.ptr, home.raw());
+            }
+        } else {
+            // SAFETY: allocated by cuMemAlloc on `context`, freed once, after the host has
+            // waited for the home stream and the other uses' events: nothing queued before
+            // this drop touches the memory any more.
+            unsafe {
                 ffi::cuCtxSetCurrent(self.context);
-                ffi::cuCtxSynchronize();
+                for event in &events {
+                    ffi::cuEventSynchronize(event.raw());
+                }
+                ffi::cuStreamSynchronize(home.raw());
                 ffi::cuMemFree_v2(self.ptr);
-            },
+            }
         }
         // The reservation is released after the free is queued: the memory is the driver
         // pool's again, reused by the next allocation, and what it caches is bounded by the
@@ -724,25 +965,29 @@ pub(crate) fn parallel_append<X: Copy + Send + Sync>(
 const ARENA_ALIGN: u64 = 256;
 
 /// One device allocation carved into slices by a bump pointer; [`DeviceArena::reset`] frees
-/// everything at once. Slices borrow the arena, so a reset cannot happen while one is alive.
+/// everything at once. Slices borrow the arena, so a reset cannot happen while one is alive;
+/// each carved range is handed out once, writable ([`DeviceArena::alloc`]).
+///
+/// An arena is work memory of the stream it was made for (its home): its slices are used by
+/// work queued there only, so that their uses are ordered with one another and with the free
+/// by the stream itself.
 pub struct DeviceArena {
     buffer: DeviceBuffer<u8>,
     top: Cell<u64>,
 }
 
 impl DeviceArena {
-    /// Allocates an arena of `bytes`.
-    pub fn new(tracker: &Arc<MemoryPool>, bytes: u64, what: &str) -> Result<Self> {
+    /// Allocates an arena of `bytes` for work on `stream` ([`DeviceBuffer::new`]).
+    pub fn new(tracker: &Arc<MemoryPool>, stream: &Stream, bytes: u64, what: &str) -> Result<Self> {
         Ok(DeviceArena {
-            buffer: DeviceBuffer::new(tracker, bytes as usize, what)?,
+            buffer: DeviceBuffer::new(tracker, stream, bytes as usize, what)?,
             top: Cell::new(0),
         })
     }
     /// Allocates an arena of `bytes` from `gpu`'s stream-ordered pool on `stream`, its home
-    /// ([`DeviceBuffer::new_on`]): for work memory used on that stream only. Dropping it queues
-    /// the free behind the work queued there (no wait on the host), and the pool keeps the
-    /// memory for the next call's arena.
-    pub(crate) fn new_on(gpu: &Gpu, stream: &Arc<Stream>, bytes: u64, what: &str) -> Result<Self> {
+    /// ([`DeviceBuffer::new_on`]). Dropping it queues the free behind the work queued there
+    /// (no wait on the host), and the pool keeps the memory for the next call's arena.
+    pub(crate) fn new_on(gpu: &Gpu, stream: &Stream, bytes: u64, what: &str) -> Result<Self> {
         Ok(DeviceArena {
             buffer: DeviceBuffer::new_on(gpu, stream, bytes as usize, what)?,
             top: Cell::new(0),
@@ -756,34 +1001,40 @@ impl DeviceArena {
     pub fn remaining(&self) -> u64 {
         self.capacity() - self.top.get()
     }
+    /// The stream the arena's slices are used on.
+    pub fn home(&self) -> &Stream {
+        self.buffer.home()
+    }
     /// Bytes `len` elements of `T` take in the arena, alignment included.
     pub fn footprint<T>(len: u64) -> u64 {
         (len * size_of::<T>() as u64).div_ceil(ARENA_ALIGN) * ARENA_ALIGN
     }
-    /// A slice of `len` uninitialised elements.
-    pub fn alloc<T: Copy>(&self, len: usize, what: &str) -> Result<DeviceSlice<'_, T>> {
+    /// A writable slice of `len` uninitialised elements, for work on the arena's home stream.
+    pub fn alloc<T: Copy>(&self, len: usize, what: &str) -> Result<DeviceSliceMut<'_, T>> {
         let need = Self::footprint::<T>(len as u64);
         if need > self.remaining() {
             return Err(out_of_memory(what, need, self.remaining()));
         }
         let start = self.top.get();
         self.top.set(start + need);
-        Ok(DeviceSlice {
+        // The bump pointer hands every range out once: no other view of it exists until a
+        // reset, which needs `&mut self` and so outlives every slice.
+        Ok(DeviceSliceMut {
             ptr: self.buffer.ptr + start,
             len,
             _memory: PhantomData,
         })
     }
-    /// Allocates and uploads `host`.
+    /// Allocates and uploads `host` on `stream` (the arena's home), then reads it.
     pub fn upload<T: Copy>(
         &self,
         stream: &Stream,
         host: &[T],
         what: &str,
     ) -> Result<DeviceSlice<'_, T>> {
-        let s = self.alloc(host.len(), what)?;
+        let mut s = self.alloc(host.len(), what)?;
         s.upload(stream, host)?;
-        Ok(s)
+        Ok(s.into_view())
     }
     /// Hands the whole arena out again.
     pub fn reset(&mut self) {

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use hetsparse_core::{Csr, Dense, Error, HostArray, Layout, Result};
 
-use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::error::BACKEND;
 use cust::memory::DeviceCopy;
 
@@ -161,8 +161,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             return Ok(h);
         }
         let _span = tracing::debug_span!("D2H", what = "row offsets", rows = self.nrows).entered();
-        self.offsets.await_on(stream)?;
-        let h = HostArray::from(self.offsets.slice().to_vec(stream)?);
+        let h = HostArray::from(self.offsets.read(stream)?.to_vec(stream)?);
         Ok(self.host_offsets.get_or_init(|| h))
     }
 
@@ -177,9 +176,8 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             0
         } else {
             let _span = tracing::debug_span!("longest row", rows = self.nrows).entered();
-            self.offsets.await_on(stream)?;
-            let out = DeviceBuffer::<u64>::new(gpu.memory(), 1, "longest row")?;
-            out.slice().zero(stream)?;
+            let mut out = DeviceBuffer::<u64>::new(gpu.memory(), stream, 1, "longest row")?;
+            out.write(stream)?.zero(stream)?;
             let f = gpu.function("spmv", "csr_longest_row")?;
             // SAFETY: the offsets hold nrows + 1 values, `out` one.
             unsafe {
@@ -189,12 +187,16 @@ impl<T: DeviceScalar> DeviceCsr<T> {
                     stream,
                     &[
                         Arg::U64(self.nrows as u64),
-                        self.offsets.slice().arg(),
-                        out.slice().arg(),
+                        self.offsets.read(stream)?.arg(),
+                        out.write(stream)?.arg_mut(),
                     ],
                 )?
             };
-            out.slice().to_vec(stream)?.first().copied().unwrap_or(0)
+            out.read(stream)?
+                .to_vec(stream)?
+                .first()
+                .copied()
+                .unwrap_or(0)
         };
         Ok(*self.longest_row.get_or_init(|| n))
     }
@@ -266,14 +268,12 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         what: &'static str,
     ) -> Result<&'s DeviceBuffer<u64>> {
         if let Some(kept) = cell.get() {
-            kept.await_on(stream)?;
             return Ok(kept);
         }
         let len = usize::try_from(parts + 1)
             .map_err(|_| Error::InvalidArgument(format!("{parts} {what} do not fit memory")))?;
         let _span =
             tracing::debug_span!("SpMV row partition", what, rows = self.nrows, parts).entered();
-        self.offsets.await_on(stream)?;
         let mut out = DeviceBuffer::<u64>::new_on(gpu, stream, len, what)?;
         let f = gpu.function("spmv", kernel)?;
         // SAFETY: both kernels take `(u64 nrows, u64 n, offsets, out)`, read the nrows + 1
@@ -286,20 +286,15 @@ impl<T: DeviceScalar> DeviceCsr<T> {
                 &[
                     Arg::U64(self.nrows as u64),
                     Arg::U64(n),
-                    self.offsets.slice().arg(),
-                    out.slice().arg(),
+                    self.offsets.read(stream)?.arg(),
+                    out.write(stream)?.arg_mut(),
                 ],
             )?
         };
-        let done = Arc::new(Event::new(false)?);
-        done.record(stream)?;
-        out.set_ready(&done);
-        self.offsets.note_use(stream, &done);
-        // Another thread may have computed them meanwhile: theirs are kept and these freed on
-        // `stream` behind the kernel that wrote them.
-        let kept = cell.get_or_init(|| Arc::new(out));
-        kept.await_on(stream)?;
-        Ok(kept)
+        // Another thread may have computed them meanwhile: theirs are kept (the caller's read
+        // orders `stream` after their writer) and these freed on `stream` behind the kernel
+        // that wrote them.
+        Ok(cell.get_or_init(|| Arc::new(out)))
     }
 
     /// The row blocks of the CSR-stream kernel, where [`DeviceCsr::stream_blocks`] has made them.
@@ -322,13 +317,16 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         let mut found: Vec<(u64, u64)> = Vec::new();
         let mut longest_short = 0;
         if self.nrows > 0 {
-            self.offsets.await_on(stream)?;
-            let counters = DeviceBuffer::<u64>::new(gpu.memory(), 2, "long-row counters")?;
-            counters.slice().zero(stream)?;
-            let rows = DeviceBuffer::<u64>::new(gpu.memory(), cap.max(1), "long rows")?;
-            let lengths = DeviceBuffer::<u64>::new(gpu.memory(), cap.max(1), "long-row lengths")?;
+            let mem = gpu.memory();
+            let mut counters = DeviceBuffer::<u64>::new(mem, stream, 2, "long-row counters")?;
+            let mut rows = DeviceBuffer::<u64>::new(mem, stream, cap.max(1), "long rows")?;
+            let mut lengths =
+                DeviceBuffer::<u64>::new(mem, stream, cap.max(1), "long-row lengths")?;
             let f = gpu.function("spmv", "csr_find_long_rows")?;
-            let counter = |i: usize| counters.slice().sub(i, 1).arg();
+            let mut counters_out = counters.write(stream)?;
+            counters_out.zero(stream)?;
+            let found_count = counters_out.sub_mut(0, 1).arg_mut();
+            let longest_out = counters_out.sub_mut(1, 1).arg_mut();
             // SAFETY: `csr_find_long_rows(nrows, threshold, offsets, found, rows, lengths,
             // longest_short)`; the offsets hold nrows + 1 values; at most nnz / threshold rows
             // have `threshold` entries or more, so `rows` and `lengths` hold every slot taken.
@@ -340,15 +338,15 @@ impl<T: DeviceScalar> DeviceCsr<T> {
                     &[
                         Arg::U64(self.nrows as u64),
                         Arg::U64(threshold),
-                        self.offsets.slice().arg(),
-                        counter(0),
-                        rows.slice().arg(),
-                        lengths.slice().arg(),
-                        counter(1),
+                        self.offsets.read(stream)?.arg(),
+                        found_count,
+                        rows.write(stream)?.arg_mut(),
+                        lengths.write(stream)?.arg_mut(),
+                        longest_out,
                     ],
                 )?
             };
-            let counts = counters.slice().to_vec(stream)?;
+            let counts = counters.read(stream)?.to_vec(stream)?;
             let (n, longest) = (counts[0], counts[1]);
             let n = usize::try_from(n)
                 .ok()
@@ -358,8 +356,8 @@ impl<T: DeviceScalar> DeviceCsr<T> {
                     what: format!("{n} long rows found, at most {cap} possible"),
                 })?;
             longest_short = longest;
-            let rows = rows.slice().sub(0, n).to_vec(stream)?;
-            let lengths = lengths.slice().sub(0, n).to_vec(stream)?;
+            let rows = rows.read(stream)?.sub(0, n).to_vec(stream)?;
+            let lengths = lengths.read(stream)?.sub(0, n).to_vec(stream)?;
             found = rows.into_iter().zip(lengths).collect();
         }
         // In row order: the order in which their tiles read A.
@@ -381,8 +379,6 @@ impl<T: DeviceScalar> DeviceCsr<T> {
             short_entries: self.nnz - total,
             longest_short,
         };
-        // Plain buffers are complete when handed out.
-        stream.synchronize()?;
         Ok(self.long_rows.get_or_init(|| Arc::new(long)))
     }
 
@@ -391,28 +387,13 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         self.tile_rows.get().map(|b| &**b)
     }
 
-    /// Makes `stream` wait for the arrays' contents ([`DeviceBuffer::await_on`]).
-    pub fn await_on(&self, stream: &Stream) -> Result<()> {
-        self.offsets.await_on(stream)?;
-        self.cols.await_on(stream)?;
-        for kept in [&self.stream_blocks, &self.tile_rows] {
-            if let Some(rows) = kept.get() {
-                rows.await_on(stream)?;
-            }
-        }
-        self.vals.await_on(stream)
-    }
-
-    /// Notes a use of the arrays on `stream` up to `done` ([`DeviceBuffer::note_use`]).
-    pub fn note_use(&self, stream: &Arc<Stream>, done: &Arc<Event>) {
-        self.offsets.note_use(stream, done);
-        self.cols.note_use(stream, done);
-        for kept in [&self.stream_blocks, &self.tile_rows] {
-            if let Some(rows) = kept.get() {
-                rows.note_use(stream, done);
-            }
-        }
-        self.vals.note_use(stream, done);
+    /// Records the event after the writes of the matrix's arrays queued on `stream`, for a
+    /// matrix handed out ([`DeviceBuffer::mark_done`]: an optimisation, so that later uses on
+    /// other streams wait for those writes only).
+    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+        self.offsets.mark_done(stream)?;
+        self.cols.mark_done(stream)?;
+        self.vals.mark_done(stream)
     }
 
     /// This matrix's structure with new `values` (one per entry, checked by the caller).
@@ -444,21 +425,17 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         let _span = tracing::debug_span!("D2H", what = "CSR matrix", nnz = self.nnz()).entered();
         let offsets = match self.host_offsets.get() {
             Some(h) => h.clone(),
-            None => {
-                self.offsets.await_on(stream)?;
-                HostArray::from(
-                    self.offsets
-                        .slice()
-                        .to_vec_staged(stream, gpu.pinned_pool())?,
-                )
-            }
+            None => HostArray::from(
+                self.offsets
+                    .read(stream)?
+                    .to_vec_staged(stream, gpu.pinned_pool())?,
+            ),
         };
-        self.cols.await_on(stream)?;
-        self.vals.await_on(stream)?;
+        let (cols, vals) = (self.cols.read(stream)?, self.vals.read(stream)?);
         let cols = tracing::debug_span!("column indices")
-            .in_scope(|| self.cols.slice().to_vec_staged(stream, gpu.pinned_pool()))?;
+            .in_scope(|| cols.to_vec_staged(stream, gpu.pinned_pool()))?;
         let vals = tracing::debug_span!("values")
-            .in_scope(|| download_values::<T>(self.vals.slice(), stream, gpu.pinned_pool()))?;
+            .in_scope(|| download_values::<T>(vals, stream, gpu.pinned_pool()))?;
         let invalid = |e: String| Error::Internal {
             backend: BACKEND,
             what: format!("a resident matrix is not a valid CSR matrix: {e}"),
@@ -479,14 +456,12 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     /// Whether the matrix satisfies the CSR invariants, checked where it lies
     /// ([`csr_valid_on_device`]).
     pub(crate) fn valid_on_device(&self, gpu: &Gpu, stream: &Stream) -> Result<bool> {
-        self.offsets.await_on(stream)?;
-        self.cols.await_on(stream)?;
         csr_valid_on_device(
             gpu,
             stream,
             (self.nrows, self.ncols, self.nnz),
-            self.offsets.slice(),
-            self.cols.slice(),
+            self.offsets.read(stream)?,
+            self.cols.read(stream)?,
         )
     }
 }
@@ -506,8 +481,8 @@ pub(crate) fn csr_valid_on_device(
         offsets.len() > nrows && cols.len() as u64 >= nnz,
         "CSR check of arrays shorter than the matrix"
     );
-    let flag = DeviceBuffer::<u32>::new(gpu.memory(), 1, "flag of the CSR check")?;
-    flag.slice().zero(stream)?;
+    let mut flag = DeviceBuffer::<u32>::new(gpu.memory(), stream, 1, "flag of the CSR check")?;
+    flag.write(stream)?.zero(stream)?;
     const THREADS: u64 = 256;
     let warps_wanted = (nrows as u64).div_ceil(THREADS / 32);
     let grid = warps_wanted.clamp(1, u64::from(gpu.multiprocessors()) * 16);
@@ -530,11 +505,11 @@ pub(crate) fn csr_valid_on_device(
                 Arg::U64(nnz),
                 offsets.arg(),
                 cols.arg(),
-                flag.slice().arg(),
+                flag.write(stream)?.arg_mut(),
             ],
         )?;
     }
-    Ok(flag.slice().to_vec(stream)?[0] == 0)
+    Ok(flag.read(stream)?.to_vec(stream)?[0] == 0)
 }
 
 /// Device values downloaded straight into a vector of host values (same layout, no second
@@ -582,15 +557,15 @@ pub(crate) fn put<X: DeviceCopy + Send + Sync>(
     host: &[X],
     what: &str,
 ) -> Result<DeviceBuffer<X>> {
-    let buffer = match home {
+    let mut buffer = match home {
         Some(home) => {
-            debug_assert_eq!(home.raw(), stream.raw());
+            debug_assert!(home.is(stream));
             DeviceBuffer::new_on(gpu, home, host.len(), what)?
         }
-        None => DeviceBuffer::new(gpu.memory(), host.len(), what)?,
+        None => DeviceBuffer::new(gpu.memory(), stream, host.len(), what)?,
     };
     buffer
-        .slice()
+        .write(stream)?
         .upload_staged(stream, gpu.pinned_pool(), host)?;
     Ok(buffer)
 }
@@ -620,10 +595,8 @@ impl<T: DeviceScalar> DeviceDense<T> {
     ) -> Result<Dense<T>> {
         let _span = tracing::debug_span!("D2H", what = "dense matrix", elements = self.data.len())
             .entered();
-        // The copy waits for the operation that wrote the matrix, wherever it was queued; the
-        // staged download waits for its stream before returning, so no use is left to note.
-        self.data.await_on(stream)?;
-        let data = download_values::<T>(self.data.slice(), stream, gpu.pinned_pool())?;
+        // The read waits for the operation that wrote the matrix, wherever it was queued.
+        let data = download_values::<T>(self.data.read(stream)?, stream, gpu.pinned_pool())?;
         Ok(Dense::try_new(shape.0, shape.1, layout, data)?)
     }
 }

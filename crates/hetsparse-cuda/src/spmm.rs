@@ -19,7 +19,7 @@ use std::sync::Arc;
 use hetsparse_core::backend::check;
 use hetsparse_core::{Dense, Error, Layout, Result, SparseRef};
 
-use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
 use crate::memory::{pinned, DeviceBuffer, DeviceSlice, PinnedBuffer};
 use crate::resident::{put, DeviceCsr};
@@ -297,12 +297,13 @@ pub(crate) fn spmm<T: DeviceScalar>(
 
     let mut slots = Vec::new();
     for _ in 0..panels.len().min(2) {
+        let stream = Stream::new()?;
         slots.push(Slot::<T> {
-            stream: Stream::new()?,
             b_host: pinned(inner * w, "SpMM B panel staging")?,
             c_host: pinned(nrows * w, "SpMM C panel staging")?,
-            b_dev: DeviceBuffer::new(gpu.memory(), inner * w, "SpMM B panel")?,
-            c_dev: SpmvOutput::new(gpu, &dev, method.spmv_kernel(), nrows * w)?,
+            b_dev: DeviceBuffer::new(gpu.memory(), &stream, inner * w, "SpMM B panel")?,
+            c_dev: SpmvOutput::new(gpu, &stream, &dev, method.spmv_kernel(), nrows * w)?,
+            stream,
             pending: None,
         });
     }
@@ -388,13 +389,17 @@ fn stream_panels<T: DeviceScalar>(
                 },
             );
         }
-        let b_panel = slot.b_dev.slice().sub(0, inner * pw);
         {
             let _h = tracing::debug_span!("H2D", bytes = inner * pw * size_of::<T>()).entered();
             // SAFETY: `b_host` is written again only after `unpack_finished` has synchronised
             // the slot's stream (every panel leaves a pending C copy behind it), and on an
             // error `spmm` synchronises every slot's stream before the staging is dropped.
-            unsafe { b_panel.upload_async(&slot.stream, &slot.b_host[..inner * pw])? };
+            unsafe {
+                slot.b_dev
+                    .write(&slot.stream)?
+                    .sub_mut(0, inner * pw)
+                    .upload_async(&slot.stream, &slot.b_host[..inner * pw])?
+            };
         }
         {
             let _k = tracing::debug_span!("kernel", ?method, columns = pw).entered();
@@ -404,8 +409,8 @@ fn stream_panels<T: DeviceScalar>(
                 method,
                 panel_layout,
                 &slot.stream,
-                slot.b_dev.slice(),
-                &slot.c_dev,
+                slot.b_dev.read(&slot.stream)?,
+                &mut slot.c_dev,
                 (inner, nrows, pw),
             )?;
         }
@@ -414,10 +419,12 @@ fn stream_panels<T: DeviceScalar>(
         // synchronised; on an error `spmm` synchronises every slot's stream before the
         // staging buffers are dropped.
         unsafe {
-            slot.c_dev
-                .out
-                .slice()
-                .download_async(&slot.stream, &mut slot.c_host, 0, nrows * pw)?;
+            slot.c_dev.out.read(&slot.stream)?.download_async(
+                &slot.stream,
+                &mut slot.c_host,
+                0,
+                nrows * pw,
+            )?;
         }
         slot.pending = Some(cols.clone());
     }
@@ -457,11 +464,11 @@ fn run_panel<T: DeviceScalar>(
     panel_layout: Layout,
     stream: &Stream,
     b_panel: DeviceSlice<'_, T::Device>,
-    c_panel: &SpmvOutput<T>,
+    c_panel: &mut SpmvOutput<T>,
     (inner, nrows, pw): (usize, usize, usize),
 ) -> Result<()> {
     let b = b_panel.arg();
-    let c = c_panel.out.slice().arg();
+    let c = c_panel.out.write(stream)?.arg_mut();
     let launch = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
         let f = gpu.function("spmm", kernel_name::<T>(base))?;
         // SAFETY: the callers below pass the parameters of `base` in `spmm.cu`, in order; the
@@ -482,9 +489,9 @@ fn run_panel<T: DeviceScalar>(
                 &[
                     Arg::U64(n),
                     Arg::U64(w),
-                    m.offsets.slice().arg(),
-                    m.cols.slice().arg(),
-                    m.vals.slice().arg(),
+                    m.offsets.read(stream)?.arg(),
+                    m.cols.read(stream)?.arg(),
+                    m.vals.read(stream)?.arg(),
                     b,
                     Arg::U64(ldb),
                     c,
@@ -513,9 +520,9 @@ fn run_panel<T: DeviceScalar>(
                     Arg::U64(n),
                     Arg::U64(*padded_rows as u64),
                     Arg::U32(t),
-                    row_lengths.slice().arg(),
-                    cols.slice().arg(),
-                    vals.slice().arg(),
+                    row_lengths.read(stream)?.arg(),
+                    cols.read(stream)?.arg(),
+                    vals.read(stream)?.arg(),
                     Arg::U64(w),
                     b,
                     Arg::U64(b_rs),
@@ -536,13 +543,13 @@ fn run_panel<T: DeviceScalar>(
                     Arg::U64(n),
                     Arg::U64(nnz),
                     Arg::U64(w),
-                    m.offsets.slice().arg(),
-                    m.cols.slice().arg(),
-                    m.vals.slice().arg(),
+                    m.offsets.read(stream)?.arg(),
+                    m.cols.read(stream)?.arg(),
+                    m.vals.read(stream)?.arg(),
                     b,
                     Arg::U64(w),
                     Arg::U64(1),
-                    c_panel.target(0),
+                    c_panel.target(stream, 0)?,
                     Arg::U64(w),
                     Arg::U64(1),
                 ],
@@ -560,8 +567,8 @@ fn run_panel<T: DeviceScalar>(
                         stream,
                         kernel,
                         x,
-                        c_panel.target(q * nrows),
-                        &SpmvScratch::none(),
+                        c_panel.target(stream, q * nrows)?,
+                        &mut SpmvScratch::none(),
                     )?
                 };
             }
@@ -600,7 +607,12 @@ pub(crate) fn spmm_device<T: DeviceScalar>(
 ) -> Result<DeviceBuffer<T::Device>> {
     gpu.bind()?;
     let stream = gpu.stream()?;
-    let queued = spmm_queue(gpu, &stream, a, b, kernel);
+    // Handed out: a later use on another stream waits for this call's writes only, not for
+    // what the pooled stream runs for other calls by then.
+    let queued = spmm_queue(gpu, &stream, a, b, kernel).and_then(|c| {
+        c.mark_done(&stream)?;
+        Ok(c)
+    });
     if queued.is_err() {
         let _ = stream.synchronize();
     }
@@ -620,9 +632,6 @@ fn spmm_queue<T: DeviceScalar>(
         DenseIn::Device { shape, layout, .. } => (*shape, *layout),
     };
     let _span = tracing::debug_span!("spmm_device", nrows, inner, ncols, ?layout).entered();
-    if let SparseIn::Device(m) = a {
-        m.await_on(stream)?;
-    }
     let dev = a.place_on(gpu, stream)?;
     let method = Method::choose(gpu, stream, &dev, kernel, layout, ncols.max(1))?;
     if method.panel_layout(layout) != layout {
@@ -644,8 +653,7 @@ fn spmm_queue<T: DeviceScalar>(
                 layout,
             } => {
                 // Waits for B's writer; `to_vec` waits for the copy.
-                data.await_on(stream)?;
-                let values = data.slice().to_vec(stream)?;
+                let values = data.read(stream)?.to_vec(stream)?;
                 downloaded =
                     Dense::try_new(shape.0, shape.1, layout, from_device::<T>(&values).to_vec())?;
                 &downloaded
@@ -660,11 +668,7 @@ fn spmm_queue<T: DeviceScalar>(
                 panel_columns: None,
             },
         )?;
-        let mut c_dev = put(gpu, stream, Some(stream), as_device(c.data()), "SpMM C")?;
-        let done = Arc::new(Event::new(false)?);
-        done.record(stream)?;
-        c_dev.set_ready(&done);
-        return Ok(c_dev);
+        return put(gpu, stream, Some(stream), as_device(c.data()), "SpMM C");
     }
     let uploaded;
     let b_dev = match b {
@@ -673,12 +677,15 @@ fn spmm_queue<T: DeviceScalar>(
             uploaded = put(gpu, stream, Some(stream), as_device(d.data()), "SpMM B")?;
             &uploaded
         }
-        DenseIn::Device { data, .. } => {
-            data.await_on(stream)?;
-            data
-        }
+        DenseIn::Device { data, .. } => data,
     };
-    let c = SpmvOutput::new_in(gpu, Some(stream), &dev, method.spmv_kernel(), nrows * ncols)?;
+    let mut c = SpmvOutput::new_in(
+        gpu,
+        (stream, true),
+        &dev,
+        method.spmv_kernel(),
+        nrows * ncols,
+    )?;
     if nrows > 0 && ncols > 0 {
         let _k = tracing::debug_span!("kernel", ?method, columns = ncols).entered();
         run_panel(
@@ -687,20 +694,12 @@ fn spmm_queue<T: DeviceScalar>(
             method,
             layout,
             stream,
-            b_dev.slice(),
-            &c,
+            b_dev.read(stream)?,
+            &mut c,
             (inner, nrows, ncols),
         )?;
     }
-    let done = Arc::new(Event::new(false)?);
-    done.record(stream)?;
-    if let SparseIn::Device(m) = a {
-        m.note_use(stream, &done);
-    }
-    b_dev.note_use(stream, &done);
-    let mut out = c.out;
-    out.set_ready(&done);
-    Ok(out)
+    Ok(c.out)
 }
 
 /// The sparse operand of a device SpMV or SpMM: a host matrix of any format or a resident CSR.

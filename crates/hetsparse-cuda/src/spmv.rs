@@ -21,7 +21,7 @@ use std::sync::Arc;
 use hetsparse_core::backend::check;
 use hetsparse_core::{Error, Result, SparseFormat, SparseRef};
 
-use crate::context::{Arg, Event, Gpu, LaunchConfig, Stream};
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::memory::DeviceBuffer;
 use crate::resident::{put, DeviceCsr, Held};
 use crate::scalar::{as_device, kernel_name, DeviceScalar};
@@ -406,13 +406,13 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
             if long.count > 0 {
                 let count = usize::try_from(long.count)
                     .map_err(|_| Error::InvalidArgument("too many long rows".into()))?;
-                let sums = DeviceBuffer::<u8>::new_on(
+                let mut sums = DeviceBuffer::<u8>::new_on(
                     gpu,
                     stream,
                     count * size_of::<T::Acc>(),
                     "sums of long rows",
                 )?;
-                sums.slice().zero(stream)?;
+                sums.write(stream)?.zero(stream)?;
                 scratch.long_sums = Some(sums);
             }
         }
@@ -428,9 +428,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     nblocks * size_of::<T::Acc>(),
                     "CSR-stream parts of long rows",
                 )?;
-                let arrivals =
+                let mut arrivals =
                     DeviceBuffer::<u32>::new_on(gpu, stream, nblocks, "CSR-stream part counts")?;
-                arrivals.slice().zero(stream)?;
+                arrivals.write(stream)?.zero(stream)?;
                 scratch.stream_parts = Some((partials, arrivals));
             }
         }
@@ -452,7 +452,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
         kernel: SpmvKernel,
         x: Arg,
         y: Arg,
-        scratch: &SpmvScratch,
+        scratch: &mut SpmvScratch,
     ) -> Result<()> {
         let run = |base: &str, threads: u64, args: &[Arg]| -> Result<()> {
             let f = gpu.function("spmv", kernel_name::<T>(base))?;
@@ -464,9 +464,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 let nrows = m.nrows as u64;
                 let args = [
                     Arg::U64(nrows),
-                    m.offsets.slice().arg(),
-                    m.cols.slice().arg(),
-                    m.vals.slice().arg(),
+                    m.offsets.read(stream)?.arg(),
+                    m.cols.read(stream)?.arg(),
+                    m.vals.read(stream)?.arg(),
                     x,
                     y,
                 ];
@@ -478,9 +478,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                         &[
                             Arg::U64(nrows),
                             Arg::U32(lanes),
-                            m.offsets.slice().arg(),
-                            m.cols.slice().arg(),
-                            m.vals.slice().arg(),
+                            m.offsets.read(stream)?.arg(),
+                            m.cols.read(stream)?.arg(),
+                            m.vals.read(stream)?.arg(),
                             x,
                             y,
                         ],
@@ -491,8 +491,10 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                         };
                         let nblocks = m.stream_block_count();
                         // Null where no row spans several row blocks: each is summed whole.
-                        let (partials, arrivals) = match &scratch.stream_parts {
-                            Some((p, a)) => (p.slice().arg(), a.slice().arg()),
+                        let (partials, arrivals) = match &mut scratch.stream_parts {
+                            Some((p, a)) => {
+                                (p.write(stream)?.arg_mut(), a.write(stream)?.arg_mut())
+                            }
                             None => (Arg::U64(0), Arg::U64(0)),
                         };
                         run(
@@ -500,10 +502,10 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                             nblocks * u64::from(BLOCK),
                             &[
                                 Arg::U64(nblocks),
-                                blocks.slice().arg(),
-                                m.offsets.slice().arg(),
-                                m.cols.slice().arg(),
-                                m.vals.slice().arg(),
+                                blocks.read(stream)?.arg(),
+                                m.offsets.read(stream)?.arg(),
+                                m.cols.read(stream)?.arg(),
+                                m.vals.read(stream)?.arg(),
                                 x,
                                 y,
                                 partials,
@@ -514,8 +516,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     SpmvKernel::CsrLongRowsApart => {
                         let long = m.long_rows(gpu, stream)?;
                         let lanes = short_row_lanes(long.short_rows, long.short_entries);
-                        let sums = match &scratch.long_sums {
-                            Some(sums) => sums.slice().arg(),
+                        let sums = match &mut scratch.long_sums {
+                            Some(sums) => sums.write(stream)?.arg_mut(),
                             None if long.count == 0 => Arg::U64(0),
                             None => {
                                 return unprepared(false, "CSR SpMV with long rows apart", "sums")
@@ -533,11 +535,11 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                                 Arg::U64(long_row_threshold(m.nrows, m.nnz())),
                                 Arg::U64(long_warps),
                                 Arg::U64(long.count),
-                                long.rows.slice().arg(),
-                                long.prefix.slice().arg(),
-                                m.offsets.slice().arg(),
-                                m.cols.slice().arg(),
-                                m.vals.slice().arg(),
+                                long.rows.read(stream)?.arg(),
+                                long.prefix.read(stream)?.arg(),
+                                m.offsets.read(stream)?.arg(),
+                                m.cols.read(stream)?.arg(),
+                                m.vals.read(stream)?.arg(),
                                 x,
                                 y,
                                 sums,
@@ -549,7 +551,7 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                         run(
                             "spmv_long_rows_store",
                             long.count,
-                            &[Arg::U64(long.count), long.rows.slice().arg(), sums, y],
+                            &[Arg::U64(long.count), long.rows.read(stream)?.arg(), sums, y],
                         )
                     }
                     SpmvKernel::CsrBalanced => {
@@ -562,10 +564,10 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                             nnz.div_ceil(CSR_TILE_ENTRIES) * 32,
                             &[
                                 Arg::U64(nnz),
-                                tile_rows.slice().arg(),
-                                m.offsets.slice().arg(),
-                                m.cols.slice().arg(),
-                                m.vals.slice().arg(),
+                                tile_rows.read(stream)?.arg(),
+                                m.offsets.read(stream)?.arg(),
+                                m.cols.read(stream)?.arg(),
+                                m.vals.read(stream)?.arg(),
                                 x,
                                 y,
                             ],
@@ -593,9 +595,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                         Arg::U64(*nrows as u64),
                         Arg::U64(*padded_rows as u64),
                         Arg::U32(t),
-                        row_lengths.slice().arg(),
-                        cols.slice().arg(),
-                        vals.slice().arg(),
+                        row_lengths.read(stream)?.arg(),
+                        cols.read(stream)?.arg(),
+                        vals.read(stream)?.arg(),
                         x,
                         y,
                     ],
@@ -611,9 +613,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 *nnz,
                 &[
                     Arg::U64(*nnz),
-                    rows.slice().arg(),
-                    cols.slice().arg(),
-                    vals.slice().arg(),
+                    rows.read(stream)?.arg(),
+                    cols.read(stream)?.arg(),
+                    vals.read(stream)?.arg(),
                     x,
                     y,
                 ],
@@ -629,8 +631,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 &[
                     Arg::U64(*nnz),
                     Arg::U64(*ncols as u64),
-                    indices.slice().arg(),
-                    vals.slice().arg(),
+                    indices.read(stream)?.arg(),
+                    vals.read(stream)?.arg(),
                     x,
                     y,
                 ],
@@ -645,9 +647,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                 *ncols as u64,
                 &[
                     Arg::U64(*ncols as u64),
-                    offsets.slice().arg(),
-                    rows.slice().arg(),
-                    vals.slice().arg(),
+                    offsets.read(stream)?.arg(),
+                    rows.read(stream)?.arg(),
+                    vals.read(stream)?.arg(),
                     x,
                     y,
                 ],
@@ -669,8 +671,8 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                             offsets.len()
                         ))
                     })?),
-                    offsets.slice().arg(),
-                    data.slice().arg(),
+                    offsets.read(stream)?.arg(),
+                    data.read(stream)?.arg(),
                     x,
                     y,
                 ],
@@ -688,9 +690,9 @@ impl<'a, T: DeviceScalar> DeviceSparse<'a, T> {
                     Arg::U64(*nrows as u64),
                     Arg::U32(block_side(*r)?),
                     Arg::U32(block_side(*c)?),
-                    offsets.slice().arg(),
-                    cols.slice().arg(),
-                    vals.slice().arg(),
+                    offsets.read(stream)?.arg(),
+                    cols.read(stream)?.arg(),
+                    vals.read(stream)?.arg(),
                     x,
                     y,
                 ],
@@ -776,39 +778,42 @@ pub(crate) struct SpmvOutput<T: DeviceScalar> {
 }
 
 impl<T: DeviceScalar> SpmvOutput<T> {
+    /// The buffers in plain memory, for work on `home`.
     pub(crate) fn new(
         gpu: &Gpu,
+        home: &Stream,
         a: &DeviceSparse<'_, T>,
         kernel: SpmvKernel,
         len: usize,
     ) -> Result<Self> {
-        Self::new_in(gpu, None, a, kernel, len)
+        Self::new_in(gpu, (home, false), a, kernel, len)
     }
 
-    /// The buffers in plain memory or, with `home`, stream-ordered on that stream.
+    /// The buffers for work on `home`: in plain memory or, `ordered`, stream-ordered there.
     pub(crate) fn new_in(
         gpu: &Gpu,
-        home: Option<&Arc<Stream>>,
+        (home, ordered): (&Stream, bool),
         a: &DeviceSparse<'_, T>,
         kernel: SpmvKernel,
         len: usize,
     ) -> Result<Self> {
         fn alloc<X: Copy>(
             gpu: &Gpu,
-            home: Option<&Arc<Stream>>,
+            (home, ordered): (&Stream, bool),
             len: usize,
             what: &str,
         ) -> Result<DeviceBuffer<X>> {
-            match home {
-                Some(s) => DeviceBuffer::new_on(gpu, s, len, what),
-                None => DeviceBuffer::new(gpu.memory(), len, what),
+            if ordered {
+                DeviceBuffer::new_on(gpu, home, len, what)
+            } else {
+                DeviceBuffer::new(gpu.memory(), home, len, what)
             }
         }
         let atomic = a.sums_atomically(kernel);
         let acc = if atomic && accumulates_wider::<T>() {
             Some(alloc(
                 gpu,
-                home,
+                (home, ordered),
                 len * size_of::<T::Acc>(),
                 "SpMV accumulators",
             )?)
@@ -816,7 +821,7 @@ impl<T: DeviceScalar> SpmvOutput<T> {
             None
         };
         Ok(SpmvOutput {
-            out: alloc(gpu, home, len, "SpMV result")?,
+            out: alloc(gpu, (home, ordered), len, "SpMV result")?,
             acc,
             atomic,
         })
@@ -832,39 +837,41 @@ impl<T: DeviceScalar> SpmvOutput<T> {
         (size_of::<T>() + acc) as u64
     }
 
-    /// Zeroes what the kernel sums into (atomic kernels only).
-    pub(crate) fn prepare(&self, stream: &Stream) -> Result<()> {
-        match (&self.acc, self.atomic) {
-            (Some(acc), _) => acc.slice().zero(stream),
-            (None, true) => self.out.slice().zero(stream),
+    /// Zeroes what the kernel sums into (atomic kernels only), on `stream`.
+    pub(crate) fn prepare(&mut self, stream: &Stream) -> Result<()> {
+        match (&mut self.acc, self.atomic) {
+            (Some(acc), _) => acc.write(stream)?.zero(stream),
+            (None, true) => self.out.write(stream)?.zero(stream),
             (None, false) => Ok(()),
         }
     }
 
-    /// The device address of element `start` of what the kernel writes.
-    pub(crate) fn target(&self, start: usize) -> Arg {
-        match &self.acc {
+    /// The device address of element `start` of what the kernel writes, on `stream`.
+    pub(crate) fn target(&mut self, stream: &Stream, start: usize) -> Result<Arg> {
+        Ok(match &mut self.acc {
             Some(acc) => {
                 let width = size_of::<T::Acc>();
-                acc.slice()
-                    .sub(start * width, acc.len() - start * width)
-                    .arg()
+                let len = acc.len() - start * width;
+                acc.write(stream)?.sub_mut(start * width, len).arg_mut()
             }
-            None => self.out.slice().sub(start, self.out.len() - start).arg(),
-        }
+            None => {
+                let len = self.out.len() - start;
+                self.out.write(stream)?.sub_mut(start, len).arg_mut()
+            }
+        })
     }
 
     /// Rounds the first `len` accumulators into `out` where they are separate.
-    pub(crate) fn finish(&self, gpu: &Gpu, stream: &Stream, len: usize) -> Result<()> {
-        match &self.acc {
+    pub(crate) fn finish(&mut self, gpu: &Gpu, stream: &Stream, len: usize) -> Result<()> {
+        match &mut self.acc {
             // SAFETY: both buffers hold at least `len` elements of their types.
             Some(acc) => unsafe {
                 round_accumulators::<T>(
                     gpu,
                     stream,
                     len as u64,
-                    acc.slice().arg(),
-                    self.out.slice().arg(),
+                    acc.read(stream)?.arg(),
+                    self.out.write(stream)?.arg_mut(),
                 )
             },
             None => Ok(()),
@@ -875,12 +882,11 @@ impl<T: DeviceScalar> SpmvOutput<T> {
 /// `y = A·x` with `y` left on the device (`nrows` values). A resident A and x are used in
 /// place, host ones uploaded.
 ///
-/// Nothing here waits on the host: `y` is stream-ordered, allocated on a pooled stream and
-/// marked ready by an event after the kernel, which a later use on another stream (or a
-/// download) waits for; temporaries are freed on that stream behind the kernel, and the
-/// resident operands note their use so that their own frees wait for it. The stream is waited
-/// for only when something fails after work was queued, so that no operand is released while
-/// a kernel may still read it.
+/// Nothing here waits on the host: `y` is stream-ordered, allocated on a pooled stream that it
+/// knows as its writer, so that a later use on another stream (or a download) waits for the
+/// kernel; temporaries are freed on that stream behind the kernel, and the resident operands'
+/// reads on it are noted, so that their own frees wait for it. The stream is waited for when
+/// something fails after work was queued, before the error is reported.
 pub(crate) fn spmv_device<T: DeviceScalar>(
     gpu: &Gpu,
     a: SparseIn<'_, T>,
@@ -891,7 +897,12 @@ pub(crate) fn spmv_device<T: DeviceScalar>(
     let (nrows, ncols) = a.shape();
     let _span = tracing::debug_span!("spmv_device", nrows, ncols).entered();
     let stream = gpu.stream()?;
-    let queued = spmv_queue(gpu, &stream, a, x, kernel);
+    // Handed out: a later use on another stream waits for this call's writes only, not for
+    // what the pooled stream runs for other calls by then.
+    let queued = spmv_queue(gpu, &stream, a, x, kernel).and_then(|y| {
+        y.mark_done(&stream)?;
+        Ok(y)
+    });
     if queued.is_err() {
         let _ = stream.synchronize();
     }
@@ -906,24 +917,18 @@ fn spmv_queue<T: DeviceScalar>(
     kernel: SpmvKernel,
 ) -> Result<DeviceBuffer<T::Device>> {
     let nrows = a.shape().0;
-    if let SparseIn::Device(m) = a {
-        m.await_on(stream)?;
-    }
     let dev = a.place_on(gpu, stream)?;
     let kernel = dev.resolve(gpu, stream, kernel)?;
-    let scratch = dev.prepare(gpu, stream, kernel)?;
+    let mut scratch = dev.prepare(gpu, stream, kernel)?;
     let uploaded;
     let x_dev = match x {
         VecIn::Host(x) => {
             uploaded = put(gpu, stream, Some(stream), as_device(x), "SpMV x")?;
             &uploaded
         }
-        VecIn::Device(x) => {
-            x.await_on(stream)?;
-            x
-        }
+        VecIn::Device(x) => x,
     };
-    let y = SpmvOutput::new_in(gpu, Some(stream), &dev, kernel, nrows)?;
+    let mut y = SpmvOutput::new_in(gpu, (stream, true), &dev, kernel, nrows)?;
     y.prepare(stream)?;
     {
         let _k = tracing::debug_span!("kernel", ?kernel, nrows).entered();
@@ -934,22 +939,14 @@ fn spmv_queue<T: DeviceScalar>(
                 gpu,
                 stream,
                 kernel,
-                x_dev.slice().arg(),
-                y.target(0),
-                &scratch,
+                x_dev.read(stream)?.arg(),
+                y.target(stream, 0)?,
+                &mut scratch,
             )?
         };
         y.finish(gpu, stream, nrows)?;
     }
-    let done = Arc::new(Event::new(false)?);
-    done.record(stream)?;
-    if let SparseIn::Device(m) = a {
-        m.note_use(stream, &done);
-    }
-    x_dev.note_use(stream, &done);
-    let mut out = y.out;
-    out.set_ready(&done);
-    Ok(out)
+    Ok(y.out)
 }
 
 /// The vector of a device SpMV: on the host or resident.
@@ -978,10 +975,9 @@ pub(crate) fn download_vec<T: DeviceScalar>(
 ) -> Result<Vec<T>> {
     let stream = gpu.stream()?;
     let _d = tracing::debug_span!("D2H", bytes = y.len() * size_of::<T>()).entered();
-    // The copy waits for the operation that wrote `y`; the staged download waits for the
+    // The read waits for the operation that wrote `y`; the staged download waits for the
     // stream before returning.
-    y.await_on(&stream)?;
-    crate::resident::download_values::<T>(y.slice(), &stream, gpu.pinned_pool())
+    crate::resident::download_values::<T>(y.read(&stream)?, &stream, gpu.pinned_pool())
 }
 
 impl crate::CudaBackend {

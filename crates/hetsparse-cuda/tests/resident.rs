@@ -722,3 +722,87 @@ fn plan_executions_place_values_under_known_columns() {
         });
     }
 }
+
+/// A buffer written on one stream and read on another, with no host wait between: the read
+/// waits for the write through the buffer's own record of its writer.
+#[test]
+fn a_read_on_another_stream_waits_for_the_write() {
+    use hetsparse_cuda::{DeviceBuffer, Stream};
+    let Some(backend) = backend("a_read_on_another_stream_waits_for_the_write") else {
+        return;
+    };
+    let gpu = backend.gpu();
+    gpu.bind().expect("bind");
+    let (s1, s2) = (
+        Stream::new().expect("stream"),
+        Stream::new().expect("stream"),
+    );
+    // Large enough that the fill is still running when the read is queued.
+    let n = 64 << 20;
+    let mut b = DeviceBuffer::<u32>::new(gpu.memory(), &s1, n, "ordering test").expect("alloc");
+    for byte in [0x11u8, 0x22, 0x33] {
+        b.write(&s1)
+            .expect("write view")
+            .fill_bytes(&s1, byte)
+            .expect("fill");
+        let seen = b
+            .read(&s2)
+            .expect("read view")
+            .to_vec(&s2)
+            .expect("download");
+        let want = u32::from_ne_bytes([byte; 4]);
+        assert!(seen.iter().all(|&v| v == want), "fill {byte:#x} seen early");
+    }
+}
+
+/// A buffer read on another stream than its own is not freed before that read is over: its
+/// memory, reused by the next allocation and overwritten, still reads as before.
+#[test]
+fn a_buffer_used_on_another_stream_is_not_freed_early() {
+    use hetsparse_cuda::{DeviceBuffer, Stream};
+    let Some(backend) = backend("a_buffer_used_on_another_stream_is_not_freed_early") else {
+        return;
+    };
+    let gpu = backend.gpu();
+    gpu.bind().expect("bind");
+    let (s1, s2) = (
+        Stream::new().expect("stream"),
+        Stream::new().expect("stream"),
+    );
+    let n = 16 << 20;
+    for _ in 0..4 {
+        let mut b = DeviceBuffer::<u32>::new(gpu.memory(), &s1, n, "freed buffer").expect("alloc");
+        b.write(&s1)
+            .expect("write")
+            .fill_bytes(&s1, 0x11)
+            .expect("fill");
+        // Work queued on s2 ahead of the read keeps it from starting at once.
+        let mut delay =
+            DeviceBuffer::<u32>::new(gpu.memory(), &s2, 16 * n, "delay").expect("alloc");
+        for _ in 0..8 {
+            delay.write(&s2).expect("write").zero(&s2).expect("zero");
+        }
+        let mut host = hetsparse_cuda::memory::pinned::<u32>(n, "pinned").expect("pinned");
+        // SAFETY: `host` is read only after s2 is synchronised below.
+        unsafe {
+            b.read(&s2)
+                .expect("read")
+                .download_async(&s2, &mut host, 0, n)
+                .expect("download")
+        };
+        drop(b);
+        let mut reused =
+            DeviceBuffer::<u32>::new(gpu.memory(), &s1, n, "reusing buffer").expect("alloc");
+        reused
+            .write(&s1)
+            .expect("write")
+            .fill_bytes(&s1, 0x22)
+            .expect("fill");
+        s2.synchronize().expect("sync");
+        s1.synchronize().expect("sync");
+        assert!(
+            host.iter().all(|&v| v == 0x1111_1111),
+            "read after the free"
+        );
+    }
+}

@@ -32,11 +32,11 @@ use std::sync::Arc;
 use hetsparse_core::{Error, Result};
 
 use crate::context::{Arg, Function, LaunchConfig, Stream};
-use crate::memory::{DeviceArena, DeviceSlice};
+use crate::memory::{DeviceArena, DeviceSlice, DeviceSliceMut};
 use crate::scalar::{kernel_name, DeviceScalar};
 
 use super::binning::{self, Binned, Histogram, KeptBins, Weights};
-use super::{acc_bytes, footprint, Job, Scratch};
+use super::{acc_bytes, footprint, ColsOut, Job, Scratch};
 
 /// Shared memory a bin's table may take per block: what the GPU allows after opting in,
 /// less room for the kernels' static shared variables.
@@ -511,11 +511,12 @@ struct HashKernels<'a> {
     args: &'a dyn Fn(&BinLaunch<'_>) -> Vec<Arg>,
 }
 
-/// What the dense rows of one group need: the kernels' row list and memory.
+/// What the dense rows of one group need: the kernels' row list and memory (flags, and in
+/// the numeric phase values, both written by the accumulation).
 struct DenseGroup<'s> {
     rows: DeviceSlice<'s, u32>,
     parts_per_row: u64,
-    flags: DeviceSlice<'s, u8>,
+    flags: DeviceSliceMut<'s, u8>,
     vals: Arg,
 }
 
@@ -524,13 +525,13 @@ struct DenseGroup<'s> {
 struct RangeGroup<'s> {
     rows: DeviceSlice<'s, u32>,
     ranges: RangePlan,
-    counts: Option<DeviceSlice<'s, u32>>,
+    counts: Option<DeviceSliceMut<'s, u32>>,
 }
 
 /// The kernels of a phase's long rows: dense rows in global memory, and column ranges.
 struct LongRowKernels<'a> {
-    dense: &'a dyn Fn(&DenseGroup<'_>) -> Result<()>,
-    ranges: &'a dyn Fn(&RangeGroup<'_>) -> Result<()>,
+    dense: &'a dyn Fn(&mut DenseGroup<'_>) -> Result<()>,
+    ranges: &'a dyn Fn(&mut RangeGroup<'_>) -> Result<()>,
 }
 
 /// How the rows of one bin (tables of `size` slots) run: their accumulator and, for the
@@ -791,18 +792,18 @@ fn run_bins<T: DeviceScalar>(
                         plan.group_bytes(n, stride, value_bytes),
                         "dense accumulators of long rows",
                     )?;
-                    let flags = arena.alloc::<u8>((n * stride) as usize, "dense row flags")?;
+                    let mut flags = arena.alloc::<u8>((n * stride) as usize, "dense row flags")?;
                     flags.zero(job.stream)?;
                     let vals = if value_bytes > 0 {
-                        let v = arena
+                        let mut v = arena
                             .alloc::<u8>((n * stride * value_bytes) as usize, "dense row values")?;
                         // Zero bits are the additive identity of every accumulator type.
                         v.zero(job.stream)?;
-                        v.arg()
+                        v.arg_mut()
                     } else {
                         Arg::U64(0)
                     };
-                    (long.dense)(&DenseGroup {
+                    (long.dense)(&mut DenseGroup {
                         rows: rows.sub(first as usize, n as usize),
                         parts_per_row: plan.parts_per_row,
                         flags,
@@ -833,13 +834,13 @@ fn run_bins<T: DeviceScalar>(
                                 (n * counted.ranges) as usize,
                                 "entry counts of column ranges",
                             )?;
-                            (long.ranges)(&RangeGroup {
+                            (long.ranges)(&mut RangeGroup {
                                 rows,
                                 ranges,
                                 counts: Some(counts),
                             })?;
                         }
-                        None => (long.ranges)(&RangeGroup {
+                        None => (long.ranges)(&mut RangeGroup {
                             rows,
                             ranges,
                             counts: None,
@@ -857,16 +858,16 @@ fn run_bins<T: DeviceScalar>(
                     let arena = scratch.get(job.gpu, job.stream, need, "global hash tables")?;
                     let table_offsets: Vec<u64> = (0..n).map(|k| k * size).collect();
                     let offsets = arena.upload(job.stream, &table_offsets, "table offsets")?;
-                    let keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
-                    let vals = arena
+                    let mut keys = arena.alloc::<u32>(entries as usize, "global hash keys")?;
+                    let mut vals = arena
                         .alloc::<u8>((entries * value_bytes) as usize, "global hash values")?;
                     let launch = BinLaunch {
                         warp: false,
                         rows: rows.sub(first as usize, n as usize),
                         table_size: size,
                         table_offsets: offsets.arg(),
-                        keys: keys.arg(),
-                        vals: vals.arg(),
+                        keys: keys.arg_mut(),
+                        vals: vals.arg_mut(),
                         bitmap_words: 0,
                     };
                     let config = LaunchConfig {
@@ -912,18 +913,24 @@ fn dense_configs(group: &DenseGroup<'_>) -> (LaunchConfig, LaunchConfig) {
 /// The operands as the kernels of both phases take them after their own leading arguments:
 /// A's offsets and columns, B's, then the window's first and last column; with `values` each
 /// matrix's values after its columns.
-fn operand_args<T: DeviceScalar>(job: &Job<'_, T>, values: bool) -> Vec<Arg> {
+fn operand_args<T: DeviceScalar>(job: &Job<'_, T>, values: bool) -> Result<Vec<Arg>> {
     let (a, b) = (job.a.matrix(), job.b.matrix());
-    let mut v = vec![a.offsets.slice().arg(), a.cols.slice().arg()];
+    let mut v = vec![
+        a.offsets.read(job.stream)?.arg(),
+        a.cols.read(job.stream)?.arg(),
+    ];
     if values {
-        v.push(a.vals.slice().arg());
+        v.push(a.vals.read(job.stream)?.arg());
     }
-    v.extend([b.offsets.slice().arg(), b.cols.slice().arg()]);
+    v.extend([
+        b.offsets.read(job.stream)?.arg(),
+        b.cols.read(job.stream)?.arg(),
+    ]);
     if values {
-        v.push(b.vals.slice().arg());
+        v.push(b.vals.read(job.stream)?.arg());
     }
     v.extend([Arg::U32(job.col_lo()), Arg::U32(job.col_hi())]);
-    v
+    Ok(v)
 }
 
 /// Launch configuration of the range kernels for a group: `blocks_per_row` blocks per row,
@@ -956,7 +963,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
     job: &Job<'_, T>,
     products: DeviceSlice<'_, u64>,
     hist: Histogram,
-    row_nnz: DeviceSlice<'_, u64>,
+    row_nnz: &mut DeviceSliceMut<'_, u64>,
     scratch: &mut Scratch,
     bin_arena: &mut DeviceArena,
 ) -> Result<()> {
@@ -964,6 +971,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
     let _span = tracing::debug_span!("symbolic", algorithm = "adaptive", rows = n).entered();
     let width = job.width();
     row_nnz.zero(job.stream)?;
+    // Every kernel below adds to the counts.
+    let row_nnz = row_nnz.arg_mut();
     bin_arena.reset();
     let binned = binning::scatter(
         job,
@@ -973,6 +982,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
         hist,
         bin_arena,
     )?;
+    let operands = operand_args(job, false)?;
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -983,8 +993,8 @@ pub(super) fn symbolic<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys]);
         }
-        v.extend(operand_args(job, false));
-        v.push(row_nnz.arg());
+        v.extend(operands.iter().copied());
+        v.push(row_nnz);
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
         }
@@ -1002,7 +1012,7 @@ pub(super) fn symbolic<T: DeviceScalar>(
     let accumulate = job.gpu.function("spgemm", "spgemm_dense_symbolic")?;
     let count = job.gpu.function("spgemm", "spgemm_dense_count")?;
     let stride = dense_stride(width);
-    let dense = |g: &DenseGroup<'_>| {
+    let dense = |g: &mut DenseGroup<'_>| {
         let (blocks, rows) = dense_configs(g);
         let n = g.rows.len() as u64;
         // SAFETY: arguments match spgemm_dense_symbolic and spgemm_dense_count; the group's
@@ -1018,9 +1028,9 @@ pub(super) fn symbolic<T: DeviceScalar>(
                         Arg::U32(g.parts_per_row as u32),
                         Arg::U64(n),
                         Arg::U64(stride),
-                        g.flags.arg(),
+                        g.flags.arg_mut(),
                     ][..],
-                    &operand_args(job, false),
+                    &operand_args(job, false)?,
                 ]
                 .concat(),
             )?;
@@ -1033,19 +1043,19 @@ pub(super) fn symbolic<T: DeviceScalar>(
                     Arg::U64(n),
                     Arg::U64(job.rows().start as u64),
                     Arg::U64(stride),
-                    g.flags.arg(),
-                    row_nnz.arg(),
+                    g.flags.view().arg(),
+                    row_nnz,
                 ],
             )
         }
     };
     let count = job.gpu.function("spgemm", "spgemm_range_count")?;
-    let ranges = |g: &RangeGroup<'_>| {
+    let ranges = |g: &mut RangeGroup<'_>| {
         let config = range_config(g, g.ranges.shared_bytes(0, 0));
         job.gpu.allow_shared(count, config.shared_bytes)?;
         let mut args = range_args(g, job.rows().start).to_vec();
-        args.extend(operand_args(job, false));
-        args.extend([row_nnz.arg(), Arg::U64(0)]);
+        args.extend(operand_args(job, false)?);
+        args.extend([row_nnz, Arg::U64(0)]);
         // SAFETY: arguments match spgemm_range_count, which adds each range's entries to its
         // row's count in `row_nnz` (zeroed above; one slot per row of the chunk).
         unsafe { job.gpu.launch(count, config, job.stream, &args) }
@@ -1116,23 +1126,22 @@ pub(super) fn numeric_bins_kept<T: DeviceScalar>(
 }
 
 /// Writes rows `range` (chunk-relative) of C into `cols`/`vals`, entry `c_off[i] - base` first
-/// (`c_off`: the chunk's row offsets of C, on the device). With `known_cols`, `cols` already
-/// holds C's columns (a plan's structure): the kernels read them to place each value, and
-/// neither sort nor write a column. Row lists come from `bin_arena`, reset here.
+/// (`c_off`: the chunk's row offsets of C, on the device). Where `cols` are known (a plan's
+/// structure), the kernels read them to place each value, and neither sort nor write a column.
+/// Row lists come from `bin_arena`, reset here.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn numeric<T: DeviceScalar>(
     job: &Job<'_, T>,
     range: Range<usize>,
     c_off: DeviceSlice<'_, u64>,
     base: u64,
-    cols: DeviceSlice<'_, u32>,
-    known_cols: bool,
-    vals: DeviceSlice<'_, T::Device>,
+    cols: ColsOut<'_>,
+    vals: DeviceSliceMut<'_, T::Device>,
     scratch: &mut Scratch,
     bin_arena: &mut DeviceArena,
 ) -> Result<()> {
     let binned = numeric_bins(job, range, c_off, bin_arena)?;
-    numeric_binned(job, &binned, c_off, base, cols, known_cols, vals, scratch)
+    numeric_binned(job, &binned, c_off, base, cols, vals, scratch)
 }
 
 /// [`numeric`] of the rows `binned` lists, binned already ([`numeric_bins`], or
@@ -1144,22 +1153,22 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
     binned: &Binned<'_>,
     c_off: DeviceSlice<'_, u64>,
     base: u64,
-    cols: DeviceSlice<'_, u32>,
-    known_cols: bool,
-    vals: DeviceSlice<'_, T::Device>,
+    mut cols: ColsOut<'_>,
+    mut vals: DeviceSliceMut<'_, T::Device>,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let (out_cols, read_cols) = if known_cols {
-        (Arg::U64(0), cols.arg())
-    } else {
-        (cols.arg(), Arg::U64(0))
+    let (out_cols, read_cols, known_cols) = match &mut cols {
+        ColsOut::Write(cols) => (cols.arg_mut(), Arg::U64(0), false),
+        ColsOut::Known(cols) => (Arg::U64(0), cols.arg(), true),
     };
+    let out_vals = vals.arg_mut();
     let width = job.width();
     let acc = acc_bytes::<T>();
     let need = scratch_need(job, binned, acc, scratch.cap())?;
     if need > 0 {
         scratch.get(job.gpu, job.stream, need, "numeric work memory")?;
     }
+    let operands = operand_args(job, true)?;
     let args = |l: &BinLaunch<'_>| {
         let mut v = vec![
             l.rows.arg(),
@@ -1170,8 +1179,8 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         if !l.warp {
             v.extend([l.table_offsets, l.keys, l.vals]);
         }
-        v.extend(operand_args(job, true));
-        v.extend([c_off.arg(), Arg::U64(base), out_cols, vals.arg(), read_cols]);
+        v.extend(operands.iter().copied());
+        v.extend([c_off.arg(), Arg::U64(base), out_cols, out_vals, read_cols]);
         if !l.warp {
             v.push(Arg::U32(l.bitmap_words as u32));
         }
@@ -1199,7 +1208,7 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         .gpu
         .function("spgemm", kernel_name::<T>("spgemm_dense_write"))?;
     let stride = dense_stride(width);
-    let dense = |g: &DenseGroup<'_>| {
+    let dense = |g: &mut DenseGroup<'_>| {
         let (blocks, rows) = dense_configs(g);
         let n = g.rows.len() as u64;
         // SAFETY: arguments match spgemm_dense_numeric_T and spgemm_dense_write_T; the
@@ -1215,10 +1224,10 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                         Arg::U32(g.parts_per_row as u32),
                         Arg::U64(n),
                         Arg::U64(stride),
-                        g.flags.arg(),
+                        g.flags.arg_mut(),
                         g.vals,
                     ][..],
-                    &operand_args(job, true),
+                    &operand_args(job, true)?,
                 ]
                 .concat(),
             )?;
@@ -1232,12 +1241,12 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
                     Arg::U64(job.rows().start as u64),
                     Arg::U64(stride),
                     Arg::U64(width),
-                    g.flags.arg(),
+                    g.flags.view().arg(),
                     g.vals,
                     c_off.arg(),
                     Arg::U64(base),
                     out_cols,
-                    vals.arg(),
+                    out_vals,
                     read_cols,
                 ],
             )
@@ -1248,24 +1257,25 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         .gpu
         .function("spgemm", kernel_name::<T>("spgemm_range_numeric"))?;
     let stored = std::mem::size_of::<T::Device>() as u64;
-    let ranges = |g: &RangeGroup<'_>| {
+    let ranges = |g: &mut RangeGroup<'_>| {
         let leading = range_args(g, job.rows().start);
+        let count_config = range_config(g, g.ranges.shared_bytes(0, 0));
+        let blocks_per_row = g.ranges.blocks_per_row;
         // Where C's columns are to be written and a row's ranges are spread over several
         // blocks, each range's entries are counted first: a range's place in C is the row's
         // offset plus the entries of its earlier ranges.
-        let counts = match g.counts {
+        let counts = match g.counts.as_mut() {
             Some(counts) if !known_cols => {
-                let config = range_config(g, g.ranges.shared_bytes(0, 0));
-                job.gpu.allow_shared(count, config.shared_bytes)?;
+                job.gpu.allow_shared(count, count_config.shared_bytes)?;
                 let mut args = leading.to_vec();
-                args.extend(operand_args(job, false));
-                args.extend([Arg::U64(0), counts.arg()]);
+                args.extend(operand_args(job, false)?);
+                args.extend([Arg::U64(0), counts.arg_mut()]);
                 // SAFETY: arguments match spgemm_range_count; `counts` holds a slot for each
                 // range of each of the group's rows.
-                unsafe { job.gpu.launch(count, config, job.stream, &args)? };
-                counts.arg()
+                unsafe { job.gpu.launch(count, count_config, job.stream, &args)? };
+                counts.view().arg()
             }
-            _ if known_cols || g.ranges.blocks_per_row == 1 => Arg::U64(0),
+            _ if known_cols || blocks_per_row == 1 => Arg::U64(0),
             _ => {
                 return Err(Error::Internal {
                     backend: crate::error::BACKEND,
@@ -1277,13 +1287,13 @@ pub(super) fn numeric_binned<T: DeviceScalar>(
         job.gpu
             .allow_shared(range_accumulate, config.shared_bytes)?;
         let mut args = leading.to_vec();
-        args.extend(operand_args(job, true));
+        args.extend(operand_args(job, true)?);
         args.extend([
             counts,
             c_off.arg(),
             Arg::U64(base),
             out_cols,
-            vals.arg(),
+            out_vals,
             read_cols,
         ]);
         // SAFETY: arguments match spgemm_range_numeric_T: each row's entries land inside

@@ -8,7 +8,7 @@ use hetsparse_core::Result;
 use std::sync::Arc;
 
 use crate::context::{Arg, LaunchConfig, Stream};
-use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
+use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 
 use super::{footprint, Job};
 
@@ -147,7 +147,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
         return Ok(Histogram::default());
     }
     // Rows per bin, the two sums, the longest rows of A per bin.
-    let counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
+    let mut counters = arena.alloc::<u64>(2 * BIN_COUNT + 2, "bin counters")?;
     counters.zero(job.stream)?;
     let f = job.gpu.function("spgemm", "spgemm_bin_count")?;
     let [values, from_offsets, a_scale] = weights.args();
@@ -164,15 +164,15 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 from_offsets,
                 a_scale,
                 Arg::U64(cap),
-                counters.arg(),
-                counters.sub(BIN_COUNT, 2).arg(),
-                job.a.matrix().offsets.slice().arg(),
+                counters.arg_mut(),
+                counters.sub_mut(BIN_COUNT, 2).arg_mut(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(first_row as u64),
-                counters.sub(BIN_COUNT + 2, BIN_COUNT).arg(),
+                counters.sub_mut(BIN_COUNT + 2, BIN_COUNT).arg_mut(),
             ],
         )?;
     }
-    let c = counters.to_vec(job.stream)?;
+    let c = counters.view().to_vec(job.stream)?;
     let mut h = Histogram {
         weight: c[BIN_COUNT],
         capped_weight: c[BIN_COUNT + 1],
@@ -222,9 +222,13 @@ pub(super) fn scatter<'a, T: crate::scalar::DeviceScalar>(
     arena: &'a DeviceArena,
 ) -> Result<Binned<'a>> {
     let (start, listed) = starts(&hist);
-    let list = arena.alloc::<u32>(listed as usize, "rows by bin")?;
-    scatter_into(job, weights, first_row, cap, &start, list, arena)?;
-    Ok(Binned { list, start, hist })
+    let mut list = arena.alloc::<u32>(listed as usize, "rows by bin")?;
+    scatter_into(job, weights, first_row, cap, &start, &mut list, arena)?;
+    Ok(Binned {
+        list: list.into_view(),
+        start,
+        hist,
+    })
 }
 
 /// Rows listed by bin in device memory of their own, for a plan to keep: what [`scatter`]
@@ -237,12 +241,12 @@ pub(super) struct KeptBins {
 
 impl KeptBins {
     /// The bins as the kernels' launches take them.
-    pub fn binned(&self) -> Binned<'_> {
-        Binned {
-            list: self.list.slice(),
+    pub fn binned(&self, stream: &Stream) -> Result<Binned<'_>> {
+        Ok(Binned {
+            list: self.list.read(stream)?,
             start: self.start,
             hist: self.hist,
-        }
+        })
     }
 }
 
@@ -258,8 +262,18 @@ pub(super) fn scatter_kept<T: crate::scalar::DeviceScalar>(
     arena: &DeviceArena,
 ) -> Result<KeptBins> {
     let (start, listed) = starts(&hist);
-    let list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
-    scatter_into(job, weights, first_row, cap, &start, list.slice(), arena)?;
+    let mut list = DeviceBuffer::<u32>::new_on(job.gpu, home, listed as usize, "rows of C by bin")?;
+    scatter_into(
+        job,
+        weights,
+        first_row,
+        cap,
+        &start,
+        &mut list.write(home)?,
+        arena,
+    )?;
+    // Kept by a plan, read by its executions on other streams.
+    list.mark_done(home)?;
     Ok(KeptBins { list, start, hist })
 }
 
@@ -270,16 +284,17 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
     first_row: usize,
     cap: u64,
     start: &[u64; BIN_COUNT],
-    list: DeviceSlice<'_, u32>,
+    list: &mut DeviceSliceMut<'_, u32>,
     arena: &DeviceArena,
 ) -> Result<()> {
     if list.is_empty() {
         return Ok(());
     }
     let n = weights.rows() as u64;
-    let counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
+    let mut counters = arena.alloc::<u64>(2 * BIN_COUNT, "bin starts and cursors")?;
     counters.zero(job.stream)?;
     counters.upload(job.stream, start)?;
+    let (starts, mut cursors) = counters.split_at_mut(BIN_COUNT);
     let f = job.gpu.function("spgemm", "spgemm_bin_scatter")?;
     let [values, from_offsets, a_scale] = weights.args();
     // SAFETY: arguments match spgemm_bin_scatter; `list` has a slot for every row of a
@@ -295,11 +310,11 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
                 values,
                 from_offsets,
                 a_scale,
-                job.a.matrix().offsets.slice().arg(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(cap),
-                counters.arg(),
-                counters.sub(BIN_COUNT, BIN_COUNT).arg(),
-                list.arg(),
+                starts.view().arg(),
+                cursors.arg_mut(),
+                list.arg_mut(),
             ],
         )
     }
@@ -318,18 +333,17 @@ pub(super) fn scan_bytes(n: u64) -> u64 {
 pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
     counts: DeviceSlice<'_, u64>,
-    offsets: DeviceSlice<'_, u64>,
+    offsets: &mut DeviceSliceMut<'_, u64>,
     arena: &DeviceArena,
 ) -> Result<u64> {
     let n = counts.len() as u64;
     let _span = tracing::debug_span!("scan", rows = n).entered();
-    let total = offsets.sub(n as usize, 1);
     if n == 0 {
-        total.zero(job.stream)?;
+        offsets.sub_mut(0, 1).zero(job.stream)?;
         return Ok(0);
     }
     let blocks = n.div_ceil(SCAN_BLOCK);
-    let sums = arena.alloc::<u64>(blocks as usize, "scan block sums")?;
+    let mut sums = arena.alloc::<u64>(blocks as usize, "scan block sums")?;
     let config = LaunchConfig {
         grid: blocks as u32,
         block: 1024,
@@ -345,7 +359,7 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
             sums_fn,
             config,
             job.stream,
-            &[Arg::U64(n), counts.arg(), sums.arg()],
+            &[Arg::U64(n), counts.arg(), sums.arg_mut()],
         )?;
         job.gpu.launch(
             prefixes_fn,
@@ -355,16 +369,25 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
                 shared_bytes: 0,
             },
             job.stream,
-            &[Arg::U64(blocks), sums.arg(), total.arg()],
+            &[
+                Arg::U64(blocks),
+                sums.arg_mut(),
+                offsets.sub_mut(n as usize, 1).arg_mut(),
+            ],
         )?;
         job.gpu.launch(
             apply_fn,
             config,
             job.stream,
-            &[Arg::U64(n), counts.arg(), sums.arg(), offsets.arg()],
+            &[
+                Arg::U64(n),
+                counts.arg(),
+                sums.view().arg(),
+                offsets.arg_mut(),
+            ],
         )?;
     }
-    Ok(total.to_vec(job.stream)?[0])
+    Ok(offsets.view().sub(n as usize, 1).to_vec(job.stream)?[0])
 }
 
 #[cfg(test)]

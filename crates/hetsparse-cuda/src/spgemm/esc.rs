@@ -183,8 +183,8 @@ fn batch<T: DeviceScalar>(
     ]) + 256 * (sort_bins.len() as u64 + 2); // each sort list is aligned on its own
     let arena = scratch.get(job.gpu, job.stream, need, "ESC work memory")?;
     let stream = job.stream;
-    let keys = arena.alloc::<u32>(products as usize, "ESC keys")?;
-    let vals = arena.alloc::<u8>((products * acc) as usize, "ESC values")?;
+    let mut keys = arena.alloc::<u32>(products as usize, "ESC keys")?;
+    let mut vals = arena.alloc::<u8>((products * acc) as usize, "ESC values")?;
     let prefix_dev = arena.upload(stream, &prefix, "ESC product prefix")?;
     let b_start_dev = arena.upload(stream, &b_start[be0..be1], "ESC B positions")?;
     let seg_dev = arena.upload(stream, &seg, "ESC row segments")?;
@@ -204,12 +204,12 @@ fn batch<T: DeviceScalar>(
                     Arg::U64(a_off[first]),
                     prefix_dev.arg(),
                     b_start_dev.arg(),
-                    job.a.matrix().vals.slice().arg(),
-                    job.b.matrix().cols.slice().arg(),
-                    job.b.matrix().vals.slice().arg(),
+                    job.a.matrix().vals.read(stream)?.arg(),
+                    job.b.matrix().cols.read(stream)?.arg(),
+                    job.b.matrix().vals.read(stream)?.arg(),
                     Arg::U32(job.col_lo()),
-                    keys.arg(),
-                    vals.arg(),
+                    keys.arg_mut(),
+                    vals.arg_mut(),
                 ],
             )?;
         }
@@ -233,16 +233,17 @@ fn batch<T: DeviceScalar>(
                         Arg::U64(list.len() as u64),
                         seg_dev.arg(),
                         Arg::U32(*size as u32),
-                        keys.arg(),
-                        vals.arg(),
+                        keys.arg_mut(),
+                        vals.arg_mut(),
                     ],
                 )?;
             }
         }
         if !long.is_empty() {
             let sort_long = gpu.function("spgemm", kernel_name::<T>("spgemm_esc_sort_long"))?;
-            let scratch_keys = arena.alloc::<u32>(long_max as usize, "ESC sort scratch")?;
-            let scratch_vals = arena.alloc::<u8>((long_max * acc) as usize, "ESC sort scratch")?;
+            let mut scratch_keys = arena.alloc::<u32>(long_max as usize, "ESC sort scratch")?;
+            let mut scratch_vals =
+                arena.alloc::<u8>((long_max * acc) as usize, "ESC sort scratch")?;
             for &(i, size) in &long {
                 // SAFETY: arguments match spgemm_esc_sort_long; the scratch holds `size`.
                 unsafe {
@@ -258,17 +259,19 @@ fn batch<T: DeviceScalar>(
                             Arg::U64(seg[i]),
                             Arg::U64(seg[i + 1] - seg[i]),
                             Arg::U64(size),
-                            scratch_keys.arg(),
-                            scratch_vals.arg(),
-                            keys.arg(),
-                            vals.arg(),
+                            scratch_keys.arg_mut(),
+                            scratch_vals.arg_mut(),
+                            keys.arg_mut(),
+                            vals.arg_mut(),
                         ],
                     )?;
                 }
             }
         }
     }
-    let row_nnz = arena.alloc::<u64>(nrows, "ESC entries per row")?;
+    // Sorted: only read from here on.
+    let (keys, vals) = (keys.into_view(), vals.into_view());
+    let mut row_nnz = arena.alloc::<u64>(nrows, "ESC entries per row")?;
     let count = gpu.function("spgemm", "spgemm_esc_count")?;
     // SAFETY: arguments match spgemm_esc_count.
     unsafe {
@@ -284,16 +287,17 @@ fn batch<T: DeviceScalar>(
                 Arg::U64(nrows as u64),
                 seg_dev.arg(),
                 keys.arg(),
-                row_nnz.arg(),
+                row_nnz.arg_mut(),
             ],
         )?;
     }
-    let counts = row_nnz.to_vec(stream)?;
+    let counts = row_nnz.view().to_vec(stream)?;
     let c_off = offsets(&counts);
     let c_off_dev = arena.upload(stream, &c_off, "ESC row offsets")?;
     let len = c_off[nrows];
     let compress = gpu.function("spgemm", kernel_name::<T>("spgemm_esc_compress"))?;
-    output.batch(stream, &counts, len, last, |out_cols, out_vals| {
+    output.batch(stream, &counts, len, last, |out_cols, mut out_vals| {
+        let mut out_cols = out_cols.written("ESC's kernels")?;
         // SAFETY: arguments match spgemm_esc_compress; the output buffers hold `len` entries.
         unsafe {
             gpu.launch(
@@ -311,8 +315,8 @@ fn batch<T: DeviceScalar>(
                     vals.arg(),
                     c_off_dev.arg(),
                     Arg::U64(0),
-                    out_cols.arg(),
-                    out_vals.arg(),
+                    out_cols.arg_mut(),
+                    out_vals.arg_mut(),
                 ],
             )
         }

@@ -33,7 +33,7 @@ use hetsparse_core::{
 
 use crate::context::{Event, Gpu, LaunchConfig, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice};
+use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::resident::{DeviceCsr, Held};
 use crate::scalar::DeviceScalar;
 
@@ -138,6 +138,45 @@ impl<T: DeviceScalar> Job<'_, T> {
     }
 }
 
+/// Where the numeric kernels put C's column indices.
+pub(crate) enum ColsOut<'a> {
+    /// Memory the kernels write the columns into.
+    Write(DeviceSliceMut<'a, u32>),
+    /// C's columns already (a plan's shared structure): kernels that can read them place each
+    /// value under its column and write no column.
+    Known(DeviceSlice<'a, u32>),
+}
+
+impl<'a> ColsOut<'a> {
+    /// Elements.
+    fn len(&self) -> usize {
+        match self {
+            ColsOut::Write(c) => c.len(),
+            ColsOut::Known(c) => c.len(),
+        }
+    }
+
+    /// Elements `start..start + len`, of the same kind.
+    fn sub(&mut self, start: usize, len: usize) -> ColsOut<'_> {
+        match self {
+            ColsOut::Write(c) => ColsOut::Write(c.sub_mut(start, len)),
+            ColsOut::Known(c) => ColsOut::Known(c.sub(start, len)),
+        }
+    }
+
+    /// The memory to write, for kernels that always write C's columns (`who`); known columns
+    /// are an error (no caller gives them to such kernels).
+    fn written(self, who: &str) -> Result<DeviceSliceMut<'a, u32>> {
+        match self {
+            ColsOut::Write(c) => Ok(c),
+            ColsOut::Known(_) => Err(Error::Internal {
+                backend: crate::error::BACKEND,
+                what: format!("{who} write C's columns, and were given a plan's to read"),
+            }),
+        }
+    }
+}
+
 /// Where the numeric phase writes C's rows: batches of entries, each written by a `launch`
 /// into the column and value slices it is given.
 pub(crate) trait Output<T: DeviceScalar> {
@@ -150,16 +189,11 @@ pub(crate) trait Output<T: DeviceScalar> {
         counts: &[u64],
         len: u64,
         last: bool,
-        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+        launch: impl FnOnce(ColsOut<'_>, DeviceSliceMut<'_, T::Device>) -> Result<()>,
     ) -> Result<()>;
     /// The chunk's exact entry count, once known (where the output can make room for it).
     fn expect_entries(&mut self, _entries: u64) -> Result<()> {
         Ok(())
-    }
-    /// Whether the column slices handed to `launch` already hold C's columns, to be read
-    /// rather than written (a plan's execution into its shared structure).
-    fn known_cols(&self) -> bool {
-        false
     }
 }
 
@@ -183,7 +217,7 @@ impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, '_, '_, T> {
         counts: &[u64],
         len: u64,
         last: bool,
-        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+        launch: impl FnOnce(ColsOut<'_>, DeviceSliceMut<'_, T::Device>) -> Result<()>,
     ) -> Result<()> {
         self.pipeline
             .batch(stream, counts, len, last, self.done, launch)
@@ -192,17 +226,12 @@ impl<T: DeviceScalar> Output<T> for ToHost<'_, '_, '_, '_, '_, T> {
 
 /// Batches written one after another into C's arrays on the device.
 pub(crate) struct ToDevice<'c, T: DeviceScalar> {
-    pub cols: DeviceSlice<'c, u32>,
-    /// `cols` holds C's columns already: kernels that can read them do not write them.
-    pub known_cols: bool,
-    pub vals: DeviceSlice<'c, T::Device>,
+    pub cols: ColsOut<'c>,
+    pub vals: DeviceSliceMut<'c, T::Device>,
     pub at: u64,
 }
 
 impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
-    fn known_cols(&self) -> bool {
-        self.known_cols
-    }
     fn capacity_for(&mut self, _wanted: u64, _stream: &Stream) -> Result<u64> {
         // C is allocated whole: a batch is limited by work memory only (`batch` checks that
         // each one lands inside C).
@@ -214,7 +243,7 @@ impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
         counts: &[u64],
         len: u64,
         _last: bool,
-        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+        launch: impl FnOnce(ColsOut<'_>, DeviceSliceMut<'_, T::Device>) -> Result<()>,
     ) -> Result<()> {
         let sum: u64 = counts.iter().sum();
         let room = self.cols.len() as u64 - self.at;
@@ -230,7 +259,7 @@ impl<T: DeviceScalar> Output<T> for ToDevice<'_, T> {
             });
         }
         let (at, n) = (self.at as usize, len as usize);
-        launch(self.cols.sub(at, n), self.vals.sub(at, n))?;
+        launch(self.cols.sub(at, n), self.vals.sub_mut(at, n))?;
         self.at += len;
         Ok(())
     }
@@ -291,7 +320,7 @@ impl Scratch {
             self.arena = None;
             self.arena = Some(match &home {
                 Some(home) => DeviceArena::new_on(gpu, home, size, what)?,
-                None => DeviceArena::new(gpu.memory(), size, what)?,
+                None => DeviceArena::new(gpu.memory(), stream, size, what)?,
             });
         }
         let arena = self.arena.as_mut().expect("allocated above");
@@ -330,17 +359,17 @@ fn analyse<'a, T: DeviceScalar>(
 ) -> Result<(DeviceSlice<'a, u64>, Histogram)> {
     let n = job.nrows();
     let _span = tracing::debug_span!("analysis", rows = n).entered();
-    let products = arena.alloc::<u64>(n, "row products")?;
+    let mut products = arena.alloc::<u64>(n, "row products")?;
     if n == 0 {
-        return Ok((products, Histogram::default()));
+        return Ok((products.into_view(), Histogram::default()));
     }
     // Rows too long for one warp are listed (at most one per row; the count after the list).
     let huge = arena.alloc::<u32>(n + 1, "rows of A too long for a warp")?;
-    let (huge_rows, huge_count) = (huge.sub(0, n), huge.sub(n, 1));
+    let (mut huge_rows, mut huge_count) = huge.split_at_mut(n);
     huge_count.zero(job.stream)?;
-    let a_off = job.a.matrix().offsets.slice().arg();
-    let a_col = job.a.matrix().cols.slice().arg();
-    let b_off = job.b.matrix().offsets.slice().arg();
+    let a_off = job.a.matrix().offsets.read(job.stream)?.arg();
+    let a_col = job.a.matrix().cols.read(job.stream)?.arg();
+    let b_off = job.b.matrix().offsets.read(job.stream)?.arg();
     let row0 = crate::Arg::U64(job.rows().start as u64);
     // SAFETY: arguments match spgemm_row_products and spgemm_row_products_huge; all buffers
     // cover the rows read, the list holds every row of the job.
@@ -355,9 +384,9 @@ fn analyse<'a, T: DeviceScalar>(
                 a_off,
                 a_col,
                 b_off,
-                products.arg(),
-                huge_rows.arg(),
-                huge_count.arg(),
+                products.arg_mut(),
+                huge_rows.arg_mut(),
+                huge_count.arg_mut(),
             ],
         )?;
         job.gpu.launch(
@@ -373,12 +402,13 @@ fn analyse<'a, T: DeviceScalar>(
                 a_off,
                 a_col,
                 b_off,
-                huge_rows.arg(),
-                huge_count.arg(),
-                products.arg(),
+                huge_rows.view().arg(),
+                huge_count.view().arg(),
+                products.arg_mut(),
             ],
         )?;
     }
+    let products = products.into_view();
     bin_arena.reset();
     let hist = binning::histogram(
         job,
@@ -453,12 +483,9 @@ impl<'a, T: DeviceScalar> Operand<'a, T> {
                 Held::Owned(DeviceCsr::upload_to(gpu, stream, Some(stream), m, name)?),
                 Some(m),
             ),
-            Operand::Device(m) => {
-                // A resident operand may still be written on its home stream (stream-ordered
-                // results of other calls).
-                m.await_on(stream)?;
-                (Held::Borrowed(m), None)
-            }
+            // A resident operand may still be written on another stream (stream-ordered
+            // results of other calls): its buffers' reads order this stream after the writer.
+            Operand::Device(m) => (Held::Borrowed(m), None),
         })
     }
 }
@@ -732,7 +759,7 @@ fn esc_columns<'a, T: DeviceScalar>(
             let _span =
                 tracing::debug_span!("D2H", what = "ESC: column indices", entries = dev.nnz())
                     .entered();
-            Some(Cow::Owned(dev.cols.slice().to_vec(stream)?))
+            Some(Cow::Owned(dev.cols.read(stream)?.to_vec(stream)?))
         }
     })
 }
@@ -1135,8 +1162,8 @@ fn chunk_on_device<T: DeviceScalar>(
     let n = job.nrows();
     let nnz = c_off.last().copied().unwrap_or(0);
     let _span = tracing::debug_span!("chunk on the device", rows = n, nnz).entered();
-    let cols = DeviceBuffer::<u32>::new_on(job.gpu, home, nnz as usize, "column indices of C")?;
-    let vals = DeviceBuffer::<T::Device>::new_on(job.gpu, home, nnz as usize, "values of C")?;
+    let mut cols = DeviceBuffer::<u32>::new_on(job.gpu, home, nnz as usize, "column indices of C")?;
+    let mut vals = DeviceBuffer::<T::Device>::new_on(job.gpu, home, nnz as usize, "values of C")?;
     let (k0, k1) = (Event::new(true)?, Event::new(true)?);
     k0.record(job.stream)?;
     numeric_rows(
@@ -1145,9 +1172,8 @@ fn chunk_on_device<T: DeviceScalar>(
         0..n,
         c_off_dev,
         0,
-        cols.slice(),
-        false,
-        vals.slice(),
+        ColsOut::Write(cols.write(job.stream)?),
+        vals.write(job.stream)?,
         scratch,
         bin_arena,
     )?;
@@ -1158,7 +1184,7 @@ fn chunk_on_device<T: DeviceScalar>(
         job.stream,
         (n, width, nnz),
         c_off_dev,
-        cols.slice(),
+        cols.read(job.stream)?,
     )?;
     let kernel = pipeline::elapsed(&k0, &k1)?;
     let copying = Instant::now();
@@ -1168,9 +1194,10 @@ fn chunk_on_device<T: DeviceScalar>(
         // SAFETY: each staged download writes every slot of its slice where it returns `Ok`.
         let filled = unsafe {
             place.fill_rows(&counts, |place_cols, place_vals| {
-                cols.slice().download_staged(job.stream, pool, place_cols)?;
+                cols.read(job.stream)?
+                    .download_staged(job.stream, pool, place_cols)?;
                 crate::resident::download_values_into::<T>(
-                    vals.slice(),
+                    vals.read(job.stream)?,
                     job.stream,
                     pool,
                     place_vals,
@@ -1181,8 +1208,9 @@ fn chunk_on_device<T: DeviceScalar>(
             return Ok((Landed::InPlace(nnz), kernel, copying.elapsed()));
         }
     }
-    let host_cols = cols.slice().to_vec_staged(job.stream, pool)?;
-    let host_vals = crate::resident::download_values::<T>(vals.slice(), job.stream, pool)?;
+    let host_cols = cols.read(job.stream)?.to_vec_staged(job.stream, pool)?;
+    let host_vals =
+        crate::resident::download_values::<T>(vals.read(job.stream)?, job.stream, pool)?;
     let d2h = copying.elapsed();
     let product = if valid {
         // SAFETY: copies of arrays `csr_valid_on_device` found to satisfy every CSR
@@ -1210,8 +1238,9 @@ fn row_offsets<'a, T: DeviceScalar>(
     let analysed = analyse(job, chunk_arena, bin_arena)?;
     let (row_nnz, products) =
         symbolic(job, method, analysed, scratch, chunk_arena, bin_arena, run)?;
-    let c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
-    binning::exclusive_scan(job, row_nnz, c_off_dev, chunk_arena)?;
+    let mut c_off_dev = chunk_arena.alloc::<u64>(job.nrows() + 1, "row offsets of C")?;
+    binning::exclusive_scan(job, row_nnz, &mut c_off_dev, chunk_arena)?;
+    let c_off_dev = c_off_dev.into_view();
     // Staged: a pageable copy of a chunk's offsets (MBs) took longer than its kernels.
     let c_off = tracing::debug_span!("D2H", what = "row offsets of C", rows = job.nrows())
         .in_scope(|| c_off_dev.to_vec_staged(job.stream, job.gpu.pinned_pool()))?;
@@ -1231,15 +1260,15 @@ fn symbolic<'a, T: DeviceScalar>(
     run: &RunControl,
 ) -> Result<(DeviceSlice<'a, u64>, u64)> {
     run.add_planned(hist.weight);
-    let row_nnz = chunk_arena.alloc::<u64>(job.nrows(), "entries per row")?;
+    let mut row_nnz = chunk_arena.alloc::<u64>(job.nrows(), "entries per row")?;
     match method {
         Method::Adaptive | Method::Esc => {
-            adaptive::symbolic(job, products, hist, row_nnz, scratch, bin_arena)?
+            adaptive::symbolic(job, products, hist, &mut row_nnz, scratch, bin_arena)?
         }
-        Method::RowRow => tiled::symbolic(job, tiled::Tiling::RowRow, row_nnz)?,
-        Method::ColumnRow => tiled::symbolic(job, tiled::Tiling::ColumnRow, row_nnz)?,
+        Method::RowRow => tiled::symbolic(job, tiled::Tiling::RowRow, &mut row_nnz)?,
+        Method::ColumnRow => tiled::symbolic(job, tiled::Tiling::ColumnRow, &mut row_nnz)?,
     }
-    Ok((row_nnz, hist.weight))
+    Ok((row_nnz.into_view(), hist.weight))
 }
 
 /// Splits the chunk's rows into batches whose output fits one output batch and runs the
@@ -1259,7 +1288,6 @@ fn numeric_batches<T: DeviceScalar>(
     let total = *c_off.last().unwrap_or(&0);
     output.expect_entries(total)?;
     let capacity = output.capacity_for(total, job.stream)?;
-    let known_cols = output.known_cols();
     let mut start = 0usize;
     let n = counts.len();
     while start < n {
@@ -1290,7 +1318,6 @@ fn numeric_batches<T: DeviceScalar>(
                     c_off_dev,
                     base,
                     cols,
-                    known_cols,
                     vals,
                     scratch,
                     bin_arena,
@@ -1311,23 +1338,22 @@ fn numeric_rows<T: DeviceScalar>(
     range: std::ops::Range<usize>,
     c_off_dev: DeviceSlice<'_, u64>,
     base: u64,
-    cols: DeviceSlice<'_, u32>,
-    known_cols: bool,
-    vals: DeviceSlice<'_, T::Device>,
+    cols: ColsOut<'_>,
+    vals: DeviceSliceMut<'_, T::Device>,
     scratch: &mut Scratch,
     bin_arena: &mut DeviceArena,
 ) -> Result<()> {
     match method {
-        Method::Adaptive => adaptive::numeric(
-            job, range, c_off_dev, base, cols, known_cols, vals, scratch, bin_arena,
-        ),
+        Method::Adaptive => {
+            adaptive::numeric(job, range, c_off_dev, base, cols, vals, scratch, bin_arena)
+        }
         Method::RowRow => tiled::numeric(
             job,
             tiled::Tiling::RowRow,
             range,
             c_off_dev,
             base,
-            cols,
+            cols.written("the Row-Row kernels")?,
             vals,
         ),
         Method::ColumnRow => tiled::numeric(
@@ -1336,7 +1362,7 @@ fn numeric_rows<T: DeviceScalar>(
             range,
             c_off_dev,
             base,
-            cols,
+            cols.written("the Column-Row kernels")?,
             vals,
         ),
         Method::Esc => Err(Error::Internal {
@@ -1508,9 +1534,16 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 run,
             )?;
             drop(symbolic_span);
-            let c_offsets =
+            let mut c_offsets =
                 DeviceBuffer::<u64>::new_on(gpu, &stream, nrows + 1, "row offsets of C")?;
-            let nnz = binning::exclusive_scan(&job, row_nnz, c_offsets.slice(), &chunk_arena)?;
+            let nnz = binning::exclusive_scan(
+                &job,
+                row_nnz,
+                &mut c_offsets.write(&stream)?,
+                &chunk_arena,
+            )?;
+            // Written: handed out with C and kept by a plan.
+            c_offsets.mark_done(&stream)?;
             // The row arrays and the symbolic work memory go before the numeric bins are
             // listed, which take their room.
             drop(scratch);
@@ -1521,7 +1554,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 Method::Adaptive => Some(Arc::new(adaptive::numeric_bins_kept(
                     &job,
                     &stream,
-                    c_offsets.slice(),
+                    c_offsets.read(&stream)?,
                     &mut bin_arena,
                 )?)),
                 _ => None,
@@ -1530,7 +1563,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         }
     };
     let allocation = tracing::debug_span!("allocate C", nnz).entered();
-    let c_cols = match plan {
+    let mut c_cols = match plan {
         Some(p) => Arc::clone(&p.cols),
         None => Arc::new(DeviceBuffer::<u32>::new_on(
             gpu,
@@ -1539,11 +1572,11 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             "column indices of C",
         )?),
     };
-    let c_vals = DeviceBuffer::<T::Device>::new_on(gpu, &stream, nnz as usize, "values of C")?;
+    let mut c_vals = DeviceBuffer::<T::Device>::new_on(gpu, &stream, nnz as usize, "values of C")?;
     // A plan's structure is shared and immutable. The hash kernels read its columns to place
     // each value; the others write the columns they compute into a buffer of their own.
     let known_cols = plan.is_some() && plan_reads_columns(&method);
-    let scratch_cols = match plan {
+    let mut scratch_cols = match plan {
         Some(_) if !known_cols => Some(DeviceBuffer::<u32>::new_on(
             gpu,
             &stream,
@@ -1552,7 +1585,20 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         )?),
         _ => None,
     };
-    let cols_out = scratch_cols.as_ref().unwrap_or(&c_cols).slice();
+    let cols_out = match scratch_cols.as_mut() {
+        Some(cols) => ColsOut::Write(cols.write(&stream)?),
+        None if known_cols => ColsOut::Known(c_cols.read(&stream)?),
+        // C's columns are new (no plan): this call's alone until it hands them out.
+        None => ColsOut::Write(
+            Arc::get_mut(&mut c_cols)
+                .ok_or_else(|| Error::Internal {
+                    backend: crate::error::BACKEND,
+                    what: "new column indices of C shared before they were written".into(),
+                })?
+                .write(&stream)?,
+        ),
+    };
+    let c_vals_out = c_vals.write(&stream)?;
     drop(allocation);
     run.checkpoint()?;
     let mut scratch = Scratch::on(scratch_cap(tracker.available()).min(bound), &stream);
@@ -1560,8 +1606,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         Method::Esc => {
             let mut out = ToDevice::<T> {
                 cols: cols_out,
-                known_cols,
-                vals: c_vals.slice(),
+                vals: c_vals_out,
                 at: 0,
             };
             esc::chunk(&job, &mut scratch, &mut out)?;
@@ -1578,7 +1623,7 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 backend: crate::error::BACKEND,
                 what: "an Adaptive SpGEMM structure without its numeric bins".into(),
             })?;
-            let binned = bins.binned();
+            let binned = bins.binned(&stream)?;
             let binned_rows: u64 = binned.hist.rows.iter().sum();
             if binned_rows != n {
                 return Err(Error::Internal {
@@ -1589,11 +1634,10 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
             adaptive::numeric_binned(
                 &job,
                 &binned,
-                c_offsets.slice(),
+                c_offsets.read(&stream)?,
                 0,
                 cols_out,
-                known_cols,
-                c_vals.slice(),
+                c_vals_out,
                 &mut scratch,
             )?;
         }
@@ -1607,12 +1651,18 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
                 &job,
                 tiling,
                 0..nrows,
-                c_offsets.slice(),
+                c_offsets.read(&stream)?,
                 0,
-                cols_out,
-                c_vals.slice(),
+                cols_out.written("the tiled kernels")?,
+                c_vals_out,
             )?;
         }
+    }
+    // C is handed out (and its structure kept by a plan): later uses on other streams wait
+    // for its writes only. A plan's columns are its own, written by the call that made it.
+    c_vals.mark_done(&stream)?;
+    if plan.is_none() {
+        c_cols.mark_done(&stream)?;
     }
     // Everything queued must be done before the result is handed out and before the
     // operands uploaded for the call are freed.

@@ -12,10 +12,10 @@ use hetsparse_core::{ChunkPlace, ChunkProduct, ChunkTiming, Csr, Error, ProductC
 
 use crate::context::{Event, Gpu, Stream};
 use crate::error::out_of_memory;
-use crate::memory::{parallel_append, DeviceBuffer, DeviceSlice, PooledPinned};
+use crate::memory::{parallel_append, DeviceBuffer, DeviceSliceMut, PooledPinned};
 use crate::scalar::{from_device, DeviceScalar};
 
-use super::{entry_bytes, offsets};
+use super::{entry_bytes, offsets, ColsOut};
 
 struct Slot<'g, T: DeviceScalar> {
     capacity: u64,
@@ -283,7 +283,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         self.drain_all(done)?;
         self.slots = [None, None];
         for slot in &mut self.slots {
-            *slot = Some(Slot::new(self.gpu, target)?);
+            *slot = Some(Slot::new(self.gpu, compute, target)?);
         }
         Ok(target)
     }
@@ -297,7 +297,7 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         len: u64,
         last_of_chunk: bool,
         done: &mut Done<'_, '_, '_, T>,
-        launch: impl FnOnce(DeviceSlice<'_, u32>, DeviceSlice<'_, T::Device>) -> Result<()>,
+        launch: impl FnOnce(ColsOut<'_>, DeviceSliceMut<'_, T::Device>) -> Result<()>,
     ) -> Result<()> {
         let i = self.next;
         self.next ^= 1;
@@ -320,7 +320,10 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
             });
         }
         slot.launched.record(compute)?;
-        launch(slot.dev_cols.slice(), slot.dev_vals.slice())?;
+        launch(
+            ColsOut::Write(slot.dev_cols.write(compute)?),
+            slot.dev_vals.write(compute)?,
+        )?;
         slot.computed.record(compute)?;
         self.copy.wait(&slot.computed)?;
         slot.copy_started.record(&self.copy)?;
@@ -331,13 +334,18 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
         // finish it first or fail, in which case the streams are synchronised on drop.
         unsafe {
             slot.dev_cols
-                .slice()
+                .read(&self.copy)?
                 .download_unchecked(&self.copy, slot.host_cols.typed_mut(n))?;
             slot.dev_vals
-                .slice()
+                .read(&self.copy)?
                 .download_unchecked(&self.copy, slot.host_vals.typed_mut(n))?;
         }
         slot.copied.record(&self.copy)?;
+        // The next batch into this slot waits for this copy only, not for the other slot's,
+        // queued on the copy stream by then: the buffers' next write would otherwise wait for
+        // all the copy stream holds, and the two batches would no longer overlap.
+        slot.dev_cols.mark_done(&self.copy)?;
+        slot.dev_vals.mark_done(&self.copy)?;
         slot.pending = Some(Pending {
             len: n,
             counts: counts.to_vec(),
@@ -398,14 +406,16 @@ impl<'g, T: DeviceScalar> OutputPipeline<'g, T> {
 }
 
 impl<'g, T: DeviceScalar> Slot<'g, T> {
-    fn new(gpu: &'g Gpu, capacity: u64) -> Result<Self> {
+    /// Buffers whose device half is allocated for `home` (the compute stream, which writes
+    /// them; the copy stream reads them).
+    fn new(gpu: &'g Gpu, home: &Stream, capacity: u64) -> Result<Self> {
         let n = capacity as usize;
         let tracker = gpu.memory();
         let pool = gpu.pinned_pool();
         Ok(Slot {
             capacity,
-            dev_cols: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (columns)")?,
-            dev_vals: DeviceBuffer::new(tracker, n, "SpGEMM output buffer (values)")?,
+            dev_cols: DeviceBuffer::new(tracker, home, n, "SpGEMM output buffer (columns)")?,
+            dev_vals: DeviceBuffer::new(tracker, home, n, "SpGEMM output buffer (values)")?,
             host_cols: pool.take(n * 4, "pinned SpGEMM output buffer (columns)")?,
             host_vals: pool.take(
                 n * std::mem::size_of::<T>(),

@@ -9,7 +9,7 @@ use std::ops::Range;
 use hetsparse_core::Result;
 
 use crate::context::{Arg, LaunchConfig};
-use crate::memory::DeviceSlice;
+use crate::memory::{DeviceSlice, DeviceSliceMut};
 use crate::scalar::{kernel_name, DeviceScalar};
 
 use super::{acc_bytes, Job};
@@ -52,7 +52,7 @@ impl Tiling {
 pub(super) fn symbolic<T: DeviceScalar>(
     job: &Job<'_, T>,
     tiling: Tiling,
-    row_nnz: DeviceSlice<'_, u64>,
+    row_nnz: &mut DeviceSliceMut<'_, u64>,
 ) -> Result<()> {
     let n = job.nrows();
     let _span = tracing::debug_span!("symbolic", algorithm = tiling.name(), rows = n).entered();
@@ -70,13 +70,13 @@ pub(super) fn symbolic<T: DeviceScalar>(
             &[
                 Arg::U64(job.rows().start as u64),
                 Arg::U64(n as u64),
-                job.a.matrix().offsets.slice().arg(),
-                job.a.matrix().cols.slice().arg(),
-                job.b.matrix().offsets.slice().arg(),
-                job.b.matrix().cols.slice().arg(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
+                job.a.matrix().cols.read(job.stream)?.arg(),
+                job.b.matrix().offsets.read(job.stream)?.arg(),
+                job.b.matrix().cols.read(job.stream)?.arg(),
                 Arg::U32(job.col_lo()),
                 Arg::U32(job.col_hi()),
-                row_nnz.arg(),
+                row_nnz.arg_mut(),
             ],
         )
     }
@@ -89,8 +89,8 @@ pub(super) fn numeric<T: DeviceScalar>(
     range: Range<usize>,
     c_off: DeviceSlice<'_, u64>,
     base: u64,
-    cols: DeviceSlice<'_, u32>,
-    vals: DeviceSlice<'_, T::Device>,
+    mut cols: DeviceSliceMut<'_, u32>,
+    mut vals: DeviceSliceMut<'_, T::Device>,
 ) -> Result<()> {
     let n = range.len() as u64;
     if n == 0 {
@@ -111,18 +111,18 @@ pub(super) fn numeric<T: DeviceScalar>(
             &[
                 Arg::U64((job.rows().start + range.start) as u64),
                 Arg::U64(n),
-                job.a.matrix().offsets.slice().arg(),
-                job.a.matrix().cols.slice().arg(),
-                job.a.matrix().vals.slice().arg(),
-                job.b.matrix().offsets.slice().arg(),
-                job.b.matrix().cols.slice().arg(),
-                job.b.matrix().vals.slice().arg(),
+                job.a.matrix().offsets.read(job.stream)?.arg(),
+                job.a.matrix().cols.read(job.stream)?.arg(),
+                job.a.matrix().vals.read(job.stream)?.arg(),
+                job.b.matrix().offsets.read(job.stream)?.arg(),
+                job.b.matrix().cols.read(job.stream)?.arg(),
+                job.b.matrix().vals.read(job.stream)?.arg(),
                 Arg::U32(job.col_lo()),
                 Arg::U32(job.col_hi()),
                 c_off.sub(range.start, range.len() + 1).arg(),
                 Arg::U64(base),
-                cols.arg(),
-                vals.arg(),
+                cols.arg_mut(),
+                vals.arg_mut(),
             ],
         )
     }
