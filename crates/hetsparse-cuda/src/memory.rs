@@ -546,12 +546,11 @@ impl Mark {
     /// An event after the use: the one recorded before, or one recorded now at the end of the
     /// stream (behind the use, which was queued before the mark was made).
     fn event(&mut self) -> Result<&Arc<Event>> {
-        if self.event.is_none() {
-            let event = Event::new(false)?;
-            event.record(&self.stream)?;
-            self.event = Some(Arc::new(event));
-        }
-        Ok(self.event.as_ref().expect("set just above"))
+        let event = match self.event.take() {
+            Some(event) => event,
+            None => Arc::new(event_now(&self.stream)?),
+        };
+        Ok(self.event.insert(event))
     }
 }
 
@@ -830,8 +829,11 @@ impl<T: Copy> DeviceBuffer<T> {
     /// handed out, a buffer read on a second stream and written again on the first): without
     /// it the event is recorded when first needed, at the end of what `stream` has queued by
     /// then, which may be later work unrelated to this buffer (the next calls of a pooled
-    /// stream), so that the later use waits for that too. Correctness does not depend on it.
-    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+    /// stream), so that the later use waits for that too. Correctness does not depend on
+    /// it, as long as nothing more is queued on `stream` through views taken before the call
+    /// (a view taken after it is noted anew): the crate calls it once an operation has queued
+    /// its last use of the buffer, which is why it is not public.
+    pub(crate) fn mark_done(&self, stream: &Stream) -> Result<()> {
         self.uses.mark_done(stream)
     }
 

@@ -390,7 +390,7 @@ impl<T: DeviceScalar> DeviceCsr<T> {
     /// Records the event after the writes of the matrix's arrays queued on `stream`, for a
     /// matrix handed out ([`DeviceBuffer::mark_done`]: an optimisation, so that later uses on
     /// other streams wait for those writes only).
-    pub fn mark_done(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn mark_done(&self, stream: &Stream) -> Result<()> {
         self.offsets.mark_done(stream)?;
         self.cols.mark_done(stream)?;
         self.vals.mark_done(stream)
