@@ -39,6 +39,9 @@ use hetsparse_mpi::{
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
+/// A product's two operands, on rank 0.
+type Operands<'a> = (&'a Csr<f64>, &'a Csr<f64>);
+
 /// The damping of the prolongator's smoothing, PyAMG's default for smoothed aggregation.
 const OMEGA: f64 = 4.0 / 3.0;
 
@@ -243,7 +246,7 @@ fn main() -> Res<()> {
     } else {
         None
     };
-    let products: [(&str, Option<(&Csr<f64>, &Csr<f64>)>); 3] = match &operands {
+    let products: [(&str, Option<Operands<'_>>); 3] = match &operands {
         Some((a, p, ap, r)) => [
             ("A·A", Some((a, a))),
             ("A·P", Some((a, p))),
