@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Options: `--side N` (the grid: `N³` nodes, default 100), `--reps R` (timed repetitions, the
-//! least kept; default 3), `--aggregate K` (aggregates of `K³` nodes, default 3).
+//! least kept; default 3), `--aggregate K` (aggregates of `K³` nodes, default 3), `--only 1D`
+//! (or `2D`, `3D`: that algorithm alone).
 //!
 //! The products, all on the grid's 27-point stencil `A`:
 //! - `A·A`, the stencil squared;
@@ -228,6 +229,11 @@ fn main() -> Res<()> {
     let side = arg(&args, "--side", 100)?;
     let reps = arg(&args, "--reps", 3)?;
     let k = arg(&args, "--aggregate", 3)?;
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|o| o.to_ascii_uppercase());
     // The CPU backend's threads: RAYON_NUM_THREADS where set, else every core.
     let threads = std::env::var("RAYON_NUM_THREADS")
         .ok()
@@ -287,6 +293,9 @@ fn main() -> Res<()> {
             }
         }
         for (name, layout) in algorithms(size) {
+            if only.as_ref().is_some_and(|o| !name.starts_with(o.as_str())) {
+                continue;
+            }
             let (a, b) = (ab.map(|x| x.0), ab.map(|x| x.1));
             let (t, c) = run_one(&world, a, b, layout, &ctx, reps)?;
             let mut diff = None;

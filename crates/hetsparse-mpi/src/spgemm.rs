@@ -130,50 +130,93 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     );
     drop(replies);
 
-    // The local B (the fetched rows, in global order), A's columns renumbered into it, and
-    // the local product.
+    // The local B and A, then the local product. Where B's row offsets take no more room than
+    // A's local entries, the local B keeps every row of B, in place (those not needed empty):
+    // A's local block is used as it is, and this rank's own rows are copied as one block.
+    // Otherwise (a hypersparse block of a huge B) the local B holds the fetched rows only, in
+    // global order, and A's columns are renumbered into them.
     let mut fetched = (0u64, 0u64);
     let local = (|| {
         let b_cols = b.shape().1;
-        let mut offsets = Vec::with_capacity(needed.len() + 1);
-        offsets.push(0u64);
+        let b_rows = b.shape().0;
+        let a_local = a.local();
+        let compute = |e: hetsparse::Error| Error::Compute {
+            rank,
+            message: e.to_string(),
+        };
+        let full_height = b_rows <= 2 * a_local.nnz() as u64 + 1024;
         let (mut cols, mut values) = (Vec::new(), Vec::new());
-        for r in 0..size {
-            if r == me {
-                for &id in wanted[r] {
-                    let (c, v) = b.local().row((u64::from(id) - mine.start) as usize);
-                    cols.extend_from_slice(c);
-                    values.extend_from_slice(v);
-                    offsets.push(cols.len() as u64);
+        let (local_a, local_b) = if full_height {
+            let mut offsets = Vec::with_capacity(b_rows as usize + 1);
+            offsets.push(0u64);
+            for r in 0..size {
+                if r == me {
+                    let own = b.local();
+                    let base = cols.len() as u64;
+                    offsets.extend(own.row_offsets()[1..].iter().map(|&o| base + o));
+                    cols.extend_from_slice(own.col_indices());
+                    values.extend_from_slice(own.values());
+                    continue;
                 }
-            } else {
-                let before_entries = cols.len() as u64;
+                // The fetched rows' ends, then each in its place among rank r's rows.
+                let start = cols.len() as u64;
+                let mut ends = vec![start];
                 let out = RowsOut {
-                    offsets: &mut offsets,
+                    offsets: &mut ends,
                     cols: &mut cols,
                     values: &mut values,
                 };
                 wire::unpack_rows(&rows[r], wanted[r].len(), b_cols, out, (rank, r as i32))?;
                 fetched.0 += wanted[r].len() as u64;
-                fetched.1 += cols.len() as u64 - before_entries;
+                fetched.1 += cols.len() as u64 - start;
+                let mut next = wanted[r].iter().zip(&ends[1..]).peekable();
+                let mut end = start;
+                for row in b_part.rows(r) {
+                    if let Some((_, &e)) = next.next_if(|(&id, _)| u64::from(id) == row) {
+                        end = e;
+                    }
+                    offsets.push(end);
+                }
             }
-        }
-        let compute = |e: hetsparse::Error| Error::Compute {
-            rank,
-            message: e.to_string(),
-        };
-        let local_b = Csr::try_new(needed.len(), b_cols as usize, offsets, cols, values)
+            let local_b = Csr::try_new(b_rows as usize, b_cols as usize, offsets, cols, values)
+                .map_err(|e| compute(e.into()))?;
+            (a_local.clone(), local_b)
+        } else {
+            let mut offsets = Vec::with_capacity(needed.len() + 1);
+            offsets.push(0u64);
+            for r in 0..size {
+                if r == me {
+                    for &id in wanted[r] {
+                        let (c, v) = b.local().row((u64::from(id) - mine.start) as usize);
+                        cols.extend_from_slice(c);
+                        values.extend_from_slice(v);
+                        offsets.push(cols.len() as u64);
+                    }
+                } else {
+                    let before_entries = cols.len() as u64;
+                    let out = RowsOut {
+                        offsets: &mut offsets,
+                        cols: &mut cols,
+                        values: &mut values,
+                    };
+                    wire::unpack_rows(&rows[r], wanted[r].len(), b_cols, out, (rank, r as i32))?;
+                    fetched.0 += wanted[r].len() as u64;
+                    fetched.1 += cols.len() as u64 - before_entries;
+                }
+            }
+            let local_b = Csr::try_new(needed.len(), b_cols as usize, offsets, cols, values)
+                .map_err(|e| compute(e.into()))?;
+            let renumbered = columns.renumber(a_local.col_indices());
+            let local_a = Csr::try_new(
+                a_local.nrows(),
+                needed.len(),
+                a_local.row_offsets().to_vec(),
+                renumbered,
+                a_local.values().to_vec(),
+            )
             .map_err(|e| compute(e.into()))?;
-        let a_local = a.local();
-        let renumbered = columns.renumber(a_local.col_indices());
-        let local_a = Csr::try_new(
-            a_local.nrows(),
-            needed.len(),
-            a_local.row_offsets().to_vec(),
-            renumbered,
-            a_local.values().to_vec(),
-        )
-        .map_err(|e| compute(e.into()))?;
+            (local_a, local_b)
+        };
         let _product = tracing::info_span!(
             "local_spgemm",
             rows = local_a.nrows(),
