@@ -144,7 +144,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
             rank,
             message: e.to_string(),
         };
-        let full_height = b_rows <= 2 * a_local.nnz() as u64 + 1024;
+        let full_height = b_rows <= 2 * a_local.nnz() + 1024;
         let (mut cols, mut values) = (Vec::new(), Vec::new());
         let (local_a, local_b) = if full_height {
             let mut offsets = Vec::with_capacity(b_rows as usize + 1);
