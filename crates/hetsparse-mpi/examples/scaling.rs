@@ -23,8 +23,6 @@
 //!    model's bytes per rank against the report's most received by one rank. With more ranks
 //!    than cores the ranks share them: `pred×share` scales the compute by `P / cores`.
 
-use std::error::Error;
-
 use hetsparse::generate::{self, Stencil};
 use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
@@ -34,7 +32,9 @@ use hetsparse_mpi::{
     Machine, Network, ProductStats,
 };
 
-type Res<T> = Result<T, Box<dyn Error>>;
+#[path = "common/mod.rs"]
+mod common;
+use common::{arg, timed, Res};
 
 /// Latency (s) and bandwidth (bytes/s) between ranks 0 and 1, on every rank (broadcast).
 fn ping_pong<C: Communicator>(world: &C) -> (f64, f64) {
@@ -69,26 +69,6 @@ fn ping_pong<C: Communicator>(world: &C) -> (f64, f64) {
     }
     world.process_at_rank(0).broadcast_into(&mut out[..]);
     (out[0], out[1])
-}
-
-/// Seconds of `run` on the slowest rank (barrier to barrier), the least of `reps`.
-fn timed<C: Communicator, T>(
-    world: &C,
-    reps: usize,
-    mut run: impl FnMut() -> hetsparse_mpi::Result<T>,
-) -> Res<(f64, T)> {
-    let mut best = f64::INFINITY;
-    let mut last = None;
-    for _ in 0..reps.max(1) {
-        world.barrier();
-        let start = hetsparse_mpi::mpi::time();
-        let out = run()?;
-        world.barrier();
-        best = best.min(hetsparse_mpi::mpi::time() - start);
-        last = Some(out);
-    }
-    let out = last.ok_or("no repetition ran")?;
-    Ok((best, out))
 }
 
 /// Every layout of `p` ranks: 1D, every 2D grid, every 3D grid of 2 layers or more.
@@ -147,13 +127,6 @@ fn run_one<C: Communicator>(
             (t, r)
         }
     })
-}
-
-fn arg(args: &[String], flag: &str, default: usize) -> Res<usize> {
-    match args.iter().position(|a| a == flag) {
-        Some(i) => Ok(args.get(i + 1).ok_or("a value after the flag")?.parse()?),
-        None => Ok(default),
-    }
 }
 
 fn main() -> Res<()> {

@@ -28,8 +28,6 @@
 //! process itself (`Context::spgemm` on the CPU backend with every thread), the baseline the
 //! distributed runs are compared with.
 
-use std::error::Error;
-
 use hetsparse::generate::{self, Stencil};
 use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
@@ -38,7 +36,9 @@ use hetsparse_mpi::{
     DistOptions, Grid, Grid3, Layout3,
 };
 
-type Res<T> = Result<T, Box<dyn Error>>;
+#[path = "common/mod.rs"]
+mod common;
+use common::{arg, timed, Res};
 
 /// A product's two operands, on rank 0.
 type Operands<'a> = (&'a Csr<f64>, &'a Csr<f64>);
@@ -88,28 +88,6 @@ fn prolongator(side: usize, k: usize) -> Res<Csr<f64>> {
     }
     let aggregates = per_axis * per_axis * per_axis;
     Ok(Csr::try_new(n, aggregates, offsets, cols, vals)?)
-}
-
-/// Seconds of `run` on the slowest rank (barrier to barrier), the least of `reps`, and the
-/// last repetition's result.
-fn timed<C: Communicator, T>(
-    world: &C,
-    reps: usize,
-    mut run: impl FnMut() -> hetsparse_mpi::Result<T>,
-) -> Res<(f64, T)> {
-    let mut best = f64::INFINITY;
-    let mut last = None;
-    for _ in 0..reps.max(1) {
-        // The last result is dropped before the next repetition, as a caller's would be.
-        drop(last.take());
-        world.barrier();
-        let start = hetsparse_mpi::mpi::time();
-        let out = run()?;
-        world.barrier();
-        best = best.min(hetsparse_mpi::mpi::time() - start);
-        last = Some(out);
-    }
-    Ok((best, last.ok_or("no repetition ran")?))
 }
 
 /// How `got` differs from `want` (the same structure, each value within 1e-12 of its row's
@@ -212,13 +190,6 @@ fn run_one<C: Communicator>(
             (t, c.gather(world, 0, &options)?.0)
         }
     })
-}
-
-fn arg(args: &[String], flag: &str, default: usize) -> Res<usize> {
-    match args.iter().position(|a| a == flag) {
-        Some(i) => Ok(args.get(i + 1).ok_or("a value after the flag")?.parse()?),
-        None => Ok(default),
-    }
 }
 
 fn main() -> Res<()> {
