@@ -23,7 +23,6 @@
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use hetsparse_core::backend::check;
@@ -31,6 +30,7 @@ use hetsparse_core::host::try_with_capacity;
 use hetsparse_core::{Backend, Dia, Error, Operation, Result, RunControl, Scalar};
 
 use crate::executor::{self, Call, Job, Plan, RowTask};
+use crate::guard;
 use crate::policy::{self, Policy};
 use crate::report::{DeviceReport, RunReport};
 use crate::Scheduler;
@@ -344,21 +344,6 @@ impl<'c, T: Scalar> Job<T> for BandRows<'_, 'c, T> {
     }
 }
 
-/// The error for a backend that panicked computing `rows`.
-fn panicked<T: Scalar>(
-    backend: &dyn Backend<T>,
-    rows: Range<usize>,
-    p: Box<dyn std::any::Any + Send>,
-) -> Error {
-    Error::Internal {
-        backend: backend.info().backend,
-        what: format!(
-            "DIA×DIA SpGEMM of rows {rows:?} panicked: {}",
-            crate::guard::panic_message(p.as_ref())
-        ),
-    }
-}
-
 /// A band matrix of `rows × rows` with `width` diagonals around the main one, for calibration.
 fn calibration_band<T: Scalar>(rows: usize, width: usize, seed: u64) -> Result<Dia<T>> {
     let low = -((width / 2) as i64);
@@ -602,8 +587,8 @@ impl<T: Scalar> Scheduler<T> {
             candidates.remove(0);
             let start = Instant::now();
             let backend = self.backends[next].as_ref();
-            let done = catch_unwind(AssertUnwindSafe(|| backend.dia_spgemm(a, b)))
-                .unwrap_or_else(|p| Err(panicked(backend, 0..a.nrows(), p)));
+            // A panic is this backend's failure, as in every other call into a backend.
+            let done = guard::device_call(backend, &RunControl::new(), || backend.dia_spgemm(a, b));
             match done {
                 Ok(c) => {
                     record(&mut reports[next], work, start.elapsed());
