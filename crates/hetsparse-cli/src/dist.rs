@@ -28,16 +28,9 @@ fn check_args(args: &MultiplyArgs) -> Result<(), CliError> {
                 .into(),
         ));
     }
-    if args.right.aat {
+    if args.right.b.is_none() && !args.right.square && !args.right.aat {
         return Err(CliError::Usage(
-            "--aat is not available in a distributed run (--dist, or under mpiexec): write Aᵀ to a \
-             file and give it as B"
-                .into(),
-        ));
-    }
-    if args.right.b.is_none() && !args.right.square {
-        return Err(CliError::Usage(
-            "spgemm needs B: give B.mtx or --square".into(),
+            "spgemm needs B: give B.mtx, --square or --aat".into(),
         ));
     }
     if args.algorithm != AlgorithmArg::Auto {
@@ -46,13 +39,6 @@ fn check_args(args: &MultiplyArgs) -> Result<(), CliError> {
              products use its device's own choice"
                 .into(),
         ));
-    }
-    if args.output.extension().is_some_and(|e| e == "gz") {
-        return Err(CliError::Usage(format!(
-            "`{}`: a distributed run (--dist, or under mpiexec) writes C collectively, each rank \
-             its own rows, as plain text; name it without .gz",
-            args.output.display()
-        )));
     }
     Ok(())
 }
@@ -251,6 +237,18 @@ fn product<C: Communicator>(
             b_read = b;
             &b_read
         }
+        None if args.right.aat => {
+            let t = Instant::now();
+            let (at, report) = a.transpose(world, None, options)?;
+            stages.push(Stage {
+                name: "transpose".into(),
+                time: t.elapsed(),
+                detail: format!("B = Aᵀ, {}", shape(&at)),
+                report: Some(report),
+            });
+            b_read = at;
+            &b_read
+        }
         None => &a,
     };
     let (a_rows, a_cols) = a.shape();
@@ -330,12 +328,20 @@ fn product<C: Communicator>(
     };
 
     let t = Instant::now();
-    let report = c
-        .write_matrix_market(world, partial)
-        .map_err(|source| CliError::DistWrite {
-            path: args.output.clone(),
-            source,
-        })?;
+    // Gzip as the single-process command chooses it: by the output's name.
+    let gzip = args
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    let written = if gzip {
+        c.write_matrix_market_gzip(world, partial)
+    } else {
+        c.write_matrix_market(world, partial)
+    };
+    let report = written.map_err(|source| CliError::DistWrite {
+        path: args.output.clone(),
+        source,
+    })?;
     let renamed = if rank == 0 {
         std::fs::rename(partial, &args.output).map_err(|e| Error::Io {
             rank,

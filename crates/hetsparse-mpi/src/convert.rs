@@ -383,6 +383,51 @@ impl<T: MpiScalar> DistCsr<T> {
         Tiling::rows(self.partition().clone(), self.shape().1)
     }
 
+    /// The transpose `Aᵀ` (not conjugated), in blocks of rows: `partition`, the same on every
+    /// rank, or [`RowPartition::even`] when `None` on every rank. Each rank transposes its
+    /// block of rows, which makes it a block of columns of `Aᵀ`, and the blocks are converted
+    /// to rows like any other layout: every entry travels once.
+    ///
+    /// Collective. Errors (on every rank): a matrix made for another communicator, a partition
+    /// that does not fit `Aᵀ` or the communicator or that differs between ranks, a rank that
+    /// cannot hold its transposed block, a malformed message.
+    ///
+    /// ```no_run
+    /// use hetsparse_mpi::{mpi::traits::*, DistCsr, DistOptions};
+    /// let universe = hetsparse_mpi::mpi::initialize().expect("MPI");
+    /// let world = universe.world();
+    /// let options = DistOptions::default();
+    /// let (a, _) = DistCsr::<f64>::read_matrix_market(&world, "A.mtx", &options)?;
+    /// let (at, _report) = a.transpose(&world, None, &options)?;
+    /// assert_eq!(at.shape(), (a.shape().1, a.shape().0));
+    /// # Ok::<(), hetsparse_mpi::Error>(())
+    /// ```
+    pub fn transpose<C: Communicator>(
+        &self,
+        comm: &C,
+        partition: Option<&RowPartition>,
+        options: &DistOptions,
+    ) -> Result<(DistCsr<T>, CommReport)> {
+        let span = comm_span("mpi_transpose", comm);
+        let _enter = span.enter();
+        let rank = comm.rank();
+        agree(comm, self.check_comm(comm))?;
+        let block = self.local().transpose().map_err(|e| Error::Compute {
+            rank,
+            message: format!("transposing its block of rows: {e}"),
+        });
+        let block = agree(comm, block)?;
+        // Aᵀ's rows are A's columns, all of them in every rank's block; its columns are A's
+        // rows, cut as A's rows are.
+        let ncols = self.shape().1;
+        let from = Tiling {
+            rows: RowPartition::from_counts(&[ncols]),
+            cols: self.partition().clone(),
+            parts: (0..self.partition().ranks()).map(|r| (0, r)).collect(),
+        };
+        to_rows(comm, &from, &block, partition, options)
+    }
+
     /// The matrix in other blocks of rows: `partition`, the same on every rank, or
     /// [`RowPartition::even`] when `None` on every rank.
     ///

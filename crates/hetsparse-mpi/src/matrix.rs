@@ -112,6 +112,19 @@ impl<T: MpiScalar> DistCsr<T> {
         partition: Option<&RowPartition>,
         options: &DistOptions,
     ) -> Result<(DistCsr<T>, CommReport)> {
+        Self::scatter_counted(comm, root, matrix, partition, options, Traffic::default())
+    }
+
+    /// [`DistCsr::scatter`], its report also counting `sizes`: what a caller agreed on before
+    /// (the collective reader's opening of a gzip file).
+    pub(crate) fn scatter_counted<C: Communicator>(
+        comm: &C,
+        root: i32,
+        matrix: Option<&Csr<T>>,
+        partition: Option<&RowPartition>,
+        options: &DistOptions,
+        mut sizes: Traffic,
+    ) -> Result<(DistCsr<T>, CommReport)> {
         let span = comm_span("mpi_scatter", comm);
         let _enter = span.enter();
         let (rank, size) = (comm.rank(), comm.size() as usize);
@@ -153,7 +166,6 @@ impl<T: MpiScalar> DistCsr<T> {
             };
         let mut header = agree(comm, header)?;
         comm.process_at_rank(root).broadcast_into(&mut header[..]);
-        let mut sizes = Traffic::default();
         let header_bytes = 8 * header.len() as u64;
         if is_root {
             sizes.bytes_sent += header_bytes * (size as u64 - 1);

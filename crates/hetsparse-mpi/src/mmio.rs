@@ -111,9 +111,15 @@ fn mm_error(rank: i32, line: Option<u64>, reason: impl Into<String>) -> Error {
     }
 }
 
+/// What rank 0 finds at the start of a file: a plain file's prologue, or gzip's magic bytes.
+enum Opening {
+    Plain(Prologue),
+    Gzip,
+}
+
 /// Rank 0's reading of the banner, comments and size line, checked by the single-process
-/// header parser of `hetsparse::matrix_market`.
-fn read_prologue<T: Scalar>(rank: i32, path: &Path) -> Result<Prologue> {
+/// header parser of `hetsparse::matrix_market`; or that the file is gzip-compressed.
+fn read_prologue<T: Scalar>(rank: i32, path: &Path) -> Result<Opening> {
     let file = File::open(path).map_err(|e| io_error(rank, path, "cannot open", e))?;
     let file_len = file
         .metadata()
@@ -136,13 +142,8 @@ fn read_prologue<T: Scalar>(rank: i32, path: &Path) -> Result<Prologue> {
             ));
         }
         lines += 1;
-        if lines == 1 && text.starts_with(&[0x1f, 0x8b]) {
-            return Err(mm_error(
-                rank,
-                None,
-                "a gzip-compressed file cannot be read collectively (by byte ranges): \
-                 decompress it first",
-            ));
+        if lines == 1 && text.starts_with(&GZIP_MAGIC) {
+            return Ok(Opening::Gzip);
         }
         if read > MAX_HEADER_LINE && text.last() != Some(&b'\n') {
             return Err(mm_error(
@@ -178,7 +179,7 @@ fn read_prologue<T: Scalar>(rank: i32, path: &Path) -> Result<Prologue> {
             format!("a complex file cannot be read into {}", T::TYPE),
         ));
     }
-    Ok(Prologue {
+    Ok(Opening::Plain(Prologue {
         nrows: header.nrows,
         ncols: header.ncols,
         entries: header.entries,
@@ -187,7 +188,37 @@ fn read_prologue<T: Scalar>(rank: i32, path: &Path) -> Result<Prologue> {
         data_start: text.len() as u64,
         file_len,
         header_lines: lines,
-    })
+    }))
+}
+
+/// The first two bytes of every gzip member.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A gzip-compressed file, which has no byte ranges to split: rank 0 reads the whole matrix
+/// with the single-process reader (which reads gzip members one after another) and scatters
+/// it in even blocks of rows. Collective; called on every rank once rank 0 found the magic.
+fn read_gzip<T: MpiScalar, C: Communicator>(
+    comm: &C,
+    path: &Path,
+    options: &DistOptions,
+    sizes: Traffic,
+) -> Result<(DistCsr<T>, CommReport)> {
+    let rank = comm.rank();
+    let whole = if rank == 0 {
+        matrix_market::read_csr_path::<T>(path)
+            .map(Some)
+            .map_err(|e| match e {
+                hetsparse::MatrixMarketError::Parse { line, message } => {
+                    mm_error(rank, Some(line), message)
+                }
+                hetsparse::MatrixMarketError::Io(e) => io_error(rank, path, "cannot read", e),
+                other => mm_error(rank, None, other.to_string()),
+            })
+    } else {
+        Ok(None)
+    };
+    let whole = agree(comm, whole)?;
+    DistCsr::scatter_counted(comm, 0, whole.as_ref(), None, options, sizes)
 }
 
 /// Where the entries handed to `part` of `parts` start: the data's start for the first part,
@@ -457,8 +488,10 @@ impl<T: MpiScalar> DistCsr<T> {
     /// Fields `real`, `integer`, `pattern` (value 1) and `complex` (into complex scalars);
     /// symmetries `general`, `symmetric` (an off-diagonal entry also stored mirrored),
     /// `skew-symmetric` (mirrored negated) and `hermitian` (mirrored conjugated). Repeated
-    /// entries are summed, as the single-process reader does. Gzip-compressed and `array`
-    /// files are refused.
+    /// entries are summed, as the single-process reader does. `array` files are refused. A
+    /// gzip-compressed file (found by its magic bytes) has no byte ranges to split: rank 0
+    /// reads it whole with the single-process reader and scatters its rows
+    /// ([`DistCsr::scatter`]), so it needs the memory for the whole matrix.
     ///
     /// Collective. Errors (on every rank): [`Error::Io`] when a rank cannot open or read the
     /// file, [`Error::MatrixMarket`] for a malformed banner or size line, a malformed entry
@@ -477,10 +510,10 @@ impl<T: MpiScalar> DistCsr<T> {
         let mut sizes = Traffic::default();
 
         // Rank 0 reads the banner and the size line.
-        let prologue = if rank == 0 {
+        let opening = if rank == 0 {
             read_prologue::<T>(rank, path)
         } else {
-            Ok(Prologue {
+            Ok(Opening::Plain(Prologue {
                 nrows: 0,
                 ncols: 0,
                 entries: 0,
@@ -489,9 +522,18 @@ impl<T: MpiScalar> DistCsr<T> {
                 data_start: 0,
                 file_len: 0,
                 header_lines: 0,
-            })
+            }))
         };
-        let prologue = agree(comm, prologue)?;
+        let opening = agree(comm, opening)?;
+        let mut gzip = i32::from(matches!(opening, Opening::Gzip));
+        comm.process_at_rank(0).broadcast_into(&mut gzip);
+        count_broadcast(&mut sizes, rank == 0, 4, size);
+        let prologue = match opening {
+            _ if gzip == 1 => return read_gzip(comm, path, options, sizes),
+            Opening::Plain(p) => p,
+            // Rank 0 alone reads the start of the file; the broadcast decided.
+            Opening::Gzip => unreachable!("every rank follows rank 0's broadcast"),
+        };
         let mut words = prologue.to_words();
         comm.process_at_rank(0).broadcast_into(&mut words[..]);
         count_broadcast(&mut sizes, rank == 0, 8 * PROLOGUE_WORDS as u64, size);
@@ -598,17 +640,34 @@ impl<T: MpiScalar> DistCsr<T> {
         comm: &C,
         path: impl AsRef<Path>,
     ) -> Result<CommReport> {
-        let path = path.as_ref();
+        self.write_text(comm, path.as_ref(), false)
+    }
+
+    /// Writes the matrix to `path` as [`DistCsr::write_matrix_market`] does, gzip-compressed:
+    /// every rank compresses its own lines (in pieces of about 4 MiB of lines, on its rayon
+    /// threads) as gzip members of their own, rank 0's first member holding the header,
+    /// and writes them at its offset. A file of gzip members one after another is one gzip
+    /// file: `gzip -d`, `zcat` and every reader of `hetsparse::matrix_market` read the whole
+    /// text back, the same text the uncompressed writer gives. The name is not looked at:
+    /// the caller chooses it (`.mtx.gz` by custom).
+    ///
+    /// Collective. Errors (on every rank): [`Error::Io`] when a rank cannot compress, create,
+    /// open or write the file.
+    pub fn write_matrix_market_gzip<C: Communicator>(
+        &self,
+        comm: &C,
+        path: impl AsRef<Path>,
+    ) -> Result<CommReport> {
+        self.write_text(comm, path.as_ref(), true)
+    }
+
+    fn write_text<C: Communicator>(&self, comm: &C, path: &Path, gzip: bool) -> Result<CommReport> {
         let span = comm_span("mpi_write_matrix_market", comm);
         let _enter = span.enter();
         let rank = comm.rank();
         agree(comm, self.check_comm(comm))?;
         let me = rank as usize;
         let mut sizes = Traffic::default();
-        let body = format_rows(self.local(), self.partition().rows(me).start);
-        let lengths = all_gather_u64(comm, &[body.len() as u64], &mut sizes);
-        let offset: u64 = lengths[..me].iter().sum();
-        let total: u64 = lengths.iter().sum();
         let (nrows, ncols) = self.shape();
         let field = if T::TYPE.is_complex() {
             "complex"
@@ -620,12 +679,34 @@ impl<T: MpiScalar> DistCsr<T> {
              {nrows} {ncols} {}\n",
             self.nnz()
         );
-        let start = header.len() as u64;
+        let body = format_rows(self.local(), self.partition().rows(me).start);
+        // What rank 0 writes before every rank's part: the header, plain; compressed, it is
+        // in rank 0's part.
+        let (head, body) = if gzip {
+            let mut text = Vec::new();
+            if rank == 0 {
+                text.extend_from_slice(header.as_bytes());
+            }
+            text.extend_from_slice(&body);
+            drop(body);
+            (
+                Vec::new(),
+                gzip_members(&text)
+                    .map_err(|e| io_error(rank, path, "cannot compress the lines of", e)),
+            )
+        } else {
+            (header.into_bytes(), Ok(body))
+        };
+        let body = agree(comm, body)?;
+        let lengths = all_gather_u64(comm, &[body.len() as u64], &mut sizes);
+        let offset: u64 = lengths[..me].iter().sum();
+        let total: u64 = lengths.iter().sum();
+        let start = head.len() as u64;
         let created = if rank == 0 {
             (|| {
                 let mut f =
                     File::create(path).map_err(|e| io_error(rank, path, "cannot create", e))?;
-                f.write_all(header.as_bytes())
+                f.write_all(&head)
                     .and_then(|_| f.set_len(start + total))
                     .map_err(|e| io_error(rank, path, "cannot write", e))
             })()
@@ -651,6 +732,38 @@ impl<T: MpiScalar> DistCsr<T> {
             (0, 0),
         ))
     }
+}
+
+/// Text a rank compresses as one gzip member, about: pieces of whole lines this long are
+/// compressed in parallel.
+const GZIP_PIECE_BYTES: usize = 4 << 20;
+
+/// `text` as gzip members of about [`GZIP_PIECE_BYTES`] of whole lines each (none for an empty
+/// text), compressed in parallel and concatenated in order.
+fn gzip_members(text: &[u8]) -> std::io::Result<Vec<u8>> {
+    use flate2::write::GzEncoder;
+    use rayon::prelude::*;
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    while from < text.len() {
+        let mut to = (from + GZIP_PIECE_BYTES).min(text.len());
+        // To the end of the line the piece's last byte is on.
+        to += text[to..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(text.len() - to, |n| n + 1);
+        pieces.push(&text[from..to]);
+        from = to;
+    }
+    let members = pieces
+        .par_iter()
+        .map(|piece| {
+            let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            encoder.write_all(piece)?;
+            encoder.finish()
+        })
+        .collect::<std::io::Result<Vec<Vec<u8>>>>()?;
+    Ok(members.concat())
 }
 
 /// The entry lines of `m`'s rows, the first being global row `first_row`.

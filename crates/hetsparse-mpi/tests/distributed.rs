@@ -801,6 +801,59 @@ fn matrix_market_case<C: Communicator>(world: &C) -> Check {
         ensure(back == c, || "the complex file does not read back".into())?;
     }
 
+    // Gzip: written collectively as members (small pieces of rank 0's header and every
+    // rank's lines), it decompresses to the plain writer's text, reads back with the
+    // single-process reader, and is read collectively (rank 0 reads, then scatters).
+    let gz = dir.join("written.mtx.gz");
+    d.write_matrix_market_gzip(world, &gz)
+        .map_err(|e| e.to_string())?;
+    if world.rank() == 0 {
+        use std::io::Read;
+        let mut text = Vec::new();
+        let file = std::fs::File::open(&gz).map_err(|e| e.to_string())?;
+        flate2::read::MultiGzDecoder::new(file)
+            .read_to_end(&mut text)
+            .map_err(|e| format!("decompressing the gzip file: {e}"))?;
+        let plain = std::fs::read(&written).map_err(|e| e.to_string())?;
+        ensure(text == plain, || {
+            "the gzip file's text is not the plain writer's".into()
+        })?;
+        let back: Csr<f64> =
+            hetsparse::matrix_market::read_csr_path(&gz).map_err(|e| e.to_string())?;
+        ensure(back == lp, || {
+            "the gzip file does not read back as A".into()
+        })?;
+    }
+    let (again, report) =
+        DistCsr::<f64>::read_matrix_market(world, &gz, &options).map_err(|e| e.to_string())?;
+    ensure(again.local() == d.local(), || {
+        "reading the gzip file collectively gives other blocks".into()
+    })?;
+    ensure(
+        report.total.bytes_sent == report.total.bytes_received
+            && (world.size() == 1 || report.sizes.bytes_sent + report.sizes.bytes_received > 0),
+        || format!("the gzip read's report: {report:?}"),
+    )?;
+    // A malformed gzip file is rank 0's error on every rank, naming the line.
+    let mut bad_gz = Vec::new();
+    {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(&mut bad_gz, flate2::Compression::fast());
+        e.write_all(b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 x 1\n")
+            .and_then(|_| e.finish().map(|_| ()))
+            .map_err(|e| e.to_string())?;
+    }
+    let bad_path = dir.join("bad.mtx.gz");
+    put_file(world, &bad_path, &bad_gz)?;
+    match DistCsr::<f64>::read_matrix_market(world, &bad_path, &options) {
+        Err(Error::MatrixMarket {
+            rank: 0,
+            line: Some(3),
+            ..
+        }) => {}
+        other => return Err(format!("{other:?}, expected rank 0's error at line 3")),
+    }
+
     // Errors: the same on every rank, naming the line.
     let expect_mm = |name: &str, text: &[u8], line: Option<u64>, words: &str| -> Check {
         let path = dir.join(name);
@@ -868,6 +921,54 @@ fn matrix_market_case<C: Communicator>(world: &C) -> Check {
     world.barrier();
     if world.rank() == 0 {
         let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+/// `Aᵀ` distributed against the single-process transpose, over even rows and an uneven
+/// partition (the ranks' blocks of A and of Aᵀ cut differently); every entry moves once.
+fn transpose_case<T: MpiScalar, C: Communicator>(
+    world: &C,
+    a: &Csr<T>,
+    rows_of_at: Option<&RowPartition>,
+    options: &DistOptions,
+) -> Check {
+    let (d, _) = DistCsr::scatter(world, 0, (world.rank() == 0).then_some(a), None, options)
+        .map_err(|e| e.to_string())?;
+    let (t, report) = d
+        .transpose(world, rows_of_at, options)
+        .map_err(|e| e.to_string())?;
+    ensure(t.shape() == (a.ncols() as u64, a.nrows() as u64), || {
+        format!("Aᵀ is {:?}", t.shape())
+    })?;
+    if let Some(p) = rows_of_at {
+        ensure(t.partition() == p, || "Aᵀ is not in the rows asked".into())?;
+    }
+    ensure(
+        report.total.bytes_sent == report.total.bytes_received,
+        || format!("sent and received differ: {:?}", report.total),
+    )?;
+    // Entries that stay on their rank do not travel: the rows sent are those whose row of Aᵀ
+    // (column of A) another rank owns.
+    let want = a.transpose().map_err(|e| e.to_string())?;
+    let me = world.rank() as usize;
+    let mine = d.partition().rows(me);
+    let leaving: u64 = (mine.start as usize..mine.end as usize)
+        .flat_map(|i| a.row(i).0.iter())
+        .filter(|&&c| !t.partition().rows(me).contains(&u64::from(c)))
+        .count() as u64;
+    ensure(
+        report.local.bytes_sent >= leaving * (4 + T::BYTES as u64),
+        || {
+            format!(
+                "{leaving} entries leave this rank, but it sent {} bytes",
+                report.local.bytes_sent
+            )
+        },
+    )?;
+    let (whole, _) = t.gather(world, 0, options).map_err(|e| e.to_string())?;
+    if let Some(got) = whole {
+        ensure(got == want, || "Aᵀ differs from the transpose".into())?;
     }
     Ok(())
 }
@@ -1698,6 +1799,20 @@ fn main() -> ExitCode {
         (
             "Matrix Market read and written collectively",
             Box::new(|| matrix_market_case(&world)),
+        ),
+        (
+            "transpose of a rectangular matrix, even rows",
+            Box::new(|| transpose_case(&world, &lp, None, &small)),
+        ),
+        (
+            "transpose of a power-law matrix, uneven rows",
+            Box::new(|| {
+                transpose_case(&world, &rmat, Some(&uneven(rmat.nrows() as u64)), &options)
+            }),
+        ),
+        (
+            "transpose of a complex matrix (not conjugated)",
+            Box::new(|| transpose_case(&world, &conv_c, None, &options)),
         ),
         (
             "2D Sparse SUMMA on uneven blocks (given, and from each rank's own)",
