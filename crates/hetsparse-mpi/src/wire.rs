@@ -110,7 +110,8 @@ pub(crate) struct RowsOut<'a, T> {
 }
 
 /// Unpacks `rows` rows from `bytes` (sent by rank `from`, received on `rank`) into `out`,
-/// checking lengths and that every column index is below `ncols`.
+/// checking lengths, that every column index is below `ncols` and that each row's column
+/// indices strictly increase: the rows appended are canonical CSR rows.
 pub(crate) fn unpack_rows<T: MpiScalar>(
     bytes: &[u8],
     rows: usize,
@@ -150,12 +151,21 @@ pub(crate) fn unpack_rows<T: MpiScalar>(
     let entries = entries as usize;
     let cols_end = head + 4 * entries;
     out.cols.reserve(entries);
-    for c in bytes[head..cols_end].chunks_exact(4) {
-        let c = u32::from_le_bytes(c.try_into().unwrap_or([0; 4]));
-        if u64::from(c) >= ncols {
-            return Err(bad(format!("column index {c} past {ncols} columns")));
+    let mut cols = bytes[head..cols_end].chunks_exact(4);
+    for (i, len) in bytes[..head].chunks_exact(8).enumerate() {
+        let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
+        let mut previous = None;
+        for c in cols.by_ref().take(len as usize) {
+            let c = u32::from_le_bytes(c.try_into().unwrap_or([0; 4]));
+            if u64::from(c) >= ncols {
+                return Err(bad(format!("column index {c} past {ncols} columns")));
+            }
+            if let Some(p) = previous.filter(|&p| p >= c) {
+                return Err(bad(format!("row {i} of the message: column {c} after {p}")));
+            }
+            previous = Some(c);
+            out.cols.push(c);
         }
-        out.cols.push(c);
     }
     out.values.reserve(entries);
     out.values
@@ -308,6 +318,19 @@ mod tests {
             values: &mut Vec::<f64>::new(),
         };
         assert!(unpack_rows::<f64>(&bytes[..bytes.len() - 1], 3, 5, out, (0, 1)).is_err());
+        // A row whose columns do not increase.
+        let mut unsorted = bytes.clone();
+        let first_col = 8 * 3;
+        unsorted[first_col..first_col + 4].copy_from_slice(&2u32.to_le_bytes());
+        let out = RowsOut {
+            offsets: &mut vec![0],
+            cols: &mut vec![],
+            values: &mut Vec::<f64>::new(),
+        };
+        assert!(matches!(
+            unpack_rows::<f64>(&unsorted, 3, 5, out, (0, 1)),
+            Err(Error::Message { reason, .. }) if reason.contains("column 2 after 2")
+        ));
     }
 
     #[test]
