@@ -1,7 +1,12 @@
 //! `C = A·B` with 1D row fetch: every rank fetches the rows of B its rows of A touch.
 
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hetsparse::format::HostArray;
 use hetsparse::{Context, Csr, DeviceChoice};
 use mpi::traits::*;
+use rayon::prelude::*;
 
 use crate::error::{agree, check_chain, Error, Result};
 use crate::matrix::{all_gather_u64, comm_span, DistCsr, DistOptions};
@@ -53,35 +58,26 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     })();
     let chunk = agree(comm, checks)?;
 
-    // The distinct columns of A's local rows: the rows of B this rank needs.
-    let columns = ColumnSet::new(a.local().col_indices(), b.shape().0);
-    let needed = columns.sorted();
-    // Split by the owner of each row of B (`needed` is sorted; owners' ranges ascend).
+    // The distinct columns of A's local rows: the rows of B this rank needs, split by owner
+    // (owners' ranges ascend). This rank's own rows are not listed: they are read in place.
+    // Alone, the rank holds all of B, and A's block multiplies it as it is: no set is needed.
     let b_part = b.partition();
-    let mut wanted: Vec<&[u32]> = Vec::with_capacity(size);
-    let mut at = 0usize;
-    for r in 0..size {
-        let end = b_part.rows(r).end;
-        let len = needed[at..].partition_point(|&id| u64::from(id) < end);
-        wanted.push(&needed[at..at + len]);
-        at += len;
-    }
+    let columns = (size > 1).then(|| {
+        let _stage = tracing::debug_span!("column_set", entries = a.local().nnz()).entered();
+        ColumnSet::new(a.local().col_indices(), b.shape().0)
+    });
+    let wanted: Vec<Vec<u32>> = (0..size)
+        .map(|r| match &columns {
+            Some(columns) if r != me => columns.ids_in(b_part.rows(r)),
+            _ => Vec::new(),
+        })
+        .collect();
 
     // Counts, then the ids themselves.
     let mut sizes = Traffic::default();
-    let counts: Vec<u64> = (0..size)
-        .map(|r| if r == me { 0 } else { wanted[r].len() as u64 })
-        .collect();
+    let counts: Vec<u64> = wanted.iter().map(|w| w.len() as u64).collect();
     let asked = wire::all_to_all_u64(comm, &counts, &mut sizes);
-    let requests: Vec<Vec<u8>> = (0..size)
-        .map(|r| {
-            if r == me {
-                Vec::new()
-            } else {
-                wire::u32s_to_bytes(wanted[r])
-            }
-        })
-        .collect();
+    let requests: Vec<Vec<u8>> = wanted.iter().map(|w| wire::u32s_to_bytes(w)).collect();
     let request_sizes: Vec<u64> = asked.iter().map(|n| 4 * n).collect();
     let mut request_traffic = Traffic::default();
     let received = wire::exchange(
@@ -96,6 +92,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     // Answer: the rows asked for, each checked to be one of ours.
     let mine = b_part.rows(me);
     let replies = (|| {
+        let _stage = tracing::debug_span!("pack_replies").entered();
         let mut replies = vec![Vec::new(); size];
         for (r, bytes) in received.iter().enumerate() {
             if r == me {
@@ -130,100 +127,33 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     );
     drop(replies);
 
-    // The local B and A, then the local product. Where B's row offsets take no more room than
-    // A's local entries, the local B keeps every row of B, in place (those not needed empty):
-    // A's local block is used as it is, and this rank's own rows are copied as one block.
-    // Otherwise (a hypersparse block of a huge B) the local B holds the fetched rows only, in
-    // global order, and A's columns are renumbered into them.
+    // The local A and B, then the local product.
     let mut fetched = (0u64, 0u64);
     let local = (|| {
-        let b_cols = b.shape().1;
-        let b_rows = b.shape().0;
-        let a_local = a.local();
-        let compute = |e: hetsparse::Error| Error::Compute {
+        let local = Local {
             rank,
-            message: e.to_string(),
+            me,
+            a: a.local(),
+            b,
+            columns: columns.as_ref(),
+            wanted: &wanted,
+            rows: &rows,
         };
-        let full_height = b_rows <= 2 * a_local.nnz() + 1024;
-        let (mut cols, mut values) = (Vec::new(), Vec::new());
-        let (local_a, local_b) = if full_height {
-            let mut offsets = Vec::with_capacity(b_rows as usize + 1);
-            offsets.push(0u64);
-            for r in 0..size {
-                if r == me {
-                    let own = b.local();
-                    let base = cols.len() as u64;
-                    offsets.extend(own.row_offsets()[1..].iter().map(|&o| base + o));
-                    cols.extend_from_slice(own.col_indices());
-                    values.extend_from_slice(own.values());
-                    continue;
-                }
-                // The fetched rows' ends, then each in its place among rank r's rows.
-                let start = cols.len() as u64;
-                let mut ends = vec![start];
-                let out = RowsOut {
-                    offsets: &mut ends,
-                    cols: &mut cols,
-                    values: &mut values,
-                };
-                wire::unpack_rows(&rows[r], wanted[r].len(), b_cols, out, (rank, r as i32))?;
-                fetched.0 += wanted[r].len() as u64;
-                fetched.1 += cols.len() as u64 - start;
-                let mut next = wanted[r].iter().zip(&ends[1..]).peekable();
-                let mut end = start;
-                for row in b_part.rows(r) {
-                    if let Some((_, &e)) = next.next_if(|(&id, _)| u64::from(id) == row) {
-                        end = e;
-                    }
-                    offsets.push(end);
-                }
-            }
-            let local_b = Csr::try_new(b_rows as usize, b_cols as usize, offsets, cols, values)
-                .map_err(|e| compute(e.into()))?;
-            (a_local.clone(), local_b)
-        } else {
-            let mut offsets = Vec::with_capacity(needed.len() + 1);
-            offsets.push(0u64);
-            for r in 0..size {
-                if r == me {
-                    for &id in wanted[r] {
-                        let (c, v) = b.local().row((u64::from(id) - mine.start) as usize);
-                        cols.extend_from_slice(c);
-                        values.extend_from_slice(v);
-                        offsets.push(cols.len() as u64);
-                    }
-                } else {
-                    let before_entries = cols.len() as u64;
-                    let out = RowsOut {
-                        offsets: &mut offsets,
-                        cols: &mut cols,
-                        values: &mut values,
-                    };
-                    wire::unpack_rows(&rows[r], wanted[r].len(), b_cols, out, (rank, r as i32))?;
-                    fetched.0 += wanted[r].len() as u64;
-                    fetched.1 += cols.len() as u64 - before_entries;
-                }
-            }
-            let local_b = Csr::try_new(needed.len(), b_cols as usize, offsets, cols, values)
-                .map_err(|e| compute(e.into()))?;
-            let renumbered = columns.renumber(a_local.col_indices());
-            let local_a = Csr::try_new(
-                a_local.nrows(),
-                needed.len(),
-                a_local.row_offsets().to_vec(),
-                renumbered,
-                a_local.values().to_vec(),
-            )
-            .map_err(|e| compute(e.into()))?;
-            (local_a, local_b)
+        let (local_a, local_b) = {
+            let _stage = tracing::debug_span!("local_operands").entered();
+            local.operands(&mut fetched)?
         };
         let _product = tracing::info_span!(
             "local_spgemm",
             rows = local_a.nrows(),
-            fetched_rows = needed.len()
+            b_rows = local_b.nrows(),
+            needed_rows = columns.as_ref().map(ColumnSet::count)
         )
         .entered();
-        ctx.spgemm(&local_a, &local_b).map_err(compute)
+        ctx.spgemm(&local_a, &local_b).map_err(|e| Error::Compute {
+            rank,
+            message: e.to_string(),
+        })
     })();
     let local = agree(comm, local)?;
     let nnz_per_rank = all_gather_u64(comm, &[local.nnz()], &mut sizes);
@@ -233,29 +163,278 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     Ok((c, report))
 }
 
+/// What one rank has for its local product: its block of A, B, the rows of B the block needs,
+/// those it asked other ranks for and the messages that brought them.
+struct Local<'a, T> {
+    rank: i32,
+    me: usize,
+    a: &'a Csr<T>,
+    b: &'a DistCsr<T>,
+    /// The set of A's block's columns: `None` where it was not needed (one rank).
+    columns: Option<&'a ColumnSet>,
+    wanted: &'a [Vec<u32>],
+    rows: &'a [Vec<u8>],
+}
+
+impl<T: MpiScalar> Local<'_, T> {
+    /// The local A and B of the product: `C_local = A_local · B_local` is this rank's rows of C.
+    ///
+    /// - Where this rank owns every row of B and fetched none (one rank), A's and B's local
+    ///   blocks themselves, shared, not copied.
+    /// - Where the rows needed lie in a window of B's rows not much longer than A's local entries
+    ///   (stencils, AMG transfer operators: the rank's own rows and a halo), the local B is
+    ///   that window of B's rows, those not needed empty: this rank's rows in it copied as one
+    ///   block, the fetched ones each in its place. A's column indices are shifted to the
+    ///   window (or, where its rows below the window cost less as empty rows than a shift of
+    ///   A's entries, the window starts at row 0 and A's arrays are shared as they are).
+    /// - Otherwise (a hypersparse block of a huge B) the local B holds the needed rows only,
+    ///   in global order, and A's columns are renumbered into them.
+    ///
+    /// Nothing is checked again that is valid by construction: own rows come from a valid
+    /// CSR, the fetched ones were checked when unpacked, and offsets and column indices are
+    /// built here from those.
+    fn operands(&self, fetched: &mut (u64, u64)) -> Result<(Csr<T>, Csr<T>)> {
+        let a = self.a;
+        let b_rows = self.b.shape().0;
+        let mine = self.b.partition().rows(self.me);
+        let nothing_fetched = self.wanted.iter().all(Vec::is_empty);
+        if nothing_fetched && mine.start == 0 && mine.end == b_rows {
+            return Ok((a.clone(), self.b.local().clone()));
+        }
+        let built;
+        let columns = match self.columns {
+            Some(columns) => columns,
+            None => {
+                built = ColumnSet::new(a.col_indices(), b_rows);
+                &built
+            }
+        };
+        let entries = a.nnz();
+        let window = match (columns.first(), columns.last()) {
+            (Some(first), Some(last)) => Some((u64::from(first), u64::from(last) + 1)),
+            _ => None,
+        };
+        match window {
+            Some((lo, hi)) if hi - lo <= 2 * entries + 1024 => {
+                // Rows below the window as empty rows (8 bytes each) or A's columns shifted
+                // (4 bytes an entry, read and written): whichever writes less.
+                let base = if 2 * lo <= entries { 0 } else { lo };
+                let local_b = self.window(base..hi, lo, fetched)?;
+                let local_a = if base == 0 {
+                    self.with_columns(a.arrays().1.clone(), hi as usize)
+                } else {
+                    let shift = base as u32;
+                    let cols: Vec<u32> = a.col_indices().par_iter().map(|&c| c - shift).collect();
+                    self.with_columns(cols.into(), (hi - base) as usize)
+                };
+                Ok((local_a, local_b))
+            }
+            _ => {
+                let local_b = self.compacted(columns, fetched)?;
+                let renumbered = columns.renumber(a.col_indices());
+                Ok((
+                    self.with_columns(renumbered.into(), local_b.nrows()),
+                    local_b,
+                ))
+            }
+        }
+    }
+
+    /// A's local block with `cols` for column indices and `ncols` columns, sharing its row
+    /// offsets and values.
+    ///
+    /// `cols` must be A's column indices under a map that keeps each row's order strictly
+    /// increasing and sends every one below `ncols`: shifted down by at most the least of
+    /// them, or renumbered among the distinct ones, as [`Local::operands`] does.
+    fn with_columns(&self, cols: HostArray<u32>, ncols: usize) -> Csr<T> {
+        let (offsets, _, values) = self.a.arrays();
+        // SAFETY: the row offsets and values are those of A's valid local block, and the
+        // column indices are A's under a map that keeps each row's order strictly increasing
+        // and below `ncols` (this function's contract, which its callers in this module keep;
+        // with no entries, any `ncols` holds).
+        unsafe {
+            Csr::from_arrays_unchecked(self.a.nrows(), ncols, offsets.clone(), cols, values.clone())
+        }
+    }
+
+    /// Rows `rows` of B (every needed one from `needed_from` on), those not needed empty: this
+    /// rank's rows among them as one block, the fetched ones in their places.
+    fn window(
+        &self,
+        rows: Range<u64>,
+        needed_from: u64,
+        fetched: &mut (u64, u64),
+    ) -> Result<Csr<T>> {
+        let (b, me, rank) = (self.b, self.me, self.rank);
+        let (base, hi) = (rows.start, rows.end);
+        let b_cols = b.shape().1;
+        let part = b.partition();
+        let own = b.local();
+        let mine = part.rows(me);
+        // This rank's rows in the window, as rows of its block.
+        let (from, to) = (needed_from.max(mine.start), hi.min(mine.end));
+        let own_rows = if from < to {
+            (from - mine.start) as usize..(to - mine.start) as usize
+        } else {
+            0..0
+        };
+        let own_offsets = own.row_offsets();
+        let (own_first, own_last) = (
+            own_offsets[own_rows.start] as usize,
+            own_offsets[own_rows.end] as usize,
+        );
+        // Every entry's room at once: this rank's block, and what the messages announce
+        // (checked exactly when unpacked).
+        let per_entry = 4 + T::BYTES;
+        let incoming: usize = (0..self.rows.len())
+            .filter(|&r| r != me)
+            .map(|r| (self.rows[r].len().saturating_sub(8 * self.wanted[r].len())) / per_entry)
+            .sum();
+        let capacity = own_last - own_first + incoming;
+        let mut offsets = Vec::with_capacity((hi - base) as usize + 1);
+        offsets.resize((needed_from - base) as usize + 1, 0u64);
+        let mut cols: Vec<u32> = Vec::with_capacity(capacity);
+        let mut values: Vec<T> = Vec::with_capacity(capacity);
+        for r in 0..part.ranks() {
+            let range = part.rows(r);
+            let range = range.start.max(needed_from)..range.end.min(hi);
+            if range.start >= range.end {
+                continue;
+            }
+            if r == me {
+                let start = cols.len() as u64;
+                let first = own_first as u64;
+                offsets.par_extend(
+                    own_offsets[own_rows.start + 1..=own_rows.end]
+                        .par_iter()
+                        .map(|&o| o - first + start),
+                );
+                cols.par_extend(own.col_indices()[own_first..own_last].par_iter().copied());
+                values.par_extend(own.values()[own_first..own_last].par_iter().copied());
+                continue;
+            }
+            // The fetched rows' ends, then each in its place among rank r's rows.
+            let start = cols.len() as u64;
+            let wanted = &self.wanted[r];
+            let mut ends = Vec::with_capacity(wanted.len() + 1);
+            ends.push(start);
+            let out = RowsOut {
+                offsets: &mut ends,
+                cols: &mut cols,
+                values: &mut values,
+            };
+            wire::unpack_rows(&self.rows[r], wanted.len(), b_cols, out, (rank, r as i32))?;
+            fetched.0 += wanted.len() as u64;
+            fetched.1 += cols.len() as u64 - start;
+            let mut next_row = range.start;
+            let mut end = start;
+            for (&id, &e) in wanted.iter().zip(&ends[1..]) {
+                let id = u64::from(id);
+                offsets.resize(offsets.len() + (id - next_row) as usize, end);
+                offsets.push(e);
+                (next_row, end) = (id + 1, e);
+            }
+            offsets.resize(offsets.len() + (range.end - next_row) as usize, end);
+        }
+        debug_assert_eq!(offsets.len() as u64, hi - base + 1);
+        // SAFETY: the offsets start at 0 and never decrease, one for each row of the window
+        // and the last `cols.len()`; this rank's rows are a valid CSR's, shifted as a block;
+        // the fetched rows were checked by `unpack_rows` (columns below B's, strictly
+        // increasing in each row); there is a value for every column index.
+        Ok(unsafe {
+            Csr::from_parts_unchecked((hi - base) as usize, b_cols as usize, offsets, cols, values)
+        })
+    }
+
+    /// The needed rows of B alone, in global order.
+    fn compacted(&self, columns: &ColumnSet, fetched: &mut (u64, u64)) -> Result<Csr<T>> {
+        let (b, me, rank) = (self.b, self.me, self.rank);
+        let b_cols = b.shape().1;
+        let part = b.partition();
+        let own = b.local();
+        let mine = part.rows(me);
+        let count = columns.count() as usize;
+        let mut offsets = Vec::with_capacity(count + 1);
+        offsets.push(0u64);
+        let (mut cols, mut values) = (Vec::new(), Vec::new());
+        for r in 0..part.ranks() {
+            if r == me {
+                for id in columns.ids_in(mine.clone()) {
+                    let (c, v) = own.row((u64::from(id) - mine.start) as usize);
+                    cols.extend_from_slice(c);
+                    values.extend_from_slice(v);
+                    offsets.push(cols.len() as u64);
+                }
+            } else {
+                let before = cols.len() as u64;
+                let wanted = &self.wanted[r];
+                let out = RowsOut {
+                    offsets: &mut offsets,
+                    cols: &mut cols,
+                    values: &mut values,
+                };
+                wire::unpack_rows(&self.rows[r], wanted.len(), b_cols, out, (rank, r as i32))?;
+                fetched.0 += wanted.len() as u64;
+                fetched.1 += cols.len() as u64 - before;
+            }
+        }
+        debug_assert_eq!(offsets.len(), count + 1);
+        // SAFETY: one row for each needed row of B, offsets from 0 without decreasing to
+        // `cols.len()`; own rows copied from a valid CSR, fetched ones checked by
+        // `unpack_rows`; a value for every column index.
+        Ok(unsafe { Csr::from_parts_unchecked(count, b_cols as usize, offsets, cols, values) })
+    }
+}
+
+/// Entries of A read by one task while building a [`ColumnSet`].
+const COLUMN_PIECE: usize = 1 << 15;
+
 /// The distinct column indices of a block of A, and each one's place among them.
 ///
 /// A bit set over B's rows with a count of the set bits before each 64-bit word, which finds a
 /// column's place in O(1), when B's rows are not many more than 64 times the block's entries;
 /// otherwise (a hypersparse block of a huge matrix) the sorted distinct indices, searched.
+/// Built and renumbered in parallel (on the current rayon pool).
 enum ColumnSet {
     Bits { bits: Vec<u64>, before: Vec<u64> },
     Sorted(Vec<u32>),
 }
 
 impl ColumnSet {
+    /// The set of `cols`, each below `nrows_b`.
     fn new(cols: &[u32], nrows_b: u64) -> Self {
         let words = nrows_b.div_ceil(64);
         if words > cols.len() as u64 + 1024 {
             let mut sorted = cols.to_vec();
-            sorted.sort_unstable();
+            sorted.par_sort_unstable();
             sorted.dedup();
             return ColumnSet::Sorted(sorted);
         }
-        let mut bits = vec![0u64; words as usize];
-        for &c in cols {
-            bits[(c / 64) as usize] |= 1u64 << (c % 64);
-        }
+        let shared: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let set = |word: usize, mask: u64| {
+            let w = &shared[word];
+            if w.load(Ordering::Relaxed) & mask != mask {
+                w.fetch_or(mask, Ordering::Relaxed);
+            }
+        };
+        cols.par_chunks(COLUMN_PIECE).for_each(|piece| {
+            // Neighbouring entries tend to share a word: one write per run of them.
+            let (mut word, mut mask) = (usize::MAX, 0u64);
+            for &c in piece {
+                let w = (c / 64) as usize;
+                if w != word {
+                    if mask != 0 {
+                        set(word, mask);
+                    }
+                    (word, mask) = (w, 0);
+                }
+                mask |= 1u64 << (c % 64);
+            }
+            if mask != 0 {
+                set(word, mask);
+            }
+        });
+        let bits: Vec<u64> = shared.into_iter().map(AtomicU64::into_inner).collect();
         let mut before = Vec::with_capacity(bits.len());
         let mut k = 0u64;
         for w in &bits {
@@ -265,18 +444,66 @@ impl ColumnSet {
         ColumnSet::Bits { bits, before }
     }
 
-    /// The distinct indices, ascending.
-    fn sorted(&self) -> Vec<u32> {
+    /// How many distinct indices.
+    fn count(&self) -> u64 {
         match self {
-            ColumnSet::Sorted(sorted) => sorted.clone(),
+            ColumnSet::Sorted(sorted) => sorted.len() as u64,
             ColumnSet::Bits { bits, before } => {
-                let total = before.last().copied().unwrap_or(0)
-                    + bits.last().map_or(0, |w| u64::from(w.count_ones()));
-                let mut out = Vec::with_capacity(total as usize);
-                for (w, &word) in bits.iter().enumerate() {
+                before.last().copied().unwrap_or(0)
+                    + bits.last().map_or(0, |w| u64::from(w.count_ones()))
+            }
+        }
+    }
+
+    /// The least index, if any.
+    fn first(&self) -> Option<u32> {
+        match self {
+            ColumnSet::Sorted(sorted) => sorted.first().copied(),
+            ColumnSet::Bits { bits, .. } => bits
+                .iter()
+                .position(|&w| w != 0)
+                .map(|w| (w as u64 * 64 + u64::from(bits[w].trailing_zeros())) as u32),
+        }
+    }
+
+    /// The greatest index, if any.
+    fn last(&self) -> Option<u32> {
+        match self {
+            ColumnSet::Sorted(sorted) => sorted.last().copied(),
+            ColumnSet::Bits { bits, .. } => bits
+                .iter()
+                .rposition(|&w| w != 0)
+                .map(|w| (w as u64 * 64 + 63 - u64::from(bits[w].leading_zeros())) as u32),
+        }
+    }
+
+    /// The distinct indices in `range`, ascending.
+    fn ids_in(&self, range: Range<u64>) -> Vec<u32> {
+        match self {
+            ColumnSet::Sorted(sorted) => {
+                let from = sorted.partition_point(|&c| u64::from(c) < range.start);
+                let to = sorted.partition_point(|&c| u64::from(c) < range.end);
+                sorted[from..to.max(from)].to_vec()
+            }
+            ColumnSet::Bits { bits, before } => {
+                let end = range.end.min(bits.len() as u64 * 64);
+                if range.start >= end {
+                    return Vec::new();
+                }
+                let (w0, w1) = ((range.start / 64) as usize, end.div_ceil(64) as usize);
+                let upto = |w: usize| before[w] + u64::from(bits[w].count_ones());
+                let mut out = Vec::with_capacity((upto(w1 - 1) - before[w0]) as usize);
+                for (w, &word) in bits.iter().enumerate().take(w1).skip(w0) {
+                    let at = w as u64 * 64;
                     let mut word = word;
+                    if at < range.start {
+                        word &= !0u64 << (range.start - at);
+                    }
+                    if end - at < 64 {
+                        word &= (1u64 << (end - at)) - 1;
+                    }
                     while word != 0 {
-                        out.push((w as u64 * 64 + u64::from(word.trailing_zeros())) as u32);
+                        out.push((at + u64::from(word.trailing_zeros())) as u32);
                         word &= word - 1;
                     }
                 }
@@ -289,11 +516,11 @@ impl ColumnSet {
     fn renumber(&self, cols: &[u32]) -> Vec<u32> {
         match self {
             ColumnSet::Sorted(sorted) => cols
-                .iter()
+                .par_iter()
                 .map(|c| sorted.partition_point(|x| x < c) as u32)
                 .collect(),
             ColumnSet::Bits { bits, before } => cols
-                .iter()
+                .par_iter()
                 .map(|&c| {
                     let w = (c / 64) as usize;
                     let below = bits[w] & ((1u64 << (c % 64)) - 1);
@@ -316,8 +543,22 @@ mod tests {
         assert!(matches!(bits, ColumnSet::Bits { .. }));
         assert!(matches!(sorted, ColumnSet::Sorted(_)));
         for set in [bits, sorted] {
-            assert_eq!(set.sorted(), vec![0, 3, 7, 63, 64, 129, 200]);
+            assert_eq!(set.ids_in(0..u64::MAX), vec![0, 3, 7, 63, 64, 129, 200]);
+            assert_eq!(set.ids_in(3..129), vec![3, 7, 63, 64]);
+            assert_eq!(set.ids_in(64..65), vec![64]);
+            assert_eq!(set.ids_in(130..200), Vec::<u32>::new());
+            assert_eq!(set.ids_in(8..8), Vec::<u32>::new());
+            assert_eq!(
+                (set.count(), set.first(), set.last()),
+                (7, Some(0), Some(200))
+            );
             assert_eq!(set.renumber(&cols), vec![2, 1, 6, 1, 4, 3, 0, 6, 5]);
         }
+        let empty = ColumnSet::new(&[], 300);
+        assert_eq!(
+            (empty.count(), empty.first(), empty.last()),
+            (0, None, None)
+        );
+        assert_eq!(empty.ids_in(0..300), Vec::<u32>::new());
     }
 }

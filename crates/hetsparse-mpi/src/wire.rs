@@ -5,6 +5,7 @@ use half::{bf16, f16};
 use hetsparse::{ContextScalar, Csr};
 use mpi::traits::*;
 use num_complex::Complex;
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::report::Traffic;
@@ -73,29 +74,34 @@ pub(crate) fn rows_bytes<T: MpiScalar>(rows: u64, entries: u64) -> u64 {
     8 * rows + (4 + T::BYTES as u64) * entries
 }
 
+/// Rows packed or unpacked by one task.
+const ROWS_PIECE: usize = 512;
+
 /// Packs the rows `rows` (local row numbers) of `m`: each row's length (u64), then every column
-/// index (u32), then every value.
+/// index (u32), then every value. Column indices and values are packed in parallel, in pieces
+/// of rows (on the current rayon pool).
 pub(crate) fn pack_rows<T: MpiScalar>(
     m: &Csr<T>,
     rows: impl Iterator<Item = usize> + Clone,
 ) -> Vec<u8> {
     let offsets = m.row_offsets();
-    let entries: u64 = rows.clone().map(|r| offsets[r + 1] - offsets[r]).sum();
-    let count = rows.clone().count() as u64;
-    let mut out = Vec::with_capacity(rows_bytes::<T>(count, entries) as usize);
-    for r in rows.clone() {
+    let rows: Vec<usize> = rows.collect();
+    let entries: u64 = rows.iter().map(|&r| offsets[r + 1] - offsets[r]).sum();
+    let mut out = Vec::with_capacity(rows_bytes::<T>(rows.len() as u64, entries) as usize);
+    for &r in &rows {
         out.extend_from_slice(&(offsets[r + 1] - offsets[r]).to_le_bytes());
     }
-    for r in rows.clone() {
-        for c in m.row(r).0 {
-            out.extend_from_slice(&c.to_le_bytes());
+    out.par_extend(rows.par_chunks(ROWS_PIECE).flat_map_iter(|piece| {
+        let cols = piece.iter().flat_map(|&r| m.row(r).0);
+        cols.flat_map(|c| c.to_le_bytes()).collect::<Vec<u8>>()
+    }));
+    out.par_extend(rows.par_chunks(ROWS_PIECE).flat_map_iter(|piece| {
+        let mut bytes = Vec::new();
+        for &v in piece.iter().flat_map(|&r| m.row(r).1) {
+            v.put(&mut bytes);
         }
-    }
-    for r in rows {
-        for &v in m.row(r).1 {
-            v.put(&mut out);
-        }
-    }
+        bytes
+    }));
     out
 }
 
@@ -110,7 +116,8 @@ pub(crate) struct RowsOut<'a, T> {
 }
 
 /// Unpacks `rows` rows from `bytes` (sent by rank `from`, received on `rank`) into `out`,
-/// checking lengths and that every column index is below `ncols`.
+/// checking lengths, that every column index is below `ncols` and that each row's column
+/// indices strictly increase: the rows appended are canonical CSR rows.
 pub(crate) fn unpack_rows<T: MpiScalar>(
     bytes: &[u8],
     rows: usize,
@@ -129,7 +136,9 @@ pub(crate) fn unpack_rows<T: MpiScalar>(
             ))
         })?;
     let mut entries = 0u64;
+    let first = out.offsets.len();
     let mut base = *out.offsets.last().unwrap_or(&0);
+    let start = base;
     for len in bytes[..head].chunks_exact(8) {
         let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
         entries = entries
@@ -149,17 +158,42 @@ pub(crate) fn unpack_rows<T: MpiScalar>(
     }
     let entries = entries as usize;
     let cols_end = head + 4 * entries;
-    out.cols.reserve(entries);
-    for c in bytes[head..cols_end].chunks_exact(4) {
-        let c = u32::from_le_bytes(c.try_into().unwrap_or([0; 4]));
-        if u64::from(c) >= ncols {
-            return Err(bad(format!("column index {c} past {ncols} columns")));
+    let cols = &bytes[head..cols_end];
+    let col = |k: usize| u32::from_le_bytes(cols[4 * k..4 * k + 4].try_into().unwrap_or([0; 4]));
+    // The rows' ends in this message: the offsets just appended.
+    let ends = &out.offsets[first..];
+    // Every row checked in parallel, in pieces of rows; the first fault in row order is the
+    // one reported.
+    let check = |i: usize| -> Option<String> {
+        let row_start = if i == 0 { start } else { ends[i - 1] };
+        let (s, e) = ((row_start - start) as usize, (ends[i] - start) as usize);
+        let mut previous = None;
+        for k in s..e {
+            let c = col(k);
+            if u64::from(c) >= ncols {
+                return Some(format!("column index {c} past {ncols} columns"));
+            }
+            if let Some(p) = previous.filter(|&p| p >= c) {
+                return Some(format!("row {i} of the message: column {c} after {p}"));
+            }
+            previous = Some(c);
         }
-        out.cols.push(c);
+        None
+    };
+    let fault = (0..rows)
+        .into_par_iter()
+        .with_min_len(ROWS_PIECE)
+        .filter_map(check)
+        .find_first(|_| true);
+    if let Some(reason) = fault {
+        return Err(bad(reason));
     }
-    out.values.reserve(entries);
+    out.cols.par_extend(
+        cols.par_chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4]))),
+    );
     out.values
-        .extend(bytes[cols_end..].chunks_exact(T::BYTES).map(T::get));
+        .par_extend(bytes[cols_end..].par_chunks_exact(T::BYTES).map(T::get));
     Ok(())
 }
 
@@ -308,6 +342,58 @@ mod tests {
             values: &mut Vec::<f64>::new(),
         };
         assert!(unpack_rows::<f64>(&bytes[..bytes.len() - 1], 3, 5, out, (0, 1)).is_err());
+        // A row whose columns do not increase.
+        let mut unsorted = bytes.clone();
+        let first_col = 8 * 3;
+        unsorted[first_col..first_col + 4].copy_from_slice(&2u32.to_le_bytes());
+        let out = RowsOut {
+            offsets: &mut vec![0],
+            cols: &mut vec![],
+            values: &mut Vec::<f64>::new(),
+        };
+        assert!(matches!(
+            unpack_rows::<f64>(&unsorted, 3, 5, out, (0, 1)),
+            Err(Error::Message { reason, .. }) if reason.contains("column 2 after 2")
+        ));
+    }
+
+    #[test]
+    fn many_rows_round_trip_and_the_first_bad_row_is_named() {
+        let m = hetsparse::generate::banded::<f64>(3000, 5, 3);
+        let rows: Vec<usize> = (0..3000).rev().step_by(2).collect();
+        let bytes = pack_rows(&m, rows.iter().copied());
+        let (mut offsets, mut cols, mut values) = (vec![7u64], vec![], vec![]);
+        let out = RowsOut {
+            offsets: &mut offsets,
+            cols: &mut cols,
+            values: &mut values,
+        };
+        unpack_rows::<f64>(&bytes, rows.len(), 3000, out, (0, 1)).unwrap();
+        let mut at = 0usize;
+        for (i, &r) in rows.iter().enumerate() {
+            let (c, v) = m.row(r);
+            assert_eq!(offsets[i + 1] - offsets[i], c.len() as u64);
+            assert_eq!((&cols[at..at + c.len()], &values[at..at + c.len()]), (c, v));
+            at += c.len();
+        }
+        assert_eq!(offsets.last(), Some(&(7 + cols.len() as u64)));
+        // Rows 1200 and 100 of the message out of order: row 100 is named.
+        let mut bad = bytes.clone();
+        let head = 8 * rows.len();
+        let entry = |row: usize| (0..row).map(|i| m.row_nnz(rows[i]) as usize).sum::<usize>();
+        for row in [1200, 100] {
+            let k = head + 4 * entry(row);
+            bad[k..k + 4].copy_from_slice(&2999u32.to_le_bytes());
+        }
+        let out = RowsOut {
+            offsets: &mut vec![0],
+            cols: &mut vec![],
+            values: &mut Vec::<f64>::new(),
+        };
+        assert!(matches!(
+            unpack_rows::<f64>(&bad, rows.len(), 3000, out, (0, 1)),
+            Err(Error::Message { reason, .. }) if reason.starts_with("row 100 of the message")
+        ));
     }
 
     #[test]

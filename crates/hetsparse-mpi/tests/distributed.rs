@@ -1683,6 +1683,10 @@ fn main() -> ExitCode {
     // Few entries over many columns: the column set is sorted indices, not a bit set.
     let hyper_a = generate::uniform::<f64>(120, 300_000, 2, 18);
     let hyper_b = generate::uniform::<f64>(300_000, 40, 1, 19);
+    // Few entries a row near the diagonal: on most ranks the local B is a window of B's rows
+    // that starts past row 0, and A's columns are shifted into it.
+    let band = generate::banded::<f64>(3000, 3, 20);
+    let diagonal = generate::banded::<f64>(3000, 1, 21);
 
     // Smaller operands for 3D: every grid, layer count and batch count of P runs.
     let rmat3 = generate::rmat::<f64>(8, 6, 41);
@@ -1753,6 +1757,21 @@ fn main() -> ExitCode {
         (
             "hypersparse A·B over 300000 columns",
             Box::new(|| product_case(&world, &hyper_a, &hyper_b, None, 0, &options)),
+        ),
+        (
+            "banded A·B, windows of B's rows (diagonal A: nothing fetched; uneven B)",
+            Box::new(|| {
+                product_case(&world, &diagonal, &band, None, 0, &options)?;
+                product_case(&world, &band, &band, None, last, &small)?;
+                product_case(
+                    &world,
+                    &band,
+                    &band,
+                    Some(&uneven(band.nrows() as u64)),
+                    0,
+                    &options,
+                )
+            }),
         ),
         (
             "blocks from each rank's own rows",
