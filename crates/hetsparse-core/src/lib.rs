@@ -55,7 +55,7 @@ pub use format::{
 };
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};
-pub use semiring::{PlusTimes, Semiring};
+pub use semiring::{PlusTimes, Semiring, SemiringVisitor};
 
 /// Re-exported scalar crates, so users name the same `f16`, `bf16` and `Complex` types.
 pub use half::{bf16, f16};
