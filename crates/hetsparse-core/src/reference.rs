@@ -50,7 +50,7 @@ pub fn spgemm_masked<T: Scalar, S: Semiring<T>>(
 
 /// `C⟨M⟩ = A · B` with the semiring and mask of `options` ([`spgemm_masked`] over the
 /// semiring [`SpgemmOptions::semiring`] names). The accumulator and the algorithm are not
-/// looked at: this is the product that an accumulator would merge into a C.
+/// looked at: this is the product `T` that [`crate::write_back`] merges into a C.
 ///
 /// ```
 /// use hetsparse_core::{reference, Csr, Mask, SemiringKind, SpgemmOptions};

@@ -200,6 +200,42 @@ impl Mask {
         }
     }
 
+    /// The part of this mask over rows `rows` and columns `cols` of C, for a chunk of the
+    /// product (same kind, complement and replace); [`Error::InvalidArgument`] for ranges
+    /// outside its shape.
+    pub fn window(
+        &self,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) -> Result<Mask> {
+        let (nrows, ncols) = self.shape();
+        if rows.start > rows.end || rows.end > nrows || cols.start > cols.end || cols.end > ncols {
+            return Err(Error::InvalidArgument(format!(
+                "a window of rows {rows:?} and columns {cols:?} of a {nrows}×{ncols} mask"
+            )));
+        }
+        let (lo, hi) = (cols.start as u32, cols.end as u32);
+        let mut row_offsets = Vec::with_capacity(rows.len() + 1);
+        let mut col_indices = Vec::new();
+        row_offsets.push(0);
+        for i in rows.clone() {
+            let r = self.row(i);
+            let r = &r[r.partition_point(|&j| j < lo)..];
+            let r = &r[..r.partition_point(|&j| j < hi)];
+            col_indices.extend(r.iter().map(|&j| j - lo));
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Ok(Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows: rows.len(),
+                ncols: cols.len(),
+                row_offsets,
+                col_indices,
+            }),
+            ..self.clone()
+        })
+    }
+
     /// This mask, admitting the positions it did not and refusing those it did.
     pub fn complemented(mut self) -> Mask {
         self.complement = !self.complement;
