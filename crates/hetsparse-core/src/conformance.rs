@@ -29,9 +29,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::mem::size_of;
 
 use crate::backend::{
-    Backend, CsrOperand, DenseOperand, MemorySpace, Operation, PatternId, ProductBuffer,
-    ProductChunk, ProductLayout, Residency, ResidentCsr, ResidentDense, RunControl, SparseOperand,
-    SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    Backend, CsrOperand, DenseOperand, Mask, MemorySpace, Operation, PatternId, ProductBuffer,
+    ProductChunk, ProductLayout, Residency, ResidentCsr, ResidentDense, RunControl, SemiringKind,
+    SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
 };
 use crate::error::Error;
 use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
@@ -120,6 +120,7 @@ macro_rules! conformance_suite {
             capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
             spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
             spgemm_rejects_bad_operands, unclaimed_spgemm_options_are_refused,
+            spgemm_semirings_and_masks,
             spmv_every_format,
             spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
             resident_round_trips, mixed_host_and_resident_operands, resident_chain,
@@ -574,6 +575,284 @@ pub fn unclaimed_spgemm_options_are_refused<T: Scalar, B: Backend<T> + ?Sized>(b
     }
     // Plain options with any algorithm stay plain, and run.
     assert!(SpgemmOptions::new().is_plain());
+}
+
+/// Operands for [`spgemm_semirings_and_masks`]: random values of both signs with some
+/// explicit zeros (so that valued masks differ from structural ones), an empty row in A, and
+/// a class matrix.
+fn semiring_operands<T: Scalar>() -> Vec<(&'static str, Csr<T>, Csr<T>)> {
+    let with_zeros = |m: Csr<T>, every: usize| {
+        let mut m = m;
+        for (k, v) in m.values_mut().iter_mut().enumerate() {
+            if k % every == 3 {
+                *v = T::zero();
+            }
+        }
+        m
+    };
+    let mut a = with_zeros(random_csr(30, 25, 0.2, 41), 7);
+    // Row 2 of A is empty.
+    let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+    for i in 0..a.nrows() {
+        if i != 2 {
+            let (c, v) = a.row(i);
+            cols.extend_from_slice(c);
+            vals.extend_from_slice(v);
+        }
+        offsets.push(cols.len() as u64);
+    }
+    a = Csr::try_new(30, 25, offsets, cols, vals).expect("A without row 2");
+    let (x, y) = class_operands::<T>(MatrixClass::PowerLaw);
+    vec![
+        (
+            "random with zeros",
+            a,
+            with_zeros(random_csr(25, 28, 0.25, 42), 5),
+        ),
+        ("power-law", x, y),
+    ]
+}
+
+/// The masks of [`spgemm_semirings_and_masks`] for a product of shape `shape`: a random
+/// matrix with explicit zeros and an empty row 1, as each mode; and one admitting nothing.
+fn semiring_masks<T: Scalar>(shape: (usize, usize)) -> Vec<(&'static str, Option<Mask>)> {
+    let mut m = random_csr::<T>(shape.0, shape.1, 0.3, 43);
+    for (k, v) in m.values_mut().iter_mut().enumerate() {
+        if k % 3 == 1 {
+            *v = T::zero();
+        }
+    }
+    if m.nrows() > 1 {
+        let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+        for i in 0..m.nrows() {
+            if i != 1 {
+                let (c, v) = m.row(i);
+                cols.extend_from_slice(c);
+                vals.extend_from_slice(v);
+            }
+            offsets.push(cols.len() as u64);
+        }
+        m = Csr::try_new(shape.0, shape.1, offsets, cols, vals).expect("mask");
+    }
+    let nothing = Csr::<T>::zeros(shape.0, shape.1).expect("empty mask");
+    vec![
+        ("no mask", None),
+        ("structural", Some(Mask::structural(&m))),
+        ("valued", Some(Mask::valued(&m))),
+        (
+            "complemented structural",
+            Some(Mask::structural(&m).complemented()),
+        ),
+        ("complemented valued", Some(Mask::valued(&m).complemented())),
+        ("admitting nothing", Some(Mask::structural(&nothing))),
+        (
+            "complement of nothing",
+            Some(Mask::structural(&nothing).complemented()),
+        ),
+    ]
+}
+
+/// The semiring whose result over the operands' magnitudes bounds what rounding can move an
+/// entry of `kind` by ([`tolerance`]'s magnitude sum).
+fn magnitude_semiring(kind: SemiringKind) -> SemiringKind {
+    match kind {
+        SemiringKind::MinPlus | SemiringKind::MaxPlus => SemiringKind::MaxPlus,
+        SemiringKind::MinFirst => SemiringKind::PlusFirst,
+        SemiringKind::MinSecond => SemiringKind::PlusSecond,
+        other => other,
+    }
+}
+
+/// `actual` against the reference `want` of `C⟨M⟩ = x · y` over `kind`: the same structure,
+/// and values within tolerance; for "any" semirings, any valid product (1 for `any_pair`, an
+/// inner index `k` with `x(i,k)` and `y(k,j)` stored for `any_secondi`).
+fn compare_semiring<T: Scalar>(
+    kind: SemiringKind,
+    actual: &Csr<T>,
+    want: &Csr<T>,
+    magnitude: &Csr<f64>,
+    x: &Csr<T>,
+    y: &Csr<T>,
+) -> Result<(), String> {
+    if actual.shape() != want.shape() {
+        return Err(format!(
+            "shape {:?}, expected {:?}",
+            actual.shape(),
+            want.shape()
+        ));
+    }
+    for (i, &terms) in row_terms(x).iter().enumerate() {
+        let (ac, av) = actual.row(i);
+        let (ec, ev) = want.row(i);
+        if ac != ec {
+            return Err(format!(
+                "row {i} has columns {:?}, expected {:?}",
+                truncate(ac),
+                truncate(ec)
+            ));
+        }
+        let (_, mv) = magnitude.row(i);
+        for e in 0..ec.len() {
+            let (j, a) = (ec[e], av[e]);
+            let valid = match kind {
+                SemiringKind::AnyPair => a == T::from_f64(1.0),
+                SemiringKind::AnySecondI => {
+                    let k = a.to_parts().0;
+                    k >= 0.0
+                        && k.fract() == 0.0
+                        && (k as usize) < x.ncols()
+                        && x.row(i).0.binary_search(&(k as u32)).is_ok()
+                        && y.row(k as usize).0.binary_search(&j).is_ok()
+                }
+                _ => {
+                    let tol = tolerance(terms, mv[e].abs(), ev[e]);
+                    let diff = distance(a, ev[e]);
+                    // Equal infinities (no finite product) are equal.
+                    a == ev[e] || diff <= tol
+                }
+            };
+            if !valid {
+                return Err(format!("C[{i}, {j}] = {a:?}, expected {:?}", ev[e]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every semiring and mask mode the backend claims for `T`
+/// ([`crate::Capabilities::spgemm_features`]) against the reference, through `spgemm_with`,
+/// `spgemm_resident` and the chunk protocol (chunks and their counts): C's structure exactly
+/// (the masked structural product: entries where admitted products land, whatever their
+/// value) and its values as the semiring defines them. The operands hold negative values and
+/// explicit zeros, an empty row in A and one in the mask, and one mask admits nothing; the
+/// check first makes sure that each mode's and each semiring's reference result differs from
+/// the unmasked plus-times one, so that a backend ignoring either fails.
+pub fn spgemm_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let features = b.capabilities().spgemm_features(T::TYPE);
+    if features == crate::backend::SpgemmFeatures::plain()
+        || !claims(b, Operation::Spgemm(SpgemmAlgorithm::Auto))
+    {
+        return;
+    }
+    let nm = name(b);
+    let run = RunControl::new();
+    for (case, x, y) in semiring_operands::<T>() {
+        let plain = reference::spgemm::<T, PlusTimes>(&x, &y).expect("reference");
+        let (mx, my) = (magnitudes(&x), magnitudes(&y));
+        for (mode, mask) in semiring_masks::<T>(plain.shape()) {
+            let base = SpgemmOptions::new();
+            let base = match &mask {
+                Some(m) => base.with_mask(m.clone()),
+                None => base,
+            };
+            if base.unsupported_by(&features).is_some() {
+                continue;
+            }
+            let masked_plain = reference::spgemm_with_options(&x, &y, &base).expect("reference");
+            if mask.is_some() && case == "random with zeros" && mode != "complement of nothing" {
+                assert_ne!(
+                    masked_plain.col_indices(),
+                    plain.col_indices(),
+                    "the {mode} mask of the check admits every entry"
+                );
+            }
+            for kind in SemiringKind::ALL {
+                let options = base.clone().with_semiring(kind);
+                if options.unsupported_by(&features).is_some() {
+                    continue;
+                }
+                let want = reference::spgemm_with_options(&x, &y, &options).expect("reference");
+                if kind != SemiringKind::PlusTimes && want.nnz() > 0 {
+                    assert_ne!(
+                        want.values(),
+                        masked_plain.values(),
+                        "{kind} gives plus-times' values on {case}"
+                    );
+                }
+                let magnitude_options = options.clone().with_semiring(magnitude_semiring(kind));
+                let magnitude = reference::spgemm_with_options(&mx, &my, &magnitude_options)
+                    .expect("magnitudes");
+                let what = || format!("{nm}: {kind}, {mode}, on {case}");
+                let (hx, hy): (CsrOperand<'_, T>, CsrOperand<'_, T>) = ((&x).into(), (&y).into());
+                let got = b
+                    .spgemm_with(hx, hy, &options, &run)
+                    .unwrap_or_else(|e| panic!("{}: {e}", what()));
+                check(
+                    compare_semiring(kind, &got, &want, &magnitude, &x, &y),
+                    what,
+                );
+                let resident = b
+                    .spgemm_resident(hx, hy, &options, &run)
+                    .and_then(|r| b.download(&r))
+                    .unwrap_or_else(|e| panic!("{} (resident): {e}", what()));
+                check(
+                    compare_semiring(kind, &resident, &want, &magnitude, &x, &y),
+                    || format!("{} (resident)", what()),
+                );
+                if kind == SemiringKind::PlusTimes || kind == SemiringKind::MinPlus {
+                    semiring_chunks(b, &x, &y, &options, &want, &what);
+                }
+            }
+        }
+    }
+}
+
+/// Chunks of `C⟨M⟩ = x · y` (row ranges × column panels, the mask seen through each) and their
+/// counts against the reference `want`.
+fn semiring_chunks<T: Scalar, B: Backend<T> + ?Sized>(
+    b: &B,
+    x: &Csr<T>,
+    y: &Csr<T>,
+    options: &SpgemmOptions,
+    want: &Csr<T>,
+    what: &dyn Fn() -> String,
+) {
+    let (m, n) = want.shape();
+    let mut chunks = Vec::new();
+    for r in [0, m / 3, m].windows(2) {
+        for c in [0, n / 2, n].windows(2) {
+            chunks.push(ProductChunk {
+                rows: r[0]..r[1],
+                cols: c[0]..c[1],
+            });
+        }
+    }
+    let part = |chunk: &ProductChunk| {
+        crate::CsrWindow::new(want, chunk.rows.clone(), chunk.cols.clone())
+            .and_then(|w| w.to_csr())
+            .expect("part of C")
+    };
+    let run = RunControl::new();
+    let mut seen = 0;
+    b.spgemm_chunks(x.into(), y.into(), &chunks, options, &run, &mut |p| {
+        let expected = part(&chunks[p.index]);
+        assert_eq!(
+            p.product.col_indices(),
+            expected.col_indices(),
+            "{}: chunk {:?}",
+            what(),
+            chunks[p.index]
+        );
+        assert_eq!(p.product.row_offsets(), expected.row_offsets());
+        seen += 1;
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{} (chunks): {e}", what()));
+    assert_eq!(seen, chunks.len(), "{}: chunks delivered", what());
+    b.spgemm_chunk_counts(
+        x.into(),
+        y.into(),
+        &chunks,
+        options,
+        &run,
+        &mut |i, rows| {
+            let expected = part(&chunks[i]);
+            let want: Vec<u64> = (0..expected.nrows()).map(|r| expected.row_nnz(r)).collect();
+            assert_eq!(rows, want, "{}: counts of chunk {:?}", what(), chunks[i]);
+            Ok(())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{} (chunk counts): {e}", what()));
 }
 
 /// The backend describes itself and claims at least one operation for `T`.

@@ -38,6 +38,7 @@ pub mod matrix_market;
 pub mod reference;
 pub mod scalar;
 pub mod semiring;
+mod write_back;
 
 pub use backend::{
     AccumulateOp, Backend, BackendKind, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct,
@@ -55,7 +56,8 @@ pub use format::{
 };
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};
-pub use semiring::{PlusTimes, Semiring};
+pub use semiring::{PlusTimes, Semiring, SemiringVisitor};
+pub use write_back::write_back;
 
 /// Re-exported scalar crates, so users name the same `f16`, `bf16` and `Complex` types.
 pub use half::{bf16, f16};

@@ -11,10 +11,11 @@ use crate::backend::{
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use crate::backend::Mask;
 use crate::error::Result;
 use crate::format::{Csr, Dense, SparseFormat, SparseRef};
 use crate::scalar::{Scalar, ScalarType};
-use crate::semiring::{PlusTimes, Semiring};
+use crate::semiring::{with_semiring, PlusTimes, Semiring, SemiringVisitor};
 
 /// `C = A · B` over semiring `S` (Gustavson, one row at a time). A row's products are sorted
 /// by column (stably, so each column's products are summed in the order of A's row) and summed
@@ -31,7 +32,99 @@ pub fn spgemm_windows<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
     b: &CsrWindow<&Csr<T>>,
 ) -> Result<Csr<T>> {
-    spgemm_windows_in::<T, S>(a, b, None, false)
+    spgemm_windows_in::<T, S>(a, b, None, None, false)
+}
+
+/// `C⟨M⟩ = A · B` over semiring `S`: [`spgemm`] keeping only the products whose position
+/// `mask` admits (all of them without a mask). C's pattern is the masked structural product:
+/// an entry wherever an admitted product lands, whatever its value.
+pub fn spgemm_masked<T: Scalar, S: Semiring<T>>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    mask: Option<&Mask>,
+) -> Result<Csr<T>> {
+    let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
+    let mask = mask.map(|m| MaskWindow::new(m, &wa, &wb)).transpose()?;
+    spgemm_windows_in::<T, S>(&wa, &wb, mask.as_ref(), None, false)
+}
+
+/// `C⟨M⟩ = A · B` with the semiring and mask of `options` ([`spgemm_masked`] over the
+/// semiring [`SpgemmOptions::semiring`] names). The accumulator and the algorithm are not
+/// looked at: this is the product `T` that [`crate::write_back`] merges into a C.
+///
+/// ```
+/// use hetsparse_core::{reference, Csr, Mask, SemiringKind, SpgemmOptions};
+/// // A path 0 → 1 → 2 with weights 1 and 2: min_plus gives the two-hop distance.
+/// let a = Csr::try_new(3, 3, vec![0, 1, 2, 2], vec![1, 2], vec![1.0, 2.0])?;
+/// let options = SpgemmOptions::new().with_semiring(SemiringKind::MinPlus);
+/// let c = reference::spgemm_with_options(&a, &a, &options)?;
+/// assert_eq!((c.row(0).0, c.row(0).1), (&[2u32][..], &[3.0][..]));
+/// // A mask admitting nothing leaves nothing.
+/// let none = SpgemmOptions::new().with_mask(Mask::structural(&Csr::<f64>::zeros(3, 3)?));
+/// assert_eq!(reference::spgemm_with_options(&a, &a, &none)?.nnz(), 0);
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub fn spgemm_with_options<T: Scalar>(
+    a: &Csr<T>,
+    b: &Csr<T>,
+    options: &SpgemmOptions,
+) -> Result<Csr<T>> {
+    options.check_mask_shape((a.nrows(), b.ncols()))?;
+    struct Masked<'m, T> {
+        a: &'m Csr<T>,
+        b: &'m Csr<T>,
+        mask: Option<&'m Mask>,
+    }
+    impl<T: Scalar> SemiringVisitor<T> for Masked<'_, T> {
+        type Output = Result<Csr<T>>;
+        fn visit<S: Semiring<T>>(self) -> Result<Csr<T>> {
+            spgemm_masked::<T, S>(self.a, self.b, self.mask)
+        }
+    }
+    with_semiring(
+        options.semiring,
+        Masked {
+            a,
+            b,
+            mask: options.mask.as_ref(),
+        },
+    )?
+}
+
+/// A mask seen from a window of the product: row `i` of the window is the mask's row
+/// `row_base + i`, column `j` its column `col_lo + j`.
+struct MaskWindow<'m> {
+    mask: &'m Mask,
+    row_base: usize,
+    col_lo: u32,
+}
+
+impl<'m> MaskWindow<'m> {
+    /// The mask for the product of windows `a` and `b` ([`Error::InvalidArgument`] unless the
+    /// windows lie inside the mask's shape).
+    fn new<T: Scalar>(
+        mask: &'m Mask,
+        a: &CsrWindow<&Csr<T>>,
+        b: &CsrWindow<&Csr<T>>,
+    ) -> Result<Self> {
+        let (rows, cols) = mask.shape();
+        if a.rows().end > rows || b.col_lo() as usize + b.ncols() > cols {
+            return Err(crate::Error::InvalidArgument(format!(
+                "SpGEMM: a {rows}×{cols} mask for rows {:?} and columns from {} of C",
+                a.rows(),
+                b.col_lo()
+            )));
+        }
+        Ok(MaskWindow {
+            mask,
+            row_base: a.rows().start,
+            col_lo: b.col_lo(),
+        })
+    }
+
+    fn admits(&self, i: usize, j: u32) -> bool {
+        self.mask.admits(self.row_base + i, self.col_lo + j)
+    }
 }
 
 /// Products between two looks at a run's cancellation (and reports of its progress) in the
@@ -44,6 +137,7 @@ const CHECK_EVERY_PRODUCTS: u64 = 1 << 16;
 fn spgemm_windows_in<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
     b: &CsrWindow<&Csr<T>>,
+    mask: Option<&MaskWindow<'_>>,
     run: Option<&RunControl>,
     progress: bool,
 ) -> Result<Csr<T>> {
@@ -55,7 +149,7 @@ fn spgemm_windows_in<T: Scalar, S: Semiring<T>>(
     };
     let mut since_check = 0u64;
     let a_lo = a.col_lo();
-    let mut products: Vec<(u32, T, T)> = Vec::new();
+    let mut products: Vec<(u32, T, T, u32)> = Vec::new();
     let mut row_offsets = crate::host::try_with_capacity(a.nrows() + 1, "CSR row offsets")?;
     row_offsets.push(0u64);
     let mut cols: Vec<u32> = Vec::new();
@@ -63,16 +157,18 @@ fn spgemm_windows_in<T: Scalar, S: Semiring<T>>(
     for i in 0..a.nrows() {
         let (acols, avals) = a.row(i);
         for (&k, &av) in acols.iter().zip(avals) {
+            let k = k - a_lo;
             products.extend(
-                b.row_entries((k - a_lo) as usize)
-                    .map(|(j, bv)| (j, av, bv)),
+                b.row_entries(k as usize)
+                    .filter(|&(j, _)| mask.is_none_or(|m| m.admits(i, j)))
+                    .map(|(j, bv)| (j, av, bv, k)),
             );
         }
         products.sort_by_key(|p| p.0);
         for same in products.chunk_by(|p, q| p.0 == q.0) {
             let sum = same
                 .iter()
-                .fold(S::zero(), |acc, &(_, av, bv)| S::fma(acc, av, bv));
+                .fold(S::zero(), |acc, &(_, av, bv, k)| S::fma_at(acc, av, bv, k));
             cols.push(same[0].0);
             vals.push(T::from_acc(sum));
         }
@@ -175,7 +271,7 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         // A watcher told of the plan may have cancelled it.
         run.checkpoint()?;
         let (wa, wb) = (CsrWindow::whole(a), CsrWindow::whole(b));
-        spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), true)
+        spgemm_windows_in::<T, PlusTimes>(&wa, &wb, None, Some(run), true)
     }
 
     fn spmm_checked(
@@ -240,7 +336,7 @@ impl<T: Scalar> ChunkPipeline<T> for ReferenceBackend {
                 // Counted over whole rows of B, as planned: reported at the chunk's end.
                 let products = run.plan_product_rows(a, chunk.rows.clone(), b);
                 run.checkpoint()?;
-                let c = spgemm_windows_in::<T, PlusTimes>(&wa, &wb, Some(run), false)?;
+                let c = spgemm_windows_in::<T, PlusTimes>(&wa, &wb, None, Some(run), false)?;
                 run.add_done(products);
                 Ok(c)
             };
@@ -301,6 +397,40 @@ mod tests {
         assert_eq!(c.shape(), (35, 48));
         let wrong = CsrWindow::new(&b, 0..31, 0..70).unwrap();
         assert!(spgemm_windows::<f64, PlusTimes>(&wa, &wrong).is_err());
+    }
+
+    #[test]
+    fn semirings_and_masks_by_hand() {
+        use crate::semiring::{AnySecondI, MinPlus, PlusPair};
+        // A = [[1, 2], [0, 3]] (row 1 has A(1,0) missing), B = [[4, 0], [5, -6]].
+        let a = Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![1.0, 2.0, 3.0]).unwrap();
+        let b = Csr::try_new(2, 2, vec![0, 1, 3], vec![0, 0, 1], vec![4.0, 5.0, -6.0]).unwrap();
+        let dense = |c: &Csr<f64>| c.to_dense(Layout::RowMajor).unwrap().data().to_vec();
+        let c = spgemm::<f64, MinPlus>(&a, &b).unwrap();
+        assert_eq!(dense(&c), vec![5.0, -4.0, 8.0, -3.0]);
+        let c = spgemm::<f64, PlusPair>(&a, &b).unwrap();
+        assert_eq!(dense(&c), vec![2.0, 1.0, 1.0, 1.0]);
+        let c = spgemm::<f64, AnySecondI>(&a, &b).unwrap();
+        assert_eq!(
+            dense(&c),
+            vec![1.0, 1.0, 1.0, 1.0],
+            "the last k of each entry"
+        );
+        // A valued mask holding an explicit zero at (0, 1) admits only (0, 0) and (1, 1).
+        let m = Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![1.0, 0.0, 1.0]).unwrap();
+        let c = spgemm_masked::<f64, PlusTimes>(&a, &b, Some(&Mask::valued(&m))).unwrap();
+        assert_eq!(
+            (c.col_indices(), c.values()),
+            (&[0, 1][..], &[14.0, -18.0][..])
+        );
+        let c = spgemm_masked::<f64, PlusTimes>(&a, &b, Some(&Mask::structural(&m))).unwrap();
+        assert_eq!(c.nnz(), 3);
+        let complement = Mask::valued(&m).complemented();
+        let c = spgemm_masked::<f64, PlusTimes>(&a, &b, Some(&complement)).unwrap();
+        assert_eq!(
+            (c.row_offsets(), c.values()),
+            (&[0, 1, 2][..], &[-12.0, 15.0][..])
+        );
     }
 
     #[test]

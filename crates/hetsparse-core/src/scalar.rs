@@ -150,6 +150,15 @@ pub trait Scalar: Copy + Send + Sync + Debug + PartialEq + Default + 'static {
     fn conj(self) -> Self;
     /// Negation.
     fn neg(self) -> Self;
+    /// Runs `visitor` over the semiring `kind` names, where it is defined over this type;
+    /// `None` where not. Reached through [`crate::semiring::with_semiring`]. By default the
+    /// semirings every type has (`+` and `1` only); the real types add the ordered ones.
+    fn visit_semiring<V: crate::semiring::SemiringVisitor<Self>>(
+        kind: crate::backend::SemiringKind,
+        visitor: V,
+    ) -> Option<V::Output> {
+        crate::semiring::visit_additive(kind, visitor)
+    }
     /// Magnitude as f64.
     fn magnitude(self) -> f64 {
         self.to_acc().magnitude()
@@ -186,6 +195,12 @@ macro_rules! real_scalar {
             }
             fn neg(self) -> Self {
                 -self
+            }
+            fn visit_semiring<V: crate::semiring::SemiringVisitor<Self>>(
+                kind: crate::backend::SemiringKind,
+                visitor: V,
+            ) -> Option<V::Output> {
+                crate::semiring::visit_ordered(kind, visitor)
             }
         }
     };

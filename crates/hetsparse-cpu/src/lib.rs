@@ -23,6 +23,11 @@
 //! - **Chunks** (row range × column panel) read A and B in place: B's panel is never copied.
 //! - **SpMV and SpMM** run native loops per format (CSR, CSC, COO, DIA, ELLPACK-R, CSPR, BSR),
 //!   parallel over rows.
+//! - **Semirings and masks** (GraphBLAS semantics, [`hetsparse_core::semiring`]): every
+//!   semiring of [`SemiringKind`] defined over the scalar type runs in the kernels above;
+//!   a masked product `C⟨M⟩ = A · B` (structural or valued, complemented or not) runs a masked
+//!   Row-Row kernel that skips the products the mask refuses before multiplying them. Plans
+//!   are plus-times only, and no accumulator is claimed (the product is a new C).
 //! - **Run control**: a SpGEMM (whole, chunk or plan execution) looks at cancellation before
 //!   each range of rows and reports the range's products as it completes, so a long product
 //!   stops within a range of rows and its progress moves while it runs.
@@ -36,6 +41,30 @@
 //! let a = Csr::try_new(2, 2, vec![0, 2, 3], vec![0, 1, 1], vec![1.0, 2.0, 3.0])?;
 //! let c = cpu.spgemm(&a, &a, SpgemmAlgorithm::Auto)?;
 //! assert_eq!(c.values(), &[1.0, 8.0, 9.0]);
+//! # Ok::<(), hetsparse_core::Error>(())
+//! ```
+//!
+//! Triangles of a graph, as `C⟨L⟩ = L · L` over `plus_pair` (L the strictly lower triangle of
+//! its adjacency matrix), and shortest two-hop paths over `min_plus`:
+//!
+//! ```
+//! use hetsparse_core::{Backend, Csr, Mask, RunControl, SemiringKind, SpgemmOptions};
+//! use hetsparse_cpu::CpuBackend;
+//!
+//! let cpu = CpuBackend::with_threads(2)?;
+//! // The complete graph on 4 vertices: L holds (i, j) for i > j; 4 triangles.
+//! let l = Csr::try_new(4, 4, vec![0, 0, 1, 3, 6], vec![0, 0, 1, 0, 1, 2], vec![1.0; 6])?;
+//! let options = SpgemmOptions::new()
+//!     .with_semiring(SemiringKind::PlusPair)
+//!     .with_mask(Mask::structural(&l));
+//! let c = cpu.spgemm_with((&l).into(), (&l).into(), &options, &RunControl::new())?;
+//! assert_eq!(c.values().iter().sum::<f64>(), 4.0);
+//!
+//! // Edge weights 0 → 1 (1.0), 1 → 2 (2.0), 0 → 2 (5.0): the shortest two-hop path 0 → 2.
+//! let w = Csr::try_new(3, 3, vec![0, 2, 3, 3], vec![1, 2, 2], vec![1.0, 5.0, 2.0])?;
+//! let min_plus = SpgemmOptions::new().with_semiring("min_plus".parse()?);
+//! let two_hops = cpu.spgemm_with((&w).into(), (&w).into(), &min_plus, &RunControl::new())?;
+//! assert_eq!(two_hops.row(0), (&[2u32][..], &[3.0][..]));
 //! # Ok::<(), hetsparse_core::Error>(())
 //! ```
 #![warn(missing_docs)]
@@ -60,9 +89,10 @@ use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming,
     CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
-    MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk, Residency,
-    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType, SparseOperand,
-    SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
+    MaskKind, MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk,
+    Residency, ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType,
+    SemiringKind, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 use spgemm::Watch;
 
@@ -93,7 +123,38 @@ fn capabilities() -> Capabilities {
     ops.extend([Operation::DiaSpgemm, Operation::BsrSpgemm]);
     ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
     ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
-    Capabilities::new().with_all(&ops, &ScalarType::ALL)
+    ScalarType::ALL.iter().fold(
+        Capabilities::new().with_all(&ops, &ScalarType::ALL),
+        |caps, &scalar| caps.with_spgemm_features(&[scalar], spgemm_features(scalar)),
+    )
+}
+
+/// What SpGEMM runs over `scalar` beside plain plus-times: every semiring defined over it
+/// ([`SemiringKind::is_defined_for`]), and masks of every kind (computed by the masked
+/// Row-Row kernel, whatever the algorithm asked for). A replacing mask is claimed too: with no
+/// C to merge into, a product's replace and merge are the same. No accumulator: the product
+/// is a new C.
+fn spgemm_features(scalar: ScalarType) -> SpgemmFeatures {
+    let mut features = SpgemmFeatures::plain();
+    features.semirings = SemiringKind::defined_for(scalar).collect();
+    features.masks = [MaskKind::Structural, MaskKind::Valued].into();
+    features.complemented_masks = true;
+    features.replacing_masks = true;
+    features
+}
+
+/// [`Error::Unsupported`] for a plan of a product with a semiring or a mask: plans execute
+/// plus-times over the unmasked product's structure only (for now).
+fn plain_plan<T: Scalar>(options: &SpgemmOptions) -> Result<()> {
+    if options.semiring == SemiringKind::PlusTimes && options.mask.is_none() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        backend: hetsparse_core::BackendKind::Cpu,
+        op: Operation::Spgemm(options.algorithm),
+        scalar: T::TYPE,
+        detail: Some("a plan of a product with a semiring or a mask".into()),
+    })
 }
 
 impl CpuBackend {
@@ -225,11 +286,11 @@ impl<T: Scalar> Backend<T> for CpuBackend {
         run.checkpoint()?;
         self.install(|| {
             let planned = run.plan_product(a, b)?;
-            spgemm::multiply::<T, PlusTimes>(
+            spgemm::multiply_with(
                 &CsrWindow::whole(a),
                 &CsrWindow::whole(b),
                 spgemm::shape_of_b(b),
-                options.algorithm,
+                options,
                 Watch { run, planned },
             )
         })
@@ -360,6 +421,7 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         options: &SpgemmOptions,
         checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
+        plain_plan::<T>(options)?;
         let (ha, hb) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         let _span =
             tracing::debug_span!("symbolic", nrows = ha.nrows(), ncols = hb.ncols()).entered();
@@ -460,7 +522,7 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
                     let (wa, wb) = chunk.windows(a, b)?;
                     let planned = run.plan_product_rows(a, chunk.rows.clone(), b);
                     let watch = Watch { run, planned };
-                    spgemm::multiply::<T, PlusTimes>(&wa, &wb, b_shape, options.algorithm, watch)
+                    spgemm::multiply_with(&wa, &wb, b_shape, options, watch)
                 })
                 .map_err(|e: Error| e.in_chunk(index))?;
             sink(ChunkProduct {
@@ -497,35 +559,65 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
                 let planned = run.plan_product_rows(a, chunk.rows.clone(), b);
                 let watch = Watch { run, planned };
                 let counts: Vec<u64> = (0..chunk.rows.len()).map(|k| place.row_len(k)).collect();
-                // SAFETY: `multiply_into` writes every slot it is given where it returns `Ok`.
-                let filled = unsafe {
-                    place.fill_rows(&counts, |cols, vals| {
-                        spgemm::multiply_into::<T, PlusTimes>(
-                            &wa,
-                            &wb,
-                            b_shape,
-                            options.algorithm,
-                            watch,
-                            &counts,
-                            cols,
-                            vals,
-                        )
-                    })?
-                };
+                // A masked chunk is computed, then copied in.
+                // SAFETY: `multiply_into_with` writes every slot it is given where it returns
+                // `Ok`.
+                let filled = options.mask.is_none()
+                    && unsafe {
+                        place.fill_rows(&counts, |cols, vals| {
+                            spgemm::multiply_into_with(
+                                &wa, &wb, b_shape, options, watch, &counts, cols, vals,
+                            )
+                        })?
+                    };
                 if !filled {
-                    let c = spgemm::multiply::<T, PlusTimes>(
-                        &wa,
-                        &wb,
-                        b_shape,
-                        options.algorithm,
-                        watch,
-                    )?;
+                    let c = spgemm::multiply_with(&wa, &wb, b_shape, options, watch)?;
                     place.write_csr(&c)?;
                 }
                 Ok(())
             })
             .map_err(|e| e.in_chunk(index))?;
             done(index, ChunkTiming::host(start.elapsed()))?;
+        }
+        Ok(())
+    }
+
+    /// A masked product's chunks are counted by computing them (the masked kernel is one
+    /// pass); others on the host's symbolic counts, as by default.
+    fn chunk_counts(
+        &self,
+        a: CsrOperand<'_, T>,
+        b: CsrOperand<'_, T>,
+        chunks: &[ProductChunk],
+        options: &SpgemmOptions,
+        run: &RunControl,
+        counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
+        checked: Validated,
+    ) -> Result<()> {
+        if options.mask.is_none() {
+            return hetsparse_core::backend::chunks::plain::spgemm_chunk_counts(
+                self, a, b, chunks, options, run, counts, checked,
+            );
+        }
+        let (a, b) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
+        let b_shape = self.install(|| spgemm::shape_of_b(b));
+        // The pattern is the semiring's whatever it is: counted over plus-times.
+        let structural = options.clone().with_semiring(SemiringKind::PlusTimes);
+        for (index, chunk) in chunks.iter().enumerate() {
+            run.checkpoint()?;
+            let rows = self
+                .install(|| -> Result<Vec<u64>> {
+                    let (wa, wb) = chunk.windows(a, b)?;
+                    let unwatched = RunControl::unwatched();
+                    let watch = Watch {
+                        run: &unwatched,
+                        planned: 0,
+                    };
+                    let c = spgemm::multiply_with(&wa, &wb, b_shape, &structural, watch)?;
+                    Ok(c.row_offsets().windows(2).map(|w| w[1] - w[0]).collect())
+                })
+                .map_err(|e| e.in_chunk(index))?;
+            counts(index, &rows)?;
         }
         Ok(())
     }

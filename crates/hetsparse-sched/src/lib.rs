@@ -57,8 +57,8 @@ use hetsparse_core::backend::{assemble_chunks, check, host_operands};
 use hetsparse_core::{
     analysis, Backend, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device, DeviceInfo,
     DeviceKind, Dia, Error, MemorySpace, Operation, ProductBuffer, ProductChunk, ProductLayout,
-    ResidentCsr, Result, RunControl, Scalar, SparseFormat, SparseOperand, SparseRef, SpgemmOptions,
-    SpmmOptions, SpmvOptions, Validated, VectorOperand,
+    ResidentCsr, Result, RunControl, Scalar, ScalarType, SparseFormat, SparseOperand, SparseRef,
+    SpgemmFeatures, SpgemmOptions, SpmmOptions, SpmvOptions, Validated, VectorOperand,
 };
 
 pub use band::{BandCost, BandWork};
@@ -116,6 +116,22 @@ impl<T: Scalar> Scheduler<T> {
         for b in &backends {
             for (op, scalar) in b.capabilities().iter() {
                 capabilities = capabilities.with(op, &[scalar]);
+            }
+        }
+        // SpGEMM options any backend runs: a product with them is shared only among the
+        // backends that run them ([`Scheduler::spgemm_part`]).
+        for scalar in ScalarType::ALL {
+            let mut union = SpgemmFeatures::plain();
+            for b in &backends {
+                let f = b.capabilities().spgemm_features(scalar);
+                union.semirings.extend(f.semirings);
+                union.masks.extend(f.masks);
+                union.complemented_masks |= f.complemented_masks;
+                union.replacing_masks |= f.replacing_masks;
+                union.accumulators.extend(f.accumulators);
+            }
+            if union != SpgemmFeatures::plain() {
+                capabilities = capabilities.with_spgemm_features(&[scalar], union);
             }
         }
         let own_memory: Vec<bool> = backends
@@ -284,6 +300,31 @@ impl<T: Scalar> Scheduler<T> {
                 op,
                 scalar: T::TYPE,
                 detail: Some("no backend of the scheduler supports it".into()),
+            });
+        }
+        Ok(part)
+    }
+
+    /// The backends taking part in a SpGEMM with `options`: those running its algorithm and,
+    /// beyond plain plus-times, its semiring and mask ([`SpgemmFeatures`]).
+    fn spgemm_part(&self, options: &SpgemmOptions) -> Result<Vec<bool>> {
+        let op = Operation::Spgemm(options.algorithm);
+        let mut part = self.taking_part(op)?;
+        if options.is_plain() {
+            return Ok(part);
+        }
+        for (p, b) in part.iter_mut().zip(&self.backends) {
+            *p = *p
+                && options
+                    .unsupported_by(&b.capabilities().spgemm_features(T::TYPE))
+                    .is_none();
+        }
+        if !part.iter().any(|p| *p) {
+            return Err(Error::Unsupported {
+                backend: hetsparse_core::BackendKind::Scheduler,
+                op,
+                scalar: T::TYPE,
+                detail: Some("no backend of the scheduler runs these SpGEMM options".into()),
             });
         }
         Ok(part)
@@ -483,7 +524,7 @@ impl<T: Scalar> Scheduler<T> {
     ) -> Result<Csr<T>> {
         let started = Instant::now();
         self.policy.validate(self.backends.len())?;
-        let part = self.taking_part(Operation::Spgemm(options.algorithm))?;
+        let part = self.spgemm_part(options)?;
         let operand_budget = self.operand_budget(&part);
         let participants = part.iter().filter(|p| **p).count();
         let _span = tracing::info_span!(

@@ -1111,3 +1111,45 @@ mod band_learning {
         }
     }
 }
+
+/// A product with a semiring and a mask is shared only among the backends that claim them
+/// (here the CPU, not the serial reference, which runs plain products only), however the
+/// policy would share it; with no such backend it is refused.
+#[test]
+fn semiring_and_mask_products_go_only_to_backends_that_claim_them() {
+    use hetsparse_core::{Mask, SemiringKind, SpgemmOptions};
+    let (a, b) = operands(MatrixClass::PowerLaw);
+    let mask = Mask::valued(&reference(&a, &b)).complemented();
+    let options = SpgemmOptions::new()
+        .with_semiring(SemiringKind::MinPlus)
+        .with_mask(Mask::structural(&a).complemented());
+    let want = hetsparse_core::reference::spgemm_with_options(&a, &b, &options).unwrap();
+    let reference_backend: Shared = Arc::new(hetsparse_core::ReferenceBackend);
+    for policy in [
+        Policy::WorkStealing,
+        Policy::RowSplitAssumed(vec![1.0, 1.0]),
+    ] {
+        let s = Scheduler::from_shared(vec![reference_backend.clone(), cpu()])
+            .policy(policy.clone())
+            .min_chunk_products(1)
+            .share_always();
+        let c = s
+            .spgemm_with((&a).into(), (&b).into(), &options, &RunControl::new())
+            .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        assert_eq!(c.row_offsets(), want.row_offsets(), "{policy:?}");
+        assert_eq!(c.col_indices(), want.col_indices(), "{policy:?}");
+        assert_eq!(c.values(), want.values(), "{policy:?}");
+        let masked = options.clone().with_mask(mask.clone());
+        let c = s
+            .spgemm_with((&a).into(), (&b).into(), &masked, &RunControl::new())
+            .unwrap();
+        let want = hetsparse_core::reference::spgemm_with_options(&a, &b, &masked).unwrap();
+        assert_eq!(c.col_indices(), want.col_indices(), "{policy:?}");
+    }
+    let alone = Scheduler::from_shared(vec![reference_backend]);
+    let refused = alone.spgemm_with((&a).into(), (&b).into(), &options, &RunControl::new());
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+}

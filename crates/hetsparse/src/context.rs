@@ -528,6 +528,11 @@ impl<T: ContextScalar> Context<T> {
         options: &SpgemmOptions,
         run: &RunControl,
     ) -> Result<Csr<T>> {
+        // A semiring or a mask goes to the scheduler, which gives it only to the devices that
+        // run it; the cost model knows plain products only.
+        if !options.is_plain() {
+            return self.backend().spgemm_with(a, b, options, run);
+        }
         let (CsrOperand::Host(ha), CsrOperand::Host(hb)) = (a, b) else {
             return self.backend().spgemm_with(a, b, options, run);
         };

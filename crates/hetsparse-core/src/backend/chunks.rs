@@ -163,7 +163,7 @@ pub mod plain {
                     _ => {
                         let pa = ca.as_ref().map_or(a, CsrOperand::from);
                         let pb = cb.as_ref().map_or(b, CsrOperand::from);
-                        backend.spgemm_with(pa, pb, options, run)
+                        backend.spgemm_with(pa, pb, &chunk_options(options, chunk)?, run)
                     }
                 }
             };
@@ -176,6 +176,17 @@ pub mod plain {
             })?;
         }
         Ok(())
+    }
+
+    /// `options` for the product of one chunk as a product of its own: its mask, if any, cut to
+    /// the chunk ([`Mask::window`](crate::Mask::window)).
+    fn chunk_options(options: &SpgemmOptions, chunk: &ProductChunk) -> Result<SpgemmOptions> {
+        match &options.mask {
+            None => Ok(options.clone()),
+            Some(mask) => Ok(options
+                .clone()
+                .with_mask(mask.window(chunk.rows.clone(), chunk.cols.clone())?)),
+        }
     }
 
     /// Each chunk from [`plain::spgemm_chunks`](spgemm_chunks) or the backend's own
@@ -213,11 +224,28 @@ pub mod plain {
         a: CsrOperand<'_, T>,
         b: CsrOperand<'_, T>,
         chunks: &[ProductChunk],
-        _options: &SpgemmOptions,
+        options: &SpgemmOptions,
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
-        _checked: Validated,
+        checked: Validated,
     ) -> Result<()> {
+        if options.mask.is_some() {
+            // A masked chunk's pattern is known once it is computed: the backend computes it.
+            return spgemm_chunks(
+                backend,
+                a,
+                b,
+                chunks,
+                options,
+                run,
+                &mut |part| {
+                    let c = &part.product;
+                    let rows: Vec<u64> = (0..c.nrows()).map(|i| c.row_nnz(i)).collect();
+                    counts(part.index, &rows)
+                },
+                checked,
+            );
+        }
         let (ha, hb) = (host_operand(backend, a)?, host_operand(backend, b)?);
         for (index, chunk) in chunks.iter().enumerate() {
             run.checkpoint()?;

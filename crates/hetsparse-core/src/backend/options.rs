@@ -19,48 +19,107 @@ use crate::scalar::Scalar;
 
 /// The semiring a SpGEMM multiplies over: its "add" combines the products landing on one
 /// entry of C, its "multiply" makes them. Kernels are written over the
-/// [`Semiring`](crate::Semiring) trait; this names one for the options.
+/// [`Semiring`](crate::Semiring) trait; this names one for the options, with
+/// SuiteSparse:GraphBLAS's meaning ([`crate::semiring`] has the table). It displays and parses
+/// as python-graphblas spells it (`"min_plus"`; `"plus_one"` is `plus_pair`).
+///
+/// ```
+/// use hetsparse_core::{ScalarType, SemiringKind};
+/// let kind: SemiringKind = "min_plus".parse()?;
+/// assert_eq!((kind, kind.to_string()), (SemiringKind::MinPlus, "min_plus".to_string()));
+/// assert!(!kind.is_defined_for(ScalarType::C64));
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum SemiringKind {
-    /// `+` and `×`: ordinary arithmetic, the default.
+    /// `plus_times`: `+` and `×`, ordinary arithmetic, the default.
     #[default]
     PlusTimes,
-    /// `min` and `+`, zero `+∞`: shortest paths.
-    MinPlus,
-    /// `max` and `+`, zero `−∞`: longest or critical paths.
-    MaxPlus,
-    /// `max` and `×`, zero `0`: most reliable paths (values in `[0, 1]`).
-    MaxTimes,
-    /// `or` and `and` over "stored and non-zero": reachability, breadth-first search.
-    OrAnd,
-    /// `+` and "1 for every pair of stored entries": counting common neighbours (triangles),
-    /// whatever the values.
+    /// `plus_pair` (`plus_one`): `+` of a 1 per product: counting common neighbours
+    /// (triangles), whatever the values.
     PlusPair,
+    /// `any_pair`: 1 wherever a product lands: reachability, structure only.
+    AnyPair,
+    /// `min_plus`: `min` and `+`, identity `+∞`: shortest paths.
+    MinPlus,
+    /// `max_plus`: `max` and `+`, identity `−∞`: longest or critical paths.
+    MaxPlus,
+    /// `min_first`: `min` of A's values over the products landing on an entry.
+    MinFirst,
+    /// `min_second`: `min` of B's values over the products landing on an entry.
+    MinSecond,
+    /// `plus_first`: `+` of A's values over the products landing on an entry.
+    PlusFirst,
+    /// `plus_second`: `+` of B's values over the products landing on an entry.
+    PlusSecond,
+    /// `any_secondi`: one inner index `k` (with `A(i,k)` and `B(k,j)` stored) per entry:
+    /// parents in a breadth-first search.
+    AnySecondI,
+    /// `lor_land`: `or` and `and` over "stored and non-zero", as 1 or 0: reachability.
+    LorLand,
+    /// `max_times`: `max` and `×`, identity `−∞`: most reliable paths (values in `[0, 1]`).
+    MaxTimes,
+    /// `max_min`: `max` and `min`, identity `−∞`: widest (bottleneck) paths.
+    MaxMin,
 }
 
 impl SemiringKind {
     /// Every semiring, the default first.
-    pub const ALL: [SemiringKind; 6] = [
+    pub const ALL: [SemiringKind; 13] = [
         SemiringKind::PlusTimes,
+        SemiringKind::PlusPair,
+        SemiringKind::AnyPair,
         SemiringKind::MinPlus,
         SemiringKind::MaxPlus,
+        SemiringKind::MinFirst,
+        SemiringKind::MinSecond,
+        SemiringKind::PlusFirst,
+        SemiringKind::PlusSecond,
+        SemiringKind::AnySecondI,
+        SemiringKind::LorLand,
         SemiringKind::MaxTimes,
-        SemiringKind::OrAnd,
-        SemiringKind::PlusPair,
+        SemiringKind::MaxMin,
     ];
+
+    /// Its name as python-graphblas spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SemiringKind::PlusTimes => "plus_times",
+            SemiringKind::PlusPair => "plus_pair",
+            SemiringKind::AnyPair => "any_pair",
+            SemiringKind::MinPlus => "min_plus",
+            SemiringKind::MaxPlus => "max_plus",
+            SemiringKind::MinFirst => "min_first",
+            SemiringKind::MinSecond => "min_second",
+            SemiringKind::PlusFirst => "plus_first",
+            SemiringKind::PlusSecond => "plus_second",
+            SemiringKind::AnySecondI => "any_secondi",
+            SemiringKind::LorLand => "lor_land",
+            SemiringKind::MaxTimes => "max_times",
+            SemiringKind::MaxMin => "max_min",
+        }
+    }
 }
 
 impl fmt::Display for SemiringKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SemiringKind::PlusTimes => "plus-times",
-            SemiringKind::MinPlus => "min-plus",
-            SemiringKind::MaxPlus => "max-plus",
-            SemiringKind::MaxTimes => "max-times",
-            SemiringKind::OrAnd => "or-and",
-            SemiringKind::PlusPair => "plus-pair",
-        })
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SemiringKind {
+    type Err = Error;
+    /// A python-graphblas name (`"plus_one"` for `plus_pair` too); [`Error::InvalidArgument`]
+    /// for any other.
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "plus_one" {
+            return Ok(SemiringKind::PlusPair);
+        }
+        SemiringKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("no semiring is named {s:?}")))
     }
 }
 
@@ -141,6 +200,42 @@ impl Mask {
         }
     }
 
+    /// The part of this mask over rows `rows` and columns `cols` of C, for a chunk of the
+    /// product (same kind, complement and replace); [`Error::InvalidArgument`] for ranges
+    /// outside its shape.
+    pub fn window(
+        &self,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) -> Result<Mask> {
+        let (nrows, ncols) = self.shape();
+        if rows.start > rows.end || rows.end > nrows || cols.start > cols.end || cols.end > ncols {
+            return Err(Error::InvalidArgument(format!(
+                "a window of rows {rows:?} and columns {cols:?} of a {nrows}×{ncols} mask"
+            )));
+        }
+        let (lo, hi) = (cols.start as u32, cols.end as u32);
+        let mut row_offsets = Vec::with_capacity(rows.len() + 1);
+        let mut col_indices = Vec::new();
+        row_offsets.push(0);
+        for i in rows.clone() {
+            let r = self.row(i);
+            let r = &r[r.partition_point(|&j| j < lo)..];
+            let r = &r[..r.partition_point(|&j| j < hi)];
+            col_indices.extend(r.iter().map(|&j| j - lo));
+            row_offsets.push(col_indices.len() as u64);
+        }
+        Ok(Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows: rows.len(),
+                ncols: cols.len(),
+                row_offsets,
+                col_indices,
+            }),
+            ..self.clone()
+        })
+    }
+
     /// This mask, admitting the positions it did not and refusing those it did.
     pub fn complemented(mut self) -> Mask {
         self.complement = !self.complement;
@@ -177,6 +272,12 @@ impl Mask {
     /// How many positions its matrix admits (before any complement).
     pub fn entries(&self) -> u64 {
         self.pattern.col_indices.len() as u64
+    }
+
+    /// Whether the mask (with its complement) admits C's entry `(i, j)`; `i` must be below
+    /// the mask's rows.
+    pub fn admits(&self, i: usize, j: u32) -> bool {
+        self.row(i).binary_search(&j).is_ok() != self.complement
     }
 
     /// The admitted columns of row `i` (before any complement), sorted as its matrix's were.

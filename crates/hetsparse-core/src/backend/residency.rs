@@ -200,7 +200,11 @@ pub mod in_host {
     ) -> Result<ResidentCsr<T>> {
         let space = check::host_space(backend, "its residency")?;
         let c = backend.spgemm_checked(a, b, options, run, checked)?;
-        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        // A masked product's pattern is not the product's: it is taken from C itself.
+        let pattern = match options.mask {
+            Some(_) => PatternId::of(&c),
+            None => PatternId::of_product(a.pattern(), b.pattern()),
+        };
         // SAFETY: `c` is the product of operands whose identities these are (a handle's
         // identity is its structure's: the constructors make it so).
         Ok(unsafe { ResidentCsr::from_host_with_pattern(space, c, pattern) })
@@ -247,6 +251,15 @@ pub mod in_host {
         checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
         let space = check::host_space(backend, "its residency")?;
+        if options.semiring != crate::backend::SemiringKind::PlusTimes || options.mask.is_some() {
+            // Executions recompute plus-times over the unmasked product's structure.
+            return Err(crate::Error::Unsupported {
+                backend: backend.info().backend,
+                op: crate::backend::Operation::Spgemm(options.algorithm),
+                scalar: T::TYPE,
+                detail: Some("a plan of a product with a semiring or a mask".into()),
+            });
+        }
         let c = backend.spgemm_checked(a, b, options, &RunControl::unwatched(), checked)?;
         let (ha, hb) = (
             host_operands::csr(backend, a)?,

@@ -98,7 +98,7 @@ fn block<T: Scalar, S: Semiring<T>>(
             let cursor = &mut cursors[(i - first) as usize];
             let segment = &mut pairs[*cursor..*cursor + b_cols.len()];
             for ((slot, &j), &bv) in segment.iter_mut().zip(b_cols).zip(b_vals) {
-                *slot = (j, S::mul(av, bv));
+                *slot = (j, S::mul_at(av, bv, k));
             }
             *cursor += b_cols.len();
         }

@@ -19,6 +19,7 @@
 //! and its progress moves range by range.
 
 mod column_row;
+mod masked;
 mod row_row;
 mod scratch;
 mod staged;
@@ -27,7 +28,11 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use hetsparse_core::format::Csr;
-use hetsparse_core::{CsrWindow, Error, Result, RunControl, Scalar, Semiring, SpgemmAlgorithm};
+use hetsparse_core::semiring::with_semiring;
+use hetsparse_core::{
+    CsrWindow, Error, Mask, Result, RunControl, Scalar, Semiring, SemiringVisitor, SpgemmAlgorithm,
+    SpgemmOptions,
+};
 use rayon::prelude::*;
 
 use crate::memory::reserved;
@@ -491,6 +496,107 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
         tracing::debug!("C's upper bound cannot be reserved: counting first");
     }
     multiply_counted::<T, S>(&ops, &products, &pool, a, algorithm, watch)
+}
+
+/// [`multiply`] over the semiring `options` names, with its mask where it has one (then
+/// [`masked`] computes it, whatever the algorithm).
+pub(crate) fn multiply_with<T: Scalar>(
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
+    b_shape: ShapeOfB,
+    options: &SpgemmOptions,
+    watch: Watch<'_>,
+) -> Result<Csr<T>> {
+    struct Product<'x, 'm, T> {
+        a: &'x CsrWindow<&'m Csr<T>>,
+        b: &'x CsrWindow<&'m Csr<T>>,
+        b_shape: ShapeOfB,
+        algorithm: SpgemmAlgorithm,
+        mask: Option<&'x Mask>,
+        watch: Watch<'x>,
+    }
+    impl<T: Scalar> SemiringVisitor<T> for Product<'_, '_, T> {
+        type Output = Result<Csr<T>>;
+        fn visit<S: Semiring<T>>(self) -> Result<Csr<T>> {
+            match self.mask {
+                Some(mask) => {
+                    let ops = Operands::new(self.a, self.b, self.b_shape)?;
+                    Ok(masked::multiply::<T, S>(&ops, mask, self.watch)?.0)
+                }
+                None => multiply::<T, S>(self.a, self.b, self.b_shape, self.algorithm, self.watch),
+            }
+        }
+    }
+    with_semiring(
+        options.semiring,
+        Product {
+            a,
+            b,
+            b_shape,
+            algorithm: options.algorithm,
+            mask: options.mask.as_ref(),
+            watch,
+        },
+    )?
+}
+
+/// [`multiply_into`] over the semiring `options` names; [`Error::Internal`] for a mask, whose
+/// chunks are computed whole ([`multiply_with`]) and copied in.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn multiply_into_with<T: Scalar>(
+    a: &CsrWindow<&Csr<T>>,
+    b: &CsrWindow<&Csr<T>>,
+    b_shape: ShapeOfB,
+    options: &SpgemmOptions,
+    watch: Watch<'_>,
+    counts: &[u64],
+    cols: &mut [MaybeUninit<u32>],
+    vals: &mut [MaybeUninit<T>],
+) -> Result<()> {
+    struct Into<'x, 'm, T> {
+        a: &'x CsrWindow<&'m Csr<T>>,
+        b: &'x CsrWindow<&'m Csr<T>>,
+        b_shape: ShapeOfB,
+        algorithm: SpgemmAlgorithm,
+        watch: Watch<'x>,
+        counts: &'x [u64],
+        cols: &'x mut [MaybeUninit<u32>],
+        vals: &'x mut [MaybeUninit<T>],
+    }
+    impl<T: Scalar> SemiringVisitor<T> for Into<'_, '_, T> {
+        type Output = Result<()>;
+        fn visit<S: Semiring<T>>(self) -> Result<()> {
+            multiply_into::<T, S>(
+                self.a,
+                self.b,
+                self.b_shape,
+                self.algorithm,
+                self.watch,
+                self.counts,
+                self.cols,
+                self.vals,
+            )
+        }
+    }
+    if options.mask.is_some() {
+        return Err(Error::Internal {
+            backend: hetsparse_core::BackendKind::Cpu,
+            what: "a masked chunk computed into its place: masked chunks are copied in".into(),
+        });
+    }
+    with_semiring(
+        options.semiring,
+        Into {
+            a,
+            b,
+            b_shape,
+            algorithm: options.algorithm,
+            watch,
+            counts,
+            cols,
+            vals,
+        },
+    )?
 }
 
 /// The two-phase product: the symbolic phase counts every row, C is allocated exactly, and the

@@ -249,9 +249,9 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
         Kind::Scale => {
             let (b_cols, b_vals) = ops.b_row(a_cols[0]);
             if NUMERIC {
-                let (av, lo) = (a_vals[0], ops.lo);
+                let (av, lo, k) = (a_vals[0], ops.lo, a_cols[0]);
                 for (&j, &bv) in b_cols.iter().zip(b_vals) {
-                    out.push(j - lo, T::from_acc(S::mul(av, bv)));
+                    out.push(j - lo, T::from_acc(S::mul_at(av, bv, k)));
                 }
             }
             b_cols.len()
@@ -313,7 +313,7 @@ fn sort_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             b_cols
                 .iter()
                 .zip(b_vals)
-                .map(|(&j, &bv)| (j, S::mul(av, bv))),
+                .map(|(&j, &bv)| (j, S::mul_at(av, bv, k))),
         );
     }
     pairs.sort_unstable_by_key(|p| p.0);
@@ -367,14 +367,14 @@ fn hash_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
                 let key = keys[h];
                 if key == j {
                     if NUMERIC {
-                        values[h] = S::add(values[h], S::mul(av, bv));
+                        values[h] = S::add(values[h], S::mul_at(av, bv, k));
                     }
                     break;
                 }
                 if key == EMPTY {
                     keys[h] = j;
                     if NUMERIC {
-                        values[h] = S::mul(av, bv);
+                        values[h] = S::mul_at(av, bv, k);
                     }
                     if ordered {
                         set.insert_new((j - lo) as usize);
@@ -452,13 +452,13 @@ fn dense_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             for (&j, &bv) in b_cols.iter().zip(b_vals) {
                 let j = (j - lo) as usize;
                 if NUMERIC {
-                    dense[j] = S::add(dense[j], S::mul(av, bv));
+                    dense[j] = S::add(dense[j], S::mul_at(av, bv, k));
                 }
                 set.insert_checked(j);
             }
         } else if NUMERIC {
             set.insert_sorted_each(b_cols, b_vals, lo, |j, bv| {
-                dense[j] = S::add(dense[j], S::mul(av, bv));
+                dense[j] = S::add(dense[j], S::mul_at(av, bv, k));
             });
         } else {
             set.insert_sorted(b_cols, lo);
@@ -493,12 +493,12 @@ fn full_row<T: Scalar, S: Semiring<T>>(
         if b_cols.len() == width {
             // A full row of B: contiguous, no indices needed.
             for (c, &bv) in dense.iter_mut().zip(b_vals) {
-                *c = S::add(*c, S::mul(av, bv));
+                *c = S::add(*c, S::mul_at(av, bv, k));
             }
         } else {
             for (&j, &bv) in b_cols.iter().zip(b_vals) {
                 let c = &mut dense[(j - lo) as usize];
-                *c = S::add(*c, S::mul(av, bv));
+                *c = S::add(*c, S::mul_at(av, bv, k));
             }
         }
     }
@@ -538,7 +538,7 @@ fn panel_row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
             while p < b_cols.len() && (b_cols[p] as usize) < stop {
                 if NUMERIC {
                     let j = b_cols[p] as usize - lo;
-                    dense[j] = S::add(dense[j], S::mul(av, b_vals[p]));
+                    dense[j] = S::add(dense[j], S::mul_at(av, b_vals[p], k));
                 }
                 p += 1;
             }

@@ -1,0 +1,144 @@
+//! GraphBLAS's write-back of a product into an existing C: `C⟨M, replace⟩ = accum(C, T)`.
+//!
+//! Backends compute a product `T = A · B` (with its semiring and mask) as a new matrix; none
+//! takes an input C. Merging it into a C, with an accumulator and a mask's replace, is this
+//! one element-wise pass on the host, the same whatever backend computed `T`:
+//!
+//! 1. `Z = accum(C, T)`: the union of both patterns, `accum(c, t)` where both hold an entry
+//!    (without an accumulator, `Z = T`);
+//! 2. where the mask admits a position, C's new entry is Z's (none where Z has none); where it
+//!    refuses one, C's old entry is kept, or removed with a replacing mask.
+
+use crate::backend::{AccumulateOp, Mask};
+use crate::error::{Error, Result};
+use crate::format::Csr;
+use crate::scalar::Scalar;
+
+/// `C⟨mask, replace⟩ = accum(C, T)`: `c` merged with the product `t`
+/// (of C's shape) through `accumulator` (none: `t` replaces), on the positions `mask` admits
+/// (all without a mask). [`Error::InvalidArgument`] for shapes that differ and for `Min` /
+/// `Max` over complex values.
+///
+/// ```
+/// use hetsparse_core::{write_back, AccumulateOp, Csr, Mask};
+/// let c = Csr::try_new(1, 3, vec![0, 2], vec![0, 1], vec![1.0, 5.0])?;
+/// let t = Csr::try_new(1, 3, vec![0, 2], vec![1, 2], vec![2.0, 7.0])?;
+/// let z = write_back(&c, &t, None, Some(AccumulateOp::Min))?;
+/// assert_eq!((z.col_indices(), z.values()), (&[0, 1, 2][..], &[1.0, 2.0, 7.0][..]));
+/// // Only column 2 admitted, and replace: column 0 and 1 of C are dropped.
+/// let m = Csr::try_new(1, 3, vec![0, 1], vec![2], vec![1.0])?;
+/// let z = write_back(&c, &t, Some(&Mask::structural(&m).replacing()), None)?;
+/// assert_eq!((z.col_indices(), z.values()), (&[2][..], &[7.0][..]));
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub fn write_back<T: Scalar>(
+    c: &Csr<T>,
+    t: &Csr<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<Csr<T>> {
+    if c.shape() != t.shape() || mask.is_some_and(|m| m.shape() != c.shape()) {
+        return Err(Error::InvalidArgument(format!(
+            "write-back: C is {:?}, the product {:?}, the mask {:?}",
+            c.shape(),
+            t.shape(),
+            mask.map(Mask::shape)
+        )));
+    }
+    if T::TYPE.is_complex() && matches!(accumulator, Some(AccumulateOp::Min | AccumulateOp::Max)) {
+        return Err(Error::InvalidArgument(format!(
+            "write-back: the {} accumulator over complex values",
+            accumulator.map_or(String::new(), |a| a.to_string())
+        )));
+    }
+    let _span = tracing::debug_span!("write_back", nnz_c = c.nnz(), nnz_t = t.nnz()).entered();
+    let combine = |x: T, y: T| -> T {
+        match accumulator {
+            None | Some(AccumulateOp::Second) => y,
+            Some(AccumulateOp::Plus) => T::from_acc(x.to_acc() + y.to_acc()),
+            Some(AccumulateOp::Times) => T::from_acc(x.to_acc() * y.to_acc()),
+            Some(AccumulateOp::Min) => {
+                if y.to_parts().0 < x.to_parts().0 || x.to_parts().0.is_nan() {
+                    y
+                } else {
+                    x
+                }
+            }
+            Some(AccumulateOp::Max) => {
+                if y.to_parts().0 > x.to_parts().0 || x.to_parts().0.is_nan() {
+                    y
+                } else {
+                    x
+                }
+            }
+        }
+    };
+    let replace = mask.is_some_and(Mask::is_replacing);
+    let mut offsets = Vec::with_capacity(c.nrows() + 1);
+    offsets.push(0u64);
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for i in 0..c.nrows() {
+        let (cc, cv) = c.row(i);
+        let (tc, tv) = t.row(i);
+        let (mut p, mut q) = (0, 0);
+        while p < cc.len() || q < tc.len() {
+            let j = match (cc.get(p), tc.get(q)) {
+                (Some(&x), Some(&y)) => x.min(y),
+                (Some(&x), None) => x,
+                (None, Some(&y)) => y,
+                (None, None) => break,
+            };
+            let old = (cc.get(p) == Some(&j)).then(|| cv[p]);
+            let new = (tc.get(q) == Some(&j)).then(|| tv[q]);
+            p += usize::from(old.is_some());
+            q += usize::from(new.is_some());
+            let admitted = mask.is_none_or(|m| m.admits(i, j));
+            let value = if admitted {
+                // Z = accum(C, T), or T alone without an accumulator.
+                match (old, new, accumulator) {
+                    (_, Some(y), None) => Some(y),
+                    (_, None, None) => None,
+                    (Some(x), Some(y), Some(_)) => Some(combine(x, y)),
+                    (x, y, Some(_)) => x.or(y),
+                }
+            } else if replace {
+                None
+            } else {
+                old
+            };
+            if let Some(v) = value {
+                cols.push(j);
+                vals.push(v);
+            }
+        }
+        offsets.push(cols.len() as u64);
+    }
+    // SAFETY: each row merges two sorted rows of C's shape into one sorted row without
+    // repeats.
+    Ok(unsafe { Csr::from_parts_unchecked(c.nrows(), c.ncols(), offsets, cols, vals) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_and_replace_as_graphblas() {
+        let c = Csr::try_new(2, 3, vec![0, 2, 3], vec![0, 1, 2], vec![1.0, 5.0, 4.0]).unwrap();
+        let t = Csr::try_new(2, 3, vec![0, 2, 3], vec![1, 2, 0], vec![2.0, 7.0, 3.0]).unwrap();
+        // No mask, no accumulator: T.
+        assert_eq!(write_back(&c, &t, None, None).unwrap(), t);
+        let z = write_back(&c, &t, None, Some(AccumulateOp::Plus)).unwrap();
+        assert_eq!(z.values(), &[1.0, 7.0, 7.0, 3.0, 4.0]);
+        // Mask admitting row 0 only: row 1 of C kept (merge) or dropped (replace).
+        let m = Csr::try_new(2, 3, vec![0, 3, 3], vec![0, 1, 2], vec![1.0; 3]).unwrap();
+        let merged = write_back(&c, &t, Some(&Mask::structural(&m)), None).unwrap();
+        assert_eq!(merged.row(1), (&[2u32][..], &[4.0][..]));
+        assert_eq!(merged.row(0), (&[1u32, 2][..], &[2.0, 7.0][..]));
+        let replaced = write_back(&c, &t, Some(&Mask::structural(&m).replacing()), None).unwrap();
+        assert_eq!(replaced.row_nnz(1), 0);
+        let complex = Csr::<crate::Complex<f64>>::zeros(2, 3).unwrap();
+        assert!(write_back(&complex, &complex, None, Some(AccumulateOp::Max)).is_err());
+        assert!(write_back(&c, &Csr::zeros(3, 3).unwrap(), None, None).is_err());
+    }
+}
