@@ -528,11 +528,10 @@ impl<T: MpiScalar> DistCsr<T> {
         let mut gzip = i32::from(matches!(opening, Opening::Gzip));
         comm.process_at_rank(0).broadcast_into(&mut gzip);
         count_broadcast(&mut sizes, rank == 0, 4, size);
+        // Rank 0 alone read the start of the file: every rank follows its broadcast.
         let prologue = match opening {
-            _ if gzip == 1 => return read_gzip(comm, path, options, sizes),
-            Opening::Plain(p) => p,
-            // Rank 0 alone reads the start of the file; the broadcast decided.
-            Opening::Gzip => unreachable!("every rank follows rank 0's broadcast"),
+            Opening::Plain(p) if gzip == 0 => p,
+            _ => return read_gzip(comm, path, options, sizes),
         };
         let mut words = prologue.to_words();
         comm.process_at_rank(0).broadcast_into(&mut words[..]);
