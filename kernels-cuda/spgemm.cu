@@ -130,6 +130,47 @@ extern "C" __global__ void spgemm_row_products(u64 nrows, u64 row0, const u64* a
     }
 }
 
+// Rows of A of RP_LONG entries or more on average: `warps_per_row` warps (1, 2, 4 or 8) of the
+// block share each row, so that a product of few, long rows (a coarse AMG level's R: a thousand
+// rows of 2000 entries) walks each row in a few steps of all its lanes instead of one warp
+// walking 32 rows in turn. Rows longer than RP_HUGE are listed as above.
+extern "C" __global__ void spgemm_row_products_wide(u64 nrows, u64 row0, const u64* a_off,
+                                                    const u32* a_col, const u64* b_off,
+                                                    u64* products, u32* huge_rows,
+                                                    u32* huge_count, u32 warps_per_row) {
+    __shared__ unsigned long long part_sums[32];
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const u32 rows_per_block = (blockDim.x >> 5) / warps_per_row;
+    const u32 slot = warp / warps_per_row, sub = warp % warps_per_row;
+    const u32 lanes = 32u * warps_per_row, me = sub * 32u + lane;
+    // Every thread of the block runs the same rounds (the barriers below).
+    for (u64 first = (u64)blockIdx.x * rows_per_block; first < nrows;
+         first += (u64)gridDim.x * rows_per_block) {
+        const u64 i = first + slot;
+        u64 part = 0;
+        if (i < nrows) {
+            const u64 r = row0 + i, e0 = a_off[r], e1 = a_off[r + 1];
+            if (e1 - e0 > RP_HUGE) {
+                if (me == 0) huge_rows[atomicAdd(huge_count, 1u)] = (u32)i;
+            } else {
+                for (u64 e = e0 + me; e < e1; e += lanes) {
+                    const u32 k = a_col[e];
+                    part += b_off[k + 1] - b_off[k];
+                }
+            }
+        }
+        for (u32 d = 16; d > 0; d >>= 1) part += __shfl_xor_sync(0xffffffffu, part, d);
+        if (lane == 0) part_sums[warp] = part;
+        __syncthreads();
+        if (i < nrows && sub == 0 && lane == 0) {
+            u64 sum = 0;
+            for (u32 w = 0; w < warps_per_row; ++w) sum += part_sums[slot * warps_per_row + w];
+            products[i] = sum;
+        }
+        __syncthreads();
+    }
+}
+
 // The listed rows' products: each row's entries split evenly over the grid's blocks, a warp's
 // sum added to the row's count.
 extern "C" __global__ void spgemm_row_products_huge(u64 row0, const u64* a_off, const u32* a_col,
@@ -1372,7 +1413,10 @@ __device__ void range_accumulate(const u32* rows, u64 nlist, u64 row_base, u32 r
                 }
                 const u64 q = st_lo[jl] + (p - st_start[jl]);
                 const u32 x = b_col[q] - lo;
-                if (keep_bits) atomicOr(&bits[x >> 5], 1u << (x & 31u));
+                // Bits are only set while the range accumulates: one seen set needs no atomic,
+                // and in a narrow window most products find their column's bit set already.
+                const u32 bit = 1u << (x & 31u);
+                if (keep_bits && !(bits[x >> 5] & bit)) atomicOr(&bits[x >> 5], bit);
                 if (NUMERIC) S::atomic_add(&acc[x], S::mul(st_val[jl], b_val[q]));
             }
             __syncthreads();
@@ -1860,13 +1904,18 @@ __device__ __forceinline__ u64 bin_weight(const u64* values, u32 from_offsets, u
 // AMG level's few wide rows: thousands of products, a dozen columns) keeps a quarter of its
 // weight, up to 32 windows and 4096 (a table that stays in shared memory), so that more lanes
 // share its products. binning::bin_of mirrors it.
-__device__ __forceinline__ u32 weight_bin(u64 w, u64 cap) {
+// A listed row's bin is at least `floor_bin`: where a product's rows are too few to fill the
+// GPU with a thread each, a warp per row costs no more and no lane walks a row's products alone.
+__device__ __forceinline__ u32 weight_bin(u64 w, u64 cap, u32 floor_bin) {
     w = min(w, max(cap, min(w / 4, min(32 * cap, (u64)WIDE_ROW_WEIGHT_MAX))));
     if (w == 0) return BIN_EMPTY;
     u64 slots = 2 * w;
-    if (slots <= 16) return 0;
-    u32 bits = 64u - (u32)__clzll(slots - 1);  // table of 2^bits slots
-    return min(bits - 4u, BIN_EMPTY - 1u);
+    u32 b = 0;
+    if (slots > 16) {
+        u32 bits = 64u - (u32)__clzll(slots - 1);  // table of 2^bits slots
+        b = min(bits - 4u, BIN_EMPTY - 1u);
+    }
+    return max(b, floor_bin);
 }
 
 // Lanes of the warp with the same bin find each other (__match_any_sync): the lowest of them
@@ -1884,7 +1933,8 @@ __device__ __forceinline__ u32 lanes_below(u32 peers) {
 
 extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_offsets,
                                             u32 a_scale, u64 cap, u64* bin_rows, u64* sums,
-                                            const u64* a_off, u64 row0, u64* bin_longest_a) {
+                                            const u64* a_off, u64 row0, u64* bin_longest_a,
+                                            u32 floor_bin) {
     __shared__ unsigned long long counts[BIN_COUNT];
     __shared__ unsigned long long longest[BIN_COUNT];
     __shared__ unsigned long long block_sums[2];
@@ -1901,7 +1951,7 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
             u64 w = bin_weight(values, from_offsets, a_scale, a_off, row0 + i, i);
             raw += w;
             capped += min(w, cap);
-            b = weight_bin(w, cap);
+            b = weight_bin(w, cap, floor_bin);
         }
         u32 peers = __match_any_sync(0xffffffffu, b);
         if (b < BIN_COUNT && lanes_below(peers) == 0)
@@ -1929,7 +1979,7 @@ extern "C" __global__ void spgemm_bin_count(u64 n, const u64* values, u32 from_o
 extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values,
                                               u32 from_offsets, u32 a_scale, const u64* a_off,
                                               u64 cap, const u64* bin_start, u64* bin_cursor,
-                                              u32* list) {
+                                              u32* list, u32 floor_bin) {
     __shared__ unsigned long long counts[BIN_COUNT];
     __shared__ unsigned long long base[BIN_COUNT];
     // One pass per blockDim rows: positions within the block by one shared atomic per group of
@@ -1939,7 +1989,9 @@ extern "C" __global__ void spgemm_bin_scatter(u64 n, u64 row0, const u64* values
         __syncthreads();
         u64 i = first + threadIdx.x;
         u32 b = BIN_EMPTY;
-        if (i < n) b = weight_bin(bin_weight(values, from_offsets, a_scale, a_off, row0 + i, i), cap);
+        if (i < n)
+            b = weight_bin(bin_weight(values, from_offsets, a_scale, a_off, row0 + i, i), cap,
+                           floor_bin);
         u32 peers = __match_any_sync(0xffffffffu, b);
         u32 leader = __ffs(peers) - 1;
         unsigned long long group = 0;

@@ -21,7 +21,9 @@
 //!   accumulator per row in global memory, filled by several blocks per row (each an equal
 //!   share of the row's products, so a row of 10^6 products keeps many SMs busy), columns in
 //!   order by a scan over the flags;
-//! - long rows of very wide windows: a block per row with a hash table in global memory.
+//! - long rows of very wide windows: a block per row with a hash table in global memory;
+//! - rows beyond a warp's tables whose whole window is no wider than their table and fits one
+//!   column range: that range, dense in shared memory (coarse AMG levels' narrow products).
 //!
 //! The symbolic phase bins by products (an upper bound of a row's entries), the numeric phase by
 //! the exact counts.
@@ -472,6 +474,32 @@ fn accumulator(
     }
 }
 
+/// The one column range that takes rows of tables of `size` slots (accumulated by `kind`) in
+/// a window of `width` columns, where the window is no wider than the table, one range covers
+/// it (`value_bytes`, `stored_bytes`, `shared_bytes`: as for [`RangePlan::choose`]) and the
+/// product's rows are few ([`binning::rows_are_few`]). Such rows (a coarse level's Galerkin
+/// product: a hundred columns, thousands of products per row) are accumulated densely in
+/// shared memory by a block of `RANGE_THREADS` lanes: no probing, no contended key slots, no
+/// sort, and four times the lanes of a block's hash table. Where the rows are many (a fine
+/// level's A·P into a narrow P), the hash kernels' smaller blocks keep more rows in flight and
+/// stay. A single range walks the row's A entries once, as every accumulator does, so their
+/// number does not matter here (it does for several ranges: [`ranges_pay`]). Warp tables stay.
+fn narrow_window(
+    kind: Accumulator,
+    size: u64,
+    width: u64,
+    rows_are_few: bool,
+    value_bytes: u64,
+    stored_bytes: u64,
+    shared_bytes: u64,
+) -> Option<RangePlan> {
+    if kind == Accumulator::Warp || width > size || !rows_are_few {
+        return None;
+    }
+    RangePlan::choose(size, width, value_bytes, stored_bytes, shared_bytes)
+        .filter(|p| p.ranges == 1)
+}
+
 /// Whether a numeric shared table of `size` slots ranks through the window's bitmap with table
 /// and bitmap in at most half of `shared_bytes`.
 fn shared_ranking_fits_twice(size: u64, width: u64, slot_bytes: u64, shared_bytes: u64) -> bool {
@@ -578,17 +606,32 @@ impl BinPlan {
         let slot_bytes = 4 + value_bytes;
         let numeric = value_bytes > 0;
         let mut kind = accumulator(size, width, slot_bytes, shared_bytes, numeric);
+        let stored_bytes = if numeric {
+            std::mem::size_of::<T::Device>() as u64
+        } else {
+            0
+        };
         let mut ranges = None;
         if kind == Accumulator::Dense && b >= binning::LONG_A_MIN_BIN {
-            let stored_bytes = if numeric {
-                std::mem::size_of::<T::Device>() as u64
-            } else {
-                0
-            };
             ranges = RangePlan::choose(size, width, value_bytes, stored_bytes, shared_bytes)
                 .filter(|p| ranges_pay(p.ranges, longest_a, size));
             if ranges.is_some() {
                 kind = Accumulator::Ranges;
+            }
+        }
+        if kind != Accumulator::Ranges {
+            let few = binning::rows_are_few(job);
+            if let Some(whole) = narrow_window(
+                kind,
+                size,
+                width,
+                few,
+                value_bytes,
+                stored_bytes,
+                shared_bytes,
+            ) {
+                kind = Accumulator::Ranges;
+                ranges = Some(whole);
             }
         }
         if kind == Accumulator::Dense && dense_footprint(1, stride, value_bytes) > cap {
@@ -1422,6 +1465,37 @@ mod range_tests {
         assert_eq!(
             accumulator(1 << 17, 1 << 30, 4, HOPPER, false),
             Accumulator::Global
+        );
+    }
+
+    #[test]
+    fn narrow_windows_take_one_dense_range_beyond_warp_tables() {
+        // rn-poisson3d.l1.RAP's numeric rows: tables of 8192 slots, a window of 958 columns.
+        let whole = narrow_window(Accumulator::Shared, 8192, 958, true, 8, 8, HOPPER).unwrap();
+        assert_eq!((whole.ranges, whole.blocks_per_row), (1, 1));
+        assert!(whole.range_cols >= 958);
+        // The symbolic phase's bitmap rows too, and dense or global rows of such windows.
+        assert!(narrow_window(Accumulator::Shared, 2048, 105, true, 0, 0, HOPPER).is_some());
+        assert!(narrow_window(Accumulator::Dense, 1 << 16, 4000, true, 8, 8, HOPPER).is_some());
+        // Warp tables stay; windows wider than the table stay hashed; windows one range cannot
+        // cover stay with the rules of long rows.
+        assert_eq!(
+            narrow_window(Accumulator::Warp, 256, 100, true, 8, 8, HOPPER),
+            None
+        );
+        assert_eq!(
+            narrow_window(Accumulator::Shared, 2048, 2049, true, 8, 8, HOPPER),
+            None
+        );
+        assert_eq!(
+            narrow_window(Accumulator::Global, 1 << 22, 1 << 21, true, 8, 8, HOPPER),
+            None
+        );
+        // Many rows keep their hash tables (rn-poisson3d.l1.AP: 120 000 rows of 3500 products
+        // into 958 columns).
+        assert_eq!(
+            narrow_window(Accumulator::Shared, 2048, 958, false, 0, 0, HOPPER),
+            None
         );
     }
 

@@ -134,6 +134,31 @@ fn grid_for(n: u64, threads: u32) -> LaunchConfig {
     }
 }
 
+/// The first bin of warp tables (64 slots; bins 0 and 1 are a thread's).
+const WARP_BIN: u32 = 2;
+
+/// Rows per multiprocessor up to which a product's rows count as few: as many warps as one
+/// multiprocessor holds at once (2048 threads). Few rows get a warp each at least, which still
+/// runs in one wave while a thread per row would leave the GPU nearly idle and walk each row's
+/// products (a coarse AMG level's: hundreds per row of a few entries) one after another; and
+/// their rows of narrow windows go to one dense column range (`adaptive::narrow_window`).
+const FEW_ROWS_PER_SM: u64 = 64;
+
+/// Whether the job's rows are few ([`FEW_ROWS_PER_SM`] per multiprocessor at most).
+pub(super) fn rows_are_few<T: crate::scalar::DeviceScalar>(job: &Job<'_, T>) -> bool {
+    job.nrows() as u64 <= FEW_ROWS_PER_SM * u64::from(job.gpu.multiprocessors())
+}
+
+/// The kernels' `floor_bin` for a job: [`WARP_BIN`] where its rows are few, else 0. Histogram
+/// and scatter of one list take the same.
+fn floor_bin<T: crate::scalar::DeviceScalar>(job: &Job<'_, T>) -> u32 {
+    if rows_are_few(job) {
+        WARP_BIN
+    } else {
+        0
+    }
+}
+
 /// Counts the rows of each bin (one small read-back); list row `i` is row `first_row + i` of A.
 pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
     job: &Job<'_, T>,
@@ -169,6 +194,7 @@ pub(super) fn histogram<T: crate::scalar::DeviceScalar>(
                 job.a.matrix().offsets.read(job.stream)?.arg(),
                 Arg::U64(first_row as u64),
                 counters.sub_mut(BIN_COUNT + 2, BIN_COUNT).arg_mut(),
+                Arg::U32(floor_bin(job)),
             ],
         )?;
     }
@@ -315,6 +341,7 @@ fn scatter_into<T: crate::scalar::DeviceScalar>(
                 starts.view().arg(),
                 cursors.arg_mut(),
                 list.arg_mut(),
+                Arg::U32(floor_bin(job)),
             ],
         )
     }

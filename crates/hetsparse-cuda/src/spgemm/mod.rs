@@ -371,23 +371,45 @@ fn analyse<'a, T: DeviceScalar>(
     let a_col = job.a.matrix().cols.read(job.stream)?.arg();
     let b_off = job.b.matrix().offsets.read(job.stream)?.arg();
     let row0 = crate::Arg::U64(job.rows().start as u64);
-    // SAFETY: arguments match spgemm_row_products and spgemm_row_products_huge; all buffers
-    // cover the rows read, the list holds every row of the job.
+    let mut args = vec![
+        crate::Arg::U64(n as u64),
+        row0,
+        a_off,
+        a_col,
+        b_off,
+        products.arg_mut(),
+        huge_rows.arg_mut(),
+        huge_count.arg_mut(),
+    ];
+    // A's rows as the matrix has them on average (a window's rows are not counted on the host).
+    let mean_a = job.a.matrix().nnz() / (job.a.matrix().nrows as u64).max(1);
+    let (function, config) = match analysis_warps_per_row(mean_a) {
+        None => (
+            "spgemm_row_products",
+            LaunchConfig::for_threads(n as u64, 256),
+        ),
+        Some(warps) => {
+            args.push(crate::Arg::U32(warps));
+            let rows_per_block = u64::from(ANALYSIS_THREADS / 32 / warps);
+            (
+                "spgemm_row_products_wide",
+                LaunchConfig {
+                    grid: (n as u64).div_ceil(rows_per_block).clamp(1, 1 << 20) as u32,
+                    block: ANALYSIS_THREADS,
+                    shared_bytes: 0,
+                },
+            )
+        }
+    };
+    // SAFETY: arguments match spgemm_row_products (or _wide, with its warps per row, which
+    // divide the block's warps) and spgemm_row_products_huge; all buffers cover the rows read,
+    // the list holds every row of the job.
     unsafe {
         job.gpu.launch(
-            job.gpu.function("spgemm", "spgemm_row_products")?,
-            LaunchConfig::for_threads(n as u64, 256),
+            job.gpu.function("spgemm", function)?,
+            config,
             job.stream,
-            &[
-                crate::Arg::U64(n as u64),
-                row0,
-                a_off,
-                a_col,
-                b_off,
-                products.arg_mut(),
-                huge_rows.arg_mut(),
-                huge_count.arg_mut(),
-            ],
+            &args,
         )?;
         job.gpu.launch(
             job.gpu.function("spgemm", "spgemm_row_products_huge")?,
@@ -418,6 +440,27 @@ fn analyse<'a, T: DeviceScalar>(
         bin_arena,
     )?;
     Ok((products, hist))
+}
+
+/// Threads of a block of the row analysis.
+const ANALYSIS_THREADS: u32 = 256;
+
+/// Entries of A per row from which the row analysis gives every row warps of its own
+/// (`RP_LONG` in the kernels), and entries per lane and step it aims at beyond that.
+const ANALYSIS_LONG_ROWS: u64 = 32;
+const ANALYSIS_ENTRIES_PER_LANE: u64 = 8;
+
+/// Warps per row of the row analysis for rows of A of `mean_a` entries on average: `None`
+/// (a thread per row, the long ones by their warp in turn) up to [`ANALYSIS_LONG_ROWS`], else
+/// enough warps (1, 2, 4 or 8) for about [`ANALYSIS_ENTRIES_PER_LANE`] entries per lane. A warp
+/// that walked 32 rows of 2000 entries in turn held a product of a thousand such rows (a
+/// coarse AMG level's restriction) for most of a millisecond.
+fn analysis_warps_per_row(mean_a: u64) -> Option<u32> {
+    if mean_a <= ANALYSIS_LONG_ROWS {
+        return None;
+    }
+    let lanes = mean_a.div_ceil(ANALYSIS_ENTRIES_PER_LANE);
+    Some(lanes.div_ceil(32).next_power_of_two().clamp(1, 8) as u32)
 }
 
 /// Bytes of the row analysis of `n` rows: products per row and the list of rows too long
@@ -1681,4 +1724,28 @@ pub(crate) fn multiply_resident<T: DeviceScalar>(
         DeviceCsr::from_device(nrows, ncols, nnz, c_offsets, c_cols, c_vals),
         structure,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_row_analysis_gives_long_rows_of_a_warps_of_their_own() {
+        // Short rows: a thread each (the long ones by their warp in turn).
+        assert_eq!(analysis_warps_per_row(0), None);
+        assert_eq!(analysis_warps_per_row(ANALYSIS_LONG_ROWS), None);
+        // From there on about eight entries per lane: a warp up to 256 entries, then 2, 4, 8.
+        assert_eq!(analysis_warps_per_row(ANALYSIS_LONG_ROWS + 1), Some(1));
+        assert_eq!(analysis_warps_per_row(256), Some(1));
+        assert_eq!(analysis_warps_per_row(257), Some(2));
+        assert_eq!(analysis_warps_per_row(1024), Some(4));
+        assert_eq!(analysis_warps_per_row(2038), Some(8));
+        assert_eq!(analysis_warps_per_row(u64::MAX), Some(8));
+        // The warps of a row divide the block's.
+        for mean in [33, 300, 700, 1500, 1 << 20] {
+            let w = analysis_warps_per_row(mean).unwrap();
+            assert_eq!(ANALYSIS_THREADS / 32 % w, 0, "{mean}");
+        }
+    }
 }
