@@ -15,11 +15,13 @@
 //! 1. measures the "network" with a ping-pong between ranks 0 and 1 (latency: half the round
 //!    trip of 8 bytes; bandwidth: 8 MiB over half its round trip less the latency);
 //! 2. for an R-MAT product `A·A` and a 27-point stencil product `A·A`, measures the local rate
-//!    (products per second of the CPU backend on rank 0 alone, the others asleep), then times
+//!    (products per second of the CPU backend on rank 0 alone, the others asleep) and the entry
+//!    rate (`measure_entry_rate` on the product C, rank 0 alone), then times
 //!    1D row fetch, 2D SUMMA on every grid and 3D SUMMA on every grid of 2 layers or more (the
 //!    product only, operands already distributed: barrier to barrier, least of the repetitions);
-//! 3. prints, per algorithm, the measured time, `model_time`'s prediction (its compute and
-//!    communication parts), their ratio, the imbalance from `critical_path_flops`, and the
+//! 3. prints, per algorithm, the measured time, `model_time`'s prediction (its compute, local
+//!    entry work and communication parts), their ratio, the ratio to the prediction without the
+//!    local entry work, the imbalance from `critical_path_flops`, and the
 //!    model's bytes per rank against the report's most received by one rank. With more ranks
 //!    than cores the ranks share them: `pred×share` scales the compute by `P / cores`.
 
@@ -27,9 +29,9 @@ use hetsparse::generate::{self, Stencil};
 use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    critical_path_flops, model_time, spgemm_summa3d_with, spgemm_summa_with, spgemm_with,
-    Algorithm, CommReport, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Grid, Grid3, Layout3,
-    Machine, Network, ProductStats,
+    critical_path_flops, measure_entry_rate, model_time, spgemm_summa3d_with, spgemm_summa_with,
+    spgemm_with, Algorithm, CommReport, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Grid, Grid3,
+    Layout3, Machine, Network, ProductStats,
 };
 
 #[path = "common/mod.rs"]
@@ -163,43 +165,50 @@ fn main() -> Res<()> {
         let stats = ProductStats::of(a, a);
         // The local rate: rank 0 alone, the others asleep (a rank waiting in MPI polls and
         // would take a core from it) until rank 0 sends them the rate.
-        let mut rate = 0.0f64;
+        // The entry rate likewise, on the product C (the entries SUMMA's stage products and 3D's
+        // partial products have, in all).
+        let mut rates = [0.0f64; 2];
         if rank == 0 {
             let mut best = f64::INFINITY;
+            let mut c = None;
             for _ in 0..reps.max(1) {
                 let start = hetsparse_mpi::mpi::time();
-                let c = ctx.spgemm(a, a)?;
+                let product = ctx.spgemm(a, a)?;
                 best = best.min(hetsparse_mpi::mpi::time() - start);
-                drop(c);
+                c = Some(product);
             }
-            rate = stats.flops as f64 / best;
+            rates[0] = stats.flops as f64 / best;
+            rates[1] = measure_entry_rate(&c.ok_or("no product")?, reps)?;
             for r in 1..size as i32 {
-                world.process_at_rank(r).send(&rate);
+                world.process_at_rank(r).send(&rates[..]);
             }
         } else {
             let root = world.process_at_rank(0);
             while root.immediate_probe().is_none() {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
-            root.receive_into(&mut rate);
+            root.receive_into(&mut rates[..]);
         }
+        let [rate, entry_rate] = rates;
         let machine = Machine {
             network: Network { bandwidth, latency },
             rate,
+            entry_rate: Some(entry_rate),
         };
         if rank == 0 {
             println!(
-                "\n{what}: {} rows, nnz {}, {} products; local rate {:.1} M products/s ({:.3} s on rank 0 alone)",
+                "\n{what}: {} rows, nnz {}, {} products; local rate {:.1} M products/s ({:.3} s on rank 0 alone), entry rate {:.1} M entries/s",
                 a.nrows(),
                 a.nnz(),
                 stats.flops,
                 rate / 1e6,
-                stats.flops as f64 / rate
+                stats.flops as f64 / rate,
+                entry_rate / 1e6
             );
             println!(
-                "| P | algorithm | measured s | predicted s (compute + comm) | measured / predicted | pred×share | measured / pred×share | imbalance | model MB/rank | max received MB |"
+                "| P | algorithm | measured s | predicted s (compute + local + comm) | measured / predicted | pred×share | measured / pred×share | without local | imbalance | model MB/rank | max received MB |"
             );
-            println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+            println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         }
         for alg in layouts(size) {
             let (t, report) = run_one(&world, a, alg, &ctx, reps)?;
@@ -208,15 +217,17 @@ fn main() -> Res<()> {
                 let imbalance =
                     (critical as f64 * size as f64 / stats.flops.max(1) as f64).max(1.0);
                 let p = model_time(&stats, alg, &machine, imbalance)?;
-                let shared = p.compute * share + p.communication;
+                let shared = (p.compute + p.local) * share + p.communication;
                 println!(
-                    "| {size} | {} | {t:.4} | {:.4} ({:.4} + {:.4}) | {:.2} | {shared:.4} | {:.2} | {imbalance:.2} | {:.2} | {:.2} |",
+                    "| {size} | {} | {t:.4} | {:.4} ({:.4} + {:.4} + {:.4}) | {:.2} | {shared:.4} | {:.2} | {:.2} | {imbalance:.2} | {:.2} | {:.2} |",
                     name(alg),
                     p.total,
                     p.compute,
+                    p.local,
                     p.communication,
                     t / p.total,
                     t / shared,
+                    t / (p.total - p.local),
                     p.comm.bytes / 1e6,
                     report.max.bytes_received as f64 / 1e6,
                 );

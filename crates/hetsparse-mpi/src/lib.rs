@@ -21,7 +21,8 @@
 //! written; [`agree`] makes a caller's own local steps collective in the same way.
 //! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
 //! layouts of a product by it; [`model_time`] predicts a product's time on `P` ranks from a
-//! measured local rate and a [`Network`]'s bandwidth and latency.
+//! measured local rate, entry rate ([`measure_entry_rate`]) and a [`Network`]'s bandwidth and
+//! latency, and [`choose_algorithm_by_time`] ranks the layouts by that prediction.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
@@ -60,9 +61,10 @@ mod wire;
 pub use error::{agree, Error, Result};
 pub use matrix::{DistCsr, DistOptions};
 pub use model::{
-    choose_algorithm, critical_path_flops, model_comm, model_comm_with, model_time,
-    model_time_with, model_volume, Algorithm, CommEstimate, Machine, ModelError, Network,
-    ProductStats, TimeEstimate, MAX_MODEL_RANKS,
+    choose_algorithm, choose_algorithm_by_time, critical_path_flops, measure_entry_rate,
+    model_comm, model_comm_with, model_entries, model_time, model_time_with, model_volume,
+    Algorithm, CommEstimate, Machine, ModelError, Network, ProductStats, TimeEstimate,
+    MAX_MODEL_RANKS,
 };
 /// The rsmpi crate this one is built on (initialise MPI and make communicators with it).
 pub use mpi;

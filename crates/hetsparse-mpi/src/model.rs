@@ -211,10 +211,9 @@ pub fn model_volume(stats: &ProductStats, algorithm: Algorithm) -> f64 {
     }
 }
 
-/// Every algorithm and layout for `ranks` ranks (1D; every `pr × pc` grid; every
-/// `pr × pc × c` grid with `c > 1`) with its modelled volume ([`model_volume`]), least first:
-/// the first is the one to use.
-pub fn choose_algorithm(stats: &ProductStats, ranks: usize) -> Vec<(Algorithm, f64)> {
+/// Every algorithm and layout for `ranks` ranks: 1D; every `pr × pc` grid; every `pr × pc × c`
+/// grid with `c > 1`.
+fn layouts(ranks: usize) -> Vec<Algorithm> {
     let ranks = ranks.max(1);
     let mut all = vec![Algorithm::RowFetch { ranks }];
     for c in (1..=ranks).filter(|c| ranks % c == 0) {
@@ -227,12 +226,39 @@ pub fn choose_algorithm(stats: &ProductStats, ranks: usize) -> Vec<(Algorithm, f
             });
         }
     }
-    let mut scored: Vec<(Algorithm, f64)> = all
+    all
+}
+
+/// Every algorithm and layout for `ranks` ranks (1D; every `pr × pc` grid; every
+/// `pr × pc × c` grid with `c > 1`) with its modelled volume ([`model_volume`]), least first:
+/// the first is the one that moves the fewest bytes. [`choose_algorithm_by_time`] weighs
+/// latency, the local work and the products too, where the machine is known.
+pub fn choose_algorithm(stats: &ProductStats, ranks: usize) -> Vec<(Algorithm, f64)> {
+    let mut scored: Vec<(Algorithm, f64)> = layouts(ranks)
         .into_iter()
         .map(|a| (a, model_volume(stats, a)))
         .collect();
     scored.sort_by(|x, y| x.1.total_cmp(&y.1));
     scored
+}
+
+/// Every algorithm and layout for `ranks` ranks, as [`choose_algorithm`], with its predicted
+/// time on `machine` ([`model_time`] of a balanced product), least first: the first is the one
+/// to use. Ties keep [`choose_algorithm`]'s order of enumeration (1D first).
+///
+/// Errors: those of [`model_time`] (a machine's parameter out of its range; more than
+/// [`MAX_MODEL_RANKS`] ranks).
+pub fn choose_algorithm_by_time(
+    stats: &ProductStats,
+    ranks: usize,
+    machine: &Machine,
+) -> Result<Vec<(Algorithm, TimeEstimate)>, ModelError> {
+    let mut timed = layouts(ranks)
+        .into_iter()
+        .map(|a| model_time(stats, a, machine, 1.0).map(|t| (a, t)))
+        .collect::<Result<Vec<_>, _>>()?;
+    timed.sort_by(|x, y| x.1.total.total_cmp(&y.1.total));
+    Ok(timed)
 }
 
 /// The time model's errors: inputs it cannot predict from.
@@ -275,6 +301,9 @@ pub enum ModelError {
     /// The per-rank counts of a layout do not fit in memory here.
     #[error("{0} counts do not fit in memory here")]
     TooLarge(u64),
+    /// The sample of [`measure_entry_rate`] could not be packed, unpacked or merged.
+    #[error("the entry rate's sample could not be measured: {0}")]
+    Sample(String),
 }
 
 /// The most ranks the time model and [`critical_path_flops`] take (2^24): their work and memory
@@ -300,6 +329,10 @@ pub struct Machine {
     /// counts them) one rank computes per second; finite and above 0. Measure it with one rank
     /// on the whole product, on the device and threads each rank will have.
     pub rate: f64,
+    /// Entries of sparse blocks one rank packs, unpacks or merges per second: the local work
+    /// outside the products ([`model_entries`]), finite and above 0; `None` leaves it out of
+    /// the prediction. Measure it with [`measure_entry_rate`] on the rank's threads.
+    pub entry_rate: Option<f64>,
 }
 
 /// The communication one rank waits for in a product, as the time model counts it.
@@ -327,10 +360,15 @@ pub struct TimeEstimate {
     pub ranks: usize,
     /// The local products on the critical path: `flops / P · imbalance / rate`.
     pub compute: f64,
+    /// The local work on blocks' entries outside the products, `entries / entry_rate` (0
+    /// without an entry rate).
+    pub local: f64,
+    /// Entries one rank packs, unpacks and merges ([`model_entries`]).
+    pub entries: f64,
     /// The network: `comm.bytes / bandwidth + comm.messages · latency`.
     pub communication: f64,
-    /// `compute + communication`: none of the algorithms overlaps them (every stage's
-    /// broadcasts are blocking and finish before its product starts).
+    /// `compute + local + communication`: none of the algorithms overlaps them (every
+    /// stage's broadcasts are blocking and finish before its product starts).
     pub total: f64,
     /// What the communication is made of.
     pub comm: CommEstimate,
@@ -482,6 +520,151 @@ pub fn model_comm_with(
     })
 }
 
+/// Entries that `products` products scattered uniformly at random over `cells` cells hit:
+/// `cells · (1 − e^{−products / cells})` (0 for no cells).
+fn hit(cells: f64, products: f64) -> f64 {
+    if cells <= 0.0 {
+        0.0
+    } else {
+        -cells * (-products / cells).exp_m1()
+    }
+}
+
+/// Entries one rank of a 2D SUMMA on a `pr × pc` grid handles outside its products, for a
+/// product of `flops` multiplications over an `nrows × inner` A of `nnz_a` entries and an
+/// `inner × ncols` B of `nnz_b`: its own blocks packed once, the blocks it receives unpacked,
+/// and from the second stage on the sum so far merged with the stage's product (entries of both
+/// read), stage products from the random-entry estimate ([`hit`]) on its block of C.
+fn summa2d_entries(
+    (nrows, inner, ncols): (u64, u64, u64),
+    (nnz_a, nnz_b, flops): (f64, f64, f64),
+    (pr, pc): (usize, usize),
+) -> f64 {
+    let st = stages(inner, pr, pc);
+    let (prf, pcf) = (pr as f64, pc as f64);
+    let p = prf * pcf;
+    let packed = (nnz_a + nnz_b) / p;
+    let unpacked = nnz_a / prf * (pcf - 1.0) / pcf + nnz_b / pcf * (prf - 1.0) / prf;
+    let cells = nrows as f64 / prf * (ncols as f64 / pcf);
+    let per_stage = flops / p / st.max(1) as f64;
+    let mut merged = 0.0;
+    for done in 1..st {
+        merged += hit(cells, per_stage * done as f64) + hit(cells, per_stage);
+    }
+    if p > 1.0 {
+        packed + unpacked + merged
+    } else {
+        merged
+    }
+}
+
+/// Entries of sparse blocks one rank packs, unpacks or merges in `algorithm` for a product of
+/// `stats`, outside its local products (those the products write are in the rate): for 1D row
+/// fetch the rows of B it fetches, packed by their owners and unpacked (random entries, as
+/// [`model_volume`]); for 2D SUMMA its blocks packed, the blocks it receives unpacked and each
+/// stage's product merged into the sum of the earlier ones; for 3D SUMMA a layer's 2D SUMMA on
+/// its slice, then the rank's piece of the partial product `C_l` cut and packed, the pieces
+/// from the other layers unpacked, and all of them summed. The entries of stage products and of
+/// `C_l` are the random-entry estimate unless `partial_nnz` (3D: the mean `nnz(C_l)`) is
+/// given. One rank handles none.
+///
+/// Errors: a layout of no ranks or more than [`MAX_MODEL_RANKS`]; a partial count that is not
+/// finite and at least 0.
+pub fn model_entries(
+    stats: &ProductStats,
+    algorithm: Algorithm,
+    partial_nnz: Option<f64>,
+) -> Result<f64, ModelError> {
+    if let Some(nnz) = partial_nnz {
+        check_parameter("partial_nnz", nnz, 0.0, false, "entries, at least 0")?;
+    }
+    let p = ranks_of(algorithm)?;
+    let (nnz_a, nnz_b) = (stats.nnz_a as f64, stats.nnz_b as f64);
+    let flops = stats.flops as f64;
+    let shape = (stats.nrows, stats.inner, stats.ncols);
+    Ok(match algorithm {
+        Algorithm::RowFetch { .. } => {
+            let pf = p as f64;
+            let inner = stats.inner.max(1) as f64;
+            let per_rank = nnz_a / pf;
+            let distinct = if per_rank > 0.0 {
+                hit(inner, per_rank)
+            } else {
+                0.0
+            };
+            // Packed by their owners, unpacked here: about as many either way on average.
+            2.0 * distinct * (pf - 1.0) / pf * nnz_b / inner
+        }
+        Algorithm::Summa2d(g) => summa2d_entries(shape, (nnz_a, nnz_b, flops), (g.rows, g.cols)),
+        Algorithm::Summa3d(g) => {
+            let c = g.layers;
+            let cf = c as f64;
+            let slices = RowPartition::even(stats.inner, c);
+            let widest = (0..c)
+                .map(|l| {
+                    let k = slices.rows(l);
+                    k.end - k.start
+                })
+                .max()
+                .unwrap_or(0);
+            let share = widest as f64 / stats.inner.max(1) as f64;
+            let layer = summa2d_entries(
+                (stats.nrows, widest, stats.ncols),
+                (nnz_a * share, nnz_b * share, flops * share),
+                (g.rows, g.cols),
+            );
+            if c == 1 {
+                layer
+            } else {
+                let cells = (stats.nrows as f64 * stats.ncols as f64).max(1.0);
+                let partial = partial_nnz.unwrap_or_else(|| hit(cells, flops / cf));
+                let mine = partial / (g.rows * g.cols) as f64;
+                // Cut and packed: (c − 1)/c of it; unpacked: as much from the others; summed:
+                // all c pieces, as many entries as the rank's piece of every layer's C_l.
+                layer + mine * (2.0 * (cf - 1.0) / cf) + mine
+            }
+        }
+    })
+}
+
+/// Entries per second this rank packs, unpacks and merges (`Machine::entry_rate`), measured on
+/// `sample`: its rows packed into a message and unpacked (as 1D row fetch and SUMMA move rows),
+/// and the sample merged with itself (as SUMMA sums stage products), on the current rayon pool;
+/// the best of `reps` rounds (at least one). Time it on a sample the size of a rank's blocks:
+/// a block far smaller than the caches overstates the rate.
+///
+/// Errors: a sample with no entries ([`ModelError::Parameter`]); [`ModelError::Sample`] where
+/// its rows or their sum cannot be built (memory).
+pub fn measure_entry_rate<T: MpiScalar>(sample: &Csr<T>, reps: usize) -> Result<f64, ModelError> {
+    let entries = sample.nnz();
+    if entries == 0 {
+        return Err(ModelError::Parameter {
+            name: "sample entries",
+            value: 0.0,
+            expected: "a sample with entries",
+        });
+    }
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let start = std::time::Instant::now();
+        let bytes = crate::wire::pack_rows(sample, 0..sample.nrows());
+        let (mut offsets, mut cols, mut values) = (vec![0u64], Vec::new(), Vec::<T>::new());
+        let out = crate::wire::RowsOut {
+            offsets: &mut offsets,
+            cols: &mut cols,
+            values: &mut values,
+        };
+        crate::wire::unpack_rows(&bytes, sample.nrows(), sample.ncols() as u64, out, (0, 0))
+            .map_err(|e| ModelError::Sample(e.to_string()))?;
+        let sum =
+            crate::summa::add(sample, sample).map_err(|e| ModelError::Sample(e.to_string()))?;
+        std::hint::black_box((&cols, &values, &sum));
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    // Packed, unpacked, and two operands' entries merged.
+    Ok(4.0 * entries as f64 / best.max(f64::MIN_POSITIVE))
+}
+
 /// Checks that `value` is finite and at least (or above, `strict`) `min`.
 fn check_parameter(
     name: &'static str,
@@ -513,8 +696,10 @@ fn check_parameter(
 /// `critical_path_flops · P / flops`, from [`critical_path_flops`] when the operands are at
 /// hand; 1 for a perfectly balanced product. On one rank the time is `flops / rate`.
 ///
-/// Not modelled: the local merges (SUMMA adds each stage's product to C, 3D sums the layers'
-/// pieces), packing and unpacking messages, and a local rate that changes with the block's size.
+/// With `machine.entry_rate`, the local work on entries outside the products (packing and
+/// unpacking blocks and rows, SUMMA's merge of each stage's product into C, 3D's cutting and
+/// summing of the partial products: [`model_entries`]) adds `entries / entry_rate`. Not
+/// modelled: a local rate that changes with the block's size or shape.
 ///
 /// Errors: a layout of no ranks or more than [`MAX_MODEL_RANKS`]; a rate or bandwidth that is
 /// not finite and above 0, a latency not finite and at least 0, an imbalance not finite and at
@@ -560,16 +745,23 @@ pub fn model_time_with(
         "seconds, at least 0",
     )?;
     check_parameter("imbalance", imbalance, 1.0, false, "at least 1")?;
+    if let Some(rate) = machine.entry_rate {
+        check_parameter("entry_rate", rate, 0.0, true, "entries per second above 0")?;
+    }
     let ranks = ranks_of(algorithm)?;
     let comm = model_comm_with(stats, algorithm, partial_nnz)?;
+    let entries = model_entries(stats, algorithm, partial_nnz)?;
     let compute = stats.flops as f64 / ranks as f64 * imbalance / machine.rate;
+    let local = machine.entry_rate.map_or(0.0, |rate| entries / rate);
     let communication =
         comm.bytes / machine.network.bandwidth + comm.messages * machine.network.latency;
     Ok(TimeEstimate {
         ranks,
         compute,
+        local,
+        entries,
         communication,
-        total: compute + communication,
+        total: compute + local + communication,
         comm,
     })
 }
@@ -755,6 +947,7 @@ mod tests {
         Machine {
             network: Network { bandwidth, latency },
             rate,
+            entry_rate: None,
         }
     }
 
@@ -777,6 +970,90 @@ mod tests {
         // Imbalance scales the compute only.
         let u = model_time(&s, Algorithm::Summa2d(Grid::new(2, 2)), &m, 2.0).unwrap();
         assert!(close(u.compute, 5e-3) && u.communication == t.communication);
+    }
+
+    #[test]
+    fn hand_computed_entries_of_each_algorithm() {
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y.abs().max(1.0);
+        let s = stats(1000, 100, 10_000);
+        // One rank handles no entries outside its product.
+        for alg in [
+            Algorithm::RowFetch { ranks: 1 },
+            Algorithm::Summa2d(Grid::new(1, 1)),
+            Algorithm::Summa3d(Grid3::new(1, 1, 1)),
+        ] {
+            assert_eq!(model_entries(&s, alg, None).unwrap(), 0.0, "{alg:?}");
+        }
+        // 1D on 2 ranks: 500 entries of A reach 100 (1 − e^−5) distinct rows, half of them
+        // another rank's, 10 entries each, packed there and unpacked here.
+        let one_d = model_entries(&s, Algorithm::RowFetch { ranks: 2 }, None).unwrap();
+        assert!(
+            close(one_d, 2.0 * 100.0 * (1.0 - (-5f64).exp()) / 2.0 * 10.0),
+            "{one_d}"
+        );
+        // 2D on 2×2: two stages; own blocks 2000 / 4 packed, A's and B's other blocks
+        // 250 + 250 unpacked; the second stage's 1250 products merged with the first's on a
+        // block of 50 × 50, each 2500 (1 − e^−0.5) entries.
+        let two_d = model_entries(&s, Algorithm::Summa2d(Grid::new(2, 2)), None).unwrap();
+        let stage = 2500.0 * (1.0 - (-0.5f64).exp());
+        assert!(close(two_d, 500.0 + 500.0 + 2.0 * stage), "{two_d}");
+        // 3D on 1×1×2: each layer alone (nothing moved within it), then the rank's partial
+        // product, 10^4 (1 − e^−0.5) entries, half packed, as many unpacked, all summed.
+        let three_d = model_entries(&s, Algorithm::Summa3d(Grid3::new(1, 1, 2)), None).unwrap();
+        let partial = 10_000.0 * (1.0 - (-0.5f64).exp());
+        assert!(close(three_d, 2.0 * partial), "{three_d}");
+        // A known partial product replaces the estimate.
+        let known = model_entries(&s, Algorithm::Summa3d(Grid3::new(1, 1, 2)), Some(100.0));
+        assert!(close(known.unwrap(), 200.0));
+        assert!(model_entries(&s, Algorithm::Summa3d(Grid3::new(1, 1, 2)), Some(-1.0)).is_err());
+    }
+
+    #[test]
+    fn the_entry_rate_adds_the_local_work_and_the_choice_is_by_time() {
+        let s = stats(100_000, 10_000, 2_000_000);
+        let mut m = machine(1e9, 1e-6, 1e8);
+        let without = choose_algorithm_by_time(&s, 4, &m).unwrap();
+        m.entry_rate = Some(1e7);
+        let with = choose_algorithm_by_time(&s, 4, &m).unwrap();
+        // Every layout of the volume model's list, ranked by predicted time.
+        assert_eq!(with.len(), choose_algorithm(&s, 4).len());
+        assert!(with.windows(2).all(|w| w[0].1.total <= w[1].1.total));
+        for (alg, t) in &with {
+            let alone = model_time(&s, *alg, &m, 1.0).unwrap();
+            assert_eq!(t, &alone);
+            let entries = model_entries(&s, *alg, None).unwrap();
+            assert_eq!((t.entries, t.local), (entries, entries / 1e7));
+            assert_eq!(t.total, t.compute + t.local + t.communication);
+            let before = without.iter().find(|(a, _)| a == alg).unwrap().1;
+            assert_eq!(before.local, 0.0);
+            let earlier = t.compute + t.communication;
+            assert!((before.total - earlier).abs() <= 1e-12 * earlier, "{alg:?}");
+        }
+        // Where entries are dear, 1D comes first: on these random operands it handles the
+        // fewest (the rows it fetches; SUMMA merges every stage's product).
+        m.entry_rate = Some(1.0);
+        let dear = choose_algorithm_by_time(&s, 4, &m).unwrap();
+        assert_eq!(dear[0].0, Algorithm::RowFetch { ranks: 4 });
+        m.entry_rate = Some(0.0);
+        assert!(matches!(
+            choose_algorithm_by_time(&s, 4, &m),
+            Err(ModelError::Parameter {
+                name: "entry_rate",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_entry_rate_is_measured_on_a_sample() {
+        let a = hetsparse::generate::rmat::<f64>(8, 8, 3);
+        let rate = measure_entry_rate(&a, 2).unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        let empty = Csr::<f64>::zeros(4, 4).unwrap();
+        assert!(matches!(
+            measure_entry_rate(&empty, 1),
+            Err(ModelError::Parameter { .. })
+        ));
     }
 
     #[test]
