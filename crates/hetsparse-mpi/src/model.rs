@@ -134,6 +134,31 @@ fn stages(inner: u64, pr: usize, pc: usize) -> u64 {
     cuts.len() as u64 - 1
 }
 
+/// The distinct rows of B that `entries` entries of A reach when their columns are uniformly
+/// random among `inner`: `inner · (1 − (1 − 1/inner)^entries)`.
+fn distinct_rows(inner: f64, entries: f64) -> f64 {
+    // (No entries touch no rows: 0 · ln(0) would be NaN when inner = 1.)
+    if entries > 0.0 {
+        inner * (1.0 - (entries * (-1.0 / inner).ln_1p()).exp())
+    } else {
+        0.0
+    }
+}
+
+/// The widest slice of `inner` cut evenly into `layers` (3D SUMMA's layers run at once, so the
+/// widest is the slowest) and its share of `inner`.
+fn widest_slice(inner: u64, layers: usize) -> (u64, f64) {
+    let slices = RowPartition::even(inner, layers);
+    let widest = (0..layers)
+        .map(|l| {
+            let k = slices.rows(l);
+            k.end - k.start
+        })
+        .max()
+        .unwrap_or(0);
+    (widest, widest as f64 / inner.max(1) as f64)
+}
+
 /// Bytes 2D SUMMA sends in all on a `pr × pc` grid (exact for even blocks).
 fn summa2d_bytes(
     nrows: u64,
@@ -166,14 +191,7 @@ pub fn model_volume(stats: &ProductStats, algorithm: Algorithm) -> f64 {
             let p = ranks.max(1) as f64;
             // Distinct columns among a rank's nnz(A)/P entries, of which (P−1)/P are rows
             // another rank owns.
-            let per_rank = nnz_a / p;
-            // (No entries touch no rows: 0 · ln(0) would be NaN when k = 1.)
-            let distinct = if per_rank > 0.0 {
-                inner * (1.0 - (per_rank * (-1.0 / inner).ln_1p()).exp())
-            } else {
-                0.0
-            };
-            let fetched = distinct * (p - 1.0) / p;
+            let fetched = distinct_rows(inner, nnz_a / p) * (p - 1.0) / p;
             p * fetched * (12.0 + (4.0 + s) * nnz_b / inner) + 24.0 * p * (p - 1.0)
         }
         Algorithm::Summa2d(g) => {
@@ -482,15 +500,7 @@ pub fn model_comm_with(
             let c = g.layers;
             let cf = c as f64;
             // The layers run at once; the largest slice is the slowest.
-            let slices = RowPartition::even(stats.inner, c);
-            let widest = (0..c)
-                .map(|l| {
-                    let k = slices.rows(l);
-                    k.end - k.start
-                })
-                .max()
-                .unwrap_or(0);
-            let share = widest as f64 / stats.inner.max(1) as f64;
+            let (widest, share) = widest_slice(stats.inner, c);
             let layer = summa2d_comm(
                 stats.nrows,
                 widest,
@@ -586,28 +596,14 @@ pub fn model_entries(
         Algorithm::RowFetch { .. } => {
             let pf = p as f64;
             let inner = stats.inner.max(1) as f64;
-            let per_rank = nnz_a / pf;
-            let distinct = if per_rank > 0.0 {
-                hit(inner, per_rank)
-            } else {
-                0.0
-            };
             // Packed by their owners, unpacked here: about as many either way on average.
-            2.0 * distinct * (pf - 1.0) / pf * nnz_b / inner
+            2.0 * distinct_rows(inner, nnz_a / pf) * (pf - 1.0) / pf * nnz_b / inner
         }
         Algorithm::Summa2d(g) => summa2d_entries(shape, (nnz_a, nnz_b, flops), (g.rows, g.cols)),
         Algorithm::Summa3d(g) => {
             let c = g.layers;
             let cf = c as f64;
-            let slices = RowPartition::even(stats.inner, c);
-            let widest = (0..c)
-                .map(|l| {
-                    let k = slices.rows(l);
-                    k.end - k.start
-                })
-                .max()
-                .unwrap_or(0);
-            let share = widest as f64 / stats.inner.max(1) as f64;
+            let (widest, share) = widest_slice(stats.inner, c);
             let layer = summa2d_entries(
                 (stats.nrows, widest, stats.ncols),
                 (nnz_a * share, nnz_b * share, flops * share),
@@ -984,13 +980,11 @@ mod tests {
         ] {
             assert_eq!(model_entries(&s, alg, None).unwrap(), 0.0, "{alg:?}");
         }
-        // 1D on 2 ranks: 500 entries of A reach 100 (1 − e^−5) distinct rows, half of them
-        // another rank's, 10 entries each, packed there and unpacked here.
+        // 1D on 2 ranks: 500 entries of A reach 100 (1 − 0.99^500) distinct rows, half of
+        // them another rank's, 10 entries each, packed there and unpacked here.
         let one_d = model_entries(&s, Algorithm::RowFetch { ranks: 2 }, None).unwrap();
-        assert!(
-            close(one_d, 2.0 * 100.0 * (1.0 - (-5f64).exp()) / 2.0 * 10.0),
-            "{one_d}"
-        );
+        let distinct = 100.0 * (1.0 - 0.99f64.powi(500));
+        assert!(close(one_d, 2.0 * distinct / 2.0 * 10.0), "{one_d}");
         // 2D on 2×2: two stages; own blocks 2000 / 4 packed, A's and B's other blocks
         // 250 + 250 unpacked; the second stage's 1250 products merged with the first's on a
         // block of 50 × 50, each 2500 (1 − e^−0.5) entries.
