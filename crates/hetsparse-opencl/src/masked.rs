@@ -106,7 +106,14 @@ impl OpenClBackend {
             } else {
                 self.device_view(b, &b_up)?
             };
+            // Progress in the unmasked product's intermediate products (counted on the host
+            // for host operands; a resident operand's are not counted), as ESC reports it.
+            let products = match (a, b) {
+                (CsrOperand::Host(ha), CsrOperand::Host(hb)) => run.plan_product(ha, hb)?,
+                _ => 0,
+            };
             let c = self.masked_product::<T>(q, &masked, (a_dev, b_dev), b.shape().1, mask, run)?;
+            run.add_done(products);
             return Ok((Product::Device(c), masked));
         }
         let program = self.semiring_program::<T>(op, options.semiring, false)?;

@@ -189,3 +189,28 @@ fn plans_and_executions_refuse_semirings_and_masks_with_a_typed_error() {
         assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
     }
 }
+
+#[test]
+fn masked_products_from_the_host_report_their_progress() {
+    let Some(b) = common::backend("semirings") else {
+        return;
+    };
+    let (x, y) = operands(14);
+    let products = hetsparse_core::analysis::total_products(&x, &y).unwrap();
+    assert!(products > 0);
+    for mask in [Mask::structural(&x), Mask::structural(&x).complemented()] {
+        let options = SpgemmOptions::new()
+            .with_semiring(SemiringKind::MinFirst)
+            .with_mask(mask);
+        let run = RunControl::new();
+        b.spgemm_with((&x).into(), (&y).into(), &options, &run)
+            .unwrap();
+        let p = run.progress();
+        assert_eq!(
+            (p.planned, p.done),
+            (products, products),
+            "complemented: {}",
+            options.mask.as_ref().is_some_and(Mask::is_complemented)
+        );
+    }
+}
