@@ -1,6 +1,7 @@
 // Shared helpers. The host prepends a prelude that defines, per scalar type and semiring:
 //   STORE (element type in memory), ACC (accumulator), REAL (real part type), NCOMP (1 or 2),
-//   LOAD(p, i) -> ACC, STORE_AT(p, i, acc), ADD(a, b), MUL(a, b), ZERO, IS_ZERO(v),
+//   LOAD(p, i) -> ACC, STORE_AT(p, i, acc), ADD(a, b), MUL(a, b), MUL_AT(a, b, k) (the
+//   product knowing the inner index k), ZERO, ONE, IS_ZERO(v),
 //   PAYLOAD (what the sort carries with each key), and the tile sizes SORT_TILE, SORT_WG.
 
 // Largest idx in [0, n) with a[idx] <= x, given a[0] <= x < a[n] (a is non-decreasing).
@@ -59,6 +60,27 @@ inline ulong rank_local(__local const ulong* a, uint lo, uint hi, ulong x, int s
         if (v < x || (!strict && v == x)) b = mid + 1; else e = mid;
     }
     return b - lo;
+}
+
+// Searches of sorted column indices (rows of a CSR matrix), shared by the ESC program's
+// numeric phase and panels and by the masked program.
+// Position of column j in a row [lo, hi), or hi when the row does not hold it.
+inline ulong planned_column(__global const uint* c_index, ulong lo, ulong hi, uint j) {
+    ulong b0 = lo, e0 = hi;
+    while (b0 < e0) {
+        ulong mid = b0 + (e0 - b0) / 2;
+        if (c_index[mid] < j) b0 = mid + 1; else e0 = mid;
+    }
+    return (b0 < hi && c_index[b0] == j) ? b0 : hi;
+}
+
+// First position in the sorted index[lo, hi) holding a column >= c.
+inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, uint c) {
+    while (lo < hi) {
+        ulong mid = lo + (hi - lo) / 2;
+        if (index[mid] < c) lo = mid + 1; else hi = mid;
+    }
+    return lo;
 }
 
 #if HAS_ATOMICS

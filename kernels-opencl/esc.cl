@@ -25,7 +25,8 @@ __kernel void esc_setup(ulong nnz_a, ulong nrows_a, __global const ulong* a_offs
 // power-law product's 131 ms of kernels). Each product finds its entry of A by bisection over
 // the group's slice of a_prods, staged in local memory when it fits. The key of a product is
 // (row of C << 32 | column of C); what is stored with it, EXPAND_VALUE, is the product's value
-// (scalar program) or its operands' indices (block program).
+// (scalar program; the semiring's MUL_AT, which the inner index k is passed to for
+// any_secondi) or its operands' indices (block program).
 #define EXP_WG 256
 #define EXP_PER 8
 #define EXP_CHUNK (EXP_WG * EXP_PER)
@@ -77,7 +78,7 @@ void esc_expand(ulong exp_size, uint interpolate, ulong nnz_a, __global const ul
         uint k = a_index[ea];
         ulong eb = b_offsets[k] + (p - first);
         ex_keys[p] = ((ulong)a_rows[ea] << 32) | b_index[eb];
-        ex_vals[p] = EXPAND_VALUE(ea, eb);
+        ex_vals[p] = EXPAND_VALUE(ea, eb, k);
     }
 }
 
@@ -143,16 +144,6 @@ void max_blocks(__global const ulong* in, ulong n, __global ulong* block_max) {
 // short rows run through spgemm_numeric_rows (one work-item each), medium ones through
 // spgemm_numeric_medium (MED_LANES work-items each, several rows per work-group) and long ones
 // through spgemm_numeric_segments (a work-group per segment of the row).
-
-// Position of column j in C's row [lo, hi), or hi when the row does not hold it.
-inline ulong planned_column(__global const uint* c_index, ulong lo, ulong hi, uint j) {
-    ulong b0 = lo, e0 = hi;
-    while (b0 < e0) {
-        ulong mid = b0 + (e0 - b0) / 2;
-        if (c_index[mid] < j) b0 = mid + 1; else e0 = mid;
-    }
-    return (b0 < hi && c_index[b0] == j) ? b0 : hi;
-}
 
 inline void numeric_row(ulong i, __global const ulong* a_offsets, __global const uint* a_index,
                         __global const STORE* a_vals, __global const ulong* b_offsets,
@@ -231,15 +222,6 @@ __kernel void slice_entries(ulong n, ulong base, __global const uint* index,
     if (e >= n) return;
     out_index[e] = index[base + e];
     out_vals[e] = vals[base + e];
-}
-
-// First position in the sorted index[lo, hi) holding a column >= c.
-inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, uint c) {
-    while (lo < hi) {
-        ulong mid = lo + (hi - lo) / 2;
-        if (index[mid] < c) lo = mid + 1; else hi = mid;
-    }
-    return lo;
 }
 
 #if HAS_ATOMICS

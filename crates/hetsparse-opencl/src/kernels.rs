@@ -1,9 +1,10 @@
 //! OpenCL C sources (in `kernels-opencl/`, embedded) and the prelude that specialises them to a
 //! scalar type and a semiring.
 
-use hetsparse_core::ScalarType;
+use hetsparse_core::{Error, Operation, Result, ScalarType, SemiringKind, SpgemmAlgorithm};
 
 use crate::device::DeviceDescription;
+use crate::BACKEND;
 
 const COMMON: &str = include_str!("../../../kernels-opencl/common.cl");
 const SCAN: &str = include_str!("../../../kernels-opencl/scan.cl");
@@ -11,6 +12,7 @@ const SORT: &str = include_str!("../../../kernels-opencl/sort.cl");
 const ESC: &str = include_str!("../../../kernels-opencl/esc.cl");
 const SPMV: &str = include_str!("../../../kernels-opencl/spmv.cl");
 const BSR: &str = include_str!("../../../kernels-opencl/bsr.cl");
+const MASKED: &str = include_str!("../../../kernels-opencl/masked.cl");
 
 /// Work-items per group of the lane-based kernels (CSR vector, ELLR-T).
 pub(crate) const LANE_WG: usize = 256;
@@ -54,26 +56,99 @@ pub(crate) const MEDIUM_LANES: usize = 32;
 /// Medium rows per work-group at most (`NUM_WG / MED_LANES` in esc.cl).
 pub(crate) const MEDIUM_ROWS: usize = NUM_WG / MEDIUM_LANES;
 
-/// A semiring as OpenCL C macros over the accumulator type: `ADD`, `MUL`, `ZERO`.
+/// A semiring as OpenCL C macros over the accumulator type: `ADD(a, b)`, `MUL(a, b)`,
+/// `MUL_AT(a, b, k)` (the product knowing the inner index `k`, the column of A's entry and the
+/// row of B's), `ZERO` (the additive identity), `ONE` and `IS_ZERO(v)`. Each is the OpenCL
+/// form of the reference's [`hetsparse_core::semiring`] type of the same name, so that the
+/// device computes what the reference does: `min`/`max` are `fmin`/`fmax` (NaN loses to a
+/// number, as `f32::min` does), "any" keeps the last product of a run as the reference keeps
+/// the last in its order, and `any_secondi` gives `k` as a value (`Semiring::mul_at`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum KernelSemiring {
-    /// Ordinary `+`, `×`, 0 (complex multiplication for complex types).
-    PlusTimes,
-}
+pub(crate) struct KernelSemiring(SemiringKind);
 
 impl KernelSemiring {
-    fn defines(self, complex: bool) -> &'static str {
-        match (self, complex) {
-            (KernelSemiring::PlusTimes, false) => {
-                "#define ADD(a, b) ((a) + (b))\n#define MUL(a, b) ((a) * (b))\n#define ZERO ((ACC)(0))\n\
-                 #define IS_ZERO(v) ((v) == (ACC)(0))\n"
-            }
-            (KernelSemiring::PlusTimes, true) => {
-                "inline ACC cmul(ACC a, ACC b) { return (ACC)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }\n\
-                 #define ADD(a, b) ((a) + (b))\n#define MUL(a, b) cmul((a), (b))\n#define ZERO ((ACC)(0))\n\
-                 #define IS_ZERO(v) ((v).x == 0 && (v).y == 0)\n"
-            }
+    /// Plain arithmetic, what every program but the semiring ones is built with.
+    pub(crate) const PLUS_TIMES: KernelSemiring = KernelSemiring(SemiringKind::PlusTimes);
+
+    /// The kernels' form of `kind` over `ty`; [`Error::Unsupported`] where the semiring is
+    /// not defined over the type ([`SemiringKind::is_defined_for`]).
+    pub(crate) fn new(kind: SemiringKind, ty: ScalarType) -> Result<Self> {
+        let why = if !kind.is_defined_for(ty) {
+            format!("the {kind} semiring is not defined over {ty}")
+        } else if KernelSemiring(kind).macros("").is_none() {
+            format!("the {kind} semiring has no OpenCL kernels yet")
+        } else {
+            return Ok(KernelSemiring(kind));
+        };
+        Err(Error::Unsupported {
+            backend: BACKEND,
+            op: Operation::Spgemm(SpgemmAlgorithm::Esc),
+            scalar: ty,
+            detail: Some(why),
+        })
+    }
+
+    /// `(ADD, MUL, ZERO)` of this semiring, `times` being the accumulator's `×`; `None` for a
+    /// semiring the kernels do not know (one added to [`SemiringKind`] later).
+    fn macros(self, times: &'static str) -> Option<(&'static str, &'static str, &'static str)> {
+        use SemiringKind as K;
+        Some(match self.0 {
+            K::PlusTimes => ("((a) + (b))", times, "((ACC)(0))"),
+            K::PlusPair => ("((a) + (b))", "ONE", "((ACC)(0))"),
+            K::PlusFirst => ("((a) + (b))", "(a)", "((ACC)(0))"),
+            K::PlusSecond => ("((a) + (b))", "(b)", "((ACC)(0))"),
+            // "any" of a run: its last product, as the reference keeps its last.
+            K::AnyPair => ("(b)", "ONE", "((ACC)(0))"),
+            K::AnySecondI => ("(b)", "((ACC)(0))", "((ACC)(0))"),
+            K::MinPlus => ("fmin((a), (b))", "((a) + (b))", "((ACC)(INFINITY))"),
+            K::MaxPlus => ("fmax((a), (b))", "((a) + (b))", "((ACC)(-INFINITY))"),
+            K::MinFirst => ("fmin((a), (b))", "(a)", "((ACC)(INFINITY))"),
+            K::MinSecond => ("fmin((a), (b))", "(b)", "((ACC)(INFINITY))"),
+            K::MaxTimes => ("fmax((a), (b))", "((a) * (b))", "((ACC)(-INFINITY))"),
+            K::MaxMin => ("fmax((a), (b))", "fmin((a), (b))", "((ACC)(-INFINITY))"),
+            // "Is not zero" as 1 or 0 (NaN is not zero), as the reference's LorLand.
+            K::LorLand => (
+                "(((a) != 0 || (b) != 0) ? (ACC)(1) : (ACC)(0))",
+                "(((a) != 0 && (b) != 0) ? (ACC)(1) : (ACC)(0))",
+                "((ACC)(0))",
+            ),
+            _ => return None,
+        })
+    }
+
+    /// The macros, for a complex accumulator (`float2`/`double2`) when `complex`. Only the
+    /// semirings that need `+` and `1` are defined over complex types ([`KernelSemiring::new`]
+    /// refuses the others), so `fmin`/`fmax` and the comparisons only ever see real values.
+    fn defines(self, complex: bool) -> String {
+        let (one, is_zero, times) = if complex {
+            (
+                "((ACC)(1, 0))",
+                "((v).x == 0 && (v).y == 0)",
+                "cmul((a), (b))",
+            )
+        } else {
+            ("((ACC)(1))", "((v) == (ACC)(0))", "((a) * (b))")
+        };
+        // `new` made sure the semiring is one the kernels know.
+        let (add, mul, zero) = self
+            .macros(times)
+            .unwrap_or(("((a) + (b))", times, "((ACC)(0))"));
+        let mul_at = if self.0 == SemiringKind::AnySecondI {
+            "((ACC)(k))"
+        } else {
+            "MUL(a, b)"
+        };
+        let mut s = String::new();
+        if complex {
+            s.push_str(
+                "inline ACC cmul(ACC a, ACC b) { return (ACC)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }\n",
+            );
         }
+        s.push_str(&format!(
+            "#define ONE {one}\n#define ZERO {zero}\n#define IS_ZERO(v) {is_zero}\n\
+             #define ADD(a, b) {add}\n#define MUL(a, b) {mul}\n#define MUL_AT(a, b, k) {mul_at}\n"
+        ));
+        s
     }
 }
 
@@ -192,11 +267,11 @@ pub(crate) fn scalar_program(
     if double && atomics {
         s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
     }
-    s.push_str(semiring.defines(ty.is_complex()));
+    s.push_str(&semiring.defines(ty.is_complex()));
     s.push_str(&format!(
         "#define HAS_ATOMICS {}\n#define NUM_SEG {}\n#define MED_SEG {}\n#define MED_LANES {MEDIUM_LANES}\n\
          #define PAYLOAD ACC\n\
-         #define EXPAND_VALUE(ea, eb) MUL(LOAD(a_vals, ea), LOAD(b_vals, eb))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n\
+         #define EXPAND_VALUE(ea, eb, k) MUL_AT(LOAD(a_vals, ea), LOAD(b_vals, eb), k)\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n\
          #define LANE_WG {LANE_WG}\n#define VEC_LANES {VEC_LANES}\n#define ELL_T {ELL_T}\n#define ELL_LC {ELL_LC}\n",
         u8::from(atomics),
         numeric_segment(ty, device),
@@ -232,12 +307,27 @@ pub(crate) fn block_program(
     device: &DeviceDescription,
 ) -> String {
     let mut s = type_defines(ty);
-    s.push_str(semiring.defines(ty.is_complex()));
+    s.push_str(&semiring.defines(ty.is_complex()));
     s.push_str(&format!(
-        "#define HAS_ATOMICS 0\n#define PAYLOAD ulong2\n#define EXPAND_VALUE(ea, eb) ((ulong2)((ea), (eb)))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n",
+        "#define HAS_ATOMICS 0\n#define PAYLOAD ulong2\n#define EXPAND_VALUE(ea, eb, k) ((ulong2)((ea), (eb)))\n#define SORT_TILE {}\n#define SORT_WG {SORT_WG}\n",
         sort_tile(device, BLOCK_PAYLOAD_BYTES)
     ));
     for part in [COMMON, SCAN, SORT, ESC, BSR] {
+        s.push_str(part);
+        s.push('\n');
+    }
+    s
+}
+
+/// Source of the masked SpGEMM program for `ty` over `semiring` (masked.cl, with the scan
+/// that turns its row counts into offsets): a program of its own, so that a masked product
+/// compiles only these few kernels, and the scalar program of a semiring stays the same
+/// whether or not a mask is used with it.
+pub(crate) fn masked_program(ty: ScalarType, semiring: KernelSemiring) -> String {
+    let mut s = type_defines(ty);
+    s.push_str(&semiring.defines(ty.is_complex()));
+    s.push_str("#define HAS_ATOMICS 0\n");
+    for part in [COMMON, SCAN, MASKED] {
         s.push_str(part);
         s.push('\n');
     }

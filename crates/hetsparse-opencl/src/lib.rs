@@ -29,6 +29,8 @@
 //! | operation | kernel |
 //! |---|---|
 //! | SpGEMM (`Esc`, `Auto`) | ESC: balanced expansion, segmented merge sort, compression; B in column slices when the expansion exceeds the memory budget |
+//! | SpGEMM over a semiring (`SpgemmOptions::with_semiring`, every one defined over the type) | ESC, from a program compiled for the semiring (once per context) |
+//! | SpGEMM with a mask (structural or valued) | a masked row-by-row kernel that multiplies only the products the mask admits; complemented: ESC, then the refused entries dropped on the device |
 //! | BSR × BSR | ESC over the block structure, blocks multiplied during compression |
 //! | DIA × DIA | through CSR SpGEMM (the trait's default) |
 //! | SpMV | CSR scalar or vector (by mean row length), ELLR-T, CSPR with atomic row sums; CSC, COO, DIA and BSR converted to CSR on the host |
@@ -75,6 +77,7 @@
 mod device;
 mod esc;
 mod kernels;
+mod masked;
 mod multiply;
 mod ops;
 mod resident;
@@ -93,8 +96,9 @@ use hetsparse_core::backend::{
 };
 use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Operation,
-    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SpgemmAlgorithm, Validated,
+    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, MaskKind,
+    Operation, Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind,
+    SpgemmAlgorithm, SpgemmFeatures, Validated,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -262,31 +266,39 @@ impl OpenClBackend {
         self.pool.limit()
     }
 
-    /// Unsupported for types the device cannot run (saying why), the compiled program otherwise.
-    fn program<T: Scalar>(&self, op: Operation, block: bool) -> Result<Arc<Program>> {
-        if !scalar::is_device_scalar::<T>() || !self.supports_scalar(T::TYPE) {
-            let why = if scalar::is_device_scalar::<T>() {
-                format!("{} has no cl_khr_fp64", self.state.description.name)
-            } else {
-                "not one of the six built-in scalar types".to_string()
-            };
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                op,
-                scalar: T::TYPE,
-                detail: Some(why),
-            });
+    /// Unsupported for types the device cannot run (saying why).
+    fn check_scalar<T: Scalar>(&self, op: Operation) -> Result<()> {
+        if scalar::is_device_scalar::<T>() && self.supports_scalar(T::TYPE) {
+            return Ok(());
         }
+        let why = if scalar::is_device_scalar::<T>() {
+            format!("{} has no cl_khr_fp64", self.state.description.name)
+        } else {
+            "not one of the six built-in scalar types".to_string()
+        };
+        Err(Error::Unsupported {
+            backend: BACKEND,
+            op,
+            scalar: T::TYPE,
+            detail: Some(why),
+        })
+    }
+
+    /// Unsupported for types the device cannot run (saying why), the compiled plus-times
+    /// program otherwise (scalar or block).
+    fn program<T: Scalar>(&self, op: Operation, block: bool) -> Result<Arc<Program>> {
+        self.check_scalar::<T>(op)?;
         let d = &self.state.description;
         let ty = T::TYPE;
         if block {
             self.state.program(Variant::Block(ty), || {
-                kernels::block_program(ty, KernelSemiring::PlusTimes, d)
+                kernels::block_program(ty, KernelSemiring::PLUS_TIMES, d)
             })
         } else {
-            self.state.program(Variant::Scalar(ty), || {
-                kernels::scalar_program(ty, KernelSemiring::PlusTimes, d)
-            })
+            self.state
+                .program(Variant::Scalar(ty, SemiringKind::PlusTimes), || {
+                    kernels::scalar_program(ty, KernelSemiring::PLUS_TIMES, d)
+                })
         }
     }
 
@@ -387,7 +399,41 @@ fn capabilities_of(d: &DeviceDescription) -> Capabilities {
         ops.push(Operation::Spmv(f));
         ops.push(Operation::Spmm(f));
     }
-    Capabilities::new().with_all(&ops, &scalars)
+    scalars.iter().fold(
+        Capabilities::new().with_all(&ops, &scalars),
+        |caps, &scalar| caps.with_spgemm_features(&[scalar], spgemm_features(scalar)),
+    )
+}
+
+/// What SpGEMM runs over `scalar` beside plain plus-times: every semiring defined over it
+/// ([`SemiringKind::is_defined_for`], each compiled into its own programs on first use), and
+/// masks of every kind (the masked program, or ESC and a pass dropping the refused entries for
+/// a complemented mask). A replacing mask is claimed too: with no C to merge into, a product's
+/// replace and merge are the same. No accumulator: the product is a new C
+/// ([`hetsparse_core::write_back`] merges it).
+fn spgemm_features(scalar: ScalarType) -> SpgemmFeatures {
+    let mut features = SpgemmFeatures::plain();
+    features.semirings = SemiringKind::defined_for(scalar).collect();
+    features.masks = [MaskKind::Structural, MaskKind::Valued].into();
+    features.complemented_masks = true;
+    features.replacing_masks = true;
+    features
+}
+
+/// [`Error::Unsupported`] for a plan of a product with a semiring or a mask: a plan's
+/// executions recompute plus-times over the unmasked product's structure (its numeric kernels
+/// add with compare-and-swap `+`), so anything else is refused rather than computed as
+/// plus-times.
+fn plain_plan<T: Scalar>(options: &SpgemmOptions) -> Result<()> {
+    if options.semiring == SemiringKind::PlusTimes && options.mask.is_none() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        backend: BACKEND,
+        op: Operation::Spgemm(options.algorithm),
+        scalar: T::TYPE,
+        detail: Some("a plan of a product with a semiring or a mask".into()),
+    })
 }
 
 fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
@@ -412,6 +458,11 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
     ) -> Result<Csr<T>> {
         let op = Operation::Spgemm(options.algorithm);
         run.checkpoint()?;
+        if !options.is_plain() {
+            let q = self.state.queue()?;
+            let (c, program) = self.spgemm_over(&q, a, b, options, run)?;
+            return self.fetch(&q, &program, c);
+        }
         let program = self.program::<T>(op, false)?;
         let q = self.state.queue()?;
         match (a, b) {
@@ -605,9 +656,18 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
     ) -> Result<ResidentCsr<T>> {
         let op = Operation::Spgemm(options.algorithm);
         run.checkpoint()?;
+        let q = self.state.queue()?;
+        if !options.is_plain() {
+            // A mask changes the pattern; a semiring alone does not.
+            let pattern = match &options.mask {
+                Some(mask) => PatternId::of_masked_product(a.pattern(), b.pattern(), mask),
+                None => PatternId::of_product(a.pattern(), b.pattern()),
+            };
+            let (c, _) = self.spgemm_over(&q, a, b, options, run)?;
+            return self.keep(&q, c, pattern);
+        }
         let program = self.program::<T>(op, false)?;
         let pattern = PatternId::of_product(a.pattern(), b.pattern());
-        let q = self.state.queue()?;
         let c = self.spgemm_on_device(&q, &program, a, b, run)?;
         self.keep(&q, c, pattern)
     }
@@ -666,6 +726,7 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         options: &SpgemmOptions,
         _checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
+        plain_plan::<T>(options)?;
         let op = Operation::Spgemm(options.algorithm);
         let program = self.program::<T>(op, false)?;
         self.plan(&program, a, b, options)
@@ -692,7 +753,13 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
     ) -> Result<MemoryRequirement> {
         let op = Operation::Spgemm(options.algorithm);
         let program = self.program::<T>(op, false)?;
-        self.requirement(&program, a, b)
+        let mut need = self.requirement(&program, a, b)?;
+        // A semiring changes no size; a mask adds its kernels' work (the ESC bound covers
+        // the operands and a masked C, which is never larger than the unmasked one).
+        need.work_bytes = need
+            .work_bytes
+            .saturating_add(masked::extra_work_bytes::<T>(a.shape().0, options));
+        Ok(need)
     }
 }
 
@@ -705,8 +772,15 @@ impl<T: Scalar> ChunkPipeline<T> for OpenClBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
-        _checked: Validated,
+        checked: Validated,
     ) -> Result<()> {
+        if !options.is_plain() {
+            // Each chunk as a product of its own (its mask cut to it), computed by
+            // `spgemm_with`: the device pipeline below runs plus-times only.
+            return hetsparse_core::backend::chunks::plain::spgemm_chunks(
+                self, a, b, chunks, options, run, sink, checked,
+            );
+        }
         let op = Operation::Spgemm(options.algorithm);
         let program = self.program::<T>(op, false)?;
         self.chunks(&program, a, b, chunks, run, sink)
@@ -787,7 +861,7 @@ mod tests {
     fn every_program_variant_has_its_kernels_and_types() {
         let d = gpu(true);
         for ty in ScalarType::ALL {
-            let s = kernels::scalar_program(ty, KernelSemiring::PlusTimes, &d);
+            let s = kernels::scalar_program(ty, KernelSemiring::PLUS_TIMES, &d);
             for k in [
                 "esc_expand",
                 "sort_tiles",
@@ -801,7 +875,7 @@ mod tests {
             let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
             assert_eq!(s.contains("cl_khr_fp64"), double, "{ty}");
             assert_eq!(s.contains("#define HAS_ATOMICS 1"), !double, "{ty}");
-            let b = kernels::block_program(ty, KernelSemiring::PlusTimes, &d);
+            let b = kernels::block_program(ty, KernelSemiring::PLUS_TIMES, &d);
             assert!(
                 b.contains("bsr_multiply") && b.contains("#define PAYLOAD ulong2"),
                 "{ty}"
@@ -810,6 +884,116 @@ mod tests {
         // Tiles fit two key and payload buffers in 48 KiB of local memory, less 4 KiB.
         assert_eq!(kernels::sort_tile(&d, 16), 512);
         assert_eq!(kernels::sort_tile(&d, 8), 1024);
+    }
+
+    #[test]
+    fn every_semiring_has_its_macros_and_the_masked_program_its_kernels() {
+        let d = gpu(true);
+        for ty in ScalarType::ALL {
+            for kind in SemiringKind::ALL {
+                let Ok(semiring) = KernelSemiring::new(kind, ty) else {
+                    assert!(!kind.is_defined_for(ty), "{kind} over {ty} is refused");
+                    continue;
+                };
+                let s = kernels::scalar_program(ty, semiring, &d);
+                for m in [
+                    "#define ADD(a, b)",
+                    "#define MUL_AT(a, b, k)",
+                    "#define ZERO",
+                ] {
+                    assert!(s.contains(m), "{kind} over {ty}: {m}");
+                }
+                let masked = kernels::masked_program(ty, semiring);
+                for k in ["masked_rows", "masked_compact", "keep_count", "scan_blocks"] {
+                    assert!(masked.contains(k), "{kind} over {ty}: {k}");
+                }
+            }
+        }
+        let min_plus = KernelSemiring::new(SemiringKind::MinPlus, ScalarType::F32).unwrap();
+        let s = kernels::scalar_program(ScalarType::F32, min_plus, &d);
+        assert!(s.contains("#define ZERO ((ACC)(INFINITY))") && s.contains("fmin"));
+        assert!(KernelSemiring::new(SemiringKind::MinPlus, ScalarType::C64).is_err());
+    }
+
+    #[test]
+    fn semiring_programs_compile_once_per_context() {
+        let Some(b) = device_backend("program cache") else {
+            return;
+        };
+        // A context of its own: no other test compiles into its cache.
+        let b = b.with_own_context().expect("a context of its own");
+        let esc = Operation::Spgemm(SpgemmAlgorithm::Esc);
+        let min_plus = Variant::Scalar(ScalarType::F32, SemiringKind::MinPlus);
+        assert_eq!(b.state.builds(), 0);
+        assert!(!b.state.is_cached(min_plus));
+        let first = b
+            .semiring_program::<f32>(esc, SemiringKind::MinPlus, false)
+            .expect("min_plus");
+        assert!(b.state.is_cached(min_plus));
+        let again = b
+            .semiring_program::<f32>(esc, SemiringKind::MinPlus, false)
+            .expect("min_plus again");
+        assert!(Arc::ptr_eq(&first, &again), "the second call rebuilt it");
+        assert_eq!(b.state.builds(), 1);
+        // Masked, and another semiring, are programs of their own.
+        b.semiring_program::<f32>(esc, SemiringKind::MinPlus, true)
+            .expect("masked min_plus");
+        assert!(b
+            .state
+            .is_cached(Variant::Masked(ScalarType::F32, SemiringKind::MinPlus)));
+        assert_eq!(b.state.builds(), 2);
+        // Products through the trait: the first compiles what it needs, the second nothing.
+        let a = Csr::<f32>::identity(5).expect("identity");
+        let options = SpgemmOptions::new()
+            .with_semiring(SemiringKind::MaxMin)
+            .with_mask(hetsparse_core::Mask::structural(&a));
+        let run = RunControl::new();
+        let c = b
+            .spgemm_with((&a).into(), (&a).into(), &options, &run)
+            .expect("masked max_min");
+        assert_eq!(c, a);
+        let after_first = b.state.builds();
+        assert_eq!(after_first, 3, "only the masked max_min program");
+        let any_pair = options.clone().with_semiring(SemiringKind::AnyPair);
+        for _ in 0..2 {
+            b.spgemm_with((&a).into(), (&a).into(), &options, &run)
+                .expect("masked max_min again");
+            b.spgemm_with((&a).into(), (&a).into(), &any_pair, &run)
+                .expect("any_pair");
+        }
+        assert_eq!(
+            b.state.builds(),
+            after_first + 1,
+            "only the masked any_pair"
+        );
+        // A semiring not defined over the type is refused before anything is compiled.
+        let refused =
+            b.semiring_program::<hetsparse_core::Complex<f32>>(esc, SemiringKind::MinPlus, false);
+        assert!(matches!(refused, Err(Error::Unsupported { .. })));
+        assert_eq!(b.state.builds(), after_first + 1);
+    }
+
+    #[test]
+    fn plans_refuse_semirings_and_masks_rather_than_compute_plus_times() {
+        let Some(b) = device_backend("plans") else {
+            return;
+        };
+        let a = Csr::<f32>::identity(4).expect("identity");
+        let refused = [
+            SpgemmOptions::new().with_semiring(SemiringKind::MinPlus),
+            SpgemmOptions::new().with_mask(hetsparse_core::Mask::structural(&a)),
+        ];
+        for options in refused {
+            match b.plan_spgemm((&a).into(), (&a).into(), &options) {
+                Err(Error::Unsupported {
+                    detail: Some(why), ..
+                }) => assert!(why.contains("semiring or a mask"), "{why}"),
+                other => panic!("{options:?}: {:?}", other.map(|_| "a plan")),
+            }
+        }
+        assert!(b
+            .plan_spgemm((&a).into(), (&a).into(), &SpgemmOptions::new())
+            .is_ok());
     }
 
     /// Runs `check_product` on hand-made arrays of C (each entry its own run of one product,

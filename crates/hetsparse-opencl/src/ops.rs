@@ -151,7 +151,7 @@ impl OpenClBackend {
     }
 
     /// A host operand copied to the device for the call (`None` for a resident one).
-    fn upload_operand<T: Scalar>(
+    pub(crate) fn upload_operand<T: Scalar>(
         &self,
         q: &Queue<'_>,
         op: CsrOperand<'_, T>,
@@ -164,7 +164,7 @@ impl OpenClBackend {
     }
 
     /// An operand's arrays on the device: its upload or its resident storage.
-    fn device_view<'o, T: Scalar>(
+    pub(crate) fn device_view<'o, T: Scalar>(
         &self,
         op: CsrOperand<'o, T>,
         up: &'o Option<Uploaded>,
@@ -1494,7 +1494,7 @@ mod tier_tests {
                 let mut d = real.clone();
                 d.local_memory_bytes = local;
                 d.int64_atomics &= atomics;
-                let src = kernels::scalar_program(ty, kernels::KernelSemiring::PlusTimes, &d);
+                let src = kernels::scalar_program(ty, kernels::KernelSemiring::PLUS_TIMES, &d);
                 let what = format!("{ty}, {local} bytes of local memory, atomics {atomics}");
                 let mut program = Program::create_from_source(&b.state.context, &src).unwrap();
                 if let Err(e) = program.build(&[b.state.id], "-cl-std=CL1.2") {

@@ -22,16 +22,24 @@ use opencl3::program::Program;
 use opencl3::types::{cl_device_id, cl_mem, CL_BLOCKING};
 
 use hetsparse_core::backend::MemorySpace;
-use hetsparse_core::{ChunkTiming, DeviceFault, Error, MemoryPool, Result, RunControl, ScalarType};
+use hetsparse_core::{
+    ChunkTiming, DeviceFault, Error, MemoryPool, Result, RunControl, ScalarType, SemiringKind,
+};
 
 use crate::device::DeviceDescription;
 use crate::BACKEND;
 
-/// Which program: the scalar kernels (ESC, SpMV, SpMM) or the block SpGEMM kernels, per type.
+/// Which program, the key of a context's program cache: each is compiled on first use, once
+/// per context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Variant {
-    Scalar(ScalarType),
+    /// The scalar kernels (ESC, SpMV, SpMM) of a type over a semiring (SpMV, SpMM and plans
+    /// use plus-times' alone).
+    Scalar(ScalarType, SemiringKind),
+    /// The block SpGEMM kernels of a type (plus-times).
     Block(ScalarType),
+    /// The masked SpGEMM kernels of a type over a semiring.
+    Masked(ScalarType, SemiringKind),
 }
 
 type ProgramSlot = Arc<OnceLock<std::result::Result<Arc<Program>, String>>>;
@@ -48,6 +56,9 @@ pub(crate) struct DeviceState {
     /// Which context this is, unique in the process: the id of the memory space.
     pub(crate) serial: u64,
     programs: Mutex<HashMap<Variant, ProgramSlot>>,
+    /// Programs compiled in this context so far (failed builds included): what shows that
+    /// the cache compiles each variant once.
+    builds: AtomicU64,
     staging: Mutex<Option<Staging>>,
     /// Command queues whose work finished, for the next calls (see [`IdleObjects`]).
     idle_queues: Mutex<Vec<(bool, CommandQueue)>>,
@@ -251,6 +262,7 @@ pub(crate) fn new_context(
         context,
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         programs: Mutex::new(HashMap::new()),
+        builds: AtomicU64::new(0),
         staging: Mutex::new(None),
         idle_queues: Mutex::new(Vec::new()),
         idle_kernels: Mutex::new(HashMap::new()),
@@ -275,6 +287,7 @@ impl DeviceState {
             programs.entry(variant).or_default().clone()
         };
         let built = slot.get_or_init(|| {
+            self.builds.fetch_add(1, Ordering::Relaxed);
             let _span =
                 tracing::info_span!("compile", ?variant, device = %self.description.name).entered();
             let src = source();
@@ -291,6 +304,21 @@ impl DeviceState {
         built
             .clone()
             .map_err(|msg| device_error(format!("compiling the {variant:?} kernels"), msg))
+    }
+
+    /// How many programs this context has compiled.
+    #[cfg(test)]
+    pub(crate) fn builds(&self) -> u64 {
+        self.builds.load(Ordering::Relaxed)
+    }
+
+    /// Whether the program of `variant` is compiled (or its build failed) in this context.
+    #[cfg(test)]
+    pub(crate) fn is_cached(&self, variant: Variant) -> bool {
+        self.programs
+            .lock()
+            .map(|p| p.get(&variant).is_some_and(|slot| slot.get().is_some()))
+            .unwrap_or(false)
     }
 
     /// The memory space of this context's buffers.

@@ -280,6 +280,18 @@ impl Mask {
         self.row(i).binary_search(&j).is_ok() != self.complement
     }
 
+    /// The admitting positions (before any complement) as CSR row offsets, one more than its
+    /// rows: what a device copies to apply the mask.
+    pub fn row_offsets(&self) -> &[u64] {
+        &self.pattern.row_offsets
+    }
+
+    /// The admitting positions' columns (before any complement), row by row, sorted within
+    /// each row (see [`Mask::row_offsets`]).
+    pub fn col_indices(&self) -> &[u32] {
+        &self.pattern.col_indices
+    }
+
     /// The admitted columns of row `i` (before any complement), sorted as its matrix's were.
     /// `i` must be below the mask's rows.
     pub fn row(&self, i: usize) -> &[u32] {

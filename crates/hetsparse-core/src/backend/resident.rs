@@ -85,6 +85,17 @@ impl PatternId {
     pub fn of_product(a: PatternId, b: PatternId) -> PatternId {
         PatternId(mix(mix(0x5eed, a.0), b.0))
     }
+    /// The pattern of `C⟨mask⟩ = A·B` given those of `A` and `B`: the product's, mixed with
+    /// the mask's positions and complement (the semiring never changes a pattern). Masks of
+    /// the same positions but another kind or replace flag give another identity, which only
+    /// ever makes a plan refuse an operand it could have taken.
+    pub fn of_masked_product(a: PatternId, b: PatternId, mask: &crate::Mask) -> PatternId {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same mask gives the same identity in one process.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        mask.hash(&mut h);
+        PatternId(mix(mix(0x3a5c, Self::of_product(a, b).0), h.finish()))
+    }
     /// The raw value, for logs.
     pub fn value(self) -> u64 {
         self.0
