@@ -176,8 +176,8 @@ mod tests {
             }
         }
         let level = |v: usize| bfs.level.get(v).map(|l| l as u32);
-        for v in 0..n {
-            assert_eq!(level(v), want[v], "level of {v}");
+        for (v, &w) in want.iter().enumerate() {
+            assert_eq!(level(v), w, "level of {v}");
         }
         for (k, ns) in out.iter().enumerate() {
             if let Some(lk) = level(k) {
