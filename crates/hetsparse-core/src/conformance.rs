@@ -32,6 +32,7 @@ use crate::backend::{
     Backend, CsrOperand, DenseOperand, Mask, MemorySpace, Operation, PatternId, ProductBuffer,
     ProductChunk, ProductLayout, Residency, ResidentCsr, ResidentDense, RunControl, SemiringKind,
     SparseOperand, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    VectorProductKind, VectorProductOptions,
 };
 use crate::error::Error;
 use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
@@ -39,6 +40,7 @@ use crate::generate::{self, MatrixClass, Rng};
 use crate::reference;
 use crate::scalar::{Accumulator, Scalar, ScalarType};
 use crate::semiring::PlusTimes;
+use crate::vector::SparseVector;
 
 /// Re-exported for the macro.
 #[doc(hidden)]
@@ -120,7 +122,8 @@ macro_rules! conformance_suite {
             capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
             spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
             spgemm_rejects_bad_operands, unclaimed_spgemm_options_are_refused,
-            spgemm_semirings_and_masks,
+            spgemm_semirings_and_masks, vector_products_semirings_and_masks,
+            unclaimed_vector_products_are_refused,
             spmv_every_format,
             spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
             resident_round_trips, mixed_host_and_resident_operands, resident_chain,
@@ -793,6 +796,257 @@ pub fn spgemm_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                     semiring_chunks(b, &x, &y, &options, &want, &what);
                 }
             }
+        }
+    }
+}
+
+/// `v` as an `n × 1` matrix: the operand and result of an mxv seen as a SpGEMM.
+fn vector_as_column<T: Scalar>(v: &SparseVector<T>) -> Csr<T> {
+    let mut c = Coo::new(v.size(), 1).expect("shape");
+    for (&i, &x) in v.indices().iter().zip(v.values()) {
+        c.try_push(i as usize, 0, x).expect("entry");
+    }
+    c.to_csr().expect("column")
+}
+
+/// A random vector of `len` positions, each stored with probability `density`, values of
+/// both signs and every fourth one an explicit zero.
+fn random_vector<T: Scalar>(len: usize, density: f64, seed: u64) -> SparseVector<T> {
+    let row = random_csr::<T>(1, len, density, seed);
+    let (_, _, _, indices, mut values) = row.into_parts();
+    for (p, v) in values.iter_mut().enumerate() {
+        if p % 4 == 3 {
+            *v = T::zero();
+        }
+    }
+    SparseVector::try_new(len, indices, values).expect("random vector")
+}
+
+/// The masks of [`vector_products_semirings_and_masks`] on a result of `len` positions: a
+/// random vector's (with explicit zeros) in every mode, replacing or not, and one admitting
+/// nothing, plain and complemented.
+fn vector_masks<T: Scalar>(len: usize, seed: u64) -> Vec<(&'static str, Option<Mask>)> {
+    let m = random_vector::<T>(len, 0.4, seed);
+    let nothing = SparseVector::<T>::empty(len).expect("empty vector");
+    vec![
+        ("no mask", None),
+        ("structural", Some(m.structural_mask())),
+        ("valued", Some(m.valued_mask())),
+        (
+            "complemented structural, replace",
+            Some(m.structural_mask().complemented().replacing()),
+        ),
+        ("complemented valued", Some(m.valued_mask().complemented())),
+        ("admitting nothing", Some(nothing.structural_mask())),
+        (
+            "complement of nothing",
+            Some(nothing.structural_mask().complemented()),
+        ),
+    ]
+}
+
+/// The sparse-vector products mxv and vxm against the reference, for every semiring defined
+/// over `T` and every mask mode the backend claims
+/// ([`crate::Capabilities::vector_product_features`]): random matrices (with explicit zeros
+/// and an empty row) times random vectors from empty to full (so that a backend choosing
+/// between push and pull by the frontier's size runs both), `w`'s pattern exactly and its
+/// values as the semiring defines them ("any" semirings: any valid product). Operands of the
+/// wrong length and masks of the wrong length are errors. Backends claiming none are skipped.
+pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let Some(features) = b.capabilities().vector_product_features(T::TYPE).cloned() else {
+        return;
+    };
+    let nm = name(b);
+    let run = RunControl::new();
+    let mut seed = 700;
+    let mut compared = 0u64;
+    for (case, a, _) in semiring_operands::<T>() {
+        // |A| in T: the reference over the magnitude semiring bounds the rounding.
+        let ma = a
+            .with_values(
+                a.values()
+                    .iter()
+                    .map(|v| T::from_f64(v.magnitude()))
+                    .collect(),
+            )
+            .expect("magnitudes of A");
+        for kind in [VectorProductKind::Mxv, VectorProductKind::Vxm] {
+            let (u_len, w_len) = kind.lengths(a.shape());
+            for density in [0.0, 0.05, 0.3, 1.0] {
+                seed += 1;
+                let u = random_vector::<T>(u_len, density, seed);
+                let mu = SparseVector::try_new(
+                    u_len,
+                    u.indices().to_vec(),
+                    u.values()
+                        .iter()
+                        .map(|v| T::from_f64(v.magnitude()))
+                        .collect(),
+                )
+                .expect("magnitudes of u");
+                for (mode, mask) in vector_masks::<T>(w_len, seed * 31) {
+                    let base = VectorProductOptions::new();
+                    let base = match &mask {
+                        Some(m) => base.with_mask(m.clone()),
+                        None => base,
+                    };
+                    if base.as_spgemm().unsupported_by(&features).is_some() {
+                        continue;
+                    }
+                    for semiring in SemiringKind::defined_for(T::TYPE) {
+                        let options = base.clone().with_semiring(semiring);
+                        if options.as_spgemm().unsupported_by(&features).is_some() {
+                            continue;
+                        }
+                        let what = || {
+                            format!("{nm}: {kind} {semiring}, {mode}, u of density {density}, on {case}")
+                        };
+                        let want = reference::vector_product_with_options(kind, &a, &u, &options)
+                            .expect("reference");
+                        let magnitude_options =
+                            options.clone().with_semiring(magnitude_semiring(semiring));
+                        let magnitude = reference::vector_product_with_options(
+                            kind,
+                            &ma,
+                            &mu,
+                            &magnitude_options,
+                        )
+                        .expect("magnitudes")
+                        .as_row()
+                        .map_scalar::<f64>();
+                        let got = match kind {
+                            VectorProductKind::Mxv => b.mxv_with(&a, &u, &options, &run),
+                            VectorProductKind::Vxm => b.vxm_with(&u, &a, &options, &run),
+                        }
+                        .unwrap_or_else(|e| panic!("{}: {e}", what()));
+                        assert_eq!(got.size(), w_len, "{}: length of w", what());
+                        // Compared as the SpGEMM the product is: uᵀ·A (one row) or A·u
+                        // (one column).
+                        let result = match kind {
+                            VectorProductKind::Vxm => compare_semiring(
+                                semiring,
+                                got.as_row(),
+                                want.as_row(),
+                                &magnitude,
+                                u.as_row(),
+                                &a,
+                            ),
+                            VectorProductKind::Mxv => {
+                                let magnitude = vector_as_column(
+                                    &SparseVector::from_row(magnitude.clone()).expect("row"),
+                                );
+                                compare_semiring(
+                                    semiring,
+                                    &vector_as_column(&got),
+                                    &vector_as_column(&want),
+                                    &magnitude,
+                                    &a,
+                                    &vector_as_column(&u),
+                                )
+                            }
+                        };
+                        check(result, what);
+                        compared += 1;
+                    }
+                }
+            }
+            // Lengths that do not chain are refused, whoever computes.
+            let short = SparseVector::<T>::empty(u_len + 1).expect("vector");
+            let o = VectorProductOptions::new();
+            let r = match kind {
+                VectorProductKind::Mxv => b.mxv_with(&a, &short, &o, &run),
+                VectorProductKind::Vxm => b.vxm_with(&short, &a, &o, &run),
+            };
+            assert!(
+                matches!(r, Err(Error::ShapeMismatch { .. })),
+                "{nm}: {kind} of a {:?} matrix and a vector of {}: {r:?}",
+                a.shape(),
+                u_len + 1
+            );
+            let u = SparseVector::<T>::empty(u_len).expect("vector");
+            let wrong = SparseVector::<T>::empty(w_len + 1).expect("vector");
+            let o = VectorProductOptions::new().with_mask(wrong.structural_mask());
+            if o.as_spgemm().unsupported_by(&features).is_none() {
+                let r = match kind {
+                    VectorProductKind::Mxv => b.mxv_with(&a, &u, &o, &run),
+                    VectorProductKind::Vxm => b.vxm_with(&u, &a, &o, &run),
+                };
+                assert!(
+                    matches!(r, Err(Error::InvalidArgument(_))),
+                    "{nm}: {kind} with a mask of the wrong length: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(compared > 0, "{nm}: no vector product compared");
+}
+
+/// Sparse-vector products the backend does not claim over `T`
+/// ([`crate::Capabilities::vector_product_features`]) are [`Error::Unsupported`], never
+/// computed: every product for a backend claiming none, else each semiring and mask mode it
+/// leaves out (semirings not defined over `T` among them), through both `mxv_with` and
+/// `vxm_with`.
+pub fn unclaimed_vector_products_are_refused<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let nm = name(b);
+    let features = b.capabilities().vector_product_features(T::TYPE).cloned();
+    let (a, _) = class_operands::<T>(MatrixClass::Uniform);
+    let run = RunControl::new();
+    for kind in [VectorProductKind::Mxv, VectorProductKind::Vxm] {
+        let (u_len, w_len) = kind.lengths(a.shape());
+        let u = random_vector::<T>(u_len, 0.3, 91);
+        let m = random_vector::<T>(w_len, 0.4, 92);
+        let mut variants: Vec<(String, VectorProductOptions)> = Vec::new();
+        let masks = [
+            ("a structural mask", m.structural_mask()),
+            ("a valued mask", m.valued_mask()),
+            ("a complemented mask", m.structural_mask().complemented()),
+            ("a replacing mask", m.structural_mask().replacing()),
+        ];
+        match &features {
+            None => {
+                variants.push(("plain options".into(), VectorProductOptions::new()));
+                for s in SemiringKind::ALL.into_iter().skip(1) {
+                    variants.push((
+                        format!("the {s} semiring"),
+                        VectorProductOptions::new().with_semiring(s),
+                    ));
+                }
+                for (what, mask) in masks {
+                    variants.push((what.into(), VectorProductOptions::new().with_mask(mask)));
+                }
+            }
+            Some(f) => {
+                for s in SemiringKind::ALL {
+                    assert!(
+                        !f.semirings.contains(&s) || s.is_defined_for(T::TYPE),
+                        "{nm}: claims the {s} semiring for sparse-vector products, which is not \
+                         defined over {}",
+                        T::TYPE
+                    );
+                    if !f.semirings.contains(&s) {
+                        variants.push((
+                            format!("the {s} semiring"),
+                            VectorProductOptions::new().with_semiring(s),
+                        ));
+                    }
+                }
+                for (what, mask) in masks {
+                    let o = VectorProductOptions::new().with_mask(mask);
+                    if o.as_spgemm().unsupported_by(f).is_some() {
+                        variants.push((what.into(), o));
+                    }
+                }
+            }
+        }
+        for (what, o) in &variants {
+            let r = match kind {
+                VectorProductKind::Mxv => b.mxv_with(&a, &u, o, &run),
+                VectorProductKind::Vxm => b.vxm_with(&u, &a, o, &run),
+            };
+            assert!(
+                matches!(r, Err(Error::Unsupported { .. })),
+                "{nm}: {kind} with {what} gave {r:?}, not Unsupported"
+            );
         }
     }
 }

@@ -33,7 +33,8 @@ use crate::backend::{
     Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink, CsrOperand, DenseOperand,
     Device, DeviceInfo, DeviceProfile, MemoryPool, MemoryRequirement, MemorySpace, ProductChunk,
     Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SparseOperand, SpgemmOptions,
-    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
+    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind,
+    VectorProductOptions,
 };
 use crate::error::{DeviceFault, Error, Result};
 use crate::format::{Bsr, Csr, Dense, Dia, SparseRef};
@@ -379,6 +380,28 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     ) -> Result<Vec<T>> {
         self.begin("SpMV", || dense_need(a, 1), Some(run))?;
         self.inner.spmv_with(a, x, options, run)
+    }
+
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &crate::SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        _checked: Validated,
+    ) -> Result<crate::SparseVector<T>> {
+        // A, u and a dense result of w's length.
+        let need = || {
+            let (u_len, w_len) = kind.lengths(a.shape());
+            csr_bytes(a.nrows(), a.nnz(), size_of::<T>())
+                .saturating_add(((u_len + w_len) as u64).saturating_mul(size_of::<T>() as u64))
+        };
+        self.begin(kind.name(), need, Some(run))?;
+        match kind {
+            VectorProductKind::Mxv => self.inner.mxv_with(a, u, options, run),
+            VectorProductKind::Vxm => self.inner.vxm_with(u, a, options, run),
+        }
     }
 
     fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {

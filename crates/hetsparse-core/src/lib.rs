@@ -38,6 +38,7 @@ pub mod matrix_market;
 pub mod reference;
 pub mod scalar;
 pub mod semiring;
+pub mod vector;
 mod write_back;
 
 pub use backend::{
@@ -47,7 +48,7 @@ pub use backend::{
     PatternId, PlaceDone, PlanState, ProductBuffer, ProductChunk, ProductLayout, Progress,
     Reservation, Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind,
     Shaped, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, Validated, VectorOperand,
+    SpmvOptions, Validated, VectorOperand, VectorProductKind, VectorProductOptions,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{
@@ -57,6 +58,7 @@ pub use format::{
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Scalar, ScalarType};
 pub use semiring::{PlusTimes, Semiring, SemiringVisitor};
+pub use vector::SparseVector;
 pub use write_back::write_back;
 
 /// Re-exported scalar crates, so users name the same `f16`, `bf16` and `Complex` types.

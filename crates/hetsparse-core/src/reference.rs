@@ -6,8 +6,9 @@ use crate::backend::{
     check, host_operands, Backend, Capabilities, ChunkPipeline, ChunkProduct, ChunkSink,
     ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, MemorySpace,
     Operation, ProductChunk, Residency, RunControl, SparseOperand, SpgemmAlgorithm, SpgemmOptions,
-    SpmmOptions, SpmvOptions, Validated, VectorOperand,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind, VectorProductOptions,
 };
+use crate::vector::SparseVector;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -86,6 +87,121 @@ pub fn spgemm_with_options<T: Scalar>(
         Masked {
             a,
             b,
+            mask: options.mask.as_ref(),
+        },
+    )?
+}
+
+/// `w⟨m⟩ = A ⊕.⊗ u` (`kind` [`VectorProductKind::Mxv`]) or `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A`
+/// ([`VectorProductKind::Vxm`]) over semiring `S`: the [`spgemm`] of A and `u` as a one-column
+/// matrix, or of `u` as a one-row matrix and A, the same products in the same order (inner
+/// index `k` for [`Semiring::mul_at`]), then the positions `mask` (a `1 × len` mask on `w`)
+/// refuses dropped. A position's value depends only on the products landing there, so
+/// dropping after the product gives what a masked kernel computes.
+pub fn vector_product<T: Scalar, S: Semiring<T>>(
+    kind: VectorProductKind,
+    a: &Csr<T>,
+    u: &SparseVector<T>,
+    mask: Option<&Mask>,
+) -> Result<SparseVector<T>> {
+    let (u_len, w_len) = kind.lengths(a.shape());
+    let (op, left, right) = match kind {
+        VectorProductKind::Mxv => ("mxv", a.shape(), (u.size(), 1)),
+        VectorProductKind::Vxm => ("vxm", (1, u.size()), a.shape()),
+    };
+    if u.size() != u_len {
+        check::shapes(op, left, right)?;
+    }
+    let product = match kind {
+        VectorProductKind::Mxv => {
+            // u as a u_len × 1 column: row k holds u(k) in column 0.
+            let mut offsets = crate::host::try_with_capacity(u_len + 1, "mxv column offsets")?;
+            offsets.push(0u64);
+            let mut next = u.indices().iter().peekable();
+            let mut stored = 0u64;
+            for k in 0..u_len {
+                if next.next_if(|&&i| i as usize == k).is_some() {
+                    stored += 1;
+                }
+                offsets.push(stored);
+            }
+            let column = Csr::try_new(
+                u_len,
+                1,
+                offsets,
+                vec![0; u.indices().len()],
+                u.values().to_vec(),
+            )?;
+            let c = spgemm::<T, S>(a, &column)?;
+            let mut indices = Vec::new();
+            let mut values = Vec::new();
+            for i in 0..c.nrows() {
+                if let Some(&v) = c.row(i).1.first() {
+                    indices.push(i as u32);
+                    values.push(v);
+                }
+            }
+            SparseVector::try_new(w_len, indices, values)?
+        }
+        VectorProductKind::Vxm => SparseVector::from_row(spgemm::<T, S>(u.as_row(), a)?)?,
+    };
+    let Some(mask) = mask else {
+        return Ok(product);
+    };
+    if mask.shape() != (1, w_len) {
+        return Err(crate::Error::InvalidArgument(format!(
+            "{op}: a {:?} mask for a vector of {w_len} positions",
+            mask.shape()
+        )));
+    }
+    let (indices, values): (Vec<u32>, Vec<T>) = product
+        .indices()
+        .iter()
+        .zip(product.values())
+        .filter(|(&j, _)| mask.admits(0, j))
+        .map(|(&j, &v)| (j, v))
+        .unzip();
+    SparseVector::try_new(w_len, indices, values)
+}
+
+/// [`vector_product`] with the semiring and mask of `options` (the accumulator is not looked
+/// at: this is the product that [`crate::vector::write_back_vector`] merges into a `w`).
+///
+/// ```
+/// use hetsparse_core::{reference, Csr, SemiringKind, SparseVector, VectorProductKind,
+///     VectorProductOptions};
+/// // Edges 0 → 1 (weight 1), 0 → 2 (4), 1 → 2 (2); distances from 0 after one step.
+/// let a = Csr::try_new(3, 3, vec![0, 2, 3, 3], vec![1, 2, 2], vec![1.0, 4.0, 2.0])?;
+/// let d = SparseVector::try_new(3, vec![0], vec![0.0])?;
+/// let options = VectorProductOptions::new().with_semiring(SemiringKind::MinPlus);
+/// let next = reference::vector_product_with_options(VectorProductKind::Vxm, &a, &d, &options)?;
+/// assert_eq!((next.indices(), next.values()), (&[1, 2][..], &[1.0, 4.0][..]));
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub fn vector_product_with_options<T: Scalar>(
+    kind: VectorProductKind,
+    a: &Csr<T>,
+    u: &SparseVector<T>,
+    options: &VectorProductOptions,
+) -> Result<SparseVector<T>> {
+    struct Product<'m, T> {
+        kind: VectorProductKind,
+        a: &'m Csr<T>,
+        u: &'m SparseVector<T>,
+        mask: Option<&'m Mask>,
+    }
+    impl<T: Scalar> SemiringVisitor<T> for Product<'_, T> {
+        type Output = Result<SparseVector<T>>;
+        fn visit<S: Semiring<T>>(self) -> Result<SparseVector<T>> {
+            vector_product::<T, S>(self.kind, self.a, self.u, self.mask)
+        }
+    }
+    with_semiring(
+        options.semiring,
+        Product {
+            kind,
+            a,
+            u,
             mask: options.mask.as_ref(),
         },
     )?
@@ -247,7 +363,19 @@ impl Device for ReferenceBackend {
             ];
             ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmv(f)));
             ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
-            Capabilities::new().with_all(&ops, &ScalarType::ALL)
+            // Every semiring, mask and mode for the sparse-vector products: the reference is
+            // the oracle the conformance suite compares the backends' claims with.
+            ScalarType::ALL.iter().fold(
+                Capabilities::new().with_all(&ops, &ScalarType::ALL),
+                |caps, &scalar| {
+                    let mut features = crate::SpgemmFeatures::plain();
+                    features.semirings = crate::SemiringKind::defined_for(scalar).collect();
+                    features.masks = [crate::MaskKind::Structural, crate::MaskKind::Valued].into();
+                    features.complemented_masks = true;
+                    features.replacing_masks = true;
+                    caps.with_vector_product_features(&[scalar], features)
+                },
+            )
         })
     }
 
@@ -304,6 +432,19 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
         );
         run.checkpoint()?;
         spmv::<T, PlusTimes>(&*a.to_csr()?, x)
+    }
+
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        _checked: Validated,
+    ) -> Result<SparseVector<T>> {
+        run.checkpoint()?;
+        vector_product_with_options(kind, a, u, options)
     }
 
     fn residency(&self) -> Residency<'_, T> {

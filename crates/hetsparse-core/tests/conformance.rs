@@ -30,7 +30,8 @@ mod own_memory {
         Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, Device,
         DeviceInfo, Error, MemoryRequirement, MemorySpace, PatternId, ReferenceBackend, Residency,
         ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, SparseOperand,
-        SparseRef, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand,
+        SparseRef, SparseVector, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions, Validated,
+        VectorOperand, VectorProductKind, VectorProductOptions,
     };
 
     const KIND: BackendKind = BackendKind::Other("own-memory");
@@ -122,6 +123,18 @@ mod own_memory {
             _checked: Validated,
         ) -> Result<Csr<T>> {
             ReferenceBackend.spgemm_with(self.host(a)?, self.host(b)?, options, run)
+        }
+        // Host operands only: the reference's vector products, as claimed.
+        fn vector_product_checked(
+            &self,
+            kind: VectorProductKind,
+            a: &Csr<T>,
+            u: &SparseVector<T>,
+            options: &VectorProductOptions,
+            run: &RunControl,
+            checked: Validated,
+        ) -> Result<SparseVector<T>> {
+            ReferenceBackend.vector_product_checked(kind, a, u, options, run, checked)
         }
         fn spmm_checked(
             &self,

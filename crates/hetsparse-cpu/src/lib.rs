@@ -28,6 +28,9 @@
 //!   a masked product `C⟨M⟩ = A · B` (structural or valued, complemented or not) runs a masked
 //!   Row-Row kernel that skips the products the mask refuses before multiplying them. Plans
 //!   are plus-times only, and no accumulator is claimed (the product is a new C).
+//! - **Sparse-vector products** (GraphBLAS's mxv and vxm, every semiring and mask mode): mxv
+//!   pulls row by row; vxm pushes a small frontier along its rows of A and pulls (through
+//!   Aᵀ) a large one, as direction-optimising breadth-first search does.
 //! - **Run control**: a SpGEMM (whole, chunk or plan execution) looks at cancellation before
 //!   each range of rows and reports the range's products as it completes, so a long product
 //!   stops within a range of rows and its progress moves while it runs.
@@ -77,6 +80,7 @@ mod multiply;
 mod plan;
 mod reuse;
 mod spgemm;
+mod vector;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,8 +95,9 @@ use hetsparse_core::{
     CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
     MaskKind, MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk,
     Residency, ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType,
-    SemiringKind, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan,
-    SpmmOptions, SpmvOptions, Validated, VectorOperand,
+    SemiringKind, SparseOperand, SparseVector, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions,
+    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind,
+    VectorProductOptions,
 };
 use spgemm::Watch;
 
@@ -125,7 +130,10 @@ fn capabilities() -> Capabilities {
     ops.extend(SparseFormat::ALL.iter().map(|&f| Operation::Spmm(f)));
     ScalarType::ALL.iter().fold(
         Capabilities::new().with_all(&ops, &ScalarType::ALL),
-        |caps, &scalar| caps.with_spgemm_features(&[scalar], spgemm_features(scalar)),
+        |caps, &scalar| {
+            caps.with_spgemm_features(&[scalar], spgemm_features(scalar))
+                .with_vector_product_features(&[scalar], spgemm_features(scalar))
+        },
     )
 }
 
@@ -332,6 +340,18 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             return multiply::spmv::<T, PlusTimes>(a, x);
         }
         self.install(|| multiply::spmv::<T, PlusTimes>(a, x))
+    }
+
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        _checked: Validated,
+    ) -> Result<SparseVector<T>> {
+        self.install(|| vector::product_with_options(kind, a, u, options, run, None))
     }
 
     fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {

@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use hetsparse_core::vector::write_back_vector;
 use hetsparse_core::{
     Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error,
     Operation, ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand,
-    SparseRef, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions, VectorOperand,
+    SparseRef, SparseVector, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
+    VectorOperand, VectorProductOptions,
 };
 use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Scheduler, Workload};
 
@@ -542,6 +544,111 @@ impl<T: ContextScalar> Context<T> {
             run,
             |backend| backend.spgemm_with(a, b, options, run),
         )
+    }
+
+    /// `w⟨m⟩ = A ⊕.⊗ u` (GraphBLAS's mxv) over the semiring of `options`, on the positions
+    /// its mask admits: `w(i) = ⊕ₖ A(i,k) ⊗ u(k)`, an entry wherever an admitted product
+    /// lands. A new `w` ([`mxv_into`](Self::mxv_into) merges into an existing one).
+    ///
+    /// ```
+    /// use hetsparse::{Context, Csr, SemiringKind, SparseVector, VectorProductOptions};
+    /// let ctx = Context::<f64>::auto()?;
+    /// // Longest one-hop path into each vertex of 0 → 1 (weight 2), 2 → 1 (weight 5).
+    /// let a = Csr::try_new(3, 3, vec![0, 1, 1, 2], vec![1, 1], vec![2.0, 5.0])?.transpose()?;
+    /// let u = SparseVector::from_dense(&[0.0, 0.0, 0.0])?;
+    /// let options = VectorProductOptions::new().with_semiring(SemiringKind::MaxPlus);
+    /// let w = ctx.mxv(&a, &u, &options)?;
+    /// assert_eq!((w.indices(), w.values()), (&[1u32][..], &[5.0][..]));
+    /// # Ok::<(), hetsparse::Error>(())
+    /// ```
+    pub fn mxv(
+        &self,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+    ) -> Result<SparseVector<T>> {
+        let mut w = SparseVector::empty(a.nrows())?;
+        self.mxv_into(&mut w, a, u, options)?;
+        Ok(w)
+    }
+
+    /// `w⟨m, replace⟩ = accum(w, A ⊕.⊗ u)`: [`mxv`](Self::mxv) merged into `w` through the
+    /// accumulator of `options` (none: the product replaces `w`'s entries where admitted), on
+    /// the positions its mask admits; refused positions keep `w`'s entries, or lose them with
+    /// a replacing mask. `w` is left as it was on error.
+    pub fn mxv_into(
+        &self,
+        w: &mut SparseVector<T>,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+    ) -> Result<()> {
+        let _span = tracing::debug_span!("mxv", nnz_a = a.nnz(), nnz_u = u.nnz()).entered();
+        let t = self
+            .vector_backend()
+            .mxv_with(a, u, options, &RunControl::unwatched())?;
+        *w = write_back_vector(w, &t, options.mask.as_ref(), options.accumulator)?;
+        Ok(())
+    }
+
+    /// `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A` (GraphBLAS's vxm): `w(j) = ⊕ₖ u(k) ⊗ A(k,j)`, a frontier `u`
+    /// pushed along A's edges `k → j` (`any_secondi` gives each `j` a parent `k`). A new `w`
+    /// ([`vxm_into`](Self::vxm_into) merges into an existing one).
+    ///
+    /// ```
+    /// use hetsparse::{Context, Csr, SemiringKind, SparseVector, VectorProductOptions};
+    /// let ctx = Context::<f64>::auto()?;
+    /// // Edges 0 → 1, 0 → 2, 1 → 2; vertex 0 visited: the next frontier, with parents.
+    /// let a = Csr::try_new(3, 3, vec![0, 2, 3, 3], vec![1, 2, 2], vec![1.0; 3])?;
+    /// let frontier = SparseVector::try_new(3, vec![0], vec![1.0])?;
+    /// let options = VectorProductOptions::new()
+    ///     .with_semiring(SemiringKind::AnySecondI)
+    ///     .with_mask(frontier.structural_mask().complemented().replacing());
+    /// let parents = ctx.vxm(&frontier, &a, &options)?;
+    /// assert_eq!((parents.indices(), parents.values()), (&[1u32, 2][..], &[0.0, 0.0][..]));
+    /// # Ok::<(), hetsparse::Error>(())
+    /// ```
+    pub fn vxm(
+        &self,
+        u: &SparseVector<T>,
+        a: &Csr<T>,
+        options: &VectorProductOptions,
+    ) -> Result<SparseVector<T>> {
+        let mut w = SparseVector::empty(a.ncols())?;
+        self.vxm_into(&mut w, u, a, options)?;
+        Ok(w)
+    }
+
+    /// `wᵀ⟨mᵀ, replace⟩ = accum(wᵀ, uᵀ ⊕.⊗ A)`: [`vxm`](Self::vxm) merged into `w` as
+    /// [`mxv_into`](Self::mxv_into) merges.
+    pub fn vxm_into(
+        &self,
+        w: &mut SparseVector<T>,
+        u: &SparseVector<T>,
+        a: &Csr<T>,
+        options: &VectorProductOptions,
+    ) -> Result<()> {
+        let _span = tracing::debug_span!("vxm", nnz_a = a.nnz(), nnz_u = u.nnz()).entered();
+        let t = self
+            .vector_backend()
+            .vxm_with(u, a, options, &RunControl::unwatched())?;
+        *w = write_back_vector(w, &t, options.mask.as_ref(), options.accumulator)?;
+        Ok(())
+    }
+
+    /// Who computes sparse-vector products: the one device, or of several the first that
+    /// claims them over `T` (the scheduler shares matrix products only; a vector product is
+    /// one pass over A, bound by memory, and the host's copy of A is where the CPU reads it).
+    /// Without a claiming device, the scheduler, which refuses with [`Error::Unsupported`].
+    fn vector_backend(&self) -> &dyn Backend<T> {
+        match &self.engine {
+            Engine::Single(b) => b.as_ref(),
+            Engine::Scheduled(s) => s
+                .backends()
+                .iter()
+                .find(|b| b.capabilities().vector_product_features(T::TYPE).is_some())
+                .map_or(s.as_ref() as &dyn Backend<T>, |b| b.as_ref()),
+        }
     }
 
     /// `C = A · B` for a sparse A of any format (`&csr` converts) and a dense B.

@@ -52,7 +52,7 @@ pub use chunks::ChunkPipeline;
 pub use memory::{MemoryPool, MemoryRequirement, Reservation};
 pub use options::{
     AccumulateOp, Mask, MaskKind, SemiringKind, SpgemmFeatures, SpgemmOptions, SpmmOptions,
-    SpmvOptions,
+    SpmvOptions, VectorProductKind, VectorProductOptions,
 };
 pub use place::{ChunkPlace, ProductBuffer, ProductLayout, RowSegments};
 pub use plan::{PlanState, SpgemmPlan};
@@ -185,6 +185,10 @@ pub enum Operation {
     Spmm(SparseFormat),
     /// Sparse (of the given format) × vector.
     Spmv(SparseFormat),
+    /// A semiring product of a CSR matrix and a sparse vector (mxv or vxm). Errors name it;
+    /// what a backend runs of it is claimed in [`Capabilities::vector_product_features`]
+    /// (semirings and masks), not with [`Capabilities::with`].
+    VectorProduct(VectorProductKind),
 }
 
 impl fmt::Display for Operation {
@@ -195,6 +199,7 @@ impl fmt::Display for Operation {
             Operation::BsrSpgemm => f.write_str("BSR×BSR SpGEMM"),
             Operation::Spmm(fmt_) => write!(f, "{fmt_}×dense SpMM"),
             Operation::Spmv(fmt_) => write!(f, "{fmt_} SpMV"),
+            Operation::VectorProduct(kind) => write!(f, "sparse-vector {kind}"),
         }
     }
 }
@@ -205,6 +210,7 @@ impl fmt::Display for Operation {
 pub struct Capabilities {
     entries: BTreeSet<(Operation, ScalarType)>,
     spgemm_features: BTreeMap<ScalarType, SpgemmFeatures>,
+    vector_product_features: BTreeMap<ScalarType, SpgemmFeatures>,
 }
 
 impl Capabilities {
@@ -258,6 +264,23 @@ impl Capabilities {
             .get(&scalar)
             .cloned()
             .unwrap_or_default()
+    }
+    /// Declares that the sparse-vector products mxv and vxm over each of `scalars` run, with
+    /// `features` (semirings, masks; the accumulator is applied above the backends and need
+    /// not be claimed).
+    pub fn with_vector_product_features(
+        mut self,
+        scalars: &[ScalarType],
+        features: SpgemmFeatures,
+    ) -> Self {
+        for &s in scalars {
+            self.vector_product_features.insert(s, features.clone());
+        }
+        self
+    }
+    /// What the sparse-vector products run over `scalar`; `None` where the backend runs none.
+    pub fn vector_product_features(&self, scalar: ScalarType) -> Option<&SpgemmFeatures> {
+        self.vector_product_features.get(&scalar)
     }
 }
 
@@ -448,6 +471,61 @@ pub trait Backend<T: Scalar>: Device {
     ) -> Result<Vec<T>> {
         let checked = validate::spmv(self, &a, &x, false)?;
         self.spmv_checked(a, x, options, run, checked)
+    }
+
+    /// The sparse-vector product `kind` on operands [`Backend::mxv_with`] or
+    /// [`Backend::vxm_with`] validated: `u`'s length chains with A, the mask has `w`'s
+    /// length, the backend claims the semiring and mask over `T`
+    /// ([`Capabilities::vector_product_features`]). Computes only the positions of `w` the
+    /// mask admits; `w` holds an entry wherever an admitted product lands. The default, for
+    /// backends claiming none: [`Error::Unsupported`].
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &crate::SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        checked: Validated,
+    ) -> Result<crate::SparseVector<T>> {
+        let _ = (a, u, options, run, checked);
+        Err(Error::Unsupported {
+            backend: self.info().backend,
+            op: Operation::VectorProduct(kind),
+            scalar: T::TYPE,
+            detail: None,
+        })
+    }
+
+    /// `w⟨m⟩ = A ⊕.⊗ u` over the semiring of `options`, masked by its mask: `w(i) = ⊕ₖ
+    /// A(i,k) ⊗ u(k)` for the positions `i` the mask admits. The accumulator of `options` is
+    /// not applied here ([`crate::vector::write_back_vector`] merges the product into a `w`).
+    fn mxv_with(
+        &self,
+        a: &Csr<T>,
+        u: &crate::SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+    ) -> Result<crate::SparseVector<T>> {
+        let kind = VectorProductKind::Mxv;
+        let checked = validate::vector_product(self, kind, a, u, options)?;
+        self.vector_product_checked(kind, a, u, options, run, checked)
+    }
+
+    /// `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A` over the semiring of `options`, masked by its mask: `w(j) = ⊕ₖ
+    /// u(k) ⊗ A(k,j)` (so `any_secondi` gives, for each `j`, a `k` of `u` with an edge `k → j`:
+    /// a parent in a breadth-first search). The accumulator is not applied, as for
+    /// [`Backend::mxv_with`].
+    fn vxm_with(
+        &self,
+        u: &crate::SparseVector<T>,
+        a: &Csr<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+    ) -> Result<crate::SparseVector<T>> {
+        let kind = VectorProductKind::Vxm;
+        let checked = validate::vector_product(self, kind, a, u, options)?;
+        self.vector_product_checked(kind, a, u, options, run, checked)
     }
 
     // --- Specialised formats: overridden by backends with kernels of their own -------------

@@ -502,3 +502,119 @@ impl SpmmOptions {
         Self::default()
     }
 }
+
+/// Which semiring matrix–vector product (GraphBLAS's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VectorProductKind {
+    /// `w⟨m⟩ = A ⊕.⊗ u`: `w(i) = ⊕ₖ A(i,k) ⊗ u(k)`, `u` of A's columns, `w` of its rows.
+    Mxv,
+    /// `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A`: `w(j) = ⊕ₖ u(k) ⊗ A(k,j)`, `u` of A's rows, `w` of its columns
+    /// (a breadth-first step: the frontier `u` pushed along A's edges).
+    Vxm,
+}
+
+impl VectorProductKind {
+    /// `mxv` or `vxm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorProductKind::Mxv => "mxv",
+            VectorProductKind::Vxm => "vxm",
+        }
+    }
+
+    /// The lengths `(u, w)` of the input and result vectors for an `nrows × ncols` A.
+    pub fn lengths(self, (nrows, ncols): (usize, usize)) -> (usize, usize) {
+        match self {
+            VectorProductKind::Mxv => (ncols, nrows),
+            VectorProductKind::Vxm => (nrows, ncols),
+        }
+    }
+}
+
+impl fmt::Display for VectorProductKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to run a semiring matrix–vector product (mxv, vxm): the semiring, a mask on the result
+/// `w` (made from a vector, [`crate::SparseVector::structural_mask`], or any `1 × len`
+/// [`Mask`]), and the accumulator that merges the product into an existing `w`
+/// ([`crate::vector::write_back_vector`]; backends compute the product and never look at it).
+///
+/// ```
+/// use hetsparse_core::{SemiringKind, SparseVector, VectorProductOptions};
+/// // A breadth-first step: only vertices not yet visited, keeping none of the old frontier.
+/// let visited = SparseVector::try_new(4, vec![0], vec![1.0])?;
+/// let options = VectorProductOptions::new()
+///     .with_semiring(SemiringKind::AnySecondI)
+///     .with_mask(visited.structural_mask().complemented().replacing());
+/// assert!(options.check_mask_length(4).is_ok());
+/// assert!(options.check_mask_length(5).is_err());
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct VectorProductOptions {
+    /// The semiring; [`SemiringKind::PlusTimes`] by default.
+    pub semiring: SemiringKind,
+    /// Which positions of `w` to compute (a `1 × len` mask); all of them by default.
+    pub mask: Option<Mask>,
+    /// How the product combines with an existing `w`; none by default (`w` is the product).
+    pub accumulator: Option<AccumulateOp>,
+}
+
+impl Default for VectorProductOptions {
+    fn default() -> Self {
+        VectorProductOptions {
+            semiring: SemiringKind::PlusTimes,
+            mask: None,
+            accumulator: None,
+        }
+    }
+}
+
+impl VectorProductOptions {
+    /// The defaults: plus-times, no mask, no accumulator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// These options with `semiring`.
+    pub fn with_semiring(mut self, semiring: SemiringKind) -> Self {
+        self.semiring = semiring;
+        self
+    }
+    /// These options with `mask` on `w`.
+    pub fn with_mask(mut self, mask: Mask) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+    /// These options with `accumulator`.
+    pub fn with_accumulator(mut self, accumulator: AccumulateOp) -> Self {
+        self.accumulator = Some(accumulator);
+        self
+    }
+    /// The same semiring, mask and accumulator as SpGEMM options: a vector product is the
+    /// SpGEMM of a one-row (vxm) or one-column (mxv) matrix, and claims are SpGEMM's
+    /// ([`SpgemmFeatures`]).
+    pub fn as_spgemm(&self) -> SpgemmOptions {
+        SpgemmOptions {
+            algorithm: SpgemmAlgorithm::Auto,
+            semiring: self.semiring,
+            mask: self.mask.clone(),
+            accumulator: self.accumulator,
+        }
+    }
+    /// [`Error::InvalidArgument`] unless the mask, if any, is `1 × len` for a result of `len`
+    /// positions.
+    pub fn check_mask_length(&self, len: usize) -> Result<()> {
+        match &self.mask {
+            Some(mask) if mask.shape() != (1, len) => Err(Error::InvalidArgument(format!(
+                "a {}×{} mask for a vector of {len} positions (it must be 1×{len})",
+                mask.shape().0,
+                mask.shape().1,
+            ))),
+            _ => Ok(()),
+        }
+    }
+}

@@ -12,7 +12,8 @@ use std::ops::Range;
 
 use super::{
     check, CsrOperand, DenseOperand, Device, MemorySpace, Operation, ProductChunk, ResidentCsr,
-    ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand,
+    ResidentDense, SparseOperand, SpgemmOptions, SpgemmPlan, VectorOperand, VectorProductKind,
+    VectorProductOptions,
 };
 use crate::error::{Error, Result};
 use crate::format::{Bsr, Dia, SparseFormat};
@@ -51,6 +52,50 @@ pub(crate) fn spgemm<T: Scalar>(
     csr_operand(device, b)?;
     check::spgemm_supported::<T>(device, options)?;
     options.check_mask_shape((a.shape().0, b.shape().1))?;
+    Ok(Validated(()))
+}
+
+/// A sparse-vector product `kind` of A and `u`: the device is available, `u`'s length chains
+/// with A, the device claims the product over `T` with the semiring and mask of `options`
+/// (backends claim only semirings defined over `T`), and a mask has the result's length.
+pub(crate) fn vector_product<T: Scalar>(
+    device: &(impl Device + ?Sized),
+    kind: VectorProductKind,
+    a: &crate::format::Csr<T>,
+    u: &crate::SparseVector<T>,
+    options: &VectorProductOptions,
+) -> Result<Validated> {
+    device.available()?;
+    let (u_len, w_len) = kind.lengths(a.shape());
+    if u.size() != u_len {
+        let (left, right) = match kind {
+            VectorProductKind::Mxv => (a.shape(), (u.size(), 1)),
+            VectorProductKind::Vxm => ((1, u.size()), a.shape()),
+        };
+        return Err(Error::ShapeMismatch {
+            op: kind.name(),
+            left_rows: left.0 as u64,
+            left_cols: left.1 as u64,
+            right_rows: right.0 as u64,
+            right_cols: right.1 as u64,
+        });
+    }
+    let unsupported = |detail: Option<String>| Error::Unsupported {
+        backend: device.info().backend,
+        op: Operation::VectorProduct(kind),
+        scalar: T::TYPE,
+        detail,
+    };
+    let Some(features) = device.capabilities().vector_product_features(T::TYPE) else {
+        return Err(unsupported(None));
+    };
+    // The accumulator is applied above the backends (write_back_vector): not a claim.
+    let mut asked = options.as_spgemm();
+    asked.accumulator = None;
+    if let Some(what) = asked.unsupported_by(features) {
+        return Err(unsupported(Some(what)));
+    }
+    options.check_mask_length(w_len)?;
     Ok(Validated(()))
 }
 

@@ -1,0 +1,163 @@
+//! Sparse vectors as GraphBLAS has them: a length, and sorted indices with their values. They
+//! are the operands and results of the semiring matrix–vector products
+//! ([`VectorProductKind::Mxv`](crate::VectorProductKind) `w⟨m⟩ = A ⊕.⊗ u` and `Vxm`
+//! `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A`), where a breadth-first search's frontier holds a few vertices of
+//! millions: the work of a product follows the entries stored, not the length.
+//!
+//! A [`SparseVector`] is stored as a `1 × len` CSR row, so that validation, masks
+//! ([`Mask`]) and the accumulating write-back ([`crate::write_back`]) are the matrices' own.
+
+use crate::backend::{AccumulateOp, Mask};
+use crate::error::Result;
+use crate::format::Csr;
+use crate::scalar::Scalar;
+
+/// A sparse vector: `len` positions, of which those in [`indices`](Self::indices) (strictly
+/// increasing) hold the [`values`](Self::values) beside them.
+///
+/// ```
+/// use hetsparse_core::SparseVector;
+/// let v = SparseVector::try_new(5, vec![1, 4], vec![2.0, 3.0])?;
+/// assert_eq!((v.size(), v.nnz(), v.get(4), v.get(0)), (5, 2, Some(3.0), None));
+/// assert_eq!(v.to_dense(0.0), vec![0.0, 2.0, 0.0, 0.0, 3.0]);
+/// assert!(SparseVector::try_new(5, vec![4, 1], vec![2.0, 3.0]).is_err(), "unsorted");
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseVector<T> {
+    /// The entries as row 0 of a `1 × len` matrix.
+    row: Csr<T>,
+}
+
+impl<T: Scalar> SparseVector<T> {
+    /// A vector of `len` positions holding `values[p]` at `indices[p]`;
+    /// [`crate::FormatError`] for indices that are unsorted, repeated or not below `len`, or
+    /// lengths that differ.
+    pub fn try_new(len: usize, indices: Vec<u32>, values: Vec<T>) -> Result<Self> {
+        let nnz = indices.len() as u64;
+        Ok(SparseVector {
+            row: Csr::try_new(1, len, vec![0, nnz], indices, values)?,
+        })
+    }
+
+    /// A vector of `len` positions holding nothing.
+    pub fn empty(len: usize) -> Result<Self> {
+        Self::try_new(len, Vec::new(), Vec::new())
+    }
+
+    /// Every position of `values` stored (a full vector in GraphBLAS's words), zeros too.
+    pub fn from_dense(values: &[T]) -> Result<Self> {
+        let len = u32::try_from(values.len()).map_err(|_| {
+            crate::Error::InvalidArgument(format!(
+                "a sparse vector of {} positions: indices are 32-bit",
+                values.len()
+            ))
+        })?;
+        Self::try_new(values.len(), (0..len).collect(), values.to_vec())
+    }
+
+    /// The vector held by row 0 of a `1 × len` matrix; [`crate::Error::InvalidArgument`] for
+    /// a matrix of more than one row.
+    pub fn from_row(row: Csr<T>) -> Result<Self> {
+        if row.nrows() != 1 {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a sparse vector from a {}×{} matrix: it must have one row",
+                row.nrows(),
+                row.ncols()
+            )));
+        }
+        Ok(SparseVector { row })
+    }
+
+    /// The vector as row 0 of a `1 × len` matrix (moved, not copied).
+    pub fn into_row(self) -> Csr<T> {
+        self.row
+    }
+
+    /// The vector as row 0 of a `1 × len` matrix.
+    pub fn as_row(&self) -> &Csr<T> {
+        &self.row
+    }
+
+    /// Its number of positions (GraphBLAS's `size`).
+    pub fn size(&self) -> usize {
+        self.row.ncols()
+    }
+
+    /// How many positions hold an entry.
+    pub fn nnz(&self) -> u64 {
+        self.row.nnz()
+    }
+
+    /// The positions holding an entry, increasing.
+    pub fn indices(&self) -> &[u32] {
+        self.row.col_indices()
+    }
+
+    /// The entries' values, beside [`indices`](Self::indices).
+    pub fn values(&self) -> &[T] {
+        self.row.values()
+    }
+
+    /// The entry at position `i`, if one is stored.
+    pub fn get(&self, i: usize) -> Option<T> {
+        self.row.get(0, i)
+    }
+
+    /// The vector with `fill` where no entry is stored.
+    pub fn to_dense(&self, fill: T) -> Vec<T> {
+        let mut dense = vec![fill; self.size()];
+        for (&i, &v) in self.indices().iter().zip(self.values()) {
+            dense[i as usize] = v;
+        }
+        dense
+    }
+
+    /// A mask admitting the positions this vector stores, whatever their values.
+    pub fn structural_mask(&self) -> Mask {
+        Mask::structural(&self.row)
+    }
+
+    /// A mask admitting the positions this vector stores a non-zero value at.
+    pub fn valued_mask(&self) -> Mask {
+        Mask::valued(&self.row)
+    }
+}
+
+/// `w⟨mask, replace⟩ = accum(w, t)` for vectors: [`crate::write_back`] of their rows.
+///
+/// ```
+/// use hetsparse_core::{vector::write_back_vector, AccumulateOp, SparseVector};
+/// // Relaxing distances: d = min(d, t).
+/// let d = SparseVector::try_new(3, vec![0, 1], vec![0.0, 5.0])?;
+/// let t = SparseVector::try_new(3, vec![1, 2], vec![2.0, 7.0])?;
+/// let d = write_back_vector(&d, &t, None, Some(AccumulateOp::Min))?;
+/// assert_eq!(d.values(), &[0.0, 2.0, 7.0]);
+/// # Ok::<(), hetsparse_core::Error>(())
+/// ```
+pub fn write_back_vector<T: Scalar>(
+    w: &SparseVector<T>,
+    t: &SparseVector<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<SparseVector<T>> {
+    SparseVector::from_row(crate::write_back(&w.row, &t.row, mask, accumulator)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_checked_and_converted() {
+        let v = SparseVector::try_new(4, vec![0, 3], vec![1.0f64, 0.0]).unwrap();
+        assert_eq!(v.structural_mask().entries(), 2);
+        assert_eq!(v.valued_mask().entries(), 1);
+        assert_eq!(SparseVector::from_dense(&[1.0f64, 0.0]).unwrap().nnz(), 2);
+        assert!(SparseVector::try_new(2, vec![2], vec![1.0f64]).is_err());
+        assert!(SparseVector::try_new(2, vec![1, 1], vec![1.0f64, 1.0]).is_err());
+        assert!(SparseVector::from_row(Csr::<f64>::zeros(2, 2).unwrap()).is_err());
+        let row = v.clone().into_row();
+        assert_eq!(SparseVector::from_row(row).unwrap(), v);
+    }
+}
