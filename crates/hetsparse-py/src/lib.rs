@@ -174,6 +174,9 @@ macro_rules! with_scalar {
     }};
 }
 
+// After `with_scalar!`, which it uses.
+mod semiring;
+
 fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
     let dtype = data
         .getattr("dtype")
@@ -522,6 +525,8 @@ fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spgemm, m)?)?;
     m.add_function(wrap_pyfunction!(spmm_dense, m)?)?;
     m.add_function(wrap_pyfunction!(spmv, m)?)?;
+    m.add_function(wrap_pyfunction!(semiring::mxm, m)?)?;
+    m.add_function(wrap_pyfunction!(semiring::vector_product, m)?)?;
     m.add_function(wrap_pyfunction!(list_devices, m)?)?;
     m.add_function(wrap_pyfunction!(generate_operands, m)?)?;
     m.add_function(wrap_pyfunction!(time_spgemm, m)?)?;

@@ -27,10 +27,41 @@ import scipy.sparse as _sp
 from . import _hetsparse
 from ._hetsparse import DeviceError
 
-__all__ = ["spgemm", "spmm", "spmv", "devices", "generate", "DeviceError", "DTYPES", "FEATURES"]
+__all__ = [
+    "spgemm",
+    "spmm",
+    "spmv",
+    "mxm",
+    "mxv",
+    "vxm",
+    "devices",
+    "generate",
+    "DeviceError",
+    "DTYPES",
+    "FEATURES",
+    "SEMIRINGS",
+]
 
 #: The dtypes hetsparse computes in.
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
+
+#: The semirings of ``mxm``, ``mxv`` and ``vxm``, as python-graphblas names them (``plus_one``
+#: is accepted for ``plus_pair`` too).
+SEMIRINGS = (
+    "plus_times",
+    "plus_pair",
+    "any_pair",
+    "min_plus",
+    "max_plus",
+    "min_first",
+    "min_second",
+    "plus_first",
+    "plus_second",
+    "any_secondi",
+    "lor_land",
+    "max_times",
+    "max_min",
+)
 
 #: The backends this build includes (``cpu``, and ``opencl`` / ``cuda`` where built with them).
 FEATURES = tuple(_hetsparse.FEATURES)
@@ -217,6 +248,196 @@ def spmv(A, x, device="auto"):
         x = x.astype(dtype)
     x = _in_memory_order(x)
     return _hetsparse.spmv(_parts(A, dtype), x, device)
+
+
+def _semiring_dtype(*dtypes):
+    """The dtype a semiring product computes in: as scipy promotes, with booleans and integers
+    computed in float64 (exact for integers up to 2**53)."""
+    dtype = np.result_type(*dtypes)
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    return _compute_dtype(dtype)
+
+
+def _semiring_name(semiring):
+    """A semiring's name: a string, or a python-graphblas ``Semiring`` (its ``name``)."""
+    name = getattr(semiring, "name", semiring)
+    if not isinstance(name, str):
+        raise TypeError(f"semiring: expected a name such as 'min_plus', got {semiring!r}")
+    return name
+
+
+def _accum_name(accum):
+    """An accumulator's name (``plus``, ``times``, ``min``, ``max``, ``second``), or a
+    python-graphblas ``BinaryOp`` (its ``name``); ``None`` for none."""
+    if accum is None:
+        return None
+    name = getattr(accum, "name", accum)
+    if not isinstance(name, str):
+        raise TypeError(f"accum: expected a name such as 'plus', got {accum!r}")
+    return name
+
+
+def _matching(m, shape, dtype, name):
+    """The parts of an optional matrix ``m`` (mask or existing result) of ``shape``."""
+    if m is None:
+        return None
+    _check_sparse(m, name)
+    if m.shape != shape:
+        raise ValueError(f"{name} has shape {m.shape}, the result {shape}")
+    return _parts(m, dtype)
+
+
+def mxm(
+    A,
+    B,
+    semiring="plus_times",
+    *,
+    mask=None,
+    structural=True,
+    complement=False,
+    replace=False,
+    accum=None,
+    out=None,
+    device="auto",
+):
+    """``C⟨mask⟩ = A ⊕.⊗ B`` over ``semiring``, GraphBLAS's ``mxm``: scipy.sparse in and out.
+
+    ``semiring`` is a python-graphblas name (``SEMIRINGS``: ``"min_plus"``, ``"plus_pair"``,
+    ``"any_secondi"``, ...) or a python-graphblas ``Semiring``. The result holds an entry
+    wherever a product lands (also where its value is the semiring's zero), like
+    python-graphblas's and unlike scipy's ``A @ B``, which drops zeros.
+
+    ``mask`` (a sparse matrix of C's shape) limits which entries are computed: its stored
+    entries (``structural=True``) or its non-zero ones (``structural=False``), or with
+    ``complement=True`` every other position. ``out`` is an existing C the product is merged
+    into: through ``accum`` (``"plus"``, ``"times"``, ``"min"``, ``"max"``, ``"second"``)
+    where both hold an entry, and on the positions the mask refuses ``out``'s entries are kept,
+    or removed with ``replace=True`` (python-graphblas's ``C(mask, accum, replace) <<
+    A.mxm(B, semiring)``).
+
+    Booleans and integers are computed in float64; the result is CSR (an array when ``A`` is
+    a sparse array). Raises ``ValueError`` for unknown names and shapes that do not match,
+    ``TypeError`` for a semiring not defined over the dtype (only the ``plus_*`` and
+    ``any_pair`` ones are over complex values) or a device that does not run it.
+    """
+    _check_sparse(A, "A")
+    _check_sparse(B, "B")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"dimension mismatch: A is {A.shape}, B is {B.shape}")
+    semiring, accum = _semiring_name(semiring), _accum_name(accum)
+    dtype = _semiring_dtype(A.dtype, B.dtype)
+    shape = (A.shape[0], B.shape[1])
+    m = _matching(mask, shape, dtype, "mask")
+    c = _matching(out, shape, dtype, "out")
+    nrows, ncols, indptr, indices, data = _hetsparse.mxm(
+        _parts(A, dtype),
+        _parts(B, dtype),
+        m,
+        c,
+        semiring,
+        bool(structural),
+        bool(complement),
+        bool(replace),
+        accum,
+        device,
+    )
+    cls = _sp.csr_array if _is_array_api(A) else _sp.csr_matrix
+    return _compressed(cls, nrows, ncols, indptr, indices, data)
+
+
+def _as_row(v, length, dtype, name):
+    """A vector as the parts of a ``1 × length`` CSR matrix: a one-dimensional NumPy array
+    (every position stored), or a sparse ``1 × length`` or ``length × 1`` matrix or a
+    one-dimensional sparse array."""
+    if v is None:
+        return None
+    if _sp.issparse(v):
+        if len(v.shape) == 1:
+            v = v.reshape((1, v.shape[0]))
+        elif v.shape[0] != 1 and v.shape[1] == 1:
+            v = v.T
+        if v.shape != (1, length):
+            raise ValueError(f"{name} has shape {v.shape}, expected a vector of {length}")
+        return _parts(_sp.csr_matrix(v), dtype)
+    dense = np.asarray(v)
+    if dense.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional or sparse, it has shape {dense.shape}")
+    if dense.shape[0] != length:
+        raise ValueError(f"{name} has length {dense.shape[0]}, expected {length}")
+    row = _sp.csr_matrix(
+        (dense.astype(dtype), np.arange(length, dtype=np.int64), np.array([0, length], dtype=np.int64)),
+        shape=(1, length),
+    )
+    return _parts(row, dtype)
+
+
+def _vector_product(kind, A, u, semiring, mask, structural, complement, replace, accum, out, device):
+    _check_sparse(A, "A")
+    u_len, w_len = (A.shape[1], A.shape[0]) if kind == "mxv" else A.shape
+    semiring, accum = _semiring_name(semiring), _accum_name(accum)
+    u_dtype = u.dtype if _sp.issparse(u) else np.asarray(u).dtype
+    dtype = _semiring_dtype(A.dtype, u_dtype)
+    nrows, ncols, indptr, indices, data = _hetsparse.vector_product(
+        kind,
+        _parts(A, dtype),
+        _as_row(u, u_len, dtype, "u"),
+        _as_row(mask, w_len, dtype, "mask"),
+        _as_row(out, w_len, dtype, "out"),
+        semiring,
+        bool(structural),
+        bool(complement),
+        bool(replace),
+        accum,
+        device,
+    )
+    cls = _sp.csr_array if _is_array_api(A) else _sp.csr_matrix
+    row = _compressed(cls, nrows, ncols, indptr, indices, data)
+    # mxv's w is a column, vxm's a row, as the products' shapes say.
+    return row.T.tocsr() if kind == "mxv" else row
+
+
+def mxv(
+    A,
+    u,
+    semiring="plus_times",
+    *,
+    mask=None,
+    structural=True,
+    complement=False,
+    replace=False,
+    accum=None,
+    out=None,
+    device="auto",
+):
+    """``w⟨mask⟩ = A ⊕.⊗ u``, GraphBLAS's ``mxv``: ``w[i] = ⊕ₖ A[i, k] ⊗ u[k]``.
+
+    ``u`` (and ``mask``, ``out``) are vectors: a one-dimensional NumPy array (every position
+    stored) or a sparse ``1 × n`` or ``n × 1`` matrix or array (a sparse frontier). ``w`` is a
+    sparse ``A.shape[0] × 1`` CSR column holding an entry wherever a product lands. The
+    semiring, the mask's modes, ``accum``, ``out`` and ``replace`` are as for ``mxm``.
+    """
+    return _vector_product("mxv", A, u, semiring, mask, structural, complement, replace, accum, out, device)
+
+
+def vxm(
+    u,
+    A,
+    semiring="plus_times",
+    *,
+    mask=None,
+    structural=True,
+    complement=False,
+    replace=False,
+    accum=None,
+    out=None,
+    device="auto",
+):
+    """``wᵀ⟨maskᵀ⟩ = uᵀ ⊕.⊗ A``, GraphBLAS's ``vxm``: ``w[j] = ⊕ₖ u[k] ⊗ A[k, j]``, the
+    frontier ``u`` pushed along A's edges (``any_secondi`` gives each vertex reached a parent
+    ``k``). ``w`` is a sparse ``1 × A.shape[1]`` CSR row; the rest is as for ``mxv``.
+    """
+    return _vector_product("vxm", A, u, semiring, mask, structural, complement, replace, accum, out, device)
 
 
 def devices(device="auto"):
