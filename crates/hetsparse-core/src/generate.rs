@@ -9,7 +9,9 @@
 //! - returns a canonical [`Csr`] (sorted, distinct column indices);
 //! - stores values of magnitude in `[0.1, 1)` with a random sign and never zero, built with
 //!   [`Scalar::from_parts_lossy`] from a random real and imaginary part (real types drop the
-//!   imaginary part; f16/bf16 round, so a magnitude may round up to 1);
+//!   imaginary part; f16/bf16 round, so a magnitude may round up to 1); the exact types hold
+//!   that magnitude times 8, rounded: ±1 to ±8 (1 to 8 unsigned, `true` for `bool`), small
+//!   enough that products of classes stay clear of overflow;
 //! - never fails: arguments that make no sense are clamped as each function documents, and a
 //!   zero size gives an empty matrix. Dimensions are clamped to [`MAX_DIMENSION`] (indices are
 //!   `u32`); memory for the requested entries is the caller's concern.
@@ -31,7 +33,7 @@ use rayon::prelude::*;
 
 use crate::error::Error;
 use crate::format::{Csr, Dia, MAX_DIMENSION};
-use crate::scalar::Scalar;
+use crate::scalar::{Scalar, ScalarType};
 
 /// A band matrix in DIA form with the diagonals `offsets` (increasing, each inside the
 /// `nrows × ncols` shape, else the [`Dia::try_new`] error), every slot inside the matrix
@@ -74,7 +76,7 @@ pub fn band_dia<T: Scalar>(
                             } else {
                                 let h = hash(seed ^ mix(off as u64), SALT_BAND_DIA, i as u64);
                                 let unit = (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-                                T::from_f64(0.1 + 0.9 * unit)
+                                value_of(0.1 + 0.9 * unit, 0.0)
                             });
                         }
                     });
@@ -83,6 +85,22 @@ pub fn band_dia<T: Scalar>(
     // SAFETY: every slot of every diagonal was written above.
     unsafe { data.set_len(len) };
     Ok(Dia::try_new(nrows, ncols, offsets.to_vec(), data)?)
+}
+
+/// A value from a real and an imaginary part of magnitude in `[0.1, 1)` (see the module docs):
+/// the floats hold what they can, the exact types a small integer that is never zero.
+pub fn value_of<T: Scalar>(re: f64, im: f64) -> T {
+    if T::TYPE.is_exact() {
+        let k = (re * 8.0).round();
+        let k = if matches!(T::TYPE, ScalarType::U32 | ScalarType::U64) {
+            k.abs()
+        } else {
+            k
+        };
+        T::from_f64(k)
+    } else {
+        T::from_parts_lossy(re, im)
+    }
 }
 
 /// The benchmark matrix classes: the papers' test sets, grouped by structure.
@@ -926,7 +944,7 @@ fn finish<T: Scalar>(
                 for v in &mut out[at..at + len] {
                     let re = rng.signed_magnitude();
                     let im = rng.signed_magnitude();
-                    *v = T::from_parts_lossy(re, im);
+                    *v = value_of(re, im);
                 }
                 at += len;
             }

@@ -56,7 +56,7 @@ pub use format::{
     SparseRef,
 };
 pub use reference::ReferenceBackend;
-pub use scalar::{Accumulator, Scalar, ScalarType};
+pub use scalar::{Accumulator, Boolean, Scalar, ScalarType};
 pub use semiring::{PlusTimes, Semiring, SemiringVisitor};
 pub use vector::SparseVector;
 pub use write_back::write_back;

@@ -22,15 +22,22 @@
 //! lands, also where its value is the additive identity. "any" keeps one of the products
 //! landing on an entry: these kernels keep the last in their order (deterministic for one
 //! kernel, but two kernels may pick different ones; each is a valid result). `min` and `max`
-//! ignore NaN as GraphBLAS's do. `any_secondi` gives the index as a float: exact up to 2^24 in
-//! f32 and 2^53 in f64, so it is defined for those two only.
+//! ignore NaN as GraphBLAS's do. `any_secondi` gives the index as a value: exact up to 2^24 in
+//! f32, 2^31 in i32 and everywhere in f64, i64, u32 and u64, so it is defined for those (not
+//! for f16, bf16 and bool).
+//!
+//! Over the integer types, `+` and `×` wrap on overflow and the bounds `MAX` and `MIN` stand
+//! for `+∞` and `−∞`. Over `bool`, `+` is `or`, `×` is `and`, `min` is `and` and `max` is
+//! `or` ([`Boolean`]): `plus_times` over `bool` is `lor_land`, `min_plus` is `land_lor`, as
+//! GraphBLAS renames them.
 //!
 //! Code generic over the scalar type reaches the semiring a [`SemiringKind`] names through
 //! [`with_semiring`] and a [`SemiringVisitor`].
 
 use crate::backend::SemiringKind;
 use crate::error::{Error, Result};
-use crate::scalar::{Accumulator, Scalar, ScalarType};
+use crate::scalar::{Accumulator, Boolean, Scalar, ScalarType};
+use std::num::Wrapping;
 
 /// Add, multiply and the additive identity over a scalar type `T`, accumulating in `T::Acc`.
 pub trait Semiring<T: Scalar>: Copy + Send + Sync + 'static {
@@ -106,6 +113,50 @@ impl OrderedAccumulator for f64 {
     #[inline(always)]
     fn from_index(k: u32) -> Self {
         f64::from(k)
+    }
+}
+
+macro_rules! integer_ordered {
+    ($($t:ty),*) => {$(
+        /// Bounds in place of the infinities (GraphBLAS's identities of `min` and `max` over
+        /// integers).
+        impl OrderedAccumulator for Wrapping<$t> {
+            const INFINITY: Self = Wrapping(<$t>::MAX);
+            const NEG_INFINITY: Self = Wrapping(<$t>::MIN);
+            #[inline(always)]
+            fn min_of(self, other: Self) -> Self {
+                self.min(other)
+            }
+            #[inline(always)]
+            fn max_of(self, other: Self) -> Self {
+                self.max(other)
+            }
+            #[inline(always)]
+            fn from_index(k: u32) -> Self {
+                Wrapping(k as $t)
+            }
+        }
+    )*};
+}
+
+integer_ordered!(i32, i64, u32, u64);
+
+/// `false < true`: `min` is `and`, `max` is `or`, as GraphBLAS renames them over `bool`.
+impl OrderedAccumulator for Boolean {
+    const INFINITY: Self = Boolean(true);
+    const NEG_INFINITY: Self = Boolean(false);
+    #[inline(always)]
+    fn min_of(self, other: Self) -> Self {
+        Boolean(self.0 & other.0)
+    }
+    #[inline(always)]
+    fn max_of(self, other: Self) -> Self {
+        Boolean(self.0 | other.0)
+    }
+    /// Never called: `any_secondi` is not defined over `bool`.
+    #[inline(always)]
+    fn from_index(k: u32) -> Self {
+        Boolean(k != 0)
     }
 }
 
@@ -300,10 +351,10 @@ pub trait SemiringVisitor<T: Scalar> {
 }
 
 impl SemiringKind {
-    /// Whether this semiring is defined over `scalar`: every one over `f32` and `f64`; all but
-    /// `any_secondi` over `f16` and `bf16` (whose integers are exact only up to 2^11 and
-    /// 2^8); over the complex types, those that need only `+` and `1` (`plus_times`,
-    /// `plus_pair`, `plus_first`, `plus_second`, `any_pair`).
+    /// Whether this semiring is defined over `scalar`: every one over `f32`, `f64` and the
+    /// integer types; all but `any_secondi` over `f16` and `bf16` (whose integers are exact
+    /// only up to 2^11 and 2^8) and `bool`; over the complex types, those that need only `+`
+    /// and `1` (`plus_times`, `plus_pair`, `plus_first`, `plus_second`, `any_pair`).
     pub fn is_defined_for(self, scalar: ScalarType) -> bool {
         use SemiringKind as K;
         let additive = matches!(
@@ -311,8 +362,13 @@ impl SemiringKind {
             K::PlusTimes | K::PlusPair | K::PlusFirst | K::PlusSecond | K::AnyPair
         );
         match scalar {
-            ScalarType::F32 | ScalarType::F64 => true,
-            ScalarType::F16 | ScalarType::Bf16 => self != K::AnySecondI,
+            ScalarType::F32
+            | ScalarType::F64
+            | ScalarType::I32
+            | ScalarType::I64
+            | ScalarType::U32
+            | ScalarType::U64 => true,
+            ScalarType::F16 | ScalarType::Bf16 | ScalarType::Bool => self != K::AnySecondI,
             ScalarType::C32 | ScalarType::C64 => additive,
         }
     }
@@ -455,6 +511,38 @@ mod tests {
     }
 
     #[test]
+    fn integers_and_bool_compute_as_graphblas() {
+        use SemiringKind as K;
+        let w = Wrapping;
+        for (kind, want) in [
+            (K::PlusTimes, (w(0), w(-6), w(1))),
+            (K::PlusPair, (w(0), w(1), w(1))),
+            (K::AnySecondI, (w(0), w(7), w(5))),
+            (K::MinPlus, (w(i64::MAX), w(-1), w(-4))),
+            (K::MaxPlus, (w(i64::MIN), w(-1), w(5))),
+            (K::MaxMin, (w(i64::MIN), w(-3), w(5))),
+            (K::LorLand, (w(0), w(1), w(1))),
+        ] {
+            let got = with_semiring(kind, Table(2i64, -3, w(-4), w(5))).unwrap();
+            assert_eq!(got, want, "{kind} over i64");
+        }
+        let u = Wrapping::<u32>;
+        let wrapped = with_semiring(K::PlusTimes, Table(u32::MAX, 2, u(u32::MAX), u(2))).unwrap();
+        assert_eq!(wrapped, (u(0), u(u32::MAX - 1), u(1)), "u32 wraps");
+        let (t, f) = (Boolean(true), Boolean(false));
+        for (kind, a, b, want) in [
+            (K::PlusTimes, true, false, (f, f, t)),
+            (K::MinPlus, true, false, (t, t, f)),
+            (K::MaxMin, true, true, (f, t, t)),
+            (K::LorLand, false, true, (f, f, t)),
+        ] {
+            let got = with_semiring(kind, Table(a, b, t, f)).unwrap();
+            assert_eq!(got, want, "{kind} over bool");
+        }
+        assert!(with_semiring(K::AnySecondI, Table(true, true, t, t)).is_err());
+    }
+
+    #[test]
     fn every_kind_defined_over_a_type_is_reached() {
         for scalar in ScalarType::ALL {
             for kind in SemiringKind::ALL {
@@ -475,6 +563,22 @@ mod tests {
                     ScalarType::C64 => {
                         let z = Complex::new(1.0f64, 0.0);
                         with_semiring(kind, Table(z, z, z, z)).is_ok()
+                    }
+                    ScalarType::Bool => {
+                        let t = Boolean(true);
+                        with_semiring(kind, Table(true, true, t, t)).is_ok()
+                    }
+                    ScalarType::I32 => {
+                        with_semiring(kind, Table(1i32, 1, Wrapping(0), Wrapping(0))).is_ok()
+                    }
+                    ScalarType::I64 => {
+                        with_semiring(kind, Table(1i64, 1, Wrapping(0), Wrapping(0))).is_ok()
+                    }
+                    ScalarType::U32 => {
+                        with_semiring(kind, Table(1u32, 1, Wrapping(0), Wrapping(0))).is_ok()
+                    }
+                    ScalarType::U64 => {
+                        with_semiring(kind, Table(1u64, 1, Wrapping(0), Wrapping(0))).is_ok()
                     }
                 };
                 assert_eq!(reached, kind.is_defined_for(scalar), "{kind} over {scalar}");

@@ -4,7 +4,7 @@
 
 hetsparse_core::conformance_suite! {
     backend: Ok::<_, hetsparse_core::Error>(hetsparse_core::ReferenceBackend),
-    scalars: [f32, f64, c32, c64, f16, bf16],
+    scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
 }
 
 #[path = "../examples/minimal_backend.rs"]
@@ -16,7 +16,7 @@ mod minimal {
 
     hetsparse_core::conformance_suite! {
         backend: MinimalBackend::new(),
-        scalars: [f32, f64, c32, c64, f16, bf16],
+        scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
     }
 }
 

@@ -260,8 +260,9 @@ impl CudaBackend {
     }
 }
 
-/// Every scalar type the kernels are instantiated for.
-const SCALARS: [ScalarType; 6] = ScalarType::ALL;
+/// Every scalar type the kernels are instantiated for: the floats, not yet the integer types
+/// and `bool`.
+const SCALARS: [ScalarType; 6] = ScalarType::FLOATS;
 
 impl Device for CudaBackend {
     fn info(&self) -> DeviceInfo {

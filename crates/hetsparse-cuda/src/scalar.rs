@@ -75,6 +75,22 @@ unsafe impl DeviceScalar for bf16 {
     const SUFFIX: &'static str = "bf16";
 }
 
+/// The integer types and `bool` hold themselves on the device. No kernel is instantiated for
+/// them yet: the backend's capabilities leave them out (so products over them are refused
+/// before any launch), and they implement this trait so that a context over them can hold
+/// the GPU next to the devices that run them.
+macro_rules! exact_device_scalar {
+    ($($t:ty => $suffix:literal),*) => {$(
+        // SAFETY: `Device` is `Self`.
+        unsafe impl DeviceScalar for $t {
+            type Device = $t;
+            const SUFFIX: &'static str = $suffix;
+        }
+    )*};
+}
+
+exact_device_scalar!(bool => "bool", i32 => "i32", i64 => "i64", u32 => "u32", u64 => "u64");
+
 /// Views host values as their device representation.
 pub fn as_device<T: DeviceScalar>(values: &[T]) -> &[T::Device] {
     // SAFETY: same layout by the trait's contract; length and lifetime carry over.

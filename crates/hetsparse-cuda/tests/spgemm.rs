@@ -7,8 +7,8 @@ mod common;
 
 use hetsparse_core::generate;
 use hetsparse_core::{
-    bf16, f16, Accumulator, Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl,
-    Scalar, ScalarType, SpgemmAlgorithm, SpgemmOptions,
+    Accumulator, Backend, Csr, Error, ProductChunk, ReferenceBackend, RunControl, Scalar,
+    SpgemmAlgorithm, SpgemmOptions,
 };
 use hetsparse_cuda::{CudaBackend, DeviceScalar};
 
@@ -538,13 +538,7 @@ fn rows_of_a_too_long_for_one_warp() {
 /// The accumulator's machine epsilon and the storage's of `T`.
 fn epsilons<T: Scalar>() -> (f64, f64) {
     let acc = <T::Acc as Accumulator>::EPSILON;
-    let storage = match T::TYPE {
-        ScalarType::F32 | ScalarType::C32 => f64::from(f32::EPSILON),
-        ScalarType::F64 | ScalarType::C64 => f64::EPSILON,
-        ScalarType::F16 => f64::from(f16::EPSILON.to_f32()),
-        ScalarType::Bf16 => f64::from(bf16::EPSILON.to_f32()),
-    };
-    (acc, storage)
+    (acc, T::TYPE.epsilon())
 }
 
 /// `|a|` entrywise, as f64.

@@ -359,9 +359,10 @@ impl Device for OpenClBackend {
     }
 }
 
-/// Whether a device runs scalar type `ty`: double precision needs `cl_khr_fp64`.
+/// Whether a device runs scalar type `ty`: the kernels are written for the floats (not yet
+/// the integer types and `bool`), and double precision needs `cl_khr_fp64`.
 fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
-    !matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64
+    ScalarType::FLOATS.contains(&ty) && (!matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64)
 }
 
 impl DeviceDescription {

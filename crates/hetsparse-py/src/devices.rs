@@ -26,6 +26,11 @@ pub struct Contexts {
     f64: HashMap<DeviceChoice, Arc<Context<f64>>>,
     c64: HashMap<DeviceChoice, Arc<Context<Complex<f32>>>>,
     c128: HashMap<DeviceChoice, Arc<Context<Complex<f64>>>>,
+    bool: HashMap<DeviceChoice, Arc<Context<bool>>>,
+    i32: HashMap<DeviceChoice, Arc<Context<i32>>>,
+    i64: HashMap<DeviceChoice, Arc<Context<i64>>>,
+    u32: HashMap<DeviceChoice, Arc<Context<u32>>>,
+    u64: HashMap<DeviceChoice, Arc<Context<u64>>>,
 }
 
 /// The scalar types the package computes in, with their NumPy dtypes.
@@ -54,6 +59,19 @@ impl PyScalar for Complex<f64> {
         &mut all.c128
     }
 }
+
+/// The types of the semiring products (`mxm`, `mxv`, `vxm`) only.
+macro_rules! exact_py_scalar {
+    ($($t:ident),*) => {$(
+        impl PyScalar for $t {
+            fn contexts(all: &mut Contexts) -> &mut HashMap<DeviceChoice, Arc<Context<Self>>> {
+                &mut all.$t
+            }
+        }
+    )*};
+}
+
+exact_py_scalar!(bool, i32, i64, u32, u64);
 
 fn cache() -> &'static Mutex<Contexts> {
     static CACHE: OnceLock<Mutex<Contexts>> = OnceLock::new();
@@ -104,5 +122,13 @@ pub fn save_calibrations() -> usize {
             })
             .count()
     }
-    save(&all.f32) + save(&all.f64) + save(&all.c64) + save(&all.c128)
+    save(&all.f32)
+        + save(&all.f64)
+        + save(&all.c64)
+        + save(&all.c128)
+        + save(&all.bool)
+        + save(&all.i32)
+        + save(&all.i64)
+        + save(&all.u32)
+        + save(&all.u64)
 }

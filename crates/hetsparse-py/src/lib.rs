@@ -172,6 +172,28 @@ macro_rules! with_scalar {
             Err(unsupported_dtype(data, $name))
         }
     }};
+    // The semiring products also compute in the integer types and `bool`.
+    ($data:expr, $name:expr, exact too, |$t:ident| $body:expr) => {{
+        let data: &Bound<'_, PyAny> = $data;
+        if data.downcast::<PyArray1<bool>>().is_ok() {
+            type $t = bool;
+            $body
+        } else if data.downcast::<PyArray1<i32>>().is_ok() {
+            type $t = i32;
+            $body
+        } else if data.downcast::<PyArray1<i64>>().is_ok() {
+            type $t = i64;
+            $body
+        } else if data.downcast::<PyArray1<u32>>().is_ok() {
+            type $t = u32;
+            $body
+        } else if data.downcast::<PyArray1<u64>>().is_ok() {
+            type $t = u64;
+            $body
+        } else {
+            with_scalar!(data, $name, |$t| $body)
+        }
+    }};
 }
 
 // After `with_scalar!`, which it uses.
@@ -387,7 +409,7 @@ fn spmv_t<'py, T: PyScalar>(
 
 /// Every device `device` finds (`auto` and `all`: every device the build reaches), as dicts:
 /// `id`, `name`, `backend`, `kind`, `compute_units`, `memory_bytes`, `dtypes` (those its
-/// SpGEMM runs), `used`, and `reason` (why it is not used, or `None`). Backends compiled in
+/// SpGEMM runs: `bool` and the integer ones through `mxm`, `mxv` and `vxm`), `used`, and `reason` (why it is not used, or `None`). Backends compiled in
 /// that found no device are listed with `used` false and their reason.
 #[pyfunction]
 #[pyo3(name = "devices", signature = (device="auto"))]
@@ -432,6 +454,11 @@ fn numpy_name(s: hetsparse::ScalarType) -> Option<&'static str> {
         S::F64 => Some("float64"),
         S::C32 => Some("complex64"),
         S::C64 => Some("complex128"),
+        S::Bool => Some("bool"),
+        S::I32 => Some("int32"),
+        S::I64 => Some("int64"),
+        S::U32 => Some("uint32"),
+        S::U64 => Some("uint64"),
         _ => None,
     }
 }

@@ -139,7 +139,7 @@ pub fn mxm<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (b, "B"), mask, c)?;
-    with_scalar!(&operands.left.data, "A", |T| mxm_t::<T>(
+    with_scalar!(&operands.left.data, "A", exact too, |T| mxm_t::<T>(
         py, &operands, modes, &choice
     ))
 }
@@ -234,7 +234,7 @@ pub fn vector_product<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (u, "u"), mask, w)?;
-    with_scalar!(&operands.left.data, "A", |T| vector_product_t::<T>(
+    with_scalar!(&operands.left.data, "A", exact too, |T| vector_product_t::<T>(
         py, &operands, vxm, modes, &choice
     ))
 }

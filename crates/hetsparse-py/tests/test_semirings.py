@@ -213,12 +213,72 @@ def test_bad_names_and_types_are_exceptions():
         hetsparse.mxm(c, c, "min_plus", device=DEVICE)
     with pytest.raises(TypeError, match="min_plus"):
         hetsparse.vxm(np.ones(5), c, "min_plus", device=DEVICE)
-    # plus_one is plus_pair (a 1 per product of stored entries), and integer matrices are
-    # computed in float64: (1, 1) has one product, A(1, 1)·A(1, 1), A(0, 1) not being stored.
+    # plus_one is plus_pair (a 1 per product of stored entries), in int64 as the operands:
+    # (1, 1) has one product, A(1, 1)·A(1, 1), A(0, 1) not being stored.
     i = sp.csr_matrix(np.array([[1, 0], [2, 3]], dtype=np.int64))
     got = hetsparse.mxm(i, i, "plus_one", device=DEVICE)
-    assert got.dtype == np.float64
-    np.testing.assert_array_equal(got.toarray(), [[1.0, 0.0], [2.0, 1.0]])
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got.toarray(), [[1, 0], [2, 1]])
+    with pytest.raises(TypeError, match="any_secondi"):
+        hetsparse.mxm(i.astype(bool), i.astype(bool), "any_secondi", device=DEVICE)
+
+
+def integer_matrix(rng, nrows, ncols, density, dtype):
+    """Small integers (never overflowing in these products), explicit zeros among them."""
+    m = sp.random(nrows, ncols, density=density, format="csr", random_state=rng)
+    low = 0 if np.dtype(dtype).kind == "u" else -4
+    m.data = rng.integers(low, 5, m.nnz).astype(np.float64)
+    return m.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64])
+@pytest.mark.parametrize("semiring", sorted(SEMIRINGS))
+def test_integer_dtypes_compute_in_their_type(dtype, semiring):
+    rng = np.random.default_rng(abs(hash((semiring, np.dtype(dtype).name))) % 2**32)
+    a, b = integer_matrix(rng, 20, 15, 0.3, dtype), integer_matrix(rng, 15, 25, 0.3, dtype)
+    c = hetsparse.mxm(a, b, semiring, device=DEVICE)
+    assert c.dtype == dtype
+    check_result(c, brute_mxm(a, b, semiring), semiring, a, b)
+    u = rng.integers(0, 5, 15).astype(dtype)
+    w = hetsparse.mxv(a, u, semiring, device=DEVICE)
+    assert w.dtype == dtype
+    # Every position of a dense u is stored, its zeros too.
+    column = sp.csr_matrix((u, (np.arange(15), np.zeros(15, dtype=np.int64))), shape=(15, 1))
+    check_result(w, brute_mxm(a, column, semiring), semiring, a, column)
+
+
+def test_integers_wrap_and_bounds_are_the_identities():
+    # GraphBLAS's integer arithmetic wraps: 2^31 - 1 + 1 is -2^31 in int32, 2 · (2^64 - 1) is
+    # 2^64 - 2 in uint64.
+    big = np.iinfo(np.int32).max
+    a = sp.csr_matrix(np.array([[big, 1]], dtype=np.int32))
+    b = sp.csr_matrix(np.array([[1], [1]], dtype=np.int32))
+    assert hetsparse.mxm(a, b, device=DEVICE).toarray()[0, 0] == np.iinfo(np.int32).min
+    top = np.iinfo(np.uint64).max
+    a = sp.csr_matrix(np.array([[top]], dtype=np.uint64))
+    two = sp.csr_matrix(np.array([[2]], dtype=np.uint64))
+    assert hetsparse.mxm(a, two, device=DEVICE).toarray()[0, 0] == top - 1
+    # min_plus over int64 where no product is smaller than the bound: the bound itself stays
+    # out of the result, which holds only entries where products land.
+    x = sp.csr_matrix(np.array([[5, 0], [0, 0]], dtype=np.int64))
+    got = hetsparse.mxm(x, x, "min_plus", device=DEVICE)
+    assert entries(got) == {(0, 0): 10.0}
+    # int8 and uint16 operands compute in int32 and uint32.
+    assert hetsparse.mxm(x.astype(np.int8), x.astype(np.int8), device=DEVICE).dtype == np.int32
+    assert hetsparse.mxm(x.astype(np.uint16), x.astype(np.uint16), device=DEVICE).dtype == np.uint32
+
+
+def test_bool_is_or_and():
+    # Over bool, + is or and × is and (plus_times is lor_land), as GraphBLAS's bool semirings;
+    # counting needs an integer dtype.
+    a = sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 1], [0, 0, 0]], dtype=bool))
+    c = hetsparse.mxm(a, a, device=DEVICE)
+    assert c.dtype == np.bool_
+    np.testing.assert_array_equal(c.toarray(), (a.astype(np.int64) @ a.astype(np.int64)).toarray() > 0)
+    counts = hetsparse.mxm(a.astype(np.int64), a.astype(np.int64), "plus_pair", device=DEVICE)
+    assert counts.toarray()[0, 1] == 2
+    w = hetsparse.vxm(np.array([True, False, False]), a, "any_pair", device=DEVICE)
+    assert w.dtype == np.bool_ and entries(w) == {(0, 0): 1.0, (0, 1): 1.0}
 
 
 def test_every_listed_name_is_accepted():

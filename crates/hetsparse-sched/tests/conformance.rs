@@ -30,7 +30,7 @@ mod over_cpu_and_reference {
 
     hetsparse_core::conformance_suite! {
         backend: cpu_and_reference(),
-        scalars: [f32, f64, c32, c64, f16, bf16],
+        scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
     }
 }
 
@@ -67,6 +67,6 @@ mod over_cpu_and_opencl {
 
     hetsparse_core::conformance_suite! {
         backend: cpu_and_opencl(),
-        scalars: [f32, f64, c32, c64, f16, bf16],
+        scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
     }
 }

@@ -1,5 +1,6 @@
 //! Graph algorithms written with semirings and masks, GraphBLAS style: breadth-first search
-//! (levels and parents), single-source shortest paths and triangle counting.
+//! (levels and parents, in `i64`), single-source shortest paths (`f64` weights) and triangle
+//! counting (`u64` counts, by Sandia's `L·L` and by SandiaDot's `L·Uᵀ`).
 //!
 //! `cargo run -p hetsparse --example graph_algorithms` runs them on generated graphs and prints
 //! what they found; `cargo test -p hetsparse --example graph_algorithms` checks each against
@@ -15,23 +16,24 @@ use hetsparse::{
 /// `source` reaches over the edges `k → j` of `a` (an entry `a(k, j)`).
 pub struct Bfs {
     /// `level(v)`: 0 for the source.
-    pub level: SparseVector<f64>,
+    pub level: SparseVector<i64>,
     /// `parent(v)`: a vertex one level up with an edge to `v`; the source is its own parent.
-    pub parent: SparseVector<f64>,
+    pub parent: SparseVector<i64>,
 }
 
 /// Breadth-first search as LAGraph writes it: each step pushes the frontier along the edges,
 /// `frontier⟨¬parent, replace⟩ = frontier any.secondi A`, which gives every newly reached
 /// vertex one frontier vertex with an edge to it (`secondi`: the inner index, the vertex the
 /// edge comes from); the complemented structural mask keeps vertices already reached out.
-pub fn bfs(ctx: &Context<f64>, a: &Csr<f64>, source: u32) -> Result<Bfs> {
+/// Only `a`'s pattern counts.
+pub fn bfs(ctx: &Context<i64>, a: &Csr<i64>, source: u32) -> Result<Bfs> {
     let n = a.nrows();
-    let mut parent = SparseVector::try_new(n, vec![source], vec![f64::from(source)])?;
-    let mut level = SparseVector::try_new(n, vec![source], vec![0.0])?;
+    let mut parent = SparseVector::try_new(n, vec![source], vec![i64::from(source)])?;
+    let mut level = SparseVector::try_new(n, vec![source], vec![0])?;
     let mut frontier = parent.clone();
-    let mut depth = 0.0;
+    let mut depth = 0;
     while frontier.nnz() > 0 {
-        depth += 1.0;
+        depth += 1;
         let step = VectorProductOptions::new()
             .with_semiring(SemiringKind::AnySecondI)
             .with_mask(parent.structural_mask().complemented().replacing());
@@ -69,28 +71,42 @@ pub fn shortest_paths(ctx: &Context<f64>, a: &Csr<f64>, source: u32) -> Result<S
     Ok(d)
 }
 
-/// Triangles of an undirected graph by SandiaDot: with L and U its strictly lower and upper
-/// triangles, `C⟨L⟩ = L plus.pair Uᵀ` counts in `C(i, j)` the common neighbours `k < j < i`
-/// of each edge, so every triangle once; the mask L means only the dot products of edges are
-/// computed.
-pub fn triangles(ctx: &Context<f64>, adjacency: &Csr<f64>) -> Result<u64> {
+/// How [`triangles`] multiplies.
+#[derive(Clone, Copy, Debug)]
+pub enum TriangleMethod {
+    /// Sandia: `C⟨L⟩ = L plus.pair L`, the paths `i → k → j` with `i > k > j` that close on
+    /// an edge `(i, j)`.
+    SandiaLL,
+    /// SandiaDot: `C⟨L⟩ = L plus.pair Uᵀ`, the common neighbours `k < j` of each edge
+    /// `(i, j)` with `j < i`, as dot products of rows of L.
+    SandiaDot,
+}
+
+/// Triangles of an undirected graph (only `adjacency`'s pattern counts): with L and U its
+/// strictly lower and upper triangles, each method counts every triangle once in the sum of
+/// C, and the mask L means only entries on edges are computed (a fraction of the unmasked
+/// product's multiply-adds). Counted in `u64`, whose sums are exact.
+pub fn triangles(ctx: &Context<u64>, adjacency: &Csr<u64>, method: TriangleMethod) -> Result<u64> {
     let (l, u) = triangles_of(adjacency)?;
     let options = SpgemmOptions::new()
         .with_semiring(SemiringKind::PlusPair)
         .with_mask(Mask::structural(&l));
+    let right = match method {
+        TriangleMethod::SandiaLL => l.clone(),
+        TriangleMethod::SandiaDot => u.transpose()?,
+    };
     let c = ctx.spgemm_with(
         (&l).into(),
-        (&u.transpose()?).into(),
+        (&right).into(),
         &options,
         &RunControl::unwatched(),
     )?;
-    // Each value counts triangles, an integer well inside f64's exact range here.
-    Ok(c.values().iter().map(|&v| v as u64).sum())
+    Ok(c.values().iter().sum())
 }
 
 /// The strictly lower and strictly upper triangles of `a`.
-fn triangles_of(a: &Csr<f64>) -> Result<(Csr<f64>, Csr<f64>)> {
-    let part = |keep: fn(usize, u32) -> bool| -> Result<Csr<f64>> {
+fn triangles_of<T: hetsparse::Scalar>(a: &Csr<T>) -> Result<(Csr<T>, Csr<T>)> {
+    let part = |keep: fn(usize, u32) -> bool| -> Result<Csr<T>> {
         let mut coo = hetsparse::Coo::new(a.nrows(), a.ncols())?;
         for i in 0..a.nrows() {
             let (cols, vals) = a.row(i);
@@ -126,11 +142,17 @@ pub fn undirected(scale: u32, seed: u64) -> Result<Csr<f64>> {
     coo.to_csr()
 }
 
+/// `a`'s pattern with every value 1, in `T`.
+pub fn pattern<T: hetsparse::Scalar>(a: &Csr<f64>) -> Result<Csr<T>> {
+    a.map_scalar::<T>()
+        .with_values(vec![T::from_f64(1.0); a.values().len()])
+}
+
 fn main() -> Result<()> {
     let ctx = Context::<f64>::auto()?;
     let graph = undirected(12, 1)?;
-    let bfs = bfs(&ctx, &graph, 0)?;
-    let depth = bfs.level.values().iter().fold(0.0f64, |m, &l| m.max(l));
+    let bfs = bfs(&Context::<i64>::auto()?, &pattern(&graph)?, 0)?;
+    let depth = bfs.level.values().iter().max().copied().unwrap_or(0);
     println!(
         "{} vertices, {} edges: BFS from 0 reaches {} in {depth} levels",
         graph.nrows(),
@@ -143,7 +165,13 @@ fn main() -> Result<()> {
         "shortest paths from 0: {} reached, the farthest at {far:.3}",
         d.nnz()
     );
-    println!("triangles: {}", triangles(&ctx, &graph)?);
+    let counts = Context::<u64>::auto()?;
+    let pattern = pattern(&graph)?;
+    println!(
+        "triangles: {} (L·L), {} (L·Uᵀ)",
+        triangles(&counts, &pattern, TriangleMethod::SandiaLL)?,
+        triangles(&counts, &pattern, TriangleMethod::SandiaDot)?
+    );
     Ok(())
 }
 
@@ -209,7 +237,7 @@ mod tests {
 
     #[test]
     fn bfs_levels_and_parents_follow_lagraphs_rules() {
-        let ctx = Context::<f64>::auto().unwrap();
+        let ctx = Context::<i64>::auto().unwrap();
         // Undirected (R-MAT, power-law) and directed (R-MAT as drawn, self-loops included),
         // from the hub (most out-edges), from an ordinary vertex with an edge to another, and
         // from one that reaches nothing (a vertex without out-edges, or alone).
@@ -224,7 +252,7 @@ mod tests {
             let ordinary = (n / 2..n).chain(0..n / 2).find(|&v| leaves(v)).unwrap() as u32;
             let stuck = (0..n).find(|&v| !leaves(v)).map(|v| v as u32);
             for source in [Some(hub), Some(ordinary), stuck].into_iter().flatten() {
-                let result = bfs(&ctx, &graph, source).unwrap();
+                let result = bfs(&ctx, &pattern(&graph).unwrap(), source).unwrap();
                 check_bfs(&graph, source, &result);
                 let reaches = leaves(source as usize);
                 assert_eq!(
@@ -299,8 +327,8 @@ mod tests {
     }
 
     #[test]
-    fn sandia_dot_counts_triangles() {
-        let ctx = Context::<f64>::auto().unwrap();
+    fn both_methods_count_triangles() {
+        let ctx = Context::<u64>::auto().unwrap();
         let graph = undirected(8, 6).unwrap();
         let out = neighbours(&graph);
         // Each triangle i > j > k once, by a triple loop over the neighbour lists.
@@ -315,6 +343,13 @@ mod tests {
             }
         }
         assert!(want > 0);
-        assert_eq!(triangles(&ctx, &graph).unwrap(), want);
+        let pattern = pattern(&graph).unwrap();
+        for method in [TriangleMethod::SandiaLL, TriangleMethod::SandiaDot] {
+            assert_eq!(
+                triangles(&ctx, &pattern, method).unwrap(),
+                want,
+                "{method:?}"
+            );
+        }
     }
 }

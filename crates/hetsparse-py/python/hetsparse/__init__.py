@@ -250,12 +250,25 @@ def spmv(A, x, device="auto"):
     return _hetsparse.spmv(_parts(A, dtype), x, device)
 
 
+#: The dtypes of the semiring products besides ``DTYPES``: GraphBLAS's bool and integers.
+EXACT_DTYPES = (
+    np.dtype(np.bool_),
+    np.dtype(np.int32),
+    np.dtype(np.int64),
+    np.dtype(np.uint32),
+    np.dtype(np.uint64),
+)
+
+
 def _semiring_dtype(*dtypes):
-    """The dtype a semiring product computes in: as scipy promotes, with booleans and integers
-    computed in float64 (exact for integers up to 2**53)."""
+    """The dtype a semiring product computes in: as NumPy promotes the operands, with the
+    narrow integers widened to 32 bits (``int8``, ``int16`` to ``int32``; ``uint8``,
+    ``uint16`` to ``uint32``)."""
     dtype = np.result_type(*dtypes)
-    if dtype.kind in "biu":
-        dtype = np.dtype(np.float64)
+    if dtype.kind in "iu" and dtype.itemsize < 4:
+        dtype = np.dtype(np.int32 if dtype.kind == "i" else np.uint32)
+    if dtype in EXACT_DTYPES:
+        return dtype
     return _compute_dtype(dtype)
 
 
@@ -316,8 +329,12 @@ def mxm(
     or removed with ``replace=True`` (python-graphblas's ``C(mask, accum, replace) <<
     A.mxm(B, semiring)``).
 
-    Booleans and integers are computed in float64; the result is CSR (an array when ``A`` is
-    a sparse array). Raises ``ValueError`` for unknown names and shapes that do not match,
+    The product is computed in the operands' dtype (promoted as NumPy does; ``int8`` and
+    ``int16`` widen to ``int32``, the unsigned ones to ``uint32``), with GraphBLAS's meaning:
+    integer sums and products wrap on overflow, ``min`` and ``max`` start from the type's
+    bounds, and over ``bool`` ``+`` is ``or`` and ``×`` is ``and`` (``plus_times`` is
+    ``lor_land``, ``plus_pair`` gives ``True``: count in an integer dtype, e.g.
+    ``A.astype(np.int64)``). The result is CSR (an array when ``A`` is a sparse array). Raises ``ValueError`` for unknown names and shapes that do not match,
     ``TypeError`` for a semiring not defined over the dtype (only the ``plus_*`` and
     ``any_pair`` ones are over complex values) or a device that does not run it.
     """
