@@ -322,7 +322,8 @@ def mxm(
     python-graphblas's and unlike scipy's ``A @ B``, which drops zeros.
 
     ``mask`` (a sparse matrix of C's shape) limits which entries are computed: its stored
-    entries (``structural=True``) or its non-zero ones (``structural=False``), or with
+    entries (``structural=True``) or its non-zero ones (``structural=False``; -0.0 is zero, as
+    the GraphBLAS C API's cast to bool has it, where SuiteSparse:GraphBLAS admits it), or with
     ``complement=True`` every other position. ``out`` is an existing C the product is merged
     into: through ``accum`` (``"plus"``, ``"times"``, ``"min"``, ``"max"``, ``"second"``)
     where both hold an entry, and on the positions the mask refuses ``out``'s entries are kept,
