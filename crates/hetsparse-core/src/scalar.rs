@@ -209,6 +209,8 @@ integer_accumulator!(i32, i64, u32, u64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Boolean(pub bool);
 
+// `+` is `or` and `×` is `and`: the arithmetic of GraphBLAS's bool semirings, on purpose.
+#[allow(clippy::suspicious_arithmetic_impl)]
 impl Add for Boolean {
     type Output = Self;
     #[inline(always)]
@@ -217,6 +219,7 @@ impl Add for Boolean {
     }
 }
 
+#[allow(clippy::suspicious_op_assign_impl)]
 impl AddAssign for Boolean {
     #[inline(always)]
     fn add_assign(&mut self, other: Self) {
@@ -224,6 +227,7 @@ impl AddAssign for Boolean {
     }
 }
 
+#[allow(clippy::suspicious_arithmetic_impl)]
 impl Mul for Boolean {
     type Output = Self;
     #[inline(always)]

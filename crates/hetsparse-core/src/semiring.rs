@@ -82,47 +82,14 @@ pub trait OrderedAccumulator: Accumulator + PartialOrd {
     fn from_index(k: u32) -> Self;
 }
 
-impl OrderedAccumulator for f32 {
-    const INFINITY: Self = f32::INFINITY;
-    const NEG_INFINITY: Self = f32::NEG_INFINITY;
-    #[inline(always)]
-    fn min_of(self, other: Self) -> Self {
-        self.min(other)
-    }
-    #[inline(always)]
-    fn max_of(self, other: Self) -> Self {
-        self.max(other)
-    }
-    #[inline(always)]
-    fn from_index(k: u32) -> Self {
-        k as f32
-    }
-}
-
-impl OrderedAccumulator for f64 {
-    const INFINITY: Self = f64::INFINITY;
-    const NEG_INFINITY: Self = f64::NEG_INFINITY;
-    #[inline(always)]
-    fn min_of(self, other: Self) -> Self {
-        self.min(other)
-    }
-    #[inline(always)]
-    fn max_of(self, other: Self) -> Self {
-        self.max(other)
-    }
-    #[inline(always)]
-    fn from_index(k: u32) -> Self {
-        f64::from(k)
-    }
-}
-
-macro_rules! integer_ordered {
-    ($($t:ty),*) => {$(
-        /// Bounds in place of the infinities (GraphBLAS's identities of `min` and `max` over
-        /// integers).
-        impl OrderedAccumulator for Wrapping<$t> {
-            const INFINITY: Self = Wrapping(<$t>::MAX);
-            const NEG_INFINITY: Self = Wrapping(<$t>::MIN);
+/// `OrderedAccumulator` for `$t` with `+∞` and `−∞` as `$inf` and `$neg_inf` and the index
+/// `k` as `$index`. `min`/`max` are the type's own: over floats `f32::min`, which ignores NaN;
+/// over `Wrapping` integers `Ord::min`.
+macro_rules! ordered_accumulator {
+    ($($t:ty: $inf:expr, $neg_inf:expr, |$k:ident| $index:expr;)*) => {$(
+        impl OrderedAccumulator for $t {
+            const INFINITY: Self = $inf;
+            const NEG_INFINITY: Self = $neg_inf;
             #[inline(always)]
             fn min_of(self, other: Self) -> Self {
                 self.min(other)
@@ -132,14 +99,23 @@ macro_rules! integer_ordered {
                 self.max(other)
             }
             #[inline(always)]
-            fn from_index(k: u32) -> Self {
-                Wrapping(k as $t)
+            fn from_index($k: u32) -> Self {
+                $index
             }
         }
     )*};
 }
 
-integer_ordered!(i32, i64, u32, u64);
+// The integers' bounds stand in for the infinities (GraphBLAS's identities of `min` and `max`
+// over integers).
+ordered_accumulator! {
+    f32: f32::INFINITY, f32::NEG_INFINITY, |k| k as f32;
+    f64: f64::INFINITY, f64::NEG_INFINITY, |k| f64::from(k);
+    Wrapping<i32>: Wrapping(i32::MAX), Wrapping(i32::MIN), |k| Wrapping(k as i32);
+    Wrapping<i64>: Wrapping(i64::MAX), Wrapping(i64::MIN), |k| Wrapping(i64::from(k));
+    Wrapping<u32>: Wrapping(u32::MAX), Wrapping(u32::MIN), |k| Wrapping(k);
+    Wrapping<u64>: Wrapping(u64::MAX), Wrapping(u64::MIN), |k| Wrapping(u64::from(k));
+}
 
 /// `false < true`: `min` is `and`, `max` is `or`, as GraphBLAS renames them over `bool`.
 impl OrderedAccumulator for Boolean {

@@ -93,11 +93,10 @@ use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
 use hetsparse_core::{
     Backend, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming,
     CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
-    MaskKind, MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk,
-    Residency, ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType,
-    SemiringKind, SparseOperand, SparseVector, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions,
-    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind,
-    VectorProductOptions,
+    MemoryRequirement, MemorySpace, Operation, PlaceDone, PlusTimes, ProductChunk, Residency,
+    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind,
+    SparseOperand, SparseVector, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan,
+    SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind, VectorProductOptions,
 };
 use spgemm::Watch;
 
@@ -131,38 +130,13 @@ fn capabilities() -> Capabilities {
     ScalarType::ALL.iter().fold(
         Capabilities::new().with_all(&ops, &ScalarType::ALL),
         |caps, &scalar| {
-            caps.with_spgemm_features(&[scalar], spgemm_features(scalar))
-                .with_vector_product_features(&[scalar], spgemm_features(scalar))
+            // Masks of every kind are computed by the masked Row-Row kernel, whatever the
+            // algorithm asked for.
+            let features = SpgemmFeatures::every_semiring_and_mask(scalar);
+            caps.with_spgemm_features(&[scalar], features.clone())
+                .with_vector_product_features(&[scalar], features)
         },
     )
-}
-
-/// What SpGEMM runs over `scalar` beside plain plus-times: every semiring defined over it
-/// ([`SemiringKind::is_defined_for`]), and masks of every kind (computed by the masked
-/// Row-Row kernel, whatever the algorithm asked for). A replacing mask is claimed too: with no
-/// C to merge into, a product's replace and merge are the same. No accumulator: the product
-/// is a new C.
-fn spgemm_features(scalar: ScalarType) -> SpgemmFeatures {
-    let mut features = SpgemmFeatures::plain();
-    features.semirings = SemiringKind::defined_for(scalar).collect();
-    features.masks = [MaskKind::Structural, MaskKind::Valued].into();
-    features.complemented_masks = true;
-    features.replacing_masks = true;
-    features
-}
-
-/// [`Error::Unsupported`] for a plan of a product with a semiring or a mask: plans execute
-/// plus-times over the unmasked product's structure only (for now).
-fn plain_plan<T: Scalar>(options: &SpgemmOptions) -> Result<()> {
-    if options.semiring == SemiringKind::PlusTimes && options.mask.is_none() {
-        return Ok(());
-    }
-    Err(Error::Unsupported {
-        backend: hetsparse_core::BackendKind::Cpu,
-        op: Operation::Spgemm(options.algorithm),
-        scalar: T::TYPE,
-        detail: Some("a plan of a product with a semiring or a mask".into()),
-    })
 }
 
 impl CpuBackend {
@@ -441,7 +415,7 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         options: &SpgemmOptions,
         checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
-        plain_plan::<T>(options)?;
+        options.check_plain_plan(hetsparse_core::BackendKind::Cpu, T::TYPE)?;
         let (ha, hb) = (host_operands::csr(self, a)?, host_operands::csr(self, b)?);
         let _span =
             tracing::debug_span!("symbolic", nrows = ha.nrows(), ncols = hb.ncols()).entered();

@@ -96,9 +96,9 @@ use hetsparse_core::backend::{
 };
 use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, MaskKind,
-    Operation, Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind,
-    SpgemmAlgorithm, SpgemmFeatures, Validated,
+    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Operation,
+    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind, SpgemmAlgorithm,
+    SpgemmFeatures, Validated,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -402,39 +402,12 @@ fn capabilities_of(d: &DeviceDescription) -> Capabilities {
     }
     scalars.iter().fold(
         Capabilities::new().with_all(&ops, &scalars),
-        |caps, &scalar| caps.with_spgemm_features(&[scalar], spgemm_features(scalar)),
+        // Every semiring compiled into its own programs on first use; masks by the masked
+        // program, or ESC and a pass dropping the refused entries for a complemented mask.
+        |caps, &scalar| {
+            caps.with_spgemm_features(&[scalar], SpgemmFeatures::every_semiring_and_mask(scalar))
+        },
     )
-}
-
-/// What SpGEMM runs over `scalar` beside plain plus-times: every semiring defined over it
-/// ([`SemiringKind::is_defined_for`], each compiled into its own programs on first use), and
-/// masks of every kind (the masked program, or ESC and a pass dropping the refused entries for
-/// a complemented mask). A replacing mask is claimed too: with no C to merge into, a product's
-/// replace and merge are the same. No accumulator: the product is a new C
-/// ([`hetsparse_core::write_back`] merges it).
-fn spgemm_features(scalar: ScalarType) -> SpgemmFeatures {
-    let mut features = SpgemmFeatures::plain();
-    features.semirings = SemiringKind::defined_for(scalar).collect();
-    features.masks = [MaskKind::Structural, MaskKind::Valued].into();
-    features.complemented_masks = true;
-    features.replacing_masks = true;
-    features
-}
-
-/// [`Error::Unsupported`] for a plan of a product with a semiring or a mask: a plan's
-/// executions recompute plus-times over the unmasked product's structure (its numeric kernels
-/// add with compare-and-swap `+`), so anything else is refused rather than computed as
-/// plus-times.
-fn plain_plan<T: Scalar>(options: &SpgemmOptions) -> Result<()> {
-    if options.semiring == SemiringKind::PlusTimes && options.mask.is_none() {
-        return Ok(());
-    }
-    Err(Error::Unsupported {
-        backend: BACKEND,
-        op: Operation::Spgemm(options.algorithm),
-        scalar: T::TYPE,
-        detail: Some("a plan of a product with a semiring or a mask".into()),
-    })
 }
 
 fn compressed<T: Scalar>(a: &Csr<T>) -> Compressed<'_, T> {
@@ -727,7 +700,9 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         options: &SpgemmOptions,
         _checked: Validated,
     ) -> Result<SpgemmPlan<T>> {
-        plain_plan::<T>(options)?;
+        // A plan's executions recompute plus-times over the unmasked product's structure (its
+        // numeric kernels add with compare-and-swap `+`).
+        options.check_plain_plan(BACKEND, T::TYPE)?;
         let op = Operation::Spgemm(options.algorithm);
         let program = self.program::<T>(op, false)?;
         self.plan(&program, a, b, options)

@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use super::SpgemmAlgorithm;
+use super::{BackendKind, Operation, SpgemmAlgorithm};
 use crate::error::{Error, Result};
 use crate::format::Csr;
-use crate::scalar::Scalar;
+use crate::scalar::{Scalar, ScalarType};
 
 /// The semiring a SpGEMM multiplies over: its "add" combines the products landing on one
 /// entry of C, its "multiply" makes them. Kernels are written over the
@@ -422,6 +422,20 @@ impl SpgemmOptions {
         }
         None
     }
+    /// [`Error::Unsupported`] (by `backend`, over `scalar`) unless these options are
+    /// plus-times without a mask: what a backend whose plans recompute the unmasked plus-times
+    /// product says to a plan of anything else, rather than computing it as plus-times.
+    pub fn check_plain_plan(&self, backend: BackendKind, scalar: ScalarType) -> Result<()> {
+        if self.semiring == SemiringKind::PlusTimes && self.mask.is_none() {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            backend,
+            op: Operation::Spgemm(self.algorithm),
+            scalar,
+            detail: Some("a plan of a product with a semiring or a mask".into()),
+        })
+    }
     /// [`Error::InvalidArgument`] unless the mask, if any, has C's shape `shape`.
     pub fn check_mask_shape(&self, shape: (usize, usize)) -> Result<()> {
         match &self.mask {
@@ -476,6 +490,20 @@ impl SpgemmFeatures {
     /// Plus-times alone: what every backend runs.
     pub fn plain() -> Self {
         Self::default()
+    }
+
+    /// Every semiring defined over `scalar` ([`SemiringKind::is_defined_for`]) and masks of
+    /// every kind, complemented and replacing (with no C to merge into, a product's replace
+    /// and merge are the same); no accumulator: the product is a new C, which
+    /// [`crate::write_back`] merges.
+    pub fn every_semiring_and_mask(scalar: ScalarType) -> Self {
+        SpgemmFeatures {
+            semirings: SemiringKind::defined_for(scalar).collect(),
+            masks: [MaskKind::Structural, MaskKind::Valued].into(),
+            complemented_masks: true,
+            replacing_masks: true,
+            accumulators: BTreeSet::new(),
+        }
     }
 }
 
