@@ -44,11 +44,12 @@ mod write_back;
 pub use backend::{
     AccumulateOp, Backend, BackendKind, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct,
     ChunkSink, ChunkTiming, CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind,
-    DeviceProfile, Mask, MaskKind, MemoryPool, MemoryRequirement, MemorySpace, Operation,
-    PatternId, PlaceDone, PlanState, ProductBuffer, ProductChunk, ProductLayout, Progress,
-    Reservation, Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl, SemiringKind,
-    Shaped, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan, SpmmOptions,
-    SpmvOptions, Validated, VectorOperand, VectorProductKind, VectorProductOptions,
+    DeviceProfile, Mask, MaskKind, MaskedWork, MemoryPool, MemoryRequirement, MemorySpace,
+    Operation, PatternId, PlaceDone, PlanState, ProductBuffer, ProductChunk, ProductLayout,
+    Progress, Reservation, Residency, ResidentCsr, ResidentDense, ResidentOps, RunControl,
+    SemiringKind, Shaped, SparseOperand, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions,
+    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind,
+    VectorProductOptions,
 };
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{

@@ -8,8 +8,8 @@
 //! rules LAGraph checks its own results with.
 
 use hetsparse::{
-    vector::write_back_vector, AccumulateOp, Context, Csr, Mask, Result, RunControl, SemiringKind,
-    SparseVector, SpgemmOptions, VectorProductOptions,
+    vector::write_back_vector, AccumulateOp, Context, Csr, Mask, MaskedWork, Result, RunControl,
+    SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 
 /// Levels (hops from the source) and parents of every vertex a breadth-first search from
@@ -84,9 +84,14 @@ pub enum TriangleMethod {
 
 /// Triangles of an undirected graph (only `adjacency`'s pattern counts): with L and U its
 /// strictly lower and upper triangles, each method counts every triangle once in the sum of
-/// C, and the mask L means only entries on edges are computed (a fraction of the unmasked
-/// product's multiply-adds). Counted in `u64`, whose sums are exact.
-pub fn triangles(ctx: &Context<u64>, adjacency: &Csr<u64>, method: TriangleMethod) -> Result<u64> {
+/// C, and the mask L means only entries on edges are computed: the work returned says how
+/// many multiply-adds that took, of the unmasked product's (where the device counts them).
+/// Counted in `u64`, whose sums are exact.
+pub fn triangles(
+    ctx: &Context<u64>,
+    adjacency: &Csr<u64>,
+    method: TriangleMethod,
+) -> Result<(u64, MaskedWork)> {
     let (l, u) = triangles_of(adjacency)?;
     let options = SpgemmOptions::new()
         .with_semiring(SemiringKind::PlusPair)
@@ -95,13 +100,9 @@ pub fn triangles(ctx: &Context<u64>, adjacency: &Csr<u64>, method: TriangleMetho
         TriangleMethod::SandiaLL => l.clone(),
         TriangleMethod::SandiaDot => u.transpose()?,
     };
-    let c = ctx.spgemm_with(
-        (&l).into(),
-        (&right).into(),
-        &options,
-        &RunControl::unwatched(),
-    )?;
-    Ok(c.values().iter().sum())
+    let run = RunControl::unwatched();
+    let c = ctx.spgemm_with((&l).into(), (&right).into(), &options, &run)?;
+    Ok((c.values().iter().sum(), run.masked_work()))
 }
 
 /// The strictly lower and strictly upper triangles of `a`.
@@ -144,8 +145,8 @@ pub fn undirected(scale: u32, seed: u64) -> Result<Csr<f64>> {
 
 /// `a`'s pattern with every value 1, in `T`.
 pub fn pattern<T: hetsparse::Scalar>(a: &Csr<f64>) -> Result<Csr<T>> {
-    a.map_scalar::<T>()
-        .with_values(vec![T::from_f64(1.0); a.values().len()])
+    Ok(a.map_scalar::<T>()
+        .with_values(vec![T::from_f64(1.0); a.values().len()])?)
 }
 
 fn main() -> Result<()> {
@@ -167,11 +168,16 @@ fn main() -> Result<()> {
     );
     let counts = Context::<u64>::auto()?;
     let pattern = pattern(&graph)?;
-    println!(
-        "triangles: {} (L·L), {} (L·Uᵀ)",
-        triangles(&counts, &pattern, TriangleMethod::SandiaLL)?,
-        triangles(&counts, &pattern, TriangleMethod::SandiaDot)?
-    );
+    for method in [TriangleMethod::SandiaLL, TriangleMethod::SandiaDot] {
+        let (found, work) = triangles(&counts, &pattern, method)?;
+        println!(
+            "triangles by {method:?}: {found}, in {} multiply-adds of the unmasked product's {} \
+             ({:.1}%)",
+            work.multiply_adds,
+            work.unmasked_multiply_adds,
+            100.0 * work.fraction()
+        );
+    }
     Ok(())
 }
 
@@ -345,10 +351,13 @@ mod tests {
         assert!(want > 0);
         let pattern = pattern(&graph).unwrap();
         for method in [TriangleMethod::SandiaLL, TriangleMethod::SandiaDot] {
-            assert_eq!(
-                triangles(&ctx, &pattern, method).unwrap(),
-                want,
-                "{method:?}"
+            let (found, work) = triangles(&ctx, &pattern, method).unwrap();
+            assert_eq!(found, want, "{method:?}");
+            // Integer products run on the CPU, which counts the mask's work: a fraction of
+            // the unmasked product's multiply-adds.
+            assert!(
+                work.multiply_adds > 0 && work.multiply_adds * 2 < work.unmasked_multiply_adds,
+                "{method:?}: {work:?}"
             );
         }
     }

@@ -62,7 +62,7 @@ pub use resident::{
     CsrOperand, DenseOperand, MemorySpace, PatternId, ResidentCsr, ResidentDense, SparseOperand,
     VectorOperand,
 };
-pub use run::{ChunkTiming, Progress, RunControl};
+pub use run::{ChunkTiming, MaskedWork, Progress, RunControl};
 pub use validate::Validated;
 pub use window::{CsrWindow, Shaped};
 

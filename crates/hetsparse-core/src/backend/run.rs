@@ -55,6 +55,9 @@ struct RunState {
     counts_into: Option<Arc<RunState>>,
     planned: AtomicU64,
     done: AtomicU64,
+    /// Multiply-adds of masked products ([`MaskedWork`]), this run's and its children's.
+    masked_multiply_adds: AtomicU64,
+    unmasked_multiply_adds: AtomicU64,
     /// Called with this run's progress each time it moves.
     on_progress: Option<ProgressCallback>,
     /// Set when the callback panicked: the panic is the caller's, not a device's.
@@ -108,6 +111,36 @@ impl Progress {
         } else {
             self.done as f64 / self.planned as f64
         }
+    }
+}
+
+/// What the mask of a masked product saved: the multiply-adds done (products the mask let
+/// through) against those of the same product without its mask. Triangle counting's
+/// `C⟨L⟩ = L·L`, for one, does a fraction of `L·L`'s. Read from the run after the product
+/// ([`RunControl::masked_work`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MaskedWork {
+    /// Multiply-adds done.
+    pub multiply_adds: u64,
+    /// Multiply-adds of the products without their masks.
+    pub unmasked_multiply_adds: u64,
+}
+
+impl MaskedWork {
+    /// `multiply_adds / unmasked_multiply_adds`, 1 when nothing was unmasked.
+    pub fn fraction(&self) -> f64 {
+        if self.unmasked_multiply_adds == 0 {
+            1.0
+        } else {
+            self.multiply_adds as f64 / self.unmasked_multiply_adds as f64
+        }
+    }
+}
+
+impl std::ops::AddAssign for MaskedWork {
+    fn add_assign(&mut self, other: Self) {
+        self.multiply_adds += other.multiply_adds;
+        self.unmasked_multiply_adds += other.unmasked_multiply_adds;
     }
 }
 
@@ -332,6 +365,37 @@ impl RunControl {
             s.done.fetch_add(products, Ordering::AcqRel);
             s.moved();
             state = s.counts_into.as_ref();
+        }
+    }
+    /// The multiply-adds of the masked products run under this run and its children (a
+    /// scheduler's chunks, a context's devices) so far, as the backends that compute masks
+    /// report them; zero where none was masked or the backend does not count them (the CPU
+    /// backend does).
+    ///
+    /// ```
+    /// use hetsparse_core::{MaskedWork, RunControl};
+    /// let run = RunControl::new();
+    /// let work = MaskedWork { multiply_adds: 3, unmasked_multiply_adds: 12 };
+    /// run.child().add_masked_work(work);
+    /// assert_eq!(run.masked_work(), work);
+    /// assert_eq!(run.masked_work().fraction(), 0.25);
+    /// ```
+    pub fn masked_work(&self) -> MaskedWork {
+        MaskedWork {
+            multiply_adds: self.state.masked_multiply_adds.load(Ordering::Acquire),
+            unmasked_multiply_adds: self.state.unmasked_multiply_adds.load(Ordering::Acquire),
+        }
+    }
+    /// For backends: a masked product did `work`. Counted in this run and every run it is a
+    /// child of, so the caller's run sees the work of every chunk and device.
+    pub fn add_masked_work(&self, work: MaskedWork) {
+        let mut state = Some(&self.state);
+        while let Some(s) = state {
+            s.masked_multiply_adds
+                .fetch_add(work.multiply_adds, Ordering::AcqRel);
+            s.unmasked_multiply_adds
+                .fetch_add(work.unmasked_multiply_adds, Ordering::AcqRel);
+            state = s.parent.as_ref();
         }
     }
 }

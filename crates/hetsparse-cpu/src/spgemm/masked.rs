@@ -19,7 +19,7 @@
 use std::ops::Range;
 
 use hetsparse_core::format::Csr;
-use hetsparse_core::{Mask, Result, Scalar, Semiring};
+use hetsparse_core::{Mask, MaskedWork, Result, Scalar, Semiring};
 use rayon::prelude::*;
 
 use super::{Operands, RangeReports, Watch};
@@ -27,15 +27,6 @@ use crate::plan;
 
 /// Widest window of C whose columns are looked up in a table (4 MiB of `u32` per thread).
 const TABLE_COLUMNS: usize = 1 << 20;
-
-/// Multiply-adds of a masked product: those done, and those of the same product unmasked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct MaskedWork {
-    /// Products computed (admitted by the mask).
-    pub(crate) done: u64,
-    /// Products of the unmasked product.
-    pub(crate) unmasked: u64,
-}
 
 /// One thread's working memory.
 struct MaskScratch<A> {
@@ -115,12 +106,12 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
         }
         cols.extend_from_slice(&o.cols);
         vals.extend_from_slice(&o.vals);
-        work.done += o.work.done;
-        work.unmasked += o.work.unmasked;
+        work += o.work;
     }
+    watch.run.add_masked_work(work);
     tracing::debug!(
-        multiply_adds = work.done,
-        unmasked_multiply_adds = work.unmasked,
+        multiply_adds = work.multiply_adds,
+        unmasked_multiply_adds = work.unmasked_multiply_adds,
         nnz,
         "masked SpGEMM"
     );
@@ -151,7 +142,7 @@ fn compute_range<T: Scalar, S: Semiring<T>>(
         let m = &m[m.partition_point(|&j| j < lo)..];
         let m = &m[..m.partition_point(|&j| j < hi)];
         let (a_cols, a_vals) = ops.a_row(i);
-        out.work.unmasked += a_cols
+        out.work.unmasked_multiply_adds += a_cols
             .iter()
             .map(|&k| ops.b_row(k).0.len() as u64)
             .sum::<u64>();
@@ -186,7 +177,7 @@ fn compute_range<T: Scalar, S: Semiring<T>>(
                         let x = S::mul_at(av, bv, k);
                         *v = if *seen { S::add(*v, x) } else { x };
                         *seen = true;
-                        out.work.done += 1;
+                        out.work.multiply_adds += 1;
                     }
                 }
                 for ((&j, &v), &seen) in m.iter().zip(&s.values).zip(&s.seen) {
@@ -206,7 +197,7 @@ fn compute_range<T: Scalar, S: Semiring<T>>(
                     }
                 }
             }
-            out.work.done += s.pairs.len() as u64;
+            out.work.multiply_adds += s.pairs.len() as u64;
             // Stable: products of one column stay in the order of A's row.
             s.pairs.sort_by_key(|p| p.0);
             for same in s.pairs.chunk_by(|p, q| p.0 == q.0) {
@@ -250,7 +241,7 @@ mod tests {
             let (c, work) = multiply::<f64, PlusTimes>(&ops, &mask, watch).unwrap();
             assert_eq!(c.row_offsets(), want.row_offsets());
             assert_eq!(c.col_indices(), want.col_indices());
-            assert!(work.done <= work.unmasked);
+            assert!(work.multiply_adds <= work.unmasked_multiply_adds);
             // The same by binary search.
             let mut s = MaskScratch::<f64> {
                 slot: Vec::new(),
@@ -287,14 +278,15 @@ mod tests {
             multiply::<f64, hetsparse_core::semiring::PlusPair>(&ops, &Mask::structural(&l), watch)
                 .unwrap();
         assert_eq!(
-            work.unmasked,
+            work.unmasked_multiply_adds,
             hetsparse_core::analysis::total_products(&l, &l).unwrap()
         );
+        assert_eq!(run.masked_work(), work, "the run hears of the work");
         assert!(
-            work.done * 4 < work.unmasked,
+            work.multiply_adds * 4 < work.unmasked_multiply_adds,
             "{} of {} multiply-adds",
-            work.done,
-            work.unmasked
+            work.multiply_adds,
+            work.unmasked_multiply_adds
         );
     }
 }
