@@ -212,6 +212,8 @@ pub struct Boolean(pub bool);
 impl Add for Boolean {
     type Output = Self;
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_arithmetic_impl)]
     fn add(self, other: Self) -> Self {
         Boolean(self.0 | other.0)
     }
@@ -219,6 +221,8 @@ impl Add for Boolean {
 
 impl AddAssign for Boolean {
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_op_assign_impl)]
     fn add_assign(&mut self, other: Self) {
         self.0 |= other.0;
     }
@@ -227,6 +231,8 @@ impl AddAssign for Boolean {
 impl Mul for Boolean {
     type Output = Self;
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_arithmetic_impl)]
     fn mul(self, other: Self) -> Self {
         Boolean(self.0 & other.0)
     }
