@@ -214,6 +214,8 @@ pub struct Boolean(pub bool);
 impl Add for Boolean {
     type Output = Self;
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_arithmetic_impl)]
     fn add(self, other: Self) -> Self {
         Boolean(self.0 | other.0)
     }
@@ -222,6 +224,8 @@ impl Add for Boolean {
 #[allow(clippy::suspicious_op_assign_impl)]
 impl AddAssign for Boolean {
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_op_assign_impl)]
     fn add_assign(&mut self, other: Self) {
         self.0 |= other.0;
     }
@@ -231,6 +235,8 @@ impl AddAssign for Boolean {
 impl Mul for Boolean {
     type Output = Self;
     #[inline(always)]
+    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
+    #[allow(clippy::suspicious_arithmetic_impl)]
     fn mul(self, other: Self) -> Self {
         Boolean(self.0 & other.0)
     }
@@ -286,6 +292,12 @@ pub trait Scalar: Copy + Send + Sync + Debug + PartialEq + Default + 'static {
     /// Magnitude as f64.
     fn magnitude(self) -> f64 {
         self.to_acc().magnitude()
+    }
+    /// Whether `self < other` in the order the `min` and `max` accumulators compare in: of the
+    /// real parts, through f64 by default (exact for every float type; NaN is unordered), and
+    /// natively for the integer types, which f64 does not hold exactly past 2^53.
+    fn real_lt(self, other: Self) -> bool {
+        self.to_parts().0 < other.to_parts().0
     }
 }
 
@@ -434,6 +446,10 @@ macro_rules! integer_scalar {
             fn neg(self) -> Self {
                 self.wrapping_neg()
             }
+            #[inline(always)]
+            fn real_lt(self, other: Self) -> bool {
+                self < other
+            }
             fn visit_semiring<V: crate::semiring::SemiringVisitor<Self>>(
                 kind: crate::backend::SemiringKind,
                 visitor: V,
@@ -520,6 +536,11 @@ mod tests {
         assert_eq!(i64::try_from_parts(-2.0, 0.0), Some(-2));
         assert_eq!(u32::try_from_parts(-1.0, 0.0), None);
         assert_eq!(bool::try_from_parts(2.0, 0.0), None);
+        // Ordered exactly, also where f64 cannot tell the values apart.
+        assert!((i64::MAX - 3).real_lt(i64::MAX - 1));
+        assert!(!(i64::MAX - 1).real_lt(i64::MAX - 3));
+        assert!((u64::MAX - 1).real_lt(u64::MAX));
+        assert!(false.real_lt(true) && !true.real_lt(false));
         assert!(ScalarType::ALL
             .iter()
             .all(|t| t.is_exact() != ScalarType::FLOATS.contains(t)));

@@ -57,15 +57,16 @@ pub fn write_back<T: Scalar>(
             None | Some(AccumulateOp::Second) => y,
             Some(AccumulateOp::Plus) => T::from_acc(x.to_acc() + y.to_acc()),
             Some(AccumulateOp::Times) => T::from_acc(x.to_acc() * y.to_acc()),
+            // Compared by `Scalar::real_lt`: exact for 64-bit integers too, which f64 rounds.
             Some(AccumulateOp::Min) => {
-                if y.to_parts().0 < x.to_parts().0 || x.to_parts().0.is_nan() {
+                if y.real_lt(x) || x.to_parts().0.is_nan() {
                     y
                 } else {
                     x
                 }
             }
             Some(AccumulateOp::Max) => {
-                if y.to_parts().0 > x.to_parts().0 || x.to_parts().0.is_nan() {
+                if x.real_lt(y) || x.to_parts().0.is_nan() {
                     y
                 } else {
                     x
@@ -140,5 +141,24 @@ mod tests {
         let complex = Csr::<crate::Complex<f64>>::zeros(2, 3).unwrap();
         assert!(write_back(&complex, &complex, None, Some(AccumulateOp::Max)).is_err());
         assert!(write_back(&c, &Csr::zeros(3, 3).unwrap(), None, None).is_err());
+    }
+
+    #[test]
+    fn min_and_max_compare_64_bit_integers_exactly() {
+        // i64::MAX - 1 and - 3 are one f64: compared through it, min and max kept C's value.
+        let (hi, lo) = (i64::MAX - 1, i64::MAX - 3);
+        let c = Csr::try_new(1, 2, vec![0, 2], vec![0, 1], vec![hi, lo]).unwrap();
+        let t = Csr::try_new(1, 2, vec![0, 2], vec![0, 1], vec![lo, hi]).unwrap();
+        let min = write_back(&c, &t, None, Some(AccumulateOp::Min)).unwrap();
+        assert_eq!(min.values(), &[lo, lo]);
+        let max = write_back(&c, &t, None, Some(AccumulateOp::Max)).unwrap();
+        assert_eq!(max.values(), &[hi, hi]);
+        let (top, below) = (u64::MAX, u64::MAX - 2);
+        let c = Csr::try_new(1, 1, vec![0, 1], vec![0], vec![top]).unwrap();
+        let t = Csr::try_new(1, 1, vec![0, 1], vec![0], vec![below]).unwrap();
+        let min = write_back(&c, &t, None, Some(AccumulateOp::Min)).unwrap();
+        assert_eq!(min.values(), &[below]);
+        let max = write_back(&t, &c, None, Some(AccumulateOp::Max)).unwrap();
+        assert_eq!(max.values(), &[top]);
     }
 }

@@ -1,21 +1,40 @@
 """mxm, mxv and vxm against python-graphblas (SuiteSparse:GraphBLAS), an implementation of
 GraphBLAS independent of hetsparse: every semiring × dtype × mask mode × accumulator, 50 random
-cases each, on every device under test.
+cases each, on every device under test. The dtypes are float32, float64, complex64 and
+complex128 (the semirings and accumulators defined over complex values) and the exact ones,
+bool, int32, int64, uint32 and uint64, which python-graphblas computes in the same type.
 
 The 50 cases of a combination are the diagonal blocks of one problem: A, B, the mask and the
 existing C are block diagonal (for a vector, the cases' vectors lie one after another), so no
 product reaches from one case into another and one call computes all 50 independently, each
 with its own shape (rows, columns or inner dimension of size 0 included), density, empty rows
-and columns and explicit zeros. Values are multiples of 1/2 of magnitude at most 4: every
-product, sum and accumulation of these cases is exact in float32 as in float64, whatever the
-order of summation, so values compare exactly. ``any_secondi`` may keep any of the products
-landing on an entry: a value other than python-graphblas's must be another inner index ``k``
-with both factors stored (through the accumulator where C holds an entry). A failure names the
-combination (the test's id), the seed of its generator (the CRC-32 of that id), the device and
-the case.
+and columns and explicit zeros. Every value compares exactly (``==``):
+
+- floats are multiples of 1/2 of magnitude at most 4: every product, sum and accumulation of
+  these cases is exact in float32 as in float64, whatever the order of summation;
+- integers are small (negative ones too where signed), but in a random part of the cases some
+  or all lie near the type's bounds (MAX − j, MIN + j, 2^(n−1) + j unsigned), at ±2^(n/2) + j
+  or anywhere in the type's range, so that sums and products wrap: integer arithmetic is
+  modular, whatever the order, so these compare exactly too. SuiteSparse wraps (its signed
+  overflow, undefined in C, wraps in practice: checked here against hetsparse's
+  ``Wrapping``), and ``min``/``max`` start from the type's bounds;
+- bool values are true or false (a stored false is an explicit zero). Over BOOL GraphBLAS
+  renames the operators (plus and max are lor, times and min land: ``plus_times`` is
+  ``lor_land``, ``min_plus`` ``land_lor``, ...), python-graphblas has BOOL semirings for
+  only a few of hetsparse's names, so the expected values come from GraphBLAS's semiring of
+  the renamed operators (``BOOL_SEMIRINGS``; ``test_bool_renaming_agrees_with_graphblas``
+  checks it against the names python-graphblas does type over BOOL). ``any_secondi`` is not
+  defined over bool: refused with ``TypeError`` (``test_bool_any_secondi_is_refused``).
+
+A valued mask admits where its value is non-zero (true). ``any_secondi`` may keep any of the
+products landing on an entry: a value other than python-graphblas's must be another inner index
+``k`` with both factors stored (through the accumulator where C holds an entry). A failure
+names the combination (the test's id), the seed of its generator (the CRC-32 of that id), the
+device and the case.
 
 On the devices that do not run sparse-vector products (CUDA, OpenCL), mxv and vxm must be
-refused with ``TypeError``.
+refused with ``TypeError``; on those that do not run the exact dtypes (CUDA, OpenCL again:
+their kernels are instantiated for the float types), so must mxm over them.
 
 Skipped where python-graphblas is not installed; with ``HETSPARSE_REQUIRE_GRAPHBLAS=1`` (CI) its
 absence fails the run instead.
@@ -42,10 +61,44 @@ DENSITIES = (0.0, 0.03, 0.1, 0.3, 0.6, 1.0)
 
 # The semirings hetsparse defines over complex values (the others need an order).
 COMPLEX_SEMIRINGS = ("plus_times", "plus_pair", "plus_first", "plus_second", "any_pair")
+# GraphBLAS's bool and integer types, whose values are exact at any magnitude.
+EXACT_DTYPES = ("bool", "int32", "int64", "uint32", "uint64")
 ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
 # The devices that run sparse-vector products (mxv, vxm): the CPU backend, which "auto" and "all"
 # give them to. CUDA and OpenCL run mxm only.
 VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all")
+# The devices that run the exact dtypes (any product): the CPU backend again. The GPU backends'
+# kernels are instantiated for the float types only.
+EXACT_DTYPE_DEVICES = ("cpu", "auto", "all")
+# How the others refuse an exact dtype's mxm.
+EXACT_REFUSAL = r"does not support SpGEMM \(\w+\) for (bool|i32|i64|u32|u64)$"
+
+# Over BOOL, GraphBLAS renames the operators of a semiring (the C API and SuiteSparse's "Boolean
+# rename" rules): plus and max are lor, times and min are land; first, second, pair, any, lor and
+# land stay. hetsparse's semiring of each name over bool is GraphBLAS's semiring so renamed.
+# python-graphblas gives the same for the names it types over BOOL itself (min_first →
+# land_first, min_second → land_second, any_pair, lor_land; checked below); for the others it
+# has none (plus_times, min_plus, max_plus, max_times, max_min, plus_first, plus_second: KeyError)
+# or, for plus_pair, one of its own that counts in INT64 (cast to a BOOL C: true wherever a
+# product lands, which is lor_pair too). any_secondi is not defined over bool (an index is no
+# bool): hetsparse raises TypeError.
+BOOL_SEMIRINGS = {
+    "plus_times": "lor_land",
+    "plus_pair": "lor_pair",
+    "any_pair": "any_pair",
+    "min_plus": "land_lor",
+    "max_plus": "lor_lor",
+    "min_first": "land_first",
+    "min_second": "land_second",
+    "plus_first": "lor_first",
+    "plus_second": "lor_second",
+    "lor_land": "lor_land",
+    "max_times": "lor_land",
+    "max_min": "lor_land",
+}
+# Per case, the fraction of an integer block's values drawn near the type's bounds or over its
+# whole range (the rest are small), so that some cases' sums and products wrap and others not.
+LARGE_FRACTIONS = (0.0, 0.0, 0.1, 0.3, 1.0)
 # (structural, complement, replace), or None for no mask.
 MASK_MODES = (None,) + tuple(
     (structural, complement, replace)
@@ -69,9 +122,12 @@ def _mask_id(mode):
 def _combinations():
     for op in ("mxm", "mxv", "vxm"):
         for semiring in hetsparse.SEMIRINGS:
-            for dtype in ("float32", "float64", "complex64", "complex128"):
+            for dtype in ("float32", "float64", "complex64", "complex128") + EXACT_DTYPES:
                 complex_ = dtype.startswith("complex")
                 if complex_ and semiring not in COMPLEX_SEMIRINGS:
+                    continue
+                if dtype == "bool" and semiring not in BOOL_SEMIRINGS:
+                    # any_secondi: refused (test_bool_any_secondi_is_refused).
                     continue
                 for mask_mode in MASK_MODES:
                     for accum in ACCUMULATORS:
@@ -82,18 +138,52 @@ def _combinations():
                         yield pytest.param(op, semiring, np.dtype(dtype), mask_mode, accum, id=key)
 
 
-def graphblas_semiring(name):
-    """python-graphblas's semiring of hetsparse's name (``any_secondi`` is SuiteSparse's own,
-    under ``semiring.ss``)."""
+def graphblas_semiring(name, dtype):
+    """python-graphblas's semiring of hetsparse's name over operands of ``dtype``
+    (``any_secondi`` is SuiteSparse's own, under ``semiring.ss``; over bool, BOOL_SEMIRINGS'
+    renaming)."""
     if name == "any_secondi":
         return gb.semiring.ss.any_secondi
+    if dtype == np.bool_:
+        return getattr(gb.semiring, BOOL_SEMIRINGS[name])
     return getattr(gb.semiring, name)
 
 
-def random_values(rng, count, dtype):
+def exact_values(rng, count, dtype, large):
+    """Bool: true with probability 0.6 (a stored false is an explicit zero). Integers: small
+    ones (in [-4, 4], [0, 8] unsigned), a fifth of them explicit zeros, but where ``large``
+    (a fraction per value) says, one of MAX − j, MIN + j (2^(n−1) + j unsigned), ±(2^(n/2) + j)
+    (j < 4) or any value of the type: sums and products of these wrap."""
+    if dtype == np.bool_:
+        return rng.random(count) < 0.6
+    info = np.iinfo(dtype)
+    signed = info.min < 0
+    v = rng.integers(-4 if signed else 0, 5 if signed else 9, count).astype(dtype)
+    v[rng.random(count) < 0.2] = 0
+    big = np.nonzero(rng.random(count) < large)[0]
+    n = len(big)
+    j = rng.integers(0, 4, n).astype(dtype)
+    low = info.min if signed else 2 ** (info.bits - 1)
+    half = np.full(n, 2 ** (info.bits // 2), dtype=dtype) + j
+    sign = rng.choice(np.array([-1, 1] if signed else [1], dtype=dtype), n)
+    choices = np.stack(
+        [
+            np.full(n, info.max, dtype=dtype) - j,
+            np.full(n, low, dtype=dtype) + j,
+            half * sign,
+            rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True),
+        ]
+    )
+    v[big] = choices[rng.integers(0, 4, n), np.arange(n)]
+    return v
+
+
+def random_values(rng, count, dtype, large=None):
     """Multiples of 1/2 in [-4, 4], a fifth of them explicit zeros (0.0 or -0.0, neither of which
     a valued mask admits); complex values have a real and an imaginary part of that kind (so
-    some are purely imaginary, non-zero)."""
+    some are purely imaginary, non-zero). The exact dtypes: ``exact_values``."""
+    if dtype.kind in "biu":
+        return exact_values(rng, count, dtype, large)
 
     def part():
         v = rng.integers(-8, 9, count) / 2.0
@@ -132,8 +222,12 @@ def random_blocks(rng, shapes, row_offsets, col_offsets, dtype, full=False):
 
         stored = rng.random(len(case)) < density
         stored &= ~emptied(rows, row_offsets) & ~emptied(cols, col_offsets)
-        rows, cols = rows[stored], cols[stored]
-    return rows.astype(np.int64), cols.astype(np.int64), random_values(rng, len(rows), dtype)
+        rows, cols, case = rows[stored], cols[stored], case[stored]
+    large = None
+    if dtype.kind in "iu":
+        large = rng.choice(LARGE_FRACTIONS, len(shapes))[case]
+    values = random_values(rng, len(rows), dtype, large)
+    return rows.astype(np.int64), cols.astype(np.int64), values
 
 
 class Problem:
@@ -273,7 +367,10 @@ def run_graphblas(problem, semiring, dtype, mask_mode, accum):
     GraphBLAS defines ``lor_land`` over BOOL only; hetsparse defines it over floats as ``or``
     of ``and`` of "is not zero" (0 or 1), which is GraphBLAS's over BOOL copies of the operands
     (a stored zero is a stored ``False``). That BOOL product, and ``any_secondi``'s INT64 one,
-    are cast to C's type as GraphBLAS casts any product into C.
+    are cast to C's type as GraphBLAS casts any product into C (SuiteSparse has
+    ``any_secondi`` over INT32 and INT64 only: python-graphblas types it INT64 for the unsigned
+    types, whose indices, all small, cast exactly). Over bool, the semiring is GraphBLAS's of
+    the renamed operators (``BOOL_SEMIRINGS``).
 
     A valued mask admits where its value cast to bool is true (the C API spec), which -0.0 is
     not; SuiteSparse tests a mask value's bits instead of casting it (its ``GB_mcast``, for
@@ -299,7 +396,7 @@ def run_graphblas(problem, semiring, dtype, mask_mode, accum):
     make_right = vector if op == "mxv" else matrix
     left = make_left(problem.left).dup(dtype=operand_type)
     right = make_right(problem.right).dup(dtype=operand_type)
-    product = getattr(left, op)(right, graphblas_semiring(semiring))
+    product = getattr(left, op)(right, graphblas_semiring(semiring, dtype))
     make = matrix if op == "mxm" else vector
     if problem.has_out:
         c = make(problem.out)
@@ -389,10 +486,48 @@ def test_against_graphblas(op, semiring, dtype, mask_mode, accum, request):
     columns = tuple(bool(c) for c in rng.integers(0, 2, 3))
     want = run_graphblas(problem, semiring, dtype, mask_mode, accum)
     for device in DEVICES:
-        if op != "mxm" and device.split(":")[0] not in VECTOR_PRODUCT_DEVICES:
+        backend = device.split(":")[0]
+        if op != "mxm" and backend not in VECTOR_PRODUCT_DEVICES:
             # Refused, never answered otherwise (a backend that gains them belongs above).
             with pytest.raises(TypeError, match=f"does not support sparse-vector {op}"):
                 run_hetsparse(problem, semiring, dtype, mask_mode, accum, device, columns)
             continue
+        if dtype.kind in "biu" and backend not in EXACT_DTYPE_DEVICES:
+            # Likewise refused: the GPU backends run the float types only.
+            with pytest.raises(TypeError, match=EXACT_REFUSAL):
+                run_hetsparse(problem, semiring, dtype, mask_mode, accum, device, columns)
+            continue
         got = run_hetsparse(problem, semiring, dtype, mask_mode, accum, device, columns)
         compare(problem, got, want, semiring, mask_mode, accum, f"{device}, seed {seed}")
+
+
+def test_bool_renaming_agrees_with_graphblas():
+    """BOOL_SEMIRINGS names what python-graphblas itself gives over BOOL, where it gives a BOOL
+    semiring of that name; plus_pair is its only other one, counting in INT64."""
+    checked = set()
+    for name, renamed in BOOL_SEMIRINGS.items():
+        try:
+            typed = getattr(gb.semiring, name)[gb.dtypes.BOOL]
+        except KeyError:
+            continue
+        if typed.return_type != gb.dtypes.BOOL:
+            assert (name, typed.return_type) == ("plus_pair", gb.dtypes.INT64)
+            continue
+        assert typed.name == renamed, name
+        checked.add(name)
+    assert checked == {"any_pair", "min_first", "min_second", "lor_land"}
+
+
+@pytest.mark.parametrize("op", ["mxm", "mxv", "vxm"])
+def test_bool_any_secondi_is_refused(op):
+    """any_secondi gives an index, which no bool holds: refused over bool on every device."""
+    a = sp.csr_matrix(np.array([[True, False], [True, True]]))
+    u = np.array([True, False])
+    for device in DEVICES:
+        with pytest.raises(TypeError, match=r"for bool\b"):
+            if op == "mxm":
+                hetsparse.mxm(a, a, "any_secondi", device=device)
+            elif op == "mxv":
+                hetsparse.mxv(a, u, "any_secondi", device=device)
+            else:
+                hetsparse.vxm(u, a, "any_secondi", device=device)

@@ -277,7 +277,12 @@ def test_bool_is_or_and():
     np.testing.assert_array_equal(c.toarray(), (a.astype(np.int64) @ a.astype(np.int64)).toarray() > 0)
     counts = hetsparse.mxm(a.astype(np.int64), a.astype(np.int64), "plus_pair", device=DEVICE)
     assert counts.toarray()[0, 1] == 2
+    # A NumPy u stores every position, its falses too: the pattern reaches row 1's columns as
+    # well (python-graphblas gives the same); a sparse u holds only the true one.
     w = hetsparse.vxm(np.array([True, False, False]), a, "any_pair", device=DEVICE)
+    assert w.dtype == np.bool_ and entries(w) == {(0, 0): 1.0, (0, 1): 1.0, (0, 2): 1.0}
+    u = sp.csr_matrix(np.array([[True, False, False]]))
+    w = hetsparse.vxm(u, a, "any_pair", device=DEVICE)
     assert w.dtype == np.bool_ and entries(w) == {(0, 0): 1.0, (0, 1): 1.0}
 
 
