@@ -214,8 +214,6 @@ pub struct Boolean(pub bool);
 impl Add for Boolean {
     type Output = Self;
     #[inline(always)]
-    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
-    #[allow(clippy::suspicious_arithmetic_impl)]
     fn add(self, other: Self) -> Self {
         Boolean(self.0 | other.0)
     }
@@ -224,8 +222,6 @@ impl Add for Boolean {
 #[allow(clippy::suspicious_op_assign_impl)]
 impl AddAssign for Boolean {
     #[inline(always)]
-    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
-    #[allow(clippy::suspicious_op_assign_impl)]
     fn add_assign(&mut self, other: Self) {
         self.0 |= other.0;
     }
@@ -235,8 +231,6 @@ impl AddAssign for Boolean {
 impl Mul for Boolean {
     type Output = Self;
     #[inline(always)]
-    // `or` and `and` are GraphBLAS's `+` and `×` over bool, not a slip.
-    #[allow(clippy::suspicious_arithmetic_impl)]
     fn mul(self, other: Self) -> Self {
         Boolean(self.0 & other.0)
     }
