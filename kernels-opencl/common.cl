@@ -84,6 +84,17 @@ inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, 
 }
 
 #if HAS_ATOMICS
+#if REAL_IS_INT
+// Integers add atomically as they are (two's complement: a signed sum wraps as the unsigned
+// one does); 64-bit ones by cl_khr_int64_base_atomics.
+inline void atomic_add_real(volatile __global REAL* p, REAL v) {
+#if REAL_IS_WIDE_INT
+    atom_add(p, v);
+#else
+    atomic_add(p, v);
+#endif
+}
+#else
 // OpenCL 1.2 has no floating-point atomics: add by compare-and-swap on the bit pattern (64-bit
 // for double, which needs cl_khr_int64_base_atomics: without it the program has no atomics).
 inline void atomic_add_real(volatile __global REAL* p, REAL v) {
@@ -97,6 +108,7 @@ inline void atomic_add_real(volatile __global REAL* p, REAL v) {
     while ((seen = atomic_cmpxchg(u, old, as_uint(as_float(old) + v))) != old) old = seen;
 #endif
 }
+#endif
 
 // An accumulator added to atomically, each component of a complex value on its own.
 inline void atomic_add_acc(__global ACC* p, ACC v) {
@@ -109,8 +121,17 @@ inline void atomic_add_acc(__global ACC* p, ACC v) {
 #endif
 }
 
-// The same adds on local memory (cl_khr_int64_base_atomics covers local 64-bit compare-and-swap
-// too), where a work-group accumulates its part of a row of C.
+// The same adds on local memory (cl_khr_int64_base_atomics covers local 64-bit atomics too),
+// where a work-group accumulates its part of a row of C.
+#if REAL_IS_INT
+inline void local_add_real(volatile __local REAL* p, REAL v) {
+#if REAL_IS_WIDE_INT
+    atom_add(p, v);
+#else
+    atomic_add(p, v);
+#endif
+}
+#else
 inline void local_add_real(volatile __local REAL* p, REAL v) {
 #if REAL_IS_DOUBLE
     volatile __local ulong* u = (volatile __local ulong*)p;
@@ -122,6 +143,7 @@ inline void local_add_real(volatile __local REAL* p, REAL v) {
     while ((seen = atomic_cmpxchg(u, old, as_uint(as_float(old) + v))) != old) old = seen;
 #endif
 }
+#endif
 
 inline void local_add_acc(__local ACC* p, ACC v) {
     volatile __local REAL* dst = (volatile __local REAL*)p;

@@ -89,23 +89,25 @@ impl KernelSemiring {
     }
 
     /// `(ADD, MUL, ZERO)` of this semiring, `times` being the accumulator's `×`; `None` for a
-    /// semiring the kernels do not know (one added to [`SemiringKind`] later).
+    /// semiring the kernels do not know (one added to [`SemiringKind`] later). `+`, `×`,
+    /// `min`, `max` and the bounds are the type's macros (`PLUS`, `MINOF`, `ACC_MAX`, ... of
+    /// [`type_defines`]): wrapping for the integers, `fmin`/`fmax` and ±∞ for the floats.
     fn macros(self, times: &'static str) -> Option<(&'static str, &'static str, &'static str)> {
         use SemiringKind as K;
         Some(match self.0 {
-            K::PlusTimes => ("((a) + (b))", times, "((ACC)(0))"),
-            K::PlusPair => ("((a) + (b))", "ONE", "((ACC)(0))"),
-            K::PlusFirst => ("((a) + (b))", "(a)", "((ACC)(0))"),
-            K::PlusSecond => ("((a) + (b))", "(b)", "((ACC)(0))"),
+            K::PlusTimes => ("PLUS((a), (b))", times, "((ACC)(0))"),
+            K::PlusPair => ("PLUS((a), (b))", "ONE", "((ACC)(0))"),
+            K::PlusFirst => ("PLUS((a), (b))", "(a)", "((ACC)(0))"),
+            K::PlusSecond => ("PLUS((a), (b))", "(b)", "((ACC)(0))"),
             // "any" of a run: its last product, as the reference keeps its last.
             K::AnyPair => ("(b)", "ONE", "((ACC)(0))"),
             K::AnySecondI => ("(b)", "((ACC)(0))", "((ACC)(0))"),
-            K::MinPlus => ("fmin((a), (b))", "((a) + (b))", "((ACC)(INFINITY))"),
-            K::MaxPlus => ("fmax((a), (b))", "((a) + (b))", "((ACC)(-INFINITY))"),
-            K::MinFirst => ("fmin((a), (b))", "(a)", "((ACC)(INFINITY))"),
-            K::MinSecond => ("fmin((a), (b))", "(b)", "((ACC)(INFINITY))"),
-            K::MaxTimes => ("fmax((a), (b))", "((a) * (b))", "((ACC)(-INFINITY))"),
-            K::MaxMin => ("fmax((a), (b))", "fmin((a), (b))", "((ACC)(-INFINITY))"),
+            K::MinPlus => ("MINOF((a), (b))", "PLUS((a), (b))", "ACC_MAX"),
+            K::MaxPlus => ("MAXOF((a), (b))", "PLUS((a), (b))", "ACC_MIN"),
+            K::MinFirst => ("MINOF((a), (b))", "(a)", "ACC_MAX"),
+            K::MinSecond => ("MINOF((a), (b))", "(b)", "ACC_MAX"),
+            K::MaxTimes => ("MAXOF((a), (b))", "TIMES((a), (b))", "ACC_MIN"),
+            K::MaxMin => ("MAXOF((a), (b))", "MINOF((a), (b))", "ACC_MIN"),
             // "Is not zero" as 1 or 0 (NaN is not zero), as the reference's LorLand.
             K::LorLand => (
                 "(((a) != 0 || (b) != 0) ? (ACC)(1) : (ACC)(0))",
@@ -127,12 +129,12 @@ impl KernelSemiring {
                 "cmul((a), (b))",
             )
         } else {
-            ("((ACC)(1))", "((v) == (ACC)(0))", "((a) * (b))")
+            ("((ACC)(1))", "((v) == (ACC)(0))", "TIMES((a), (b))")
         };
         // `new` made sure the semiring is one the kernels know.
-        let (add, mul, zero) = self
-            .macros(times)
-            .unwrap_or(("((a) + (b))", times, "((ACC)(0))"));
+        let (add, mul, zero) =
+            self.macros(times)
+                .unwrap_or(("PLUS((a), (b))", times, "((ACC)(0))"));
         let mul_at = if self.0 == SemiringKind::AnySecondI {
             "((ACC)(k))"
         } else {
@@ -158,7 +160,7 @@ pub(crate) fn acc_bytes(ty: ScalarType) -> usize {
         ScalarType::F16 | ScalarType::Bf16 | ScalarType::F32 => 4,
         ScalarType::F64 | ScalarType::C32 => 8,
         ScalarType::C64 => 16,
-        // Not run here yet (`device_runs`); their accumulator would be the type itself.
+        // The integers accumulate in their own type (`bool` is not run here).
         ScalarType::Bool
         | ScalarType::I32
         | ScalarType::I64
@@ -205,13 +207,13 @@ fn type_defines(ty: ScalarType) -> String {
             "as_float((uint)((p)[i]) << 16)",
             "((p)[i] = f32_to_bf16(v))",
         ),
-        // The kernels are not written for these yet and the backend does not claim them
-        // (`device_runs`): a program asked for anyway fails to build, saying why.
-        ScalarType::Bool
-        | ScalarType::I32
-        | ScalarType::I64
-        | ScalarType::U32
-        | ScalarType::U64 => {
+        ScalarType::I32 => ("int", "int", "int", 1, "((p)[i])", "((p)[i] = (v))"),
+        ScalarType::I64 => ("long", "long", "long", 1, "((p)[i])", "((p)[i] = (v))"),
+        ScalarType::U32 => ("uint", "uint", "uint", 1, "((p)[i])", "((p)[i] = (v))"),
+        ScalarType::U64 => ("ulong", "ulong", "ulong", 1, "((p)[i])", "((p)[i] = (v))"),
+        // Not every byte is a `bool`: the backend does not claim it (`device_runs`), and a
+        // program asked for anyway fails to build, saying why.
+        ScalarType::Bool => {
             return format!("#error \"no OpenCL kernels for {ty} yet\"\n");
         }
     };
@@ -224,6 +226,45 @@ fn type_defines(ty: ScalarType) -> String {
     s.push_str(&format!(
         "#define STORE {store}\n#define ACC {acc}\n#define REAL {real}\n#define NCOMP {ncomp}\n\
          #define LOAD(p, i) {load}\n#define STORE_AT(p, i, v) {store_at}\n"
+    ));
+    // The accumulator's `+`, `×`, `min`, `max` and bounds (the identities of min and max).
+    // Integers wrap on overflow, as the reference's `Wrapping` does: a signed sum or product is
+    // computed on the unsigned bits (signed overflow is undefined in OpenCL C, as in C), and
+    // their bounds stand for ±∞.
+    let (plus, times, min, max, upper, lower) = match ty {
+        ScalarType::I32 => (
+            "as_int(as_uint(a) + as_uint(b))",
+            "as_int(as_uint(a) * as_uint(b))",
+            "min",
+            "max",
+            "INT_MAX",
+            "INT_MIN",
+        ),
+        ScalarType::I64 => (
+            "as_long(as_ulong(a) + as_ulong(b))",
+            "as_long(as_ulong(a) * as_ulong(b))",
+            "min",
+            "max",
+            "LONG_MAX",
+            "LONG_MIN",
+        ),
+        ScalarType::U32 => ("(a) + (b)", "(a) * (b)", "min", "max", "UINT_MAX", "0"),
+        ScalarType::U64 => ("(a) + (b)", "(a) * (b)", "min", "max", "ULONG_MAX", "0"),
+        _ => (
+            "(a) + (b)",
+            "(a) * (b)",
+            "fmin",
+            "fmax",
+            "INFINITY",
+            "-INFINITY",
+        ),
+    };
+    s.push_str(&format!(
+        "#define REAL_IS_INT {}\n#define REAL_IS_WIDE_INT {}\n#define PLUS(a, b) ({plus})\n#define TIMES(a, b) ({times})\n\
+         #define MINOF(a, b) {min}((a), (b))\n#define MAXOF(a, b) {max}((a), (b))\n\
+         #define ACC_MAX ((ACC)({upper}))\n#define ACC_MIN ((ACC)({lower}))\n",
+        u8::from(ty.is_exact()),
+        u8::from(matches!(ty, ScalarType::I64 | ScalarType::U64))
     ));
     if ty == ScalarType::Bf16 {
         // Round to nearest even, NaN kept quiet: what `half::bf16::from_f32` does.
@@ -276,10 +317,9 @@ pub(crate) fn scalar_program(
     semiring: KernelSemiring,
     device: &DeviceDescription,
 ) -> String {
-    let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
     let atomics = has_atomics(ty, device);
     let mut s = type_defines(ty);
-    if double && atomics {
+    if atomics_are_64_bit(ty) && atomics {
         s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
     }
     s.push_str(&semiring.defines(ty.is_complex()));
@@ -306,10 +346,19 @@ pub(crate) fn has_cspr_kernel(ty: ScalarType, device: &DeviceDescription) -> boo
 }
 
 /// Whether the scalar program of `ty` has atomic adds (`HAS_ATOMICS`) on this device, and with
-/// them the CSPR kernel and the numeric phase's medium- and long-row kernels: double needs 64-bit
-/// compare-and-swap (`cl_khr_int64_base_atomics`).
+/// them the CSPR kernel and the numeric phase's medium- and long-row kernels: double and the
+/// 64-bit integers need 64-bit atomics (`cl_khr_int64_base_atomics`: compare-and-swap for
+/// double, add for the integers).
 pub(crate) fn has_atomics(ty: ScalarType, device: &DeviceDescription) -> bool {
-    !matches!(ty, ScalarType::F64 | ScalarType::C64) || device.int64_atomics
+    !atomics_are_64_bit(ty) || device.int64_atomics
+}
+
+/// Whether the atomic adds of `ty`'s accumulator act on 64-bit words.
+fn atomics_are_64_bit(ty: ScalarType) -> bool {
+    matches!(
+        ty,
+        ScalarType::F64 | ScalarType::C64 | ScalarType::I64 | ScalarType::U64
+    )
 }
 
 /// Bytes of the block program's sort payload: the two operand block indices.

@@ -359,10 +359,10 @@ impl Device for OpenClBackend {
     }
 }
 
-/// Whether a device runs scalar type `ty`: the kernels are written for the floats (not yet
-/// the integer types and `bool`), and double precision needs `cl_khr_fp64`.
+/// Whether a device runs scalar type `ty`: the kernels are written for the floats and the
+/// integers (not yet `bool`), and double precision needs `cl_khr_fp64`.
 fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
-    ScalarType::FLOATS.contains(&ty) && (!matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64)
+    ty != ScalarType::Bool && (!matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64)
 }
 
 impl DeviceDescription {
@@ -850,7 +850,10 @@ mod tests {
             }
             let double = matches!(ty, ScalarType::F64 | ScalarType::C64);
             assert_eq!(s.contains("cl_khr_fp64"), double, "{ty}");
-            assert_eq!(s.contains("#define HAS_ATOMICS 1"), !double, "{ty}");
+            // Without 64-bit atomics on this device, double and the 64-bit integers have none.
+            let wide = double || matches!(ty, ScalarType::I64 | ScalarType::U64);
+            assert_eq!(s.contains("#define HAS_ATOMICS 1"), !wide, "{ty}");
+            assert_eq!(s.contains("#error"), ty == ScalarType::Bool, "{ty}");
             let b = kernels::block_program(ty, KernelSemiring::PLUS_TIMES, &d);
             assert!(
                 b.contains("bsr_multiply") && b.contains("#define PAYLOAD ulong2"),
@@ -887,8 +890,18 @@ mod tests {
         }
         let min_plus = KernelSemiring::new(SemiringKind::MinPlus, ScalarType::F32).unwrap();
         let s = kernels::scalar_program(ScalarType::F32, min_plus, &d);
-        assert!(s.contains("#define ZERO ((ACC)(INFINITY))") && s.contains("fmin"));
+        assert!(
+            s.contains("#define ZERO ACC_MAX") && s.contains("#define ACC_MAX ((ACC)(INFINITY))")
+        );
+        assert!(s.contains("#define ADD(a, b) MINOF((a), (b))") && s.contains("fmin((a), (b))"));
         assert!(KernelSemiring::new(SemiringKind::MinPlus, ScalarType::C64).is_err());
+        // Integers: min and max of their own, their bounds as ±∞, signed sums on unsigned bits.
+        let s = kernels::scalar_program(ScalarType::I64, min_plus, &d);
+        assert!(s.contains("#define ACC_MAX ((ACC)(LONG_MAX))") && s.contains(" min((a), (b))"));
+        assert!(s.contains("#define PLUS(a, b) (as_long(as_ulong(a) + as_ulong(b)))"));
+        let max_times = KernelSemiring::new(SemiringKind::MaxTimes, ScalarType::U32).unwrap();
+        let s = kernels::scalar_program(ScalarType::U32, max_times, &d);
+        assert!(s.contains("#define ZERO ACC_MIN") && s.contains("#define ACC_MIN ((ACC)(0))"));
     }
 
     #[test]

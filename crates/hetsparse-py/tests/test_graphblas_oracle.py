@@ -33,8 +33,8 @@ names the combination (the test's id), the seed of its generator (the CRC-32 of 
 device and the case.
 
 On the devices that do not run sparse-vector products (CUDA, OpenCL), mxv and vxm must be
-refused with ``TypeError``; on those that do not run the exact dtypes (CUDA, OpenCL again:
-their kernels are instantiated for the float types), so must mxm over them.
+refused with ``TypeError``; on those that do not run an exact dtype (CUDA: its kernels are
+instantiated for the float types; OpenCL: bool), so must mxm over it.
 
 Skipped where python-graphblas is not installed; with ``HETSPARSE_REQUIRE_GRAPHBLAS=1`` (CI) its
 absence fails the run instead.
@@ -67,9 +67,16 @@ ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
 # The devices that run sparse-vector products (mxv, vxm): the CPU backend, which "auto" and "all"
 # give them to. CUDA and OpenCL run mxm only.
 VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all")
-# The devices that run the exact dtypes (any product): the CPU backend again. The GPU backends'
-# kernels are instantiated for the float types only.
-EXACT_DTYPE_DEVICES = ("cpu", "auto", "all")
+# The exact dtypes each device runs (any product): the CPU backend (which "auto" and "all" give
+# them to) all of them; OpenCL the integers (its kernels have no bool yet); CUDA none (its
+# kernels are instantiated for the float types only).
+INTEGER_DTYPES = ("int32", "int64", "uint32", "uint64")
+EXACT_DTYPE_DEVICES = {
+    "cpu": EXACT_DTYPES,
+    "auto": EXACT_DTYPES,
+    "all": EXACT_DTYPES,
+    "opencl": INTEGER_DTYPES,
+}
 # How the others refuse an exact dtype's mxm.
 EXACT_REFUSAL = r"does not support SpGEMM \(\w+\) for (bool|i32|i64|u32|u64)$"
 
@@ -492,8 +499,8 @@ def test_against_graphblas(op, semiring, dtype, mask_mode, accum, request):
             with pytest.raises(TypeError, match=f"does not support sparse-vector {op}"):
                 run_hetsparse(problem, semiring, dtype, mask_mode, accum, device, columns)
             continue
-        if dtype.kind in "biu" and backend not in EXACT_DTYPE_DEVICES:
-            # Likewise refused: the GPU backends run the float types only.
+        if dtype.kind in "biu" and dtype.name not in EXACT_DTYPE_DEVICES.get(backend, ()):
+            # Likewise refused where the device's kernels are not written for the dtype.
             with pytest.raises(TypeError, match=EXACT_REFUSAL):
                 run_hetsparse(problem, semiring, dtype, mask_mode, accum, device, columns)
             continue

@@ -1,15 +1,16 @@
 //! Graph algorithms written with semirings and masks, GraphBLAS style: breadth-first search
-//! (levels and parents, in `i64`), single-source shortest paths (`f64` weights) and triangle
-//! counting (`u64` counts, by Sandia's `L·L` and by SandiaDot's `L·Uᵀ`).
+//! (levels and parents, in `i64`), single-source shortest paths (`f64` weights), triangle
+//! counting (`u64` counts, by Sandia's `L·L` and by SandiaDot's `L·Uᵀ`), the k-truss (`u64`
+//! triangle counts per edge) and Markov clustering (`f64` flows).
 //!
 //! `cargo run -p hetsparse --example graph_algorithms` runs them on generated graphs and prints
 //! what they found; `cargo test -p hetsparse --example graph_algorithms` checks each against
-//! plain code written without matrices (a queue, Dijkstra, a triple loop) and against the
-//! rules LAGraph checks its own results with.
+//! plain code written without matrices (a queue, Dijkstra, a triple loop, neighbour-set
+//! intersections, dense matrices) and against the rules LAGraph checks its own results with.
 
 use hetsparse::{
-    vector::write_back_vector, AccumulateOp, Context, Csr, Mask, MaskedWork, Result, RunControl,
-    SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
+    vector::write_back_vector, AccumulateOp, Context, Csr, Error, Mask, MaskedWork, Result,
+    RunControl, Scalar, SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 
 /// Levels (hops from the source) and parents of every vertex a breadth-first search from
@@ -125,6 +126,169 @@ fn triangles_of<T: hetsparse::Scalar>(a: &Csr<T>) -> Result<(Csr<T>, Csr<T>)> {
     ))
 }
 
+/// The entries of `a` that `keep(row, column, value)` accepts (GraphBLAS's select).
+fn select<T: Scalar>(a: &Csr<T>, keep: impl Fn(usize, u32, T) -> bool) -> Result<Csr<T>> {
+    let mut offsets = Vec::with_capacity(a.nrows() + 1);
+    let (mut columns, mut values) = (Vec::new(), Vec::new());
+    offsets.push(0u64);
+    for i in 0..a.nrows() {
+        let (cols, vals) = a.row(i);
+        for (&j, &v) in cols.iter().zip(vals) {
+            if keep(i, j, v) {
+                columns.push(j);
+                values.push(v);
+            }
+        }
+        offsets.push(columns.len() as u64);
+    }
+    Ok(Csr::try_new(
+        a.nrows(),
+        a.ncols(),
+        offsets,
+        columns,
+        values,
+    )?)
+}
+
+/// The k-truss of an undirected graph (`k ≥ 3`; only `adjacency`'s pattern off the diagonal
+/// counts): the largest subgraph in which every edge lies on at least `k − 2` triangles of the
+/// subgraph, each edge holding its count (its support), and the rounds taken. As LAGraph's
+/// k-truss: `S⟨C⟩ = C plus.pair C` counts the triangles on every edge of C, computing only
+/// entries on edges (the mask), and edges with too few leave C, until none does.
+pub fn ktruss(ctx: &Context<u64>, adjacency: &Csr<u64>, k: u32) -> Result<(Csr<u64>, usize)> {
+    if k < 3 {
+        return Err(Error::InvalidArgument(format!(
+            "a k-truss needs k ≥ 3 (every edge on k − 2 triangles), not k = {k}"
+        )));
+    }
+    let support = u64::from(k - 2);
+    let off_diagonal = select(adjacency, |i, j, _| j as usize != i)?;
+    let ones = vec![1; off_diagonal.values().len()];
+    let mut c = off_diagonal.with_values(ones)?;
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let options = SpgemmOptions::new()
+            .with_semiring(SemiringKind::PlusPair)
+            .with_mask(Mask::structural(&c));
+        let counted =
+            ctx.spgemm_with((&c).into(), (&c).into(), &options, &RunControl::unwatched())?;
+        // An edge on no triangle has no entry in the product: it leaves with the others.
+        let kept = select(&counted, |_, _, s| s >= support)?;
+        if kept.nnz() == c.nnz() {
+            return Ok((kept, rounds));
+        }
+        c = kept;
+    }
+}
+
+/// Clusters of an undirected graph by Markov clustering (van Dongen's MCL), as HipMCL runs it
+/// on sparse matrices: a random walk's transition matrix (rows normalised, a self-loop on every
+/// vertex) is expanded (`M·M`, an SpGEMM), inflated (every entry to the power `inflation`,
+/// rows normalised again) and pruned (entries below `prune` dropped) until it no longer
+/// changes; the clusters are the connected parts of what is left (every vertex flows to its
+/// cluster's attractors). Returns each vertex's cluster, numbered from 0 in the order of their
+/// first vertices, and the iterations taken.
+pub fn markov_clusters(
+    ctx: &Context<f64>,
+    graph: &Csr<f64>,
+    inflation: f64,
+    prune: f64,
+) -> Result<(Vec<u32>, usize)> {
+    let n = graph.nrows();
+    if graph.ncols() != n || inflation.is_nan() || inflation <= 1.0 || !(0.0..1.0).contains(&prune)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "Markov clustering needs a square graph ({} × {} given), inflation above 1 \
+             ({inflation}) and a pruning threshold in [0, 1) ({prune})",
+            graph.nrows(),
+            graph.ncols()
+        )));
+    }
+    // Weights as they are (their magnitudes), a self-loop of weight 1 on every vertex.
+    let mut coo = hetsparse::Coo::new(n, n)?;
+    for i in 0..n {
+        coo.try_push(i, i, 1.0)?;
+        let (cols, vals) = graph.row(i);
+        for (&j, &w) in cols.iter().zip(vals) {
+            if j as usize != i && w != 0.0 {
+                coo.try_push(i, j as usize, w.abs())?;
+            }
+        }
+    }
+    let mut m = inflate(&coo.to_csr()?, 1.0, 0.0)?;
+    let mut iterations = 0;
+    // Chaos (the largest change of an entry) below 1e-9, or a bound that MCL meets in a few
+    // dozen iterations on graphs that have clusters.
+    while iterations < 100 {
+        iterations += 1;
+        let next = inflate(&ctx.spgemm(&m, &m)?, inflation, prune)?;
+        let settled = next.row_offsets() == m.row_offsets()
+            && next.col_indices() == m.col_indices()
+            && next
+                .values()
+                .iter()
+                .zip(m.values())
+                .all(|(x, y)| (x - y).abs() <= 1e-9);
+        m = next;
+        if settled {
+            break;
+        }
+    }
+    Ok((components(&m), iterations))
+}
+
+/// `m`'s entries to the power `r`, rows normalised, entries below `prune` dropped and the rows
+/// normalised again.
+fn inflate(m: &Csr<f64>, r: f64, prune: f64) -> Result<Csr<f64>> {
+    let normalised = |m: &Csr<f64>| -> Result<Csr<f64>> {
+        let mut values = m.values().to_vec();
+        for i in 0..m.nrows() {
+            let span = m.row_offsets()[i] as usize..m.row_offsets()[i + 1] as usize;
+            let sum: f64 = values[span.clone()].iter().sum();
+            if sum > 0.0 {
+                values[span].iter_mut().for_each(|v| *v /= sum);
+            }
+        }
+        Ok(m.with_values(values)?)
+    };
+    let powered = m.with_values(m.values().iter().map(|v| v.powf(r)).collect())?;
+    let kept = select(&normalised(&powered)?, |_, _, v| v >= prune)?;
+    normalised(&kept)
+}
+
+/// The connected parts of `m`'s pattern taken as undirected, numbered from 0 in the order of
+/// their first vertices.
+fn components(m: &Csr<f64>) -> Vec<u32> {
+    fn root(parent: &mut [usize], mut v: usize) -> usize {
+        while parent[v] != v {
+            parent[v] = parent[parent[v]];
+            v = parent[v];
+        }
+        v
+    }
+    let n = m.nrows();
+    let mut parent: Vec<usize> = (0..n).collect();
+    for i in 0..n {
+        for &j in m.row(i).0 {
+            let (a, b) = (root(&mut parent, i), root(&mut parent, j as usize));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    let mut label = vec![u32::MAX; n];
+    let mut next = 0;
+    (0..n)
+        .map(|v| {
+            let r = root(&mut parent, v);
+            if label[r] == u32::MAX {
+                label[r] = next;
+                next += 1;
+            }
+            label[r]
+        })
+        .collect()
+}
+
 /// An undirected graph: R-MAT's edges both ways, without self-loops, weights in `[0.1, 1]`.
 pub fn undirected(scale: u32, seed: u64) -> Result<Csr<f64>> {
     let a = hetsparse::generate::rmat::<f64>(scale, 6, seed);
@@ -152,18 +316,22 @@ pub fn pattern<T: hetsparse::Scalar>(a: &Csr<f64>) -> Result<Csr<T>> {
 fn main() -> Result<()> {
     let ctx = Context::<f64>::auto()?;
     let graph = undirected(12, 1)?;
-    let bfs = bfs(&Context::<i64>::auto()?, &pattern(&graph)?, 0)?;
+    // From the hub (the vertex of most edges): R-MAT leaves some vertices without any.
+    let hub = (0..graph.nrows())
+        .max_by_key(|&v| graph.row_nnz(v))
+        .unwrap_or(0) as u32;
+    let bfs = bfs(&Context::<i64>::auto()?, &pattern(&graph)?, hub)?;
     let depth = bfs.level.values().iter().max().copied().unwrap_or(0);
     println!(
-        "{} vertices, {} edges: BFS from 0 reaches {} in {depth} levels",
+        "{} vertices, {} edges: BFS from {hub} reaches {} in {depth} levels",
         graph.nrows(),
         graph.nnz() / 2,
         bfs.level.nnz()
     );
-    let d = shortest_paths(&ctx, &graph, 0)?;
+    let d = shortest_paths(&ctx, &graph, hub)?;
     let far = d.values().iter().fold(0.0f64, |m, &x| m.max(x));
     println!(
-        "shortest paths from 0: {} reached, the farthest at {far:.3}",
+        "shortest paths from {hub}: {} reached, the farthest at {far:.3}",
         d.nnz()
     );
     let counts = Context::<u64>::auto()?;
@@ -178,6 +346,20 @@ fn main() -> Result<()> {
             100.0 * work.fraction()
         );
     }
+    for k in [3, 4, 5] {
+        let (truss, rounds) = ktruss(&counts, &pattern, k)?;
+        println!(
+            "{k}-truss: {} of {} edges, in {rounds} rounds",
+            truss.nnz() / 2,
+            pattern.nnz() / 2
+        );
+    }
+    let (clusters, iterations) = markov_clusters(&ctx, &undirected(10, 2)?, 2.0, 1e-4)?;
+    let count = clusters.iter().max().map_or(0, |&c| c + 1);
+    println!(
+        "Markov clustering: {count} clusters of {} vertices, in {iterations} iterations",
+        clusters.len()
+    );
     Ok(())
 }
 
@@ -329,6 +511,162 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Each edge's triangles by intersecting neighbour sets, edges with fewer than `k − 2`
+    /// removed until none is: the k-truss's edges `(i, j)` with their supports.
+    fn ktruss_by_sets(a: &Csr<f64>, k: u64) -> BTreeSet<(u32, u32, u64)> {
+        let mut edges: Vec<BTreeSet<u32>> = (0..a.nrows())
+            .map(|i| {
+                a.row(i)
+                    .0
+                    .iter()
+                    .copied()
+                    .filter(|&j| j as usize != i)
+                    .collect()
+            })
+            .collect();
+        loop {
+            let mut truss = BTreeSet::new();
+            let mut removed = false;
+            let mut next = edges.clone();
+            for (i, ns) in edges.iter().enumerate() {
+                for &j in ns {
+                    let support = ns.intersection(&edges[j as usize]).count() as u64;
+                    if support >= k - 2 {
+                        truss.insert((i as u32, j, support));
+                    } else {
+                        next[i].remove(&j);
+                        removed = true;
+                    }
+                }
+            }
+            if !removed {
+                return truss;
+            }
+            edges = next;
+        }
+    }
+
+    #[test]
+    fn ktruss_keeps_the_edges_on_enough_triangles() {
+        let ctx = Context::<u64>::auto().unwrap();
+        // Five vertices all joined (every edge on 3 triangles), a triangle hanging off vertex 4
+        // (its edges on 1), and a path 7 – 8 – 0 (edges on none).
+        let mut coo = hetsparse::Coo::new(9, 9).unwrap();
+        let mut edge = |i: usize, j: usize| {
+            coo.try_push(i, j, 1.0).unwrap();
+            coo.try_push(j, i, 1.0).unwrap();
+        };
+        for i in 0..5 {
+            for j in i + 1..5 {
+                edge(i, j);
+            }
+        }
+        for (i, j) in [(4, 5), (5, 6), (4, 6), (7, 8), (8, 0)] {
+            edge(i, j);
+        }
+        let known = coo.to_csr().unwrap();
+        let count = |k| ktruss(&ctx, &pattern(&known).unwrap(), k).unwrap().0.nnz() / 2;
+        assert_eq!((count(3), count(4), count(5), count(6)), (13, 10, 10, 0));
+        for (name, graph) in [("known", known), ("R-MAT", undirected(8, 7).unwrap())] {
+            for k in 3..=6u32 {
+                let (truss, rounds) = ktruss(&ctx, &pattern(&graph).unwrap(), k).unwrap();
+                let mut got = BTreeSet::new();
+                for i in 0..truss.nrows() {
+                    let (cols, vals) = truss.row(i);
+                    got.extend(cols.iter().zip(vals).map(|(&j, &s)| (i as u32, j, s)));
+                }
+                assert_eq!(got, ktruss_by_sets(&graph, u64::from(k)), "{name}, k = {k}");
+                assert!(rounds >= 1);
+            }
+        }
+        let err = ktruss(&ctx, &pattern(&undirected(4, 1).unwrap()).unwrap(), 2);
+        assert!(matches!(err, Err(Error::InvalidArgument(_))));
+    }
+
+    /// Markov clustering on dense matrices, the same steps as [`markov_clusters`]'.
+    fn mcl_dense(graph: &Csr<f64>, inflation: f64, prune: f64) -> Vec<u32> {
+        let n = graph.nrows();
+        let mut m = vec![vec![0.0f64; n]; n];
+        for (i, row) in m.iter_mut().enumerate() {
+            row[i] = 1.0;
+            let (cols, vals) = graph.row(i);
+            for (&j, &w) in cols.iter().zip(vals) {
+                if j as usize != i && w != 0.0 {
+                    row[j as usize] += w.abs();
+                }
+            }
+        }
+        let step = |m: &mut Vec<Vec<f64>>, r: f64, prune: f64| {
+            for row in m.iter_mut() {
+                row.iter_mut().for_each(|v| *v = v.powf(r));
+                let sum: f64 = row.iter().sum();
+                row.iter_mut().for_each(|v| *v /= sum);
+                row.iter_mut()
+                    .filter(|v| **v < prune)
+                    .for_each(|v| *v = 0.0);
+                let sum: f64 = row.iter().sum();
+                row.iter_mut().for_each(|v| *v /= sum);
+            }
+        };
+        step(&mut m, 1.0, 0.0);
+        for _ in 0..100 {
+            let mut next = vec![vec![0.0; n]; n];
+            for (row, out) in m.iter().zip(next.iter_mut()) {
+                for (&mik, mk) in row.iter().zip(&m) {
+                    if mik != 0.0 {
+                        out.iter_mut().zip(mk).for_each(|(o, &x)| *o += mik * x);
+                    }
+                }
+            }
+            step(&mut next, inflation, prune);
+            let settled = (0..n).all(|i| (0..n).all(|j| (next[i][j] - m[i][j]).abs() <= 1e-9));
+            m = next;
+            if settled {
+                break;
+            }
+        }
+        let pattern = Csr::from_dense(
+            &hetsparse::Dense::try_new(n, n, hetsparse::Layout::RowMajor, m.concat()).unwrap(),
+        )
+        .unwrap();
+        components(&pattern)
+    }
+
+    #[test]
+    fn markov_clustering_finds_the_dense_parts() {
+        let ctx = Context::<f64>::auto().unwrap();
+        // Four cliques of six in a ring, one edge from each to the next.
+        let mut coo = hetsparse::Coo::new(24, 24).unwrap();
+        for c in 0..4 {
+            for i in 0..6 {
+                for j in 0..6 {
+                    if i != j {
+                        coo.try_push(6 * c + i, 6 * c + j, 1.0).unwrap();
+                    }
+                }
+            }
+            let (a, b) = (6 * c + 5, (6 * c + 6) % 24);
+            coo.try_push(a, b, 1.0).unwrap();
+            coo.try_push(b, a, 1.0).unwrap();
+        }
+        let ring = coo.to_csr().unwrap();
+        let (clusters, iterations) = markov_clusters(&ctx, &ring, 2.0, 1e-4).unwrap();
+        let want: Vec<u32> = (0..24).map(|v| v / 6).collect();
+        assert_eq!(clusters, want, "after {iterations} iterations");
+        // A power-law graph: the same clusters as the dense steps give.
+        let graph = undirected(7, 3).unwrap();
+        let (clusters, _) = markov_clusters(&ctx, &graph, 2.0, 1e-4).unwrap();
+        assert_eq!(clusters, mcl_dense(&graph, 2.0, 1e-4));
+        assert!(clusters.iter().max().unwrap() > &0, "more than one cluster");
+        for (inflation, prune) in [(1.0, 1e-4), (2.0, 1.0), (f64::NAN, 0.0)] {
+            let err = markov_clusters(&ctx, &ring, inflation, prune);
+            assert!(
+                matches!(err, Err(Error::InvalidArgument(_))),
+                "{inflation}, {prune}"
+            );
         }
     }
 
