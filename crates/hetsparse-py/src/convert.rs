@@ -313,6 +313,7 @@ impl<T: Scalar> View<'_, T> {
     }
 
     fn coo(&self, transpose: bool) -> PyResult<Coo<T>> {
+        OPERANDS_READ.fetch_add(1, Ordering::Relaxed);
         let n = self.data.len();
         if self.major.len() != n || self.minor.len() != n {
             return Err(value(format!(
@@ -472,6 +473,7 @@ fn compressed<T: Scalar>(
     data: &[T],
     arrays: &Arc<NumpyArrays>,
 ) -> PyResult<Csr<T>> {
+    OPERANDS_READ.fetch_add(1, Ordering::Relaxed);
     // SAFETY: forwarded from this function's contract.
     match unsafe { in_place(nmajor, nminor, major, minor, data, arrays) }? {
         Some(matrix) => Ok(matrix),
@@ -482,6 +484,11 @@ fn compressed<T: Scalar>(
 /// How compressed operands were read, counted for the tests (`_hetsparse._conversions`): the
 /// operands whose offsets, indices and values were read in place, and those converted.
 pub static CONVERSIONS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// How many sparse operands were taken from NumPy's arrays (read in place or converted, any
+/// format), counted for the tests (`_hetsparse._operands_read`): a stored matrix used as an
+/// operand is not counted, only its making.
+pub static OPERANDS_READ: AtomicU64 = AtomicU64::new(0);
 
 fn count(which: usize) {
     CONVERSIONS[which].fetch_add(1, Ordering::Relaxed);

@@ -196,7 +196,8 @@ macro_rules! with_scalar {
     }};
 }
 
-// After `with_scalar!`, which it uses.
+// After `with_scalar!`, which they use.
+mod matrix;
 mod semiring;
 
 fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
@@ -546,6 +547,15 @@ fn conversions() -> (u64, u64, u64, u64) {
     (read(offsets), read(indices), read(values), read(converted))
 }
 
+/// How many sparse operands were taken from NumPy's arrays (read in place or converted) since
+/// the module was loaded; operands that are stored matrices (`hetsparse.Matrix`) are not
+/// counted. For the tests; not part of the package's API.
+#[pyfunction]
+#[pyo3(name = "_operands_read")]
+fn operands_read() -> u64 {
+    convert::OPERANDS_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The native module.
 #[pymodule]
 fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -558,6 +568,8 @@ fn _hetsparse(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_operands, m)?)?;
     m.add_function(wrap_pyfunction!(time_spgemm, m)?)?;
     m.add_function(wrap_pyfunction!(conversions, m)?)?;
+    m.add_function(wrap_pyfunction!(operands_read, m)?)?;
+    m.add_class::<matrix::StoredMatrix>()?;
     m.add_function(wrap_pyfunction!(save_calibrations, m)?)?;
     m.add("DeviceError", m.py().get_type::<DeviceError>())?;
     m.add(

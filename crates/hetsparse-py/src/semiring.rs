@@ -2,11 +2,12 @@
 //! a mask, replace and an accumulator into an existing result.
 //!
 //! The Python layer hands every vector over as a `1 × len` CSR operand, so vectors and
-//! matrices share one conversion ([`Parts`]); names are python-graphblas's.
+//! matrices share one conversion ([`crate::convert::Parts`]); any operand may be a stored matrix
+//! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back, AccumulateOp, Csr, Mask, RunControl, SemiringKind, SparseVector, SpgemmOptions,
-    VectorProductOptions,
+    write_back, AccumulateOp, Csr, Mask, RunControl, Scalar, SemiringKind, SparseVector,
+    SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
 use hetsparse::Complex;
@@ -14,9 +15,10 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::convert::{csr_to_py, Parts, View};
+use crate::convert::csr_to_py;
 use crate::devices::{self, context, PyScalar};
 use crate::errors::{to_py, value};
+use crate::matrix::{with_stored, Held, MaskOperand, Operand, Source, Storable, Stored};
 use crate::{detached, unsupported_dtype};
 
 /// The semiring, mask modes and accumulator of one call, parsed from their Python names.
@@ -51,13 +53,9 @@ impl Modes {
         })
     }
 
-    /// The mask `m` says, in these modes.
-    fn mask<T: hetsparse::Scalar>(&self, m: &Csr<T>) -> Mask {
-        let mut mask = if self.structural {
-            Mask::structural(m)
-        } else {
-            Mask::valued(m)
-        };
+    /// `mask` (structural or valued, as `self.structural` asked) in these modes: complemented
+    /// and replacing where asked.
+    fn modes_of(&self, mut mask: Mask) -> Mask {
         if self.complement {
             mask = mask.complemented();
         }
@@ -93,42 +91,54 @@ fn accumulator(name: &str) -> PyResult<AccumulateOp> {
     })
 }
 
-/// Operands of one call: the inputs, and the optional mask and existing result.
+/// Operands of one call: the inputs, and the optional mask and existing result; each an
+/// operand tuple or a stored matrix.
 struct Operands<'py> {
-    left: Parts<'py>,
-    right: Parts<'py>,
-    mask: Option<Parts<'py>>,
-    out: Option<Parts<'py>>,
+    left: Source<'py>,
+    right: Source<'py>,
+    mask: Option<Source<'py>>,
+    out: Option<Source<'py>>,
 }
 
 impl<'py> Operands<'py> {
     fn extract(
-        left: (&Bound<'py, PyTuple>, &str),
-        right: (&Bound<'py, PyTuple>, &str),
-        mask: Option<&Bound<'py, PyTuple>>,
-        out: Option<&Bound<'py, PyTuple>>,
+        left: (&Bound<'py, PyAny>, &str),
+        right: (&Bound<'py, PyAny>, &str),
+        mask: Option<&Bound<'py, PyAny>>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         Ok(Operands {
-            left: Parts::extract(left.0, left.1)?,
-            right: Parts::extract(right.0, right.1)?,
-            mask: mask.map(|m| Parts::extract(m, "mask")).transpose()?,
-            out: out.map(|c| Parts::extract(c, "out")).transpose()?,
+            left: Source::extract(left.0, left.1)?,
+            right: Source::extract(right.0, right.1)?,
+            mask: mask.map(|m| Source::extract(m, "mask")).transpose()?,
+            out: out.map(|c| Source::extract(c, "out")).transpose()?,
         })
     }
 }
 
-/// `C⟨M, replace⟩ = accum(C, A ⊕.⊗ B)` from operand tuples (`mask`, `c`: optional, as
-/// `(format, nrows, ncols, major, minor, data)` of A's dtype); returns the CSR tuple of the
-/// new C (the product itself without `c`).
+/// Calls `$body` with `$t` the scalar type of the left operand of `$operands`: its data's
+/// dtype, or a stored matrix's (`TypeError` for a dtype the products do not compute in).
+macro_rules! with_left {
+    ($operands:expr, |$t:ident| $body:expr) => {
+        match &$operands.left {
+            Source::Parts(p) => with_scalar!(&p.data, "A", exact too, |$t| $body),
+            Source::Stored(m) => with_stored!(&m.get().csr, |_m: $t| $body),
+        }
+    };
+}
+
+/// `C⟨M, replace⟩ = accum(C, A ⊕.⊗ B)` from operand tuples `(format, nrows, ncols, major,
+/// minor, data)` of A's dtype or stored matrices (a stored mask of any dtype; `mask`, `c`
+/// optional); returns the CSR tuple of the new C (the product itself without `c`).
 #[pyfunction]
 #[pyo3(signature = (a, b, mask, c, semiring, structural, complement, replace, accum, device))]
 #[allow(clippy::too_many_arguments)]
 pub fn mxm<'py>(
     py: Python<'py>,
-    a: &Bound<'py, PyTuple>,
-    b: &Bound<'py, PyTuple>,
-    mask: Option<&Bound<'py, PyTuple>>,
-    c: Option<&Bound<'py, PyTuple>>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    mask: Option<&Bound<'py, PyAny>>,
+    c: Option<&Bound<'py, PyAny>>,
     semiring: &str,
     structural: bool,
     complement: bool,
@@ -139,31 +149,47 @@ pub fn mxm<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (b, "B"), mask, c)?;
-    with_scalar!(&operands.left.data, "A", exact too, |T| mxm_t::<T>(
-        py, &operands, modes, &choice
-    ))
+    with_left!(operands, |T| mxm_t::<T>(py, &operands, modes, &choice))
 }
 
-/// Borrows `parts`' arrays as `T` (`name` names it in errors).
+/// Borrows the values of an optional operand as `T` (`name` names it in errors).
 fn data_of<'py, T: PyScalar>(
-    parts: Option<&Parts<'py>>,
+    source: Option<&Source<'py>>,
     name: &str,
 ) -> PyResult<Option<numpy::PyReadonlyArray1<'py, T>>> {
-    parts.map(|p| p.data::<T>(name)).transpose()
+    Ok(source.map(|s| s.data::<T>(name)).transpose()?.flatten())
 }
 
-/// The views of `parts` over `data`, where both are given.
-fn view_of<'a, 'py, T: PyScalar>(
-    parts: &'a Option<Parts<'py>>,
+/// The operand of an optional `source` (`data` from [`data_of`]).
+fn operand_of<'a, 'py, T: Storable>(
+    source: &'a Option<Source<'py>>,
     data: &'a Option<numpy::PyReadonlyArray1<'py, T>>,
-) -> PyResult<Option<View<'a, T>>> {
-    match (parts, data) {
-        (Some(p), Some(d)) => p.view(d).map(Some),
-        _ => Ok(None),
-    }
+    name: &str,
+) -> PyResult<Option<Operand<'a, T>>> {
+    source.as_ref().map(|s| s.operand(data, name)).transpose()
 }
 
-fn mxm_t<'py, T: PyScalar>(
+/// The mask operand of an optional `source` (`data` from [`data_of`]).
+fn mask_of<'a, 'py, T: Storable>(
+    source: &'a Option<Source<'py>>,
+    data: &'a Option<numpy::PyReadonlyArray1<'py, T>>,
+) -> PyResult<Option<MaskOperand<'a, T>>> {
+    source.as_ref().map(|s| s.mask_operand(data)).transpose()
+}
+
+/// Checks, once a computation is over, that no matrix made from an operand's arrays
+/// outlived it ([`Operand::released`]).
+fn released<T: Scalar>(
+    operands: [Option<&Operand<'_, T>>; 3],
+    mask: Option<&MaskOperand<'_, T>>,
+) -> PyResult<()> {
+    for operand in operands.into_iter().flatten() {
+        operand.released()?;
+    }
+    mask.map_or(Ok(()), MaskOperand::released)
+}
+
+fn mxm_t<'py, T: Storable>(
     py: Python<'py>,
     operands: &Operands<'py>,
     modes: Modes,
@@ -175,50 +201,48 @@ fn mxm_t<'py, T: PyScalar>(
     );
     let mask_data = data_of::<T>(operands.mask.as_ref(), "mask")?;
     let out_data = data_of::<T>(operands.out.as_ref(), "out")?;
-    let (a, b) = (operands.left.view(&a_data)?, operands.right.view(&b_data)?);
-    let mask = view_of(&operands.mask, &mask_data)?;
-    let out = view_of(&operands.out, &out_data)?;
+    let a = operands.left.operand(&a_data, "A")?;
+    let b = operands.right.operand(&b_data, "B")?;
+    let mask = mask_of(&operands.mask, &mask_data)?;
+    let out = operand_of(&operands.out, &out_data, "out")?;
     let run = RunControl::unwatched();
     let c = detached(py, &run, a.nnz() + b.nnz(), None, || {
         let ctx = context::<T>(choice)?;
-        let (a, b) = (a.csr(false)?, b.csr(false)?);
-        let mask = mask.as_ref().map(|m| m.csr(false)).transpose()?;
-        let mask = mask.as_ref().map(|m| modes.mask(m));
+        let (a, b) = (a.csr()?, b.csr()?);
+        let mask = mask
+            .as_ref()
+            .map(|m| m.mask(modes.structural).map(|m| modes.modes_of(m)))
+            .transpose()?;
         let mut options = SpgemmOptions::new().with_semiring(modes.semiring);
         if let Some(m) = &mask {
             options = options.with_mask(m.clone());
         }
         let t = ctx
-            .spgemm_with((&a).into(), (&b).into(), &options, &run)
+            .spgemm_with((&*a).into(), (&*b).into(), &options, &run)
             .map_err(to_py)?;
         let c = match &out {
-            Some(c) => c.csr(false)?,
-            None => Csr::zeros(t.nrows(), t.ncols()).map_err(to_py)?,
+            Some(c) => c.csr()?,
+            None => Held::Made(Csr::zeros(t.nrows(), t.ncols()).map_err(to_py)?),
         };
-        write_back(&c, &t, mask.as_ref(), modes.accumulator).map_err(to_py)
+        write_back(&*c, &t, mask.as_ref(), modes.accumulator).map_err(to_py)
     })?;
-    for view in [Some(&a), Some(&b), mask.as_ref(), out.as_ref()]
-        .into_iter()
-        .flatten()
-    {
-        view.released()?;
-    }
+    released([Some(&a), Some(&b), out.as_ref()], mask.as_ref())?;
     csr_to_py(py, c)
 }
 
 /// `w⟨m, replace⟩ = accum(w, A ⊕.⊗ u)` (`kind` `"mxv"`) or `wᵀ⟨mᵀ, replace⟩ = accum(wᵀ, uᵀ
-/// ⊕.⊗ A)` (`"vxm"`): `u`, `mask` and `w` are `1 × len` operand tuples; returns the `1 ×
-/// len` CSR tuple of the new `w`.
+/// ⊕.⊗ A)` (`"vxm"`): `u`, `mask` and `w` are `1 × len` operands; each argument an operand
+/// tuple or a stored matrix, as for [`mxm`]. Returns the `1 × len` CSR tuple of the new `w`.
 #[pyfunction]
 #[pyo3(signature = (kind, a, u, mask, w, semiring, structural, complement, replace, accum, device))]
 #[allow(clippy::too_many_arguments)]
 pub fn vector_product<'py>(
     py: Python<'py>,
     kind: &str,
-    a: &Bound<'py, PyTuple>,
-    u: &Bound<'py, PyTuple>,
-    mask: Option<&Bound<'py, PyTuple>>,
-    w: Option<&Bound<'py, PyTuple>>,
+    a: &Bound<'py, PyAny>,
+    u: &Bound<'py, PyAny>,
+    mask: Option<&Bound<'py, PyAny>>,
+    w: Option<&Bound<'py, PyAny>>,
     semiring: &str,
     structural: bool,
     complement: bool,
@@ -234,17 +258,17 @@ pub fn vector_product<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (u, "u"), mask, w)?;
-    with_scalar!(&operands.left.data, "A", exact too, |T| vector_product_t::<T>(
+    with_left!(operands, |T| vector_product_t::<T>(
         py, &operands, vxm, modes, &choice
     ))
 }
 
-/// A `1 × len` view as a vector.
-fn vector_of<T: PyScalar>(v: &View<'_, T>) -> PyResult<SparseVector<T>> {
-    SparseVector::from_row(v.csr(false)?).map_err(to_py)
+/// A `1 × len` operand as a vector.
+fn vector_of<T: Storable>(v: &Operand<'_, T>) -> PyResult<SparseVector<T>> {
+    SparseVector::from_row(v.csr()?.into_owned()).map_err(to_py)
 }
 
-fn vector_product_t<'py, T: PyScalar>(
+fn vector_product_t<'py, T: Storable>(
     py: Python<'py>,
     operands: &Operands<'py>,
     vxm: bool,
@@ -257,16 +281,17 @@ fn vector_product_t<'py, T: PyScalar>(
     );
     let mask_data = data_of::<T>(operands.mask.as_ref(), "mask")?;
     let out_data = data_of::<T>(operands.out.as_ref(), "out")?;
-    let (a, u) = (operands.left.view(&a_data)?, operands.right.view(&u_data)?);
-    let mask = view_of(&operands.mask, &mask_data)?;
-    let out = view_of(&operands.out, &out_data)?;
+    let a = operands.left.operand(&a_data, "A")?;
+    let u = operands.right.operand(&u_data, "u")?;
+    let mask = mask_of(&operands.mask, &mask_data)?;
+    let out = operand_of(&operands.out, &out_data, "out")?;
     let run = RunControl::unwatched();
     let w = detached(py, &run, a.nnz() + u.nnz(), None, || {
         let ctx = context::<T>(choice)?;
-        let (a, u) = (a.csr(false)?, vector_of(&u)?);
+        let (a, u) = (a.csr()?, vector_of(&u)?);
         let mut options = VectorProductOptions::new().with_semiring(modes.semiring);
         if let Some(m) = &mask {
-            options = options.with_mask(modes.mask(&m.csr(false)?));
+            options = options.with_mask(modes.modes_of(m.mask(modes.structural)?));
         }
         if let Some(acc) = modes.accumulator {
             options = options.with_accumulator(acc);
@@ -277,18 +302,13 @@ fn vector_product_t<'py, T: PyScalar>(
             None => SparseVector::empty(len).map_err(to_py)?,
         };
         if vxm {
-            ctx.vxm_into(&mut w, &u, &a, &options)
+            ctx.vxm_into(&mut w, &u, &*a, &options)
         } else {
-            ctx.mxv_into(&mut w, &a, &u, &options)
+            ctx.mxv_into(&mut w, &*a, &u, &options)
         }
         .map_err(to_py)?;
         Ok(w.into_row())
     })?;
-    for view in [Some(&a), Some(&u), mask.as_ref(), out.as_ref()]
-        .into_iter()
-        .flatten()
-    {
-        view.released()?;
-    }
+    released([Some(&a), Some(&u), out.as_ref()], mask.as_ref())?;
     csr_to_py(py, w)
 }

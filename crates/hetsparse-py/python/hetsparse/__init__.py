@@ -8,6 +8,12 @@ scipy.sparse matrices and arrays go in, scipy.sparse results come out::
     y = hetsparse.spmv(A, np.ones(1000))  # A @ x
     hetsparse.devices()                   # what this machine has
 
+In a loop of semiring products over one matrix, convert it once with ``hetsparse.Matrix``
+(``mxm``, ``mxv`` and ``vxm`` take it wherever they take a scipy operand)::
+
+    M = hetsparse.Matrix(A)               # checked and converted once, kept in hetsparse
+    w = hetsparse.vxm(frontier, M, "any_secondi", mask=visited, complement=True)
+
 ``device`` is ``"auto"`` (every device found, each piece of hardware once), ``"all"`` (the
 same, sharing every large enough product among them), ``"cpu"``, ``"cuda"`` / ``"cuda:N"``, or
 ``"opencl"`` / ``"opencl:NAME"`` / ``"opencl:P.D"``.
@@ -34,6 +40,7 @@ __all__ = [
     "mxm",
     "mxv",
     "vxm",
+    "Matrix",
     "devices",
     "generate",
     "DeviceError",
@@ -291,14 +298,131 @@ def _accum_name(accum):
     return name
 
 
+class Matrix:
+    """A sparse matrix checked and converted once, kept in hetsparse's memory, for loops of
+    ``mxm``, ``mxv`` and ``vxm`` over one matrix.
+
+    Each call of those products on a scipy.sparse operand checks its arrays (sorted indices,
+    bounds) and converts what it cannot read in place; a ``Matrix`` was checked and converted
+    when it was made, and the products read it by reference::
+
+        M = hetsparse.Matrix(A)            # A: any scipy.sparse matrix or array
+        for _ in range(levels):
+            q = hetsparse.vxm(q, M, "any_secondi", mask=parents, complement=True, replace=True)
+
+    ``A`` is any scipy.sparse matrix or array the products take (CSR, CSC, COO or another
+    format, int32 or int64 indices; unsorted indices are sorted and repeats summed, as the
+    products do with them). The values are stored in ``dtype`` (by default ``A``'s, with
+    ``int8`` and ``int16`` widened to ``int32`` and ``uint8``, ``uint16`` to ``uint32`` as the
+    products widen them), one of the dtypes the semiring products compute in: float32,
+    float64, complex64, complex128, bool, int32, int64, uint32, uint64. Explicit zeros are kept.
+    The matrix is a copy: writing ``A`` afterwards does not change it, and it cannot be written.
+
+    ``mxm`` takes a ``Matrix`` as ``A``, ``B``, ``mask`` and ``out``; ``mxv`` and ``vxm`` as
+    ``A`` (and, converted on each call, as a vector of shape ``1 × n`` or ``n × 1``). A product
+    computes in the dtype its operands promote to (as with scipy operands); a ``Matrix`` of
+    another dtype is converted for that call (make it in the product's dtype to avoid that).
+    As a mask it is used in its own dtype: ``structural=False`` admits its non-zero values.
+    Results are scipy.sparse, as with scipy operands: an array when the ``Matrix`` was made
+    from a sparse array, else a matrix.
+
+    Raises ``TypeError`` when ``A`` is not a scipy.sparse matrix or array or the dtype is not
+    one of those above, ``ValueError`` for malformed arrays.
+    """
+
+    __slots__ = ("_native", "_array")
+
+    def __init__(self, A, dtype=None):
+        if hasattr(self, "_native"):
+            raise AttributeError("a hetsparse.Matrix cannot be changed once made")
+        if isinstance(A, Matrix):
+            A = A.to_scipy()
+        _check_sparse(A, "A")
+        if dtype is None:
+            dtype = _semiring_dtype(A.dtype)
+        else:
+            dtype = np.dtype(dtype)
+            if dtype not in DTYPES and dtype not in EXACT_DTYPES:
+                names = ", ".join(str(d) for d in DTYPES + EXACT_DTYPES)
+                raise TypeError(f"dtype: {dtype} is not one hetsparse stores ({names})")
+        self._native = _hetsparse.StoredMatrix(_parts(A, dtype))
+        self._array = _is_array_api(A)
+
+    @property
+    def shape(self):
+        """``(rows, columns)``."""
+        return tuple(self._native.shape)
+
+    @property
+    def nnz(self):
+        """Stored entries (explicit zeros included)."""
+        return self._native.nnz
+
+    @property
+    def dtype(self):
+        """The values' NumPy dtype."""
+        return np.dtype(self._native.dtype)
+
+    @property
+    def ndim(self):
+        """2."""
+        return 2
+
+    def to_scipy(self):
+        """A copy as scipy CSR with sorted indices, as the products return theirs: a
+        ``csr_array`` when the matrix was made from a sparse array, else a ``csr_matrix``."""
+        cls = _sp.csr_array if self._array else _sp.csr_matrix
+        return _compressed(cls, *self._native.to_csr())
+
+    def __reduce__(self):
+        # Pickled as its contents, made again when unpickled.
+        return (Matrix, (self.to_scipy(),))
+
+    def __repr__(self):
+        rows, cols = self.shape
+        return f"<hetsparse.Matrix {rows}×{cols}, {self.nnz} stored entries of dtype {self.dtype}>"
+
+
+def _check_operand(m, name):
+    """``TypeError`` unless ``m`` is a two-dimensional sparse operand: a scipy.sparse matrix or
+    array, or a ``Matrix``."""
+    if not isinstance(m, Matrix):
+        _check_sparse(m, name)
+
+
+def _operand(m, dtype):
+    """What the native products take for an operand of ``dtype``: a ``Matrix``'s stored matrix
+    when it is of ``dtype`` (converted for this call when not), else ``m``'s parts."""
+    if isinstance(m, Matrix):
+        if m.dtype == dtype:
+            return m._native
+        m = m.to_scipy()
+    return _parts(m, dtype)
+
+
+def _wants_array(a):
+    """Whether products of ``a`` are sparse arrays rather than matrices."""
+    return a._array if isinstance(a, Matrix) else _is_array_api(a)
+
+
 def _matching(m, shape, dtype, name):
-    """The parts of an optional matrix ``m`` (mask or existing result) of ``shape``."""
+    """What the native products take for an optional matrix ``m`` (mask or existing result)
+    of ``shape``."""
     if m is None:
         return None
-    _check_sparse(m, name)
+    _check_operand(m, name)
     if m.shape != shape:
         raise ValueError(f"{name} has shape {m.shape}, the result {shape}")
-    return _parts(m, dtype)
+    return _operand(m, dtype)
+
+
+def _mask(m, shape, dtype):
+    """``mxm``'s mask: a ``Matrix`` is used as it is, in its own dtype."""
+    if isinstance(m, Matrix):
+        if m.shape != shape:
+            raise ValueError(f"mask has shape {m.shape}, the result {shape}")
+        return m._native
+    return _matching(m, shape, dtype, "mask")
 
 
 def mxm(
@@ -338,19 +462,22 @@ def mxm(
     ``A.astype(np.int64)``). The result is CSR (an array when ``A`` is a sparse array). Raises ``ValueError`` for unknown names and shapes that do not match,
     ``TypeError`` for a semiring not defined over the dtype (only the ``plus_*`` and
     ``any_pair`` ones are over complex values) or a device that does not run it.
+
+    ``A``, ``B``, ``mask`` and ``out`` may be ``Matrix`` objects, checked and converted once
+    (see ``Matrix``), where a loop would convert a scipy operand on every call.
     """
-    _check_sparse(A, "A")
-    _check_sparse(B, "B")
+    _check_operand(A, "A")
+    _check_operand(B, "B")
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"dimension mismatch: A is {A.shape}, B is {B.shape}")
     semiring, accum = _semiring_name(semiring), _accum_name(accum)
     dtype = _semiring_dtype(A.dtype, B.dtype)
     shape = (A.shape[0], B.shape[1])
-    m = _matching(mask, shape, dtype, "mask")
+    m = _mask(mask, shape, dtype)
     c = _matching(out, shape, dtype, "out")
     nrows, ncols, indptr, indices, data = _hetsparse.mxm(
-        _parts(A, dtype),
-        _parts(B, dtype),
+        _operand(A, dtype),
+        _operand(B, dtype),
         m,
         c,
         semiring,
@@ -360,7 +487,7 @@ def mxm(
         accum,
         device,
     )
-    cls = _sp.csr_array if _is_array_api(A) else _sp.csr_matrix
+    cls = _sp.csr_array if _wants_array(A) else _sp.csr_matrix
     return _compressed(cls, nrows, ncols, indptr, indices, data)
 
 
@@ -370,6 +497,8 @@ def _as_row(v, length, dtype, name):
     one-dimensional sparse array."""
     if v is None:
         return None
+    if isinstance(v, Matrix):
+        v = v.to_scipy()
     if _sp.issparse(v):
         if len(v.shape) == 1:
             v = v.reshape((1, v.shape[0]))
@@ -391,14 +520,14 @@ def _as_row(v, length, dtype, name):
 
 
 def _vector_product(kind, A, u, semiring, mask, structural, complement, replace, accum, out, device):
-    _check_sparse(A, "A")
+    _check_operand(A, "A")
     u_len, w_len = (A.shape[1], A.shape[0]) if kind == "mxv" else A.shape
     semiring, accum = _semiring_name(semiring), _accum_name(accum)
-    u_dtype = u.dtype if _sp.issparse(u) else np.asarray(u).dtype
+    u_dtype = u.dtype if _sp.issparse(u) or isinstance(u, Matrix) else np.asarray(u).dtype
     dtype = _semiring_dtype(A.dtype, u_dtype)
     nrows, ncols, indptr, indices, data = _hetsparse.vector_product(
         kind,
-        _parts(A, dtype),
+        _operand(A, dtype),
         _as_row(u, u_len, dtype, "u"),
         _as_row(mask, w_len, dtype, "mask"),
         _as_row(out, w_len, dtype, "out"),
@@ -409,7 +538,7 @@ def _vector_product(kind, A, u, semiring, mask, structural, complement, replace,
         accum,
         device,
     )
-    cls = _sp.csr_array if _is_array_api(A) else _sp.csr_matrix
+    cls = _sp.csr_array if _wants_array(A) else _sp.csr_matrix
     row = _compressed(cls, nrows, ncols, indptr, indices, data)
     # mxv's w is a column, vxm's a row, as the products' shapes say.
     return row.T.tocsr() if kind == "mxv" else row
@@ -433,7 +562,8 @@ def mxv(
     ``u`` (and ``mask``, ``out``) are vectors: a one-dimensional NumPy array (every position
     stored) or a sparse ``1 × n`` or ``n × 1`` matrix or array (a sparse frontier). ``w`` is a
     sparse ``A.shape[0] × 1`` CSR column holding an entry wherever a product lands. The
-    semiring, the mask's modes, ``accum``, ``out`` and ``replace`` are as for ``mxm``.
+    semiring, the mask's modes, ``accum``, ``out`` and ``replace`` are as for ``mxm``. ``A``
+    may be a ``Matrix``, converted once for a loop of calls.
     """
     return _vector_product("mxv", A, u, semiring, mask, structural, complement, replace, accum, out, device)
 

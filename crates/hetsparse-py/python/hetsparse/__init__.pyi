@@ -6,10 +6,26 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-__all__ = ["spgemm", "spmm", "spmv", "devices", "generate", "DeviceError", "DTYPES", "FEATURES"]
+__all__ = [
+    "spgemm",
+    "spmm",
+    "spmv",
+    "mxm",
+    "mxv",
+    "vxm",
+    "Matrix",
+    "devices",
+    "generate",
+    "DeviceError",
+    "DTYPES",
+    "FEATURES",
+    "SEMIRINGS",
+]
 
 DTYPES: Tuple[np.dtype, ...]
+EXACT_DTYPES: Tuple[np.dtype, ...]
 FEATURES: Tuple[str, ...]
+SEMIRINGS: Tuple[str, ...]
 
 class DeviceError(RuntimeError):
     """A device, driver or runtime failed, or no device of the kind asked for is present."""
@@ -94,3 +110,67 @@ def generate(
 def generate(
     matrix_class: str, size: int, seed: int = ..., dtype: npt.DTypeLike = ..., array: bool = ...
 ) -> Tuple[sp.csr_matrix, sp.csr_matrix]: ...
+
+class Matrix:
+    """A sparse matrix checked and converted once, kept in hetsparse's memory: ``mxm``, ``mxv``
+    and ``vxm`` take it wherever they take a scipy operand, without converting it again."""
+
+    def __init__(self, A: Union[_Sparse, "Matrix"], dtype: Optional[npt.DTypeLike] = ...) -> None: ...
+    @property
+    def shape(self) -> Tuple[int, int]: ...
+    @property
+    def nnz(self) -> int: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def ndim(self) -> int: ...
+    def to_scipy(self) -> Union[sp.csr_matrix, sp.csr_array]:
+        """A copy in CSR: an array when made from a sparse array, else a matrix."""
+
+_Operand = Union[_Sparse, Matrix]
+_Vector = Union[npt.ArrayLike, _Sparse, Matrix]
+
+def mxm(
+    A: _Operand,
+    B: _Operand,
+    semiring: object = "plus_times",
+    *,
+    mask: Optional[_Operand] = ...,
+    structural: bool = ...,
+    complement: bool = ...,
+    replace: bool = ...,
+    accum: Optional[object] = ...,
+    out: Optional[_Operand] = ...,
+    device: str = ...,
+) -> Union[sp.csr_matrix, sp.csr_array]:
+    """``C⟨mask⟩ = A ⊕.⊗ B`` over ``semiring``, GraphBLAS's ``mxm``."""
+
+def mxv(
+    A: _Operand,
+    u: _Vector,
+    semiring: object = "plus_times",
+    *,
+    mask: Optional[_Vector] = ...,
+    structural: bool = ...,
+    complement: bool = ...,
+    replace: bool = ...,
+    accum: Optional[object] = ...,
+    out: Optional[_Vector] = ...,
+    device: str = ...,
+) -> Union[sp.csr_matrix, sp.csr_array]:
+    """``w⟨mask⟩ = A ⊕.⊗ u``, GraphBLAS's ``mxv``: a sparse column."""
+
+def vxm(
+    u: _Vector,
+    A: _Operand,
+    semiring: object = "plus_times",
+    *,
+    mask: Optional[_Vector] = ...,
+    structural: bool = ...,
+    complement: bool = ...,
+    replace: bool = ...,
+    accum: Optional[object] = ...,
+    out: Optional[_Vector] = ...,
+    device: str = ...,
+) -> Union[sp.csr_matrix, sp.csr_array]:
+    """``wᵀ⟨maskᵀ⟩ = uᵀ ⊕.⊗ A``, GraphBLAS's ``vxm``: a sparse row."""

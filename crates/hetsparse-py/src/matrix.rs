@@ -1,0 +1,400 @@
+//! `hetsparse.Matrix`'s native half: a sparse matrix converted and checked once, kept in
+//! hetsparse's own memory, and handed by reference to the semiring products of every later
+//! call (where a scipy.sparse operand is converted and checked again on each call).
+//!
+//! A stored matrix is built through the path every scipy operand takes ([`Parts`],
+//! [`View::csr`]), so it is checked the same way; arrays that path reads in place (NumPy's
+//! memory) are then copied into vectors of ours, so the matrix owns its memory, outlives the
+//! call and is not changed when the scipy matrix it came from is written.
+
+use hetsparse::{Complex, Csr, Mask, Scalar};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::convert::{csr_to_py, Parts, View};
+use crate::devices::PyScalar;
+use crate::unsupported_dtype;
+
+/// A stored matrix's CSR, in one of the dtypes the semiring products compute in.
+pub enum Stored {
+    /// `float32`.
+    F32(Csr<f32>),
+    /// `float64`.
+    F64(Csr<f64>),
+    /// `complex64`.
+    C64(Csr<Complex<f32>>),
+    /// `complex128`.
+    C128(Csr<Complex<f64>>),
+    /// `bool`.
+    Bool(Csr<bool>),
+    /// `int32`.
+    I32(Csr<i32>),
+    /// `int64`.
+    I64(Csr<i64>),
+    /// `uint32`.
+    U32(Csr<u32>),
+    /// `uint64`.
+    U64(Csr<u64>),
+}
+
+/// Evaluates `$body` with `$m` bound to the `Csr` of the [`Stored`] `$stored`, whatever its
+/// scalar type (`$t` names that type in `$body`).
+macro_rules! with_stored {
+    ($stored:expr, |$m:ident: $t:ident| $body:expr) => {
+        match $stored {
+            Stored::F32($m) => {
+                #[allow(dead_code)]
+                type $t = f32;
+                $body
+            }
+            Stored::F64($m) => {
+                #[allow(dead_code)]
+                type $t = f64;
+                $body
+            }
+            Stored::C64($m) => {
+                #[allow(dead_code)]
+                type $t = Complex<f32>;
+                $body
+            }
+            Stored::C128($m) => {
+                #[allow(dead_code)]
+                type $t = Complex<f64>;
+                $body
+            }
+            Stored::Bool($m) => {
+                #[allow(dead_code)]
+                type $t = bool;
+                $body
+            }
+            Stored::I32($m) => {
+                #[allow(dead_code)]
+                type $t = i32;
+                $body
+            }
+            Stored::I64($m) => {
+                #[allow(dead_code)]
+                type $t = i64;
+                $body
+            }
+            Stored::U32($m) => {
+                #[allow(dead_code)]
+                type $t = u32;
+                $body
+            }
+            Stored::U64($m) => {
+                #[allow(dead_code)]
+                type $t = u64;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_stored;
+
+/// The scalar types a [`Stored`] matrix holds: their variant, and their NumPy name.
+pub trait Storable: PyScalar {
+    /// NumPy's name of the dtype.
+    const DTYPE: &'static str;
+    /// `m` as a [`Stored`].
+    fn store(m: Csr<Self>) -> Stored;
+    /// The CSR of `stored` when it holds this type.
+    fn stored(stored: &Stored) -> Option<&Csr<Self>>;
+}
+
+macro_rules! storable {
+    ($($t:ty => $variant:ident, $name:literal;)*) => {$(
+        impl Storable for $t {
+            const DTYPE: &'static str = $name;
+            fn store(m: Csr<Self>) -> Stored {
+                Stored::$variant(m)
+            }
+            fn stored(stored: &Stored) -> Option<&Csr<Self>> {
+                match stored {
+                    Stored::$variant(m) => Some(m),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+storable! {
+    f32 => F32, "float32";
+    f64 => F64, "float64";
+    Complex<f32> => C64, "complex64";
+    Complex<f64> => C128, "complex128";
+    bool => Bool, "bool";
+    i32 => I32, "int32";
+    i64 => I64, "int64";
+    u32 => U32, "uint32";
+    u64 => U64, "uint64";
+}
+
+impl Stored {
+    /// NumPy's name of the dtype.
+    pub fn dtype(&self) -> &'static str {
+        fn name<T: Storable>(_: &Csr<T>) -> &'static str {
+            T::DTYPE
+        }
+        with_stored!(self, |m: T| name(m))
+    }
+
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        with_stored!(self, |m: T| (m.nrows(), m.ncols()))
+    }
+
+    /// Stored entries.
+    pub fn nnz(&self) -> u64 {
+        with_stored!(self, |m: T| m.nnz())
+    }
+
+    /// A mask over this matrix, in its own dtype: `structural` admits every stored entry,
+    /// else only the non-zero ones.
+    pub fn mask(&self, structural: bool) -> Mask {
+        with_stored!(self, |m: T| if structural {
+            Mask::structural(m)
+        } else {
+            Mask::valued(m)
+        })
+    }
+}
+
+/// A sparse matrix converted and checked once (the native half of `hetsparse.Matrix`; use
+/// that). Immutable: the products read it by reference, with the GIL released.
+#[pyclass(frozen, module = "hetsparse._hetsparse", name = "StoredMatrix")]
+pub struct StoredMatrix {
+    /// The matrix, in canonical CSR.
+    pub csr: Stored,
+}
+
+#[pymethods]
+impl StoredMatrix {
+    /// Converts and checks an operand tuple `(format, nrows, ncols, major, minor, data)`, as
+    /// the products take them, into a matrix of the data's dtype. `ValueError` for malformed
+    /// arrays, `TypeError` for a dtype the semiring products do not compute in.
+    #[new]
+    fn new(py: Python<'_>, parts: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let parts = Parts::extract(parts, "A")?;
+        let csr = with_scalar!(&parts.data, "A", exact too, |T| stored_from::<T>(
+            py, &parts
+        ))?;
+        Ok(StoredMatrix { csr })
+    }
+
+    /// `(rows, columns)`.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        self.csr.shape()
+    }
+
+    /// Stored entries (explicit zeros included).
+    #[getter]
+    fn nnz(&self) -> u64 {
+        self.csr.nnz()
+    }
+
+    /// NumPy's name of the values' dtype.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.csr.dtype()
+    }
+
+    /// A copy as the CSR tuple `(nrows, ncols, indptr, indices, data)` the products return.
+    fn to_csr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        // The clone shares the arrays, so `csr_to_py` copies them (the NumPy arrays it
+        // makes are the caller's to write).
+        with_stored!(&self.csr, |m: T| csr_to_py(py, m.clone()))
+    }
+}
+
+/// The matrix of `parts`, converted and checked as every operand is, in memory of its own.
+fn stored_from<T: Storable>(py: Python<'_>, parts: &Parts<'_>) -> PyResult<Stored> {
+    let data = parts.data::<T>("A")?;
+    let view = parts.view(&data)?;
+    let csr = py.allow_threads(|| view.csr(false).map(owned))?;
+    view.released()?;
+    Ok(T::store(csr))
+}
+
+/// `m` in vectors of its own: the arrays it reads in place (NumPy's) are copied.
+fn owned<T: Scalar>(m: Csr<T>) -> Csr<T> {
+    let (offsets, indices, values) = m.arrays();
+    if !(offsets.is_foreign() || indices.is_foreign() || values.is_foreign()) {
+        return m;
+    }
+    let (nrows, ncols, offsets, indices, values) = m.into_parts();
+    // SAFETY: the arrays of a `Csr`, which met every invariant `Csr::try_new` checks; copying
+    // them changes none.
+    unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, indices, values) }
+}
+
+/// An operand of a semiring product: arrays handed over by the Python layer (converted for
+/// this call) or a stored matrix.
+pub enum Source<'py> {
+    /// An operand tuple.
+    Parts(Parts<'py>),
+    /// A `StoredMatrix`.
+    Stored(Bound<'py, StoredMatrix>),
+}
+
+impl<'py> Source<'py> {
+    /// `obj` (an operand tuple or a `StoredMatrix`); `name` names it in errors.
+    pub fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
+        if let Ok(m) = obj.downcast::<StoredMatrix>() {
+            Ok(Source::Stored(m.clone()))
+        } else if let Ok(t) = obj.downcast::<PyTuple>() {
+            Parts::extract(t, name).map(Source::Parts)
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "{name}: expected an operand tuple or a StoredMatrix"
+            )))
+        }
+    }
+
+    /// The values as a `T` array, for [`Source::operand`]: `None` for a stored matrix.
+    pub fn data<T: numpy::Element>(
+        &self,
+        name: &str,
+    ) -> PyResult<Option<numpy::PyReadonlyArray1<'py, T>>> {
+        match self {
+            Source::Parts(p) => p.data::<T>(name).map(Some),
+            Source::Stored(_) => Ok(None),
+        }
+    }
+
+    /// The operand for a computation in `T` without the GIL (`data` from [`Source::data`],
+    /// borrowed until the operand is dropped); `TypeError` for a stored matrix of another
+    /// dtype (the Python layer converts those).
+    pub fn operand<'a, T: Storable>(
+        &'a self,
+        data: &'a Option<numpy::PyReadonlyArray1<'py, T>>,
+        name: &str,
+    ) -> PyResult<Operand<'a, T>> {
+        match (self, data) {
+            (Source::Parts(p), Some(d)) => p.view(d).map(Operand::View),
+            (Source::Stored(m), _) => {
+                let stored = &m.get().csr;
+                T::stored(stored).map(Operand::Stored).ok_or_else(|| {
+                    PyTypeError::new_err(format!(
+                        "{name}: a Matrix of dtype {} in a product computed in {}",
+                        stored.dtype(),
+                        T::DTYPE
+                    ))
+                })
+            }
+            (Source::Parts(_), None) => Err(PyRuntimeError::new_err(
+                "hetsparse: an operand's values were not borrowed (a bug, please report it)",
+            )),
+        }
+    }
+
+    /// This operand as a mask (stored matrices in their own dtype, arrays in `T`).
+    pub fn mask_operand<'a, T: Storable>(
+        &'a self,
+        data: &'a Option<numpy::PyReadonlyArray1<'py, T>>,
+    ) -> PyResult<MaskOperand<'a, T>> {
+        match self {
+            Source::Parts(_) => self.operand(data, "mask").map(MaskOperand::Operand),
+            Source::Stored(m) => Ok(MaskOperand::Stored(&m.get().csr)),
+        }
+    }
+}
+
+/// An operand ready for a product in `T`: a view of NumPy's arrays or a stored matrix.
+pub enum Operand<'a, T> {
+    /// Arrays borrowed for this call.
+    View(View<'a, T>),
+    /// A stored matrix, read by reference.
+    Stored(&'a Csr<T>),
+}
+
+/// A CSR matrix made for one call, or a stored one borrowed.
+pub enum Held<'a, T> {
+    /// Made from a view (it may read NumPy's memory in place).
+    Made(Csr<T>),
+    /// A stored matrix.
+    Borrowed(&'a Csr<T>),
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = Csr<T>;
+    fn deref(&self) -> &Csr<T> {
+        match self {
+            Held::Made(m) => m,
+            Held::Borrowed(m) => m,
+        }
+    }
+}
+
+impl<T: Scalar> Held<'_, T> {
+    /// The matrix itself, a clone sharing the stored one's arrays where it is borrowed.
+    pub fn into_owned(self) -> Csr<T> {
+        match self {
+            Held::Made(m) => m,
+            Held::Borrowed(m) => m.clone(),
+        }
+    }
+}
+
+impl<T: Scalar> Operand<'_, T> {
+    /// The matrix in canonical CSR: made from the view, or the stored one borrowed.
+    pub fn csr(&self) -> PyResult<Held<'_, T>> {
+        match self {
+            Operand::View(v) => v.csr(false).map(Held::Made),
+            Operand::Stored(m) => Ok(Held::Borrowed(m)),
+        }
+    }
+
+    /// Stored entries.
+    pub fn nnz(&self) -> usize {
+        match self {
+            Operand::View(v) => v.nnz(),
+            Operand::Stored(m) => usize::try_from(m.nnz()).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// As [`View::released`]; nothing to check for a stored matrix.
+    pub fn released(&self) -> PyResult<()> {
+        match self {
+            Operand::View(v) => v.released(),
+            Operand::Stored(_) => Ok(()),
+        }
+    }
+}
+
+/// A mask operand: arrays (in the product's dtype) or a stored matrix (in its own).
+pub enum MaskOperand<'a, T> {
+    /// As any operand.
+    Operand(Operand<'a, T>),
+    /// A stored matrix of any dtype.
+    Stored(&'a Stored),
+}
+
+impl<T: Scalar> MaskOperand<'_, T> {
+    /// The mask, `structural` or valued (complement and replace are the caller's).
+    pub fn mask(&self, structural: bool) -> PyResult<Mask> {
+        Ok(match self {
+            MaskOperand::Operand(o) => {
+                let m = o.csr()?;
+                if structural {
+                    Mask::structural(&m)
+                } else {
+                    Mask::valued(&m)
+                }
+            }
+            MaskOperand::Stored(s) => s.mask(structural),
+        })
+    }
+
+    /// As [`Operand::released`].
+    pub fn released(&self) -> PyResult<()> {
+        match self {
+            MaskOperand::Operand(o) => o.released(),
+            MaskOperand::Stored(_) => Ok(()),
+        }
+    }
+}

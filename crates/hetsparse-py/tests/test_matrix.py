@@ -1,0 +1,374 @@
+"""``hetsparse.Matrix``: a matrix converted once and used by ``mxm``, ``mxv`` and ``vxm`` in
+place of a scipy operand. Its results must be the scipy operand's, on every device under test
+(a device that refuses a product must refuse it the same way), and a loop over it must not
+convert it again."""
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import hetsparse
+from hetsparse import _hetsparse
+
+ANY = ("any_pair", "any_secondi")
+COMPLEX_SEMIRINGS = ("plus_times", "plus_pair", "plus_first", "plus_second", "any_pair")
+
+
+def random(rows, cols, density, dtype, seed, fmt="csr"):
+    """A random sparse matrix of small integer values (exact in every dtype), explicit zeros
+    included where the dtype allows them."""
+    rng = np.random.default_rng(seed)
+    m = sp.random(rows, cols, density=density, format="coo", random_state=rng)
+    values = rng.integers(0, 4, m.nnz)
+    if np.dtype(dtype).kind == "c":
+        m.data = (values + 1j * rng.integers(0, 3, m.nnz)).astype(dtype)
+    else:
+        m.data = values.astype(dtype)
+    return m.asformat(fmt)
+
+
+def outcome(fn):
+    """What ``fn()`` gives: ``("ok", result)`` or ``("raises", type, message)``."""
+    try:
+        return ("ok", fn())
+    except (TypeError, ValueError) as e:
+        return ("raises", type(e), str(e))
+
+
+def assert_same(got, want, semiring):
+    """Two outcomes agree: the same exception, or equal results (for the ``any`` semirings,
+    whose value may be any product, the same structure)."""
+    assert got[0] == want[0], (got, want)
+    if got[0] == "raises":
+        assert got[1:] == want[1:]
+        return
+    g, w = got[1], want[1]
+    assert type(g) is type(w)
+    assert g.shape == w.shape and g.dtype == w.dtype
+    g, w = sp.csr_matrix(g), sp.csr_matrix(w)
+    assert np.array_equal(g.indptr, w.indptr) and np.array_equal(g.indices, w.indices)
+    if semiring not in ANY:
+        if g.dtype.kind in "fc":
+            np.testing.assert_allclose(g.data, w.data, rtol=1e-6)
+        else:
+            assert np.array_equal(g.data, w.data)
+
+
+def semirings_for(dtype):
+    if np.dtype(dtype).kind == "c":
+        return COMPLEX_SEMIRINGS
+    if np.dtype(dtype) == np.bool_:
+        return ("plus_times", "any_pair", "lor_land", "min_first")
+    return ("plus_times", "min_plus", "max_times", "any_secondi", "plus_pair")
+
+
+DTYPES = [np.float64, np.float32, np.complex128, np.bool_, np.int64, np.int32, np.uint32]
+MASK_MODES = [
+    # (mask?, structural, complement, replace, accum, out?)
+    (False, True, False, False, None, False),
+    (True, True, False, False, None, False),
+    (True, False, True, False, None, False),
+    (True, True, True, True, None, True),
+    (True, False, False, False, "plus", True),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", range(len(MASK_MODES)))
+def test_mxm_with_matrices_is_mxm_with_scipy(device, dtype, mode):
+    has_mask, structural, complement, replace, accum, has_out = MASK_MODES[mode]
+    a = random(20, 15, 0.2, dtype, 1)
+    b = random(15, 25, 0.2, dtype, 2, fmt="csc")
+    mask = random(20, 25, 0.3, dtype, 3) if has_mask else None
+    out = random(20, 25, 0.2, dtype, 4) if has_out else None
+    ma, mb = hetsparse.Matrix(a), hetsparse.Matrix(b)
+    mm = hetsparse.Matrix(mask) if has_mask else None
+    mo = hetsparse.Matrix(out) if has_out else None
+    for semiring in semirings_for(dtype):
+        kwargs = dict(
+            structural=structural,
+            complement=complement,
+            replace=replace,
+            accum=accum,
+            device=device,
+        )
+        want = outcome(lambda: hetsparse.mxm(a, b, semiring, mask=mask, out=out, **kwargs))
+        # Every mix of Matrix and scipy operands gives the same.
+        for args in [(ma, mb, mm, mo), (ma, b, mask, mo), (a, mb, mm, out)]:
+            x, y, m, o = args
+            got = outcome(lambda: hetsparse.mxm(x, y, semiring, mask=m, out=o, **kwargs))
+            assert_same(got, want, semiring)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", ["mxv", "vxm"])
+@pytest.mark.parametrize("mode", range(len(MASK_MODES)))
+def test_vector_products_with_a_matrix_are_those_with_scipy(device, dtype, kind, mode):
+    has_mask, structural, complement, replace, accum, has_out = MASK_MODES[mode]
+    a = random(30, 20, 0.15, dtype, 5)
+    ma = hetsparse.Matrix(a)
+    u_len, w_len = (20, 30) if kind == "mxv" else (30, 20)
+    u = random(1, u_len, 0.4, dtype, 6)
+    mask = random(1, w_len, 0.5, dtype, 7) if has_mask else None
+    out = random(1, w_len, 0.3, dtype, 8) if has_out else None
+    product = getattr(hetsparse, kind)
+    for semiring in semirings_for(dtype):
+        kwargs = dict(
+            mask=mask,
+            structural=structural,
+            complement=complement,
+            replace=replace,
+            accum=accum,
+            out=out,
+            device=device,
+        )
+
+        def run(matrix, vector):
+            if kind == "mxv":
+                return product(matrix, vector, semiring, **kwargs)
+            return product(vector, matrix, semiring, **kwargs)
+
+        want = outcome(lambda: run(a, u))
+        assert_same(outcome(lambda: run(ma, u)), want, semiring)
+        # A dense vector too.
+        dense = u.toarray().ravel()
+        assert_same(outcome(lambda: run(ma, dense)), outcome(lambda: run(a, dense)), semiring)
+
+
+def bfs(a, source, device):
+    """Levels of a push BFS: ``q⟨¬visited, replace⟩ = q any.secondi A``, one vxm a level."""
+    n = a.shape[0]
+    level = np.full(n, -1, dtype=np.int64)
+    level[source] = 0
+    seen = np.zeros(n, dtype=np.int64)
+    seen[source] = 1
+    q = sp.csr_matrix(([source], ([0], [source])), shape=(1, n), dtype=np.int64)
+    depth = 0
+    while q.nnz:
+        depth += 1
+        visited = sp.csr_matrix(seen.reshape(1, n))
+        q = hetsparse.vxm(
+            q, a, "any_secondi", mask=visited, complement=True, replace=True, device=device
+        )
+        level[q.indices] = depth
+        seen[q.indices] = 1
+    return level
+
+
+def test_a_bfs_over_a_matrix_is_the_bfs_over_scipy(device):
+    rng = np.random.default_rng(9)
+    n = 200
+    g = sp.random(n, n, density=0.02, format="csr", random_state=rng)
+    g = ((g + g.T) > 0).astype(np.int64).tocsr()
+    want = outcome(lambda: bfs(g, 0, device))
+    got = outcome(lambda: bfs(hetsparse.Matrix(g), 0, device))
+    assert got[0] == want[0]
+    if got[0] == "ok":
+        assert np.array_equal(got[1], want[1])
+        assert (got[1] >= 0).sum() > 1
+    else:
+        assert got[1:] == want[1:]
+
+
+def test_a_loop_over_a_matrix_does_not_convert_it_again():
+    g = random(500, 500, 0.01, np.int64, 10)
+    g = (g + g.T).tocsr()
+    m = hetsparse.Matrix(g)
+    u = sp.csr_matrix(([3], ([0], [7])), shape=(1, 500), dtype=np.int64)
+    seen = sp.csr_matrix(([1, 1], ([0, 0], [7, 9])), shape=(1, 500), dtype=np.int64)
+
+    def operands_read(a, calls=10):
+        before = (_hetsparse._operands_read(), _hetsparse._conversions())
+        for _ in range(calls):
+            hetsparse.vxm(
+                u, a, "any_secondi", mask=seen, complement=True, replace=True, device="cpu"
+            )
+        after = (_hetsparse._operands_read(), _hetsparse._conversions())
+        return after[0] - before[0], np.subtract(after[1], before[1])
+
+    # With scipy's A, each call reads three operands: u, the mask and A.
+    read, _ = operands_read(g)
+    assert read == 30
+    # With the Matrix, u and the mask only.
+    read, _ = operands_read(m)
+    assert read == 20
+    # No operand at all is read or converted where every one is a Matrix (mxm).
+    before = (_hetsparse._operands_read(), _hetsparse._conversions())
+    for _ in range(5):
+        hetsparse.mxm(m, m, "plus_pair", mask=m, out=m, device="cpu")
+    assert _hetsparse._operands_read() == before[0]
+    assert _hetsparse._conversions() == before[1]
+
+
+def test_making_a_matrix_reads_its_operand_once():
+    a = random(50, 40, 0.1, np.float64, 11)
+    before = _hetsparse._operands_read()
+    m = hetsparse.Matrix(a)
+    assert _hetsparse._operands_read() == before + 1
+    assert (m.shape, m.nnz, m.dtype) == ((50, 40), a.nnz, np.dtype(np.float64))
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    DTYPES + [np.complex64, np.uint64],
+    ids=lambda d: np.dtype(d).name,
+)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "lil"])
+def test_to_scipy_round_trips(dtype, fmt):
+    a = random(13, 17, 0.3, dtype, 12, fmt=fmt)
+    m = hetsparse.Matrix(a)
+    back = m.to_scipy()
+    assert isinstance(back, sp.csr_matrix)
+    assert back.dtype == np.dtype(dtype) and back.shape == (13, 17)
+    assert back.has_sorted_indices
+    want = sp.csr_matrix(a)
+    want.sort_indices()
+    assert np.array_equal(back.indptr, want.indptr)
+    assert np.array_equal(back.indices, want.indices)
+    assert np.array_equal(back.data, want.data)
+    # A copy: writing it changes neither the Matrix nor a later copy.
+    back.data[:] = 0
+    assert np.array_equal(m.to_scipy().data, want.data)
+
+
+def test_a_matrix_is_a_copy_and_read_only():
+    a = random(10, 10, 0.3, np.float64, 13)
+    want = a.toarray()
+    m = hetsparse.Matrix(a)
+    a.data[:] = 99.0  # the Matrix read a's arrays in place while making itself, then copied
+    assert np.array_equal(m.to_scipy().toarray(), want)
+    for name, value in [("shape", (1, 1)), ("nnz", 0), ("dtype", np.int32), ("other", 1)]:
+        with pytest.raises(AttributeError):
+            setattr(m, name, value)
+
+
+def test_unsorted_indices_and_repeats_are_made_canonical():
+    # Row 0 holds column 2 twice (summed) and its columns out of order.
+    a = sp.csr_matrix(
+        (np.array([1.0, 2.0, 3.0, 4.0]), np.array([2, 0, 2, 1]), np.array([0, 3, 4])),
+        shape=(2, 3),
+    )
+    m = hetsparse.Matrix(a)
+    assert m.nnz == 3
+    assert np.array_equal(m.to_scipy().toarray(), a.toarray())
+    assert np.array_equal(
+        hetsparse.mxm(m, m.to_scipy().T.tocsr()).toarray(), hetsparse.mxm(a, a.T.tocsr()).toarray()
+    )
+
+
+def test_arrays_give_arrays_and_matrices_give_matrices():
+    a = random(6, 6, 0.5, np.float64, 14)
+    ma, mm = hetsparse.Matrix(sp.csr_array(a)), hetsparse.Matrix(a)
+    assert isinstance(ma.to_scipy(), sp.csr_array)
+    assert isinstance(mm.to_scipy(), sp.csr_matrix)
+    assert isinstance(hetsparse.mxm(ma, a, device="cpu"), sp.csr_array)
+    assert isinstance(hetsparse.mxm(mm, sp.csr_array(a), device="cpu"), sp.csr_matrix)
+    assert isinstance(hetsparse.vxm(np.ones(6), ma, device="cpu"), sp.csr_array)
+
+
+def test_dtype_conversion_and_the_widened_integers():
+    a = random(8, 9, 0.4, np.int8, 15)
+    assert hetsparse.Matrix(a).dtype == np.int32
+    assert hetsparse.Matrix(a.astype(np.uint16)).dtype == np.uint32
+    m = hetsparse.Matrix(a, dtype=np.float32)
+    assert m.dtype == np.float32
+    assert np.array_equal(m.to_scipy().toarray(), a.toarray().astype(np.float32))
+    assert hetsparse.Matrix(m, dtype=bool).dtype == np.bool_
+    assert hetsparse.Matrix(m).dtype == np.float32
+
+
+def test_a_matrix_of_another_dtype_is_converted_for_the_call(device):
+    a = random(10, 12, 0.3, np.int64, 16)
+    b = random(12, 7, 0.3, np.float64, 17)
+    m = hetsparse.Matrix(a)  # int64; the product computes in float64
+    got = hetsparse.mxm(m, b, "plus_times", device=device)
+    want = hetsparse.mxm(a, b, "plus_times", device=device)
+    assert got.dtype == np.float64
+    assert_same(("ok", got), ("ok", want), "plus_times")
+    w = hetsparse.mxv(hetsparse.Matrix(a), np.ones(12), device="cpu")
+    assert w.dtype == np.float64
+    np.testing.assert_allclose(w.toarray().ravel(), a.toarray() @ np.ones(12))
+    # A mask is used in its own dtype: 0.5 is non-zero, as GraphBLAS casts it to bool.
+    mask = hetsparse.Matrix(sp.csr_matrix(np.full((10, 7), 0.5)))
+    got = hetsparse.mxm(a, random(12, 7, 0.5, np.int64, 18), mask=mask, structural=False,
+                        device="cpu")
+    want = hetsparse.mxm(a, random(12, 7, 0.5, np.int64, 18), device="cpu")
+    assert_same(("ok", got), ("ok", want), "plus_times")
+
+
+def test_errors():
+    a = random(5, 6, 0.5, np.float64, 19)
+    m = hetsparse.Matrix(a)
+    # Not a sparse matrix.
+    for bad in (a.toarray(), [[1.0]], "A", None):
+        with pytest.raises(TypeError, match="scipy.sparse"):
+            hetsparse.Matrix(bad)
+    # Dtypes hetsparse does not store.
+    with pytest.raises(TypeError):
+        hetsparse.Matrix(a.astype(np.longdouble))
+    with pytest.raises(TypeError, match="int8"):
+        hetsparse.Matrix(a, dtype=np.int8)
+    with pytest.raises(TypeError):
+        hetsparse.Matrix(a, dtype=object)
+    # Shapes that do not match.
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.mxm(m, m)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.mxm(a, m)
+    with pytest.raises(ValueError, match="mask has shape"):
+        hetsparse.mxm(m, m.to_scipy().T, mask=m)
+    with pytest.raises(ValueError, match="out has shape"):
+        hetsparse.mxm(m, m.to_scipy().T, out=m)
+    with pytest.raises(ValueError, match="length"):
+        hetsparse.mxv(m, np.ones(5))
+    with pytest.raises(ValueError, match="length"):
+        hetsparse.vxm(np.ones(6), m)
+    # Malformed arrays are ValueErrors, as for the products.
+    broken = sp.csr_matrix((3, 3))
+    broken.indptr = np.array([0, 1, 0, 0], dtype=np.int32)
+    with pytest.raises(ValueError):
+        hetsparse.Matrix(broken)
+    # A semiring not over the dtype: TypeError, as with scipy operands.
+    c = hetsparse.Matrix(a.astype(np.complex128))
+    with pytest.raises(TypeError):
+        hetsparse.mxm(c, c.to_scipy().T, "min_plus", device="cpu")
+    # The native half refuses a stored matrix of another dtype than the product's.
+    with pytest.raises(TypeError, match="dtype float64"):
+        _hetsparse.mxm(
+            hetsparse.Matrix(a.astype(np.int64))._native,
+            m._native,
+            None,
+            None,
+            "plus_times",
+            True,
+            False,
+            False,
+            None,
+            "cpu",
+        )
+
+
+def test_repr_and_attributes():
+    m = hetsparse.Matrix(random(3, 4, 0.5, np.float32, 20))
+    assert repr(m) == f"<hetsparse.Matrix 3×4, {m.nnz} stored entries of dtype float32>"
+    assert m.ndim == 2
+    assert isinstance(m.shape, tuple) and m.shape == (3, 4)
+    assert isinstance(m.dtype, np.dtype)
+
+
+def test_pickles_as_its_contents():
+    a = random(7, 5, 0.4, np.uint64, 21)
+    m = pickle.loads(pickle.dumps(hetsparse.Matrix(sp.csr_array(a))))
+    assert isinstance(m, hetsparse.Matrix) and m.dtype == np.uint64
+    assert isinstance(m.to_scipy(), sp.csr_array)
+    assert np.array_equal(m.to_scipy().toarray(), a.toarray())
+
+
+def test_empty_matrices():
+    m = hetsparse.Matrix(sp.csr_matrix((0, 4)))
+    assert m.shape == (0, 4) and m.nnz == 0
+    z = hetsparse.Matrix(sp.csr_matrix((4, 3), dtype=np.int32))
+    c = hetsparse.mxm(z, sp.csr_matrix((3, 2), dtype=np.int32), device="cpu")
+    assert c.shape == (4, 2) and c.nnz == 0
