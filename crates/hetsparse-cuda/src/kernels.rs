@@ -29,6 +29,7 @@ pub(crate) const MODULES: &[KernelModule] = &[
     module!("spmm"),
     module!("dia"),
     module!("bsr"),
+    module!("semiring"),
 ];
 
 /// The compiled form a GPU of compute capability `(major, minor)` loads first: the sm_90

@@ -38,6 +38,16 @@
 //! - [`SpgemmAlgorithm::ColumnRow`]: Matam et al. Alg. 2, a block per part of A;
 //! - [`SpgemmAlgorithm::Esc`]: Polok et al., expansion, sorting, compression.
 //!
+//! Semirings, masks and the exact types: a SpGEMM over any of GraphBLAS's built-in semirings
+//! ([`hetsparse_core::SemiringKind`]), with a structural or valued mask (complemented or not),
+//! and every SpGEMM over `bool`, `i32`, `i64`, `u32` and `u64`, runs `kernels-cuda/semiring.cu`:
+//! C's structure first (the plus-times pipeline's on ones, or the mask's positions products
+//! land on, computing no product the mask refuses), then its values by one kernel per
+//! semiring and type, precompiled. Their plans keep the structure; executions compute the
+//! values alone. Accumulating into an existing C is `hetsparse_core::write_back`'s. The
+//! sparse-vector products mxv and vxm are the same kernels' products of A and a one-column or
+//! one-row matrix. The other operations run over the float types only.
+//!
 //! Host results (`spgemm_with`, `spgemm_chunks`) are produced in row batches copied to
 //! pinned host buffers while the next batch computes (two buffers), so the product may be
 //! larger than device memory. `spgemm_with` needs A and B to fit, with room for the work
@@ -110,17 +120,20 @@ mod bsr;
 mod dia;
 mod spmm;
 mod spmv;
+mod vector;
 
 use std::sync::Arc;
 
+use hetsparse_core::backend::chunks;
 use hetsparse_core::backend::plan::{OperandPattern, PlanState};
 use hetsparse_core::{
     Backend, Bsr, Capabilities, ChunkPipeline, ChunkPlace, ChunkSink, Csr, CsrOperand, Dense,
     DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Dia, Error, Layout, MemoryPool,
     MemoryRequirement, MemorySpace, Operation, PatternId, PlaceDone, ProductChunk, Residency,
-    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, ScalarType, SparseFormat,
-    SparseOperand, SparseRef, SpgemmAlgorithm, SpgemmOptions, SpgemmPlan, SpmmOptions, SpmvOptions,
-    Validated, VectorOperand,
+    ResidentCsr, ResidentDense, ResidentOps, Result, RunControl, Scalar, ScalarType, SparseFormat,
+    SparseOperand, SparseRef, SparseVector, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions,
+    SpgemmPlan, SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind,
+    VectorProductOptions,
 };
 
 use resident::{DeviceCsr, DeviceDense, Kept};
@@ -263,6 +276,15 @@ impl CudaBackend {
 /// Every scalar type the kernels are instantiated for: the floats, not yet the integer types
 /// and `bool`.
 const SCALARS: [ScalarType; 6] = ScalarType::FLOATS;
+/// The types SpGEMM runs over through the semiring kernels alone (every product over them,
+/// plus-times included): the integers and `bool`.
+const EXACT_SCALARS: [ScalarType; 5] = [
+    ScalarType::Bool,
+    ScalarType::I32,
+    ScalarType::I64,
+    ScalarType::U32,
+    ScalarType::U64,
+];
 
 impl Device for CudaBackend {
     fn info(&self) -> DeviceInfo {
@@ -309,11 +331,21 @@ impl Device for CudaBackend {
         // The same on every GPU the PTX loads on: computed once.
         static CAPABILITIES: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
         CAPABILITIES.get_or_init(|| {
-            Capabilities::new()
+            let caps = Capabilities::new()
                 .with_all(&spgemm::ALGORITHMS.map(Operation::Spgemm), &SCALARS)
                 .with_all(&SparseFormat::ALL.map(Operation::Spmv), &SCALARS)
                 .with_all(&SparseFormat::ALL.map(Operation::Spmm), &SCALARS)
                 .with_all(&[Operation::DiaSpgemm, Operation::BsrSpgemm], &SCALARS)
+                .with(Operation::Spgemm(SpgemmAlgorithm::Auto), &EXACT_SCALARS);
+            // Every semiring and mask by the semiring kernels (spgemm::semiring).
+            SCALARS
+                .iter()
+                .chain(&EXACT_SCALARS)
+                .fold(caps, |caps, &scalar| {
+                    let features = SpgemmFeatures::every_semiring_and_mask(scalar);
+                    caps.with_spgemm_features(&[scalar], features.clone())
+                        .with_vector_product_features(&[scalar], features)
+                })
         })
     }
 }
@@ -399,6 +431,18 @@ impl CudaBackend {
         spgemm::multiply_chunks(&self.gpu, a, b, chunks, options.algorithm, run, delivery)
     }
 
+    /// The pattern identity of `C⟨M⟩ = A·B` (a mask changes the pattern; a semiring does not).
+    fn product_pattern<T: Scalar>(
+        a: &CsrOperand<'_, T>,
+        b: &CsrOperand<'_, T>,
+        options: &SpgemmOptions,
+    ) -> PatternId {
+        match &options.mask {
+            Some(mask) => PatternId::of_masked_product(a.pattern(), b.pattern(), mask),
+            None => PatternId::of_product(a.pattern(), b.pattern()),
+        }
+    }
+
     fn wrap_csr<T: DeviceScalar>(&self, m: DeviceCsr<T>, pattern: PatternId) -> ResidentCsr<T> {
         let (shape, nnz) = ((m.nrows, m.ncols), m.nnz());
         ResidentCsr::from_storage(self.space(), shape, nnz, pattern, Kept::new(m, &self.gpu))
@@ -426,6 +470,10 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     ) -> Result<Csr<T>> {
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
+        if spgemm::semiring::is_needed::<T>(options) {
+            let (c, _) = spgemm::semiring::multiply(&self.gpu, a, b, options, run)?;
+            return c.download(&self.gpu, &**self.gpu.stream()?);
+        }
         spgemm::multiply(&self.gpu, a, b, options.algorithm, run)
     }
 
@@ -477,6 +525,19 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
         run.checkpoint()?;
         let y = spmv::spmv_device(&self.gpu, a, x, self.spmv_kernel_for(&a))?;
         spmv::download_vec::<T>(&self.gpu, &y)
+    }
+
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        _checked: Validated,
+    ) -> Result<SparseVector<T>> {
+        run.checkpoint()?;
+        vector::product(&self.gpu, kind, a, u, options, run)
     }
 
     fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {
@@ -557,10 +618,14 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         run: &RunControl,
         _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
-        let pattern = PatternId::of_product(a.pattern(), b.pattern());
+        let pattern = Self::product_pattern(&a, &b, options);
         let (a, b) = (self.operand(a)?, self.operand(b)?);
         run.checkpoint()?;
-        let (c, _) = spgemm::multiply_resident(&self.gpu, a, b, options.algorithm, None, run)?;
+        let c = if spgemm::semiring::is_needed::<T>(options) {
+            spgemm::semiring::multiply(&self.gpu, a, b, options, run)?.0
+        } else {
+            spgemm::multiply_resident(&self.gpu, a, b, options.algorithm, None, run)?.0
+        };
         Ok(self.wrap_csr(c, pattern))
     }
 
@@ -609,6 +674,22 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         let (da, db) = (self.operand(a)?, self.operand(b)?);
         // Watched, so that the plan learns the product count whatever the algorithm.
         let run = RunControl::new();
+        if spgemm::semiring::is_needed::<T>(options) {
+            // The structure (masked or not) is kept; executions compute the values alone.
+            let (c, structure) = spgemm::semiring::multiply(&self.gpu, da, db, options, &run)?;
+            drop(c);
+            let requirement = spgemm::semiring::plan_requirement::<T>(&structure);
+            return Ok(SpgemmPlan::new(
+                self.space(),
+                options.clone(),
+                pa,
+                pb,
+                structure.nnz,
+                structure.products,
+                requirement,
+                PlanState::device(Kept::new(structure, &self.gpu)),
+            ));
+        }
         let (c, structure) =
             spgemm::multiply_resident(&self.gpu, da, db, options.algorithm, None, &run)?;
         let nnz = c.nnz();
@@ -634,6 +715,13 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         run: &RunControl,
         _checked: Validated,
     ) -> Result<ResidentCsr<T>> {
+        if let Some(structure) = plan.device_state::<Kept<spgemm::semiring::SemiringStructure>>() {
+            let (a, b) = (self.operand(a)?, self.operand(b)?);
+            run.checkpoint()?;
+            let kind = plan.options().semiring;
+            let c = spgemm::semiring::execute(&self.gpu, &structure.data, a, b, kind, run)?;
+            return Ok(self.wrap_csr(c, plan.c_pattern()));
+        }
         let structure = plan
             .device_state::<Kept<spgemm::Structure>>()
             .map(|k| &k.data)
@@ -653,6 +741,9 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         _checked: Validated,
     ) -> Result<MemoryRequirement> {
         let (a, b) = (self.operand(a)?, self.operand(b)?);
+        if spgemm::semiring::is_needed::<T>(options) {
+            return spgemm::semiring::requirement(&self.gpu, a, b, options);
+        }
         spgemm::requirement(&self.gpu, a, b, options.algorithm)
     }
 }
@@ -666,8 +757,13 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         sink: &mut ChunkSink<'_, T>,
-        _checked: Validated,
+        checked: Validated,
     ) -> Result<()> {
+        if spgemm::semiring::is_needed::<T>(options) {
+            // Each chunk as a product of its own (its mask cut to it): the pipeline below
+            // runs plus-times over the float types only.
+            return chunks::plain::spgemm_chunks(self, a, b, chunks, options, run, sink, checked);
+        }
         self.chunk_call(a, b, chunks, options, run, spgemm::Delivery::Chunks(sink))
     }
 
@@ -682,8 +778,13 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         done: &mut PlaceDone<'_>,
-        _checked: Validated,
+        checked: Validated,
     ) -> Result<()> {
+        if spgemm::semiring::is_needed::<T>(options) {
+            return chunks::plain::spgemm_chunks_into(
+                self, a, b, places, options, run, done, checked,
+            );
+        }
         let chunks: Vec<ProductChunk> = places.iter().map(|p| p.chunk().clone()).collect();
         let delivery = spgemm::Delivery::Places { places, done };
         self.chunk_call(a, b, &chunks, options, run, delivery)
@@ -699,8 +800,13 @@ impl<T: DeviceScalar> ChunkPipeline<T> for CudaBackend {
         options: &SpgemmOptions,
         run: &RunControl,
         counts: &mut dyn FnMut(usize, &[u64]) -> Result<()>,
-        _checked: Validated,
+        checked: Validated,
     ) -> Result<()> {
+        if spgemm::semiring::is_needed::<T>(options) {
+            return chunks::plain::spgemm_chunk_counts(
+                self, a, b, chunks, options, run, counts, checked,
+            );
+        }
         let delivery = spgemm::Delivery::Counts(counts);
         self.chunk_call(a, b, chunks, options, run, delivery)
     }

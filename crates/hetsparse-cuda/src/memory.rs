@@ -275,6 +275,15 @@ impl<'a, T: Copy> DeviceSlice<'a, T> {
     pub fn arg(&self) -> Arg {
         Arg::U64(self.ptr)
     }
+    /// The same memory as bytes: what a download of values that not every byte pattern is
+    /// (`bool`) reads before it checks them. `None` unless `T` is one byte.
+    pub(crate) fn as_bytes(&self) -> Option<DeviceSlice<'a, u8>> {
+        (size_of::<T>() == 1).then_some(DeviceSlice {
+            ptr: self.ptr,
+            len: self.len,
+            _memory: PhantomData,
+        })
+    }
     /// Elements `start..start + len`.
     pub fn sub(&self, start: usize, len: usize) -> DeviceSlice<'a, T> {
         assert!(start + len <= self.len, "device sub-slice out of range");

@@ -536,6 +536,29 @@ pub(crate) fn download_values_into<T: DeviceScalar>(
     pool: &PinnedPool,
     out: &mut [std::mem::MaybeUninit<T>],
 ) -> Result<()> {
+    if T::TYPE == hetsparse_core::ScalarType::Bool {
+        // Not every byte is a bool: the device's bytes come down as bytes and are made 0 or
+        // 1 here, so that no kernel's byte can ever become an invalid `bool`.
+        let bytes = values.as_bytes().ok_or_else(|| Error::Internal {
+            backend: BACKEND,
+            what: "a bool that is not one byte on the device".into(),
+        })?;
+        // SAFETY: `T` is bool, one byte, so the slots are as many bytes; any byte may be
+        // written into an uninitialised byte.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.as_mut_ptr() as *mut std::mem::MaybeUninit<u8>,
+                out.len(),
+            )
+        };
+        bytes.download_staged(stream, pool, out)?;
+        for slot in out.iter_mut() {
+            // SAFETY: the download wrote every slot.
+            let byte = unsafe { slot.assume_init() };
+            slot.write(u8::from(byte != 0));
+        }
+        return Ok(());
+    }
     // SAFETY: `T::Device` has `T`'s layout (DeviceScalar's contract), so uninitialised slots
     // of one are uninitialised slots of the other.
     let out = unsafe {

@@ -1,6 +1,7 @@
 //! Scalar types on the device: bit-identical `DeviceCopy` representations and the suffix of
 //! each type's kernel entry points (`kernels-cuda/common.cuh` instantiates every templated
-//! kernel as `name_f32`, `name_f64`, `name_c32`, `name_c64`, `name_f16`, `name_bf16`).
+//! kernel as `name_f32`, `name_f64`, `name_c32`, `name_c64`, `name_f16`, `name_bf16`;
+//! `semiring.cu` its kernels for `bool`, `i32`, `i64`, `u32` and `u64` too).
 
 use cust::memory::DeviceCopy;
 use hetsparse_core::{bf16, f16, Complex, Scalar};
@@ -75,10 +76,11 @@ unsafe impl DeviceScalar for bf16 {
     const SUFFIX: &'static str = "bf16";
 }
 
-/// The integer types and `bool` hold themselves on the device. No kernel is instantiated for
-/// them yet: the backend's capabilities leave them out (so products over them are refused
-/// before any launch), and they implement this trait so that a context over them can hold
-/// the GPU next to the devices that run them.
+/// The integer types and `bool` hold themselves on the device. Only the semiring kernels
+/// (`kernels-cuda/semiring.cu`) are instantiated for them, so the backend claims SpGEMM alone
+/// over them; the other operations are refused before any launch. A `bool` comes back from the
+/// device as a byte made 0 or 1 on the host (`resident::download_values_into`), never viewed
+/// as device bytes.
 macro_rules! exact_device_scalar {
     ($($t:ty => $suffix:literal),*) => {$(
         // SAFETY: `Device` is `Self`.

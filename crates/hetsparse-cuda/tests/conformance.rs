@@ -3,5 +3,5 @@
 
 hetsparse_core::conformance_suite! {
     backend: hetsparse_cuda::CudaBackend::new(),
-    scalars: [f32, f64, c32, c64, f16, bf16],
+    scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
 }

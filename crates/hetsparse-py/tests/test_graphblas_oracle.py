@@ -32,9 +32,9 @@ products landing on an entry: a value other than python-graphblas's must be anot
 names the combination (the test's id), the seed of its generator (the CRC-32 of that id), the
 device and the case.
 
-On the devices that do not run sparse-vector products (CUDA, OpenCL), mxv and vxm must be
-refused with ``TypeError``; on those that do not run an exact dtype (CUDA: its kernels are
-instantiated for the float types; OpenCL: bool), so must mxm over it.
+On the devices that do not run sparse-vector products (OpenCL), mxv and vxm must be
+refused with ``TypeError``; on those that do not run an exact dtype (OpenCL: bool), so must mxm
+over it.
 
 Skipped where python-graphblas is not installed; with ``HETSPARSE_REQUIRE_GRAPHBLAS=1`` (CI) its
 absence fails the run instead.
@@ -65,17 +65,18 @@ COMPLEX_SEMIRINGS = ("plus_times", "plus_pair", "plus_first", "plus_second", "an
 EXACT_DTYPES = ("bool", "int32", "int64", "uint32", "uint64")
 ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
 # The devices that run sparse-vector products (mxv, vxm): the CPU backend, which "auto" and "all"
-# give them to. CUDA and OpenCL run mxm only.
-VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all")
+# give them to, and CUDA. OpenCL runs mxm only.
+VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all", "cuda")
 # The exact dtypes each device runs (any product): the CPU backend (which "auto" and "all" give
-# them to) all of them; OpenCL the integers (its kernels have no bool yet); CUDA none (its
-# kernels are instantiated for the float types only).
+# them to) and CUDA (its semiring kernels) all of them; OpenCL the integers (its kernels have no
+# bool yet).
 INTEGER_DTYPES = ("int32", "int64", "uint32", "uint64")
 EXACT_DTYPE_DEVICES = {
     "cpu": EXACT_DTYPES,
     "auto": EXACT_DTYPES,
     "all": EXACT_DTYPES,
     "opencl": INTEGER_DTYPES,
+    "cuda": EXACT_DTYPES,
 }
 # How the others refuse an exact dtype's mxm.
 EXACT_REFUSAL = r"does not support SpGEMM \(\w+\) for (bool|i32|i64|u32|u64)$"

@@ -196,9 +196,12 @@ impl<T: Scalar> SpgemmPlan<T> {
     pub fn requirement(&self) -> MemoryRequirement {
         self.requirement
     }
-    /// The pattern identity of the products it makes.
+    /// The pattern identity of the products it makes (a mask among its options shapes it).
     pub fn c_pattern(&self) -> PatternId {
-        PatternId::of_product(self.a.pattern, self.b.pattern)
+        match &self.options.mask {
+            Some(mask) => PatternId::of_masked_product(self.a.pattern, self.b.pattern, mask),
+            None => PatternId::of_product(self.a.pattern, self.b.pattern),
+        }
     }
     /// The symbolic result.
     pub fn state(&self) -> &PlanState {

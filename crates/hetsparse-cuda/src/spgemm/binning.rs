@@ -7,7 +7,7 @@ use hetsparse_core::Result;
 
 use std::sync::Arc;
 
-use crate::context::{Arg, LaunchConfig, Stream};
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::memory::{DeviceArena, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 
 use super::{footprint, Job};
@@ -363,10 +363,21 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
     offsets: &mut DeviceSliceMut<'_, u64>,
     arena: &DeviceArena,
 ) -> Result<u64> {
+    exclusive_scan_on(job.gpu, job.stream, counts, offsets, arena)
+}
+
+/// [`exclusive_scan`] queued on `stream` of `gpu`.
+pub(super) fn exclusive_scan_on(
+    gpu: &Gpu,
+    stream: &Stream,
+    counts: DeviceSlice<'_, u64>,
+    offsets: &mut DeviceSliceMut<'_, u64>,
+    arena: &DeviceArena,
+) -> Result<u64> {
     let n = counts.len() as u64;
     let _span = tracing::debug_span!("scan", rows = n).entered();
     if n == 0 {
-        offsets.sub_mut(0, 1).zero(job.stream)?;
+        offsets.sub_mut(0, 1).zero(stream)?;
         return Ok(0);
     }
     let blocks = n.div_ceil(SCAN_BLOCK);
@@ -376,36 +387,36 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
         block: 1024,
         shared_bytes: 0,
     };
-    let sums_fn = job.gpu.function("spgemm", "scan_block_sums")?;
-    let prefixes_fn = job.gpu.function("spgemm", "scan_block_prefixes")?;
-    let apply_fn = job.gpu.function("spgemm", "scan_apply")?;
+    let sums_fn = gpu.function("spgemm", "scan_block_sums")?;
+    let prefixes_fn = gpu.function("spgemm", "scan_block_prefixes")?;
+    let apply_fn = gpu.function("spgemm", "scan_apply")?;
     // SAFETY: arguments match the three scan kernels; `sums` has a slot per block and
     // `offsets` n + 1 slots.
     unsafe {
-        job.gpu.launch(
+        gpu.launch(
             sums_fn,
             config,
-            job.stream,
+            stream,
             &[Arg::U64(n), counts.arg(), sums.arg_mut()],
         )?;
-        job.gpu.launch(
+        gpu.launch(
             prefixes_fn,
             LaunchConfig {
                 grid: 1,
                 block: 1024,
                 shared_bytes: 0,
             },
-            job.stream,
+            stream,
             &[
                 Arg::U64(blocks),
                 sums.arg_mut(),
                 offsets.sub_mut(n as usize, 1).arg_mut(),
             ],
         )?;
-        job.gpu.launch(
+        gpu.launch(
             apply_fn,
             config,
-            job.stream,
+            stream,
             &[
                 Arg::U64(n),
                 counts.arg(),
@@ -414,7 +425,7 @@ pub(super) fn exclusive_scan<T: crate::scalar::DeviceScalar>(
             ],
         )?;
     }
-    Ok(offsets.view().sub(n as usize, 1).to_vec(job.stream)?[0])
+    Ok(offsets.view().sub(n as usize, 1).to_vec(stream)?[0])
 }
 
 #[cfg(test)]

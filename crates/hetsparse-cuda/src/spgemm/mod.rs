@@ -18,6 +18,7 @@ mod adaptive;
 mod binning;
 mod esc;
 mod pipeline;
+pub(crate) mod semiring;
 mod tiled;
 
 use std::borrow::Cow;

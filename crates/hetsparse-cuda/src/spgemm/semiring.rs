@@ -1,0 +1,672 @@
+//! SpGEMM over a semiring other than plus-times, with a mask, or over the integer types and
+//! `bool` (GraphBLAS semantics, [`hetsparse_core::semiring`]): `kernels-cuda/semiring.cu`.
+//!
+//! A product's pattern does not depend on its semiring, so C's structure is found first and
+//! its values second, by one kernel per semiring and type (a precompiled set: 126 small
+//! kernels in one module, loaded on first use, instead of the plus-times pipeline's dozens of
+//! kernels per type multiplied by thirteen semirings):
+//!
+//! - **Unmasked**: the structure is the plus-times pipeline's, run on ones (values of `f32`
+//!   that share A's and B's structure on the device), so that every method and size the
+//!   pipeline handles (hub rows, long rows, ESC) gives the pattern here too.
+//! - **Mask, not complemented**: the structure is the mask's positions some product lands on
+//!   (`sr_mask_hits`): each product's column is looked up in the mask row before anything is
+//!   multiplied, and only the admitted products are multiplied in the values' pass, so that
+//!   triangle counting's `C⟨L⟩ = L·L` does a fraction of the unmasked multiply-adds
+//!   ([`RunControl::masked_work`] says how many).
+//! - **Complemented mask**: it admits what its matrix does not hold, so there is no row of
+//!   candidates to look products up in: the unmasked structure less the mask's positions
+//!   (`sr_filter_*`), then the values of the admitted entries alone.
+//! - **Values** (`sr_numeric_<semiring>_<type>`): a group of lanes per row of C, over the
+//!   structure. For one entry `A(i,k)` the entries of B's row `k` have distinct columns, so
+//!   the group's lanes update distinct slots of C's row; the group synchronises before the next
+//!   `k`. No atomics, so every type and semiring works alike (bool's byte, 64-bit integers)
+//!   and "any" keeps the last product in A's row order, as the reference does.
+//!
+//! Replace and merge are the same for a product made as a new C (there is no C to merge
+//! into); accumulating into an existing C is [`hetsparse_core::write_back`]'s.
+//!
+//! A plan made here keeps the structure: executing it runs the values' kernel alone.
+
+use std::sync::Arc;
+
+use hetsparse_core::{
+    Error, Mask, MaskedWork, MemoryRequirement, Result, RunControl, ScalarType, SemiringKind,
+    SpgemmAlgorithm, SpgemmOptions,
+};
+
+use super::{multiply_resident, Operand};
+use crate::context::{Arg, Gpu, LaunchConfig, Stream};
+use crate::memory::{DeviceArena, DeviceBuffer};
+use crate::resident::{DeviceCsr, Held};
+use crate::scalar::{kernel_name, DeviceScalar};
+
+/// The kernel module.
+const MODULE: &str = "semiring";
+/// Threads per block of every kernel here.
+const BLOCK: u32 = 256;
+
+/// The scalar types the plus-times pipeline runs: the others (integers, `bool`) take this
+/// module's path for every product.
+pub(crate) fn pipeline_runs(ty: ScalarType) -> bool {
+    !ty.is_exact()
+}
+
+/// Whether a product with `options` over `T` is this module's: a semiring, a mask, or a type
+/// the plus-times pipeline does not run.
+pub(crate) fn is_needed<T: DeviceScalar>(options: &SpgemmOptions) -> bool {
+    !options.is_plain() || !pipeline_runs(T::TYPE)
+}
+
+/// C's structure on the device: what the values' kernel fills, and what a plan keeps.
+pub(crate) struct SemiringStructure {
+    pub nrows: usize,
+    pub ncols: usize,
+    pub nnz: u64,
+    pub offsets: Arc<DeviceBuffer<u64>>,
+    pub cols: Arc<DeviceBuffer<u32>>,
+    /// Products of the unmasked product.
+    pub products: u64,
+    /// Whether a mask shaped it (the values' pass then counts the multiply-adds it does).
+    pub masked: bool,
+}
+
+/// Lanes per row of C: about one per entry of an average row of B, a power of two from 1 to
+/// 32, so that short rows of B (graphs) do not leave most of a warp idle.
+fn lanes_per_row(b_nnz: u64, b_rows: usize) -> u32 {
+    let mean = b_nnz.div_ceil(b_rows.max(1) as u64).max(1);
+    mean.next_power_of_two().min(32) as u32
+}
+
+/// A launch with `groups` groups of `lanes` threads (grid-stride kernels).
+fn config(groups: u64, lanes: u32) -> LaunchConfig {
+    LaunchConfig::for_threads(groups.saturating_mul(u64::from(lanes)).max(1), BLOCK)
+}
+
+/// The entry point of the values' kernel of `kind` over `T`.
+fn numeric_kernel<T: DeviceScalar>(kind: SemiringKind) -> Result<&'static str> {
+    if !kind.is_defined_for(T::TYPE) {
+        return Err(Error::InvalidArgument(format!(
+            "the {kind} semiring is not defined over {}",
+            T::TYPE
+        )));
+    }
+    Ok(kernel_name::<T>(&format!("sr_numeric_{}", kind.name())))
+}
+
+/// `f32` ones sharing `m`'s structure: what the plus-times pipeline multiplies to find the
+/// structure of a product of `m` (the values are never read back).
+fn ones_like<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Stream,
+    m: &DeviceCsr<T>,
+) -> Result<DeviceCsr<f32>> {
+    let n = m.nnz();
+    let len = usize::try_from(n).map_err(|_| too_large("an operand", n))?;
+    let mut ones = DeviceBuffer::<f32>::new_on(gpu, stream, len, "ones for the structure")?;
+    if len > 0 {
+        let f = gpu.function(MODULE, "sr_ones_f32")?;
+        // SAFETY: `ones` holds n floats.
+        unsafe {
+            gpu.launch(
+                f,
+                LaunchConfig::for_threads(n, BLOCK),
+                stream,
+                &[Arg::U64(n), ones.write(stream)?.arg_mut()],
+            )?;
+        }
+    }
+    ones.mark_done(stream)?;
+    Ok(DeviceCsr::from_device(
+        m.nrows,
+        m.ncols,
+        n,
+        Arc::clone(&m.offsets),
+        Arc::clone(&m.cols),
+        ones,
+    ))
+}
+
+fn too_large(what: &str, n: u64) -> Error {
+    Error::InvalidArgument(format!(
+        "{what} of {n} entries is too large for this machine"
+    ))
+}
+
+/// A and B on the device for a call: B is `None` for `A · A` of one host matrix.
+type Placed<'a, T> = (Held<'a, DeviceCsr<T>>, Option<Held<'a, DeviceCsr<T>>>);
+
+/// The operands on the device for the call (uploaded on `stream` where they are on the host;
+/// `A · A` of one host matrix once).
+fn place<'a, T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    a: Operand<'a, T>,
+    b: Operand<'a, T>,
+) -> Result<Placed<'a, T>> {
+    let (da, _) = a.place(gpu, stream, "A")?;
+    let db = if a.same_host_matrix(&b) {
+        None
+    } else {
+        Some(b.place(gpu, stream, "B")?.0)
+    };
+    Ok((da, db))
+}
+
+/// The mask's positions on the device.
+struct DeviceMask {
+    offsets: DeviceBuffer<u64>,
+    cols: DeviceBuffer<u32>,
+}
+
+impl DeviceMask {
+    fn upload(gpu: &Gpu, stream: &Stream, mask: &Mask) -> Result<Self> {
+        let mut offsets =
+            DeviceBuffer::<u64>::new_on(gpu, stream, mask.row_offsets().len(), "mask offsets")?;
+        offsets
+            .write(stream)?
+            .upload_staged(stream, gpu.pinned_pool(), mask.row_offsets())?;
+        let mut cols =
+            DeviceBuffer::<u32>::new_on(gpu, stream, mask.col_indices().len(), "mask columns")?;
+        cols.write(stream)?
+            .upload_staged(stream, gpu.pinned_pool(), mask.col_indices())?;
+        Ok(DeviceMask { offsets, cols })
+    }
+}
+
+/// Products of `a · b` (each entry of A times its row of B), counted on the device.
+fn count_products<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Stream,
+    a: &DeviceCsr<T>,
+    b: &DeviceCsr<T>,
+) -> Result<u64> {
+    let mut total = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "product count")?;
+    total.write(stream)?.zero(stream)?;
+    if a.nrows > 0 {
+        let f = gpu.function(MODULE, "sr_products")?;
+        // SAFETY: A's offsets have nrows + 1 entries, its columns index B's rows.
+        unsafe {
+            gpu.launch(
+                f,
+                LaunchConfig::for_threads(a.nrows as u64, BLOCK),
+                stream,
+                &[
+                    Arg::U64(a.nrows as u64),
+                    a.offsets.read(stream)?.arg(),
+                    a.cols.read(stream)?.arg(),
+                    b.offsets.read(stream)?.arg(),
+                    total.write(stream)?.arg_mut(),
+                ],
+            )?;
+        }
+    }
+    Ok(total.read(stream)?.to_vec(stream)?[0])
+}
+
+/// Exclusive scan of `counts` (one per row) into new row offsets on the device; the total.
+fn offsets_of(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    counts: &DeviceBuffer<u64>,
+    what: &str,
+) -> Result<(DeviceBuffer<u64>, u64)> {
+    let n = counts.len() as u64;
+    let arena = DeviceArena::new_on(gpu, stream, super::binning::scan_bytes(n), "scan")?;
+    let mut offsets = DeviceBuffer::<u64>::new_on(gpu, stream, counts.len() + 1, what)?;
+    let total = super::binning::exclusive_scan_on(
+        gpu,
+        stream,
+        counts.read(stream)?,
+        &mut offsets.write(stream)?,
+        &arena,
+    )?;
+    Ok((offsets, total))
+}
+
+/// C's structure for `options`' mask (or none): see the module's documentation.
+fn structure<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    (a, b): (&DeviceCsr<T>, &DeviceCsr<T>),
+    same: bool,
+    mask: Option<&Mask>,
+    run: &RunControl,
+) -> Result<SemiringStructure> {
+    let (nrows, ncols) = (a.nrows, b.ncols);
+    let lanes = lanes_per_row(b.nnz(), b.nrows);
+    if let Some(mask) = mask.filter(|m| !m.is_complemented()) {
+        let _span =
+            tracing::debug_span!("masked structure", mask_entries = mask.entries()).entered();
+        let products = count_products(gpu, stream, a, b)?;
+        let m = DeviceMask::upload(gpu, stream, mask)?;
+        let slots =
+            usize::try_from(mask.entries()).map_err(|_| too_large("the mask", mask.entries()))?;
+        let mut hit = DeviceBuffer::<u8>::new_on(gpu, stream, slots, "mask hits")?;
+        hit.write(stream)?.zero(stream)?;
+        let mut admitted = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "admitted products")?;
+        admitted.write(stream)?.zero(stream)?;
+        let mut counts = DeviceBuffer::<u64>::new_on(gpu, stream, nrows, "entries per row of C")?;
+        run.checkpoint()?;
+        if nrows > 0 {
+            let hits = gpu.function(MODULE, "sr_mask_hits")?;
+            let count = gpu.function(MODULE, "sr_hits_count")?;
+            // SAFETY: the operands' and the mask's arrays are CSR of C's rows (validated);
+            // `hit` has a slot per mask entry, `counts` one per row.
+            unsafe {
+                gpu.launch(
+                    hits,
+                    config(nrows as u64, lanes),
+                    stream,
+                    &[
+                        Arg::U64(nrows as u64),
+                        Arg::U32(lanes),
+                        a.offsets.read(stream)?.arg(),
+                        a.cols.read(stream)?.arg(),
+                        b.offsets.read(stream)?.arg(),
+                        b.cols.read(stream)?.arg(),
+                        m.offsets.read(stream)?.arg(),
+                        m.cols.read(stream)?.arg(),
+                        hit.write(stream)?.arg_mut(),
+                        admitted.write(stream)?.arg_mut(),
+                    ],
+                )?;
+                gpu.launch(
+                    count,
+                    config(nrows as u64, 32),
+                    stream,
+                    &[
+                        Arg::U64(nrows as u64),
+                        m.offsets.read(stream)?.arg(),
+                        hit.read(stream)?.arg(),
+                        counts.write(stream)?.arg_mut(),
+                    ],
+                )?;
+            }
+        }
+        let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
+        let len = usize::try_from(nnz).map_err(|_| too_large("the product", nnz))?;
+        let mut cols = DeviceBuffer::<u32>::new_on(gpu, stream, len, "column indices of C")?;
+        if nnz > 0 {
+            let compact = gpu.function(MODULE, "sr_hits_compact")?;
+            // SAFETY: `offsets` are the scanned counts of the hits, `cols` holds them all.
+            unsafe {
+                gpu.launch(
+                    compact,
+                    config(nrows as u64, 32),
+                    stream,
+                    &[
+                        Arg::U64(nrows as u64),
+                        m.offsets.read(stream)?.arg(),
+                        m.cols.read(stream)?.arg(),
+                        hit.read(stream)?.arg(),
+                        offsets.read(stream)?.arg(),
+                        cols.write(stream)?.arg_mut(),
+                    ],
+                )?;
+            }
+        }
+        offsets.mark_done(stream)?;
+        cols.mark_done(stream)?;
+        run.add_done(products);
+        return Ok(SemiringStructure {
+            nrows,
+            ncols,
+            nnz,
+            offsets: Arc::new(offsets),
+            cols: Arc::new(cols),
+            products,
+            masked: true,
+        });
+    }
+    // The unmasked structure: the plus-times pipeline on ones (it reports the products).
+    let full = {
+        let _span = tracing::debug_span!("structure by the plus-times pipeline").entered();
+        let a_ones = ones_like(gpu, stream, a)?;
+        let b_ones = if same {
+            None
+        } else {
+            Some(ones_like(gpu, stream, b)?)
+        };
+        let b_ones_ref = b_ones.as_ref().unwrap_or(&a_ones);
+        let (c, structure) = multiply_resident(
+            gpu,
+            Operand::Device(&a_ones),
+            Operand::Device(b_ones_ref),
+            SpgemmAlgorithm::Auto,
+            None,
+            run,
+        )?;
+        drop(c);
+        structure
+    };
+    let Some(mask) = mask else {
+        return Ok(SemiringStructure {
+            nrows,
+            ncols,
+            nnz: full.nnz,
+            offsets: full.offsets,
+            cols: full.cols,
+            products: full.products,
+            masked: false,
+        });
+    };
+    // A complemented mask: the unmasked entries its matrix does not hold.
+    let _span = tracing::debug_span!("complemented mask", mask_entries = mask.entries()).entered();
+    run.checkpoint()?;
+    let m = DeviceMask::upload(gpu, stream, mask)?;
+    let mut counts = DeviceBuffer::<u64>::new_on(gpu, stream, nrows, "entries per row of C")?;
+    let keep_listed = 0u32;
+    if nrows > 0 {
+        let count = gpu.function(MODULE, "sr_filter_count")?;
+        // SAFETY: C's and the mask's arrays are CSR over C's rows; `counts` has a slot per row.
+        unsafe {
+            gpu.launch(
+                count,
+                config(nrows as u64, 32),
+                stream,
+                &[
+                    Arg::U64(nrows as u64),
+                    Arg::U32(keep_listed),
+                    full.offsets.read(stream)?.arg(),
+                    full.cols.read(stream)?.arg(),
+                    m.offsets.read(stream)?.arg(),
+                    m.cols.read(stream)?.arg(),
+                    counts.write(stream)?.arg_mut(),
+                ],
+            )?;
+        }
+    }
+    let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
+    let len = usize::try_from(nnz).map_err(|_| too_large("the product", nnz))?;
+    let mut cols = DeviceBuffer::<u32>::new_on(gpu, stream, len, "column indices of C")?;
+    if nnz > 0 {
+        let compact = gpu.function(MODULE, "sr_filter_compact")?;
+        // SAFETY: as the count, with the scanned counts and a column slot per kept entry.
+        unsafe {
+            gpu.launch(
+                compact,
+                config(nrows as u64, 32),
+                stream,
+                &[
+                    Arg::U64(nrows as u64),
+                    Arg::U32(keep_listed),
+                    full.offsets.read(stream)?.arg(),
+                    full.cols.read(stream)?.arg(),
+                    m.offsets.read(stream)?.arg(),
+                    m.cols.read(stream)?.arg(),
+                    offsets.read(stream)?.arg(),
+                    cols.write(stream)?.arg_mut(),
+                ],
+            )?;
+        }
+    }
+    offsets.mark_done(stream)?;
+    cols.mark_done(stream)?;
+    Ok(SemiringStructure {
+        nrows,
+        ncols,
+        nnz,
+        offsets: Arc::new(offsets),
+        cols: Arc::new(cols),
+        products: full.products,
+        masked: true,
+    })
+}
+
+/// C's values over `s` by the semiring `kind`: C on the device. A masked structure's
+/// multiply-adds are counted and reported to `run`.
+fn values<T: DeviceScalar>(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    (a, b): (&DeviceCsr<T>, &DeviceCsr<T>),
+    s: &SemiringStructure,
+    kind: SemiringKind,
+    run: &RunControl,
+) -> Result<DeviceCsr<T>> {
+    let _span = tracing::debug_span!("semiring values", semiring = %kind, nnz = s.nnz).entered();
+    let kernel = numeric_kernel::<T>(kind)?;
+    let len = usize::try_from(s.nnz).map_err(|_| too_large("the product", s.nnz))?;
+    let mut vals = DeviceBuffer::<T::Device>::new_on(gpu, stream, len, "values of C")?;
+    // The accumulator apart from C's values where it is another type (f16 and bf16 add in
+    // f32, bool in a byte of its own).
+    let acc_size = accumulator_bytes(T::TYPE);
+    let separate = acc_size != std::mem::size_of::<T>() || T::TYPE == ScalarType::Bool;
+    let mut acc = if separate {
+        Some(DeviceBuffer::<u8>::new_on(
+            gpu,
+            stream,
+            len.saturating_mul(acc_size),
+            "accumulators of C",
+        )?)
+    } else {
+        None
+    };
+    let mut work = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "multiply-adds")?;
+    work.write(stream)?.zero(stream)?;
+    run.checkpoint()?;
+    if s.nnz > 0 {
+        let f = gpu.function(MODULE, kernel)?;
+        let lanes = lanes_per_row(b.nnz(), b.nrows);
+        let mut vals_out = vals.write(stream)?;
+        let vals_arg = vals_out.arg_mut();
+        let acc_arg = match acc.as_mut() {
+            Some(acc) => acc.write(stream)?.arg_mut(),
+            None => vals_arg,
+        };
+        let work_arg = if s.masked {
+            work.write(stream)?.arg_mut()
+        } else {
+            Arg::U64(0)
+        };
+        // SAFETY: the operands are CSR (validated or made here), C's structure has its rows'
+        // entries; the accumulators hold one of `acc_size` bytes per entry (C's values
+        // themselves where that is the stored type); `work` one counter or null.
+        unsafe {
+            gpu.launch(
+                f,
+                config(s.nrows as u64, lanes),
+                stream,
+                &[
+                    Arg::U64(s.nrows as u64),
+                    Arg::U32(lanes),
+                    a.offsets.read(stream)?.arg(),
+                    a.cols.read(stream)?.arg(),
+                    a.vals.read(stream)?.arg(),
+                    b.offsets.read(stream)?.arg(),
+                    b.cols.read(stream)?.arg(),
+                    b.vals.read(stream)?.arg(),
+                    s.offsets.read(stream)?.arg(),
+                    s.cols.read(stream)?.arg(),
+                    acc_arg,
+                    vals_arg,
+                    work_arg,
+                ],
+            )?;
+        }
+    }
+    vals.mark_done(stream)?;
+    if s.masked {
+        let done = work.read(stream)?.to_vec(stream)?[0];
+        run.add_masked_work(MaskedWork {
+            multiply_adds: done,
+            unmasked_multiply_adds: s.products,
+        });
+    }
+    tracing::debug_span!("wait for the semiring kernels").in_scope(|| stream.synchronize())?;
+    Ok(DeviceCsr::from_device(
+        s.nrows,
+        s.ncols,
+        s.nnz,
+        Arc::clone(&s.offsets),
+        Arc::clone(&s.cols),
+        vals,
+    ))
+}
+
+/// Bytes of the values' kernel's accumulator of a stored type (`semiring.cu`'s `sr_scalar`).
+fn accumulator_bytes(ty: ScalarType) -> usize {
+    match ty {
+        ScalarType::F16 | ScalarType::Bf16 => 4,
+        other => other.size_bytes(),
+    }
+}
+
+/// `C⟨M⟩ = A·B` over `options`' semiring and mask, C left on the device; with its structure
+/// (what a plan keeps).
+pub(crate) fn multiply<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    options: &SpgemmOptions,
+    run: &RunControl,
+) -> Result<(DeviceCsr<T>, SemiringStructure)> {
+    super::check_limits(a.shape(), b.shape())?;
+    gpu.bind()?;
+    let _span = tracing::info_span!(
+        "spgemm over a semiring",
+        backend = "cuda",
+        semiring = %options.semiring,
+        masked = options.mask.is_some(),
+        m = a.shape().0,
+        n = b.shape().1
+    )
+    .entered();
+    // Refused before any work: a semiring not defined over the type.
+    numeric_kernel::<T>(options.semiring)?;
+    let stream = gpu.stream()?;
+    let (da, db) = place(gpu, &stream, a, b)?;
+    let db_ref: &DeviceCsr<T> = db.as_deref().unwrap_or(&da);
+    let s = structure(
+        gpu,
+        &stream,
+        (&da, db_ref),
+        db.is_none(),
+        options.mask.as_ref(),
+        run,
+    )?;
+    let c = values(gpu, &stream, (&da, db_ref), &s, options.semiring, run)?;
+    Ok((c, s))
+}
+
+/// Executes a plan made here: the values' kernel alone, over the plan's structure.
+pub(crate) fn execute<T: DeviceScalar>(
+    gpu: &Gpu,
+    s: &SemiringStructure,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    kind: SemiringKind,
+    run: &RunControl,
+) -> Result<DeviceCsr<T>> {
+    gpu.bind()?;
+    let _span =
+        tracing::info_span!("spgemm plan over a semiring", backend = "cuda", semiring = %kind)
+            .entered();
+    let stream = gpu.stream()?;
+    let (da, db) = place(gpu, &stream, a, b)?;
+    let db_ref: &DeviceCsr<T> = db.as_deref().unwrap_or(&da);
+    run.add_planned(s.products);
+    let c = values(gpu, &stream, (&da, db_ref), s, kind, run)?;
+    run.add_done(s.products);
+    Ok(c)
+}
+
+/// What a product here needs on the device: the plus-times pipeline's (for the structure, or
+/// bounding the masked one), the ones it multiplies, and the accumulators and mask arrays.
+pub(crate) fn requirement<T: DeviceScalar>(
+    gpu: &Gpu,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    options: &SpgemmOptions,
+) -> Result<MemoryRequirement> {
+    let mut r = super::requirement(gpu, a, b, SpgemmAlgorithm::Auto)?;
+    let nnz = |m: Operand<'_, T>| match m {
+        Operand::Host(h) => h.nnz(),
+        Operand::Device(d) => d.nnz(),
+    };
+    let ones = 4 * (nnz(a) + nnz(b));
+    // C's bound in entries, from the output bytes of the pipeline's C.
+    let entry = 4 + std::mem::size_of::<T>() as u64;
+    let c_bound = r.output_bytes / entry.max(1);
+    let acc = c_bound.saturating_mul(accumulator_bytes(T::TYPE) as u64);
+    let mask = options.mask.as_ref().map_or(0, |m| {
+        (m.row_offsets().len() as u64) * 8 + m.entries() * 5 + (a.shape().0 as u64) * 16
+    });
+    // The pipeline's C of ones (f32) stands beside C of the stored type.
+    let ones_c = c_bound.saturating_mul(8);
+    r.work_bytes = r
+        .work_bytes
+        .saturating_add(ones)
+        .saturating_add(acc)
+        .saturating_add(mask)
+        .saturating_add(ones_c);
+    Ok(r)
+}
+
+/// What executing a plan made here needs beyond the plan: C's values and accumulators.
+pub(crate) fn plan_requirement<T: DeviceScalar>(s: &SemiringStructure) -> MemoryRequirement {
+    let mut r = MemoryRequirement::default();
+    r.output_bytes = s.nnz * std::mem::size_of::<T>() as u64;
+    r.work_bytes = s.nnz * accumulator_bytes(T::TYPE) as u64 + 16;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_follow_the_rows_of_b() {
+        assert_eq!(lanes_per_row(0, 0), 1);
+        assert_eq!(lanes_per_row(10, 10), 1);
+        assert_eq!(lanes_per_row(30, 10), 4);
+        assert_eq!(lanes_per_row(1000, 10), 32);
+    }
+
+    #[test]
+    fn the_exact_types_take_this_path_for_every_product() {
+        assert!(is_needed::<i32>(&SpgemmOptions::new()));
+        assert!(is_needed::<bool>(&SpgemmOptions::new()));
+        assert!(!is_needed::<f32>(&SpgemmOptions::new()));
+        assert!(is_needed::<f32>(
+            &SpgemmOptions::new().with_semiring(SemiringKind::MinPlus)
+        ));
+    }
+
+    #[test]
+    fn kernels_are_named_per_semiring_and_type() {
+        assert_eq!(
+            numeric_kernel::<u64>(SemiringKind::AnySecondI).unwrap(),
+            "sr_numeric_any_secondi_u64"
+        );
+        assert!(numeric_kernel::<bool>(SemiringKind::AnySecondI).is_err());
+        assert!(numeric_kernel::<hetsparse_core::Complex<f32>>(SemiringKind::MinPlus).is_err());
+        // Every kernel the Rust side can name exists in the module's PTX.
+        let ptx = crate::kernels::MODULES
+            .iter()
+            .find(|m| m.name == MODULE)
+            .unwrap()
+            .ptx;
+        macro_rules! every {
+            ($($t:ty),*) => {$(
+                for kind in SemiringKind::defined_for(<$t as hetsparse_core::Scalar>::TYPE) {
+                    let name = numeric_kernel::<$t>(kind).unwrap();
+                    assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
+                }
+            )*};
+        }
+        every!(
+            f32,
+            f64,
+            hetsparse_core::f16,
+            hetsparse_core::bf16,
+            hetsparse_core::Complex<f32>,
+            hetsparse_core::Complex<f64>,
+            i32,
+            i64,
+            u32,
+            u64,
+            bool
+        );
+    }
+}
