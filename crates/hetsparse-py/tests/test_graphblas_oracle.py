@@ -68,14 +68,13 @@ ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
 # give them to. CUDA and OpenCL run mxm only.
 VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all")
 # The exact dtypes each device runs (any product): the CPU backend (which "auto" and "all" give
-# them to) all of them; OpenCL the integers (its kernels have no bool yet); CUDA none (its
+# them to) and OpenCL (bool as a byte 0 or 1 in its kernels) all of them; CUDA none (its
 # kernels are instantiated for the float types only).
-INTEGER_DTYPES = ("int32", "int64", "uint32", "uint64")
 EXACT_DTYPE_DEVICES = {
     "cpu": EXACT_DTYPES,
     "auto": EXACT_DTYPES,
     "all": EXACT_DTYPES,
-    "opencl": INTEGER_DTYPES,
+    "opencl": EXACT_DTYPES,
 }
 # How the others refuse an exact dtype's mxm.
 EXACT_REFUSAL = r"does not support SpGEMM \(\w+\) for (bool|i32|i64|u32|u64)$"
