@@ -1109,10 +1109,25 @@ impl<T: Plain> DeviceBuffer<T> {
 
     /// The first `out.len()` elements of this buffer, to be copied into `out`.
     pub(crate) fn download_into<'o>(&self, out: &'o mut [T], what: &str) -> Result<Download<'o>> {
-        if out.len() > self.len {
+        self.download_from(0, out, what)
+    }
+
+    /// Elements `at..at + out.len()` of this buffer, to be copied into `out`: so that values
+    /// from the middle of several buffers come back in one [`Queue::read_all`].
+    pub(crate) fn download_from<'o>(
+        &self,
+        at: usize,
+        out: &'o mut [T],
+        what: &str,
+    ) -> Result<Download<'o>> {
+        if at.checked_add(out.len()).is_none_or(|end| end > self.len) {
             return Err(device_error(
                 format!("reading {what}"),
-                format!("{} elements from a buffer of {}", out.len(), self.len),
+                format!(
+                    "{} elements from element {at} of a buffer of {}",
+                    out.len(),
+                    self.len
+                ),
             ));
         }
         // SAFETY: T is plain data (Plain), so any bytes written are valid values; only
@@ -1122,7 +1137,7 @@ impl<T: Plain> DeviceBuffer<T> {
         };
         Ok(Download {
             src: self.mem(),
-            offset: 0,
+            offset: at * std::mem::size_of::<T>(),
             out,
         })
     }
