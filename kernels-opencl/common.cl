@@ -84,7 +84,12 @@ inline ulong lower_bound_column(__global const uint* index, ulong lo, ulong hi, 
 }
 
 #if HAS_ATOMICS
-#if REAL_IS_INT
+#if REAL_IS_BOOL
+// bool's `+` is `or`: its accumulator (a uint, 0 or 1) is or-ed into atomically.
+inline void atomic_add_real(volatile __global REAL* p, REAL v) {
+    atomic_or(p, v);
+}
+#elif REAL_IS_INT
 // Integers add atomically as they are (two's complement: a signed sum wraps as the unsigned
 // one does); 64-bit ones by cl_khr_int64_base_atomics.
 inline void atomic_add_real(volatile __global REAL* p, REAL v) {
@@ -123,7 +128,11 @@ inline void atomic_add_acc(__global ACC* p, ACC v) {
 
 // The same adds on local memory (cl_khr_int64_base_atomics covers local 64-bit atomics too),
 // where a work-group accumulates its part of a row of C.
-#if REAL_IS_INT
+#if REAL_IS_BOOL
+inline void local_add_real(volatile __local REAL* p, REAL v) {
+    atomic_or(p, v);
+}
+#elif REAL_IS_INT
 inline void local_add_real(volatile __local REAL* p, REAL v) {
 #if REAL_IS_WIDE_INT
     atom_add(p, v);

@@ -10,18 +10,32 @@
 // landed on (whatever its value: the pattern never depends on the semiring). B's rows are
 // sorted, so the walk over row k of B starts at the mask row's first column and stops past
 // its last; a row the mask admits nothing of is skipped whole. counts[i] gets the row's
-// entries and counts[nrows] 0, for the exclusive scan that makes C's offsets.
+// entries and counts[nrows] 0, for the exclusive scan that makes C's offsets. What the mask
+// saved is counted as the CPU backend counts it (RunControl::add_masked_work): done[i] gets
+// the row's multiply-adds (its products whose column the mask row holds) and all[i] the
+// products of the row without the mask (the lengths of the rows of B its entries select),
+// done[nrows] = all[nrows] = 0, for the scans that total them.
 __kernel void masked_rows(ulong nrows, __global const ulong* a_offsets,
                           __global const uint* a_index, __global const STORE* a_vals,
                           __global const ulong* b_offsets, __global const uint* b_index,
                           __global const STORE* b_vals, __global const ulong* m_offsets,
                           __global const uint* m_index, __global ACC* acc, __global uchar* hit,
-                          __global ulong* counts) {
+                          __global ulong* counts, __global ulong* done, __global ulong* all) {
     ulong i = get_global_id(0);
-    if (i == 0) counts[nrows] = 0;
+    if (i == 0) {
+        counts[nrows] = 0;
+        done[nrows] = 0;
+        all[nrows] = 0;
+    }
     if (i >= nrows) return;
+    ulong unmasked = 0;
+    for (ulong ea = a_offsets[i]; ea < a_offsets[i + 1]; ++ea) {
+        uint k = a_index[ea];
+        unmasked += b_offsets[k + 1] - b_offsets[k];
+    }
+    all[i] = unmasked;
     ulong lo = m_offsets[i], hi = m_offsets[i + 1];
-    ulong n = 0;
+    ulong n = 0, products = 0;
     if (lo < hi) {
         for (ulong p = lo; p < hi; ++p) {
             acc[p] = ZERO;
@@ -39,11 +53,13 @@ __kernel void masked_rows(ulong nrows, __global const ulong* a_offsets,
                 if (p == hi) continue;
                 acc[p] = ADD(acc[p], MUL_AT(av, LOAD(b_vals, eb), k));
                 hit[p] = 1;
+                ++products;
             }
         }
         for (ulong p = lo; p < hi; ++p) n += hit[p];
     }
     counts[i] = n;
+    done[i] = products;
 }
 
 // C's entries of row i, from the slots of masked_rows that a product landed on, at the row's

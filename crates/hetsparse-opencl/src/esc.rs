@@ -25,7 +25,7 @@ use hetsparse_core::{
 };
 
 use crate::kernels::{EXP_CHUNK, EXP_WG, SCAN_BLOCK, SCAN_WG, SORT_WG};
-use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue};
+use crate::runtime::{DeviceBuffer, DeviceState, Incoming, IncomingValues, Queue};
 use crate::scalar::bytes_of;
 use crate::BACKEND;
 
@@ -516,7 +516,7 @@ impl EscJob<'_> {
         let _span = tracing::info_span!("d2h", nnz_c = c.nnz).entered();
         let mut offsets = Incoming::<u64>::new(c.nrows + 1);
         let mut index = Incoming::<u32>::new(nnz_c_len);
-        let mut values = Incoming::<T>::new(nnz_c_len * per_entry);
+        let mut values = IncomingValues::<T>::new(nnz_c_len * per_entry);
         let mut bad = [0u32];
         // One pipeline for the three arrays of C and the check's flag.
         let mut pieces = vec![
@@ -534,12 +534,13 @@ impl EscJob<'_> {
             return Err(refused());
         }
         // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32
-        // and the device scalar types (checked by piece_of_bytes) are plain data.
+        // and the plain device scalar types (checked by piece_of_bytes) are plain data, and
+        // bool's bytes are converted.
         let (offsets, index, values) = unsafe {
             (
                 offsets.assume_filled(),
                 index.assume_filled(),
-                values.assume_filled(),
+                values.assume_filled()?,
             )
         };
         Ok((

@@ -91,7 +91,8 @@ impl KernelSemiring {
     /// `(ADD, MUL, ZERO)` of this semiring, `times` being the accumulator's `×`; `None` for a
     /// semiring the kernels do not know (one added to [`SemiringKind`] later). `+`, `×`,
     /// `min`, `max` and the bounds are the type's macros (`PLUS`, `MINOF`, `ACC_MAX`, ... of
-    /// [`type_defines`]): wrapping for the integers, `fmin`/`fmax` and ±∞ for the floats.
+    /// [`type_defines`]): wrapping for the integers, `or` and `and` for `bool`, `fmin`/`fmax`
+    /// and ±∞ for the floats.
     fn macros(self, times: &'static str) -> Option<(&'static str, &'static str, &'static str)> {
         use SemiringKind as K;
         Some(match self.0 {
@@ -160,17 +161,16 @@ pub(crate) fn acc_bytes(ty: ScalarType) -> usize {
         ScalarType::F16 | ScalarType::Bf16 | ScalarType::F32 => 4,
         ScalarType::F64 | ScalarType::C32 => 8,
         ScalarType::C64 => 16,
-        // The integers accumulate in their own type (`bool` is not run here).
-        ScalarType::Bool
-        | ScalarType::I32
-        | ScalarType::I64
-        | ScalarType::U32
-        | ScalarType::U64 => ty.size_bytes(),
+        // The integers accumulate in their own type; `bool` (a byte in memory) in a `uint`,
+        // 0 or 1, the narrowest type OpenCL's atomics act on.
+        ScalarType::Bool => 4,
+        ScalarType::I32 | ScalarType::I64 | ScalarType::U32 | ScalarType::U64 => ty.size_bytes(),
     }
 }
 
 /// Type macros: storage, accumulator, loads and stores (f16/bf16 stored as 16 bits and widened
-/// to f32, since few devices do arithmetic in half precision).
+/// to f32, since few devices do arithmetic in half precision; `bool` stored as a byte and
+/// accumulated in a `uint`, which atomics can `or` into).
 fn type_defines(ty: ScalarType) -> String {
     let (store, acc, real, ncomp, load, store_at) = match ty {
         ScalarType::F32 => ("float", "float", "float", 1, "((p)[i])", "((p)[i] = (v))"),
@@ -211,11 +211,17 @@ fn type_defines(ty: ScalarType) -> String {
         ScalarType::I64 => ("long", "long", "long", 1, "((p)[i])", "((p)[i] = (v))"),
         ScalarType::U32 => ("uint", "uint", "uint", 1, "((p)[i])", "((p)[i] = (v))"),
         ScalarType::U64 => ("ulong", "ulong", "ulong", 1, "((p)[i])", "((p)[i] = (v))"),
-        // Not every byte is a `bool`: the backend does not claim it (`device_runs`), and a
-        // program asked for anyway fails to build, saying why.
-        ScalarType::Bool => {
-            return format!("#error \"no OpenCL kernels for {ty} yet\"\n");
-        }
+        // A `uchar` in memory, 0 or 1 (the host uploads `bool`s as they are and reads any
+        // byte but 0 back as `true`); loaded as a `uint` 0 or 1 whatever byte it finds, and
+        // stored as 0 or 1, so that the device only ever writes bytes that are `bool`s.
+        ScalarType::Bool => (
+            "uchar",
+            "uint",
+            "uint",
+            1,
+            "((uint)((p)[i] != 0))",
+            "((p)[i] = (uchar)((v) != 0))",
+        ),
     };
     let mut s = String::new();
     if matches!(ty, ScalarType::F64 | ScalarType::C64) {
@@ -230,41 +236,67 @@ fn type_defines(ty: ScalarType) -> String {
     // The accumulator's `+`, `×`, `min`, `max` and bounds (the identities of min and max).
     // Integers wrap on overflow, as the reference's `Wrapping` does: a signed sum or product is
     // computed on the unsigned bits (signed overflow is undefined in OpenCL C, as in C), and
-    // their bounds stand for ±∞.
+    // their bounds stand for ±∞. Over `bool` (0 or 1 in a `uint`), as the reference's
+    // `Boolean`: `+` and `max` are `or`, `×` and `min` are `and`, and true and false are the
+    // bounds (`false < true`).
     let (plus, times, min, max, upper, lower) = match ty {
         ScalarType::I32 => (
             "as_int(as_uint(a) + as_uint(b))",
             "as_int(as_uint(a) * as_uint(b))",
-            "min",
-            "max",
+            "min((a), (b))",
+            "max((a), (b))",
             "INT_MAX",
             "INT_MIN",
         ),
         ScalarType::I64 => (
             "as_long(as_ulong(a) + as_ulong(b))",
             "as_long(as_ulong(a) * as_ulong(b))",
-            "min",
-            "max",
+            "min((a), (b))",
+            "max((a), (b))",
             "LONG_MAX",
             "LONG_MIN",
         ),
-        ScalarType::U32 => ("(a) + (b)", "(a) * (b)", "min", "max", "UINT_MAX", "0"),
-        ScalarType::U64 => ("(a) + (b)", "(a) * (b)", "min", "max", "ULONG_MAX", "0"),
+        ScalarType::U32 => (
+            "(a) + (b)",
+            "(a) * (b)",
+            "min((a), (b))",
+            "max((a), (b))",
+            "UINT_MAX",
+            "0",
+        ),
+        ScalarType::U64 => (
+            "(a) + (b)",
+            "(a) * (b)",
+            "min((a), (b))",
+            "max((a), (b))",
+            "ULONG_MAX",
+            "0",
+        ),
+        ScalarType::Bool => (
+            "(a) | (b)",
+            "(a) & (b)",
+            "((a) & (b))",
+            "((a) | (b))",
+            "1",
+            "0",
+        ),
         _ => (
             "(a) + (b)",
             "(a) * (b)",
-            "fmin",
-            "fmax",
+            "fmin((a), (b))",
+            "fmax((a), (b))",
             "INFINITY",
             "-INFINITY",
         ),
     };
     s.push_str(&format!(
-        "#define REAL_IS_INT {}\n#define REAL_IS_WIDE_INT {}\n#define PLUS(a, b) ({plus})\n#define TIMES(a, b) ({times})\n\
-         #define MINOF(a, b) {min}((a), (b))\n#define MAXOF(a, b) {max}((a), (b))\n\
+        "#define REAL_IS_INT {}\n#define REAL_IS_WIDE_INT {}\n#define REAL_IS_BOOL {}\n\
+         #define PLUS(a, b) ({plus})\n#define TIMES(a, b) ({times})\n\
+         #define MINOF(a, b) {min}\n#define MAXOF(a, b) {max}\n\
          #define ACC_MAX ((ACC)({upper}))\n#define ACC_MIN ((ACC)({lower}))\n",
         u8::from(ty.is_exact()),
-        u8::from(matches!(ty, ScalarType::I64 | ScalarType::U64))
+        u8::from(matches!(ty, ScalarType::I64 | ScalarType::U64)),
+        u8::from(ty == ScalarType::Bool)
     ));
     if ty == ScalarType::Bf16 {
         // Round to nearest even, NaN kept quiet: what `half::bf16::from_f32` does.

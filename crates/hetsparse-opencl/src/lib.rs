@@ -64,7 +64,9 @@
 //! [`Backend::spgemm_requirement`] bounds a product's peak.
 //!
 //! f64 and `Complex<f64>` need `cl_khr_fp64`; f16 and bf16 are stored as 16 bits and summed in
-//! f32 on every device.
+//! f32 on every device. `bool` is a byte, 0 or 1, on the device and is summed in a `uint` (with
+//! GraphBLAS's arithmetic: `+` is `or`, `×` is `and`); results are read back as bytes and
+//! converted (any byte but 0 is `true`), never viewed as `bool`s.
 //!
 //! What a call keeps for the next one, per device: the compiled programs, a 32 MiB pinned
 //! staging buffer that every transfer goes through (in 4 MiB slots, so host copies overlap the
@@ -274,7 +276,7 @@ impl OpenClBackend {
         let why = if scalar::is_device_scalar::<T>() {
             format!("{} has no cl_khr_fp64", self.state.description.name)
         } else {
-            "not one of the six built-in scalar types".to_string()
+            "not the Rust type of a hetsparse scalar type".to_string()
         };
         Err(Error::Unsupported {
             backend: BACKEND,
@@ -359,10 +361,11 @@ impl Device for OpenClBackend {
     }
 }
 
-/// Whether a device runs scalar type `ty`: the kernels are written for the floats and the
-/// integers (not yet `bool`), and double precision needs `cl_khr_fp64`.
+/// Whether a device runs scalar type `ty`: the kernels are written for every scalar type
+/// (`bool` as a byte 0 or 1, see the `scalar` module), and double precision needs
+/// `cl_khr_fp64`.
 fn device_runs(d: &DeviceDescription, ty: ScalarType) -> bool {
-    ty != ScalarType::Bool && (!matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64)
+    !matches!(ty, ScalarType::F64 | ScalarType::C64) || d.fp64
 }
 
 impl DeviceDescription {
@@ -853,7 +856,7 @@ mod tests {
             // Without 64-bit atomics on this device, double and the 64-bit integers have none.
             let wide = double || matches!(ty, ScalarType::I64 | ScalarType::U64);
             assert_eq!(s.contains("#define HAS_ATOMICS 1"), !wide, "{ty}");
-            assert_eq!(s.contains("#error"), ty == ScalarType::Bool, "{ty}");
+            assert!(!s.contains("#error"), "{ty}");
             let b = kernels::block_program(ty, KernelSemiring::PLUS_TIMES, &d);
             assert!(
                 b.contains("bsr_multiply") && b.contains("#define PAYLOAD ulong2"),

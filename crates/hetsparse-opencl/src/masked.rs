@@ -8,12 +8,16 @@
 //!   entries the mask admits: one work-item per row of C accumulates in the mask row's slots,
 //!   and a product whose column the mask row does not hold is skipped before it is multiplied.
 //!   Structural and valued masks are the same here: a valued mask's zeros were left out when
-//!   it was made.
+//!   it was made. The kernel counts, per row, the products it multiplied and those of the
+//!   row without the mask, and the totals (scanned on the device, read back with C's size)
+//!   go to [`RunControl::add_masked_work`], counted as the CPU backend counts them, so
+//!   [`RunControl::masked_work`] tells what the mask saved on either backend.
 //! - With a complemented mask there is no row of candidates to accumulate into (it admits
 //!   every position its matrix does *not* hold), so the product is computed whole by ESC and
 //!   the refused entries are dropped on the device afterwards: cheaper than a mask-driven
 //!   kernel whenever the mask's matrix is sparse, which complemented masks (BFS's visited set)
-//!   usually are.
+//!   usually are. ESC multiplies every product, so the mask saves none, and no masked work is
+//!   reported for it.
 //!
 //! Replace and merge are the same for a product made as a new C (there is no C to merge
 //! into); accumulating into an existing C is [`hetsparse_core::write_back`]'s.
@@ -24,7 +28,9 @@ use opencl3::program::Program;
 
 use hetsparse_core::backend::{CsrOperand, SpgemmOptions};
 use hetsparse_core::format::Csr;
-use hetsparse_core::{Error, Mask, Operation, Result, RunControl, Scalar, SemiringKind};
+use hetsparse_core::{
+    Error, Mask, MaskedWork, Operation, Result, RunControl, Scalar, SemiringKind,
+};
 
 use crate::esc::{self, DeviceOperand, DeviceProduct};
 use crate::kernels::{self, KernelSemiring};
@@ -154,6 +160,9 @@ impl OpenClBackend {
         let hit = q.alloc::<u8>(slots_len, "mask hits")?;
         // The counts, once scanned, are C's offsets: allocated to stay.
         let counts = q.alloc_kept::<u64>(nrows + 1, "C row offsets")?;
+        // Each row's multiply-adds and unmasked products, scanned into totals.
+        let done = q.alloc::<u64>(nrows + 1, "masked multiply-adds")?;
+        let all = q.alloc::<u64>(nrows + 1, "unmasked multiply-adds")?;
         run.checkpoint()?;
         q.kernel(program, "masked_rows")?
             .arg(nrows as u64)?
@@ -168,11 +177,38 @@ impl OpenClBackend {
             .arg(acc.arg())?
             .arg(hit.arg())?
             .arg(counts.arg())?
+            .arg(done.arg())?
+            .arg(all.arg())?
             .run(&[nrows + 1], None)?;
-        esc::exclusive_scan(q, program, &counts, nrows + 1)?;
+        for totals in [&counts, &done, &all] {
+            esc::exclusive_scan(q, program, totals, nrows + 1)?;
+        }
         q.finish_or_cancel(run)?;
-        // The one host synchronisation: C's size, to allocate it.
-        let nnz_c = q.download_at(&counts, nrows, 1, "masked product size")?[0];
+        // The one host synchronisation: C's size, to allocate it, with the work's totals.
+        let (mut nnz_c, mut work) = ([0u64], [0u64; 2]);
+        {
+            let (done_total, all_total) = work.split_at_mut(1);
+            q.read_all(
+                &mut [
+                    counts.download_from(nrows, &mut nnz_c, "masked product size")?,
+                    done.download_from(nrows, done_total, "masked multiply-adds")?,
+                    all.download_from(nrows, all_total, "unmasked multiply-adds")?,
+                ],
+                "masked product size",
+            )?;
+        }
+        let work = MaskedWork {
+            multiply_adds: work[0],
+            unmasked_multiply_adds: work[1],
+        };
+        run.add_masked_work(work);
+        tracing::debug!(
+            multiply_adds = work.multiply_adds,
+            unmasked_multiply_adds = work.unmasked_multiply_adds,
+            nnz_c = nnz_c[0],
+            "masked SpGEMM"
+        );
+        let nnz_c = nnz_c[0];
         let nnz_len = usize::try_from(nnz_c).map_err(|_| too_large("the product", nnz_c))?;
         let c_index = q.alloc_kept::<u32>(nnz_len, "C column indices")?;
         let c_values = q.alloc_kept::<u8>(nnz_len * std::mem::size_of::<T>(), "C values")?;
@@ -257,9 +293,10 @@ impl OpenClBackend {
 
 /// What the masked kernels reserve for `C⟨M⟩ = A·B` with `nrows` rows over `T`, a mask that
 /// is not complemented: the mask's copy, an accumulator and a hit flag per admitted position,
-/// and a count per row (for the scan, then C's offsets).
+/// and three counts per row (C's entries, for the scan that makes C's offsets, and the row's
+/// masked and unmasked multiply-adds).
 fn masked_work_bytes<T: Scalar>(nrows: usize, mask: &Mask) -> u64 {
-    (nrows as u64 + 1).saturating_mul(16).saturating_add(
+    (nrows as u64 + 1).saturating_mul(32).saturating_add(
         mask.entries()
             .saturating_mul(5 + kernels::acc_bytes(T::TYPE) as u64),
     )

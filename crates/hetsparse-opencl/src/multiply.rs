@@ -9,7 +9,7 @@ use std::ops::Deref;
 use opencl3::program::Program;
 
 use hetsparse_core::format::{Cspr, Csr, Ellr, Layout};
-use hetsparse_core::{Result, Scalar};
+use hetsparse_core::{Error, Result, Scalar};
 
 use crate::kernels::{ELL_LC, ELL_T, LANE_WG, VEC_LANES};
 use crate::runtime::{DeviceBuffer, Launch, Queue};
@@ -19,12 +19,20 @@ use crate::scalar::{bytes_of, bytes_of_mut};
 /// the lanes that share its loads on shorter ones).
 const VECTOR_MIN_ROW: u64 = 16;
 
-/// Reads `len` values of `T` from the start of `b`.
+/// Reads `len` values of `T` from the start of `b` (`bool`s as bytes, converted).
 pub(crate) fn download_values<T: Scalar>(
     q: &Queue<'_>,
     b: &DeviceBuffer<u8>,
     len: usize,
 ) -> Result<Vec<T>> {
+    if !crate::scalar::is_plain_device_scalar::<T>() {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument(format!("{len} result values overflow")))?;
+        let mut raw = hetsparse_core::host::try_filled(bytes, 0u8, "result")?;
+        q.download_bytes(b, &mut raw, "result")?;
+        return crate::scalar::from_device_bytes(&raw);
+    }
     let mut out = hetsparse_core::host::try_filled(len, T::zero(), "result")?;
     q.download_bytes(b, bytes_of_mut(&mut out), "result")?;
     Ok(out)

@@ -100,15 +100,15 @@ fn numeric_args<'q>(
 }
 
 impl OpenClBackend {
-    /// [`Error::InvalidArgument`] unless `T` is one of the six scalar types whose bytes the
-    /// device holds.
+    /// [`Error::InvalidArgument`] unless `T` is the Rust type of a scalar type whose bytes the
+    /// device holds (every [`hetsparse_core::ScalarType`]).
     pub(crate) fn holds<T: Scalar>(&self) -> Result<()> {
         if is_device_scalar::<T>() {
             Ok(())
         } else {
             Err(Error::InvalidArgument(format!(
                 "{BACKEND}: {} values of this Rust type cannot be held on the device (only the \
-                 six built-in scalar types)",
+                 Rust types of hetsparse's scalar types)",
                 T::TYPE
             )))
         }
@@ -1247,7 +1247,14 @@ mod hub_tests {
     /// tolerance holds).
     fn revalued<T: Scalar>(m: &Csr<T>, salt: usize) -> Csr<T> {
         let values = (0..m.nnz() as usize)
-            .map(|k| T::from_parts_lossy(0.5 + ((k * 7 + salt) % 13) as f64 / 13.0, 0.25))
+            .map(|k| {
+                if T::TYPE == hetsparse_core::ScalarType::Bool {
+                    // Every value above would be true; a fifth true leaves rows of C with both.
+                    T::from_f64(f64::from(u8::from((k * 7 + salt) % 5 == 0)))
+                } else {
+                    T::from_parts_lossy(0.5 + ((k * 7 + salt) % 13) as f64 / 13.0, 0.25)
+                }
+            })
             .collect();
         Csr::try_new(
             m.nrows(),
@@ -1310,6 +1317,8 @@ mod hub_tests {
         hub_rows_match_the_reference::<hetsparse_core::Complex<f32>>(&b, 1e-5, false);
         hub_rows_match_the_reference::<hetsparse_core::f16>(&b, 2e-3, false);
         hub_rows_match_the_reference::<hetsparse_core::bf16>(&b, 1e-2, false);
+        // bool's tiers `or` into their accumulators atomically.
+        hub_rows_match_the_reference::<bool>(&b, 0.0, false);
     }
 }
 

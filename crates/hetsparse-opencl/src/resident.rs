@@ -15,7 +15,7 @@ use hetsparse_core::{Error, MemoryPool, Reservation, Result, Scalar};
 
 use crate::esc::{DeviceOperand, DeviceProduct};
 use crate::multiply::{download_values, DenseIn, DeviceRows};
-use crate::runtime::{DeviceBuffer, DeviceState, Incoming, Queue, Ready};
+use crate::runtime::{DeviceBuffer, DeviceState, Incoming, IncomingValues, Queue, Ready};
 use crate::scalar::bytes_of;
 use crate::BACKEND;
 
@@ -202,7 +202,7 @@ pub(crate) fn download_operand<T: Scalar>(
     let _span = tracing::info_span!("download", nrows = m.nrows, nnz).entered();
     let mut offsets = Incoming::<u64>::new(m.nrows + 1);
     let mut index = Incoming::<u32>::new(nnz);
-    let mut values = Incoming::<T>::new(nnz);
+    let mut values = IncomingValues::<T>::new(nnz);
     let mut pieces = vec![
         offsets.piece_of(m.offsets, "row offsets")?,
         index.piece_of(m.index, "column indices")?,
@@ -211,12 +211,13 @@ pub(crate) fn download_operand<T: Scalar>(
     q.read_all(&mut pieces, "a resident matrix")?;
     drop(pieces);
     // SAFETY: read_all returned Ok, so it wrote every byte of the three vectors; u64, u32 and
-    // the device scalar types (checked by piece_of_bytes) are plain data.
+    // the plain device scalar types (checked by piece_of_bytes) are plain data, and bool's
+    // bytes are converted.
     let (offsets, index, values) = unsafe {
         (
             offsets.assume_filled(),
             index.assume_filled(),
-            values.assume_filled(),
+            values.assume_filled()?,
         )
     };
     if verified {
@@ -310,5 +311,37 @@ pub(crate) fn foreign_storage(what: &str) -> Error {
     Error::Internal {
         backend: BACKEND,
         what: format!("{what} of this backend's memory space holds storage of another type"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes the device holds that are not 0 or 1 (no kernel writes them, but the host must
+    /// not trust that) read back as `true`, through both paths that read values: a dense
+    /// matrix's (and SpMV's) and a sparse matrix's.
+    #[test]
+    fn every_device_byte_reads_back_as_a_valid_bool() {
+        let Some(b) = crate::tests::device_backend("bool bytes") else {
+            return;
+        };
+        let q = b.state.queue().unwrap();
+        let bytes = [0u8, 1, 2, 0, 255, 128];
+        let values = q.upload(&bytes, "bool bytes").unwrap();
+        let want = [false, true, true, false, true, true];
+        assert_eq!(download_values::<bool>(&q, &values, 6).unwrap(), want);
+        let offsets = q.upload(&[0u64, 4, 6], "offsets").unwrap();
+        let index = q.upload(&[0u32, 1, 2, 3, 0, 3], "index").unwrap();
+        let m = DeviceOperand {
+            nrows: 2,
+            nnz: 6,
+            offsets: &offsets,
+            index: &index,
+            values: &values,
+        };
+        let c = download_operand::<bool>(&q, m, 4, false).unwrap();
+        assert_eq!(c.values(), want);
+        assert_eq!(c.col_indices(), [0, 1, 2, 3, 0, 3]);
     }
 }

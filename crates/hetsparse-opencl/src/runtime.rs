@@ -1014,19 +1014,63 @@ impl<T: Plain> Incoming<T> {
 
 impl<T: hetsparse_core::Scalar> Incoming<T> {
     /// This vector of scalars as the download of the first bytes of `b`.
+    fn piece_of_bytes<'o>(&'o mut self, b: &DeviceBuffer<u8>, what: &str) -> Result<Download<'o>> {
+        // The entry points refuse other scalar types first, and `IncomingValues` sends `bool`
+        // through bytes; this guards the byte view.
+        if !crate::scalar::is_plain_device_scalar::<T>() {
+            return Err(device_error(
+                format!("reading {what}"),
+                "not a plain device scalar type",
+            ));
+        }
+        self.piece(b.mem(), what, b.bytes())
+    }
+}
+
+/// The `len` scalar values a download fills: read straight into the vector for the plain
+/// types, as bytes converted afterwards for `bool` (not every byte is one).
+pub(crate) enum IncomingValues<T> {
+    /// A plain device scalar type: the download writes the values themselves.
+    Plain(Incoming<T>),
+    /// `bool`: the download writes its bytes, [`IncomingValues::assume_filled`] converts them.
+    Bytes(Incoming<u8>),
+}
+
+impl<T: hetsparse_core::Scalar> IncomingValues<T> {
+    pub(crate) fn new(len: usize) -> Self {
+        if crate::scalar::is_plain_device_scalar::<T>() {
+            IncomingValues::Plain(Incoming::new(len))
+        } else {
+            IncomingValues::Bytes(Incoming::new(len * std::mem::size_of::<T>()))
+        }
+    }
+
+    /// These values as the download of the first bytes of `b`.
     pub(crate) fn piece_of_bytes<'o>(
         &'o mut self,
         b: &DeviceBuffer<u8>,
         what: &str,
     ) -> Result<Download<'o>> {
-        // The entry points refuse other scalar types first; this guards the byte view.
-        if !crate::scalar::is_device_scalar::<T>() {
-            return Err(device_error(
-                format!("reading {what}"),
-                "not a device scalar type",
-            ));
+        match self {
+            IncomingValues::Plain(v) => v.piece_of_bytes(b, what),
+            IncomingValues::Bytes(v) => v.piece(b.mem(), what, b.bytes()),
         }
-        self.piece(b.mem(), what, b.bytes())
+    }
+
+    /// The values, once [`Queue::read_all`] returned `Ok` for their piece.
+    ///
+    /// # Safety
+    /// As [`Incoming::assume_filled`]: a successful `read_all` of this piece wrote all of it.
+    pub(crate) unsafe fn assume_filled(self) -> Result<Vec<T>> {
+        match self {
+            // SAFETY: per the contract above; `Plain` holds a plain device scalar type only.
+            IncomingValues::Plain(v) => Ok(unsafe { v.assume_filled() }),
+            IncomingValues::Bytes(v) => {
+                // SAFETY: per the contract above; u8 is plain data.
+                let bytes = unsafe { v.assume_filled() };
+                crate::scalar::from_device_bytes(&bytes)
+            }
+        }
     }
 }
 
@@ -1065,10 +1109,25 @@ impl<T: Plain> DeviceBuffer<T> {
 
     /// The first `out.len()` elements of this buffer, to be copied into `out`.
     pub(crate) fn download_into<'o>(&self, out: &'o mut [T], what: &str) -> Result<Download<'o>> {
-        if out.len() > self.len {
+        self.download_from(0, out, what)
+    }
+
+    /// Elements `at..at + out.len()` of this buffer, to be copied into `out`: so that values
+    /// from the middle of several buffers come back in one [`Queue::read_all`].
+    pub(crate) fn download_from<'o>(
+        &self,
+        at: usize,
+        out: &'o mut [T],
+        what: &str,
+    ) -> Result<Download<'o>> {
+        if at.checked_add(out.len()).is_none_or(|end| end > self.len) {
             return Err(device_error(
                 format!("reading {what}"),
-                format!("{} elements from a buffer of {}", out.len(), self.len),
+                format!(
+                    "{} elements from element {at} of a buffer of {}",
+                    out.len(),
+                    self.len
+                ),
             ));
         }
         // SAFETY: T is plain data (Plain), so any bytes written are valid values; only
@@ -1078,7 +1137,7 @@ impl<T: Plain> DeviceBuffer<T> {
         };
         Ok(Download {
             src: self.mem(),
-            offset: 0,
+            offset: at * std::mem::size_of::<T>(),
             out,
         })
     }

@@ -3,5 +3,5 @@
 
 hetsparse_core::conformance_suite! {
     backend: hetsparse_opencl::OpenClBackend::from_env(),
-    scalars: [f32, f64, c32, c64, f16, bf16, i32, i64, u32, u64],
+    scalars: [f32, f64, c32, c64, f16, bf16, bool, i32, i64, u32, u64],
 }

@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use convert::{csr_to_py, Parts};
-use devices::{context, PyScalar};
+use devices::context;
 use errors::{to_py, value, DeviceError};
 use hetsparse::DeviceChoice;
 
@@ -200,6 +200,44 @@ macro_rules! with_scalar {
 mod matrix;
 mod semiring;
 
+use matrix::{Source, Storable, Stored};
+
+/// Calls `$body` with `$t` the scalar type of the plain products' operand `$source` (a
+/// [`Source`]): its data's dtype, or a stored matrix's. `TypeError` for a dtype the plain
+/// products do not compute in: a stored matrix of an exact dtype, which only the semiring
+/// products take.
+macro_rules! with_source {
+    ($source:expr, $name:expr, |$t:ident| $body:expr) => {
+        match $source {
+            Source::Parts(p) => with_scalar!(&p.data, $name, |$t| $body),
+            Source::Stored(m) => match &m.get().csr {
+                Stored::F32(_) => {
+                    type $t = f32;
+                    $body
+                }
+                Stored::F64(_) => {
+                    type $t = f64;
+                    $body
+                }
+                Stored::C64(_) => {
+                    type $t = Complex<f32>;
+                    $body
+                }
+                Stored::C128(_) => {
+                    type $t = Complex<f64>;
+                    $body
+                }
+                other => Err(PyTypeError::new_err(format!(
+                    "{}: a Matrix of dtype {} in a product computed in float32, float64, \
+                     complex64 or complex128 (the dtypes of spgemm, spmm and spmv)",
+                    $name,
+                    other.dtype()
+                ))),
+            },
+        }
+    };
+}
+
 fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
     let dtype = data
         .getattr("dtype")
@@ -212,8 +250,9 @@ fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
 }
 
 /// `C = A · B` (with `transpose`, `Cᵀ = Bᵀ · Aᵀ`, which is how CSC operands give a CSC
-/// result without conversion) from operand tuples; returns `(nrows, ncols, indptr, indices,
-/// data)` of the CSR result. `same` says A and B are one matrix, converted once; `progress`
+/// result without conversion) from operand tuples or stored matrices (never transposed: the
+/// Python layer does not ask for `transpose` with one); returns `(nrows, ncols, indptr,
+/// indices, data)` of the CSR result. `same` says A and B are one matrix, converted once; `progress`
 /// is called as `progress(done, planned)` while the product runs and at its end;
 /// `memory_limit` is the host memory, in bytes, C may take (by default what the system
 /// reports available; see [`chunked`]).
@@ -222,8 +261,8 @@ fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
 #[allow(clippy::too_many_arguments)]
 fn spgemm<'py>(
     py: Python<'py>,
-    a: &Bound<'py, PyTuple>,
-    b: &Bound<'py, PyTuple>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
     device: &str,
     transpose: bool,
     same: bool,
@@ -245,15 +284,15 @@ fn spgemm<'py>(
         progress: progress.map(Bound::unbind),
         memory_limit,
     };
-    let a = Parts::extract(a, "A")?;
-    let b = Parts::extract(b, "B")?;
-    if a.ncols != b.nrows {
+    let a = Source::extract(a, "A")?;
+    let b = Source::extract(b, "B")?;
+    let ((m, k), (k_b, n)) = (a.shape(), b.shape());
+    if k != k_b {
         return Err(value(format!(
-            "dimension mismatch: A is {}×{}, B is {}×{}",
-            a.nrows, a.ncols, b.nrows, b.ncols
+            "dimension mismatch: A is {m}×{k}, B is {k_b}×{n}"
         )));
     }
-    with_scalar!(&a.data, "A", |T| spgemm_t::<T>(py, &a, &b, &product))
+    with_source!(&a, "A", |T| spgemm_t::<T>(py, &a, &b, &product))
 }
 
 /// How [`spgemm`] was asked to compute its product.
@@ -265,10 +304,10 @@ struct Product<'c> {
     memory_limit: Option<u64>,
 }
 
-fn spgemm_t<'py, T: PyScalar>(
+fn spgemm_t<'py, T: Storable>(
     py: Python<'py>,
-    a: &Parts<'py>,
-    b: &Parts<'py>,
+    a: &Source<'py>,
+    b: &Source<'py>,
     product: &Product<'_>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let Product {
@@ -280,18 +319,18 @@ fn spgemm_t<'py, T: PyScalar>(
     } = *product;
     let a_data = a.data::<T>("A")?;
     let b_data = b.data::<T>("B")?;
-    let (a, b) = (a.view(&a_data)?, b.view(&b_data)?);
+    let (a, b) = (a.operand(&a_data, "A")?, b.operand(&b_data, "B")?);
     let run = run_control(progress.is_some());
     let report = progress.as_ref().map(ProgressReport::new);
     let c = detached(py, &run, a.nnz() + b.nnz(), report, || {
         let ctx = context::<T>(choice)?;
         let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
-        let left = left.csr(transpose)?;
+        let left = left.csr_of(transpose)?;
         let right_owned;
-        let right = if same {
+        let right: &Csr<T> = if same {
             &left
         } else {
-            right_owned = right.csr(transpose)?;
+            right_owned = right.csr_of(transpose)?;
             &right_owned
         };
         chunked::spgemm(&ctx, &left, right, &run, memory_limit).map_err(to_py)
@@ -301,29 +340,30 @@ fn spgemm_t<'py, T: PyScalar>(
     csr_to_py(py, c)
 }
 
-/// `Y = A · X` for a dense two-dimensional `X` (C or Fortran order); returns `(data,
-/// row_major)`: the flat result, in C order when `row_major`, else in Fortran order.
+/// `Y = A · X` for a dense two-dimensional `X` (C or Fortran order), A an operand tuple or a
+/// stored matrix; returns `(data, row_major)`: the flat result, in C order when `row_major`,
+/// else in Fortran order.
 #[pyfunction]
 #[pyo3(name = "spmm")]
 fn spmm_dense<'py>(
     py: Python<'py>,
-    a: &Bound<'py, PyTuple>,
+    a: &Bound<'py, PyAny>,
     x: &Bound<'py, PyAny>,
     device: &str,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
     let choice = devices::parse(device)?;
-    let a = Parts::extract(a, "A")?;
-    with_scalar!(&a.data, "A", |T| spmm_t::<T>(py, &a, x, &choice))
+    let a = Source::extract(a, "A")?;
+    with_source!(&a, "A", |T| spmm_t::<T>(py, &a, x, &choice))
 }
 
-fn spmm_t<'py, T: PyScalar>(
+fn spmm_t<'py, T: Storable>(
     py: Python<'py>,
-    a: &Parts<'py>,
+    a: &Source<'py>,
     x: &Bound<'py, PyAny>,
     choice: &DeviceChoice,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
     let a_data = a.data::<T>("A")?;
-    let a = a.view(&a_data)?;
+    let a = a.operand(&a_data, "A")?;
     let x: PyReadonlyArray2<'py, T> = x
         .downcast::<numpy::PyArray2<T>>()
         .map_err(|_| PyTypeError::new_err("X must be a two-dimensional array of A's dtype"))?
@@ -348,7 +388,7 @@ fn spmm_t<'py, T: PyScalar>(
     let run = run_control(false);
     let y = detached(py, &run, a.nnz() + x_data.len(), None, || {
         let ctx = context::<T>(choice)?;
-        let a = a.matrix()?;
+        let a = a.sparse()?;
         let mut data = Vec::new();
         data.try_reserve_exact(x_data.len())
             .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("cannot allocate a copy of X"))?;
@@ -362,27 +402,28 @@ fn spmm_t<'py, T: PyScalar>(
     Ok((PyArray1::from_vec(py, y.into_data()).into_any(), row_major))
 }
 
-/// `y = A · x` for a one-dimensional `x`, which is read in place.
+/// `y = A · x` for a one-dimensional `x`, which is read in place; A an operand tuple or a
+/// stored matrix.
 #[pyfunction]
 fn spmv<'py>(
     py: Python<'py>,
-    a: &Bound<'py, PyTuple>,
+    a: &Bound<'py, PyAny>,
     x: &Bound<'py, PyAny>,
     device: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let choice = devices::parse(device)?;
-    let a = Parts::extract(a, "A")?;
-    with_scalar!(&a.data, "A", |T| spmv_t::<T>(py, &a, x, &choice))
+    let a = Source::extract(a, "A")?;
+    with_source!(&a, "A", |T| spmv_t::<T>(py, &a, x, &choice))
 }
 
-fn spmv_t<'py, T: PyScalar>(
+fn spmv_t<'py, T: Storable>(
     py: Python<'py>,
-    a: &Parts<'py>,
+    a: &Source<'py>,
     x: &Bound<'py, PyAny>,
     choice: &DeviceChoice,
 ) -> PyResult<Bound<'py, PyAny>> {
     let a_data = a.data::<T>("A")?;
-    let a = a.view(&a_data)?;
+    let a = a.operand(&a_data, "A")?;
     let x: PyReadonlyArray1<'py, T> = x
         .downcast::<PyArray1<T>>()
         .map_err(|_| PyTypeError::new_err("x must be a one-dimensional array of A's dtype"))?
@@ -400,7 +441,7 @@ fn spmv_t<'py, T: PyScalar>(
     let run = run_control(false);
     let y = detached(py, &run, a.nnz(), None, || {
         let ctx = context::<T>(choice)?;
-        let a = a.matrix()?;
+        let a = a.sparse()?;
         ctx.spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
             .map_err(to_py)
     })?;

@@ -1,19 +1,20 @@
 //! `hetsparse.Matrix`'s native half: a sparse matrix converted and checked once, kept in
-//! hetsparse's own memory, and handed by reference to the semiring products of every later
-//! call (where a scipy.sparse operand is converted and checked again on each call).
+//! hetsparse's own memory, and handed by reference to the products (plain and over a
+//! semiring) of every later call (where a scipy.sparse operand is converted and checked again
+//! on each call).
 //!
 //! A stored matrix is built through the path every scipy operand takes ([`Parts`],
 //! [`View::csr`]), so it is checked the same way; arrays that path reads in place (NumPy's
 //! memory) are then copied into vectors of ours, so the matrix owns its memory, outlives the
 //! call and is not changed when the scipy matrix it came from is written.
 
-use hetsparse::{Complex, Csr, Mask, Scalar};
+use hetsparse::{Complex, Csr, Mask, Scalar, SparseRef};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::convert::{csr_to_py, Parts, View};
+use crate::convert::{csr_to_py, Owned, Parts, View};
 use crate::devices::PyScalar;
 use crate::unsupported_dtype;
 
@@ -232,8 +233,8 @@ fn owned<T: Scalar>(m: Csr<T>) -> Csr<T> {
     unsafe { Csr::from_parts_unchecked(nrows, ncols, offsets, indices, values) }
 }
 
-/// An operand of a semiring product: arrays handed over by the Python layer (converted for
-/// this call) or a stored matrix.
+/// An operand of a product (plain or over a semiring): arrays handed over by the Python layer
+/// (converted for this call) or a stored matrix.
 pub enum Source<'py> {
     /// An operand tuple.
     Parts(Parts<'py>),
@@ -252,6 +253,14 @@ impl<'py> Source<'py> {
             Err(PyTypeError::new_err(format!(
                 "{name}: expected an operand tuple or a StoredMatrix"
             )))
+        }
+    }
+
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Source::Parts(p) => (p.nrows, p.ncols),
+            Source::Stored(m) => m.get().csr.shape(),
         }
     }
 
@@ -340,12 +349,59 @@ impl<T: Scalar> Held<'_, T> {
     }
 }
 
+/// A sparse operand of SpMV or SpMM: made for one call in the format scipy gave, or a stored
+/// matrix (CSR) borrowed.
+pub enum Sparse<'a, T> {
+    /// Made from a view (it may read NumPy's memory in place).
+    Made(Owned<T>),
+    /// A stored matrix.
+    Borrowed(&'a Csr<T>),
+}
+
+impl<T: Scalar> Sparse<'_, T> {
+    /// A borrowed view for the backends.
+    pub fn as_ref(&self) -> SparseRef<'_, T> {
+        match self {
+            Sparse::Made(m) => m.as_ref(),
+            Sparse::Borrowed(m) => (*m).into(),
+        }
+    }
+}
+
 impl<T: Scalar> Operand<'_, T> {
     /// The matrix in canonical CSR: made from the view, or the stored one borrowed.
     pub fn csr(&self) -> PyResult<Held<'_, T>> {
+        self.csr_of(false)
+    }
+
+    /// The matrix, or with `transpose` its transpose, in canonical CSR: made from the view
+    /// (which reads CSC arrays as the transpose's CSR), or the stored one borrowed. A stored
+    /// matrix is never asked for its transpose (the Python layer computes products with one
+    /// untransposed); asked anyway, `RuntimeError`.
+    pub fn csr_of(&self, transpose: bool) -> PyResult<Held<'_, T>> {
         match self {
-            Operand::View(v) => v.csr(false).map(Held::Made),
+            Operand::View(v) => v.csr(transpose).map(Held::Made),
+            Operand::Stored(_) if transpose => Err(PyRuntimeError::new_err(
+                "hetsparse: a stored matrix's transpose was asked for (a bug, please report it)",
+            )),
             Operand::Stored(m) => Ok(Held::Borrowed(m)),
+        }
+    }
+
+    /// The matrix for SpMV and SpMM: in the view's format (CSC and COO not converted), or
+    /// the stored one borrowed.
+    pub fn sparse(&self) -> PyResult<Sparse<'_, T>> {
+        match self {
+            Operand::View(v) => v.matrix().map(Sparse::Made),
+            Operand::Stored(m) => Ok(Sparse::Borrowed(m)),
+        }
+    }
+
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Operand::View(v) => v.shape(),
+            Operand::Stored(m) => (m.nrows(), m.ncols()),
         }
     }
 

@@ -33,8 +33,8 @@ names the combination (the test's id), the seed of its generator (the CRC-32 of 
 device and the case.
 
 On the devices that do not run sparse-vector products (OpenCL), mxv and vxm must be
-refused with ``TypeError``; on those that do not run an exact dtype (OpenCL: bool), so must mxm
-over it.
+refused with ``TypeError``; on a device that does not run an exact dtype (none of CPU, OpenCL
+and CUDA today), so must mxm over it.
 
 Skipped where python-graphblas is not installed; with ``HETSPARSE_REQUIRE_GRAPHBLAS=1`` (CI) its
 absence fails the run instead.
@@ -68,14 +68,13 @@ ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
 # give them to, and CUDA. OpenCL runs mxm only.
 VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all", "cuda")
 # The exact dtypes each device runs (any product): the CPU backend (which "auto" and "all" give
-# them to) and CUDA (its semiring kernels) all of them; OpenCL the integers (its kernels have no
-# bool yet).
-INTEGER_DTYPES = ("int32", "int64", "uint32", "uint64")
+# them to), OpenCL (bool as a byte 0 or 1 in its kernels) and CUDA (its semiring kernels) all of
+# them.
 EXACT_DTYPE_DEVICES = {
     "cpu": EXACT_DTYPES,
     "auto": EXACT_DTYPES,
     "all": EXACT_DTYPES,
-    "opencl": INTEGER_DTYPES,
+    "opencl": EXACT_DTYPES,
     "cuda": EXACT_DTYPES,
 }
 # How the others refuse an exact dtype's mxm.

@@ -1,5 +1,5 @@
-"""``hetsparse.Matrix``: a matrix converted once and used by ``mxm``, ``mxv`` and ``vxm`` in
-place of a scipy operand. Its results must be the scipy operand's, on every device under test
+"""``hetsparse.Matrix``: a matrix converted once and used by ``mxm``, ``mxv`` and ``vxm`` (and
+the plain ``spgemm``, ``spmv`` and ``spmm``) in place of a scipy operand. Its results must be the scipy operand's, on every device under test
 (a device that refuses a product must refuse it the same way), and a loop over it must not
 convert it again."""
 
@@ -170,6 +170,126 @@ def test_a_bfs_over_a_matrix_is_the_bfs_over_scipy(device):
         assert (got[1] >= 0).sum() > 1
     else:
         assert got[1:] == want[1:]
+
+
+def plain_outcome(fn):
+    """``outcome`` of a plain product, whose dense results compare as arrays."""
+    got = outcome(fn)
+    if got[0] == "ok" and isinstance(got[1], np.ndarray):
+        return ("ok", sp.csr_matrix(got[1]))
+    return got
+
+
+# The dtypes of the plain products, and exact ones, which they refuse as they refuse scipy's.
+PLAIN_DTYPES = [np.float64, np.float32, np.complex128, np.complex64, np.bool_, np.int64]
+
+
+@pytest.mark.parametrize("dtype", PLAIN_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("array", [False, True], ids=["matrix", "array"])
+def test_plain_products_with_matrices_are_those_with_scipy(device, dtype, array):
+    kind = sp.csr_array if array else sp.csr_matrix
+    a = kind(random(20, 15, 0.2, dtype, 30))
+    b = random(15, 25, 0.2, dtype, 31, fmt="csc")
+    a_csc = random(20, 15, 0.2, dtype, 32, fmt="csc")
+    ma, mb = hetsparse.Matrix(a), hetsparse.Matrix(b)
+    # spgemm: every mix of Matrix and scipy operands gives what the scipy operands give, of
+    # the same class (CSC from a CSC A, with a Matrix B too).
+    for x, y, wx, wy in [(ma, mb, a, b), (ma, b, a, b), (a, mb, a, b), (a_csc, mb, a_csc, b)]:
+        want = outcome(lambda: hetsparse.spgemm(wx, wy, device=device))
+        got = outcome(lambda: hetsparse.spgemm(x, y, device=device))
+        assert_same(got, want, "plus_times")
+        if want[0] == "ok":
+            assert got[1].format == want[1].format and got[1].has_sorted_indices
+    # One Matrix as both operands.
+    square = kind(random(15, 15, 0.3, dtype, 33))
+    ms = hetsparse.Matrix(square)
+    assert_same(
+        outcome(lambda: hetsparse.spgemm(ms, ms, device=device)),
+        outcome(lambda: hetsparse.spgemm(square, square, device=device)),
+        "plus_times",
+    )
+    # spmv and spmm with a Matrix A; X in both orders.
+    x = np.arange(15).astype(dtype)
+    assert_same(
+        plain_outcome(lambda: hetsparse.spmv(ma, x, device=device)),
+        plain_outcome(lambda: hetsparse.spmv(a, x, device=device)),
+        "plus_times",
+    )
+    for order in "CF":
+        X = np.asarray(np.arange(45).reshape(15, 3), order=order).astype(dtype, order=order)
+        got = plain_outcome(lambda: hetsparse.spmm(ma, X, device=device))
+        assert_same(got, plain_outcome(lambda: hetsparse.spmm(a, X, device=device)), "plus_times")
+    if np.dtype(dtype) in hetsparse.DTYPES:
+        # Known answers, besides agreeing with the scipy operands'.
+        np.testing.assert_allclose(
+            hetsparse.spgemm(ma, mb, device=device).toarray(), a.toarray() @ b.toarray(), rtol=1e-5
+        )
+        np.testing.assert_allclose(
+            hetsparse.spmv(ma, x, device=device), a.toarray() @ x, rtol=1e-5
+        )
+    else:
+        assert got[0] == "raises" and got[1] is TypeError
+
+
+def test_plain_products_convert_a_matrix_of_another_dtype(device):
+    a = random(10, 12, 0.3, np.int64, 34)
+    b = random(12, 7, 0.3, np.float64, 35)
+    m = hetsparse.Matrix(a)  # int64; the products compute in float64
+    got = hetsparse.spgemm(m, b, device=device)
+    assert got.dtype == np.float64
+    assert_same(("ok", got), ("ok", hetsparse.spgemm(a.astype(np.float64), b)), "plus_times")
+    got = hetsparse.spgemm(b.T.tocsr(), hetsparse.Matrix(a.T), device=device)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got.toarray(), b.toarray().T @ a.toarray().T)
+    y = hetsparse.spmv(m, np.ones(12), device=device)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, a.toarray() @ np.ones(12))
+    Y = hetsparse.spmm(m, np.ones((12, 2), dtype=np.float32), device=device)
+    assert Y.dtype == np.float64
+    np.testing.assert_allclose(Y, a.toarray() @ np.ones((12, 2)))
+
+
+def test_plain_products_over_a_matrix_do_not_convert_it_again():
+    g = random(300, 300, 0.02, np.float64, 36)
+    m = hetsparse.Matrix(g)
+    x = np.ones(300)
+    X = np.ones((300, 4))
+    before = (_hetsparse._operands_read(), _hetsparse._conversions())
+    for _ in range(5):
+        hetsparse.spgemm(m, m, device="cpu")
+        hetsparse.spmv(m, x, device="cpu")
+        hetsparse.spmm(m, X, device="cpu")
+    assert _hetsparse._operands_read() == before[0]
+    assert _hetsparse._conversions() == before[1]
+    # With scipy's A, each call reads it (spgemm of A with itself once).
+    before = _hetsparse._operands_read()
+    hetsparse.spgemm(g, g, device="cpu")
+    hetsparse.spmv(g, x, device="cpu")
+    assert _hetsparse._operands_read() == before + 2
+
+
+def test_plain_products_refuse_what_they_refuse_with_scipy():
+    a = random(5, 6, 0.5, np.float64, 37)
+    m = hetsparse.Matrix(a)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.spgemm(m, m)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.spgemm(a, m)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.spmv(m, np.ones(5))
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        hetsparse.spmm(m, np.ones((5, 2)))
+    with pytest.raises(TypeError, match="scipy.sparse"):
+        hetsparse.spgemm(m, a.T.toarray())
+    # The native half refuses a stored matrix of a dtype the plain products do not compute
+    # in, and one of another dtype than A's.
+    mb = hetsparse.Matrix(a.T.tocsr(), dtype=bool)
+    with pytest.raises(TypeError, match="dtype bool"):
+        _hetsparse.spgemm(mb._native, m._native, "cpu")
+    with pytest.raises(TypeError, match="dtype bool"):
+        _hetsparse.spmv(mb._native, np.ones(5, dtype=bool), "cpu")
+    with pytest.raises(TypeError, match="dtype float32"):
+        _hetsparse.spgemm(m._native, hetsparse.Matrix(a.T, dtype=np.float32)._native, "cpu")
 
 
 def test_a_loop_over_a_matrix_does_not_convert_it_again():

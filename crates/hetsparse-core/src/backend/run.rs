@@ -370,7 +370,7 @@ impl RunControl {
     /// The multiply-adds of the masked products run under this run and its children (a
     /// scheduler's chunks, a context's devices) so far, as the backends that compute masks
     /// report them; zero where none was masked or the backend does not count them (the CPU
-    /// backend does).
+    /// backend does, and the OpenCL backend for masks that are not complemented).
     ///
     /// ```
     /// use hetsparse_core::{MaskedWork, RunControl};

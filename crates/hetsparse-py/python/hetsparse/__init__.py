@@ -8,8 +8,8 @@ scipy.sparse matrices and arrays go in, scipy.sparse results come out::
     y = hetsparse.spmv(A, np.ones(1000))  # A @ x
     hetsparse.devices()                   # what this machine has
 
-In a loop of semiring products over one matrix, convert it once with ``hetsparse.Matrix``
-(``mxm``, ``mxv`` and ``vxm`` take it wherever they take a scipy operand)::
+In a loop of products over one matrix, convert it once with ``hetsparse.Matrix`` (``spgemm``,
+``spmv``, ``spmm``, ``mxm``, ``mxv`` and ``vxm`` take it wherever they take a scipy operand)::
 
     M = hetsparse.Matrix(A)               # checked and converted once, kept in hetsparse
     w = hetsparse.vxm(frontier, M, "any_secondi", mask=visited, complement=True)
@@ -139,9 +139,9 @@ def _parts(m, dtype):
 
 def _result_class(a):
     """The class scipy gives ``a @ b``: CSC when ``a`` is CSC, else CSR; an array when ``a``
-    is a sparse array, a matrix when it is a sparse matrix."""
-    csc = a.format == "csc"
-    if _is_array_api(a):
+    is a sparse array (or a ``Matrix`` made from one), a matrix when it is a sparse matrix."""
+    csc = not isinstance(a, Matrix) and a.format == "csc"
+    if _wants_array(a):
         return _sp.csc_array if csc else _sp.csr_array
     return _sp.csc_matrix if csc else _sp.csr_matrix
 
@@ -158,9 +158,11 @@ def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
 
     ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO; other formats are
     converted to CSR first) of any index dtype, in float32, float64,
-    complex64 or complex128 (mixed dtypes are promoted as scipy promotes them). The result is
+    complex64 or complex128 (mixed dtypes are promoted as scipy promotes them), or
+    ``Matrix`` objects (checked and converted once; see ``Matrix``). The result is
     a ``csr_matrix`` / ``csr_array`` (``csc_*`` when ``A`` is CSC), of the kind scipy's ``A @ B``
-    gives, with sorted indices. Unlike scipy, entries whose value cancels to zero are kept
+    gives (a ``Matrix`` gives what the scipy operand it was made from gives as CSR), with
+    sorted indices. Unlike scipy, entries whose value cancels to zero are kept
     (the structure of the result depends only on the structures of ``A`` and ``B``).
 
     CSR and CSC operands in canonical form (sorted indices without repeats, as scipy's own
@@ -190,8 +192,8 @@ def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
     not callable, ``MemoryError`` when the product cannot fit, ``KeyboardInterrupt`` when
     Ctrl-C cancels it.
     """
-    _check_sparse(A, "A")
-    _check_sparse(B, "B")
+    _check_operand(A, "A")
+    _check_operand(B, "B")
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"dimension mismatch: A is {A.shape}, B is {B.shape}")
     if progress is not None and not callable(progress):
@@ -202,16 +204,24 @@ def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
             raise ValueError(f"memory_limit: expected bytes (0 or more), got {memory_limit}")
     dtype = _compute_dtype(A.dtype, B.dtype)
     cls = _result_class(A)
-    transpose = A.format == "csc"
-    a = _parts(A, dtype)
+    csc = cls in (_sp.csc_matrix, _sp.csc_array)
+    # A CSC A is multiplied as Cᵀ = Bᵀ · Aᵀ, whose CSR arrays are C's in CSC; not with a
+    # Matrix B, which is held in CSR only: C is then computed in CSR and converted.
+    transpose = csc and not isinstance(B, Matrix)
+    a = _operand(A, dtype)
     same = B is A
-    b = a if same else _parts(B, dtype)
+    b = a if same else _operand(B, dtype)
     nrows, ncols, indptr, indices, data = _hetsparse.spgemm(
         a, b, device, transpose, same, progress, memory_limit
     )
     if transpose:
         # The native product is C's transpose in CSR: the same arrays are C in CSC.
         return _compressed(cls, ncols, nrows, indptr, indices, data)
+    if csc:
+        c = _compressed(_sp.csr_array if _wants_array(A) else _sp.csr_matrix,
+                        nrows, ncols, indptr, indices, data).tocsc()
+        c.sort_indices()
+        return c
     return _compressed(cls, nrows, ncols, indptr, indices, data)
 
 
@@ -219,9 +229,9 @@ def spmm(A, X, device="auto"):
     """``A @ X`` for sparse ``A`` and a two-dimensional NumPy array ``X``: a NumPy array.
 
     ``X`` in C or Fortran order keeps its order in the result; promoted to the common dtype
-    like ``A``.
+    like ``A``. ``A`` is a scipy.sparse matrix or array, or a ``Matrix``.
     """
-    _check_sparse(A, "A")
+    _check_operand(A, "A")
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"X must be two-dimensional, it has shape {X.shape}")
@@ -232,7 +242,7 @@ def spmm(A, X, device="auto"):
         X = X.astype(dtype)
     if not (X.flags.c_contiguous or X.flags.f_contiguous) or not X.flags.aligned:
         X = np.ascontiguousarray(X)
-    data, row_major = _hetsparse.spmm(_parts(A, dtype), X, device)
+    data, row_major = _hetsparse.spmm(_operand(A, dtype), X, device)
     m, k = A.shape[0], X.shape[1]
     if row_major:
         return data.reshape((m, k))
@@ -242,9 +252,10 @@ def spmm(A, X, device="auto"):
 def spmv(A, x, device="auto"):
     """``A @ x`` for sparse ``A`` and a one-dimensional NumPy array ``x``: a NumPy array.
 
-    ``x`` is read in place when it is contiguous and of the computed dtype.
+    ``x`` is read in place when it is contiguous and of the computed dtype. ``A`` is a
+    scipy.sparse matrix or array, or a ``Matrix``.
     """
-    _check_sparse(A, "A")
+    _check_operand(A, "A")
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"x must be one-dimensional, it has shape {x.shape}")
@@ -254,7 +265,7 @@ def spmv(A, x, device="auto"):
     if x.dtype != dtype:
         x = x.astype(dtype)
     x = _in_memory_order(x)
-    return _hetsparse.spmv(_parts(A, dtype), x, device)
+    return _hetsparse.spmv(_operand(A, dtype), x, device)
 
 
 #: The dtypes of the semiring products besides ``DTYPES``: GraphBLAS's bool and integers.
@@ -300,7 +311,7 @@ def _accum_name(accum):
 
 class Matrix:
     """A sparse matrix checked and converted once, kept in hetsparse's memory, for loops of
-    ``mxm``, ``mxv`` and ``vxm`` over one matrix.
+    products (``spgemm``, ``spmv``, ``spmm``, ``mxm``, ``mxv``, ``vxm``) over one matrix.
 
     Each call of those products on a scipy.sparse operand checks its arrays (sorted indices,
     bounds) and converts what it cannot read in place; a ``Matrix`` was checked and converted
@@ -318,8 +329,10 @@ class Matrix:
     float64, complex64, complex128, bool, int32, int64, uint32, uint64. Explicit zeros are kept.
     The matrix is a copy: writing ``A`` afterwards does not change it, and it cannot be written.
 
-    ``mxm`` takes a ``Matrix`` as ``A``, ``B``, ``mask`` and ``out``; ``mxv`` and ``vxm`` as
-    ``A`` (and, converted on each call, as a vector of shape ``1 × n`` or ``n × 1``). A product
+    ``spgemm`` takes a ``Matrix`` as ``A`` and ``B``, ``spmv`` and ``spmm`` as ``A`` (in the
+    dtypes those compute in: float32, float64, complex64, complex128); ``mxm`` as ``A``, ``B``,
+    ``mask`` and ``out``; ``mxv`` and ``vxm`` as ``A`` (and, converted on each call, as a
+    vector of shape ``1 × n`` or ``n × 1``). A product
     computes in the dtype its operands promote to (as with scipy operands); a ``Matrix`` of
     another dtype is converted for that call (make it in the product's dtype to avoid that).
     As a mask it is used in its own dtype: ``structural=False`` admits its non-zero values.

@@ -48,7 +48,7 @@ _Progress = Callable[[int, int], object]
 @overload
 def spgemm(
     A: sp.csc_matrix,
-    B: _Sparse,
+    B: Union[_Sparse, "Matrix"],
     device: str = ...,
     *,
     progress: Optional[_Progress] = ...,
@@ -57,7 +57,7 @@ def spgemm(
 @overload
 def spgemm(
     A: sp.csc_array,
-    B: _Sparse,
+    B: Union[_Sparse, "Matrix"],
     device: str = ...,
     *,
     progress: Optional[_Progress] = ...,
@@ -66,7 +66,7 @@ def spgemm(
 @overload
 def spgemm(
     A: sp.sparray,
-    B: _Sparse,
+    B: Union[_Sparse, "Matrix"],
     device: str = ...,
     *,
     progress: Optional[_Progress] = ...,
@@ -75,28 +75,42 @@ def spgemm(
 @overload
 def spgemm(
     A: sp.spmatrix,
-    B: _Sparse,
+    B: Union[_Sparse, "Matrix"],
     device: str = ...,
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
 ) -> sp.csr_matrix: ...
+@overload
 def spgemm(
-    A: _Sparse,
-    B: _Sparse,
+    A: "Matrix",
+    B: Union[_Sparse, "Matrix"],
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+) -> Union[sp.csr_matrix, sp.csr_array]: ...
+def spgemm(
+    A: Union[_Sparse, "Matrix"],
+    B: Union[_Sparse, "Matrix"],
     device: str = "auto",
     *,
     progress: Optional[_Progress] = None,
     memory_limit: Optional[int] = None,
 ) -> _Sparse:
-    """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it (CSR, or CSC when ``A`` is CSC;
-    an array or a matrix as ``A`` is); ``progress(done, planned)`` hears the intermediate
-    products done as it runs, ``memory_limit`` bounds the result's bytes."""
+    """``A @ B`` for sparse ``A`` and ``B`` (scipy operands or ``Matrix`` objects), as scipy
+    returns it (CSR, or CSC when ``A`` is CSC; an array or a matrix as ``A`` is);
+    ``progress(done, planned)`` hears the intermediate products done as it runs,
+    ``memory_limit`` bounds the result's bytes."""
 
-def spmm(A: _Sparse, X: npt.ArrayLike, device: str = "auto") -> npt.NDArray[np.generic]:
+def spmm(
+    A: Union[_Sparse, "Matrix"], X: npt.ArrayLike, device: str = "auto"
+) -> npt.NDArray[np.generic]:
     """``A @ X`` for a two-dimensional dense ``X``."""
 
-def spmv(A: _Sparse, x: npt.ArrayLike, device: str = "auto") -> npt.NDArray[np.generic]:
+def spmv(
+    A: Union[_Sparse, "Matrix"], x: npt.ArrayLike, device: str = "auto"
+) -> npt.NDArray[np.generic]:
     """``A @ x`` for a one-dimensional dense ``x``."""
 
 def devices(device: str = "auto") -> List[Device]:
@@ -112,8 +126,9 @@ def generate(
 ) -> Tuple[sp.csr_matrix, sp.csr_matrix]: ...
 
 class Matrix:
-    """A sparse matrix checked and converted once, kept in hetsparse's memory: ``mxm``, ``mxv``
-    and ``vxm`` take it wherever they take a scipy operand, without converting it again."""
+    """A sparse matrix checked and converted once, kept in hetsparse's memory: ``spgemm``,
+    ``spmv``, ``spmm``, ``mxm``, ``mxv`` and ``vxm`` take it wherever they take a scipy operand,
+    without converting it again."""
 
     def __init__(self, A: Union[_Sparse, "Matrix"], dtype: Optional[npt.DTypeLike] = ...) -> None: ...
     @property

@@ -1,6 +1,6 @@
 """Type stubs of the native module; use the functions of ``hetsparse`` instead."""
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -15,16 +15,18 @@ FEATURES: List[str]
 class DeviceError(RuntimeError): ...
 
 def spgemm(
-    a: _Parts,
-    b: _Parts,
+    a: Union[_Parts, "StoredMatrix"],
+    b: Union[_Parts, "StoredMatrix"],
     device: str,
     transpose: bool = False,
     same: bool = False,
     progress: Optional[Callable[[int, int], object]] = None,
     memory_limit: Optional[int] = None,
 ) -> _Csr: ...
-def spmm(a: _Parts, x: npt.NDArray[Any], device: str) -> Tuple[npt.NDArray[Any], bool]: ...
-def spmv(a: _Parts, x: npt.NDArray[Any], device: str) -> npt.NDArray[Any]: ...
+def spmm(
+    a: Union[_Parts, "StoredMatrix"], x: npt.NDArray[Any], device: str
+) -> Tuple[npt.NDArray[Any], bool]: ...
+def spmv(a: Union[_Parts, "StoredMatrix"], x: npt.NDArray[Any], device: str) -> npt.NDArray[Any]: ...
 def devices(device: str = "auto") -> List[dict]: ...
 def generate(matrix_class: str, size: int, seed: int) -> Tuple[_Csr, _Csr]: ...
 def time_spgemm(
