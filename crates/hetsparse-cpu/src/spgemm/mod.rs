@@ -245,6 +245,30 @@ impl<'a, T: Scalar> Operands<'a, T> {
         }
     }
 
+    /// Columns of C (relative to the window) from the least first column to the greatest
+    /// last one of the rows of B that `a_cols` take: the window the row of C actually spans.
+    /// `None` when the chunk's window is not all of B (each row of B would have to be cut to
+    /// it first) or those rows are empty.
+    #[inline]
+    fn reached_columns(&self, a_cols: &[u32]) -> Option<(usize, usize)> {
+        if !self.whole_width {
+            return None;
+        }
+        let (offsets, cols) = (self.b.row_offsets(), self.b.col_indices());
+        let (mut first, mut last) = (u32::MAX, 0u32);
+        for &k in a_cols {
+            let (s, e) = (
+                offsets[k as usize] as usize,
+                offsets[k as usize + 1] as usize,
+            );
+            if s < e {
+                first = first.min(cols[s]);
+                last = last.max(cols[e - 1]);
+            }
+        }
+        (first <= last).then(|| ((first - self.lo) as usize, (last - self.lo) as usize + 1))
+    }
+
     /// Row `i` of the chunk (row `row_base + i` of A).
     #[inline]
     fn a_row(&self, i: usize) -> (&'a [u32], &'a [T]) {
@@ -1065,6 +1089,67 @@ mod tests {
             let ops = Operands::new(&wa, &wb, shape_of_b(&b)).expect("windows");
             assert_eq!(ops.even_b_rows(), even, "{class}");
         }
+    }
+
+    #[test]
+    fn rows_take_their_own_window_where_b_reaches_wide() {
+        // B as smoothed aggregation makes a prolongator: row k takes the aggregates next to
+        // k / 4, so C = A·B is a quarter as wide as A while B's reach (j - k) spans three
+        // quarters of it, wider than a dense accumulator. The first rows of B are scattered
+        // instead: rows of C there find no narrow window and stop looking, then the local
+        // rows after them find theirs again.
+        let n = 300_000usize;
+        let width = n / 4;
+        assert!(
+            width > row_row::dense_columns::<f64>(),
+            "the reach must be too wide"
+        );
+        let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+        let mut seed = 12_345u64;
+        for k in 0..n {
+            let mut row: Vec<u32> = if k < n / 8 {
+                (0..3)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        ((seed >> 33) % width as u64) as u32
+                    })
+                    .collect()
+            } else {
+                (0..3)
+                    .map(|d| ((k / 4 + d).min(width - 1)) as u32)
+                    .collect()
+            };
+            row.sort_unstable();
+            row.dedup();
+            vals.extend(row.iter().map(|&j| 1.0 + f64::from(j % 7)));
+            cols.extend(row);
+            offsets.push(cols.len() as u64);
+        }
+        let b = Csr::try_new(n, width, offsets, cols, vals).expect("B");
+        let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
+        for i in 0..n {
+            for k in i.saturating_sub(1)..(i + 2).min(n) {
+                cols.push(k as u32);
+                vals.push(if k == i { 2.0 } else { -0.5 });
+            }
+            offsets.push(cols.len() as u64);
+        }
+        let a = Csr::try_new(n, n, offsets, cols, vals).expect("A");
+        let (wa, wb) = (CsrWindow::whole(&a), CsrWindow::whole(&b));
+        let ops = Operands::new(&wa, &wb, shape_of_b(&b)).expect("windows");
+        let k = n as u32 / 2;
+        let (start, end) = ops.row_window(&[k, k + 1]);
+        assert!(
+            end - start > row_row::dense_columns::<f64>(),
+            "reach {start}..{end}"
+        );
+        assert_eq!(
+            ops.reached_columns(&[k, k + 1]),
+            Some(((k / 4) as usize, (k / 4) as usize + 3)),
+            "B's rows {k} and {} take columns k/4 to k/4 + 2",
+            k + 1
+        );
+        both_ways(&a, &b, "aggregation-like B");
     }
 
     #[test]

@@ -236,8 +236,19 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     if NUMERIC && full && a_cols.len() > 1 {
         return full_row::<T, S>(ops, a_cols, a_vals, s, out);
     }
-    let (start, end) = ops.row_window(a_cols);
-    let narrowed = end - start < ops.width();
+    let (mut start, mut end) = ops.row_window(a_cols);
+    let mut narrowed = end - start < ops.width();
+    // Rows whose window B's reach leaves wider than a dense accumulator may still take
+    // columns close together (AMG's A·P at the finest level: C far narrower than A, each row
+    // of C a handful of neighbouring aggregates): their own window, from the first and last
+    // column of each row of B they take, lets them accumulate densely like banded rows.
+    let panel = dense_columns::<T::Acc>();
+    if end - start > panel && a_cols.len() > 1 {
+        if let Some((first, last)) = s.windows.try_row(i, panel, || ops.reached_columns(a_cols)) {
+            (start, end) = (first, last);
+            narrowed = end - start < ops.width();
+        }
+    }
     let mut kind = choose::<T::Acc>(products, a_cols.len(), end - start, narrowed);
     if !NUMERIC
         && matches!(kind, Kind::Hash | Kind::Panels | Kind::Dense)
