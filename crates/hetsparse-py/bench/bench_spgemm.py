@@ -11,7 +11,12 @@ For every matrix class of hetsparse's benchmarks (the operands of ``cargo xtask 
 - ``cupy`` (``--cupy``): CuPy's ``A @ B`` including its transfers: the operands copied to
   the GPU, the product, the result copied back to a scipy matrix.
 
-Usage: ``python bench/bench_spgemm.py [--quick] [--device auto] [--cupy] [--min-time 2]``;
+``--real DIR`` times the real-workload products instead (a folder written by
+``benches/peers/real_products.py``: ``products.tsv`` names each product's A and B, stored as raw
+``.indptr``/``.indices``/``.data``/``.shape`` files), each loaded as scipy CSR with 32-bit indices,
+as scipy itself would build them; ``--classes`` then lists product names (default: all).
+
+Usage: ``python bench/bench_spgemm.py [--quick] [--device auto] [--cupy] [--min-time 2] [--real DIR]``;
 prints a Markdown table (``--best``: least times rather than medians). The timings alternate (one run of each, round after round; the
 median of each), so that load from elsewhere touches every column alike.
 """
@@ -62,6 +67,11 @@ def seconds(fn):
     return run
 
 
+def milliseconds(t):
+    """Seconds as milliseconds, to three significant digits (small products take 0.05 ms)."""
+    return f"{t * 1e3:.3g}"
+
+
 def interleaved(timers, min_runs, min_time, best=False):
     """Median (``best``: least) seconds of each timer (a function returning the seconds of one
     run), after one untimed run each: round after round of one run of each, so that a change
@@ -80,6 +90,47 @@ def interleaved(timers, min_runs, min_time, best=False):
             break
     pick = min if best else statistics.median
     return {name: pick(v) for name, v in times.items()}
+
+
+def read_raw(folder, stem):
+    """A raw operand of ``real_products.py`` as scipy CSR, float64, 32-bit indices."""
+    import os
+
+    import scipy.sparse as sp
+
+    path = os.path.join(folder, stem)
+    with open(path + ".shape") as f:
+        rows, cols = (int(x) for x in f.read().split())
+    indptr = np.fromfile(path + ".indptr", dtype=np.uint64)
+    indices = np.fromfile(path + ".indices", dtype=np.uint32)
+    data = np.fromfile(path + ".data", dtype=np.float64)
+    index = np.int32 if indptr[-1] < 2**31 and max(rows, cols) < 2**31 else np.int64
+    return sp.csr_matrix(
+        (data, indices.astype(index), indptr.astype(index)), shape=(rows, cols)
+    )
+
+
+def real_products(folder, names):
+    """(name, A, B) of each product of ``folder/products.tsv`` (all when ``names`` is empty)."""
+    import os
+
+    with open(os.path.join(folder, "products.tsv")) as f:
+        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    for name, a_stem, b_stem, *_ in lines:
+        if names and name not in names:
+            continue
+        a = read_raw(folder, a_stem)
+        yield name, a, (a if b_stem == a_stem else read_raw(folder, b_stem))
+
+
+def generated_products(classes, quick):
+    """(class, A, B) of each generated class, at the benchmark's sizes."""
+    for cls in classes:
+        size = FULL[cls] if not quick else quick_size(cls, FULL[cls])
+        a, b = hs.generate(cls, size, seed=SEED)
+        if cls != "lp":
+            b = a  # the square classes compute A·A
+        yield cls, a, b
 
 
 def cupy_product():
@@ -107,8 +158,14 @@ def main():
         action="store_true",
         help="the least time of the runs, not the median (for a machine shared with other work)",
     )
-    p.add_argument("--classes", default=",".join(FULL))
+    p.add_argument("--classes", default=None, help="classes, or with --real product names")
+    p.add_argument("--real", metavar="DIR", help="the real-workload products of DIR instead")
     args = p.parse_args()
+    if args.real:
+        names = set(args.classes.split(",")) if args.classes else set()
+        products = real_products(args.real, names)
+    else:
+        products = generated_products((args.classes or ",".join(FULL)).split(","), args.quick)
 
     cupy = cupy_product() if args.cupy else None
     print(f"devices: {[d['id'] for d in hs.devices(args.device) if d['used']]}", file=sys.stderr)
@@ -121,11 +178,7 @@ def main():
     head += ["cupy / hetsparse"] if cupy else []
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * 2 + "---:|" * (len(head) - 2))
-    for cls in args.classes.split(","):
-        size = FULL[cls] if not args.quick else quick_size(cls, FULL[cls])
-        a, b = hs.generate(cls, size, seed=SEED)
-        if cls != "lp":
-            b = a  # the square classes compute A·A
+    for cls, a, b in products:
         c = hs.spgemm(a, b, device=args.device)
         same = b is a
         pa = hs._parts(a, a.dtype)
@@ -143,10 +196,10 @@ def main():
         t_sp, t_cp = t.get("scipy"), t.get("cupy")
         row = [cls, f"{a.shape[0]}×{a.shape[1]}", str(a.nnz), str(c.nnz)]
         if not args.no_scipy:
-            row.append(f"{t_sp * 1e3:.1f}")
-        row += [f"{t_hs * 1e3:.1f}", f"{t_rust * 1e3:.1f}"]
+            row.append(milliseconds(t_sp))
+        row += [milliseconds(t_hs), milliseconds(t_rust)]
         if cupy:
-            row.append(f"{t_cp * 1e3:.1f}")
+            row.append(milliseconds(t_cp))
         if not args.no_scipy:
             row.append(f"{t_sp / t_hs:.2f}×")
         row.append(f"{t_hs / t_rust:.2f}")

@@ -62,6 +62,25 @@ pub(crate) struct Operands<'a, T> {
     near_rows: i64,
     /// Whether the kernels prefetch B's rows ([`Operands::quiet`] turns it off).
     prefetch: bool,
+    /// Whether rows whose window B's reach leaves too wide for a dense accumulator look for
+    /// their own ([`Operands::reached_columns`]): decided once for the chunk from a sample of
+    /// its rows ([`Operands::sampling_own_windows`]), since looking costs rows it does not help (scattered
+    /// products, rows of few products) a tenth of their time.
+    own_windows: bool,
+}
+
+/// Rows of a chunk sampled to decide [`Operands::own_windows`].
+const OWN_WINDOW_SAMPLES: usize = 64;
+
+/// What [`Operands::reached_columns`] finds of one row of C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReachedColumns {
+    /// The columns of C (relative to the chunk's window) from the row's first to one past
+    /// its last.
+    pub start: usize,
+    pub end: usize,
+    /// The row's intermediate products.
+    pub products: u64,
 }
 
 /// Bytes of B's rows that a core's L2 cache keeps around the current row (half on each
@@ -170,7 +189,34 @@ impl<'a, T: Scalar> Operands<'a, T> {
             longest_b_row: b_shape.longest_row,
             near_rows: near_rows::<T>(b_matrix),
             prefetch: true,
-        })
+            own_windows: false,
+        }
+        .sampling_own_windows())
+    }
+
+    /// These operands with [`Operands::own_windows`] decided: on when at least half of up to
+    /// [`OWN_WINDOW_SAMPLES`] rows spread over the chunk, among those whose window B's reach
+    /// leaves wider than a dense accumulator, would accumulate densely in their own.
+    fn sampling_own_windows(mut self) -> Self {
+        if !self.whole_width || self.nrows == 0 {
+            return self;
+        }
+        let panel = row_row::dense_columns::<T::Acc>();
+        let step = self.nrows.div_ceil(OWN_WINDOW_SAMPLES);
+        let (mut wide, mut pays) = (0usize, 0usize);
+        for i in (0..self.nrows).step_by(step) {
+            let a_cols = self.a_row(i).0;
+            let (start, end) = self.row_window(a_cols);
+            if end - start > panel && a_cols.len() > 1 {
+                wide += 1;
+                pays += usize::from(
+                    self.reached_columns(a_cols)
+                        .is_some_and(|r| row_row::own_window_pays::<T::Acc>(&r)),
+                );
+            }
+        }
+        self.own_windows = wide > 0 && 2 * pays >= wide;
+        self
     }
 
     /// The same operands with prefetching off, for rows [`Operands::near_diagonal`].
@@ -246,27 +292,30 @@ impl<'a, T: Scalar> Operands<'a, T> {
     }
 
     /// Columns of C (relative to the window) from the least first column to the greatest
-    /// last one of the rows of B that `a_cols` take: the window the row of C actually spans.
-    /// `None` when the chunk's window is not all of B (each row of B would have to be cut to
-    /// it first) or those rows are empty.
+    /// last one of the rows of B that `a_cols` take: the window the row of C actually spans,
+    /// with the row's exact number of products (read on the way). `None` when the chunk's
+    /// window is not all of B (each row of B would have to be cut to it first) or those rows
+    /// are empty.
     #[inline]
-    fn reached_columns(&self, a_cols: &[u32]) -> Option<(usize, usize)> {
+    fn reached_columns(&self, a_cols: &[u32]) -> Option<ReachedColumns> {
         if !self.whole_width {
             return None;
         }
         let (offsets, cols) = (self.b.row_offsets(), self.b.col_indices());
-        let (mut first, mut last) = (u32::MAX, 0u32);
+        let (mut first, mut last, mut products) = (u32::MAX, 0u32, 0u64);
         for &k in a_cols {
-            let (s, e) = (
-                offsets[k as usize] as usize,
-                offsets[k as usize + 1] as usize,
-            );
+            let (s, e) = (offsets[k as usize], offsets[k as usize + 1]);
+            products += e - s;
             if s < e {
-                first = first.min(cols[s]);
-                last = last.max(cols[e - 1]);
+                first = first.min(cols[s as usize]);
+                last = last.max(cols[e as usize - 1]);
             }
         }
-        (first <= last).then(|| ((first - self.lo) as usize, (last - self.lo) as usize + 1))
+        (first <= last).then(|| ReachedColumns {
+            start: (first - self.lo) as usize,
+            end: (last - self.lo) as usize + 1,
+            products,
+        })
     }
 
     /// Row `i` of the chunk (row `row_base + i` of A).
@@ -1096,8 +1145,8 @@ mod tests {
         // B as smoothed aggregation makes a prolongator: row k takes the aggregates next to
         // k / 4, so C = A·B is a quarter as wide as A while B's reach (j - k) spans three
         // quarters of it, wider than a dense accumulator. The first rows of B are scattered
-        // instead: rows of C there find no narrow window and stop looking, then the local
-        // rows after them find theirs again.
+        // instead: rows of C there find no narrow window and are hashed, while the sample of
+        // rows that decides whether to look finds the local rows' windows worth it.
         let n = 300_000usize;
         let width = n / 4;
         assert!(
@@ -1128,7 +1177,8 @@ mod tests {
         let b = Csr::try_new(n, width, offsets, cols, vals).expect("B");
         let (mut offsets, mut cols, mut vals) = (vec![0u64], Vec::new(), Vec::new());
         for i in 0..n {
-            for k in i.saturating_sub(1)..(i + 2).min(n) {
+            // Seven neighbours: rows of 21 products, enough for a dense window.
+            for k in i.saturating_sub(3)..(i + 4).min(n) {
                 cols.push(k as u32);
                 vals.push(if k == i { 2.0 } else { -0.5 });
             }
@@ -1137,6 +1187,7 @@ mod tests {
         let a = Csr::try_new(n, n, offsets, cols, vals).expect("A");
         let (wa, wb) = (CsrWindow::whole(&a), CsrWindow::whole(&b));
         let ops = Operands::new(&wa, &wb, shape_of_b(&b)).expect("windows");
+        assert!(ops.own_windows, "most rows take their own window");
         let k = n as u32 / 2;
         let (start, end) = ops.row_window(&[k, k + 1]);
         assert!(
@@ -1145,11 +1196,20 @@ mod tests {
         );
         assert_eq!(
             ops.reached_columns(&[k, k + 1]),
-            Some(((k / 4) as usize, (k / 4) as usize + 3)),
+            Some(ReachedColumns {
+                start: (k / 4) as usize,
+                end: (k / 4) as usize + 3,
+                products: 6
+            }),
             "B's rows {k} and {} take columns k/4 to k/4 + 2",
             k + 1
         );
         both_ways(&a, &b, "aggregation-like B");
+        // Scattered rows over as wide a C do not look.
+        let (a, b) = generate::product_operands::<f64>(MatrixClass::Uniform, 100_000, 5);
+        let (wa, wb) = (CsrWindow::whole(&a), CsrWindow::whole(&b));
+        let ops = Operands::new(&wa, &wb, shape_of_b(&b)).expect("windows");
+        assert!(!ops.own_windows, "uniform rows span all of C");
     }
 
     #[test]

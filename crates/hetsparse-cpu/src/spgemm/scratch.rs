@@ -31,43 +31,6 @@ pub(crate) struct Scratch<A> {
     pub cursors: Vec<usize>,
     /// Column indices, for distinct-column lists.
     pub columns: Vec<u32>,
-    /// Whether rows' own windows have been worth looking for lately.
-    pub windows: RowWindows,
-}
-
-/// After this many rows in a row whose own window (see [`RowWindows::try_row`]) was too wide to
-/// help, only one row in [`ROW_WINDOW_RETRY`] looks for it: on scattered products (power law,
-/// uniform) it would be a pass over the row's rows of B for nothing.
-const ROW_WINDOW_MISSES: u32 = 16;
-const ROW_WINDOW_RETRY: usize = 64;
-
-/// How the rows of one thread have fared looking for their own window of C.
-#[derive(Default)]
-pub(crate) struct RowWindows {
-    misses: u32,
-}
-
-impl RowWindows {
-    /// `window()` for row `i`, unless recent rows found theirs no narrower than `limit`
-    /// columns (then only every [`ROW_WINDOW_RETRY`]-th row tries again); `None` when it was
-    /// not looked for or there is none.
-    #[inline]
-    pub fn try_row(
-        &mut self,
-        i: usize,
-        limit: usize,
-        window: impl FnOnce() -> Option<(usize, usize)>,
-    ) -> Option<(usize, usize)> {
-        if self.misses >= ROW_WINDOW_MISSES && i % ROW_WINDOW_RETRY != 0 {
-            return None;
-        }
-        let found = window();
-        match found {
-            Some((start, end)) if end - start <= limit => self.misses = 0,
-            _ => self.misses = self.misses.saturating_add(1),
-        }
-        found
-    }
 }
 
 impl<A: Accumulator> Scratch<A> {
@@ -80,7 +43,6 @@ impl<A: Accumulator> Scratch<A> {
             pairs: Vec::new(),
             cursors: Vec::new(),
             columns: Vec::new(),
-            windows: RowWindows::default(),
         }
     }
 
