@@ -22,11 +22,13 @@ median of each), so that load from elsewhere touches every column alike.
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 import hetsparse as hs
 from hetsparse import _hetsparse
@@ -94,10 +96,6 @@ def interleaved(timers, min_runs, min_time, best=False):
 
 def read_raw(folder, stem):
     """A raw operand of ``real_products.py`` as scipy CSR, float64, 32-bit indices."""
-    import os
-
-    import scipy.sparse as sp
-
     path = os.path.join(folder, stem)
     with open(path + ".shape") as f:
         rows, cols = (int(x) for x in f.read().split())
@@ -112,8 +110,6 @@ def read_raw(folder, stem):
 
 def real_products(folder, names):
     """(name, A, B) of each product of ``folder/products.tsv`` (all when ``names`` is empty)."""
-    import os
-
     with open(os.path.join(folder, "products.tsv")) as f:
         lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
     for name, a_stem, b_stem, *_ in lines:

@@ -64,8 +64,8 @@ pub(crate) struct Operands<'a, T> {
     prefetch: bool,
     /// Whether rows whose window B's reach leaves too wide for a dense accumulator look for
     /// their own ([`Operands::reached_columns`]): decided once for the chunk from a sample of
-    /// its rows ([`Operands::sampling_own_windows`]), since looking costs rows it does not help (scattered
-    /// products, rows of few products) a tenth of their time.
+    /// its rows ([`Operands::sampling_own_windows`]), since looking costs rows it does not
+    /// help (scattered products, rows of few products) a tenth of their time.
     own_windows: bool,
 }
 
@@ -201,13 +201,11 @@ impl<'a, T: Scalar> Operands<'a, T> {
         if !self.whole_width || self.nrows == 0 {
             return self;
         }
-        let panel = row_row::dense_columns::<T::Acc>();
         let step = self.nrows.div_ceil(OWN_WINDOW_SAMPLES);
         let (mut wide, mut pays) = (0usize, 0usize);
         for i in (0..self.nrows).step_by(step) {
             let a_cols = self.a_row(i).0;
-            let (start, end) = self.row_window(a_cols);
-            if end - start > panel && a_cols.len() > 1 {
+            if self.too_wide_for_dense(a_cols, self.row_window(a_cols)) {
                 wide += 1;
                 pays += usize::from(
                     self.reached_columns(a_cols)
@@ -289,6 +287,14 @@ impl<'a, T: Scalar> Operands<'a, T> {
         } else {
             (0, width)
         }
+    }
+
+    /// Whether the row of C whose row of A has columns `a_cols` (more than one), in `window`
+    /// (from [`Operands::row_window`]), is wider than a dense accumulator: the rows that may
+    /// look for their own window.
+    #[inline]
+    fn too_wide_for_dense(&self, a_cols: &[u32], (start, end): (usize, usize)) -> bool {
+        end - start > row_row::dense_columns::<T::Acc>() && a_cols.len() > 1
     }
 
     /// Columns of C (relative to the window) from the least first column to the greatest

@@ -256,7 +256,7 @@ pub(super) fn row<T: Scalar, S: Semiring<T>, const NUMERIC: bool>(
     // of C a handful of neighbouring aggregates): their own window, from the first and last
     // column of each row of B they take, lets them accumulate densely like banded rows, once
     // they have products enough to pay for walking it.
-    if ops.own_windows && end - start > dense_columns::<T::Acc>() && a_cols.len() > 1 {
+    if ops.own_windows && ops.too_wide_for_dense(a_cols, (start, end)) {
         if let Some(reached) = ops
             .reached_columns(a_cols)
             .filter(own_window_pays::<T::Acc>)
