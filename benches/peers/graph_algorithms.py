@@ -13,7 +13,9 @@ undirected (A + Aᵀ, no self-loops, every edge 1).
 - Triangles, Sandia's L·L as LAGraph's `LAGr_TriangleCount` (method Sandia_LL): L the strictly
   lower triangle, `C⟨L⟩ = L plus.pair L`, the sum of C. In int64 on both sides.
 - BFS levels and parents from the vertex of most edges, as LAGraph's push-only BFS: `q⟨¬π, replace⟩ = q
-  any.secondi A`, `π⟨q⟩ = q`, `level⟨q⟩ = depth` until q is empty. In int64 on both sides.
+  any.secondi A`, `π⟨q⟩ = q`, `level⟨q⟩ = depth` until q is empty. In int64 on both sides;
+  hetsparse keeps π's pattern as a boolean array of the vertices visited (the mask, valued)
+  beside dense parents and levels, GraphBLAS its vectors (bitmaps once they fill).
 
 hetsparse takes scipy.sparse and returns it; each algorithm converts its graph once into a
 `hetsparse.Matrix` (checked and kept in hetsparse's memory, as GraphBLAS keeps its matrices),
@@ -74,30 +76,30 @@ def triangles_graphblas(gb, l):
 
 
 def bfs_hetsparse(a, source, device, stored=True):
-    """Levels (a dense array, -1 where not reached) and parents (a sparse row). One vxm a
-    level: with the complemented mask of the parents found so far and those parents as
-    ``out`` (merged, not replaced), it returns the parents with this level's added; the new
-    frontier is what it added. ``a`` is converted once into a ``hetsparse.Matrix`` (with
+    """Levels and parents (dense arrays, -1 where not reached). One vxm a level: the
+    frontier pushed along A's edges, masked by the complement of the vertices visited (a
+    boolean array, which crosses as a bitmap), gives the next frontier with each vertex's
+    parent; the arrays are updated at the frontier's positions only, as GraphBLAS's
+    ``parent(q.S) << q`` is. ``a`` is converted once into a ``hetsparse.Matrix`` (with
     ``stored``), which every level reads."""
     n = a.shape[0]
     if stored:
         a = hetsparse.Matrix(a)
-    parent = sp.csr_matrix(([source], ([0], [source])), shape=(1, n), dtype=np.int64)
+    visited = np.zeros(n, dtype=bool)
     level = np.full(n, -1, dtype=np.int64)
-    level[source] = 0
-    frontier = parent
+    parent = np.full(n, -1, dtype=np.int64)
+    visited[source], level[source], parent[source] = True, 0, source
+    frontier = sp.csr_matrix(([source], ([0], [source])), shape=(1, n), dtype=np.int64)
     depth = 0
     while frontier.nnz:
         depth += 1
-        merged = hetsparse.vxm(
-            frontier, a, "any_secondi", mask=parent, complement=True, out=parent, device=device
+        frontier = hetsparse.vxm(
+            frontier, a, "any_secondi", mask=visited, structural=False, complement=True, device=device
         )
-        new = ~np.isin(merged.indices, parent.indices, assume_unique=True)
-        frontier = sp.csr_matrix(
-            (merged.data[new], merged.indices[new], np.array([0, int(new.sum())])), shape=(1, n)
-        )
-        level[frontier.indices] = depth
-        parent = merged
+        reached = frontier.indices
+        visited[reached] = True
+        parent[reached] = frontier.data
+        level[reached] = depth
     return level, parent
 
 
@@ -192,8 +194,8 @@ def main():
             source = int(np.argmax(np.diff(g.indptr)))
             t_bfs, (level, parent) = best_of(args.reps, lambda: bfs_hetsparse(g, source, args.device, stored))
             t_bfs_gb, (glevel, _) = best_of(args.reps, lambda: bfs_graphblas(gb, ga, source))
-            parent = parent.tocoo()
-            check_bfs(g, source, level, (parent.col, parent.data))
+            reached = np.flatnonzero(parent >= 0)
+            check_bfs(g, source, level, (reached, parent[reached]))
             gi, gv = glevel.to_coo()
             if not (np.array_equal(np.flatnonzero(level >= 0), gi) and np.array_equal(level[gi], gv)):
                 raise AssertionError(f"{matrix_class} {size}: BFS levels differ from GraphBLAS's")

@@ -160,4 +160,37 @@ mod tests {
         let row = v.clone().into_row();
         assert_eq!(SparseVector::from_row(row).unwrap(), v);
     }
+
+    /// A mask made from a bitmap admits what the same positions listed admit, equals that
+    /// mask, lists its positions for devices, and is refused when its words do not fit.
+    #[test]
+    fn bitmap_masks_match_listed_ones() {
+        use crate::MaskKind;
+        let positions = vec![0u32, 5, 63, 64, 129];
+        let listed = SparseVector::try_new(130, positions.clone(), vec![1.0f64; 5])
+            .unwrap()
+            .structural_mask();
+        let mut bits = vec![0u64; 3];
+        for &j in &positions {
+            bits[j as usize / 64] |= 1 << (j % 64);
+        }
+        let bitmap = Mask::from_bitmap(130, bits.clone(), MaskKind::Structural).unwrap();
+        assert_eq!(bitmap, listed);
+        assert_eq!(bitmap.bitmap(), Some(&bits[..]));
+        assert_eq!((bitmap.shape(), bitmap.entries()), ((1, 130), 5));
+        assert_eq!(bitmap.row_offsets(), listed.row_offsets());
+        assert_eq!(bitmap.col_indices(), &positions[..]);
+        for j in 0..130 {
+            assert_eq!(bitmap.admits(0, j), listed.admits(0, j), "{j}");
+            let (b, l) = (bitmap.clone().complemented(), listed.clone().complemented());
+            assert_eq!(b.admits(0, j), l.admits(0, j), "{j}");
+        }
+        assert_eq!(
+            bitmap.window(0..1, 60..70).unwrap(),
+            listed.window(0..1, 60..70).unwrap()
+        );
+        assert!(Mask::from_bitmap(130, vec![0; 2], MaskKind::Structural).is_err());
+        assert!(Mask::from_bitmap(130, vec![0, 0, 1 << 2], MaskKind::Valued).is_err());
+        assert!(Mask::from_bitmap(128, vec![u64::MAX; 2], MaskKind::Valued).is_ok());
+    }
 }

@@ -53,27 +53,38 @@ impl Direction {
 }
 
 /// The positions of `w` a mask admits, one bit each: a lookup per candidate entry without a
-/// search in the mask's row.
-struct Admitted {
-    bits: Vec<u64>,
+/// search in the mask's row. A mask made from a bitmap lends its own bits.
+struct Admitted<'m> {
+    bits: std::borrow::Cow<'m, [u64]>,
+    /// The mask is complemented and `bits` are its own (not yet flipped).
+    flip: bool,
 }
 
-impl Admitted {
+impl<'m> Admitted<'m> {
     /// The positions of a `1 × len` mask's row 0 (complemented as the mask says); `None` for
     /// no mask (everything admitted).
-    fn new(mask: Option<&Mask>, len: usize) -> Option<Admitted> {
+    fn new(mask: Option<&'m Mask>, len: usize) -> Option<Admitted<'m>> {
         let mask = mask?;
+        if let Some(bits) = mask.bitmap() {
+            return Some(Admitted {
+                bits: bits.into(),
+                flip: mask.is_complemented(),
+            });
+        }
         let fill = if mask.is_complemented() { u64::MAX } else { 0 };
         let mut bits = vec![fill; len.div_ceil(64)];
         for &j in mask.row(0) {
             bits[j as usize / 64] ^= 1 << (j % 64);
         }
-        Some(Admitted { bits })
+        Some(Admitted {
+            bits: bits.into(),
+            flip: false,
+        })
     }
 
     #[inline]
     fn admits(&self, j: u32) -> bool {
-        self.bits[j as usize / 64] >> (j % 64) & 1 == 1
+        (self.bits[j as usize / 64] >> (j % 64) & 1 == 1) != self.flip
     }
 }
 
@@ -210,6 +221,67 @@ fn push<T: Scalar, S: Semiring<T>>(
     SparseVector::try_new(a.ncols(), indices, values)
 }
 
+/// Consecutive ranges of the frontier `ks` (rows of `a`) of about `MIN_ENTRIES_PER_TASK`
+/// products each: a task's share of a push, however unevenly the rows are filled.
+fn frontier_blocks<T: Scalar>(a: &Csr<T>, ks: &[u32]) -> Vec<std::ops::Range<usize>> {
+    let mut blocks = Vec::new();
+    let (mut start, mut products) = (0, 0u64);
+    for (at, &k) in ks.iter().enumerate() {
+        products += a.row_nnz(k as usize);
+        if products >= MIN_ENTRIES_PER_TASK as u64 {
+            blocks.push(start..at + 1);
+            (start, products) = (at + 1, 0);
+        }
+    }
+    if start < ks.len() {
+        blocks.push(start..ks.len());
+    }
+    blocks
+}
+
+/// The push of an "any" semiring: each admitted position keeps the first product to claim it
+/// (one atomic bit per position), so nothing is sorted but the positions reached, and no
+/// product is made for a position already claimed.
+fn push_any<T: Scalar, S: Semiring<T>>(
+    a: &Csr<T>,
+    u: &SparseVector<T>,
+    mask: Option<&Mask>,
+) -> Result<SparseVector<T>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let admitted = Admitted::new(mask, a.ncols());
+    let claimed: Vec<AtomicU64> = (0..a.ncols().div_ceil(64))
+        .map(|_| AtomicU64::new(0))
+        .collect();
+    let (ks, us) = (u.indices(), u.values());
+    let found: Vec<Vec<(u32, T)>> = frontier_blocks(a, ks)
+        .into_par_iter()
+        .map(|block| {
+            let mut found = Vec::new();
+            for (&k, &uk) in ks[block.clone()].iter().zip(&us[block]) {
+                let (js, xs) = a.row(k as usize);
+                for (&j, &x) in js.iter().zip(xs) {
+                    if admitted.as_ref().is_some_and(|m| !m.admits(j)) {
+                        continue;
+                    }
+                    let (word, bit) = (&claimed[j as usize / 64], 1u64 << (j % 64));
+                    // Relaxed: the bits only decide who keeps a position; the results are
+                    // read after the join.
+                    if word.load(Ordering::Relaxed) & bit == 0
+                        && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
+                    {
+                        found.push((j, T::from_acc(S::mul_at(uk, x, k))));
+                    }
+                }
+            }
+            found
+        })
+        .collect();
+    let mut reached = found.concat();
+    reached.par_sort_unstable_by_key(|p| p.0);
+    let (indices, values) = reached.into_iter().unzip();
+    SparseVector::try_new(a.ncols(), indices, values)
+}
+
 /// The product `kind` of A and `u` over semiring `S`, masked by `mask`; vxm's direction
 /// `direction`, or chosen by [`Direction::for_frontier`].
 pub(crate) fn product<T: Scalar, S: Semiring<T>>(
@@ -223,12 +295,18 @@ pub(crate) fn product<T: Scalar, S: Semiring<T>>(
     match kind {
         VectorProductKind::Mxv => pull::<T, S>(a, u, mask, false, any),
         VectorProductKind::Vxm => {
+            // An "any" push makes at most one product per position reached and sorts only
+            // those: never more work than pulling, which transposes A first.
             let direction = direction.unwrap_or_else(|| {
+                if any {
+                    return Direction::Push;
+                }
                 let products: u64 = u.indices().iter().map(|&k| a.row_nnz(k as usize)).sum();
                 Direction::for_frontier(products, a.nnz())
             });
             let _span = tracing::debug_span!("vxm", ?direction, frontier = u.nnz()).entered();
             match direction {
+                Direction::Push if any => push_any::<T, S>(a, u, mask),
                 Direction::Push => push::<T, S>(a, u, mask),
                 Direction::Pull => pull::<T, S>(&a.transpose()?, u, mask, true, any),
             }
@@ -342,5 +420,51 @@ mod tests {
         }
         assert_eq!(Direction::for_frontier(10, 1000), Direction::Push);
         assert_eq!(Direction::for_frontier(500, 1000), Direction::Pull);
+    }
+
+    /// An "any" push (claiming each position once) reaches the reference's positions, each
+    /// with a valid product, under no mask and under a mask listed or made from a bitmap,
+    /// complemented or not.
+    #[test]
+    fn any_push_reaches_the_references_positions_with_valid_products() {
+        use hetsparse_core::MaskKind;
+        let n = 300;
+        let a = hetsparse_core::generate::uniform::<f64>(n, n, 8, 3);
+        let frontier: Vec<u32> = (0..n as u32).step_by(7).collect();
+        let u = SparseVector::try_new(n, frontier.clone(), vec![1.0; frontier.len()]).unwrap();
+        let visited: Vec<u32> = (0..n as u32).step_by(5).collect();
+        let listed = SparseVector::try_new(n, visited.clone(), vec![1.0; visited.len()])
+            .unwrap()
+            .structural_mask();
+        let mut bits = vec![0u64; n.div_ceil(64)];
+        for &j in &visited {
+            bits[j as usize / 64] |= 1 << (j % 64);
+        }
+        let bitmap = Mask::from_bitmap(n, bits, MaskKind::Structural).unwrap();
+        let run = RunControl::new();
+        for mask in [
+            None,
+            Some(listed.clone()),
+            Some(listed.complemented()),
+            Some(bitmap.clone()),
+            Some(bitmap.complemented()),
+        ] {
+            let mut options = VectorProductOptions::new().with_semiring(SemiringKind::AnySecondI);
+            options.mask = mask.clone();
+            let want =
+                reference::vector_product_with_options(VectorProductKind::Vxm, &a, &u, &options)
+                    .unwrap();
+            let got =
+                product_with_options(VectorProductKind::Vxm, &a, &u, &options, &run, None).unwrap();
+            assert!(!want.indices().is_empty());
+            assert_eq!(got.indices(), want.indices(), "{mask:?}");
+            for (&j, &k) in got.indices().iter().zip(got.values()) {
+                let k = k as u32;
+                assert!(
+                    frontier.contains(&k) && a.row(k as usize).0.contains(&j),
+                    "{k} → {j}"
+                );
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back, AccumulateOp, Csr, Mask, RunControl, Scalar, SemiringKind, SparseVector,
+    write_back, AccumulateOp, Csr, Mask, MaskKind, RunControl, Scalar, SemiringKind, SparseVector,
     SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
@@ -234,7 +234,7 @@ fn mxm_t<'py, T: Storable>(
 /// ⊕.⊗ A)` (`"vxm"`): `u`, `mask` and `w` are `1 × len` operands; each argument an operand
 /// tuple or a stored matrix, as for [`mxm`]. Returns the `1 × len` CSR tuple of the new `w`.
 #[pyfunction]
-#[pyo3(signature = (kind, a, u, mask, w, semiring, structural, complement, replace, accum, device))]
+#[pyo3(signature = (kind, a, u, mask, w, semiring, structural, complement, replace, accum, device, mask_bits=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn vector_product<'py>(
     py: Python<'py>,
@@ -249,6 +249,7 @@ pub fn vector_product<'py>(
     replace: bool,
     accum: Option<&str>,
     device: &str,
+    mask_bits: Option<numpy::PyReadonlyArray1<'py, u64>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let vxm = match kind {
         "mxv" => false,
@@ -258,8 +259,23 @@ pub fn vector_product<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (u, "u"), mask, w)?;
+    // A dense mask comes packed, one bit a position: copied as it is, never listed.
+    let bitmap = match mask_bits {
+        Some(_) if mask.is_some() => return Err(value("a mask and a packed mask at once")),
+        Some(bits) => Some(
+            bits.as_slice()
+                .map_err(|e| value(format!("mask: {e}")))?
+                .to_vec(),
+        ),
+        None => None,
+    };
     with_left!(operands, |T| vector_product_t::<T>(
-        py, &operands, vxm, modes, &choice
+        py,
+        &operands,
+        vxm,
+        modes,
+        bitmap.clone(),
+        &choice
     ))
 }
 
@@ -273,6 +289,7 @@ fn vector_product_t<'py, T: Storable>(
     operands: &Operands<'py>,
     vxm: bool,
     modes: Modes,
+    bitmap: Option<Vec<u64>>,
     choice: &hetsparse::DeviceChoice,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let (a_data, u_data) = (
@@ -286,17 +303,34 @@ fn vector_product_t<'py, T: Storable>(
     let mask = mask_of(&operands.mask, &mask_data)?;
     let out = operand_of(&operands.out, &out_data, "out")?;
     let run = RunControl::unwatched();
-    let w = detached(py, &run, a.nnz() + u.nnz(), None, || {
+    // The entries a product reads, for `detached`: a vxm pushes the frontier's rows (about
+    // A's mean row each), an mxv reads A. A BFS level over a small frontier then runs on
+    // this thread rather than on a watched worker started for it.
+    let reads = if vxm {
+        let mean_row = a.nnz().div_ceil(a.shape().0.max(1));
+        u.nnz().saturating_mul(mean_row.max(1))
+    } else {
+        a.nnz()
+    };
+    let w = detached(py, &run, reads.saturating_add(u.nnz()), None, || {
         let ctx = context::<T>(choice)?;
         let (a, u) = (a.csr()?, vector_of(&u)?);
+        let len = if vxm { a.ncols() } else { a.nrows() };
         let mut options = VectorProductOptions::new().with_semiring(modes.semiring);
         if let Some(m) = &mask {
             options = options.with_mask(modes.modes_of(m.mask(modes.structural)?));
+        } else if let Some(bits) = bitmap {
+            let kind = if modes.structural {
+                MaskKind::Structural
+            } else {
+                MaskKind::Valued
+            };
+            let m = Mask::from_bitmap(len, bits, kind).map_err(to_py)?;
+            options = options.with_mask(modes.modes_of(m));
         }
         if let Some(acc) = modes.accumulator {
             options = options.with_accumulator(acc);
         }
-        let len = if vxm { a.ncols() } else { a.nrows() };
         let mut w = match &out {
             Some(w) => vector_of(w)?,
             None => SparseVector::empty(len).map_err(to_py)?,

@@ -196,6 +196,43 @@ def test_a_bfs_step_gives_parents():
     assert entries(w) == {(0, 3): 1.0}
 
 
+@pytest.mark.parametrize("length", [45, 130])
+def test_dense_masks_mask_as_their_sparse_equals(device, length):
+    """A NumPy mask (packed into bits) admits what the same vector stored sparse admits:
+    structurally every position, by value the non-zero ones; complemented or not, on a
+    length that is and one that is not a multiple of 64."""
+    rng = np.random.default_rng(5)
+    a = random_matrix(rng, 60, length, 0.1)
+    u = random_matrix(rng, 1, 60, 0.3)
+    values = rng.integers(0, 3, length).astype(np.float64)
+    sparse_full = sp.csr_matrix(
+        (values, np.arange(length), np.array([0, length])), shape=(1, length)
+    )
+    if device.split(":")[0] == "opencl":
+        # OpenCL runs mxm only: a vector product there is refused whatever its mask.
+        with pytest.raises(TypeError, match="does not support sparse-vector vxm"):
+            hetsparse.vxm(u, a, mask=values != 0, device=device)
+        return
+    for dense in (values, values != 0):
+        for structural in (True, False):
+            for complement in (False, True):
+                kwargs = dict(structural=structural, complement=complement, device=device)
+                got = hetsparse.vxm(u, a, "any_secondi", mask=dense, **kwargs)
+                want = hetsparse.vxm(u, a, "any_secondi", mask=sparse_full, **kwargs)
+                assert got.shape == want.shape == (1, length)
+                np.testing.assert_array_equal(got.indices, want.indices)
+                admits = admits_of(sparse_full, structural, complement)
+                brute = {p for p in brute_mxm(u, a, "any_secondi") if admits(p)}
+                assert {(0, int(j)) for j in got.indices} == brute
+                got = hetsparse.mxv(a.T.tocsr(), u.T, "plus_times", mask=dense, **kwargs)
+                want = hetsparse.mxv(a.T.tocsr(), u.T, "plus_times", mask=sparse_full, **kwargs)
+                assert entries(got) == pytest.approx(entries(want))
+    with pytest.raises(ValueError, match="length"):
+        hetsparse.vxm(u, a, mask=np.ones(length + 1, dtype=bool), device=device)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        hetsparse.vxm(u, a, mask=np.ones((1, length), dtype=bool), device=device)
+
+
 def test_bad_names_and_types_are_exceptions():
     a = sp.random(5, 5, density=0.5, format="csr", random_state=1)
     with pytest.raises(ValueError, match="min_times"):

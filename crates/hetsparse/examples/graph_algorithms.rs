@@ -9,8 +9,8 @@
 //! intersections, dense matrices) and against the rules LAGraph checks its own results with.
 
 use hetsparse::{
-    vector::write_back_vector, AccumulateOp, Context, Csr, Error, Mask, MaskedWork, Result,
-    RunControl, Scalar, SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
+    AccumulateOp, Context, Csr, Error, Mask, MaskKind, MaskedWork, Result, RunControl, Scalar,
+    SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 
 /// Levels (hops from the source) and parents of every vertex a breadth-first search from
@@ -23,33 +23,44 @@ pub struct Bfs {
 }
 
 /// Breadth-first search as LAGraph writes it: each step pushes the frontier along the edges,
-/// `frontier⟨¬parent, replace⟩ = frontier any.secondi A`, which gives every newly reached
+/// `frontier⟨¬visited, replace⟩ = frontier any.secondi A`, which gives every newly reached
 /// vertex one frontier vertex with an edge to it (`secondi`: the inner index, the vertex the
-/// edge comes from); the complemented structural mask keeps vertices already reached out.
-/// Only `a`'s pattern counts.
+/// edge comes from); the complemented mask keeps vertices already reached out. The visited
+/// set is a bitmap ([`Mask::from_bitmap`]), so that masking a level costs a copy of its bits
+/// rather than a list of every vertex reached so far; levels and parents are written at the
+/// frontier's positions only. Only `a`'s pattern counts.
 pub fn bfs(ctx: &Context<i64>, a: &Csr<i64>, source: u32) -> Result<Bfs> {
     let n = a.nrows();
-    let mut parent = SparseVector::try_new(n, vec![source], vec![i64::from(source)])?;
-    let mut level = SparseVector::try_new(n, vec![source], vec![0])?;
-    let mut frontier = parent.clone();
+    if source as usize >= n {
+        return Err(Error::InvalidArgument(format!(
+            "BFS from vertex {source} of a graph of {n}"
+        )));
+    }
+    let mut visited = vec![0u64; n.div_ceil(64)];
+    let (mut level, mut parent) = (vec![-1i64; n], vec![-1i64; n]);
+    let reach = |visited: &mut [u64], v: u32| visited[v as usize / 64] |= 1 << (v % 64);
+    reach(&mut visited, source);
+    (level[source as usize], parent[source as usize]) = (0, i64::from(source));
+    let mut frontier = SparseVector::try_new(n, vec![source], vec![i64::from(source)])?;
     let mut depth = 0;
     while frontier.nnz() > 0 {
         depth += 1;
+        let unvisited = Mask::from_bitmap(n, visited.clone(), MaskKind::Structural)?;
         let step = VectorProductOptions::new()
             .with_semiring(SemiringKind::AnySecondI)
-            .with_mask(parent.structural_mask().complemented().replacing());
+            .with_mask(unvisited.complemented().replacing());
         frontier = ctx.vxm(&frontier, a, &step)?;
-        // parent⟨frontier⟩ = frontier; level⟨frontier⟩ = depth.
-        let reached = frontier.structural_mask();
-        parent = write_back_vector(&parent, &frontier, Some(&reached), None)?;
-        let at_depth = SparseVector::try_new(
-            n,
-            frontier.indices().to_vec(),
-            vec![depth; frontier.indices().len()],
-        )?;
-        level = write_back_vector(&level, &at_depth, Some(&reached), None)?;
+        for (&v, &p) in frontier.indices().iter().zip(frontier.values()) {
+            reach(&mut visited, v);
+            (level[v as usize], parent[v as usize]) = (depth, p);
+        }
     }
-    Ok(Bfs { level, parent })
+    let reached: Vec<u32> = (0..n as u32).filter(|&v| level[v as usize] >= 0).collect();
+    let at = |values: &[i64]| reached.iter().map(|&v| values[v as usize]).collect();
+    Ok(Bfs {
+        level: SparseVector::try_new(n, reached.clone(), at(&level))?,
+        parent: SparseVector::try_new(n, reached.clone(), at(&parent))?,
+    })
 }
 
 /// Distances from `source` along edges weighted by `a`'s values (non-negative), by

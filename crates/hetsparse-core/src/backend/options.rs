@@ -137,12 +137,20 @@ pub enum MaskKind {
 /// it is made (a valued mask keeps its non-zero entries), so it is independent of the scalar
 /// type and cheap to clone.
 ///
+/// A vector product's mask (`1 × len`) can also be made from a bitmap of the admitted
+/// positions ([`Mask::from_bitmap`]): a breadth-first search keeps its visited set so and
+/// masks each level with it at the cost of a copy of the bitmap, where listing the visited
+/// positions would cost a pass over all of them every level.
+///
 /// ```
 /// use hetsparse_core::{Csr, Mask, MaskKind};
 /// let m = Csr::try_new(2, 2, vec![0, 1, 2], vec![0, 1], vec![1.0, 0.0])?;
 /// assert_eq!(Mask::structural(&m).entries(), 2);
 /// let valued = Mask::valued(&m).complemented();
 /// assert_eq!((valued.kind(), valued.entries(), valued.is_complemented()), (MaskKind::Valued, 1, true));
+/// let visited = Mask::from_bitmap(70, vec![0b1010, 1 << 5], MaskKind::Structural)?;
+/// assert_eq!((visited.entries(), visited.row(0)), (3, &[1, 3, 69][..]));
+/// assert!(visited.complemented().admits(0, 2));
 /// # Ok::<(), hetsparse_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -153,13 +161,64 @@ pub struct Mask {
     replace: bool,
 }
 
-/// The admitting positions of a mask: CSR structure without values.
-#[derive(Debug, PartialEq, Eq, Hash)]
+/// The admitting positions of a mask: CSR structure without values, or for a vector mask
+/// made from a bitmap, the bitmap (listed the first time a caller asks for the list).
+#[derive(Debug)]
 struct MaskPattern {
     nrows: usize,
     ncols: usize,
+    entries: u64,
+    /// Bit `j % 64` of word `j / 64` admits position `j` of row 0 (a `1 × ncols` mask only).
+    bits: Option<Vec<u64>>,
+    listed: std::sync::OnceLock<ListedPositions>,
+}
+
+/// Admitting positions as CSR row offsets and sorted columns.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ListedPositions {
     row_offsets: Vec<u64>,
     col_indices: Vec<u32>,
+}
+
+impl MaskPattern {
+    fn listed(&self) -> &ListedPositions {
+        self.listed.get_or_init(|| {
+            // Only a bitmap pattern is made without its list.
+            let bits = self.bits.as_deref().unwrap_or(&[]);
+            let mut col_indices = Vec::with_capacity(self.entries as usize);
+            for (w, &word) in bits.iter().enumerate() {
+                let mut rest = word;
+                while rest != 0 {
+                    col_indices.push((w * 64) as u32 + rest.trailing_zeros());
+                    rest &= rest - 1;
+                }
+            }
+            ListedPositions {
+                row_offsets: vec![0, col_indices.len() as u64],
+                col_indices,
+            }
+        })
+    }
+}
+
+/// Two patterns are equal when they admit the same positions, however each holds them.
+impl PartialEq for MaskPattern {
+    fn eq(&self, other: &Self) -> bool {
+        (self.nrows, self.ncols, self.entries) == (other.nrows, other.ncols, other.entries)
+            && match (&self.bits, &other.bits) {
+                (Some(a), Some(b)) => a == b,
+                _ => self.listed() == other.listed(),
+            }
+    }
+}
+
+impl Eq for MaskPattern {}
+
+impl std::hash::Hash for MaskPattern {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.nrows, self.ncols, self.entries).hash(state);
+        self.listed().hash(state);
+    }
 }
 
 impl Mask {
@@ -171,6 +230,63 @@ impl Mask {
     /// Stored entries of `m` whose value is not zero admit C's entry at their position.
     pub fn valued<U: Scalar>(m: &Csr<U>) -> Mask {
         Mask::from_pattern(m, MaskKind::Valued, |v: &U| *v != U::zero())
+    }
+
+    /// A `1 × len` mask (for a vector product) admitting position `j` where bit `j % 64` of
+    /// `bits[j / 64]` is set; `kind` says what the bits were taken from (structure or values).
+    /// [`Error::InvalidArgument`] unless `bits` holds `len.div_ceil(64)` words with no bit set
+    /// at or past `len`, or if `len` exceeds the column indices' `u32` range.
+    pub fn from_bitmap(len: usize, bits: Vec<u64>, kind: MaskKind) -> Result<Mask> {
+        if len > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a bitmap mask of {len} positions: at most {} fit column indices",
+                u32::MAX
+            )));
+        }
+        if bits.len() != len.div_ceil(64) {
+            return Err(Error::InvalidArgument(format!(
+                "a bitmap mask of {len} positions needs {} words, it has {}",
+                len.div_ceil(64),
+                bits.len()
+            )));
+        }
+        if len % 64 != 0 && bits.last().is_some_and(|&w| w >> (len % 64) != 0) {
+            return Err(Error::InvalidArgument(format!(
+                "a bitmap mask of {len} positions has bits set at or past position {len}"
+            )));
+        }
+        let entries = bits.iter().map(|w| u64::from(w.count_ones())).sum();
+        Ok(Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows: 1,
+                ncols: len,
+                entries,
+                bits: Some(bits),
+                listed: std::sync::OnceLock::new(),
+            }),
+            kind,
+            complement: false,
+            replace: false,
+        })
+    }
+
+    fn listed(nrows: usize, ncols: usize, row_offsets: Vec<u64>, col_indices: Vec<u32>) -> Self {
+        Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows,
+                ncols,
+                entries: col_indices.len() as u64,
+                bits: None,
+                listed: ListedPositions {
+                    row_offsets,
+                    col_indices,
+                }
+                .into(),
+            }),
+            kind: MaskKind::Structural,
+            complement: false,
+            replace: false,
+        }
     }
 
     fn from_pattern<U: Scalar>(m: &Csr<U>, kind: MaskKind, admits: impl Fn(&U) -> bool) -> Mask {
@@ -188,15 +304,8 @@ impl Mask {
             row_offsets.push(col_indices.len() as u64);
         }
         Mask {
-            pattern: Arc::new(MaskPattern {
-                nrows: m.nrows(),
-                ncols: m.ncols(),
-                row_offsets,
-                col_indices,
-            }),
             kind,
-            complement: false,
-            replace: false,
+            ..Mask::listed(m.nrows(), m.ncols(), row_offsets, col_indices)
         }
     }
 
@@ -226,12 +335,7 @@ impl Mask {
             row_offsets.push(col_indices.len() as u64);
         }
         Ok(Mask {
-            pattern: Arc::new(MaskPattern {
-                nrows: rows.len(),
-                ncols: cols.len(),
-                row_offsets,
-                col_indices,
-            }),
+            pattern: Mask::listed(rows.len(), cols.len(), row_offsets, col_indices).pattern,
             ..self.clone()
         })
     }
@@ -271,31 +375,41 @@ impl Mask {
 
     /// How many positions its matrix admits (before any complement).
     pub fn entries(&self) -> u64 {
-        self.pattern.col_indices.len() as u64
+        self.pattern.entries
     }
 
     /// Whether the mask (with its complement) admits C's entry `(i, j)`; `i` must be below
-    /// the mask's rows.
+    /// the mask's rows and `j` below its columns.
     pub fn admits(&self, i: usize, j: u32) -> bool {
-        self.row(i).binary_search(&j).is_ok() != self.complement
+        let held = match &self.pattern.bits {
+            Some(bits) => bits[j as usize / 64] >> (j % 64) & 1 == 1,
+            None => self.row(i).binary_search(&j).is_ok(),
+        };
+        held != self.complement
+    }
+
+    /// The bitmap a vector mask was made from ([`Mask::from_bitmap`]; before any complement),
+    /// `None` for a mask made from a matrix: a backend that can read it skips the list.
+    pub fn bitmap(&self) -> Option<&[u64]> {
+        self.pattern.bits.as_deref()
     }
 
     /// The admitting positions (before any complement) as CSR row offsets, one more than its
     /// rows: what a device copies to apply the mask.
     pub fn row_offsets(&self) -> &[u64] {
-        &self.pattern.row_offsets
+        &self.pattern.listed().row_offsets
     }
 
     /// The admitting positions' columns (before any complement), row by row, sorted within
     /// each row (see [`Mask::row_offsets`]).
     pub fn col_indices(&self) -> &[u32] {
-        &self.pattern.col_indices
+        &self.pattern.listed().col_indices
     }
 
     /// The admitted columns of row `i` (before any complement), sorted as its matrix's were.
     /// `i` must be below the mask's rows.
     pub fn row(&self, i: usize) -> &[u32] {
-        let p = &self.pattern;
+        let p = self.pattern.listed();
         &p.col_indices[p.row_offsets[i] as usize..p.row_offsets[i + 1] as usize]
     }
 }

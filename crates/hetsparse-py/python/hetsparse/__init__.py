@@ -532,12 +532,38 @@ def _as_row(v, length, dtype, name):
     return _parts(row, dtype)
 
 
+def _packed_mask(mask, length, structural):
+    """A dense mask (a one-dimensional NumPy array, every position stored) as the bits of
+    the positions it admits, 64 a word: each position where structural, the non-zero ones
+    where valued. Packed, it crosses over without being listed, so a loop that masks with a
+    growing set (BFS's visited vertices) pays for the bitmap's length, not for a list."""
+    dense = np.asarray(mask)
+    if dense.ndim != 1:
+        raise ValueError(f"mask must be one-dimensional or sparse, it has shape {dense.shape}")
+    if dense.shape[0] != length:
+        raise ValueError(f"mask has length {dense.shape[0]}, expected {length}")
+    if structural:
+        admitted = np.ones(length, dtype=bool)
+    elif dense.dtype == np.bool_:
+        admitted = dense
+    else:
+        admitted = dense != 0
+    packed = np.packbits(admitted, bitorder="little")
+    words = np.zeros((length + 63) // 64 * 8, dtype=np.uint8)
+    words[: packed.shape[0]] = packed
+    # Bit j of the little-endian bytes is position j: the words' bit order on every machine.
+    return words.view("<u8").astype(np.uint64, copy=False)
+
+
 def _vector_product(kind, A, u, semiring, mask, structural, complement, replace, accum, out, device):
     _check_operand(A, "A")
     u_len, w_len = (A.shape[1], A.shape[0]) if kind == "mxv" else A.shape
     semiring, accum = _semiring_name(semiring), _accum_name(accum)
     u_dtype = u.dtype if _sp.issparse(u) or isinstance(u, Matrix) else np.asarray(u).dtype
     dtype = _semiring_dtype(A.dtype, u_dtype)
+    mask_bits = None
+    if mask is not None and not (_sp.issparse(mask) or isinstance(mask, Matrix)):
+        mask_bits, mask = _packed_mask(mask, w_len, structural), None
     nrows, ncols, indptr, indices, data = _hetsparse.vector_product(
         kind,
         _operand(A, dtype),
@@ -550,6 +576,7 @@ def _vector_product(kind, A, u, semiring, mask, structural, complement, replace,
         bool(replace),
         accum,
         device,
+        mask_bits,
     )
     cls = _sp.csr_array if _wants_array(A) else _sp.csr_matrix
     row = _compressed(cls, nrows, ncols, indptr, indices, data)
@@ -573,7 +600,10 @@ def mxv(
     """``w⟨mask⟩ = A ⊕.⊗ u``, GraphBLAS's ``mxv``: ``w[i] = ⊕ₖ A[i, k] ⊗ u[k]``.
 
     ``u`` (and ``mask``, ``out``) are vectors: a one-dimensional NumPy array (every position
-    stored) or a sparse ``1 × n`` or ``n × 1`` matrix or array (a sparse frontier). ``w`` is a
+    stored) or a sparse ``1 × n`` or ``n × 1`` matrix or array (a sparse frontier). A NumPy
+    ``mask`` is a full vector: structurally it admits every position, so mask by its values
+    with ``structural=False`` (a boolean array of the vertices visited, say); it crosses
+    packed, a bit a position, however many it admits. ``w`` is a
     sparse ``A.shape[0] × 1`` CSR column holding an entry wherever a product lands. The
     semiring, the mask's modes, ``accum``, ``out`` and ``replace`` are as for ``mxm``. ``A``
     may be a ``Matrix``, converted once for a loop of calls.
