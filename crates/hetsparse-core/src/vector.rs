@@ -79,6 +79,45 @@ impl<T: Scalar> SparseVector<T> {
         &self.row
     }
 
+    /// The vector as a `len × 1` matrix (copied): `A · u` is A times this column.
+    pub fn to_column(&self) -> Result<Csr<T>> {
+        let mut row_offsets = Vec::with_capacity(self.size() + 1);
+        row_offsets.push(0u64);
+        let mut stored = self.indices().iter().peekable();
+        for k in 0..self.size() {
+            let here = u64::from(stored.next_if(|&&i| i as usize == k).is_some());
+            row_offsets.push(row_offsets[k] + here);
+        }
+        let nnz = self.indices().len();
+        Ok(Csr::try_new(
+            self.size(),
+            1,
+            row_offsets,
+            vec![0; nnz],
+            self.values().to_vec(),
+        )?)
+    }
+
+    /// The vector held by the one column of a `len × 1` matrix (the result of A times a
+    /// [`to_column`](Self::to_column)); [`crate::Error::InvalidArgument`] for a matrix of more
+    /// than one column or more rows than 32-bit indices reach.
+    pub fn from_column(column: Csr<T>) -> Result<Self> {
+        let (len, ncols) = column.shape();
+        if ncols != 1 || len > u32::MAX as usize {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a sparse vector from a {len}×{ncols} matrix: it must have one column and \
+                 at most {} rows",
+                u32::MAX
+            )));
+        }
+        let indices = (0..len)
+            .filter(|&i| column.row_nnz(i) > 0)
+            .map(|i| i as u32)
+            .collect();
+        let (_, _, _, _, values) = column.into_parts();
+        Self::try_new(len, indices, values)
+    }
+
     /// Its number of positions (GraphBLAS's `size`).
     pub fn size(&self) -> usize {
         self.row.ncols()
@@ -159,6 +198,35 @@ mod tests {
         assert!(SparseVector::from_row(Csr::<f64>::zeros(2, 2).unwrap()).is_err());
         let row = v.clone().into_row();
         assert_eq!(SparseVector::from_row(row).unwrap(), v);
+    }
+
+    /// A vector and its mask become a column and the column's mask (positions, kind,
+    /// complement and replace kept), and the column comes back as the vector.
+    #[test]
+    fn vectors_and_masks_become_columns_and_back() {
+        use crate::MaskKind;
+        let u = SparseVector::try_new(5, vec![1, 4], vec![2.0f32, 3.0]).unwrap();
+        let c = u.to_column().unwrap();
+        assert_eq!(c.shape(), (5, 1));
+        assert_eq!(c.row_offsets(), &[0, 0, 1, 1, 1, 2]);
+        assert_eq!(SparseVector::from_column(c).unwrap(), u);
+        let m = u.valued_mask().complemented().replacing();
+        let cm = m.to_column().unwrap();
+        assert_eq!((cm.shape(), cm.kind()), ((5, 1), MaskKind::Valued));
+        assert_eq!(cm.row_offsets(), &[0, 0, 1, 1, 1, 2]);
+        assert!(cm.is_complemented() && cm.is_replacing());
+        for i in 0..5 {
+            assert_eq!(cm.admits(i, 0), m.admits(0, i as u32), "{i}");
+        }
+        let bits = Mask::from_bitmap(5, vec![0b10010], MaskKind::Structural).unwrap();
+        assert_eq!(bits.to_column().unwrap().row_offsets(), cm.row_offsets());
+        assert!(cm.to_column().is_err(), "a column's mask is not a vector's");
+        assert!(SparseVector::from_column(Csr::<f32>::zeros(2, 2).unwrap()).is_err());
+        let empty = SparseVector::<f32>::empty(3).unwrap();
+        assert_eq!(
+            SparseVector::from_column(empty.to_column().unwrap()).unwrap(),
+            empty
+        );
     }
 
     /// A mask made from a bitmap admits what the same positions listed admit, equals that

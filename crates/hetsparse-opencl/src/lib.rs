@@ -98,9 +98,9 @@ use hetsparse_core::backend::{
 };
 use hetsparse_core::format::{Bsr, Csr, Dense, Layout, SparseFormat, SparseRef};
 use hetsparse_core::{
-    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Operation,
-    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind, SpgemmAlgorithm,
-    SpgemmFeatures, Validated,
+    Backend, Capabilities, ChunkPipeline, Device, DeviceInfo, DeviceKind, Error, Mask, Operation,
+    Residency, ResidentOps, Result, RunControl, Scalar, ScalarType, SemiringKind, SparseVector,
+    SpgemmAlgorithm, SpgemmFeatures, Validated, VectorProductKind, VectorProductOptions,
 };
 
 pub use device::{list_devices, DeviceDescription};
@@ -403,12 +403,16 @@ fn capabilities_of(d: &DeviceDescription) -> Capabilities {
         ops.push(Operation::Spmv(f));
         ops.push(Operation::Spmm(f));
     }
+    ops.extend([VectorProductKind::Mxv, VectorProductKind::Vxm].map(Operation::VectorProduct));
     scalars.iter().fold(
         Capabilities::new().with_all(&ops, &scalars),
         // Every semiring compiled into its own programs on first use; masks by the masked
         // program, or ESC and a pass dropping the refused entries for a complemented mask.
+        // Vector products are SpGEMMs of a one-row or one-column matrix: the same features.
         |caps, &scalar| {
-            caps.with_spgemm_features(&[scalar], SpgemmFeatures::every_semiring_and_mask(scalar))
+            let features = SpgemmFeatures::every_semiring_and_mask(scalar);
+            caps.with_spgemm_features(&[scalar], features.clone())
+                .with_vector_product_features(&[scalar], features)
         },
     )
 }
@@ -531,6 +535,42 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
                 Ok(self
                     .fetch_dense::<T>(&q, &y, (n, 1), Layout::ColMajor)?
                     .into_data())
+            }
+        }
+    }
+
+    /// GraphBLAS's own way: the vector is a one-row matrix (vxm: `u · A`) or a one-column
+    /// one (mxv: `A · u`, the mask turned to a column), multiplied by the masked semiring
+    /// SpGEMM: only the admitted positions are computed. The accumulator is applied above the
+    /// backends.
+    fn vector_product_checked(
+        &self,
+        kind: VectorProductKind,
+        a: &Csr<T>,
+        u: &SparseVector<T>,
+        options: &VectorProductOptions,
+        run: &RunControl,
+        checked: Validated,
+    ) -> Result<SparseVector<T>> {
+        let _span = tracing::info_span!(
+            "sparse-vector product",
+            backend = "opencl",
+            kind = kind.name(),
+            u_nnz = u.nnz()
+        )
+        .entered();
+        let mut spgemm = options.as_spgemm();
+        spgemm.accumulator = None;
+        match kind {
+            VectorProductKind::Vxm => {
+                let (row, a) = (CsrOperand::Host(u.as_row()), CsrOperand::Host(a));
+                SparseVector::from_row(self.spgemm_checked(row, a, &spgemm, run, checked)?)
+            }
+            VectorProductKind::Mxv => {
+                let column = u.to_column()?;
+                spgemm.mask = options.mask.as_ref().map(Mask::to_column).transpose()?;
+                let (a, column) = (CsrOperand::Host(a), CsrOperand::Host(&column));
+                SparseVector::from_column(self.spgemm_checked(a, column, &spgemm, run, checked)?)
             }
         }
     }

@@ -32,7 +32,7 @@ products landing on an entry: a value other than python-graphblas's must be anot
 names the combination (the test's id), the seed of its generator (the CRC-32 of that id), the
 device and the case.
 
-On the devices that do not run sparse-vector products (OpenCL), mxv and vxm must be
+On a device that does not run sparse-vector products (none today), mxv and vxm must be
 refused with ``TypeError``; on a device that does not run an exact dtype (none of CPU, OpenCL
 and CUDA today), so must mxm over it.
 
@@ -64,9 +64,9 @@ COMPLEX_SEMIRINGS = ("plus_times", "plus_pair", "plus_first", "plus_second", "an
 # GraphBLAS's bool and integer types, whose values are exact at any magnitude.
 EXACT_DTYPES = ("bool", "int32", "int64", "uint32", "uint64")
 ACCUMULATORS = (None, "plus", "times", "min", "max", "second")
-# The devices that run sparse-vector products (mxv, vxm): the CPU backend, which "auto" and "all"
-# give them to, and CUDA. OpenCL runs mxm only.
-VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all", "cuda")
+# The devices that run sparse-vector products (mxv, vxm): all of them (the CPU backend, which
+# "auto" and "all" give them to, CUDA and OpenCL).
+VECTOR_PRODUCT_DEVICES = ("cpu", "auto", "all", "cuda", "opencl")
 # The exact dtypes each device runs (any product): the CPU backend (which "auto" and "all" give
 # them to), OpenCL (bool as a byte 0 or 1 in its kernels) and CUDA (its semiring kernels) all of
 # them.

@@ -208,11 +208,6 @@ def test_dense_masks_mask_as_their_sparse_equals(device, length):
     sparse_full = sp.csr_matrix(
         (values, np.arange(length), np.array([0, length])), shape=(1, length)
     )
-    if device.split(":")[0] == "opencl":
-        # OpenCL runs mxm only: a vector product there is refused whatever its mask.
-        with pytest.raises(TypeError, match="does not support sparse-vector vxm"):
-            hetsparse.vxm(u, a, mask=values != 0, device=device)
-        return
     for dense in (values, values != 0):
         for structural in (True, False):
             for complement in (False, True):

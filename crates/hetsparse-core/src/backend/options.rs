@@ -340,6 +340,33 @@ impl Mask {
         })
     }
 
+    /// A vector's `1 × len` mask as the `len × 1` mask of the same positions (kind,
+    /// complement and replace kept): the mask of `A · u` computed as A times `u` as a column
+    /// ([`crate::SparseVector::to_column`]). [`Error::InvalidArgument`] for a mask of more
+    /// than one row.
+    pub fn to_column(&self) -> Result<Mask> {
+        let (nrows, len) = self.shape();
+        if nrows != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "a {nrows}×{len} mask as a column: only a vector's one-row mask is"
+            )));
+        }
+        let admitted = self.row(0);
+        let mut row_offsets = Vec::with_capacity(len + 1);
+        row_offsets.push(0u64);
+        let mut listed = admitted.iter().peekable();
+        for k in 0..len {
+            let here = u64::from(listed.next_if(|&&j| j as usize == k).is_some());
+            row_offsets.push(row_offsets[k] + here);
+        }
+        Ok(Mask {
+            kind: self.kind,
+            complement: self.complement,
+            replace: self.replace,
+            ..Mask::listed(len, 1, row_offsets, vec![0; admitted.len()])
+        })
+    }
+
     /// This mask, admitting the positions it did not and refusing those it did.
     pub fn complemented(mut self) -> Mask {
         self.complement = !self.complement;
