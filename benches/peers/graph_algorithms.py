@@ -17,12 +17,11 @@ undirected (A + Aᵀ, no self-loops, every edge 1).
   hetsparse keeps π's pattern as a boolean array of the vertices visited (the mask, valued)
   beside dense parents and levels, GraphBLAS its vectors (bitmaps once they fill).
 
-hetsparse takes scipy.sparse and returns it; each algorithm converts its graph once into a
+hetsparse takes scipy.sparse and returns it; the graph is converted once into a
 `hetsparse.Matrix` (checked and kept in hetsparse's memory, as GraphBLAS keeps its matrices),
-in its time, and every product of the algorithm reads that (`--scipy-operands` passes the
-scipy matrix to every product instead, converted and checked on each call, as before
-`hetsparse.Matrix` existed). GraphBLAS's matrices are built before timing (its conversion is
-not in its time). Each case runs once to warm up, then `--reps` times; the best time is reported,
+which every product of the algorithm reads (`--scipy-operands` passes the scipy matrix to
+every product instead, converted and checked on each call). Both libraries' matrices are
+built before timing, neither conversion is in the time. Each case runs once to warm up, then `--reps` times; the best time is reported,
 with the answers checked to agree (the triangle counts equal, the BFS levels equal and every
 parent valid). GraphBLAS runs on `--threads` threads (default: every core hetsparse's CPU
 backend uses, rayon's count: RAYON_NUM_THREADS or the machine's cores).
@@ -62,9 +61,7 @@ def best_of(reps, run):
     return best, result
 
 
-def triangles_hetsparse(l, device, stored=True):
-    if stored:
-        l = hetsparse.Matrix(l)
+def triangles_hetsparse(l, device):
     c = hetsparse.mxm(l, l, "plus_pair", mask=l, device=device)
     return int(c.sum())
 
@@ -75,16 +72,14 @@ def triangles_graphblas(gb, l):
     return int(c.reduce_scalar(gb.monoid.plus).value or 0)
 
 
-def bfs_hetsparse(a, source, device, stored=True):
+def bfs_hetsparse(a, source, device):
     """Levels and parents (dense arrays, -1 where not reached). One vxm a level: the
     frontier pushed along A's edges, masked by the complement of the vertices visited (a
     boolean array, which crosses as a bitmap), gives the next frontier with each vertex's
     parent; the arrays are updated at the frontier's positions only, as GraphBLAS's
-    ``parent(q.S) << q`` is. ``a`` is converted once into a ``hetsparse.Matrix`` (with
-    ``stored``), which every level reads."""
+    ``parent(q.S) << q`` is. ``a`` is a ``hetsparse.Matrix`` (or a scipy matrix, converted
+    on every level)."""
     n = a.shape[0]
-    if stored:
-        a = hetsparse.Matrix(a)
     visited = np.zeros(n, dtype=bool)
     level = np.full(n, -1, dtype=np.int64)
     parent = np.full(n, -1, dtype=np.int64)
@@ -184,10 +179,12 @@ def main():
             n, edges = g.shape[0], g.nnz // 2
             gl = gb.io.from_scipy_sparse(l)
             ga = gb.io.from_scipy_sparse(g)
+            # Each library's own matrices, built before timing.
+            hl, hg = (hetsparse.Matrix(l), hetsparse.Matrix(g)) if stored else (l, g)
 
             cells = [matrix_class, str(n), str(edges)]
             if "triangles" in algorithms:
-                t_ours, count = best_of(args.reps, lambda: triangles_hetsparse(l, args.device, stored))
+                t_ours, count = best_of(args.reps, lambda: triangles_hetsparse(hl, args.device))
                 t_gb, count_gb = best_of(args.reps, lambda: triangles_graphblas(gb, gl))
                 if count != count_gb:
                     raise AssertionError(f"{matrix_class} {size}: {count} triangles, GraphBLAS {count_gb}")
@@ -197,7 +194,7 @@ def main():
             if "bfs" in algorithms:
                 source = int(np.argmax(np.diff(g.indptr)))
                 t_bfs, (level, parent) = best_of(
-                    args.reps, lambda: bfs_hetsparse(g, source, args.device, stored)
+                    args.reps, lambda: bfs_hetsparse(hg, source, args.device)
                 )
                 t_bfs_gb, (glevel, _) = best_of(args.reps, lambda: bfs_graphblas(gb, ga, source))
                 reached = np.flatnonzero(parent >= 0)

@@ -183,6 +183,17 @@ pub fn write_back_vector<T: Scalar>(
     SparseVector::from_row(crate::write_back(&w.row, &t.row, mask, accumulator)?)
 }
 
+/// [`write_back_vector`] taking the product by value: into an empty `w`, a product whose
+/// entries the mask admits is the result, moved ([`crate::write_back_owned`]).
+pub fn write_back_vector_owned<T: Scalar>(
+    w: &SparseVector<T>,
+    t: SparseVector<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<SparseVector<T>> {
+    SparseVector::from_row(crate::write_back_owned(&w.row, t.row, mask, accumulator)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,17 @@ pub fn write_back<T: Scalar>(
     mask: Option<&Mask>,
     accumulator: Option<AccumulateOp>,
 ) -> Result<Csr<T>> {
+    check(c, t, mask, accumulator)?;
+    merge(c, t, mask, accumulator)
+}
+
+/// The operands [`write_back`] refuses: shapes that differ, `Min` / `Max` over complex values.
+fn check<T: Scalar>(
+    c: &Csr<T>,
+    t: &Csr<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<()> {
     if c.shape() != t.shape() || mask.is_some_and(|m| m.shape() != c.shape()) {
         return Err(Error::InvalidArgument(format!(
             "write-back: C is {:?}, the product {:?}, the mask {:?}",
@@ -51,6 +62,56 @@ pub fn write_back<T: Scalar>(
             accumulator.map_or(String::new(), |a| a.to_string())
         )));
     }
+    Ok(())
+}
+
+/// [`write_back`] taking the product by value: into a C that holds no entry (a new C, as for
+/// a product returned rather than merged), `T` is the result itself, moved rather than copied
+/// once one pass over its columns finds every entry admitted by the mask — as a backend's
+/// masked product's are, since it computes only admitted positions. Otherwise the merge of
+/// [`write_back`]. Errors: those of [`write_back`].
+pub fn write_back_owned<T: Scalar>(
+    c: &Csr<T>,
+    t: Csr<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<Csr<T>> {
+    check(c, &t, mask, accumulator)?;
+    // With C empty, the accumulator never combines two entries: each admitted one is T's.
+    if c.nnz() == 0 && admits_all(&t, mask) {
+        return Ok(t);
+    }
+    merge(c, &t, mask, accumulator)
+}
+
+/// Whether `mask` (none: every position) admits every entry of `t` (of its shape): a
+/// bit looked up per entry of a bitmap mask, a merge of each row with the mask's row else.
+fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
+    let Some(mask) = mask else {
+        return true;
+    };
+    if mask.bitmap().is_some() {
+        return t.col_indices().iter().all(|&j| mask.admits(0, j));
+    }
+    (0..t.nrows()).all(|i| {
+        let held = mask.row(i);
+        let mut p = 0;
+        t.row(i).0.iter().all(|&j| {
+            while p < held.len() && held[p] < j {
+                p += 1;
+            }
+            (p < held.len() && held[p] == j) != mask.is_complemented()
+        })
+    })
+}
+
+/// The element-wise pass of [`write_back`], on operands it checked.
+fn merge<T: Scalar>(
+    c: &Csr<T>,
+    t: &Csr<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<Csr<T>> {
     let _span = tracing::debug_span!("write_back", nnz_c = c.nnz(), nnz_t = t.nnz()).entered();
     let combine = |x: T, y: T| -> T {
         match accumulator {
@@ -122,6 +183,45 @@ pub fn write_back<T: Scalar>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Into an empty C, a product whose entries the mask admits is moved as it is; one with a
+    /// refused entry, or a C with entries, is merged as by `write_back`; the checks stand.
+    #[test]
+    fn owned_products_into_an_empty_c_are_moved_when_admitted() {
+        let empty = Csr::<f64>::zeros(2, 3).unwrap();
+        let t = Csr::try_new(2, 3, vec![0, 2, 3], vec![1, 2, 0], vec![2.0, 7.0, 3.0]).unwrap();
+        let values_at = t.values().as_ptr();
+        let m = Csr::try_new(2, 3, vec![0, 2, 3], vec![1, 2, 0], vec![1.0; 3]).unwrap();
+        let moved = write_back_owned(&empty, t.clone(), Some(&Mask::structural(&m)), None);
+        assert_eq!(moved.as_ref().unwrap(), &t);
+        let kept = write_back_owned(&empty, t, None, Some(AccumulateOp::Plus)).unwrap();
+        assert_eq!(kept.values().as_ptr(), values_at, "moved, not copied");
+        let t = kept;
+        // Column 2 of row 0 refused: merged, and dropped.
+        let narrow = Csr::try_new(2, 3, vec![0, 1, 2], vec![1, 0], vec![1.0; 2]).unwrap();
+        let refused = write_back_owned(&empty, t.clone(), Some(&Mask::structural(&narrow)), None);
+        assert_eq!(refused.unwrap().col_indices(), &[1, 0]);
+        let complement = Mask::structural(&narrow).complemented();
+        let merged = write_back_owned(&empty, t.clone(), Some(&complement), None).unwrap();
+        assert_eq!(
+            merged,
+            write_back(&empty, &t, Some(&complement), None).unwrap()
+        );
+        let bits = Mask::from_bitmap(3, vec![0b110], crate::MaskKind::Structural).unwrap();
+        let row = Csr::try_new(1, 3, vec![0, 2], vec![1, 2], vec![1.0, 2.0]).unwrap();
+        let moved = write_back_owned(&Csr::zeros(1, 3).unwrap(), row.clone(), Some(&bits), None);
+        assert_eq!(moved.unwrap(), row);
+        let c = Csr::try_new(2, 3, vec![0, 1, 1], vec![0], vec![9.0]).unwrap();
+        let plus = Some(AccumulateOp::Plus);
+        assert_eq!(
+            write_back_owned(&c, t.clone(), None, plus).unwrap(),
+            write_back(&c, &t, None, plus).unwrap()
+        );
+        let complex = Csr::<crate::Complex<f64>>::zeros(1, 1).unwrap();
+        let max = Some(AccumulateOp::Max);
+        assert!(write_back_owned(&complex, complex.clone(), None, max).is_err());
+        assert!(write_back_owned(&empty, Csr::zeros(3, 3).unwrap(), None, None).is_err());
+    }
 
     #[test]
     fn merge_and_replace_as_graphblas() {

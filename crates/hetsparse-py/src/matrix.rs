@@ -170,6 +170,18 @@ impl Stored {
 pub struct StoredMatrix {
     /// The matrix, in canonical CSR.
     pub csr: Stored,
+    /// Its structural and valued masks, made on first use: a loop masking every product by
+    /// the same matrix (triangle counting's `C⟨L⟩`) lists its positions once.
+    masks: [std::sync::OnceLock<Mask>; 2],
+}
+
+impl StoredMatrix {
+    /// A mask over this matrix, in its own dtype ([`Stored::mask`]), made once.
+    pub fn mask(&self, structural: bool) -> Mask {
+        self.masks[usize::from(structural)]
+            .get_or_init(|| self.csr.mask(structural))
+            .clone()
+    }
 }
 
 #[pymethods]
@@ -183,7 +195,10 @@ impl StoredMatrix {
         let csr = with_scalar!(&parts.data, "A", exact too, |T| stored_from::<T>(
             py, &parts
         ))?;
-        Ok(StoredMatrix { csr })
+        Ok(StoredMatrix {
+            csr,
+            masks: Default::default(),
+        })
     }
 
     /// `(rows, columns)`.
@@ -308,7 +323,7 @@ impl<'py> Source<'py> {
     ) -> PyResult<MaskOperand<'a, T>> {
         match self {
             Source::Parts(_) => self.operand(data, "mask").map(MaskOperand::Operand),
-            Source::Stored(m) => Ok(MaskOperand::Stored(&m.get().csr)),
+            Source::Stored(m) => Ok(MaskOperand::Stored(m.get())),
         }
     }
 }
@@ -427,7 +442,7 @@ pub enum MaskOperand<'a, T> {
     /// As any operand.
     Operand(Operand<'a, T>),
     /// A stored matrix of any dtype.
-    Stored(&'a Stored),
+    Stored(&'a StoredMatrix),
 }
 
 impl<T: Scalar> MaskOperand<'_, T> {

@@ -6,8 +6,8 @@
 //! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back, AccumulateOp, Csr, Mask, MaskKind, RunControl, Scalar, SemiringKind, SparseVector,
-    SpgemmOptions, VectorProductOptions,
+    write_back_owned, AccumulateOp, Csr, Mask, MaskKind, RunControl, Scalar, SemiringKind,
+    SparseVector, SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
 use hetsparse::Complex;
@@ -224,7 +224,7 @@ fn mxm_t<'py, T: Storable>(
             Some(c) => c.csr()?,
             None => Held::Made(Csr::zeros(t.nrows(), t.ncols()).map_err(to_py)?),
         };
-        write_back(&*c, &t, mask.as_ref(), modes.accumulator).map_err(to_py)
+        write_back_owned(&*c, t, mask.as_ref(), modes.accumulator).map_err(to_py)
     })?;
     released([Some(&a), Some(&b), out.as_ref()], mask.as_ref())?;
     csr_to_py(py, c)

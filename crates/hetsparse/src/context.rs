@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use hetsparse_core::vector::write_back_vector;
+use hetsparse_core::vector::write_back_vector_owned;
 use hetsparse_core::{
     Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error,
     Operation, ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand,
@@ -587,7 +587,7 @@ impl<T: ContextScalar> Context<T> {
         let t = self
             .vector_backend()
             .mxv_with(a, u, options, &RunControl::unwatched())?;
-        *w = write_back_vector(w, &t, options.mask.as_ref(), options.accumulator)?;
+        *w = write_back_vector_owned(w, t, options.mask.as_ref(), options.accumulator)?;
         Ok(())
     }
 
@@ -632,7 +632,7 @@ impl<T: ContextScalar> Context<T> {
         let t = self
             .vector_backend()
             .vxm_with(u, a, options, &RunControl::unwatched())?;
-        *w = write_back_vector(w, &t, options.mask.as_ref(), options.accumulator)?;
+        *w = write_back_vector_owned(w, t, options.mask.as_ref(), options.accumulator)?;
         Ok(())
     }
 

@@ -224,7 +224,13 @@ impl std::hash::Hash for MaskPattern {
 impl Mask {
     /// Every stored entry of `m` admits C's entry at its position.
     pub fn structural<U: Scalar>(m: &Csr<U>) -> Mask {
-        Mask::from_pattern(m, MaskKind::Structural, |_| true)
+        // Every entry kept: the structure's arrays copied whole.
+        Mask::listed(
+            m.nrows(),
+            m.ncols(),
+            m.row_offsets().to_vec(),
+            m.col_indices().to_vec(),
+        )
     }
 
     /// Stored entries of `m` whose value is not zero admit C's entry at their position.
