@@ -81,18 +81,11 @@ impl<T: Scalar> SparseVector<T> {
 
     /// The vector as a `len × 1` matrix (copied): `A · u` is A times this column.
     pub fn to_column(&self) -> Result<Csr<T>> {
-        let mut row_offsets = Vec::with_capacity(self.size() + 1);
-        row_offsets.push(0u64);
-        let mut stored = self.indices().iter().peekable();
-        for k in 0..self.size() {
-            let here = u64::from(stored.next_if(|&&i| i as usize == k).is_some());
-            row_offsets.push(row_offsets[k] + here);
-        }
         let nnz = self.indices().len();
         Ok(Csr::try_new(
             self.size(),
             1,
-            row_offsets,
+            column_offsets(self.indices(), self.size()),
             vec![0; nnz],
             self.values().to_vec(),
         )?)
@@ -161,6 +154,19 @@ impl<T: Scalar> SparseVector<T> {
     pub fn valued_mask(&self) -> Mask {
         Mask::valued(&self.row)
     }
+}
+
+/// The row offsets of a `len × 1` matrix holding an entry at each of `positions` (strictly
+/// increasing, below `len`): a vector's positions, or a vector mask's, as one column.
+pub(crate) fn column_offsets(positions: &[u32], len: usize) -> Vec<u64> {
+    let mut offsets = Vec::with_capacity(len + 1);
+    offsets.push(0u64);
+    let mut listed = positions.iter().peekable();
+    for k in 0..len {
+        let here = u64::from(listed.next_if(|&&j| j as usize == k).is_some());
+        offsets.push(offsets[k] + here);
+    }
+    offsets
 }
 
 /// `w⟨mask, replace⟩ = accum(w, t)` for vectors: [`crate::write_back`] of their rows.

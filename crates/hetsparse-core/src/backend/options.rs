@@ -358,13 +358,7 @@ impl Mask {
             )));
         }
         let admitted = self.row(0);
-        let mut row_offsets = Vec::with_capacity(len + 1);
-        row_offsets.push(0u64);
-        let mut listed = admitted.iter().peekable();
-        for k in 0..len {
-            let here = u64::from(listed.next_if(|&&j| j as usize == k).is_some());
-            row_offsets.push(row_offsets[k] + here);
-        }
+        let row_offsets = crate::vector::column_offsets(admitted, len);
         Ok(Mask {
             kind: self.kind,
             complement: self.complement,
