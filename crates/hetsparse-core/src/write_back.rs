@@ -86,15 +86,32 @@ pub fn write_back_owned<T: Scalar>(
 
 /// Whether `mask` (none: every position) admits every entry of `t` (of its shape): a
 /// bit looked up per entry of a bitmap mask, a merge of each row with the mask's row else.
+/// In parallel: a graph algorithm's product may have tens of millions of entries, and this
+/// pass runs on every product returned.
 fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
+    use rayon::prelude::*;
+    /// Rows or entries one task checks at least; fewer in all are checked on the calling
+    /// thread, which a graph algorithm's thousands of small products would otherwise pay a
+    /// hand-off to the pool for.
+    const MIN_PER_TASK: usize = 1 << 14;
     let Some(mask) = mask else {
         return true;
     };
+    let small = t.col_indices().len() < MIN_PER_TASK && t.nrows() < MIN_PER_TASK;
     if mask.bitmap().is_some() {
-        return t.col_indices().iter().all(|&j| mask.admits(0, j));
+        let admitted = |&j: &u32| mask.admits(0, j);
+        return if small {
+            t.col_indices().iter().all(admitted)
+        } else {
+            t.col_indices()
+                .par_iter()
+                .with_min_len(MIN_PER_TASK)
+                .all(admitted)
+        };
     }
-    (0..t.nrows()).all(|i| {
-        let held = mask.row(i);
+    let (m_offsets, m_cols) = (mask.row_offsets(), mask.col_indices());
+    let row_admitted = |i: usize| {
+        let held = &m_cols[m_offsets[i] as usize..m_offsets[i + 1] as usize];
         let mut p = 0;
         t.row(i).0.iter().all(|&j| {
             while p < held.len() && held[p] < j {
@@ -102,7 +119,15 @@ fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
             }
             (p < held.len() && held[p] == j) != mask.is_complemented()
         })
-    })
+    };
+    if small {
+        (0..t.nrows()).all(row_admitted)
+    } else {
+        (0..t.nrows())
+            .into_par_iter()
+            .with_min_len(MIN_PER_TASK)
+            .all(row_admitted)
+    }
 }
 
 /// The element-wise pass of [`write_back`], on operands it checked.

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 /// Ranges per thread: more than one, so rayon's work stealing can even out what the cost model
 /// misses (cache behaviour, accumulator choice).
-const RANGES_PER_THREAD: usize = 8;
+pub(crate) const RANGES_PER_THREAD: usize = 8;
 
 /// Below this much work per range, splitting costs more than it gains.
 const MIN_RANGE_COST: u64 = 1 << 14;
@@ -21,15 +21,55 @@ pub(crate) fn balanced_ranges(costs: &[u64]) -> Vec<Range<usize>> {
 
 /// [`balanced_ranges`] with about `per_thread` ranges for each thread of the pool.
 pub(crate) fn balanced_ranges_per_thread(costs: &[u64], per_thread: usize) -> Vec<Range<usize>> {
-    // Prefix sums of cost + 1 per row; u64 because products can exceed 2^32.
-    let mut prefix = Vec::with_capacity(costs.len() + 1);
-    prefix.push(0u64);
-    let mut total = 0u64;
-    for &c in costs {
-        total = total.saturating_add(c.saturating_add(1));
-        prefix.push(total);
-    }
+    let prefix = prefix_sums(costs);
     split_prefix(costs.len(), |i| prefix[i], per_thread)
+}
+
+/// Rows per piece of [`prefix_sums`]' parallel passes.
+const PREFIX_PIECE: usize = 1 << 15;
+
+/// Prefix sums of cost + 1 per row (u64: products can exceed 2^32), `costs.len() + 1` of them
+/// from 0: two parallel passes (each piece's total, then each piece's sums from the totals
+/// before it) where there are many rows, since a product of millions of short rows would
+/// otherwise spend a serial pass here on top of its parallel kernel.
+fn prefix_sums(costs: &[u64]) -> Vec<u64> {
+    use rayon::prelude::*;
+    let add = |total: u64, &c: &u64| total.saturating_add(c.saturating_add(1));
+    if costs.len() <= 4 * PREFIX_PIECE {
+        let mut prefix = Vec::with_capacity(costs.len() + 1);
+        prefix.push(0u64);
+        let mut total = 0u64;
+        for c in costs {
+            total = add(total, c);
+            prefix.push(total);
+        }
+        return prefix;
+    }
+    let totals: Vec<u64> = costs
+        .par_chunks(PREFIX_PIECE)
+        .map(|piece| piece.iter().fold(0, add))
+        .collect();
+    let mut prefix = vec![0u64; costs.len() + 1];
+    let mut start = 0u64;
+    let starts: Vec<u64> = totals
+        .iter()
+        .map(|&t| {
+            let s = start;
+            start = start.saturating_add(t);
+            s
+        })
+        .collect();
+    prefix[1..]
+        .par_chunks_mut(PREFIX_PIECE)
+        .zip(costs.par_chunks(PREFIX_PIECE))
+        .zip(starts)
+        .for_each(|((out, piece), mut total)| {
+            for (o, c) in out.iter_mut().zip(piece) {
+                total = add(total, c);
+                *o = total;
+            }
+        });
+    prefix
 }
 
 /// Splits rows `0..n` into contiguous ranges of about equal total cost, in order, about
@@ -122,6 +162,27 @@ mod tests {
             next = r.end;
         }
         assert_eq!(next, n);
+    }
+
+    #[test]
+    fn prefix_sums_in_parallel_match_the_serial_ones() {
+        for n in [
+            0usize,
+            5,
+            4 * PREFIX_PIECE,
+            4 * PREFIX_PIECE + 1,
+            9 * PREFIX_PIECE + 123,
+        ] {
+            let costs: Vec<u64> = (0..n as u64).map(|i| (i * 7919) % 1000).collect();
+            let mut want = vec![0u64];
+            for &c in &costs {
+                want.push(want[want.len() - 1] + c + 1);
+            }
+            assert_eq!(prefix_sums(&costs), want, "{n} rows");
+        }
+        // Saturating, not wrapping.
+        let huge = vec![u64::MAX / 2; 5 * PREFIX_PIECE];
+        assert_eq!(prefix_sums(&huge).last(), Some(&u64::MAX));
     }
 
     #[test]

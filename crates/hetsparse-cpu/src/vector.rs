@@ -199,24 +199,29 @@ fn push<T: Scalar, S: Semiring<T>>(
         .copied()
         .zip(u.values().iter().copied())
         .collect();
-    let per_block: Vec<Vec<(u32, T::Acc)>> = frontier
-        .par_chunks(MIN_ENTRIES_PER_TASK / 16)
-        .map(|block| {
-            let mut products = Vec::new();
-            for &(k, uk) in block {
-                let (js, xs) = a.row(k as usize);
-                products.extend(
-                    js.iter()
-                        .zip(xs)
-                        .filter(|(&j, _)| admitted.as_ref().is_none_or(|m| m.admits(j)))
-                        .map(|(&j, &x)| (j, S::mul_at(uk, x, k))),
-                );
-            }
-            sum_by_column(&mut products)
-        })
-        .collect();
-    let mut all: Vec<(u32, T::Acc)> = per_block.into_iter().flatten().collect();
-    let sums = sum_by_column(&mut all);
+    let push_block = |block: &[(u32, T)]| {
+        let mut products = Vec::new();
+        for &(k, uk) in block {
+            let (js, xs) = a.row(k as usize);
+            products.extend(
+                js.iter()
+                    .zip(xs)
+                    .filter(|(&j, _)| admitted.as_ref().is_none_or(|m| m.admits(j)))
+                    .map(|(&j, &x)| (j, S::mul_at(uk, x, k))),
+            );
+        }
+        sum_by_column(&mut products)
+    };
+    const BLOCK: usize = MIN_ENTRIES_PER_TASK / 16;
+    // A frontier of one block is pushed on the calling thread (see `push_any`).
+    let sums = if frontier.len() <= BLOCK {
+        push_block(&frontier)
+    } else {
+        let per_block: Vec<Vec<(u32, T::Acc)>> =
+            frontier.par_chunks(BLOCK).map(push_block).collect();
+        let mut all: Vec<(u32, T::Acc)> = per_block.into_iter().flatten().collect();
+        sum_by_column(&mut all)
+    };
     let (indices, values) = sums.into_iter().map(|(j, s)| (j, T::from_acc(s))).unzip();
     SparseVector::try_new(a.ncols(), indices, values)
 }
@@ -253,31 +258,42 @@ fn push_any<T: Scalar, S: Semiring<T>>(
         .map(|_| AtomicU64::new(0))
         .collect();
     let (ks, us) = (u.indices(), u.values());
-    let found: Vec<Vec<(u32, T)>> = frontier_blocks(a, ks)
-        .into_par_iter()
-        .map(|block| {
-            let mut found = Vec::new();
-            for (&k, &uk) in ks[block.clone()].iter().zip(&us[block]) {
-                let (js, xs) = a.row(k as usize);
-                for (&j, &x) in js.iter().zip(xs) {
-                    if admitted.as_ref().is_some_and(|m| !m.admits(j)) {
-                        continue;
-                    }
-                    let (word, bit) = (&claimed[j as usize / 64], 1u64 << (j % 64));
-                    // Relaxed: the bits only decide who keeps a position; the results are
-                    // read after the join.
-                    if word.load(Ordering::Relaxed) & bit == 0
-                        && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
-                    {
-                        found.push((j, T::from_acc(S::mul_at(uk, x, k))));
-                    }
+    let blocks = frontier_blocks(a, ks);
+    let claim_block = |block: std::ops::Range<usize>| {
+        let mut found = Vec::new();
+        for (&k, &uk) in ks[block.clone()].iter().zip(&us[block]) {
+            let (js, xs) = a.row(k as usize);
+            for (&j, &x) in js.iter().zip(xs) {
+                if admitted.as_ref().is_some_and(|m| !m.admits(j)) {
+                    continue;
+                }
+                let (word, bit) = (&claimed[j as usize / 64], 1u64 << (j % 64));
+                // Relaxed: the bits only decide who keeps a position; the results are
+                // read after the join.
+                if word.load(Ordering::Relaxed) & bit == 0
+                    && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
+                {
+                    found.push((j, T::from_acc(S::mul_at(uk, x, k))));
                 }
             }
-            found
-        })
-        .collect();
-    let mut reached = found.concat();
-    reached.par_sort_unstable_by_key(|p| p.0);
+        }
+        found
+    };
+    // A frontier of one block (a BFS level of a road graph, say) is pushed on the calling
+    // thread: handing it to the pool would cost more than the push.
+    let mut reached = match blocks.as_slice() {
+        [] => Vec::new(),
+        [block] => claim_block(block.clone()),
+        _ => {
+            let found: Vec<Vec<(u32, T)>> = blocks.into_par_iter().map(claim_block).collect();
+            found.concat()
+        }
+    };
+    if reached.len() < MIN_ENTRIES_PER_TASK {
+        reached.sort_unstable_by_key(|p| p.0);
+    } else {
+        reached.par_sort_unstable_by_key(|p| p.0);
+    }
     let (indices, values) = reached.into_iter().unzip();
     SparseVector::try_new(a.ncols(), indices, values)
 }

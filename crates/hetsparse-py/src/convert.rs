@@ -368,17 +368,20 @@ fn indices(src: IndexSlice<'_>, bound: usize, axis: &str) -> PyResult<Vec<u32>> 
     let n = src.len();
     let mut out: Vec<u32> = try_vec(n, "indices")?;
     out.resize(n, 0);
-    out.par_chunks_mut(PIECE)
-        .enumerate()
-        .try_for_each(|(p, chunk)| {
-            let start = p * PIECE;
-            for (k, slot) in chunk.iter_mut().enumerate() {
-                let i = src.get(start + k);
-                *slot =
-                    in_bounds(i, bound).ok_or_else(|| out_of_bounds(axis, start + k, i, bound))?;
-            }
-            Ok::<(), PyErr>(())
-        })?;
+    let fill = |(p, chunk): (usize, &mut [u32])| {
+        let start = p * PIECE;
+        for (k, slot) in chunk.iter_mut().enumerate() {
+            let i = src.get(start + k);
+            *slot = in_bounds(i, bound).ok_or_else(|| out_of_bounds(axis, start + k, i, bound))?;
+        }
+        Ok::<(), PyErr>(())
+    };
+    if n <= PIECE {
+        // A piece alone is converted on the calling thread, with no hand-off to the pool.
+        fill((0, &mut out))?;
+    } else {
+        out.par_chunks_mut(PIECE).enumerate().try_for_each(fill)?;
+    }
     Ok(out)
 }
 
@@ -410,18 +413,19 @@ fn offsets(src: IndexSlice<'_>, nmajor: usize, nnz: usize, axis: &str) -> PyResu
     }
     // SAFETY: `widen` wrote all n elements.
     unsafe { out.set_len(n) };
+    let first_decrease = |r: std::ops::Range<usize>| {
+        let end = (r.end + 1).min(n);
+        out[r.start..end]
+            .windows(2)
+            .position(|w| (w[0] as i64) > (w[1] as i64))
+            .map(|p| r.start + p + 1)
+    };
     let decrease = if (out[0] as i64) < 0 {
         Some(0)
+    } else if n <= PIECE {
+        first_decrease(0..n)
     } else {
-        pieces_of(n)
-            .filter_map(|r| {
-                let end = (r.end + 1).min(n);
-                out[r.start..end]
-                    .windows(2)
-                    .position(|w| (w[0] as i64) > (w[1] as i64))
-                    .map(|p| r.start + p + 1)
-            })
-            .min()
+        pieces_of(n).filter_map(first_decrease).min()
     };
     if let Some(k) = decrease {
         let previous = if k == 0 { 0 } else { out[k - 1] as i64 };
@@ -450,13 +454,18 @@ pub fn pieces_of(len: usize) -> impl ParallelIterator<Item = std::ops::Range<usi
 
 /// `src` as `u64` (negative values wrap) into `out`, of the same length, in parallel.
 fn widen<I: Copy + Into<i64> + Sync>(src: &[I], out: &mut [std::mem::MaybeUninit<u64>]) {
-    out.par_chunks_mut(PIECE)
-        .zip(src.par_chunks(PIECE))
-        .for_each(|(out, src)| {
-            for (slot, &o) in out.iter_mut().zip(src) {
-                slot.write(o.into() as u64);
-            }
-        });
+    let write = |(out, src): (&mut [std::mem::MaybeUninit<u64>], &[I])| {
+        for (slot, &o) in out.iter_mut().zip(src) {
+            slot.write(o.into() as u64);
+        }
+    };
+    if src.len() <= PIECE {
+        write((out, src));
+    } else {
+        out.par_chunks_mut(PIECE)
+            .zip(src.par_chunks(PIECE))
+            .for_each(write);
+    }
 }
 
 /// Canonical CSR of `nmajor` lines over `nminor` from compressed arrays that may be unsorted
@@ -567,18 +576,24 @@ unsafe fn in_place<T: Scalar>(
 fn narrow(src: &[i64]) -> PyResult<Option<Vec<u32>>> {
     let n = src.len();
     let mut out: Vec<u32> = try_vec(n, "indices")?;
-    let all_fit = out.spare_capacity_mut()[..n]
-        .par_chunks_mut(PIECE)
-        .zip(src.par_chunks(PIECE))
-        .map(|(out, src)| {
-            let mut outside = false;
-            for (slot, &i) in out.iter_mut().zip(src) {
-                outside |= i as u64 > u64::from(u32::MAX);
-                slot.write(i as u32);
-            }
-            !outside
-        })
-        .reduce(|| true, |a, b| a && b);
+    let write = |(out, src): (&mut [std::mem::MaybeUninit<u32>], &[i64])| {
+        let mut outside = false;
+        for (slot, &i) in out.iter_mut().zip(src) {
+            outside |= i as u64 > u64::from(u32::MAX);
+            slot.write(i as u32);
+        }
+        !outside
+    };
+    let slots = &mut out.spare_capacity_mut()[..n];
+    let all_fit = if n <= PIECE {
+        write((slots, src))
+    } else {
+        slots
+            .par_chunks_mut(PIECE)
+            .zip(src.par_chunks(PIECE))
+            .map(write)
+            .reduce(|| true, |a, b| a && b)
+    };
     // SAFETY: every chunk wrote each of its elements.
     unsafe { out.set_len(n) };
     Ok(all_fit.then_some(out))
@@ -715,14 +730,22 @@ pub fn csr_to_py<'py, T: Scalar + numpy::Element>(
         && ncols <= i32::MAX as usize;
     let (indptr, indices) = if fits_i32 {
         let mut indptr: Vec<i32> = try_vec(offsets.len(), "the result's indptr")?;
-        indptr.spare_capacity_mut()[..offsets.len()]
-            .par_chunks_mut(PIECE)
-            .zip(offsets.par_chunks(PIECE))
-            .for_each(|(out, src)| {
-                for (o, &s) in out.iter_mut().zip(src) {
-                    o.write(s as i32);
-                }
-            });
+        let narrow = |(out, src): (&mut [std::mem::MaybeUninit<i32>], &[u64])| {
+            for (o, &s) in out.iter_mut().zip(src) {
+                o.write(s as i32);
+            }
+        };
+        let slots = &mut indptr.spare_capacity_mut()[..offsets.len()];
+        if offsets.len() <= PIECE {
+            // On the calling thread: a small result (a vector's two offsets, say) is not
+            // worth a hand-off to the pool.
+            narrow((slots, &offsets));
+        } else {
+            slots
+                .par_chunks_mut(PIECE)
+                .zip(offsets.par_chunks(PIECE))
+                .for_each(narrow);
+        }
         // SAFETY: the loop above wrote every one of them.
         unsafe { indptr.set_len(offsets.len()) };
         // Every index is below ncols ≤ i32::MAX, so its bits read the same as i32.

@@ -407,6 +407,7 @@ impl Mask {
 
     /// Whether the mask (with its complement) admits C's entry `(i, j)`; `i` must be below
     /// the mask's rows and `j` below its columns.
+    #[inline]
     pub fn admits(&self, i: usize, j: u32) -> bool {
         let held = match &self.pattern.bits {
             Some(bits) => bits[j as usize / 64] >> (j % 64) & 1 == 1,
@@ -435,6 +436,7 @@ impl Mask {
 
     /// The admitted columns of row `i` (before any complement), sorted as its matrix's were.
     /// `i` must be below the mask's rows.
+    #[inline]
     pub fn row(&self, i: usize) -> &[u32] {
         let p = self.pattern.listed();
         &p.col_indices[p.row_offsets[i] as usize..p.row_offsets[i + 1] as usize]

@@ -249,6 +249,7 @@ impl<T: Scalar> Csr<T> {
         (&self.row_offsets, &self.col_indices, &self.values)
     }
     /// Row `i`'s column indices and values. Panics if `i >= nrows` (a programming error).
+    #[inline]
     pub fn row(&self, i: usize) -> (&[u32], &[T]) {
         let (s, e) = (
             self.row_offsets[i] as usize,

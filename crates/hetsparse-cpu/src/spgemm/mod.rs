@@ -257,6 +257,23 @@ impl<'a, T: Scalar> Operands<'a, T> {
         self.longest_b_row as u128 * rows <= u128::from(EVEN_B_ROWS) * nnz.max(rows)
     }
 
+    /// Rows cut into about `per_thread` ranges per thread by their entries of A, each weighed
+    /// by B's longest row: costs on the scale of products (what a plan's smallest range is
+    /// measured in), without a pass over the rows — about equal work where B's rows are even
+    /// ([`Operands::even_b_rows`]).
+    fn ranges_by_entries(&self, per_thread: usize) -> Vec<Range<usize>> {
+        let longest = self.longest_b_row as u64;
+        crate::plan::split_prefix(
+            self.nrows,
+            |i| {
+                self.a_offset(i)
+                    .saturating_mul(longest)
+                    .saturating_add(i as u64)
+            },
+            per_thread,
+        )
+    }
+
     /// Offset of row `i` of the chunk in A's entries, counted from the chunk's first row.
     #[inline]
     fn a_offset(&self, i: usize) -> u64 {

@@ -70,17 +70,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
         }
         None => {
             let longest = ops.longest_b_row as u64;
-            // Entries of A weighted by B's longest row: costs on the scale of products, which
-            // is what the plan's smallest range is measured in.
-            let ranges = plan::split_prefix(
-                ops.nrows,
-                |i| {
-                    ops.a_offset(i)
-                        .saturating_mul(longest)
-                        .saturating_add(i as u64)
-                },
-                RANGES_PER_THREAD,
-            );
+            let ranges = ops.ranges_by_entries(RANGES_PER_THREAD);
             let bounds = ranges
                 .iter()
                 .map(|r| {

@@ -549,8 +549,10 @@ def _packed_mask(mask, length, structural):
     else:
         admitted = dense != 0
     packed = np.packbits(admitted, bitorder="little")
-    words = np.zeros((length + 63) // 64 * 8, dtype=np.uint8)
-    words[: packed.shape[0]] = packed
+    # Whole words: a length of a multiple of 64 packs into them as it is, others gain the
+    # zero bytes of the last word (one copy, only then).
+    tail = (length + 63) // 64 * 8 - packed.shape[0]
+    words = np.concatenate((packed, np.zeros(tail, dtype=np.uint8))) if tail else packed
     # Bit j of the little-endian bytes is position j: the words' bit order on every machine.
     return words.view("<u8").astype(np.uint64, copy=False)
 
