@@ -245,8 +245,12 @@ fn frontier_blocks<T: Scalar>(a: &Csr<T>, ks: &[u32]) -> Vec<std::ops::Range<usi
 }
 
 /// The push of an "any" semiring: each admitted position keeps the first product to claim it
-/// (one atomic bit per position), so nothing is sorted but the positions reached, and no
-/// product is made for a position already claimed.
+/// (one atomic bit per position), so no product is made for a position already claimed.
+///
+/// A small push lists the positions it claims and sorts them. A large one (a BFS level
+/// reaching a good share of the graph) writes each claimed position's value into a dense
+/// array of `w`'s length instead, and reads the positions back in order from the claim bits:
+/// no list to concatenate, sort and split on one thread, every pass parallel.
 fn push_any<T: Scalar, S: Semiring<T>>(
     a: &Csr<T>,
     u: &SparseVector<T>,
@@ -259,8 +263,8 @@ fn push_any<T: Scalar, S: Semiring<T>>(
         .collect();
     let (ks, us) = (u.indices(), u.values());
     let blocks = frontier_blocks(a, ks);
-    let claim_block = |block: std::ops::Range<usize>| {
-        let mut found = Vec::new();
+    // Calls `found(j, value)` for each position this block claims first.
+    let claim_block = |block: std::ops::Range<usize>, found: &mut dyn FnMut(u32, T)| {
         for (&k, &uk) in ks[block.clone()].iter().zip(&us[block]) {
             let (js, xs) = a.row(k as usize);
             for (&j, &x) in js.iter().zip(xs) {
@@ -273,19 +277,40 @@ fn push_any<T: Scalar, S: Semiring<T>>(
                 if word.load(Ordering::Relaxed) & bit == 0
                     && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
                 {
-                    found.push((j, T::from_acc(S::mul_at(uk, x, k))));
+                    found(j, T::from_acc(S::mul_at(uk, x, k)));
                 }
             }
         }
+    };
+    let listed = |block: std::ops::Range<usize>| {
+        let mut found = Vec::new();
+        claim_block(block, &mut |j, v| found.push((j, v)));
         found
     };
+    let products: u64 = ks.iter().map(|&k| a.row_nnz(k as usize)).sum();
+    if blocks.len() > 1 && products >= (a.ncols() / DENSE_PUSH_COLUMNS_PER_PRODUCT) as u64 {
+        let mut dense: Vec<T> = crate::memory::reserved(a.ncols(), "a push's values")?;
+        let slots = DenseSlots(dense.spare_capacity_mut().as_mut_ptr());
+        blocks.into_par_iter().for_each(|block| {
+            // SAFETY: `j < ncols`, inside the allocation; the claim bit went to this call
+            // alone (fetch_or returned it clear), so no other thread writes slot `j`.
+            claim_block(block, &mut |j, v| unsafe {
+                (*slots.at(j as usize)).write(v);
+            });
+        });
+        return positions_in_order(
+            a.ncols(),
+            &claimed,
+            &dense.spare_capacity_mut()[..a.ncols()],
+        );
+    }
     // A frontier of one block (a BFS level of a road graph, say) is pushed on the calling
     // thread: handing it to the pool would cost more than the push.
     let mut reached = match blocks.as_slice() {
         [] => Vec::new(),
-        [block] => claim_block(block.clone()),
+        [block] => listed(block.clone()),
         _ => {
-            let found: Vec<Vec<(u32, T)>> = blocks.into_par_iter().map(claim_block).collect();
+            let found: Vec<Vec<(u32, T)>> = blocks.into_par_iter().map(listed).collect();
             found.concat()
         }
     };
@@ -296,6 +321,80 @@ fn push_any<T: Scalar, S: Semiring<T>>(
     }
     let (indices, values) = reached.into_iter().unzip();
     SparseVector::try_new(a.ncols(), indices, values)
+}
+
+/// A push whose frontier makes at least one product per this many columns of `w` writes its
+/// values densely ([`push_any`]): it then reaches enough positions that a pass over the
+/// claim bits and a page of the dense array per few positions cost less than sorting them.
+const DENSE_PUSH_COLUMNS_PER_PRODUCT: usize = 8;
+
+/// The slots of a dense array that a push's threads write, each slot by the one thread that
+/// claimed its position.
+#[derive(Clone, Copy)]
+struct DenseSlots<T>(*mut std::mem::MaybeUninit<T>);
+// SAFETY: threads write disjoint slots (one claim per position) and the array is read only
+// after they are joined.
+unsafe impl<T: Send> Send for DenseSlots<T> {}
+unsafe impl<T: Send> Sync for DenseSlots<T> {}
+
+impl<T> DenseSlots<T> {
+    /// Slot `j` (a method, so that closures capture the whole `Sync` wrapper).
+    fn at(self, j: usize) -> *mut std::mem::MaybeUninit<T> {
+        self.0.wrapping_add(j)
+    }
+}
+
+/// `w` from the positions set in `claimed` (a bit each, `len` of them) and their values in
+/// `dense`, written for exactly those positions: in parallel over pieces of the bits, each
+/// piece's count first, then its positions and values at their place.
+fn positions_in_order<T: Scalar>(
+    len: usize,
+    claimed: &[std::sync::atomic::AtomicU64],
+    dense: &[std::mem::MaybeUninit<T>],
+) -> Result<SparseVector<T>> {
+    use std::sync::atomic::Ordering;
+    /// Words of claim bits per piece.
+    const WORDS: usize = 1024;
+    let word = |w: &std::sync::atomic::AtomicU64| w.load(Ordering::Relaxed);
+    let counts: Vec<usize> = claimed
+        .par_chunks(WORDS)
+        .map(|piece| piece.iter().map(|w| word(w).count_ones() as usize).sum())
+        .collect();
+    let mut starts = Vec::with_capacity(counts.len());
+    let mut total = 0usize;
+    for &c in &counts {
+        starts.push(total..total + c);
+        total += c;
+    }
+    let mut indices: Vec<u32> = Vec::with_capacity(total);
+    let mut values: Vec<T> = Vec::with_capacity(total);
+    let index_parts = crate::plan::split_mut(&mut indices.spare_capacity_mut()[..total], &starts);
+    let value_parts = crate::plan::split_mut(&mut values.spare_capacity_mut()[..total], &starts);
+    claimed
+        .par_chunks(WORDS)
+        .enumerate()
+        .zip(index_parts)
+        .zip(value_parts)
+        .for_each(|(((p, piece), index_part), value_part)| {
+            let mut at = 0;
+            for (w, bits) in piece.iter().enumerate() {
+                let mut bits = word(bits);
+                while bits != 0 {
+                    let j = (p * WORDS + w) * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    index_part[at].write(j as u32);
+                    // SAFETY: the push wrote the value of every position whose bit is set.
+                    value_part[at].write(unsafe { dense[j].assume_init() });
+                    at += 1;
+                }
+            }
+        });
+    // SAFETY: each piece wrote as many positions as it counted, at its place.
+    unsafe {
+        indices.set_len(total);
+        values.set_len(total);
+    }
+    SparseVector::try_new(len, indices, values)
 }
 
 /// The product `kind` of A and `u` over semiring `S`, masked by `mask`; vxm's direction
@@ -440,13 +539,19 @@ mod tests {
 
     /// An "any" push (claiming each position once) reaches the reference's positions, each
     /// with a valid product, under no mask and under a mask listed or made from a bitmap,
-    /// complemented or not.
+    /// complemented or not: a small push (listed and sorted) and a large one (written
+    /// densely, read back from the claim bits in parallel).
     #[test]
     fn any_push_reaches_the_references_positions_with_valid_products() {
+        for (n, step) in [(300, 7), (20_000, 3)] {
+            any_push_matches(n, step);
+        }
+    }
+
+    fn any_push_matches(n: usize, step: usize) {
         use hetsparse_core::MaskKind;
-        let n = 300;
         let a = hetsparse_core::generate::uniform::<f64>(n, n, 8, 3);
-        let frontier: Vec<u32> = (0..n as u32).step_by(7).collect();
+        let frontier: Vec<u32> = (0..n as u32).step_by(step).collect();
         let u = SparseVector::try_new(n, frontier.clone(), vec![1.0; frontier.len()]).unwrap();
         let visited: Vec<u32> = (0..n as u32).step_by(5).collect();
         let listed = SparseVector::try_new(n, visited.clone(), vec![1.0; visited.len()])
