@@ -227,21 +227,23 @@ fn push<T: Scalar, S: Semiring<T>>(
 }
 
 /// Consecutive ranges of the frontier `ks` (rows of `a`) of about `MIN_ENTRIES_PER_TASK`
-/// products each: a task's share of a push, however unevenly the rows are filled.
-fn frontier_blocks<T: Scalar>(a: &Csr<T>, ks: &[u32]) -> Vec<std::ops::Range<usize>> {
+/// products each: a task's share of a push, however unevenly the rows are filled; and the
+/// products of the whole frontier.
+fn frontier_blocks<T: Scalar>(a: &Csr<T>, ks: &[u32]) -> (Vec<std::ops::Range<usize>>, u64) {
     let mut blocks = Vec::new();
-    let (mut start, mut products) = (0, 0u64);
+    let (mut start, mut products, mut total) = (0, 0u64, 0u64);
     for (at, &k) in ks.iter().enumerate() {
         products += a.row_nnz(k as usize);
         if products >= MIN_ENTRIES_PER_TASK as u64 {
             blocks.push(start..at + 1);
+            total += products;
             (start, products) = (at + 1, 0);
         }
     }
     if start < ks.len() {
         blocks.push(start..ks.len());
     }
-    blocks
+    (blocks, total + products)
 }
 
 /// The push of an "any" semiring: each admitted position keeps the first product to claim it
@@ -262,7 +264,7 @@ fn push_any<T: Scalar, S: Semiring<T>>(
         .map(|_| AtomicU64::new(0))
         .collect();
     let (ks, us) = (u.indices(), u.values());
-    let blocks = frontier_blocks(a, ks);
+    let (blocks, products) = frontier_blocks(a, ks);
     // Calls `found(j, value)` for each position this block claims first.
     let claim_block = |block: std::ops::Range<usize>, found: &mut dyn FnMut(u32, T)| {
         for (&k, &uk) in ks[block.clone()].iter().zip(&us[block]) {
@@ -287,7 +289,6 @@ fn push_any<T: Scalar, S: Semiring<T>>(
         claim_block(block, &mut |j, v| found.push((j, v)));
         found
     };
-    let products: u64 = ks.iter().map(|&k| a.row_nnz(k as usize)).sum();
     if blocks.len() > 1 && products >= (a.ncols() / DENSE_PUSH_COLUMNS_PER_PRODUCT) as u64 {
         let mut dense: Vec<T> = crate::memory::reserved(a.ncols(), "a push's values")?;
         let slots = DenseSlots(dense.spare_capacity_mut().as_mut_ptr());

@@ -452,20 +452,33 @@ pub fn pieces_of(len: usize) -> impl ParallelIterator<Item = std::ops::Range<usi
         .map(move |c| c * PIECE..((c + 1) * PIECE).min(len))
 }
 
-/// `src` as `u64` (negative values wrap) into `out`, of the same length, in parallel.
-fn widen<I: Copy + Into<i64> + Sync>(src: &[I], out: &mut [std::mem::MaybeUninit<u64>]) {
-    let write = |(out, src): (&mut [std::mem::MaybeUninit<u64>], &[I])| {
-        for (slot, &o) in out.iter_mut().zip(src) {
-            slot.write(o.into() as u64);
-        }
-    };
+/// `write(out piece, src piece)` over `out` and `src` (of one length) in pieces of [`PIECE`],
+/// in parallel; whether every call returned true. A single piece is written on the calling
+/// thread: a small conversion (a BFS frontier's, every level) is not worth a hand-off to the
+/// pool from Python's thread.
+fn each_piece<O: Send, S: Sync>(
+    out: &mut [O],
+    src: &[S],
+    write: impl Fn((&mut [O], &[S])) -> bool + Sync + Send,
+) -> bool {
     if src.len() <= PIECE {
-        write((out, src));
+        write((out, src))
     } else {
         out.par_chunks_mut(PIECE)
             .zip(src.par_chunks(PIECE))
-            .for_each(write);
+            .map(write)
+            .reduce(|| true, |a, b| a && b)
     }
+}
+
+/// `src` as `u64` (negative values wrap) into `out`, of the same length, in parallel.
+fn widen<I: Copy + Into<i64> + Sync>(src: &[I], out: &mut [std::mem::MaybeUninit<u64>]) {
+    each_piece(out, src, |(out, src)| {
+        for (slot, &o) in out.iter_mut().zip(src) {
+            slot.write(o.into() as u64);
+        }
+        true
+    });
 }
 
 /// Canonical CSR of `nmajor` lines over `nminor` from compressed arrays that may be unsorted
@@ -576,24 +589,14 @@ unsafe fn in_place<T: Scalar>(
 fn narrow(src: &[i64]) -> PyResult<Option<Vec<u32>>> {
     let n = src.len();
     let mut out: Vec<u32> = try_vec(n, "indices")?;
-    let write = |(out, src): (&mut [std::mem::MaybeUninit<u32>], &[i64])| {
+    let all_fit = each_piece(&mut out.spare_capacity_mut()[..n], src, |(out, src)| {
         let mut outside = false;
         for (slot, &i) in out.iter_mut().zip(src) {
             outside |= i as u64 > u64::from(u32::MAX);
             slot.write(i as u32);
         }
         !outside
-    };
-    let slots = &mut out.spare_capacity_mut()[..n];
-    let all_fit = if n <= PIECE {
-        write((slots, src))
-    } else {
-        slots
-            .par_chunks_mut(PIECE)
-            .zip(src.par_chunks(PIECE))
-            .map(write)
-            .reduce(|| true, |a, b| a && b)
-    };
+    });
     // SAFETY: every chunk wrote each of its elements.
     unsafe { out.set_len(n) };
     Ok(all_fit.then_some(out))
@@ -730,22 +733,16 @@ pub fn csr_to_py<'py, T: Scalar + numpy::Element>(
         && ncols <= i32::MAX as usize;
     let (indptr, indices) = if fits_i32 {
         let mut indptr: Vec<i32> = try_vec(offsets.len(), "the result's indptr")?;
-        let narrow = |(out, src): (&mut [std::mem::MaybeUninit<i32>], &[u64])| {
-            for (o, &s) in out.iter_mut().zip(src) {
-                o.write(s as i32);
-            }
-        };
-        let slots = &mut indptr.spare_capacity_mut()[..offsets.len()];
-        if offsets.len() <= PIECE {
-            // On the calling thread: a small result (a vector's two offsets, say) is not
-            // worth a hand-off to the pool.
-            narrow((slots, &offsets));
-        } else {
-            slots
-                .par_chunks_mut(PIECE)
-                .zip(offsets.par_chunks(PIECE))
-                .for_each(narrow);
-        }
+        each_piece(
+            &mut indptr.spare_capacity_mut()[..offsets.len()],
+            &offsets,
+            |(out, src)| {
+                for (o, &s) in out.iter_mut().zip(src) {
+                    o.write(s as i32);
+                }
+                true
+            },
+        );
         // SAFETY: the loop above wrote every one of them.
         unsafe { indptr.set_len(offsets.len()) };
         // Every index is below ncols ≤ i32::MAX, so its bits read the same as i32.
