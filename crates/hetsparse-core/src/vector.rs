@@ -278,4 +278,41 @@ mod tests {
         assert!(Mask::from_bitmap(130, vec![0, 0, 1 << 2], MaskKind::Valued).is_err());
         assert!(Mask::from_bitmap(128, vec![u64::MAX; 2], MaskKind::Valued).is_ok());
     }
+
+    /// A mask made from bytes (any non-zero byte admits) admits, counts, lists and windows
+    /// as the same positions listed, equals that mask and the bitmap's, and is refused when
+    /// its length is not the mask's.
+    #[test]
+    fn byte_masks_match_listed_ones() {
+        use crate::{HostArray, MaskKind};
+        let positions = vec![0u32, 5, 63, 64, 129];
+        let listed = SparseVector::try_new(130, positions.clone(), vec![1.0f64; 5])
+            .unwrap()
+            .structural_mask();
+        let mut bytes = vec![0u8; 130];
+        for (n, &j) in positions.iter().enumerate() {
+            bytes[j as usize] = [1, 2, 255, 128, 1][n];
+        }
+        let from_bytes =
+            Mask::from_bytes(130, HostArray::from(bytes.clone()), MaskKind::Structural).unwrap();
+        assert_eq!(from_bytes.bytes(), Some(&bytes[..]));
+        assert_eq!(from_bytes.bitmap(), None);
+        for j in 0..130 {
+            assert_eq!(from_bytes.admits(0, j), listed.admits(0, j), "{j}");
+            let (b, l) = (
+                from_bytes.clone().complemented(),
+                listed.clone().complemented(),
+            );
+            assert_eq!(b.admits(0, j), l.admits(0, j), "{j}");
+        }
+        assert_eq!((from_bytes.shape(), from_bytes.entries()), ((1, 130), 5));
+        assert_eq!(from_bytes, listed);
+        assert_eq!(from_bytes.row_offsets(), listed.row_offsets());
+        assert_eq!(from_bytes.col_indices(), &positions[..]);
+        assert_eq!(
+            from_bytes.window(0..1, 60..70).unwrap(),
+            listed.window(0..1, 60..70).unwrap()
+        );
+        assert!(Mask::from_bytes(131, HostArray::from(bytes), MaskKind::Valued).is_err());
+    }
 }

@@ -85,7 +85,7 @@ pub fn write_back_owned<T: Scalar>(
 }
 
 /// Whether `mask` (none: every position) admits every entry of `t` (of its shape): a
-/// bit looked up per entry of a bitmap mask, a merge of each row with the mask's row else.
+/// bit (or byte) looked up per entry of a bitmap (or bytes) mask, a merge of each row with the mask's row else.
 /// In parallel: a graph algorithm's product may have tens of millions of entries, and this
 /// pass runs on every product returned.
 fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
@@ -98,7 +98,7 @@ fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
         return true;
     };
     let small = t.col_indices().len() < MIN_PER_TASK && t.nrows() < MIN_PER_TASK;
-    if mask.bitmap().is_some() {
+    if mask.bitmap().is_some() || mask.bytes().is_some() {
         let admitted = |&j: &u32| mask.admits(0, j);
         return if small {
             t.col_indices().iter().all(admitted)

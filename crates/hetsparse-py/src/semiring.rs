@@ -6,8 +6,8 @@
 //! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back_owned, AccumulateOp, Csr, Mask, MaskKind, RunControl, Scalar, SemiringKind,
-    SparseVector, SpgemmOptions, VectorProductOptions,
+    write_back_owned, AccumulateOp, Csr, HostArray, Mask, MaskKind, RunControl, Scalar,
+    SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
 use hetsparse::Complex;
@@ -234,7 +234,7 @@ fn mxm_t<'py, T: Storable>(
 /// ⊕.⊗ A)` (`"vxm"`): `u`, `mask` and `w` are `1 × len` operands; each argument an operand
 /// tuple or a stored matrix, as for [`mxm`]. Returns the `1 × len` CSR tuple of the new `w`.
 #[pyfunction]
-#[pyo3(signature = (kind, a, u, mask, w, semiring, structural, complement, replace, accum, device, mask_bits=None))]
+#[pyo3(signature = (kind, a, u, mask, w, semiring, structural, complement, replace, accum, device, mask_bits=None, mask_bytes=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn vector_product<'py>(
     py: Python<'py>,
@@ -250,6 +250,7 @@ pub fn vector_product<'py>(
     accum: Option<&str>,
     device: &str,
     mask_bits: Option<numpy::PyReadonlyArray1<'py, u64>>,
+    mask_bytes: Option<numpy::PyReadonlyArray1<'py, bool>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let vxm = match kind {
         "mxv" => false,
@@ -259,24 +260,51 @@ pub fn vector_product<'py>(
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (u, "u"), mask, w)?;
-    // A dense mask comes packed, one bit a position: copied as it is, never listed.
-    let bitmap = match mask_bits {
-        Some(_) if mask.is_some() => return Err(value("a mask and a packed mask at once")),
-        Some(bits) => Some(
+    // A dense mask comes packed, one bit a position (copied as it is, never listed), or as
+    // NumPy's booleans, read in place.
+    let dense_mask = match (mask_bits, &mask_bytes) {
+        (Some(_), Some(_)) => return Err(value("a packed mask and a boolean mask at once")),
+        (Some(_), _) | (_, Some(_)) if mask.is_some() => {
+            return Err(value("a mask and a dense mask at once"))
+        }
+        (Some(bits), None) => Some(DenseMask::Bits(
             bits.as_slice()
                 .map_err(|e| value(format!("mask: {e}")))?
                 .to_vec(),
-        ),
-        None => None,
+        )),
+        (None, Some(bytes)) => Some(DenseMask::Bytes(
+            bytes.as_slice().map_err(|e| value(format!("mask: {e}")))?,
+            std::sync::Arc::new(bytes.as_any().clone().unbind()),
+        )),
+        (None, None) => None,
     };
-    with_left!(operands, |T| vector_product_t::<T>(
+    let w = with_left!(operands, |T| vector_product_t::<T>(
         py,
         &operands,
         vxm,
         modes,
-        bitmap.clone(),
+        dense_mask.clone(),
         &choice
-    ))
+    ));
+    if let Some(DenseMask::Bytes(_, owner)) = &dense_mask {
+        if std::sync::Arc::strong_count(owner) != 1 {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "hetsparse: a mask reading a boolean array outlived the call (a bug, please \
+                 report it)",
+            ));
+        }
+    }
+    w
+}
+
+/// A vector product's mask given densely, over every position of `w`.
+#[derive(Clone)]
+enum DenseMask<'a> {
+    /// Packed by the Python layer, 64 positions a word.
+    Bits(Vec<u64>),
+    /// NumPy's booleans, borrowed read-only for the call; the array's reference owns the
+    /// memory the mask reads in place.
+    Bytes(&'a [bool], std::sync::Arc<Py<PyAny>>),
 }
 
 /// A `1 × len` operand as a vector.
@@ -289,7 +317,7 @@ fn vector_product_t<'py, T: Storable>(
     operands: &Operands<'py>,
     vxm: bool,
     modes: Modes,
-    bitmap: Option<Vec<u64>>,
+    dense_mask: Option<DenseMask<'_>>,
     choice: &hetsparse::DeviceChoice,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let (a_data, u_data) = (
@@ -319,13 +347,25 @@ fn vector_product_t<'py, T: Storable>(
         let mut options = VectorProductOptions::new().with_semiring(modes.semiring);
         if let Some(m) = &mask {
             options = options.with_mask(modes.modes_of(m.mask(modes.structural)?));
-        } else if let Some(bits) = bitmap {
+        } else if let Some(dense) = dense_mask {
             let kind = if modes.structural {
                 MaskKind::Structural
             } else {
                 MaskKind::Valued
             };
-            let m = Mask::from_bitmap(len, bits, kind).map_err(to_py)?;
+            let m = match dense {
+                DenseMask::Bits(bits) => Mask::from_bitmap(len, bits, kind),
+                DenseMask::Bytes(bytes, owner) => {
+                    // SAFETY: NumPy's array, borrowed read-only (`mask_bytes`) until the call
+                    // returns, which checks that no mask made here is still alive; `owner`
+                    // (its reference) keeps it allocated meanwhile. A bool is one byte.
+                    let bytes = unsafe {
+                        HostArray::from_foreign(bytes.as_ptr().cast::<u8>(), bytes.len(), owner)
+                    };
+                    Mask::from_bytes(len, bytes, kind)
+                }
+            }
+            .map_err(to_py)?;
             options = options.with_mask(modes.modes_of(m));
         }
         if let Some(acc) = modes.accumulator {

@@ -198,9 +198,10 @@ def test_a_bfs_step_gives_parents():
 
 @pytest.mark.parametrize("length", [45, 130])
 def test_dense_masks_mask_as_their_sparse_equals(device, length):
-    """A NumPy mask (packed into bits) admits what the same vector stored sparse admits:
-    structurally every position, by value the non-zero ones; complemented or not, on a
-    length that is and one that is not a multiple of 64."""
+    """A NumPy mask (packed into bits, or booleans read in place) admits what the same
+    vector stored sparse admits: structurally every position, by value the non-zero ones;
+    complemented or not, on a length that is and one that is not a multiple of 64; booleans
+    strided (packed) and booleans whose bytes are not 0 or 1 (any non-zero byte is true)."""
     rng = np.random.default_rng(5)
     a = random_matrix(rng, 60, length, 0.1)
     u = random_matrix(rng, 1, 60, 0.3)
@@ -208,7 +209,10 @@ def test_dense_masks_mask_as_their_sparse_equals(device, length):
     sparse_full = sp.csr_matrix(
         (values, np.arange(length), np.array([0, length])), shape=(1, length)
     )
-    for dense in (values, values != 0):
+    odd_bytes = (values.astype(np.uint8) * 2).view(np.bool_)
+    strided = np.repeat(values != 0, 2)[::2]
+    assert not strided.flags.c_contiguous
+    for dense in (values, values != 0, odd_bytes, strided):
         for structural in (True, False):
             for complement in (False, True):
                 kwargs = dict(structural=structural, complement=complement, device=device)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::{BackendKind, Operation, SpgemmAlgorithm};
 use crate::error::{Error, Result};
-use crate::format::Csr;
+use crate::format::{Csr, HostArray};
 use crate::scalar::{Scalar, ScalarType};
 
 /// The semiring a SpGEMM multiplies over: its "add" combines the products landing on one
@@ -162,14 +162,18 @@ pub struct Mask {
 }
 
 /// The admitting positions of a mask: CSR structure without values, or for a vector mask
-/// made from a bitmap, the bitmap (listed the first time a caller asks for the list).
+/// made from a bitmap or from bytes, those (listed the first time a caller asks for the
+/// list).
 #[derive(Debug)]
 struct MaskPattern {
     nrows: usize,
     ncols: usize,
-    entries: u64,
+    /// Admitting positions; counted on first use for a mask of bytes.
+    entries: std::sync::OnceLock<u64>,
     /// Bit `j % 64` of word `j / 64` admits position `j` of row 0 (a `1 × ncols` mask only).
     bits: Option<Vec<u64>>,
+    /// A non-zero byte `j` admits position `j` of row 0 (a `1 × ncols` mask only).
+    bytes: Option<HostArray<u8>>,
     listed: std::sync::OnceLock<ListedPositions>,
 }
 
@@ -181,11 +185,28 @@ struct ListedPositions {
 }
 
 impl MaskPattern {
+    fn entries(&self) -> u64 {
+        *self.entries.get_or_init(|| {
+            // Only a pattern of bytes is made without its count.
+            let bytes = self.bytes.as_deref().unwrap_or(&[]);
+            bytes.iter().filter(|&&b| b != 0).count() as u64
+        })
+    }
+
     fn listed(&self) -> &ListedPositions {
         self.listed.get_or_init(|| {
-            // Only a bitmap pattern is made without its list.
+            // Only a bitmap or bytes pattern is made without its list.
+            if let Some(bytes) = &self.bytes {
+                let col_indices: Vec<u32> = (0..bytes.len() as u32)
+                    .filter(|&j| bytes[j as usize] != 0)
+                    .collect();
+                return ListedPositions {
+                    row_offsets: vec![0, col_indices.len() as u64],
+                    col_indices,
+                };
+            }
             let bits = self.bits.as_deref().unwrap_or(&[]);
-            let mut col_indices = Vec::with_capacity(self.entries as usize);
+            let mut col_indices = Vec::with_capacity(self.entries() as usize);
             for (w, &word) in bits.iter().enumerate() {
                 let mut rest = word;
                 while rest != 0 {
@@ -204,7 +225,7 @@ impl MaskPattern {
 /// Two patterns are equal when they admit the same positions, however each holds them.
 impl PartialEq for MaskPattern {
     fn eq(&self, other: &Self) -> bool {
-        (self.nrows, self.ncols, self.entries) == (other.nrows, other.ncols, other.entries)
+        (self.nrows, self.ncols, self.entries()) == (other.nrows, other.ncols, other.entries())
             && match (&self.bits, &other.bits) {
                 (Some(a), Some(b)) => a == b,
                 _ => self.listed() == other.listed(),
@@ -216,7 +237,7 @@ impl Eq for MaskPattern {}
 
 impl std::hash::Hash for MaskPattern {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (self.nrows, self.ncols, self.entries).hash(state);
+        (self.nrows, self.ncols, self.entries()).hash(state);
         self.listed().hash(state);
     }
 }
@@ -261,13 +282,42 @@ impl Mask {
                 "a bitmap mask of {len} positions has bits set at or past position {len}"
             )));
         }
-        let entries = bits.iter().map(|w| u64::from(w.count_ones())).sum();
+        let entries: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
         Ok(Mask {
             pattern: Arc::new(MaskPattern {
                 nrows: 1,
                 ncols: len,
-                entries,
+                entries: entries.into(),
                 bits: Some(bits),
+                bytes: None,
+                listed: std::sync::OnceLock::new(),
+            }),
+            kind,
+            complement: false,
+            replace: false,
+        })
+    }
+
+    /// A `1 × len` mask (for a vector product) admitting position `j` where `bytes[j]` is not
+    /// zero: a dense boolean array (NumPy's, read in place), never packed, listed or counted
+    /// unless a backend asks for that — a product that looks up a few positions reads a few
+    /// bytes. `kind` says what the bytes were taken from. [`Error::InvalidArgument`] unless
+    /// `bytes` holds `len` values and `len` fits the column indices' `u32` range.
+    pub fn from_bytes(len: usize, bytes: HostArray<u8>, kind: MaskKind) -> Result<Mask> {
+        if len > u32::MAX as usize || bytes.len() != len {
+            return Err(Error::InvalidArgument(format!(
+                "a mask of {len} positions from {} bytes: one byte a position, at most {} of them",
+                bytes.len(),
+                u32::MAX
+            )));
+        }
+        Ok(Mask {
+            pattern: Arc::new(MaskPattern {
+                nrows: 1,
+                ncols: len,
+                entries: std::sync::OnceLock::new(),
+                bits: None,
+                bytes: Some(bytes),
                 listed: std::sync::OnceLock::new(),
             }),
             kind,
@@ -281,8 +331,9 @@ impl Mask {
             pattern: Arc::new(MaskPattern {
                 nrows,
                 ncols,
-                entries: col_indices.len() as u64,
+                entries: (col_indices.len() as u64).into(),
                 bits: None,
+                bytes: None,
                 listed: ListedPositions {
                     row_offsets,
                     col_indices,
@@ -402,16 +453,17 @@ impl Mask {
 
     /// How many positions its matrix admits (before any complement).
     pub fn entries(&self) -> u64 {
-        self.pattern.entries
+        self.pattern.entries()
     }
 
     /// Whether the mask (with its complement) admits C's entry `(i, j)`; `i` must be below
     /// the mask's rows and `j` below its columns.
     #[inline]
     pub fn admits(&self, i: usize, j: u32) -> bool {
-        let held = match &self.pattern.bits {
-            Some(bits) => bits[j as usize / 64] >> (j % 64) & 1 == 1,
-            None => self.row(i).binary_search(&j).is_ok(),
+        let held = match (&self.pattern.bits, &self.pattern.bytes) {
+            (Some(bits), _) => bits[j as usize / 64] >> (j % 64) & 1 == 1,
+            (_, Some(bytes)) => bytes[j as usize] != 0,
+            _ => self.row(i).binary_search(&j).is_ok(),
         };
         held != self.complement
     }
@@ -420,6 +472,12 @@ impl Mask {
     /// `None` for a mask made from a matrix: a backend that can read it skips the list.
     pub fn bitmap(&self) -> Option<&[u64]> {
         self.pattern.bits.as_deref()
+    }
+
+    /// The bytes a vector mask was made from ([`Mask::from_bytes`]; before any complement),
+    /// `None` for any other mask.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        self.pattern.bytes.as_deref()
     }
 
     /// The admitting positions (before any complement) as CSR row offsets, one more than its

@@ -38,13 +38,75 @@ const CSC: CompressedNames = CompressedNames {
 /// different values (a plan's results, `Backend::upload_values` on the host) share the
 /// structure; and they may be memory that someone else owns, read in place
 /// ([`Csr::try_from_arrays`] over [`HostArray::from_foreign`] arrays: NumPy's, say).
-#[derive(Clone, Debug, PartialEq)]
+///
+/// A matrix also keeps its transpose once one is asked for ([`Csr::transpose_kept`]): a
+/// breadth-first search pulls through Aᵀ level after level.
+#[derive(Clone)]
 pub struct Csr<T> {
     nrows: usize,
     ncols: usize,
     row_offsets: HostArray<u64>,
     col_indices: HostArray<u32>,
     values: HostArray<T>,
+    /// Aᵀ once asked for; shared by clones (which share the arrays), dropped when the values
+    /// change.
+    transpose: TransposeCache<T>,
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Csr<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Csr")
+            .field("nrows", &self.nrows)
+            .field("ncols", &self.ncols)
+            .field("row_offsets", &self.row_offsets)
+            .field("col_indices", &self.col_indices)
+            .field("values", &self.values)
+            .finish()
+    }
+}
+
+/// Equal shapes and entries; what a matrix keeps besides ([`Csr::transpose_kept`]) is not
+/// compared.
+impl<T: PartialEq> PartialEq for Csr<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.nrows == other.nrows
+            && self.ncols == other.ncols
+            && self.row_offsets == other.row_offsets
+            && self.col_indices == other.col_indices
+            && self.values == other.values
+    }
+}
+
+/// A matrix's transpose as [`Csr::transpose_kept`] keeps it.
+enum KeptTranspose<T> {
+    /// The matrix equals its transpose.
+    Itself,
+    /// A transpose built once.
+    Built(Csr<T>),
+}
+
+/// The slot of a matrix's kept transpose, and whether one was asked for
+/// ([`Csr::transpose_if_reused`]).
+struct TransposeCache<T>(std::sync::Arc<TransposeSlot<T>>);
+
+struct TransposeSlot<T> {
+    asked: std::sync::atomic::AtomicBool,
+    kept: std::sync::OnceLock<KeptTranspose<T>>,
+}
+
+impl<T> Default for TransposeCache<T> {
+    fn default() -> Self {
+        TransposeCache(std::sync::Arc::new(TransposeSlot {
+            asked: std::sync::atomic::AtomicBool::new(false),
+            kept: std::sync::OnceLock::new(),
+        }))
+    }
+}
+
+impl<T> Clone for TransposeCache<T> {
+    fn clone(&self) -> Self {
+        TransposeCache(self.0.clone())
+    }
 }
 
 impl<T: Scalar> Csr<T> {
@@ -63,6 +125,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -91,6 +154,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -122,6 +186,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets,
             col_indices,
             values,
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -147,6 +212,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         }
     }
 
@@ -179,6 +245,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(host::try_filled(nrows + 1, 0, "CSR row offsets")?),
             col_indices: HostArray::default(),
             values: HostArray::default(),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -195,6 +262,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(host::try_filled(n, T::from_f64(1.0), "CSR values")?),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -241,6 +309,8 @@ impl<T: Scalar> Csr<T> {
     /// Stored values, mutable (the structure stays fixed). Values that are shared with a
     /// clone or that are someone else's memory are copied first (copy on write).
     pub fn values_mut(&mut self) -> &mut [T] {
+        // A kept transpose has the old values (and a clone may keep using it).
+        self.transpose = TransposeCache::default();
         self.values.make_mut()
     }
     /// The three arrays, as stored: `(row_offsets, col_indices, values)` (clone one to share
@@ -293,6 +363,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: self.row_offsets.clone(),
             col_indices: self.col_indices.clone(),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -319,6 +390,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets,
             col_indices,
             values,
+            transpose: TransposeCache::default(),
         }
     }
 
@@ -359,6 +431,7 @@ impl<T: Scalar> Csr<T> {
             ),
             col_indices: HostArray::from(self.col_indices[s..e].to_vec()),
             values: HostArray::from(self.values[s..e].to_vec()),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -458,6 +531,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -493,7 +567,82 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
+    }
+
+    /// `Aᵀ`, found on first use and kept with the matrix (its clones share it): the matrix
+    /// itself where it equals its transpose (a symmetric matrix, an undirected graph: checked
+    /// once, in parallel, nothing copied), else a transpose built once. A product that reads
+    /// A by columns call after call (a pulled vxm, a breadth-first search's levels) pays for
+    /// it once. Writing the values ([`Csr::values_mut`]) drops it.
+    pub fn transpose_kept(&self) -> Result<&Csr<T>, Error> {
+        let slot = &self.transpose.0;
+        if slot.kept.get().is_none() {
+            let kept = if self.equals_its_transpose() {
+                KeptTranspose::Itself
+            } else {
+                KeptTranspose::Built(self.transpose()?)
+            };
+            // Another thread may have kept its own meanwhile: the same matrix either way.
+            let _ = slot.kept.set(kept);
+        }
+        Ok(match slot.kept.get() {
+            Some(KeptTranspose::Built(t)) => t,
+            _ => self,
+        })
+    }
+
+    /// [`Csr::transpose_kept`] where this matrix (or a clone) asked for it before or keeps it
+    /// already; `None` the first time, remembering the question. A product that would pull
+    /// through Aᵀ pushes instead on a matrix it sees once (an operand converted for one
+    /// call), and pulls from the second call on a matrix it sees again.
+    pub fn transpose_if_reused(&self) -> Result<Option<&Csr<T>>, Error> {
+        let slot = &self.transpose.0;
+        if slot.kept.get().is_none() && !slot.asked.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(None);
+        }
+        self.transpose_kept().map(Some)
+    }
+
+    /// Whether the matrix is square and holds `(j, i)` with an equal value wherever it holds
+    /// `(i, j)`. Each entry above the diagonal is looked up below it; with as many entries
+    /// below as above, every entry below is then one of those found.
+    fn equals_its_transpose(&self) -> bool {
+        use rayon::prelude::*;
+        if self.nrows != self.ncols {
+            return false;
+        }
+        let _span = tracing::debug_span!("csr_symmetry_check", rows = self.nrows, nnz = self.nnz())
+            .entered();
+        // (entries above, entries below) the diagonal, or None at the first missing mirror.
+        let sides = (0..self.nrows)
+            .into_par_iter()
+            .with_min_len(1024)
+            .map(|i| {
+                let (cols, vals) = self.row(i);
+                let (mut above, mut below) = (0u64, 0u64);
+                for (&j, v) in cols.iter().zip(vals) {
+                    let j = j as usize;
+                    if j < i {
+                        below += 1;
+                        continue;
+                    }
+                    if j == i {
+                        continue;
+                    }
+                    above += 1;
+                    let (mirror_cols, mirror_vals) = self.row(j);
+                    match mirror_cols.binary_search(&(i as u32)) {
+                        Ok(at) if mirror_vals[at] == *v => {}
+                        _ => return None,
+                    }
+                }
+                Some((above, below))
+            })
+            .try_reduce(|| (0, 0), |x, y| Some((x.0 + y.0, x.1 + y.1)));
+        matches!(sides, Some((above, below)) if above == below)
     }
 
     /// Drops stored entries whose value is exactly zero.
@@ -519,6 +668,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         }
     }
 
@@ -573,6 +723,7 @@ impl<T: Scalar> Csr<T> {
             row_offsets: HostArray::from(row_offsets),
             col_indices: HostArray::from(col_indices),
             values: HostArray::from(values),
+            transpose: TransposeCache::default(),
         })
     }
 
@@ -592,6 +743,7 @@ impl<T: Scalar> Csr<T> {
                     })
                     .collect::<Vec<U>>(),
             ),
+            transpose: TransposeCache::default(),
         }
     }
 }
@@ -622,6 +774,7 @@ impl<T: Scalar> Csc<T> {
                 row_offsets: HostArray::from(col_offsets),
                 col_indices: HostArray::from(row_indices),
                 values: HostArray::from(values),
+                transpose: TransposeCache::default(),
             },
         })
     }
@@ -652,6 +805,7 @@ impl<T: Scalar> Csc<T> {
                 row_offsets: HostArray::from(col_offsets),
                 col_indices: HostArray::from(row_indices),
                 values: HostArray::from(values),
+                transpose: TransposeCache::default(),
             },
         })
     }
@@ -713,6 +867,61 @@ impl<T: Scalar> Csc<T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A symmetric matrix is kept as its own transpose (nothing built, clones share the
+    /// answer), any other as a built transpose equal to `transpose()`; a symmetric pattern
+    /// with unequal values, a missing mirror, one more entry below the diagonal than above and
+    /// a non-square matrix are not symmetric; writing the values drops what was kept; the
+    /// first `transpose_if_reused` only remembers the question.
+    #[test]
+    fn the_transpose_is_kept_and_is_the_matrix_itself_where_symmetric() {
+        let symmetric = Csr::try_new(
+            3,
+            3,
+            vec![0, 2, 4, 5],
+            vec![0, 1, 0, 2, 1],
+            vec![4.0, 1.0, 1.0, 2.0, 2.0],
+        )
+        .unwrap();
+        assert!(symmetric.clone().transpose_if_reused().unwrap().is_none());
+        let again = symmetric
+            .transpose_if_reused()
+            .unwrap()
+            .expect("asked before");
+        assert!(std::ptr::eq(again, &symmetric));
+        let clone = symmetric.clone();
+        assert!(std::ptr::eq(clone.transpose_kept().unwrap(), &clone));
+        // (0, 1) = 1 but (1, 0) = 3.
+        let unequal = Csr::try_new(
+            3,
+            3,
+            vec![0, 2, 4, 5],
+            vec![0, 1, 0, 2, 1],
+            vec![4.0, 1.0, 3.0, 2.0, 2.0],
+        )
+        .unwrap();
+        // (0, 1) without (1, 0); (1, 0) and (2, 0) below against (0, 1) above.
+        let missing = Csr::try_new(3, 3, vec![0, 1, 2, 3], vec![1, 2, 0], vec![1.0; 3]).unwrap();
+        let extra_below =
+            Csr::try_new(3, 3, vec![0, 1, 2, 3], vec![1, 0, 0], vec![1.0; 3]).unwrap();
+        let wide = Csr::try_new(2, 3, vec![0, 1, 2], vec![2, 0], vec![1.0, 2.0]).unwrap();
+        for m in [&unequal, &missing, &extra_below, &wide, &sample()] {
+            let kept = m.transpose_kept().unwrap();
+            assert!(!std::ptr::eq(kept, m));
+            assert_eq!(*kept, m.transpose().unwrap());
+            // Kept: asked again, the same one.
+            assert!(std::ptr::eq(m.transpose_kept().unwrap(), kept));
+        }
+        let mut written = symmetric.clone();
+        written.values_mut()[1] = 5.0;
+        let kept = written.transpose_kept().unwrap();
+        assert!(!std::ptr::eq(kept, &written));
+        assert_eq!(kept.get(1, 0), Some(5.0));
+        assert!(std::ptr::eq(
+            symmetric.transpose_kept().unwrap(),
+            &symmetric
+        ));
+    }
 
     fn sample() -> Csr<f64> {
         Csr::try_new(

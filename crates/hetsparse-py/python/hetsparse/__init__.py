@@ -532,6 +532,21 @@ def _as_row(v, length, dtype, name):
     return _parts(row, dtype)
 
 
+def _readable_booleans(mask, length, structural):
+    """Whether a dense mask is a valued one of contiguous NumPy booleans of the right length:
+    such a mask is read in place, a byte a position, with nothing packed or copied, so a loop
+    masking with a growing set (BFS's visited vertices) pays for the positions a product
+    looks up, not for the mask's length."""
+    return (
+        not structural
+        and isinstance(mask, np.ndarray)
+        and mask.dtype == np.bool_
+        and mask.ndim == 1
+        and mask.shape[0] == length
+        and mask.flags.c_contiguous
+    )
+
+
 def _packed_mask(mask, length, structural):
     """A dense mask (a one-dimensional NumPy array, every position stored) as the bits of
     the positions it admits, 64 a word: each position where structural, the non-zero ones
@@ -563,9 +578,12 @@ def _vector_product(kind, A, u, semiring, mask, structural, complement, replace,
     semiring, accum = _semiring_name(semiring), _accum_name(accum)
     u_dtype = u.dtype if _sp.issparse(u) or isinstance(u, Matrix) else np.asarray(u).dtype
     dtype = _semiring_dtype(A.dtype, u_dtype)
-    mask_bits = None
+    mask_bits = mask_bytes = None
     if mask is not None and not (_sp.issparse(mask) or isinstance(mask, Matrix)):
-        mask_bits, mask = _packed_mask(mask, w_len, structural), None
+        if _readable_booleans(mask, w_len, structural):
+            mask_bytes, mask = mask, None
+        else:
+            mask_bits, mask = _packed_mask(mask, w_len, structural), None
     nrows, ncols, indptr, indices, data = _hetsparse.vector_product(
         kind,
         _operand(A, dtype),
@@ -579,6 +597,7 @@ def _vector_product(kind, A, u, semiring, mask, structural, complement, replace,
         accum,
         device,
         mask_bits,
+        mask_bytes,
     )
     cls = _sp.csr_array if _wants_array(A) else _sp.csr_matrix
     row = _compressed(cls, nrows, ncols, indptr, indices, data)
