@@ -11,7 +11,7 @@
 //   complemented mask    the unmasked structure, less the mask's positions:
 //                        sr_filter_count / sr_filter_compact
 //   heavy rows           sr_row_pieces: each row's products (and their sum), and the pieces a
-//                        heavy row is split into (below)
+//                        heavy row is split into (below); sr_piece_rows: each piece's row
 //   values               sr_numeric_<semiring>_<type>: a group of lanes per row of C, over a
 //                        structure already known, so that no product needs an atomic: for one
 //                        entry A(i,k), the entries of B's row k have distinct columns, hence
@@ -213,11 +213,13 @@ __device__ __forceinline__ void sr_add_count(u64* total, u64 mine) {
 
 // The products of each row (each entry A(i,k) times B's row k), summed into *total; and the
 // pieces of each row: none for a row of at most `heavy` products (the one-group kernels take
-// it), else one per `piece` products, at most one per entry of A (a piece is a range of A's
-// entries). A group of g lanes per row, so that a hub's row is not summed by one thread.
+// it), else one per `piece` products, but no fewer than `piece_entries` entries of A a piece
+// (a piece is a range of A's entries, which the groups of its block share: the groups a block
+// has, so that none is left without an entry). A group of g lanes per row, so that a hub's row
+// is not summed by one thread.
 extern "C" __global__ void sr_row_pieces(u64 nrows, u32 g, const u64* a_off, const u32* a_col,
-                                         const u64* b_off, u64 heavy, u64 piece, u64* pieces,
-                                         u64* total) {
+                                         const u64* b_off, u64 heavy, u64 piece,
+                                         u64 piece_entries, u64* pieces, u64* total) {
     u32 sub = threadIdx.x & (g - 1u);
     u32 group = sr_group_mask(g);
     u64 groups = ((u64)gridDim.x * blockDim.x) / g;
@@ -231,7 +233,9 @@ extern "C" __global__ void sr_row_pieces(u64 nrows, u32 g, const u64* a_off, con
         for (u32 d = g >> 1; d > 0; d >>= 1) n += __shfl_down_sync(group, n, d, g);
         if (sub == 0) {
             u64 split = n > heavy ? (n - 1) / piece + 1 : 0;
-            pieces[i] = split < a1 - a0 ? split : a1 - a0;
+            u64 most = (a1 - a0) / piece_entries;
+            most = most > 0 ? most : 1;
+            pieces[i] = split < most ? split : most;
             mine += n;
         }
     }
@@ -244,24 +248,26 @@ __device__ __forceinline__ bool sr_is_heavy(const u64* piece_off, u64 i) {
     return piece_off && piece_off[i + 1] > piece_off[i];
 }
 
+// The row of each piece (piece_row, npieces entries): a thread per row writes its pieces'
+// slots, so that a block finds its piece's row in one load.
+extern "C" __global__ void sr_piece_rows(u64 nrows, const u64* piece_off, u64* piece_row) {
+    HS_GRID_STRIDE(i, nrows) {
+        for (u64 p = piece_off[i]; p < piece_off[i + 1]; ++p) piece_row[p] = i;
+    }
+}
+
 // A piece of a heavy row: the row, and its range [q0, q1) of A's entries.
 struct sr_piece {
     u64 row, q0, q1;
 };
 
-// Piece p: the row with piece_off[row] <= p < piece_off[row + 1] (rows without pieces have
-// equal offsets, so the first row whose next offset passes p), its entries of A split evenly
-// between the row's pieces.
-__device__ __forceinline__ sr_piece sr_piece_of(u64 nrows, const u64* piece_off, const u64* a_off,
-                                                u64 p) {
-    u64 lo = 0, hi = nrows;
-    while (lo < hi) {
-        u64 mid = lo + (hi - lo) / 2;
-        if (piece_off[mid + 1] <= p) lo = mid + 1; else hi = mid;
-    }
-    u64 first = piece_off[lo], count = piece_off[lo + 1] - first, j = p - first;
-    u64 a0 = a_off[lo], d = a_off[lo + 1] - a0;
-    return {lo, a0 + d * j / count, a0 + d * (j + 1) / count};
+// Piece p: its row, and the row's entries of A split evenly between the row's pieces.
+__device__ __forceinline__ sr_piece sr_piece_of(const u64* piece_off, const u64* piece_row,
+                                                const u64* a_off, u64 p) {
+    u64 row = piece_row[p];
+    u64 first = piece_off[row], count = piece_off[row + 1] - first, j = p - first;
+    u64 a0 = a_off[row], d = a_off[row + 1] - a0;
+    return {row, a0 + d * j / count, a0 + d * (j + 1) / count};
 }
 
 // The columns of a heavy row's target (the mask row, or C's row): staged into the block's
@@ -316,13 +322,14 @@ extern "C" __global__ void sr_mask_hits(u64 nrows, u32 g, const u64* piece_off, 
 // The heavy rows' hits: a block per piece (npieces of them). A hit is a byte store of 1, so
 // the pieces of one row, and the groups of one piece, mark its positions without atomics.
 // Needs shared_cols words of dynamic shared memory.
-extern "C" __global__ void sr_mask_hits_heavy(u64 nrows, u32 g, const u64* piece_off,
-                                              u64 npieces, u64 shared_cols, const u64* a_off,
+extern "C" __global__ void sr_mask_hits_heavy(u32 g, const u64* piece_off,
+                                              const u64* piece_row, u64 npieces,
+                                              u64 shared_cols, const u64* a_off,
                                               const u32* a_col, const u64* b_off,
                                               const u32* b_col, const u64* m_off,
                                               const u32* m_col, unsigned char* hit) {
     for (u64 p = blockIdx.x; p < npieces; p += gridDim.x) {
-        sr_piece piece = sr_piece_of(nrows, piece_off, a_off, p);
+        sr_piece piece = sr_piece_of(piece_off, piece_row, a_off, p);
         u64 m0 = m_off[piece.row], m1 = m_off[piece.row + 1];
         if (sr_stage_row(m_col, m0, m1, shared_cols)) {
             sr_piece_hits(g, piece, a_col, b_off, b_col, (const u32*)hs_smem, m1 - m0, hit + m0);
@@ -546,15 +553,16 @@ __device__ __forceinline__ u64 sr_piece_values(u32 g, sr_piece piece, const u32*
 // The heavy rows' values: a block per piece, over C's rows that sr_numeric set to zero. The
 // accumulator is the stored type (C's values). Needs shared_cols words of dynamic shared memory.
 template <class T, class S>
-__device__ __forceinline__ void sr_numeric_heavy(u64 nrows, u32 g, const u64* piece_off,
-                                                 u64 npieces, u64 shared_cols, const u64* a_off,
+__device__ __forceinline__ void sr_numeric_heavy(u32 g, const u64* piece_off,
+                                                 const u64* piece_row, u64 npieces,
+                                                 u64 shared_cols, const u64* a_off,
                                                  const u32* a_col, const T* a_val,
                                                  const u64* b_off, const u32* b_col,
                                                  const T* b_val, const u64* c_off,
                                                  const u32* c_col, T* c_val, u64* work) {
     u64 done = 0;
     for (u64 p = blockIdx.x; p < npieces; p += gridDim.x) {
-        sr_piece piece = sr_piece_of(nrows, piece_off, a_off, p);
+        sr_piece piece = sr_piece_of(piece_off, piece_row, a_off, p);
         u64 c0 = c_off[piece.row], c1 = c_off[piece.row + 1];
         if (sr_stage_row(c_col, c0, c1, shared_cols)) {
             done += sr_piece_values<T, S>(g, piece, a_col, a_val, b_off, b_col, b_val,
@@ -575,9 +583,10 @@ __device__ __forceinline__ void sr_numeric_heavy(u64 nrows, u32 g, const u64* pi
      const u64* c_off, const u32* c_col, void* acc, void* c_val, u64* work)
 
 #define SR_HEAVY_PARAMS                                                                            \
-    (u64 nrows, u32 g, const u64* piece_off, u64 npieces, u64 shared_cols, const u64* a_off,    \
-     const u32* a_col, const void* a_val, const u64* b_off, const u32* b_col,                  \
-     const void* b_val, const u64* c_off, const u32* c_col, void* c_val, u64* work)
+    (u32 g, const u64* piece_off, const u64* piece_row, u64 npieces, u64 shared_cols,           \
+     const u64* a_off, const u32* a_col, const void* a_val, const u64* b_off,                   \
+     const u32* b_col, const void* b_val, const u64* c_off, const u32* c_col, void* c_val,      \
+     u64* work)
 
 #define SR_ONE(semiring, sname, type, tname)                                                      \
     extern "C" __global__ void sr_numeric_##sname##_##tname SR_NUMERIC_PARAMS {                   \
@@ -592,8 +601,8 @@ __device__ __forceinline__ void sr_numeric_heavy(u64 nrows, u32 g, const u64* pi
 #define SR_ONE_HEAVY(semiring, sname, type, tname)                                                \
     SR_ONE(semiring, sname, type, tname)                                                          \
     extern "C" __global__ void sr_numeric_heavy_##sname##_##tname SR_HEAVY_PARAMS {               \
-        sr_numeric_heavy<type, semiring<type>>(nrows, g, piece_off, npieces, shared_cols, a_off, \
-                                               a_col, (const type*)a_val, b_off, b_col,           \
+        sr_numeric_heavy<type, semiring<type>>(g, piece_off, piece_row, npieces, shared_cols,    \
+                                               a_off, a_col, (const type*)a_val, b_off, b_col,    \
                                                (const type*)b_val, c_off, c_col, (type*)c_val,    \
                                                work);                                             \
     }

@@ -100,9 +100,10 @@ pub(crate) struct SemiringStructure {
 }
 
 /// The pieces of heavy rows (`semiring.cu`'s `sr_row_pieces`): the exclusive scan of each row's
-/// pieces (`nrows + 1` offsets), and their number.
+/// pieces (`nrows + 1` offsets), each piece's row, and their number.
 pub(crate) struct RowPieces {
     offsets: Arc<DeviceBuffer<u64>>,
+    rows: Arc<DeviceBuffer<u64>>,
     count: u64,
 }
 
@@ -262,6 +263,8 @@ fn row_pieces<T: DeviceScalar>(
                     b.offsets.read(stream)?.arg(),
                     Arg::U64(HEAVY_ROW_PRODUCTS),
                     Arg::U64(PIECE_PRODUCTS),
+                    // The groups of a block over pieces: no piece leaves one without an entry.
+                    Arg::U64(u64::from(BLOCK / lanes)),
                     pieces.write(stream)?.arg_mut(),
                     total.write(stream)?.arg_mut(),
                 ],
@@ -270,10 +273,30 @@ fn row_pieces<T: DeviceScalar>(
     }
     let products = total.read(stream)?.to_vec(stream)?[0];
     let (offsets, count) = offsets_of(gpu, stream, &pieces, "first piece of each row")?;
+    let len = usize::try_from(count).map_err(|_| too_large("the heavy rows' pieces", count))?;
+    let mut rows = DeviceBuffer::<u64>::new_on(gpu, stream, len, "row of each piece")?;
+    if count > 0 {
+        let f = gpu.function(MODULE, "sr_piece_rows")?;
+        // SAFETY: `offsets` has nrows + 1 entries scanning to `count`, `rows` a slot per piece.
+        unsafe {
+            gpu.launch(
+                f,
+                LaunchConfig::for_threads(a.nrows as u64, BLOCK),
+                stream,
+                &[
+                    Arg::U64(a.nrows as u64),
+                    offsets.read(stream)?.arg(),
+                    rows.write(stream)?.arg_mut(),
+                ],
+            )?;
+        }
+    }
     offsets.mark_done(stream)?;
+    rows.mark_done(stream)?;
     Ok((
         RowPieces {
             offsets: Arc::new(offsets),
+            rows: Arc::new(rows),
             count,
         },
         products,
@@ -398,9 +421,9 @@ fn structure<T: DeviceScalar>(
                     piece_config(pieces.count),
                     stream,
                     &[
-                        Arg::U64(nrows as u64),
                         Arg::U32(lanes),
                         pieces.offsets.read(stream)?.arg(),
+                        pieces.rows.read(stream)?.arg(),
                         Arg::U64(pieces.count),
                         Arg::U64(SHARED_COLS),
                         a.offsets.read(stream)?.arg(),
@@ -601,9 +624,9 @@ fn values<T: DeviceScalar>(
         if let Some(p) = split {
             let heavy = gpu.function(MODULE, heavy_kernel::<T>(kind))?;
             let mut args = vec![
-                Arg::U64(s.nrows as u64),
                 Arg::U32(lanes),
                 piece_off,
+                p.rows.read(stream)?.arg(),
                 Arg::U64(p.count),
                 Arg::U64(SHARED_COLS),
             ];
@@ -732,8 +755,11 @@ pub(crate) fn requirement<T: DeviceScalar>(
     });
     // The pipeline's C of ones (f32) stands beside C of the stored type.
     let ones_c = c_bound.saturating_mul(8);
-    // The heavy rows' pieces: a count and an offset per row.
-    let pieces = (a.shape().0 as u64 + 1).saturating_mul(16);
+    // The heavy rows' pieces: a count and an offset per row, and a row per piece (at most one
+    // piece per entry of A).
+    let pieces = (a.shape().0 as u64 + 1)
+        .saturating_mul(16)
+        .saturating_add(nnz(a).saturating_mul(8));
     r.work_bytes = r
         .work_bytes
         .saturating_add(ones)

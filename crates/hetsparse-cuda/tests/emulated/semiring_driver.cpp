@@ -29,8 +29,9 @@ alignas(16) unsigned char hs_smem[48 * 1024];
 
 typedef void (*numeric_fn)(u64, u32, const u64*, const u64*, const u32*, const void*, const u64*,
                            const u32*, const void*, const u64*, const u32*, void*, void*, u64*);
-typedef void (*heavy_fn)(u64, u32, const u64*, u64, u64, const u64*, const u32*, const void*,
-                         const u64*, const u32*, const void*, const u64*, const u32*, void*, u64*);
+typedef void (*heavy_fn)(u32, const u64*, const u64*, u64, u64, const u64*, const u32*,
+                         const void*, const u64*, const u32*, const void*, const u64*, const u32*,
+                         void*, u64*);
 
 struct Pattern {
     u64 nrows = 0, ncols = 0, nnz = 0;
@@ -112,11 +113,13 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
     u64 products = 0;
     std::vector<u64> pieces(n, 0);
     hs_launch(grid, block, [&] {
-        sr_row_pieces(n, g, a.off.data(), a.col.data(), b.off.data(), heavy, piece, pieces.data(),
-                      &products);
+        sr_row_pieces(n, g, a.off.data(), a.col.data(), b.off.data(), heavy, piece, block / g,
+                      pieces.data(), &products);
     });
     std::vector<u64> piece_off = exclusive_scan(pieces);
     const u64 npieces = piece_off[n];
+    std::vector<u64> piece_row(npieces);
+    hs_launch(grid, block, [&] { sr_piece_rows(n, piece_off.data(), piece_row.data()); });
     if (shared_cols * 4 > sizeof(hs_smem)) {
         fprintf(stderr, "shared_cols %llu beyond the emulated shared memory\n",
                 (unsigned long long)shared_cols);
@@ -136,9 +139,9 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
         });
         if (npieces > 0 && launch_heavy) {
             hs_launch(grid, block, [&] {
-                sr_mask_hits_heavy(n, g, piece_off.data(), npieces, shared_cols, a.off.data(),
-                                   a.col.data(), b.off.data(), b.col.data(), m.off.data(),
-                                   m.col.data(), hit.data());
+                sr_mask_hits_heavy(g, piece_off.data(), piece_row.data(), npieces, shared_cols,
+                                   a.off.data(), a.col.data(), b.off.data(), b.col.data(),
+                                   m.off.data(), m.col.data(), hit.data());
             });
         }
         hs_launch(grid, block, [&] { sr_hits_count(n, m.off.data(), hit.data(), counts.data()); });
@@ -212,9 +215,9 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
         });
         if (split && launch_heavy) {
             hs_launch(grid, block, [&] {
-                hf(n, g, piece_off.data(), npieces, shared_cols, a.off.data(), a.col.data(),
-                   a_val.data(), b.off.data(), b.col.data(), b_val.data(), c.off.data(),
-                   c.col.data(), c_val.data(), masked ? &work : nullptr);
+                hf(g, piece_off.data(), piece_row.data(), npieces, shared_cols, a.off.data(),
+                   a.col.data(), a_val.data(), b.off.data(), b.col.data(), b_val.data(),
+                   c.off.data(), c.col.data(), c_val.data(), masked ? &work : nullptr);
             });
         }
     }
