@@ -30,8 +30,9 @@
 //
 // "any" keeps the last product in A's row order (the reference keeps its last) on the one-group
 // path, and whichever product lands last on the heavy path (any product is a valid answer);
-// split rows of f32 and f64 add in no fixed order. min and max ignore NaN (fmin/fmax); integer + and × wrap (computed on the unsigned bits: signed overflow
-// is undefined in C++); bool's + is or, × is and, min is and, max is or.
+// split rows of f32 and f64 add in no fixed order. min and max ignore NaN (fmin/fmax); integer
+// + and × wrap (computed on the unsigned bits: signed overflow is undefined in C++); bool's + is
+// or, × is and, min is and, max is or.
 #include "common.cuh"
 
 typedef long long i64;
@@ -181,7 +182,8 @@ SR_SEMIRING(SrMaxTimes, sr_monoid_max, O::lowest(), O::greater(x, y), O::times(a
 SR_SEMIRING(SrMaxMin, sr_monoid_max, O::lowest(), O::greater(x, y), O::lesser(a, b))
 // "Is not zero" as 1 or 0 (NaN is not zero), as the reference's LorLand.
 SR_SEMIRING(SrLorLand, sr_monoid_other, O::zero(),
-            (O::nonzero(x) || O::nonzero(y)) ? O::one() : O::zero(), (O::nonzero(a) && O::nonzero(b)) ? O::one() : O::zero())
+            (O::nonzero(x) || O::nonzero(y)) ? O::one() : O::zero(),
+            (O::nonzero(a) && O::nonzero(b)) ? O::one() : O::zero())
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -331,6 +333,8 @@ extern "C" __global__ void sr_mask_hits_heavy(u32 g, const u64* piece_off,
     for (u64 p = blockIdx.x; p < npieces; p += gridDim.x) {
         sr_piece piece = sr_piece_of(piece_off, piece_row, a_off, p);
         u64 m0 = m_off[piece.row], m1 = m_off[piece.row + 1];
+        // Nothing to find in an empty mask row (the whole block skips it, as it shares p).
+        if (m0 == m1) continue;
         if (sr_stage_row(m_col, m0, m1, shared_cols)) {
             sr_piece_hits(g, piece, a_col, b_off, b_col, (const u32*)hs_smem, m1 - m0, hit + m0);
         } else {
@@ -564,6 +568,7 @@ __device__ __forceinline__ void sr_numeric_heavy(u32 g, const u64* piece_off,
     for (u64 p = blockIdx.x; p < npieces; p += gridDim.x) {
         sr_piece piece = sr_piece_of(piece_off, piece_row, a_off, p);
         u64 c0 = c_off[piece.row], c1 = c_off[piece.row + 1];
+        if (c0 == c1) continue;
         if (sr_stage_row(c_col, c0, c1, shared_cols)) {
             done += sr_piece_values<T, S>(g, piece, a_col, a_val, b_off, b_col, b_val,
                                           (const u32*)hs_smem, c1 - c0, c_val + c0);

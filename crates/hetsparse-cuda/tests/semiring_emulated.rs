@@ -4,8 +4,11 @@
 //! them (`src/spgemm/semiring.rs`), against the reference backend: every semiring defined over
 //! every type the kernels run, unmasked, under a structural and a valued mask and under a
 //! complemented one, with integer values that overflow (they must wrap), explicit zeros, an
-//! empty row, grids smaller than the rows (grid-stride loops) and groups of 1 to 32 lanes.
-//! The masked multiply-adds are counted too.
+//! empty row, grids smaller than the rows (grid-stride loops) and groups of 1 to 32 lanes;
+//! each case again with small thresholds for heavy rows, so that rows are split into pieces
+//! over blocks of one and two warps (rows staged in shared memory and rows too long for it);
+//! and triangle counting's product and its neighbours on a graph with hubs. The masked
+//! multiply-adds are counted too, and leaving the heavy rows' kernels out must be caught.
 //!
 //! This checks the kernels' logic; the GPU runs the conformance suite (`tests/conformance.rs`)
 //! through the backend itself. Needs a C++17 compiler (`c++`, or `CXX`).

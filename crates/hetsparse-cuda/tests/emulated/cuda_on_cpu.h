@@ -60,7 +60,9 @@ inline int atomicAdd(int* p, int v) {
     // Wrapping, as the GPU's: on the unsigned bits.
     return (int)__atomic_fetch_add((unsigned*)p, (unsigned)v, __ATOMIC_SEQ_CST);
 }
-inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
@@ -81,7 +83,9 @@ inline F hs_float_add(F* p, F v) {
     }
 }
 inline float atomicAdd(float* p, float v) { return hs_float_add<float, unsigned>(p, v); }
-inline double atomicAdd(double* p, double v) { return hs_float_add<double, unsigned long long>(p, v); }
+inline double atomicAdd(double* p, double v) {
+    return hs_float_add<double, unsigned long long>(p, v);
+}
 template <class V, bool less>
 inline V hs_extreme(V* p, V v) {
     V seen = __atomic_load_n(p, __ATOMIC_SEQ_CST);

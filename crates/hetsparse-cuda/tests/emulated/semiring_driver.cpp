@@ -6,11 +6,11 @@
 //
 // A case: `semiring type mode lanes grid block heavy piece shared_cols launch_heavy` (the
 // backend's constants for heavy rows, small here so that small matrices have heavy rows;
-// launch_heavy 0 leaves the heavy rows' kernels out, a mutation the test must catch), then A and B as
-// `nrows ncols nnz`, offsets, columns and values, then for mode `mask` or `complement` the mask
-// as `nrows ncols nnz`, offsets and columns. Its output: `nnz`, C's offsets, columns and values,
-// then the products of the unmasked product, the multiply-adds counted and the heavy rows'
-// pieces.
+// launch_heavy 0 leaves the heavy rows' kernels out, a mutation the test must catch), then A
+// and B as `nrows ncols nnz`, offsets, columns and values, then for mode `mask` or `complement`
+// the mask as `nrows ncols nnz`, offsets and columns. Its output: `nnz`, C's offsets, columns
+// and values, then the products of the unmasked product, the multiply-adds counted and the
+// heavy rows' pieces.
 #include <math.h>
 
 #include "cuda_on_cpu.h"
