@@ -213,19 +213,20 @@ __device__ __forceinline__ void sr_add_count(u64* total, u64 mine) {
 // ---------------------------------------------------------------------------------------------
 // Structure
 
-// The products of each row (each entry A(i,k) times B's row k), summed into *total; and the
+// The products of each row (each entry A(i,k) times B's row k), summed into total[0]; and the
 // pieces of each row: none for a row of at most `heavy` products (the one-group kernels take
 // it), else one per `piece` products, but no fewer than `piece_entries` entries of A a piece
-// (a piece is a range of A's entries, which the groups of its block share: the groups a block
-// has, so that none is left without an entry). A group of g lanes per row, so that a hub's row
-// is not summed by one thread.
+// (a piece is a range of A's entries, which the groups of its block share: so that few groups
+// are left without an entry). The heavy rows' products and entries of A are summed into
+// total[1] and total[2] (the host sizes the pieces' groups by their ratio). A group of g lanes
+// per row, so that a hub's row is not summed by one thread.
 extern "C" __global__ void sr_row_pieces(u64 nrows, u32 g, const u64* a_off, const u32* a_col,
                                          const u64* b_off, u64 heavy, u64 piece,
                                          u64 piece_entries, u64* pieces, u64* total) {
     u32 sub = threadIdx.x & (g - 1u);
     u32 group = sr_group_mask(g);
     u64 groups = ((u64)gridDim.x * blockDim.x) / g;
-    u64 mine = 0;
+    u64 mine = 0, heavy_products = 0, heavy_entries = 0;
     for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / g; i < nrows; i += groups) {
         u64 a0 = a_off[i], a1 = a_off[i + 1], n = 0;
         for (u64 q = a0 + sub; q < a1; q += g) {
@@ -239,9 +240,15 @@ extern "C" __global__ void sr_row_pieces(u64 nrows, u32 g, const u64* a_off, con
             most = most > 0 ? most : 1;
             pieces[i] = split < most ? split : most;
             mine += n;
+            if (split > 0) {
+                heavy_products += n;
+                heavy_entries += a1 - a0;
+            }
         }
     }
     sr_add_count(total, mine);
+    sr_add_count(total + 1, heavy_products);
+    sr_add_count(total + 2, heavy_entries);
 }
 
 // Whether row i is split into pieces (piece_off: the exclusive scan of sr_row_pieces' pieces,
@@ -285,7 +292,9 @@ __device__ __forceinline__ bool sr_stage_row(const u32* cols, u64 lo, u64 hi, u6
 }
 
 // One piece's hits: the block's groups of g lanes take the piece's entries of A in turn, a
-// lane per entry of B's row; `cols` are the mask row's `len` columns.
+// lane per entry of B's row; `cols` are the mask row's `len` columns. (The heavy kernels' g is
+// their own: about the heavy rows' mean products per entry of A, up to a warp, so that an
+// entry whose row of B is long, a hub's, is swept by a whole warp.)
 __device__ __forceinline__ void sr_piece_hits(u32 g, sr_piece piece, const u32* a_col,
                                               const u64* b_off, const u32* b_col,
                                               const u32* cols, u64 len, unsigned char* hit) {

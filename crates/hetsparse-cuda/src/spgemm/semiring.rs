@@ -26,8 +26,9 @@
 //!   graph: 10⁵ and more in triangle counting) would keep one group of lanes busy long after
 //!   the rest of the GPU is done, so it is split into pieces of about [`PIECE_PRODUCTS`]
 //!   products, a range of its entries of A each, and a block per piece runs them
-//!   (`sr_mask_hits_heavy`, `sr_numeric_heavy_*`), its row's columns staged in shared memory
-//!   where they fit. Hits are byte stores of 1, so pieces of one row need no atomics for the
+//!   (`sr_mask_hits_heavy`, `sr_numeric_heavy_*`) with groups of lanes sized by the heavy
+//!   rows' mean products per entry ([`heavy_lanes`]), its row's columns staged in shared
+//!   memory where they fit. Hits are byte stores of 1, so pieces of one row need no atomics for the
 //!   structure; their values are combined with atomics (compare-and-swap where the hardware
 //!   has no atomic for the add), which exist for the 4- and 8-byte accumulators: `f32`, `f64`
 //!   and the integers. Over the other types a heavy row stays on its group of lanes for its
@@ -100,11 +101,23 @@ pub(crate) struct SemiringStructure {
 }
 
 /// The pieces of heavy rows (`semiring.cu`'s `sr_row_pieces`): the exclusive scan of each row's
-/// pieces (`nrows + 1` offsets), each piece's row, and their number.
+/// pieces (`nrows + 1` offsets), each piece's row, their number, and the lanes per entry of A
+/// their kernels take.
 pub(crate) struct RowPieces {
     offsets: Arc<DeviceBuffer<u64>>,
     rows: Arc<DeviceBuffer<u64>>,
     count: u64,
+    lanes: u32,
+}
+
+/// Lanes per entry of A in the heavy rows' kernels: about their mean products per entry, a
+/// power of two up to a warp. A hub's row holds a few entries whose rows of B are long (other
+/// hubs) among many short ones, and those few hold most of its products: a warp sweeps each
+/// of them, where the light rows' lanes (about B's mean row) would leave the rest of the
+/// block waiting on one group.
+fn heavy_lanes(heavy_products: u64, heavy_entries: u64) -> u32 {
+    let mean = heavy_products.div_ceil(heavy_entries.max(1)).max(1);
+    mean.next_power_of_two().min(32) as u32
 }
 
 /// Whether the values' kernels of `ty` split heavy rows: those whose accumulator is the stored
@@ -244,7 +257,8 @@ fn row_pieces<T: DeviceScalar>(
     lanes: u32,
 ) -> Result<(RowPieces, u64)> {
     let mut pieces = DeviceBuffer::<u64>::new_on(gpu, stream, a.nrows, "pieces per row")?;
-    let mut total = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "product count")?;
+    // The products of all rows, and the heavy rows' products and entries of A.
+    let mut total = DeviceBuffer::<u64>::new_on(gpu, stream, 3, "product counts")?;
     total.write(stream)?.zero(stream)?;
     if a.nrows > 0 {
         let f = gpu.function(MODULE, "sr_row_pieces")?;
@@ -263,15 +277,16 @@ fn row_pieces<T: DeviceScalar>(
                     b.offsets.read(stream)?.arg(),
                     Arg::U64(HEAVY_ROW_PRODUCTS),
                     Arg::U64(PIECE_PRODUCTS),
-                    // The groups of a block over pieces: no piece leaves one without an entry.
-                    Arg::U64(u64::from(BLOCK / lanes)),
+                    // A piece has an entry of A for each warp of its block at least.
+                    Arg::U64(u64::from(BLOCK / 32)),
                     pieces.write(stream)?.arg_mut(),
                     total.write(stream)?.arg_mut(),
                 ],
             )?;
         }
     }
-    let products = total.read(stream)?.to_vec(stream)?[0];
+    let counts = total.read(stream)?.to_vec(stream)?;
+    let (products, heavy_products, heavy_entries) = (counts[0], counts[1], counts[2]);
     let (offsets, count) = offsets_of(gpu, stream, &pieces, "first piece of each row")?;
     let len = usize::try_from(count).map_err(|_| too_large("the heavy rows' pieces", count))?;
     let mut rows = DeviceBuffer::<u64>::new_on(gpu, stream, len, "row of each piece")?;
@@ -298,6 +313,7 @@ fn row_pieces<T: DeviceScalar>(
             offsets: Arc::new(offsets),
             rows: Arc::new(rows),
             count,
+            lanes: heavy_lanes(heavy_products, heavy_entries),
         },
         products,
     ))
@@ -421,7 +437,7 @@ fn structure<T: DeviceScalar>(
                     piece_config(pieces.count),
                     stream,
                     &[
-                        Arg::U32(lanes),
+                        Arg::U32(pieces.lanes),
                         pieces.offsets.read(stream)?.arg(),
                         pieces.rows.read(stream)?.arg(),
                         Arg::U64(pieces.count),
@@ -624,7 +640,7 @@ fn values<T: DeviceScalar>(
         if let Some(p) = split {
             let heavy = gpu.function(MODULE, heavy_kernel::<T>(kind))?;
             let mut args = vec![
-                Arg::U32(lanes),
+                Arg::U32(p.lanes),
                 piece_off,
                 p.rows.read(stream)?.arg(),
                 Arg::U64(p.count),
@@ -781,6 +797,13 @@ pub(crate) fn plan_requirement<T: DeviceScalar>(s: &SemiringStructure) -> Memory
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heavy_rows_take_lanes_by_their_products_per_entry() {
+        assert_eq!(heavy_lanes(0, 0), 1);
+        assert_eq!(heavy_lanes(3000, 1000), 4);
+        assert_eq!(heavy_lanes(1_900_000, 5700), 32);
+    }
 
     #[test]
     fn lanes_follow_the_rows_of_b() {

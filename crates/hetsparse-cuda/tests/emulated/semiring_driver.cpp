@@ -110,12 +110,18 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
 
     // The heavy rows' pieces, as the backend finds them (for the mask's hits, and for the
     // values where the type has a heavy kernel).
-    u64 products = 0;
+    u64 counts[3] = {0, 0, 0};
     std::vector<u64> pieces(n, 0);
     hs_launch(grid, block, [&] {
-        sr_row_pieces(n, g, a.off.data(), a.col.data(), b.off.data(), heavy, piece, block / g,
-                      pieces.data(), &products);
+        sr_row_pieces(n, g, a.off.data(), a.col.data(), b.off.data(), heavy, piece, block / 32,
+                      pieces.data(), counts);
     });
+    const u64 products = counts[0];
+    // The heavy kernels' lanes per entry of A: the heavy rows' mean products per entry, a
+    // power of two up to a warp (the backend's heavy_lanes).
+    u64 mean = counts[2] > 0 ? (counts[1] + counts[2] - 1) / counts[2] : 1;
+    u32 heavy_g = 1;
+    while (heavy_g < 32 && heavy_g < mean) heavy_g <<= 1;
     std::vector<u64> piece_off = exclusive_scan(pieces);
     const u64 npieces = piece_off[n];
     std::vector<u64> piece_row(npieces);
@@ -139,9 +145,9 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
         });
         if (npieces > 0 && launch_heavy) {
             hs_launch(grid, block, [&] {
-                sr_mask_hits_heavy(g, piece_off.data(), piece_row.data(), npieces, shared_cols,
-                                   a.off.data(), a.col.data(), b.off.data(), b.col.data(),
-                                   m.off.data(), m.col.data(), hit.data());
+                sr_mask_hits_heavy(heavy_g, piece_off.data(), piece_row.data(), npieces,
+                                   shared_cols, a.off.data(), a.col.data(), b.off.data(),
+                                   b.col.data(), m.off.data(), m.col.data(), hit.data());
             });
         }
         hs_launch(grid, block, [&] { sr_hits_count(n, m.off.data(), hit.data(), counts.data()); });
@@ -215,9 +221,10 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
         });
         if (split && launch_heavy) {
             hs_launch(grid, block, [&] {
-                hf(g, piece_off.data(), piece_row.data(), npieces, shared_cols, a.off.data(),
-                   a.col.data(), a_val.data(), b.off.data(), b.col.data(), b_val.data(),
-                   c.off.data(), c.col.data(), c_val.data(), masked ? &work : nullptr);
+                hf(heavy_g, piece_off.data(), piece_row.data(), npieces, shared_cols,
+                   a.off.data(), a.col.data(), a_val.data(), b.off.data(), b.col.data(),
+                   b_val.data(), c.off.data(), c.col.data(), c_val.data(),
+                   masked ? &work : nullptr);
             });
         }
     }
