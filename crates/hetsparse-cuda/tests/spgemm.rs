@@ -1066,3 +1066,208 @@ fn long_rows_by_column_ranges_and_dense_rows() {
     long_rows_of::<f64>(&gpu, "f64");
     long_rows_of::<hetsparse_core::Complex<f64>>(&gpu, "complex f64");
 }
+
+/// The strictly lower triangle of an undirected graph of `n` vertices with hubs, values 0 to
+/// 3 (zeros included, which a valued mask refuses): random edges, about 4 per vertex, the last
+/// vertex joined to every second one (a row of the triangle longer than the columns a block
+/// stages in shared memory), the one before it to every sixth (a row that fits) and the middle
+/// one to every tenth. The hubs' rows have tens of thousands of products in `L·L`: the heavy
+/// rows the semiring kernels split over blocks.
+fn hub_triangle<T: Scalar>(n: usize, seed: u64) -> Csr<T> {
+    let mut rng = Lcg(seed);
+    let mut rows = vec![Vec::new(); n];
+    let mut join = |i: usize, j: usize| {
+        if i != j {
+            rows[i.max(j)].push(i.min(j) as u32);
+        }
+    };
+    for i in 0..n {
+        for _ in 0..2 {
+            join(i, rng.below(n as u64) as usize);
+        }
+    }
+    for j in 0..n {
+        if j % 2 == 0 {
+            join(n - 1, j);
+        }
+        if j % 6 == 0 {
+            join(n - 2, j);
+        }
+        if j % 10 == 0 {
+            join(n / 2, j);
+        }
+    }
+    let mut offsets = vec![0u64];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for mut row in rows {
+        row.sort_unstable();
+        row.dedup();
+        for c in row {
+            cols.push(c);
+            vals.push(T::from_parts_lossy(rng.below(4) as f64, 0.0));
+        }
+        offsets.push(cols.len() as u64);
+    }
+    Csr::try_new(n, n, offsets, cols, vals).unwrap()
+}
+
+/// `C⟨M⟩ = L·L` over `kind` on the hub graph, through `spgemm_with`, against the reference:
+/// the same structure, the same values (small integers: exact in every type, whatever order a
+/// split row adds in), any valid product for "any"; masked, the multiply-adds counted are the
+/// products landing in C.
+fn check_hub_product<T: DeviceScalar>(
+    gpu: &CudaBackend,
+    l: &Csr<T>,
+    kind: hetsparse_core::SemiringKind,
+    mask: Option<hetsparse_core::Mask>,
+) {
+    let mut options = SpgemmOptions::new().with_semiring(kind);
+    let what = format!(
+        "{kind} over {}, mask {:?}",
+        T::TYPE,
+        mask.as_ref().map(|m| (m.kind(), m.is_complemented()))
+    );
+    if let Some(m) = &mask {
+        options = options.with_mask(m.clone());
+    }
+    let want = hetsparse_core::reference::spgemm_with_options(l, l, &options).unwrap();
+    let run = RunControl::new();
+    let got = gpu.spgemm_with(l.into(), l.into(), &options, &run).unwrap();
+    assert_eq!(got.row_offsets(), want.row_offsets(), "{what}: row offsets");
+    assert_eq!(got.col_indices(), want.col_indices(), "{what}: columns");
+    for i in 0..want.nrows() {
+        let (cols, vals) = want.row(i);
+        let (_, got_vals) = got.row(i);
+        for (p, &j) in cols.iter().enumerate() {
+            let ok = if kind == hetsparse_core::SemiringKind::AnySecondI {
+                let k = got_vals[p].to_parts().0 as usize;
+                l.row(i).0.binary_search(&(k as u32)).is_ok()
+                    && l.row(k).0.binary_search(&j).is_ok()
+            } else {
+                got_vals[p].to_parts() == vals[p].to_parts()
+            };
+            assert!(
+                ok,
+                "{what}: C[{i}, {j}] = {:?}, expected {:?}",
+                got_vals[p], vals[p]
+            );
+        }
+    }
+    if mask.is_some() {
+        let landing: u64 = (0..l.nrows())
+            .map(|i| {
+                let admitted = want.row(i).0;
+                l.row(i)
+                    .0
+                    .iter()
+                    .map(|&k| {
+                        l.row(k as usize)
+                            .0
+                            .iter()
+                            .filter(|j| admitted.binary_search(j).is_ok())
+                            .count() as u64
+                    })
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(
+            run.masked_work().multiply_adds,
+            landing,
+            "{what}: multiply-adds"
+        );
+    }
+}
+
+/// Triangle counting's `C⟨L⟩ = L plus_pair L` and its neighbours on a graph whose hubs' rows
+/// are split over blocks (heavy rows): every kind of add (+ by atomics, min and max by atomics
+/// or compare-and-swap, any by stores, logical or by compare-and-swap), every mask mode, the
+/// types with split values and two without (their heavy rows' hits split, their values on one
+/// group), and a plan executed with new values.
+#[test]
+fn hub_rows_of_semiring_products() {
+    use hetsparse_core::{Mask, SemiringKind as K};
+    let n = 30_000;
+    let heaviest = {
+        let l = hub_triangle::<i64>(n, 47);
+        // One hub's row longer than a block stages in shared memory, one within it.
+        assert!(l.row_nnz(n - 1) > 8192 && l.row_nnz(n - 2) < 8192);
+        (0..n)
+            .map(|i| {
+                l.row(i)
+                    .0
+                    .iter()
+                    .map(|&k| l.row_nnz(k as usize))
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    assert!(heaviest > 3 * 8192, "the hubs are heavy: {heaviest}");
+    let Some(gpu) = backend("hub_rows_of_semiring_products") else {
+        return;
+    };
+    fn modes<T: Scalar>(l: &Csr<T>) -> Vec<Option<Mask>> {
+        vec![
+            None,
+            Some(Mask::structural(l)),
+            Some(Mask::valued(l)),
+            Some(Mask::structural(l).complemented()),
+        ]
+    }
+    let l = hub_triangle::<i64>(n, 47);
+    for mask in modes(&l) {
+        for kind in [
+            K::PlusPair,
+            K::PlusTimes,
+            K::MinPlus,
+            K::MaxTimes,
+            K::AnySecondI,
+        ] {
+            check_hub_product(&gpu, &l, kind, mask.clone());
+        }
+    }
+    let l = hub_triangle::<f64>(n, 47);
+    for mask in modes(&l) {
+        for kind in [K::PlusTimes, K::MinPlus, K::LorLand] {
+            check_hub_product(&gpu, &l, kind, mask.clone());
+        }
+    }
+    let l = hub_triangle::<f32>(n, 47);
+    check_hub_product(&gpu, &l, K::MaxPlus, Some(Mask::structural(&l)));
+    let l = hub_triangle::<i32>(n, 47);
+    check_hub_product(&gpu, &l, K::PlusPair, Some(Mask::structural(&l)));
+    check_hub_product(&gpu, &l, K::MinFirst, Some(Mask::valued(&l)));
+    let l = hub_triangle::<u32>(n, 47);
+    check_hub_product(&gpu, &l, K::MaxMin, Some(Mask::structural(&l)));
+    let l = hub_triangle::<u64>(n, 47);
+    check_hub_product(&gpu, &l, K::AnyPair, Some(Mask::structural(&l)));
+    let l = hub_triangle::<bool>(n, 47);
+    check_hub_product(&gpu, &l, K::PlusPair, Some(Mask::structural(&l)));
+    let l = hub_triangle::<hetsparse_core::f16>(n, 47);
+    check_hub_product(&gpu, &l, K::MinPlus, Some(Mask::structural(&l)));
+
+    // A plan keeps the structure and the pieces: executed with new values.
+    let l = hub_triangle::<i64>(n, 47);
+    let options = SpgemmOptions::new()
+        .with_semiring(K::PlusTimes)
+        .with_mask(Mask::structural(&l));
+    let rl = gpu.upload(&l).unwrap();
+    let plan = gpu
+        .plan_spgemm((&rl).into(), (&rl).into(), &options)
+        .unwrap();
+    let doubled: Vec<i64> = l.values().iter().map(|v| 2 * v).collect();
+    let rl2 = gpu.upload_values(&rl, &doubled).unwrap();
+    let c = gpu
+        .execute_spgemm(&plan, (&rl2).into(), (&rl2).into(), &RunControl::new())
+        .unwrap();
+    let l2 = Csr::try_new(
+        n,
+        n,
+        l.row_offsets().to_vec(),
+        l.col_indices().to_vec(),
+        doubled,
+    )
+    .unwrap();
+    let want = hetsparse_core::reference::spgemm_with_options(&l2, &l2, &options).unwrap();
+    assert_same(&gpu.download(&c).unwrap(), &want, "plan with new values");
+}

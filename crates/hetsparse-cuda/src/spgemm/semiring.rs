@@ -3,7 +3,7 @@
 //!
 //! A product's pattern does not depend on its semiring, so C's structure is found first and
 //! its values second, by one kernel per semiring and type (a precompiled set: 126 small
-//! kernels in one module, loaded on first use, instead of the plus-times pipeline's dozens of
+//! kernels in one module and 78 for heavy rows, loaded on first use, instead of the plus-times pipeline's dozens of
 //! kernels per type multiplied by thirteen semirings):
 //!
 //! - **Unmasked**: the structure is the plus-times pipeline's, run on ones (values of `f32`
@@ -22,6 +22,18 @@
 //!   the group's lanes update distinct slots of C's row; the group synchronises before the next
 //!   `k`. No atomics, so every type and semiring works alike (bool's byte, 64-bit integers)
 //!   and "any" keeps the last product in A's row order, as the reference does.
+//! - **Heavy rows**: a row of more than [`HEAVY_ROW_PRODUCTS`] products (a hub of a power-law
+//!   graph: 10⁵ and more in triangle counting) would keep one group of lanes busy long after
+//!   the rest of the GPU is done, so it is split into pieces of about [`PIECE_PRODUCTS`]
+//!   products, a range of its entries of A each, and a block per piece runs them
+//!   (`sr_mask_hits_heavy`, `sr_numeric_heavy_*`) with groups of lanes sized by the heavy
+//!   rows' mean products per entry ([`heavy_lanes`]), its row's columns staged in shared
+//!   memory where they fit. Hits are byte stores of 1, so pieces of one row need no atomics for the
+//!   structure; their values are combined with atomics (compare-and-swap where the hardware
+//!   has no atomic for the add), which exist for the 4- and 8-byte accumulators: `f32`, `f64`
+//!   and the integers. Over the other types a heavy row stays on its group of lanes for its
+//!   values. Split rows sum floating-point products in no fixed order, and "any" keeps
+//!   whichever product lands last.
 //!
 //! Replace and merge are the same for a product made as a new C (there is no C to merge
 //! into); accumulating into an existing C is [`hetsparse_core::write_back`]'s.
@@ -45,6 +57,20 @@ use crate::scalar::{kernel_name, DeviceScalar};
 const MODULE: &str = "semiring";
 /// Threads per block of every kernel here.
 const BLOCK: u32 = 256;
+/// Products above which a row is heavy (split into pieces over blocks): far more than a group
+/// of lanes does in the time the GPU's groups get through the usual rows of a graph (a few
+/// dozen products each), so that the split rows are the few that would otherwise finish last.
+const HEAVY_ROW_PRODUCTS: u64 = 2048;
+/// Products per piece of a heavy row, a block's share: enough that staging the row's columns
+/// (up to [`SHARED_COLS`]) is a small part of a piece's work, few enough that a hub is spread
+/// over many blocks.
+const PIECE_PRODUCTS: u64 = 8192;
+/// Columns of a heavy row (the mask's or C's) a block stages in shared memory: 32 KiB, under
+/// the 48 KiB a block gets without opting in, leaving room for several blocks per
+/// multiprocessor. Longer rows are searched in global memory.
+const SHARED_COLS: u64 = 8192;
+/// Most blocks of a launch over pieces (the kernels stride over the rest).
+const MAX_PIECE_BLOCKS: u64 = 1 << 20;
 
 /// The scalar types the plus-times pipeline runs: the others (integers, `bool`) take this
 /// module's path for every product.
@@ -69,6 +95,43 @@ pub(crate) struct SemiringStructure {
     pub products: u64,
     /// Whether a mask shaped it (the values' pass then counts the multiply-adds it does).
     pub masked: bool,
+    /// The heavy rows' pieces, where the values' pass splits them (found with the structure,
+    /// so that a plan's executions reuse them).
+    pub pieces: Option<RowPieces>,
+}
+
+/// The pieces of heavy rows (`semiring.cu`'s `sr_row_pieces`): the exclusive scan of each row's
+/// pieces (`nrows + 1` offsets), each piece's row, their number, and the lanes per entry of A
+/// their kernels take.
+pub(crate) struct RowPieces {
+    offsets: Arc<DeviceBuffer<u64>>,
+    rows: Arc<DeviceBuffer<u64>>,
+    count: u64,
+    lanes: u32,
+}
+
+/// Lanes per entry of A in the heavy rows' kernels: about their mean products per entry, a
+/// power of two up to a warp. A hub's row holds a few entries whose rows of B are long (other
+/// hubs) among many short ones, and those few hold most of its products: a warp sweeps each
+/// of them, where the light rows' lanes (about B's mean row) would leave the rest of the
+/// block waiting on one group.
+fn heavy_lanes(heavy_products: u64, heavy_entries: u64) -> u32 {
+    let mean = heavy_products.div_ceil(heavy_entries.max(1)).max(1);
+    mean.next_power_of_two().min(32) as u32
+}
+
+/// Whether the values' kernels of `ty` split heavy rows: those whose accumulator is the stored
+/// type in a 4- or 8-byte word, which the GPU's atomics (or compare-and-swap) combine.
+fn splits_heavy_rows(ty: ScalarType) -> bool {
+    matches!(
+        ty,
+        ScalarType::F32
+            | ScalarType::F64
+            | ScalarType::I32
+            | ScalarType::I64
+            | ScalarType::U32
+            | ScalarType::U64
+    )
 }
 
 /// Lanes per row of C: about one per entry of an average row of B, a power of two from 1 to
@@ -81,6 +144,16 @@ fn lanes_per_row(b_nnz: u64, b_rows: usize) -> u32 {
 /// A launch with `groups` groups of `lanes` threads (grid-stride kernels).
 fn config(groups: u64, lanes: u32) -> LaunchConfig {
     LaunchConfig::for_threads(groups.saturating_mul(u64::from(lanes)).max(1), BLOCK)
+}
+
+/// A launch of a block per piece (kernels over heavy rows), with the shared memory they stage
+/// rows in.
+fn piece_config(pieces: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid: pieces.clamp(1, MAX_PIECE_BLOCKS) as u32,
+        block: BLOCK,
+        shared_bytes: (SHARED_COLS * 4) as u32,
+    }
 }
 
 /// The entry point of the values' kernel of `kind` over `T`.
@@ -174,18 +247,52 @@ impl DeviceMask {
     }
 }
 
-/// Products of `a · b` (each entry of A times its row of B), counted on the device.
-fn count_products<T: DeviceScalar>(
+/// The heavy rows of `a · b` split into pieces, and the products of all rows (each entry of A
+/// times its row of B), counted on the device with `lanes` per row.
+fn row_pieces<T: DeviceScalar>(
     gpu: &Gpu,
-    stream: &Stream,
+    stream: &Arc<Stream>,
     a: &DeviceCsr<T>,
     b: &DeviceCsr<T>,
-) -> Result<u64> {
-    let mut total = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "product count")?;
+    lanes: u32,
+) -> Result<(RowPieces, u64)> {
+    let mut pieces = DeviceBuffer::<u64>::new_on(gpu, stream, a.nrows, "pieces per row")?;
+    // The products of all rows, and the heavy rows' products and entries of A.
+    let mut total = DeviceBuffer::<u64>::new_on(gpu, stream, 3, "product counts")?;
     total.write(stream)?.zero(stream)?;
     if a.nrows > 0 {
-        let f = gpu.function(MODULE, "sr_products")?;
-        // SAFETY: A's offsets have nrows + 1 entries, its columns index B's rows.
+        let f = gpu.function(MODULE, "sr_row_pieces")?;
+        // SAFETY: A's offsets have nrows + 1 entries, its columns index B's rows; `pieces` has
+        // a slot per row.
+        unsafe {
+            gpu.launch(
+                f,
+                config(a.nrows as u64, lanes),
+                stream,
+                &[
+                    Arg::U64(a.nrows as u64),
+                    Arg::U32(lanes),
+                    a.offsets.read(stream)?.arg(),
+                    a.cols.read(stream)?.arg(),
+                    b.offsets.read(stream)?.arg(),
+                    Arg::U64(HEAVY_ROW_PRODUCTS),
+                    Arg::U64(PIECE_PRODUCTS),
+                    // A piece has an entry of A for each warp of its block at least.
+                    Arg::U64(u64::from(BLOCK / 32)),
+                    pieces.write(stream)?.arg_mut(),
+                    total.write(stream)?.arg_mut(),
+                ],
+            )?;
+        }
+    }
+    let counts = total.read(stream)?.to_vec(stream)?;
+    let (products, heavy_products, heavy_entries) = (counts[0], counts[1], counts[2]);
+    let (offsets, count) = offsets_of(gpu, stream, &pieces, "first piece of each row")?;
+    let len = usize::try_from(count).map_err(|_| too_large("the heavy rows' pieces", count))?;
+    let mut rows = DeviceBuffer::<u64>::new_on(gpu, stream, len, "row of each piece")?;
+    if count > 0 {
+        let f = gpu.function(MODULE, "sr_piece_rows")?;
+        // SAFETY: `offsets` has nrows + 1 entries scanning to `count`, `rows` a slot per piece.
         unsafe {
             gpu.launch(
                 f,
@@ -193,15 +300,23 @@ fn count_products<T: DeviceScalar>(
                 stream,
                 &[
                     Arg::U64(a.nrows as u64),
-                    a.offsets.read(stream)?.arg(),
-                    a.cols.read(stream)?.arg(),
-                    b.offsets.read(stream)?.arg(),
-                    total.write(stream)?.arg_mut(),
+                    offsets.read(stream)?.arg(),
+                    rows.write(stream)?.arg_mut(),
                 ],
             )?;
         }
     }
-    Ok(total.read(stream)?.to_vec(stream)?[0])
+    offsets.mark_done(stream)?;
+    rows.mark_done(stream)?;
+    Ok((
+        RowPieces {
+            offsets: Arc::new(offsets),
+            rows: Arc::new(rows),
+            count,
+            lanes: heavy_lanes(heavy_products, heavy_entries),
+        },
+        products,
+    ))
 }
 
 /// Exclusive scan of `counts` (one per row) into new row offsets on the device; the total.
@@ -224,6 +339,49 @@ fn offsets_of(
     Ok((offsets, total))
 }
 
+/// C's structure from a pair of kernels over its rows (a warp per row): `count` writes the
+/// entries each row keeps, scanned here into C's row offsets, and `compact` writes the kept
+/// columns in order from them. The offsets and columns, and C's entries.
+///
+/// # Safety
+///
+/// `count_args` are the count kernel's arguments before its counts (a slot per row), and
+/// `compact_args` the compact kernel's before the offsets and the columns, over `nrows` rows.
+unsafe fn compacted_rows(
+    gpu: &Gpu,
+    stream: &Arc<Stream>,
+    nrows: usize,
+    (count, count_args): (&'static str, &[Arg]),
+    (compact, compact_args): (&'static str, &[Arg]),
+) -> Result<(DeviceBuffer<u64>, DeviceBuffer<u32>, u64)> {
+    let mut counts = DeviceBuffer::<u64>::new_on(gpu, stream, nrows, "entries per row of C")?;
+    if nrows > 0 {
+        let f = gpu.function(MODULE, count)?;
+        let mut args = count_args.to_vec();
+        args.push(counts.write(stream)?.arg_mut());
+        // SAFETY: the caller's arguments (this function's contract), then a count per row.
+        unsafe {
+            gpu.launch(f, config(nrows as u64, 32), stream, &args)?;
+        }
+    }
+    let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
+    let len = usize::try_from(nnz).map_err(|_| too_large("the product", nnz))?;
+    let mut cols = DeviceBuffer::<u32>::new_on(gpu, stream, len, "column indices of C")?;
+    if nnz > 0 {
+        let f = gpu.function(MODULE, compact)?;
+        let mut args = compact_args.to_vec();
+        args.push(offsets.read(stream)?.arg());
+        args.push(cols.write(stream)?.arg_mut());
+        // SAFETY: as the count, with the scanned counts and a column slot per kept entry.
+        unsafe {
+            gpu.launch(f, config(nrows as u64, 32), stream, &args)?;
+        }
+    }
+    offsets.mark_done(stream)?;
+    cols.mark_done(stream)?;
+    Ok((offsets, cols, nnz))
+}
+
 /// C's structure for `options`' mask (or none): see the module's documentation.
 fn structure<T: DeviceScalar>(
     gpu: &Gpu,
@@ -238,21 +396,17 @@ fn structure<T: DeviceScalar>(
     if let Some(mask) = mask.filter(|m| !m.is_complemented()) {
         let _span =
             tracing::debug_span!("masked structure", mask_entries = mask.entries()).entered();
-        let products = count_products(gpu, stream, a, b)?;
+        let (pieces, products) = row_pieces(gpu, stream, a, b, lanes)?;
         let m = DeviceMask::upload(gpu, stream, mask)?;
         let slots =
             usize::try_from(mask.entries()).map_err(|_| too_large("the mask", mask.entries()))?;
         let mut hit = DeviceBuffer::<u8>::new_on(gpu, stream, slots, "mask hits")?;
         hit.write(stream)?.zero(stream)?;
-        let mut admitted = DeviceBuffer::<u64>::new_on(gpu, stream, 1, "admitted products")?;
-        admitted.write(stream)?.zero(stream)?;
-        let mut counts = DeviceBuffer::<u64>::new_on(gpu, stream, nrows, "entries per row of C")?;
         run.checkpoint()?;
         if nrows > 0 {
             let hits = gpu.function(MODULE, "sr_mask_hits")?;
-            let count = gpu.function(MODULE, "sr_hits_count")?;
-            // SAFETY: the operands' and the mask's arrays are CSR of C's rows (validated);
-            // `hit` has a slot per mask entry, `counts` one per row.
+            // SAFETY: the operands' and the mask's arrays are CSR of C's rows (validated), the
+            // pieces' offsets have a slot per row and one; `hit` has a slot per mask entry.
             unsafe {
                 gpu.launch(
                     hits,
@@ -261,6 +415,7 @@ fn structure<T: DeviceScalar>(
                     &[
                         Arg::U64(nrows as u64),
                         Arg::U32(lanes),
+                        pieces.offsets.read(stream)?.arg(),
                         a.offsets.read(stream)?.arg(),
                         a.cols.read(stream)?.arg(),
                         b.offsets.read(stream)?.arg(),
@@ -268,46 +423,59 @@ fn structure<T: DeviceScalar>(
                         m.offsets.read(stream)?.arg(),
                         m.cols.read(stream)?.arg(),
                         hit.write(stream)?.arg_mut(),
-                        admitted.write(stream)?.arg_mut(),
-                    ],
-                )?;
-                gpu.launch(
-                    count,
-                    config(nrows as u64, 32),
-                    stream,
-                    &[
-                        Arg::U64(nrows as u64),
-                        m.offsets.read(stream)?.arg(),
-                        hit.read(stream)?.arg(),
-                        counts.write(stream)?.arg_mut(),
                     ],
                 )?;
             }
         }
-        let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
-        let len = usize::try_from(nnz).map_err(|_| too_large("the product", nnz))?;
-        let mut cols = DeviceBuffer::<u32>::new_on(gpu, stream, len, "column indices of C")?;
-        if nnz > 0 {
-            let compact = gpu.function(MODULE, "sr_hits_compact")?;
-            // SAFETY: `offsets` are the scanned counts of the hits, `cols` holds them all.
+        if pieces.count > 0 {
+            let heavy = gpu.function(MODULE, "sr_mask_hits_heavy")?;
+            // SAFETY: as the one-group hits, over the pieces counted; the launch gives the
+            // shared memory of SHARED_COLS columns.
             unsafe {
                 gpu.launch(
-                    compact,
-                    config(nrows as u64, 32),
+                    heavy,
+                    piece_config(pieces.count),
                     stream,
                     &[
-                        Arg::U64(nrows as u64),
+                        Arg::U32(pieces.lanes),
+                        pieces.offsets.read(stream)?.arg(),
+                        pieces.rows.read(stream)?.arg(),
+                        Arg::U64(pieces.count),
+                        Arg::U64(SHARED_COLS),
+                        a.offsets.read(stream)?.arg(),
+                        a.cols.read(stream)?.arg(),
+                        b.offsets.read(stream)?.arg(),
+                        b.cols.read(stream)?.arg(),
                         m.offsets.read(stream)?.arg(),
                         m.cols.read(stream)?.arg(),
-                        hit.read(stream)?.arg(),
-                        offsets.read(stream)?.arg(),
-                        cols.write(stream)?.arg_mut(),
+                        hit.write(stream)?.arg_mut(),
                     ],
                 )?;
             }
         }
-        offsets.mark_done(stream)?;
-        cols.mark_done(stream)?;
+        let m_offsets = m.offsets.read(stream)?.arg();
+        let hit_arg = hit.read(stream)?.arg();
+        // SAFETY: the mask's CSR arrays and a hit per mask entry, over C's rows.
+        let (offsets, cols, nnz) = unsafe {
+            compacted_rows(
+                gpu,
+                stream,
+                nrows,
+                (
+                    "sr_hits_count",
+                    &[Arg::U64(nrows as u64), m_offsets, hit_arg],
+                ),
+                (
+                    "sr_hits_compact",
+                    &[
+                        Arg::U64(nrows as u64),
+                        m_offsets,
+                        m.cols.read(stream)?.arg(),
+                        hit_arg,
+                    ],
+                ),
+            )?
+        };
         run.add_done(products);
         return Ok(SemiringStructure {
             nrows,
@@ -317,6 +485,7 @@ fn structure<T: DeviceScalar>(
             cols: Arc::new(cols),
             products,
             masked: true,
+            pieces: Some(pieces),
         });
     }
     // The unmasked structure: the plus-times pipeline on ones (it reports the products).
@@ -340,6 +509,12 @@ fn structure<T: DeviceScalar>(
         drop(c);
         structure
     };
+    // The values' pass splits heavy rows only over the types with atomics for them.
+    let pieces = if splits_heavy_rows(T::TYPE) {
+        Some(row_pieces(gpu, stream, a, b, lanes)?.0)
+    } else {
+        None
+    };
     let Some(mask) = mask else {
         return Ok(SemiringStructure {
             nrows,
@@ -349,60 +524,32 @@ fn structure<T: DeviceScalar>(
             cols: full.cols,
             products: full.products,
             masked: false,
+            pieces,
         });
     };
     // A complemented mask: the unmasked entries its matrix does not hold.
     let _span = tracing::debug_span!("complemented mask", mask_entries = mask.entries()).entered();
     run.checkpoint()?;
     let m = DeviceMask::upload(gpu, stream, mask)?;
-    let mut counts = DeviceBuffer::<u64>::new_on(gpu, stream, nrows, "entries per row of C")?;
-    let keep_listed = 0u32;
-    if nrows > 0 {
-        let count = gpu.function(MODULE, "sr_filter_count")?;
-        // SAFETY: C's and the mask's arrays are CSR over C's rows; `counts` has a slot per row.
-        unsafe {
-            gpu.launch(
-                count,
-                config(nrows as u64, 32),
-                stream,
-                &[
-                    Arg::U64(nrows as u64),
-                    Arg::U32(keep_listed),
-                    full.offsets.read(stream)?.arg(),
-                    full.cols.read(stream)?.arg(),
-                    m.offsets.read(stream)?.arg(),
-                    m.cols.read(stream)?.arg(),
-                    counts.write(stream)?.arg_mut(),
-                ],
-            )?;
-        }
-    }
-    let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
-    let len = usize::try_from(nnz).map_err(|_| too_large("the product", nnz))?;
-    let mut cols = DeviceBuffer::<u32>::new_on(gpu, stream, len, "column indices of C")?;
-    if nnz > 0 {
-        let compact = gpu.function(MODULE, "sr_filter_compact")?;
-        // SAFETY: as the count, with the scanned counts and a column slot per kept entry.
-        unsafe {
-            gpu.launch(
-                compact,
-                config(nrows as u64, 32),
-                stream,
-                &[
-                    Arg::U64(nrows as u64),
-                    Arg::U32(keep_listed),
-                    full.offsets.read(stream)?.arg(),
-                    full.cols.read(stream)?.arg(),
-                    m.offsets.read(stream)?.arg(),
-                    m.cols.read(stream)?.arg(),
-                    offsets.read(stream)?.arg(),
-                    cols.write(stream)?.arg_mut(),
-                ],
-            )?;
-        }
-    }
-    offsets.mark_done(stream)?;
-    cols.mark_done(stream)?;
+    let keep_listed = Arg::U32(0);
+    let filter_args = [
+        Arg::U64(nrows as u64),
+        keep_listed,
+        full.offsets.read(stream)?.arg(),
+        full.cols.read(stream)?.arg(),
+        m.offsets.read(stream)?.arg(),
+        m.cols.read(stream)?.arg(),
+    ];
+    // SAFETY: C's and the mask's arrays are CSR over C's rows.
+    let (offsets, cols, nnz) = unsafe {
+        compacted_rows(
+            gpu,
+            stream,
+            nrows,
+            ("sr_filter_count", &filter_args),
+            ("sr_filter_compact", &filter_args),
+        )?
+    };
     Ok(SemiringStructure {
         nrows,
         ncols,
@@ -411,6 +558,7 @@ fn structure<T: DeviceScalar>(
         cols: Arc::new(cols),
         products: full.products,
         masked: true,
+        pieces,
     })
 }
 
@@ -459,30 +607,53 @@ fn values<T: DeviceScalar>(
         } else {
             Arg::U64(0)
         };
+        // Heavy rows: set to the zero by the one-group kernel, filled by the pieces' kernel
+        // after it (C's values are the accumulators over these types).
+        let split = s
+            .pieces
+            .as_ref()
+            .filter(|p| p.count > 0 && splits_heavy_rows(T::TYPE) && !separate);
+        let piece_off = match split {
+            Some(p) => p.offsets.read(stream)?.arg(),
+            None => Arg::U64(0),
+        };
+        let operands = [
+            a.offsets.read(stream)?.arg(),
+            a.cols.read(stream)?.arg(),
+            a.vals.read(stream)?.arg(),
+            b.offsets.read(stream)?.arg(),
+            b.cols.read(stream)?.arg(),
+            b.vals.read(stream)?.arg(),
+            s.offsets.read(stream)?.arg(),
+            s.cols.read(stream)?.arg(),
+        ];
+        let mut args = vec![Arg::U64(s.nrows as u64), Arg::U32(lanes), piece_off];
+        args.extend_from_slice(&operands);
+        args.extend_from_slice(&[acc_arg, vals_arg, work_arg]);
         // SAFETY: the operands are CSR (validated or made here), C's structure has its rows'
-        // entries; the accumulators hold one of `acc_size` bytes per entry (C's values
-        // themselves where that is the stored type); `work` one counter or null.
+        // entries, the pieces' offsets a slot per row and one (or null); the accumulators hold
+        // one of `acc_size` bytes per entry (C's values themselves where that is the stored
+        // type); `work` one counter or null.
         unsafe {
-            gpu.launch(
-                f,
-                config(s.nrows as u64, lanes),
-                stream,
-                &[
-                    Arg::U64(s.nrows as u64),
-                    Arg::U32(lanes),
-                    a.offsets.read(stream)?.arg(),
-                    a.cols.read(stream)?.arg(),
-                    a.vals.read(stream)?.arg(),
-                    b.offsets.read(stream)?.arg(),
-                    b.cols.read(stream)?.arg(),
-                    b.vals.read(stream)?.arg(),
-                    s.offsets.read(stream)?.arg(),
-                    s.cols.read(stream)?.arg(),
-                    acc_arg,
-                    vals_arg,
-                    work_arg,
-                ],
-            )?;
+            gpu.launch(f, config(s.nrows as u64, lanes), stream, &args)?;
+        }
+        if let Some(p) = split {
+            let heavy = gpu.function(MODULE, heavy_kernel::<T>(kind))?;
+            let mut args = vec![
+                Arg::U32(p.lanes),
+                piece_off,
+                p.rows.read(stream)?.arg(),
+                Arg::U64(p.count),
+                Arg::U64(SHARED_COLS),
+            ];
+            args.extend_from_slice(&operands);
+            args.extend_from_slice(&[vals_arg, work_arg]);
+            // SAFETY: as the one-group kernel, over the pieces counted, with C's values as the
+            // accumulators (checked above); the launch gives the shared memory of SHARED_COLS
+            // columns.
+            unsafe {
+                gpu.launch(heavy, piece_config(p.count), stream, &args)?;
+            }
         }
     }
     vals.mark_done(stream)?;
@@ -502,6 +673,12 @@ fn values<T: DeviceScalar>(
         Arc::clone(&s.cols),
         vals,
     ))
+}
+
+/// The entry point of the heavy rows' values' kernel of `kind` over `T` (a type that
+/// [`splits_heavy_rows`], a semiring defined over it).
+fn heavy_kernel<T: DeviceScalar>(kind: SemiringKind) -> &'static str {
+    kernel_name::<T>(&format!("sr_numeric_heavy_{}", kind.name()))
 }
 
 /// Bytes of the values' kernel's accumulator of a stored type (`semiring.cu`'s `sr_scalar`).
@@ -594,9 +771,15 @@ pub(crate) fn requirement<T: DeviceScalar>(
     });
     // The pipeline's C of ones (f32) stands beside C of the stored type.
     let ones_c = c_bound.saturating_mul(8);
+    // The heavy rows' pieces: a count and an offset per row, and a row per piece (at most one
+    // piece per entry of A).
+    let pieces = (a.shape().0 as u64 + 1)
+        .saturating_mul(16)
+        .saturating_add(nnz(a).saturating_mul(8));
     r.work_bytes = r
         .work_bytes
         .saturating_add(ones)
+        .saturating_add(pieces)
         .saturating_add(acc)
         .saturating_add(mask)
         .saturating_add(ones_c);
@@ -614,6 +797,13 @@ pub(crate) fn plan_requirement<T: DeviceScalar>(s: &SemiringStructure) -> Memory
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heavy_rows_take_lanes_by_their_products_per_entry() {
+        assert_eq!(heavy_lanes(0, 0), 1);
+        assert_eq!(heavy_lanes(3000, 1000), 4);
+        assert_eq!(heavy_lanes(1_900_000, 5700), 32);
+    }
 
     #[test]
     fn lanes_follow_the_rows_of_b() {
@@ -652,6 +842,13 @@ mod tests {
                 for kind in SemiringKind::defined_for(<$t as hetsparse_core::Scalar>::TYPE) {
                     let name = numeric_kernel::<$t>(kind).unwrap();
                     assert!(ptx.contains(&format!(".entry {name}(")), "{name}");
+                    // The heavy rows' kernel exactly where the values' pass launches it.
+                    let heavy = heavy_kernel::<$t>(kind);
+                    assert_eq!(
+                        ptx.contains(&format!(".entry {heavy}(")),
+                        splits_heavy_rows(<$t as hetsparse_core::Scalar>::TYPE),
+                        "{heavy}"
+                    );
                 }
             )*};
         }

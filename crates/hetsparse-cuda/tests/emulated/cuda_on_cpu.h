@@ -1,10 +1,12 @@
 // Just enough of CUDA to run hetsparse's semiring kernels (kernels-cuda/semiring.cu) on the CPU,
-// for a test on machines without a GPU: each lane of a warp is a std::thread, and the 32 lanes
-// meet at __syncwarp / __shfl_down_sync / __ballot_sync through barriers keyed by the lane mask
-// (so that the groups of lanes of one warp synchronise apart, as on the GPU).
+// for a test on machines without a GPU: each thread of a block is a std::thread, the 32 lanes of
+// a warp meet at __syncwarp / __shfl_down_sync / __ballot_sync through barriers keyed by the lane
+// mask (so that the groups of lanes of one warp synchronise apart, as on the GPU), and the whole
+// block at __syncthreads. Blocks run one after another, so the dynamic shared memory (hs_smem,
+// which the including file defines) is one array. Atomics are the host's.
 //
-// Lanes run concurrently without the GPU's lockstep, so a kernel that relies on lockstep without
-// synchronising is caught here rather than hidden.
+// Threads run concurrently without the GPU's lockstep, so a kernel that relies on lockstep
+// without synchronising is caught here rather than hidden.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,11 +43,71 @@ inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); r
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
-inline std::mutex hs_atomic_lock;
-inline float atomicAdd(float* p, float v) { std::lock_guard<std::mutex> g(hs_atomic_lock); float o = *p; *p = o + v; return o; }
-inline double atomicAdd(double* p, double v) { std::lock_guard<std::mutex> g(hs_atomic_lock); double o = *p; *p = o + v; return o; }
+inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+
+// The atomics the kernels use, on the host's atomics (GCC's builtins, sequentially consistent).
+template <class W>
+inline W hs_cas(W* p, W expected, W desired) {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expected;
+}
+inline unsigned atomicCAS(unsigned* p, unsigned e, unsigned d) { return hs_cas(p, e, d); }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long e,
+                                    unsigned long long d) {
+    return hs_cas(p, e, d);
+}
+inline int atomicAdd(int* p, int v) {
+    // Wrapping, as the GPU's: on the unsigned bits.
+    return (int)__atomic_fetch_add((unsigned*)p, (unsigned)v, __ATOMIC_SEQ_CST);
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+// Floating-point adds by compare-and-swap on the bits (the GPU adds in memory, one at a time).
+template <class F, class W>
+inline F hs_float_add(F* p, F v) {
+    W* w = (W*)p;
+    W seen = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    for (;;) {
+        F old, sum;
+        std::memcpy(&old, &seen, sizeof(F));
+        sum = old + v;
+        W want;
+        std::memcpy(&want, &sum, sizeof(F));
+        W before = hs_cas(w, seen, want);
+        if (before == seen) return old;
+        seen = before;
+    }
+}
+inline float atomicAdd(float* p, float v) { return hs_float_add<float, unsigned>(p, v); }
+inline double atomicAdd(double* p, double v) {
+    return hs_float_add<double, unsigned long long>(p, v);
+}
+template <class V, bool less>
+inline V hs_extreme(V* p, V v) {
+    V seen = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    for (;;) {
+        V want = (less ? v < seen : v > seen) ? v : seen;
+        if (want == seen) return seen;
+        V before = hs_cas(p, seen, want);
+        if (before == seen) return seen;
+        seen = before;
+    }
+}
+inline int atomicMin(int* p, int v) { return hs_extreme<int, true>(p, v); }
+inline unsigned atomicMin(unsigned* p, unsigned v) { return hs_extreme<unsigned, true>(p, v); }
+inline long long atomicMin(long long* p, long long v) { return hs_extreme<long long, true>(p, v); }
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    return hs_extreme<unsigned long long, true>(p, v);
+}
+inline int atomicMax(int* p, int v) { return hs_extreme<int, false>(p, v); }
+inline unsigned atomicMax(unsigned* p, unsigned v) { return hs_extreme<unsigned, false>(p, v); }
+inline long long atomicMax(long long* p, long long v) { return hs_extreme<long long, false>(p, v); }
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+    return hs_extreme<unsigned long long, false>(p, v);
 }
 
 // One warp's meeting points.
@@ -69,6 +132,29 @@ struct hs_warp {
     }
 };
 inline thread_local hs_warp* hs_this_warp = nullptr;
+
+// One block's meeting point, for __syncthreads: every thread of the block.
+struct hs_block_barrier {
+    std::mutex m;
+    std::condition_variable cv;
+    unsigned arrived = 0, threads = 0;
+    unsigned long round = 0;
+
+    void wait() {
+        std::unique_lock<std::mutex> lock(m);
+        unsigned long mine = round;
+        if (++arrived == threads) {
+            arrived = 0;
+            ++round;
+            cv.notify_all();
+        } else {
+            cv.wait(lock, [&] { return round != mine; });
+        }
+    }
+};
+inline thread_local hs_block_barrier* hs_this_block = nullptr;
+
+inline void __syncthreads() { hs_this_block->wait(); }
 
 inline unsigned hs_lane() { return threadIdx.x & 31u; }
 
@@ -107,42 +193,46 @@ inline unsigned __ballot_sync(unsigned mask, bool pred) {
     return out;
 }
 
-// The 32 lanes of the one warp that runs at a time: threads kept for the whole process, so that
-// a launch costs a wake-up per warp rather than a thread per lane. Warps run one after another,
-// which kernels without block-wide synchronisation or shared memory (semiring.cu's) allow.
-struct hs_lanes {
+// The threads of the one block that runs at a time: kept for the whole process (as many as the
+// largest block so far), so that a launch costs a wake-up per thread rather than a thread each.
+struct hs_threads {
     std::vector<std::thread> workers;
     std::mutex m;
     std::condition_variable go, done;
     const std::function<void()>* job = nullptr;
-    unsigned block = 0, warp = 0;
+    unsigned block = 0, threads = 0;
     unsigned long round = 0;
     unsigned finished = 0;
     bool stop = false;
-    hs_warp meeting;
+    std::vector<std::unique_ptr<hs_warp>> warps;
+    hs_block_barrier barrier;
 
-    hs_lanes() {
-        for (unsigned lane = 0; lane < 32; ++lane) {
-            workers.emplace_back([this, lane] {
-                unsigned long seen = 0;
+    void grow(unsigned n) {
+        while (warps.size() * 32 < n) warps.emplace_back(new hs_warp());
+        for (unsigned t = (unsigned)workers.size(); t < n; ++t) {
+            // Started under the lock: the first round it takes is the next one.
+            workers.emplace_back([this, t, start = round] {
+                unsigned long seen = start;
+                std::unique_lock<std::mutex> lock(m);
                 for (;;) {
-                    std::unique_lock<std::mutex> lock(m);
                     go.wait(lock, [&] { return stop || round != seen; });
                     if (stop) return;
                     seen = round;
+                    if (t >= threads) continue;
                     const std::function<void()>* kernel = job;
                     blockIdx = {block, 0, 0};
-                    threadIdx = {warp * 32 + lane, 0, 0};
+                    threadIdx = {t, 0, 0};
+                    hs_this_warp = warps[t / 32].get();
+                    hs_this_block = &barrier;
                     lock.unlock();
-                    hs_this_warp = &meeting;
                     (*kernel)();
                     lock.lock();
-                    if (++finished == 32) done.notify_all();
+                    if (++finished == threads) done.notify_all();
                 }
             });
         }
     }
-    ~hs_lanes() {
+    ~hs_threads() {
         {
             std::lock_guard<std::mutex> lock(m);
             stop = true;
@@ -150,24 +240,27 @@ struct hs_lanes {
         go.notify_all();
         for (auto& w : workers) w.join();
     }
-    void run(const std::function<void()>& kernel, unsigned b, unsigned w) {
+    void run(const std::function<void()>& kernel, unsigned b, unsigned n) {
         std::unique_lock<std::mutex> lock(m);
         job = &kernel;
         block = b;
-        warp = w;
+        threads = n;
+        barrier.threads = n;
         finished = 0;
         ++round;
         go.notify_all();
-        done.wait(lock, [&] { return finished == 32; });
+        done.wait(lock, [&] { return finished == threads; });
     }
 };
 
-// Runs `kernel` on `grid` blocks of `block` threads (a multiple of 32), a warp at a time.
+// Runs `kernel` on `grid` blocks of `block` threads (a multiple of 32), a block at a time.
 inline void hs_launch(unsigned grid, unsigned block, const std::function<void()>& kernel) {
-    static hs_lanes lanes;
+    static hs_threads threads;
+    {
+        std::lock_guard<std::mutex> lock(threads.m);
+        threads.grow(block);
+    }
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
-    for (unsigned b = 0; b < grid; ++b) {
-        for (unsigned w = 0; w < block / 32; ++w) lanes.run(kernel, b, w);
-    }
+    for (unsigned b = 0; b < grid; ++b) threads.run(kernel, b, block);
 }
