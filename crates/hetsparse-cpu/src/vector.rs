@@ -67,7 +67,7 @@ impl Direction {
         mask: Option<&Mask>,
     ) -> Direction {
         let len = a.ncols();
-        if (u.nnz() as u64).saturating_mul(PULL_ANY_FROM_FRONTIER_SHARE) < len as u64 || len == 0 {
+        if u.nnz().saturating_mul(PULL_ANY_FROM_FRONTIER_SHARE) < len as u64 || len == 0 {
             return Direction::Push;
         }
         let admitted = Admitted::new(mask, len).map_or(len as u64, |m| m.count(len));
