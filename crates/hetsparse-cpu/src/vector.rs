@@ -14,9 +14,10 @@
 //!     dense `u`: no sort, and an "any" semiring stops at the first product found, so a BFS
 //!     level reaching most of a graph reads a few entries per unvisited vertex instead of
 //!     every edge of the frontier. It reads Aᵀ as the matrix keeps it
-//!     ([`Csr::transpose_kept`]: A itself when symmetric, else built once): an "any" pull
-//!     waits for the matrix's second such call ([`Csr::transpose_if_reused`]), so that an
-//!     operand seen once is never transposed for one product.
+//!     ([`Csr::transpose_kept`]: A itself when symmetric, else built once): an "any" semiring
+//!     pushes until the pushes that wanted a pull on this matrix add up to its entries, about
+//!     a transpose's cost ([`Csr::transpose_if_worth_it`]), so that an operand seen once is
+//!     never transposed for one product and a matrix searched again and again is, once.
 //!
 //! Products land in the order of the inner index `k`, as the reference's, so results match
 //! it up to the rounding of partial sums (and up to which product an "any" semiring keeps).
@@ -578,12 +579,14 @@ pub(crate) fn product<T: Scalar, S: Semiring<T>>(
             match direction {
                 Direction::Push if any => push_any::<T, S>(a, u, mask),
                 Direction::Push => push::<T, S>(a, u, mask),
-                Direction::Pull if any => match a.transpose_if_reused()? {
-                    Some(at) => pull::<T, S>(at, u, mask, true, any),
-                    // A matrix seen once (converted for this call, say) is not transposed
-                    // for one level: an "any" push does no more than its products.
-                    None => push_any::<T, S>(a, u, mask),
-                },
+                Direction::Pull if any => {
+                    match a.transpose_if_worth_it(frontier_products(a, u))? {
+                        Some(at) => pull::<T, S>(at, u, mask, true, any),
+                        // Until the pushes that wanted a pull add up to a transpose's cost:
+                        // an "any" push does no more than its products.
+                        None => push_any::<T, S>(a, u, mask),
+                    }
+                }
                 Direction::Pull => pull::<T, S>(a.transpose_kept()?, u, mask, true, any),
             }
         }
@@ -800,8 +803,11 @@ mod tests {
                 Direction::Pull
             );
             assert!(
-                a.clone().transpose_if_reused().unwrap().is_none(),
-                "a first call"
+                a.clone()
+                    .transpose_if_worth_it(a.nnz() - 1)
+                    .unwrap()
+                    .is_none(),
+                "less work than the matrix's entries"
             );
             for _call in 0..2 {
                 let got = product_with_options(VectorProductKind::Vxm, a, &u, &options, &run, None)
@@ -815,7 +821,7 @@ mod tests {
                     );
                 }
             }
-            let kept = a.transpose_if_reused().unwrap().expect("kept by then");
+            let kept = a.transpose_if_worth_it(0).unwrap().expect("kept by then");
             assert_eq!(std::ptr::eq(kept, a), std::ptr::eq(a, &symmetric));
         }
         // A frontier of a few positions pushes without looking at the mask.

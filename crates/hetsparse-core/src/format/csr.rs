@@ -98,19 +98,19 @@ enum KeptTranspose<T> {
     Built(Csr<T>),
 }
 
-/// The slot of a matrix's kept transpose, and whether one was asked for
-/// ([`Csr::transpose_if_reused`]).
+/// The slot of a matrix's kept transpose, and the work done so far by products that wanted
+/// one ([`Csr::transpose_if_worth_it`]).
 struct TransposeCache<T>(std::sync::Arc<TransposeSlot<T>>);
 
 struct TransposeSlot<T> {
-    asked: std::sync::atomic::AtomicBool,
+    wanted: std::sync::atomic::AtomicU64,
     kept: std::sync::OnceLock<KeptTranspose<T>>,
 }
 
 impl<T> Default for TransposeCache<T> {
     fn default() -> Self {
         TransposeCache(std::sync::Arc::new(TransposeSlot {
-            asked: std::sync::atomic::AtomicBool::new(false),
+            wanted: std::sync::atomic::AtomicU64::new(0),
             kept: std::sync::OnceLock::new(),
         }))
     }
@@ -611,15 +611,22 @@ impl<T: Scalar> Csr<T> {
         })
     }
 
-    /// [`Csr::transpose_kept`] where this matrix (or a clone) asked for it before or keeps it
-    /// already; `None` the first time, remembering the question. A product that would pull
-    /// through Aᵀ pushes instead on a matrix it sees once (an operand converted for one
-    /// call), and pulls from the second call on a matrix it sees again.
-    pub fn transpose_if_reused(&self) -> Result<Option<&Csr<T>>, Error> {
+    /// [`Csr::transpose_kept`] once it pays: a product that could read Aᵀ but can do without
+    /// it (a pushed vxm instead of a pulled one) says how much work it does without
+    /// (`work`, in entries of A read), and gets the transpose once the work of such products
+    /// on this matrix (and its clones) adds up to A's entries, about what building it costs;
+    /// `None` before, or when A has no entries. As renting before buying: the products never
+    /// pay more than about twice what they would had they known their future, an operand
+    /// seen once (converted for one call, say) is never transposed for it, and a matrix read
+    /// again and again (the levels of breadth-first searches) is, once.
+    pub fn transpose_if_worth_it(&self, work: u64) -> Result<Option<&Csr<T>>, Error> {
+        use std::sync::atomic::Ordering;
         let slot = &self.transpose.0;
-        if slot.kept.get().is_none() && !slot.asked.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            return Ok(None);
+        if slot.kept.get().is_none() {
+            let before = slot.wanted.fetch_add(work, Ordering::Relaxed);
+            if before.saturating_add(work) < self.nnz().max(1) {
+                return Ok(None);
+            }
         }
         self.transpose_kept().map(Some)
     }
@@ -962,7 +969,8 @@ mod tests {
     /// answer), any other as a built transpose equal to `transpose()`; a symmetric pattern
     /// with unequal values, a missing mirror, one more entry below the diagonal than above and
     /// a non-square matrix are not symmetric; writing the values drops what was kept; the
-    /// first `transpose_if_reused` only remembers the question.
+    /// transpose is handed out by `transpose_if_worth_it` once the work asked adds up to the
+    /// matrix's entries.
     #[test]
     fn the_transpose_is_kept_and_is_the_matrix_itself_where_symmetric() {
         let symmetric = Csr::try_new(
@@ -973,11 +981,16 @@ mod tests {
             vec![4.0, 1.0, 1.0, 2.0, 2.0],
         )
         .unwrap();
-        assert!(symmetric.clone().transpose_if_reused().unwrap().is_none());
-        let again = symmetric
-            .transpose_if_reused()
+        assert!(symmetric
+            .clone()
+            .transpose_if_worth_it(3)
             .unwrap()
-            .expect("asked before");
+            .is_none());
+        assert!(symmetric.transpose_if_worth_it(1).unwrap().is_none());
+        let again = symmetric
+            .transpose_if_worth_it(1)
+            .unwrap()
+            .expect("five entries' work asked");
         assert!(std::ptr::eq(again, &symmetric));
         let clone = symmetric.clone();
         assert!(std::ptr::eq(clone.transpose_kept().unwrap(), &clone));
