@@ -103,6 +103,23 @@ pub fn try_filled<X: Clone>(len: usize, fill: X, what: &str) -> Result<Vec<X>> {
     Ok(v)
 }
 
+/// `data` cut into the consecutive, non-overlapping `ranges` (in order, tiling a prefix of
+/// it), one slice each: the parts of an output that parallel tasks write.
+pub fn split_mut<'d, X>(
+    mut data: &'d mut [X],
+    ranges: &[std::ops::Range<usize>],
+) -> Vec<&'d mut [X]> {
+    let mut parts = Vec::with_capacity(ranges.len());
+    let mut consumed = 0;
+    for r in ranges {
+        let (head, tail) = std::mem::take(&mut data).split_at_mut(r.end - consumed);
+        parts.push(&mut head[r.start - consumed..]);
+        consumed = r.end;
+        data = tail;
+    }
+    parts
+}
+
 /// Room for `additional` more elements in `v`, or [`Error::OutOfMemory`] naming `what`.
 pub fn try_reserve<X>(v: &mut Vec<X>, additional: usize, what: &str) -> Result<()> {
     let total = (v.len() as u64).saturating_add(additional as u64);

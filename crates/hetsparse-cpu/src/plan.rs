@@ -137,18 +137,7 @@ fn range_totals(costs: &[u64], ranges: &[Range<usize>]) -> Vec<u64> {
         .collect()
 }
 
-/// Splits `data` into the disjoint consecutive pieces `ranges` (which tile a prefix of it).
-pub(crate) fn split_mut<'d, X>(mut data: &'d mut [X], ranges: &[Range<usize>]) -> Vec<&'d mut [X]> {
-    let mut parts = Vec::with_capacity(ranges.len());
-    let mut consumed = 0;
-    for r in ranges {
-        let (head, tail) = std::mem::take(&mut data).split_at_mut(r.end - consumed);
-        parts.push(&mut head[r.start - consumed..]);
-        consumed = r.end;
-        data = tail;
-    }
-    parts
-}
+pub(crate) use hetsparse_core::host::split_mut;
 
 #[cfg(test)]
 mod tests {

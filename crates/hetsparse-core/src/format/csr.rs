@@ -8,19 +8,6 @@ use crate::error::{Error, FormatError};
 use crate::host;
 use crate::scalar::Scalar;
 
-/// `data` cut into the consecutive, non-overlapping `ranges` (in order), one slice each.
-fn split_ranges<'d, X>(mut data: &'d mut [X], ranges: &[Range<usize>]) -> Vec<&'d mut [X]> {
-    let mut parts = Vec::with_capacity(ranges.len());
-    let mut consumed = 0;
-    for r in ranges {
-        let (head, tail) = std::mem::take(&mut data).split_at_mut(r.end - consumed);
-        parts.push(&mut head[r.start - consumed..]);
-        consumed = r.end;
-        data = tail;
-    }
-    parts
-}
-
 const CSR: CompressedNames = CompressedNames {
     format: "CSR",
     major: "row",
@@ -648,7 +635,7 @@ impl<T: Scalar> Csr<T> {
             .map(|p| p * ncols / parts..(p + 1) * ncols / parts)
             .collect();
         let mut row_offsets = host::try_filled(ncols + 1, 0u64, "CSR row offsets of a transpose")?;
-        split_ranges(&mut row_offsets[1..], &even)
+        host::split_mut(&mut row_offsets[1..], &even)
             .into_par_iter()
             .zip(even.par_iter())
             .for_each(|(piece, range)| {
@@ -676,8 +663,8 @@ impl<T: Scalar> Csr<T> {
             .collect();
         let mut col_indices: Vec<u32> = host::try_with_capacity(nnz, "CSR column indices")?;
         let mut values: Vec<T> = host::try_with_capacity(nnz, "CSR values")?;
-        let index_parts = split_ranges(&mut col_indices.spare_capacity_mut()[..nnz], &spans);
-        let value_parts = split_ranges(&mut values.spare_capacity_mut()[..nnz], &spans);
+        let index_parts = host::split_mut(&mut col_indices.spare_capacity_mut()[..nnz], &spans);
+        let value_parts = host::split_mut(&mut values.spare_capacity_mut()[..nnz], &spans);
         index_parts
             .into_par_iter()
             .zip(value_parts)
