@@ -602,7 +602,7 @@ impl<T: Scalar> Csr<T> {
     /// it (a pushed vxm instead of a pulled one) says how much work it does without
     /// (`work`, in entries of A read), and gets the transpose once the work of such products
     /// on this matrix (and its clones) adds up to A's entries, about what building it costs;
-    /// `None` before, or when A has no entries. As renting before buying: the products never
+    /// `None` before. As renting before buying: the products never
     /// pay more than about twice what they would had they known their future, an operand
     /// seen once (converted for one call, say) is never transposed for it, and a matrix read
     /// again and again (the levels of breadth-first searches) is, once.
