@@ -61,24 +61,27 @@ impl Direction {
     /// the admitted positions' columns hold (their count times A's mean column, for the
     /// exact sum would cost a pass over A); push a frontier under
     /// `1 / PULL_ANY_FROM_FRONTIER_SHARE` of the positions without looking (a level of a
-    /// road graph: the decision must cost less than its push).
+    /// road graph: the decision must cost less than its push). With the direction, the
+    /// frontier's products where they were counted (always for a pull), which the pull's
+    /// [`Csr::transpose_if_worth_it`] weighs again.
     pub(crate) fn for_any_frontier<T: Scalar>(
         a: &Csr<T>,
         u: &SparseVector<T>,
         mask: Option<&Mask>,
-    ) -> Direction {
+    ) -> (Direction, Option<u64>) {
         let len = a.ncols();
         if u.nnz().saturating_mul(PULL_ANY_FROM_FRONTIER_SHARE) < len as u64 || len == 0 {
-            return Direction::Push;
+            return (Direction::Push, None);
         }
         let admitted = Admitted::new(mask, len).map_or(len as u64, |m| m.count(len));
         let unexplored = admitted as f64 * a.nnz() as f64 / len as f64;
-        let products = frontier_products(a, u) as f64;
-        if products * PULL_ANY_WHEN_UNEXPLORED_OVER > unexplored {
+        let products = frontier_products(a, u);
+        let direction = if products as f64 * PULL_ANY_WHEN_UNEXPLORED_OVER > unexplored {
             Direction::Pull
         } else {
             Direction::Push
-        }
+        };
+        (direction, Some(products))
     }
 
     /// Push while the products of the frontier's rows (`products`) are under
@@ -570,17 +573,21 @@ pub(crate) fn product<T: Scalar, S: Semiring<T>>(
     match kind {
         VectorProductKind::Mxv => pull::<T, S>(a, u, mask, false, any),
         VectorProductKind::Vxm => {
-            let direction = match direction {
-                Some(d) => d,
+            let (direction, products) = match direction {
+                Some(d) => (d, None),
                 None if any => Direction::for_any_frontier(a, u, mask),
-                None => Direction::for_frontier(frontier_products(a, u), a.nnz()),
+                None => {
+                    let products = frontier_products(a, u);
+                    (Direction::for_frontier(products, a.nnz()), Some(products))
+                }
             };
             let _span = tracing::debug_span!("vxm", ?direction, frontier = u.nnz()).entered();
             match direction {
                 Direction::Push if any => push_any::<T, S>(a, u, mask),
                 Direction::Push => push::<T, S>(a, u, mask),
                 Direction::Pull if any => {
-                    match a.transpose_if_worth_it(frontier_products(a, u))? {
+                    let products = products.unwrap_or_else(|| frontier_products(a, u));
+                    match a.transpose_if_worth_it(products)? {
                         Some(at) => pull::<T, S>(at, u, mask, true, any),
                         // Until the pushes that wanted a pull add up to a transpose's cost:
                         // an "any" push does no more than its products.
@@ -799,7 +806,7 @@ mod tests {
                 reference::vector_product_with_options(VectorProductKind::Vxm, a, &u, &options)
                     .unwrap();
             assert_eq!(
-                Direction::for_any_frontier(a, &u, options.mask.as_ref()),
+                Direction::for_any_frontier(a, &u, options.mask.as_ref()).0,
                 Direction::Pull
             );
             assert!(
@@ -827,7 +834,7 @@ mod tests {
         // A frontier of a few positions pushes without looking at the mask.
         let few = SparseVector::try_new(n, vec![7, 9], vec![1.0, 1.0]).unwrap();
         assert_eq!(
-            Direction::for_any_frontier(&directed, &few, None),
+            Direction::for_any_frontier(&directed, &few, None).0,
             Direction::Push
         );
         // A large frontier whose admitted positions are most of the matrix's pushes while
@@ -835,13 +842,13 @@ mod tests {
         let wide =
             SparseVector::try_new(n, (0..n as u32).step_by(40).collect(), vec![1.0; 750]).unwrap();
         assert_eq!(
-            Direction::for_any_frontier(&directed, &wide, None),
+            Direction::for_any_frontier(&directed, &wide, None).0,
             Direction::Push
         );
         let most =
             SparseVector::try_new(n, (0..n as u32).step_by(2).collect(), vec![1.0; 15000]).unwrap();
         assert_eq!(
-            Direction::for_any_frontier(&directed, &most, None),
+            Direction::for_any_frontier(&directed, &most, None).0,
             Direction::Pull
         );
     }

@@ -58,17 +58,17 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     })();
     let chunk = agree(comm, checks)?;
 
-    // The distinct columns of A's local rows: the rows of B this rank needs, split by owner
-    // (owners' ranges ascend). This rank's own rows are not listed: they are read in place.
-    // Alone, the rank holds all of B, and A's block multiplies it as it is: no set is needed.
+    // Where A's local rows reach in B: the least and greatest column, and the distinct columns
+    // outside this rank's own rows of B (the rows to fetch), split by owner (owners' ranges
+    // ascend). Alone, the rank holds all of B, and A's block multiplies it as it is.
     let b_part = b.partition();
-    let columns = (size > 1).then(|| {
-        let _stage = tracing::debug_span!("column_set", entries = a.local().nnz()).entered();
-        ColumnSet::new(a.local().col_indices(), b.shape().0)
+    let reach = (size > 1).then(|| {
+        let _stage = tracing::debug_span!("reach", entries = a.local().nnz()).entered();
+        Reach::new(a.local(), b_part.rows(me), b.shape().0)
     });
     let wanted: Vec<Vec<u32>> = (0..size)
-        .map(|r| match &columns {
-            Some(columns) if r != me => columns.ids_in(b_part.rows(r)),
+        .map(|r| match &reach {
+            Some(reach) if r != me => reach.halo.ids_in(b_part.rows(r)),
             _ => Vec::new(),
         })
         .collect();
@@ -135,7 +135,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
             me,
             a: a.local(),
             b,
-            columns: columns.as_ref(),
+            reach: reach.as_ref(),
             wanted: &wanted,
             rows: &rows,
         };
@@ -147,7 +147,7 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
             "local_spgemm",
             rows = local_a.nrows(),
             b_rows = local_b.nrows(),
-            needed_rows = columns.as_ref().map(ColumnSet::count)
+            fetched_rows = reach.as_ref().map(|r| r.halo.count())
         )
         .entered();
         ctx.spgemm(&local_a, &local_b).map_err(|e| Error::Compute {
@@ -170,8 +170,8 @@ struct Local<'a, T> {
     me: usize,
     a: &'a Csr<T>,
     b: &'a DistCsr<T>,
-    /// The set of A's block's columns: `None` where it was not needed (one rank).
-    columns: Option<&'a ColumnSet>,
+    /// Where A's block reaches in B: `None` where it was not needed (one rank).
+    reach: Option<&'a Reach>,
     wanted: &'a [Vec<u32>],
     rows: &'a [Vec<u8>],
 }
@@ -185,8 +185,7 @@ impl<T: MpiScalar> Local<'_, T> {
     ///   (stencils, AMG transfer operators: the rank's own rows and a halo), the local B is
     ///   that window of B's rows, those not needed empty: this rank's rows in it copied as one
     ///   block, the fetched ones each in its place. A's column indices are shifted to the
-    ///   window (or, where its rows below the window cost less as empty rows than a shift of
-    ///   A's entries, the window starts at row 0 and A's arrays are shared as they are).
+    ///   window.
     /// - Otherwise (a hypersparse block of a huge B) the local B holds the needed rows only,
     ///   in global order, and A's columns are renumbered into them.
     ///
@@ -201,36 +200,36 @@ impl<T: MpiScalar> Local<'_, T> {
         if nothing_fetched && mine.start == 0 && mine.end == b_rows {
             return Ok((a.clone(), self.b.local().clone()));
         }
-        let built;
-        let columns = match self.columns {
-            Some(columns) => columns,
+        let (first, last) = match self.reach {
+            Some(reach) => (reach.first, reach.last),
             None => {
-                built = ColumnSet::new(a.col_indices(), b_rows);
-                &built
+                let reach = Reach::new(a, mine.clone(), b_rows);
+                (reach.first, reach.last)
             }
         };
         let entries = a.nnz();
-        let window = match (columns.first(), columns.last()) {
-            (Some(first), Some(last)) => Some((u64::from(first), u64::from(last) + 1)),
-            _ => None,
-        };
+        let window = first
+            .zip(last)
+            .map(|(f, l)| (u64::from(f), u64::from(l) + 1));
         match window {
             Some((lo, hi)) if hi - lo <= 2 * entries + 1024 => {
-                // Rows below the window as empty rows (8 bytes each) or A's columns shifted
-                // (4 bytes an entry, read and written): whichever writes less.
-                let base = if 2 * lo <= entries { 0 } else { lo };
-                let local_b = self.window(base..hi, lo, fetched)?;
-                let local_a = if base == 0 {
+                // A's columns shifted to the window rather than B's rows below it kept as
+                // empty rows: the kernels then see a B of rows A names and A's rows about
+                // where their columns are, as in one process (on a block of the last rows of
+                // a stencil, a window from row 0 made the product a fifth slower).
+                let local_b = self.window(lo..hi, fetched)?;
+                let local_a = if lo == 0 {
                     self.with_columns(a.arrays().1.clone(), hi as usize)
                 } else {
-                    let shift = base as u32;
+                    let shift = lo as u32;
                     let cols: Vec<u32> = a.col_indices().par_iter().map(|&c| c - shift).collect();
-                    self.with_columns(cols.into(), (hi - base) as usize)
+                    self.with_columns(cols.into(), (hi - lo) as usize)
                 };
                 Ok((local_a, local_b))
             }
             _ => {
-                let local_b = self.compacted(columns, fetched)?;
+                let columns = ColumnSet::new(&[a.col_indices()], b_rows);
+                let local_b = self.compacted(&columns, fetched)?;
                 let renumbered = columns.renumber(a.col_indices());
                 Ok((
                     self.with_columns(renumbered.into(), local_b.nrows()),
@@ -257,14 +256,9 @@ impl<T: MpiScalar> Local<'_, T> {
         }
     }
 
-    /// Rows `rows` of B (every needed one from `needed_from` on), those not needed empty: this
-    /// rank's rows among them as one block, the fetched ones in their places.
-    fn window(
-        &self,
-        rows: Range<u64>,
-        needed_from: u64,
-        fetched: &mut (u64, u64),
-    ) -> Result<Csr<T>> {
+    /// Rows `rows` of B, those not needed empty: this rank's rows among them as one block, the
+    /// fetched ones in their places.
+    fn window(&self, rows: Range<u64>, fetched: &mut (u64, u64)) -> Result<Csr<T>> {
         let (b, me, rank) = (self.b, self.me, self.rank);
         let (base, hi) = (rows.start, rows.end);
         let b_cols = b.shape().1;
@@ -272,7 +266,7 @@ impl<T: MpiScalar> Local<'_, T> {
         let own = b.local();
         let mine = part.rows(me);
         // This rank's rows in the window, as rows of its block.
-        let (from, to) = (needed_from.max(mine.start), hi.min(mine.end));
+        let (from, to) = (base.max(mine.start), hi.min(mine.end));
         let own_rows = if from < to {
             (from - mine.start) as usize..(to - mine.start) as usize
         } else {
@@ -292,12 +286,12 @@ impl<T: MpiScalar> Local<'_, T> {
             .sum();
         let capacity = own_last - own_first + incoming;
         let mut offsets = Vec::with_capacity((hi - base) as usize + 1);
-        offsets.resize((needed_from - base) as usize + 1, 0u64);
+        offsets.push(0u64);
         let mut cols: Vec<u32> = Vec::with_capacity(capacity);
         let mut values: Vec<T> = Vec::with_capacity(capacity);
         for r in 0..part.ranks() {
             let range = part.rows(r);
-            let range = range.start.max(needed_from)..range.end.min(hi);
+            let range = range.start.max(base)..range.end.min(hi);
             if range.start >= range.end {
                 continue;
             }
@@ -389,6 +383,60 @@ impl<T: MpiScalar> Local<'_, T> {
 /// Entries of A read by one task while building a [`ColumnSet`].
 const COLUMN_PIECE: usize = 1 << 15;
 
+/// Rows of A looked at by one task while finding its [`Reach`].
+const REACH_ROWS: usize = 1 << 12;
+
+/// Where a block of A reaches in B: its least and greatest column index, and the set of its
+/// column indices outside the rows of B this rank owns (the rows it fetches).
+struct Reach {
+    first: Option<u32>,
+    last: Option<u32>,
+    halo: ColumnSet,
+}
+
+impl Reach {
+    /// The reach of `a` (a block of A) in B of `nrows_b` rows, of which this rank owns `own`.
+    ///
+    /// A's rows are sorted, so a row's columns outside `own` are a prefix and a suffix of it,
+    /// found by binary search; a row that starts and ends inside `own` (most rows of a
+    /// stencil's or an AMG operator's block) costs two reads, not one per entry. Rows in
+    /// pieces, in parallel (on the current rayon pool).
+    fn new<T: MpiScalar>(a: &Csr<T>, own: Range<u64>, nrows_b: u64) -> Self {
+        let (offsets, cols) = (a.row_offsets(), a.col_indices());
+        let pieces: Vec<(u32, u32, Vec<u32>)> = (0..a.nrows().div_ceil(REACH_ROWS))
+            .into_par_iter()
+            .map(|piece| {
+                let rows = piece * REACH_ROWS..((piece + 1) * REACH_ROWS).min(a.nrows());
+                let (mut first, mut last) = (u32::MAX, 0u32);
+                let mut halo = Vec::new();
+                for i in rows {
+                    let row = &cols[offsets[i] as usize..offsets[i + 1] as usize];
+                    let (Some(&lo), Some(&hi)) = (row.first(), row.last()) else {
+                        continue;
+                    };
+                    (first, last) = (first.min(lo), last.max(hi));
+                    if own.contains(&u64::from(lo)) && own.contains(&u64::from(hi)) {
+                        continue;
+                    }
+                    let below = row.partition_point(|&c| u64::from(c) < own.start);
+                    let above = below + row[below..].partition_point(|&c| u64::from(c) < own.end);
+                    halo.extend_from_slice(&row[..below]);
+                    halo.extend_from_slice(&row[above..]);
+                }
+                (first, last, halo)
+            })
+            .collect();
+        let first = pieces.iter().map(|p| p.0).min().filter(|&f| f != u32::MAX);
+        let last = first.and(pieces.iter().map(|p| p.1).max());
+        let halo: Vec<&[u32]> = pieces.iter().map(|p| p.2.as_slice()).collect();
+        Reach {
+            first,
+            last,
+            halo: ColumnSet::new(&halo, nrows_b),
+        }
+    }
+}
+
 /// The distinct column indices of a block of A, and each one's place among them.
 ///
 /// A bit set over B's rows with a count of the set bits before each 64-bit word, which finds a
@@ -401,11 +449,12 @@ enum ColumnSet {
 }
 
 impl ColumnSet {
-    /// The set of `cols`, each below `nrows_b`.
-    fn new(cols: &[u32], nrows_b: u64) -> Self {
+    /// The set of the indices in `pieces`, each below `nrows_b`.
+    fn new(pieces: &[&[u32]], nrows_b: u64) -> Self {
         let words = nrows_b.div_ceil(64);
-        if words > cols.len() as u64 + 1024 {
-            let mut sorted = cols.to_vec();
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        if words > len as u64 + 1024 {
+            let mut sorted = pieces.concat();
             sorted.par_sort_unstable();
             sorted.dedup();
             return ColumnSet::Sorted(sorted);
@@ -417,23 +466,26 @@ impl ColumnSet {
                 w.fetch_or(mask, Ordering::Relaxed);
             }
         };
-        cols.par_chunks(COLUMN_PIECE).for_each(|piece| {
-            // Neighbouring entries tend to share a word: one write per run of them.
-            let (mut word, mut mask) = (usize::MAX, 0u64);
-            for &c in piece {
-                let w = (c / 64) as usize;
-                if w != word {
-                    if mask != 0 {
-                        set(word, mask);
+        pieces
+            .par_iter()
+            .flat_map(|p| p.par_chunks(COLUMN_PIECE))
+            .for_each(|piece| {
+                // Neighbouring entries tend to share a word: one write per run of them.
+                let (mut word, mut mask) = (usize::MAX, 0u64);
+                for &c in piece {
+                    let w = (c / 64) as usize;
+                    if w != word {
+                        if mask != 0 {
+                            set(word, mask);
+                        }
+                        (word, mask) = (w, 0);
                     }
-                    (word, mask) = (w, 0);
+                    mask |= 1u64 << (c % 64);
                 }
-                mask |= 1u64 << (c % 64);
-            }
-            if mask != 0 {
-                set(word, mask);
-            }
-        });
+                if mask != 0 {
+                    set(word, mask);
+                }
+            });
         let bits: Vec<u64> = shared.into_iter().map(AtomicU64::into_inner).collect();
         let mut before = Vec::with_capacity(bits.len());
         let mut k = 0u64;
@@ -452,28 +504,6 @@ impl ColumnSet {
                 before.last().copied().unwrap_or(0)
                     + bits.last().map_or(0, |w| u64::from(w.count_ones()))
             }
-        }
-    }
-
-    /// The least index, if any.
-    fn first(&self) -> Option<u32> {
-        match self {
-            ColumnSet::Sorted(sorted) => sorted.first().copied(),
-            ColumnSet::Bits { bits, .. } => bits
-                .iter()
-                .position(|&w| w != 0)
-                .map(|w| (w as u64 * 64 + u64::from(bits[w].trailing_zeros())) as u32),
-        }
-    }
-
-    /// The greatest index, if any.
-    fn last(&self) -> Option<u32> {
-        match self {
-            ColumnSet::Sorted(sorted) => sorted.last().copied(),
-            ColumnSet::Bits { bits, .. } => bits
-                .iter()
-                .rposition(|&w| w != 0)
-                .map(|w| (w as u64 * 64 + 63 - u64::from(bits[w].leading_zeros())) as u32),
         }
     }
 
@@ -538,27 +568,68 @@ mod tests {
     #[test]
     fn both_column_sets_agree() {
         let cols = [7u32, 3, 200, 3, 64, 63, 0, 200, 129];
-        let bits = ColumnSet::new(&cols, 300);
-        let sorted = ColumnSet::new(&cols, 1 << 20);
+        // The same indices in one piece and in three.
+        let pieces: [&[u32]; 3] = [&cols[..2], &[], &cols[2..]];
+        let bits = ColumnSet::new(&[&cols], 300);
+        let bits_in_pieces = ColumnSet::new(&pieces, 300);
+        let sorted = ColumnSet::new(&pieces, 1 << 20);
         assert!(matches!(bits, ColumnSet::Bits { .. }));
+        assert!(matches!(bits_in_pieces, ColumnSet::Bits { .. }));
         assert!(matches!(sorted, ColumnSet::Sorted(_)));
-        for set in [bits, sorted] {
+        for set in [bits, bits_in_pieces, sorted] {
             assert_eq!(set.ids_in(0..u64::MAX), vec![0, 3, 7, 63, 64, 129, 200]);
             assert_eq!(set.ids_in(3..129), vec![3, 7, 63, 64]);
             assert_eq!(set.ids_in(64..65), vec![64]);
             assert_eq!(set.ids_in(130..200), Vec::<u32>::new());
             assert_eq!(set.ids_in(8..8), Vec::<u32>::new());
-            assert_eq!(
-                (set.count(), set.first(), set.last()),
-                (7, Some(0), Some(200))
-            );
+            assert_eq!(set.count(), 7);
             assert_eq!(set.renumber(&cols), vec![2, 1, 6, 1, 4, 3, 0, 6, 5]);
         }
         let empty = ColumnSet::new(&[], 300);
-        assert_eq!(
-            (empty.count(), empty.first(), empty.last()),
-            (0, None, None)
-        );
+        assert_eq!(empty.count(), 0);
         assert_eq!(empty.ids_in(0..300), Vec::<u32>::new());
+    }
+
+    /// The reach of a block against a brute-force scan of its entries: rows inside the own
+    /// range, rows reaching out below, above and on both sides, empty rows, and more rows than
+    /// one piece.
+    #[test]
+    fn reach_is_every_column_outside_the_own_rows() {
+        let ncols = 1000u32;
+        let nrows = 3 * REACH_ROWS + 5;
+        let (mut offsets, mut cols) = (vec![0u64], Vec::new());
+        for i in 0..nrows as u32 {
+            // Every eleventh row empty.
+            if i % 11 != 0 {
+                let centre = (i * 7) % ncols;
+                for d in [0u32, 1, 5, 40, 300] {
+                    cols.push((centre + d) % ncols);
+                    cols.push((centre + ncols - d) % ncols);
+                }
+            }
+            offsets.push(cols.len() as u64);
+        }
+        let values = vec![1.0f64; cols.len()];
+        let a = Csr::try_from_unsorted(nrows, ncols as usize, offsets, cols, values).unwrap();
+        for own in [400..600u64, 0..1000, 0..0, 999..1000, 0..10] {
+            let reach = Reach::new(&a, own.clone(), u64::from(ncols));
+            let all = a.col_indices();
+            assert_eq!(reach.first, all.iter().copied().min(), "{own:?}");
+            assert_eq!(reach.last, all.iter().copied().max(), "{own:?}");
+            let mut outside: Vec<u32> = all
+                .iter()
+                .copied()
+                .filter(|&c| !own.contains(&u64::from(c)))
+                .collect();
+            outside.sort_unstable();
+            outside.dedup();
+            assert_eq!(reach.halo.ids_in(0..u64::MAX), outside, "{own:?}");
+        }
+        let empty = Csr::<f64>::zeros(4, 10).unwrap();
+        let reach = Reach::new(&empty, 2..5, 10);
+        assert_eq!(
+            (reach.first, reach.last, reach.halo.count()),
+            (None, None, 0)
+        );
     }
 }

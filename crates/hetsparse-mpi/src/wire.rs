@@ -21,8 +21,14 @@ mod sealed {
 pub trait MpiScalar: ContextScalar + sealed::Sealed {
     /// Bytes of one value on the wire.
     const BYTES: usize;
+    /// Writes the value's bytes into exactly `BYTES` bytes.
+    fn write(self, out: &mut [u8]);
     /// Appends the value's bytes.
-    fn put(self, out: &mut Vec<u8>);
+    fn put(self, out: &mut Vec<u8>) {
+        let at = out.len();
+        out.resize(at + Self::BYTES, 0);
+        self.write(&mut out[at..]);
+    }
     /// Reads a value from exactly `BYTES` bytes.
     fn get(bytes: &[u8]) -> Self;
 }
@@ -32,8 +38,8 @@ macro_rules! wire_real {
         impl sealed::Sealed for $t {}
         impl MpiScalar for $t {
             const BYTES: usize = $n;
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
+            fn write(self, out: &mut [u8]) {
+                out[..$n].copy_from_slice(&self.to_le_bytes());
             }
             fn get(bytes: &[u8]) -> Self {
                 let mut b = [0u8; $n];
@@ -53,9 +59,9 @@ macro_rules! wire_complex {
         impl sealed::Sealed for Complex<$t> {}
         impl MpiScalar for Complex<$t> {
             const BYTES: usize = 2 * $n;
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.re.to_le_bytes());
-                out.extend_from_slice(&self.im.to_le_bytes());
+            fn write(self, out: &mut [u8]) {
+                out[..$n].copy_from_slice(&self.re.to_le_bytes());
+                out[$n..2 * $n].copy_from_slice(&self.im.to_le_bytes());
             }
             fn get(bytes: &[u8]) -> Self {
                 Complex::new(
@@ -78,31 +84,69 @@ pub(crate) fn rows_bytes<T: MpiScalar>(rows: u64, entries: u64) -> u64 {
 const ROWS_PIECE: usize = 512;
 
 /// Packs the rows `rows` (local row numbers) of `m`: each row's length (u64), then every column
-/// index (u32), then every value. Column indices and values are packed in parallel, in pieces
-/// of rows (on the current rayon pool).
+/// index (u32), then every value. The message is sized exactly up front and written in place,
+/// pieces of rows in parallel (on the current rayon pool), each into its own part of the three
+/// sections.
 pub(crate) fn pack_rows<T: MpiScalar>(
     m: &Csr<T>,
     rows: impl Iterator<Item = usize> + Clone,
 ) -> Vec<u8> {
     let offsets = m.row_offsets();
     let rows: Vec<usize> = rows.collect();
-    let entries: u64 = rows.iter().map(|&r| offsets[r + 1] - offsets[r]).sum();
-    let mut out = Vec::with_capacity(rows_bytes::<T>(rows.len() as u64, entries) as usize);
-    for &r in &rows {
-        out.extend_from_slice(&(offsets[r + 1] - offsets[r]).to_le_bytes());
+    let length = |r: usize| (offsets[r + 1] - offsets[r]) as usize;
+    let pieces: Vec<&[usize]> = rows.chunks(ROWS_PIECE).collect();
+    // Entries before each piece.
+    let piece_entries: Vec<usize> = pieces
+        .par_iter()
+        .map(|piece| piece.iter().map(|&r| length(r)).sum())
+        .collect();
+    let mut before = Vec::with_capacity(pieces.len() + 1);
+    before.push(0usize);
+    for n in &piece_entries {
+        before.push(before[before.len() - 1] + n);
     }
-    out.par_extend(rows.par_chunks(ROWS_PIECE).flat_map_iter(|piece| {
-        let cols = piece.iter().flat_map(|&r| m.row(r).0);
-        cols.flat_map(|c| c.to_le_bytes()).collect::<Vec<u8>>()
-    }));
-    out.par_extend(rows.par_chunks(ROWS_PIECE).flat_map_iter(|piece| {
-        let mut bytes = Vec::new();
-        for &v in piece.iter().flat_map(|&r| m.row(r).1) {
-            v.put(&mut bytes);
-        }
-        bytes
-    }));
+    let entries = before[pieces.len()];
+    let head = 8 * rows.len();
+    // Zeroed by the allocator (fresh pages), written once below.
+    let mut out = vec![0u8; rows_bytes::<T>(rows.len() as u64, entries as u64) as usize];
+    let (lengths, rest) = out.split_at_mut(head);
+    let (cols, values) = rest.split_at_mut(4 * entries);
+    let col_parts = split_by(cols, &before, 4);
+    let value_parts = split_by(values, &before, T::BYTES);
+    lengths
+        .par_chunks_mut(8 * ROWS_PIECE)
+        .zip(col_parts)
+        .zip(value_parts)
+        .zip(pieces.par_iter())
+        .for_each(|(((lengths, cols), values), piece)| {
+            let (mut c, mut v) = (0usize, 0usize);
+            for (out, &r) in lengths.chunks_exact_mut(8).zip(piece.iter()) {
+                out.copy_from_slice(&(length(r) as u64).to_le_bytes());
+                let (row_cols, row_values) = m.row(r);
+                let c_end = c + 4 * row_cols.len();
+                for (out, col) in cols[c..c_end].chunks_exact_mut(4).zip(row_cols) {
+                    out.copy_from_slice(&col.to_le_bytes());
+                }
+                let v_end = v + T::BYTES * row_values.len();
+                for (out, &value) in values[v..v_end].chunks_exact_mut(T::BYTES).zip(row_values) {
+                    value.write(out);
+                }
+                (c, v) = (c_end, v_end);
+            }
+        });
     out
+}
+
+/// `bytes` cut after `width · before[k]` bytes for every `k`: one part per piece of rows, whose
+/// entries start at `before[k]` (`before` ascends from 0 to the section's entries).
+fn split_by<'a>(mut bytes: &'a mut [u8], before: &[usize], width: usize) -> Vec<&'a mut [u8]> {
+    let mut parts = Vec::with_capacity(before.len().saturating_sub(1));
+    for pair in before.windows(2) {
+        let (part, rest) = std::mem::take(&mut bytes).split_at_mut(width * (pair[1] - pair[0]));
+        parts.push(part);
+        bytes = rest;
+    }
+    parts
 }
 
 /// Rows read from a message of [`pack_rows`], appended to CSR arrays.

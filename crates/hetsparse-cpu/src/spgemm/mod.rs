@@ -57,6 +57,8 @@ pub(crate) struct Operands<'a, T> {
     reach: Option<Reach>,
     /// Entries of B's longest row (in all of B, not only the window).
     longest_b_row: usize,
+    /// B's rows that hold entries (in all of B).
+    nonempty_b_rows: usize,
     /// Rows of B on either side of a row's diagonal that stay in cache while rows of A near
     /// the diagonal are computed in turn (see [`Operands::near_diagonal`]).
     near_rows: i64,
@@ -95,12 +97,17 @@ pub(crate) struct ShapeOfB {
     reach: Option<Reach>,
     /// Entries of B's longest row.
     longest_row: usize,
+    /// Rows of B that hold entries: those a row of A can take products from. A product's
+    /// local B may be mostly empty rows (a distributed product's window of B's rows), which
+    /// no entry of A names.
+    nonempty_rows: usize,
 }
 
-/// B's rows count as even when the longest holds at most this many times the mean (or, for
-/// B with fewer entries than rows, this many entries): a row of A then carries at most this
-/// many times its share of products for its entries, so ranges cut by A's entries hold about
-/// equal work, and an upper bound of C follows from A's row offsets alone.
+/// B's rows count as even when the longest holds at most this many times the mean of the rows
+/// that hold entries (empty rows are named by no entry of A where B is a window of a larger
+/// matrix's rows, and cost an entry that names one nothing): a row of A then carries at most
+/// this many times its share of products for its entries, so ranges cut by A's entries hold
+/// about equal work, and an upper bound of C follows from A's row offsets alone.
 const EVEN_B_ROWS: u64 = 4;
 
 /// Bounds on `j - k` over the entries `(k, j)` of B: row `i` of C then lies within columns
@@ -120,33 +127,35 @@ pub(crate) fn shape_of_b<T: Scalar>(b: &Csr<T>) -> ShapeOfB {
     /// Rows per task: the loop over them is a few instructions a row.
     const ROWS_PER_TASK: usize = 1 << 16;
     let (offsets, cols) = (b.row_offsets(), b.col_indices());
-    // Over every row at once: (least first - k, greatest last - k, longest row), with
-    // i64::MAX / i64::MIN where no row has entries.
+    // Over every row at once: (least first - k, greatest last - k, longest row, rows with
+    // entries), with i64::MAX / i64::MIN where no row has entries.
     let rows = |start: usize| {
         let end = (start + ROWS_PER_TASK).min(b.nrows());
-        let (mut below, mut above, mut longest) = (i64::MAX, i64::MIN, 0u64);
+        let (mut below, mut above, mut longest, mut nonempty) = (i64::MAX, i64::MIN, 0u64, 0);
         for k in start..end {
             let (s, e) = (offsets[k], offsets[k + 1]);
             longest = longest.max(e - s);
             if s < e {
                 below = below.min(i64::from(cols[s as usize]) - k as i64);
                 above = above.max(i64::from(cols[e as usize - 1]) - k as i64);
+                nonempty += 1;
             }
         }
-        (below, above, longest)
+        (below, above, longest, nonempty)
     };
-    let (below, above, longest) = (0..b.nrows())
+    let (below, above, longest, nonempty) = (0..b.nrows())
         .into_par_iter()
         .step_by(ROWS_PER_TASK)
         .map(rows)
         .reduce(
-            || (i64::MAX, i64::MIN, 0),
-            |x, y| (x.0.min(y.0), x.1.max(y.1), x.2.max(y.2)),
+            || (i64::MAX, i64::MIN, 0, 0),
+            |x, y| (x.0.min(y.0), x.1.max(y.1), x.2.max(y.2), x.3 + y.3),
         );
     ShapeOfB {
         reach: (below <= above).then_some(Reach { below, above }),
         // At most nnz(B), which is a usize.
         longest_row: longest as usize,
+        nonempty_rows: nonempty,
     }
 }
 
@@ -187,7 +196,8 @@ impl<'a, T: Scalar> Operands<'a, T> {
             whole_width: b.all_columns(),
             reach: b_shape.reach,
             longest_b_row: b_shape.longest_row,
-            near_rows: near_rows::<T>(b_matrix),
+            nonempty_b_rows: b_shape.nonempty_rows,
+            near_rows: near_rows::<T>(b_matrix, b_shape.nonempty_rows),
             prefetch: true,
             own_windows: false,
         }
@@ -253,7 +263,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
 
     /// Whether B's rows are of even length (see [`EVEN_B_ROWS`]).
     fn even_b_rows(&self) -> bool {
-        let (rows, nnz) = (self.b.nrows() as u128, self.b.nnz() as u128);
+        let (rows, nnz) = (self.nonempty_b_rows as u128, self.b.nnz() as u128);
         self.longest_b_row as u128 * rows <= u128::from(EVEN_B_ROWS) * nnz.max(rows)
     }
 
@@ -434,10 +444,10 @@ impl<'a, T: Scalar> Operands<'a, T> {
 }
 
 /// Rows of B on either side of the diagonal that [`NEAR_DIAGONAL_BYTES`] hold, from B's mean
-/// row (its entries and its offset).
-fn near_rows<T: Scalar>(b: &Csr<T>) -> i64 {
+/// row that holds entries (`nonempty` of them; its entries and its offset).
+fn near_rows<T: Scalar>(b: &Csr<T>, nonempty: usize) -> i64 {
     let entry = (std::mem::size_of::<u32>() + std::mem::size_of::<T>()) as u64;
-    let row_bytes = b.nnz().saturating_mul(entry) / (b.nrows() as u64).max(1) + 8;
+    let row_bytes = b.nnz().saturating_mul(entry) / (nonempty as u64).max(1) + 8;
     (NEAR_DIAGONAL_BYTES / 2 / row_bytes) as i64
 }
 
