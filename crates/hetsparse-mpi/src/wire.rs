@@ -2,7 +2,7 @@
 //! bounded size, and counted.
 
 use half::{bf16, f16};
-use hetsparse::{ContextScalar, Csr};
+use hetsparse::{host, ContextScalar, Csr};
 use mpi::traits::*;
 use num_complex::Complex;
 use rayon::prelude::*;
@@ -87,10 +87,7 @@ const ROWS_PIECE: usize = 512;
 /// index (u32), then every value. The message is sized exactly up front and written in place,
 /// pieces of rows in parallel (on the current rayon pool), each into its own part of the three
 /// sections.
-pub(crate) fn pack_rows<T: MpiScalar>(
-    m: &Csr<T>,
-    rows: impl Iterator<Item = usize> + Clone,
-) -> Vec<u8> {
+pub(crate) fn pack_rows<T: MpiScalar>(m: &Csr<T>, rows: impl Iterator<Item = usize>) -> Vec<u8> {
     let offsets = m.row_offsets();
     let rows: Vec<usize> = rows.collect();
     let length = |r: usize| (offsets[r + 1] - offsets[r]) as usize;
@@ -111,8 +108,14 @@ pub(crate) fn pack_rows<T: MpiScalar>(
     let mut out = vec![0u8; rows_bytes::<T>(rows.len() as u64, entries as u64) as usize];
     let (lengths, rest) = out.split_at_mut(head);
     let (cols, values) = rest.split_at_mut(4 * entries);
-    let col_parts = split_by(cols, &before, 4);
-    let value_parts = split_by(values, &before, T::BYTES);
+    let bytes_of = |width: usize| -> Vec<std::ops::Range<usize>> {
+        before
+            .windows(2)
+            .map(|p| width * p[0]..width * p[1])
+            .collect()
+    };
+    let col_parts = host::split_mut(cols, &bytes_of(4));
+    let value_parts = host::split_mut(values, &bytes_of(T::BYTES));
     lengths
         .par_chunks_mut(8 * ROWS_PIECE)
         .zip(col_parts)
@@ -135,18 +138,6 @@ pub(crate) fn pack_rows<T: MpiScalar>(
             }
         });
     out
-}
-
-/// `bytes` cut after `width · before[k]` bytes for every `k`: one part per piece of rows, whose
-/// entries start at `before[k]` (`before` ascends from 0 to the section's entries).
-fn split_by<'a>(mut bytes: &'a mut [u8], before: &[usize], width: usize) -> Vec<&'a mut [u8]> {
-    let mut parts = Vec::with_capacity(before.len().saturating_sub(1));
-    for pair in before.windows(2) {
-        let (part, rest) = std::mem::take(&mut bytes).split_at_mut(width * (pair[1] - pair[0]));
-        parts.push(part);
-        bytes = rest;
-    }
-    parts
 }
 
 /// Rows read from a message of [`pack_rows`], appended to CSR arrays.
