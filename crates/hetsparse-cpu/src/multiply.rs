@@ -44,10 +44,9 @@ pub(crate) fn spmm<T: Scalar, S: Semiring<T>>(
 /// calling thread: waking the pool's threads would cost more than the work.
 const SERIAL_WORK: u64 = 1 << 15;
 
-/// Whether `A · B` for B of `n` columns is small enough to run serially on the calling thread
-/// (never for CSC and COO, whose kernel always runs in the pool).
-pub(crate) fn runs_serially<T: Scalar>(a: &SparseRef<'_, T>, n: usize) -> bool {
-    let stored = match a {
+/// Entries of A a row-wise kernel reads (a DIA's or BSR's stored slots), `None` for CSC and COO.
+fn stored_entries<T: Scalar>(a: &SparseRef<'_, T>) -> Option<u64> {
+    Some(match a {
         SparseRef::Csr(m) => m.nnz(),
         SparseRef::Dia(m) => (m.ndiags() as u64).saturating_mul(m.nrows() as u64),
         SparseRef::Ellr(m) => m.nnz(),
@@ -56,7 +55,15 @@ pub(crate) fn runs_serially<T: Scalar>(a: &SparseRef<'_, T>, n: usize) -> bool {
             let (r, c) = m.block_shape();
             m.nnz_blocks().saturating_mul((r * c) as u64)
         }
-        SparseRef::Coo(_) | SparseRef::Csc(_) => return false,
+        SparseRef::Coo(_) | SparseRef::Csc(_) => return None,
+    })
+}
+
+/// Whether `A · B` for B of `n` columns is small enough to run serially on the calling thread
+/// (never for CSC and COO, whose kernel always runs in the pool).
+pub(crate) fn runs_serially<T: Scalar>(a: &SparseRef<'_, T>, n: usize) -> bool {
+    let Some(stored) = stored_entries(a) else {
+        return false;
     };
     let n = n as u64;
     stored.saturating_mul(n) < SERIAL_WORK && (a.shape().0 as u64).saturating_mul(n) < SERIAL_WORK
@@ -78,6 +85,7 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
     })?;
     let what = "SpMM/SpMV result";
     let serial = runs_serially(&a, n);
+    let stored = stored_entries(&a).unwrap_or(0);
     let dense = DenseOperand {
         data: b,
         rows: a.shape().1,
@@ -86,13 +94,24 @@ fn times_dense<T: Scalar, S: Semiring<T>>(
     };
     Ok(match a {
         SparseRef::Csr(m) if n == 1 => csr_spmv::<T, S>(m, b, serial)?,
-        SparseRef::Csr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
-        SparseRef::Dia(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
-        SparseRef::Ellr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
-        SparseRef::Bsr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
-        SparseRef::Cspr(m) => rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, serial),
+        SparseRef::Csr(m) => {
+            rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, stored, serial)
+        }
+        SparseRef::Dia(m) => {
+            rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, stored, serial)
+        }
+        SparseRef::Ellr(m) => {
+            rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, stored, serial)
+        }
+        SparseRef::Bsr(m) => {
+            rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, stored, serial)
+        }
+        SparseRef::Cspr(m) => {
+            rows_times_dense::<T, S, _>(m, &dense, reserved(len, what)?, stored, serial)
+        }
         SparseRef::Coo(m) if rows_in_order(m) => {
-            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, reserved(len, what)?, false)
+            let stored = m.nnz();
+            rows_times_dense::<T, S, _>(&OrderedCoo(m), &dense, reserved(len, what)?, stored, false)
         }
         SparseRef::Coo(m) => {
             scatter_times_dense::<T, S, _>(m, &dense, filled(len, T::zero(), what)?)
@@ -178,10 +197,22 @@ trait RowSource<T>: Sync {
 /// Columns of C one CSR row keeps in registers at a time (four 256-bit registers of f64).
 const TILE: usize = 16;
 
-/// Rows per block: enough to amortise a rayon task, few enough that the block's accumulator
-/// (`rows × n` values) stays in L1/L2.
-fn block_rows(n: usize) -> usize {
-    (8192 / n.max(1)).clamp(16, 1024)
+/// Multiply-adds below which a block of rows is not worth a task of its own.
+const MIN_BLOCK_WORK: u64 = 1 << 14;
+
+/// Rows per block of a product with `m` rows, `stored` entries and `n` dense columns over
+/// `threads` threads: few enough that the block's accumulator (`rows × n` values) stays in
+/// L1/L2, and that every thread gets several blocks (a product of few long rows, such as a
+/// dense 512 × 512 times 8 columns, was a single block on one thread), but not so few that a
+/// block's work does not pay for its task.
+fn block_rows(m: usize, stored: u64, n: usize, threads: usize) -> usize {
+    let in_cache = (8192 / n.max(1)).clamp(16, 1024);
+    let per_row = (stored.saturating_mul(n as u64) / (m as u64).max(1)).max(1);
+    let worth_a_task = usize::try_from(MIN_BLOCK_WORK.div_ceil(per_row))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let spread = m.div_ceil(4 * threads.max(1)).max(1);
+    in_cache.min(spread.max(worth_a_task))
 }
 
 /// A raw pointer to the result that tasks write disjoint parts of.
@@ -199,6 +230,7 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     a: &R,
     b: &DenseOperand<'_, T>,
     mut c: Vec<T>,
+    stored: u64,
     serial: bool,
 ) -> Vec<T> {
     let (m, n) = (a.nrows(), b.n);
@@ -209,7 +241,12 @@ fn rows_times_dense<T: Scalar, S: Semiring<T>, R: RowSource<T>>(
     if n == 0 || m == 0 {
         return c;
     }
-    let block = block_rows(n);
+    let threads = if serial {
+        1
+    } else {
+        rayon::current_num_threads()
+    };
+    let block = block_rows(m, stored, n, threads);
     let out = SharedOut(c.as_mut_ptr());
     let out = &out;
     let wide = wide_vectors();
@@ -362,6 +399,50 @@ fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
     c
 }
 
+/// Columns `j0..j0 + W` of one row of C (the row's entries `cols`, `vals` times a row-major B
+/// of `n` columns), summed in `W` registers over the row's entries and written to `c_row`
+/// once. Where a row has more than one entry, two sets of sums take alternate entries, so
+/// that each entry's multiply-adds do not wait for the previous entry's.
+///
+/// # Safety
+/// `c_row` has room for `j0 + W` values, written by no one else meanwhile.
+#[inline(always)]
+unsafe fn row_tile<T: Scalar, S: Semiring<T>, const W: usize>(
+    cols: &[u32],
+    vals: &[T],
+    b: &[T],
+    n: usize,
+    j0: usize,
+    c_row: *mut T,
+) {
+    let mut even = [S::zero(); W];
+    let mut odd = [S::zero(); W];
+    let tile = |k: u32| -> &[T] {
+        let at = k as usize * n + j0;
+        &b[at..at + W]
+    };
+    let (pairs, last) = (cols.chunks_exact(2), vals.chunks_exact(2));
+    let (col_left, val_left) = (pairs.remainder(), last.remainder());
+    for (k, v) in pairs.zip(last) {
+        let (b0, b1) = (tile(k[0]), tile(k[1]));
+        for t in 0..W {
+            even[t] = S::fma(even[t], v[0], b0[t]);
+            odd[t] = S::fma(odd[t], v[1], b1[t]);
+        }
+    }
+    if let (Some(&k), Some(&v)) = (col_left.first(), val_left.first()) {
+        let b0 = tile(k);
+        for t in 0..W {
+            even[t] = S::fma(even[t], v, b0[t]);
+        }
+    }
+    for t in 0..W {
+        c_row
+            .add(j0 + t)
+            .write(T::from_acc(S::add(even[t], odd[t])));
+    }
+}
+
 impl<T: Scalar> RowSource<T> for Csr<T> {
     fn nrows(&self) -> usize {
         Csr::nrows(self)
@@ -371,7 +452,8 @@ impl<T: Scalar> RowSource<T> for Csr<T> {
     /// (adding every product into memory would load and store the row once per entry) and
     /// stored straight into C, once: staging the block in `acc` as the other formats do cost
     /// a zeroing pass, a store, a load and a copy of every value of C (banded class SpMM 1.5×
-    /// faster without). The tail columns, fewer than a tile, are summed in `acc`.
+    /// faster without). Where fewer than a tile are left, one tile of 8 and one of 4 columns,
+    /// then the last few summed in `acc`.
     #[inline(always)]
     unsafe fn rows_into_row_major<S: Semiring<T>>(
         &self,
@@ -383,34 +465,38 @@ impl<T: Scalar> RowSource<T> for Csr<T> {
     ) {
         let (all_cols, all_vals) = (self.col_indices(), self.values());
         let offsets = &self.row_offsets()[rows.start..=rows.end];
-        let tiles = n / TILE * TILE;
         for (r, ends) in offsets.windows(2).enumerate() {
             let (s, e) = (ends[0] as usize, ends[1] as usize);
             let (cols, vals) = (&all_cols[s..e], &all_vals[s..e]);
             let c_row = dst.add(r * n);
-            for j0 in (0..tiles).step_by(TILE) {
-                let mut sums = [S::zero(); TILE];
-                for (&k, &av) in cols.iter().zip(vals) {
-                    let b_tile = &b[k as usize * n + j0..k as usize * n + j0 + TILE];
-                    for (sum, &bv) in sums.iter_mut().zip(b_tile) {
-                        *sum = S::fma(*sum, av, bv);
-                    }
-                }
-                for (t, sum) in sums.into_iter().enumerate() {
-                    c_row.add(j0 + t).write(T::from_acc(sum));
-                }
+            // Tiles of 16 columns, then one of 8 and one of 4 where as many are left (SpMM's
+            // usual 4, 8 and 32 columns all in registers; 8 columns used to go through `acc`
+            // a product at a time, several times slower), then the last few in `acc`. SAFETY
+            // of each tile: `j0 + W <= n`, inside this row of C, which `dst` has room for.
+            let mut j0 = 0;
+            while j0 + TILE <= n {
+                row_tile::<T, S, TILE>(cols, vals, b, n, j0, c_row);
+                j0 += TILE;
             }
-            if tiles < n {
-                let tail = &mut acc[..n - tiles];
+            if j0 + 8 <= n {
+                row_tile::<T, S, 8>(cols, vals, b, n, j0, c_row);
+                j0 += 8;
+            }
+            if j0 + 4 <= n {
+                row_tile::<T, S, 4>(cols, vals, b, n, j0, c_row);
+                j0 += 4;
+            }
+            if j0 < n {
+                let tail = &mut acc[..n - j0];
                 tail.fill(S::zero());
                 for (&k, &av) in cols.iter().zip(vals) {
-                    let b_tail = &b[k as usize * n + tiles..(k as usize + 1) * n];
+                    let b_tail = &b[k as usize * n + j0..(k as usize + 1) * n];
                     for (dst, &bv) in tail.iter_mut().zip(b_tail) {
                         *dst = S::fma(*dst, av, bv);
                     }
                 }
                 for (t, &v) in tail.iter().enumerate() {
-                    c_row.add(tiles + t).write(T::from_acc(v));
+                    c_row.add(j0 + t).write(T::from_acc(v));
                 }
             }
         }
@@ -642,7 +728,7 @@ mod tests {
     #[test]
     fn csr_row_major_tiles_and_tails_match_the_reference() {
         let a = generate::uniform::<f64>(700, 300, 9, 7);
-        for n in [2, 5, 16, 20, 33] {
+        for n in [2, 4, 5, 8, 12, 16, 20, 29, 33] {
             let b = Dense::from_fn(300, n, Layout::RowMajor, |i, j| {
                 1.0 + ((i * 7 + j * 3) % 13) as f64 * 0.125
             })
@@ -659,6 +745,7 @@ mod tests {
                     &a,
                     &dense,
                     reserved(700 * n, "test").unwrap(),
+                    a.nnz(),
                     serial,
                 );
                 for (k, (g, w)) in c.iter().zip(want.data()).enumerate() {
@@ -669,5 +756,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn blocks_give_every_thread_work_and_each_block_enough() {
+        // Few long rows (a dense 512 × 512 times 8 columns on 16 threads): several blocks a
+        // thread, not one block for the whole product.
+        let dense = block_rows(512, 512 * 512, 8, 16);
+        assert!(512usize.div_ceil(dense) >= 4 * 16, "{dense} rows a block");
+        // Many short rows: the cache bound (the accumulator of 1024 rows × 8 columns).
+        assert_eq!(block_rows(1 << 20, 3 << 20, 8, 16), 1024);
+        // Little work a row: blocks of at least MIN_BLOCK_WORK multiply-adds.
+        let short = block_rows(2000, 6000, 8, 16);
+        assert!(
+            short as u64 * 3 * 8 >= MIN_BLOCK_WORK,
+            "{short} rows a block"
+        );
+        // Never empty, whatever the counts.
+        assert!(block_rows(1, 0, 1, 0) >= 1);
+        assert!(block_rows(5, u64::MAX, usize::MAX, 1) >= 1);
     }
 }
