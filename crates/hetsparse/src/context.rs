@@ -151,6 +151,10 @@ pub struct Context<T: ContextScalar> {
     decided: Mutex<BTreeMap<OpKind, u64>>,
     /// What this context's runs taught of each (backend, operation): the model's correction.
     learned: Mutex<BTreeMap<(usize, OpKind), Measured>>,
+    /// The calls weighed last ([`WEIGHED_KEPT`] of them, the latest last): a call on the same
+    /// operands again (an iterative solver's SpMV, an AMG setup's products redone with new
+    /// values) reuses its [`Workload`] instead of sampling the operands once more.
+    weighed: Mutex<Vec<(Operands, Workload)>>,
     /// The CUDA backends readying themselves in the background: held while a routed call
     /// runs, so that their page-locking does not stall a host call's page faults.
     #[cfg(feature = "cuda")]
@@ -465,6 +469,7 @@ impl<T: ContextScalar> Context<T> {
             warmed: Mutex::new(Vec::new()),
             decided: Mutex::new(BTreeMap::new()),
             learned: Mutex::new(BTreeMap::new()),
+            weighed: Mutex::new(Vec::new()),
             #[cfg(feature = "cuda")]
             warming: Vec::new(),
         })
@@ -539,7 +544,7 @@ impl<T: ContextScalar> Context<T> {
             return self.backend().spgemm_with(a, b, options, run);
         };
         self.route(
-            OpKind::Spgemm,
+            Operands::of(OpKind::Spgemm, ha, Footprint::of(hb)),
             || Workload::spgemm(ha, hb),
             run,
             |backend| backend.spgemm_with(a, b, options, run),
@@ -675,7 +680,7 @@ impl<T: ContextScalar> Context<T> {
             return self.backend().spmm_with(a, b, options, run);
         };
         self.route(
-            OpKind::Spmm,
+            Operands::of(OpKind::Spmm, csr, Footprint::columns(dense.ncols())),
             || Ok(Workload::spmm(csr, dense.ncols())),
             run,
             |backend| backend.spmm_with(a, b, options, run),
@@ -706,7 +711,7 @@ impl<T: ContextScalar> Context<T> {
             return self.backend().spmv_with(a, x, options, run);
         };
         self.route(
-            OpKind::Spmv,
+            Operands::of(OpKind::Spmv, csr, Footprint::columns(1)),
             || Ok(Workload::spmv(csr)),
             run,
             |backend| backend.spmv_with(a, x, options, run),
@@ -717,20 +722,37 @@ impl<T: ContextScalar> Context<T> {
     /// device chosen, timed and learned from, or on the scheduler.
     fn route<R>(
         &self,
-        op: OpKind,
+        operands: Operands,
         workload: impl FnOnce() -> Result<Workload>,
         run: &RunControl,
         call: impl Fn(&dyn Backend<T>) -> Result<R>,
     ) -> Result<R> {
+        let op = operands.op;
         let scheduler = match &self.engine {
             Engine::Single(b) => return call(b.as_ref()),
             Engine::Scheduled(s) if self.share_always => return call(s.as_ref()),
             Engine::Scheduled(s) => s,
         };
-        // Operands the model cannot weigh (shapes that do not chain) go to the scheduler,
-        // which says what is wrong.
-        let Ok(workload) = workload() else {
-            return call(scheduler.as_ref());
+        let known = lock(&self.weighed)
+            .iter()
+            .rev()
+            .find(|(o, _)| *o == operands)
+            .map(|(_, w)| w.clone());
+        let workload = match known {
+            Some(w) => w,
+            None => {
+                // Operands the model cannot weigh (shapes that do not chain) go to the
+                // scheduler, which says what is wrong.
+                let Ok(w) = workload() else {
+                    return call(scheduler.as_ref());
+                };
+                let mut weighed = lock(&self.weighed);
+                if weighed.len() >= WEIGHED_KEPT {
+                    weighed.remove(0);
+                }
+                weighed.push((operands, w.clone()));
+                w
+            }
         };
         let calibrated = self.calibrated(op);
         let learned: Vec<Option<Measured>> = {
@@ -898,6 +920,63 @@ impl<T: ContextScalar> Context<T> {
 
 /// A poisoned lock's data: a panic elsewhere leaves the calibration or the last choice
 /// usable (both are replaced whole).
+/// Calls whose [`Workload`] a context keeps for the next call on the same operands.
+const WEIGHED_KEPT: usize = 8;
+
+/// What a routed call's [`Workload`] depends on: the operation and the structure of its
+/// operands, each told by where its arrays lie, its shape and its entries. A matrix made anew
+/// at the same addresses with the same shape and entries but another pattern would be taken
+/// for the one weighed before: the device choice may then be off, never the result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Operands {
+    op: OpKind,
+    a: Footprint,
+    b: Footprint,
+}
+
+impl Operands {
+    fn of<T: Scalar>(op: OpKind, a: &Csr<T>, b: Footprint) -> Self {
+        Operands {
+            op,
+            a: Footprint::of(a),
+            b,
+        }
+    }
+}
+
+/// One operand of [`Operands`]: a sparse matrix's arrays, shape and entries, or a dense
+/// operand's columns (its values do not change the workload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Footprint {
+    offsets: usize,
+    cols: usize,
+    nrows: usize,
+    ncols: usize,
+    nnz: u64,
+}
+
+impl Footprint {
+    fn of<T: Scalar>(m: &Csr<T>) -> Self {
+        Footprint {
+            offsets: m.row_offsets().as_ptr() as usize,
+            cols: m.col_indices().as_ptr() as usize,
+            nrows: m.nrows(),
+            ncols: m.ncols(),
+            nnz: m.nnz(),
+        }
+    }
+
+    fn columns(ncols: usize) -> Self {
+        Footprint {
+            offsets: 0,
+            cols: 0,
+            nrows: 0,
+            ncols,
+            nnz: 0,
+        }
+    }
+}
+
 fn lock<V>(m: &Mutex<V>) -> MutexGuard<'_, V> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -1167,7 +1246,7 @@ fn same_card(unclaimed: &mut Vec<(String, String)>, opencl_name: &str) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hetsparse_core::{generate, ReferenceBackend};
+    use hetsparse_core::{generate, Layout, ReferenceBackend};
 
     #[test]
     fn each_cuda_card_claims_one_opencl_device_of_its_name() {
@@ -1220,6 +1299,63 @@ mod tests {
             .spgemm(&a, &a, SpgemmAlgorithm::Auto)
             .unwrap();
         assert_eq!(ctx.spgemm(&a, &a).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_call_on_the_same_operands_is_weighed_once() {
+        let backends: Vec<Arc<dyn Backend<f64>>> =
+            vec![Arc::new(ReferenceBackend), Arc::new(ReferenceBackend)];
+        let ctx = Context::from_backends(&["ref:0", "ref:1"], backends).unwrap();
+        let a: Csr<f64> = generate::uniform(300, 300, 6, 5);
+        let b: Csr<f64> = generate::uniform(300, 300, 6, 6);
+        let weighed = std::cell::Cell::new(0);
+        let spmv = |m: &Csr<f64>| {
+            ctx.route(
+                Operands::of(OpKind::Spmv, m, Footprint::columns(1)),
+                || {
+                    weighed.set(weighed.get() + 1);
+                    Ok(Workload::spmv(m))
+                },
+                &RunControl::unwatched(),
+                |backend| backend.spmv(m.into(), &[1.0; 300]),
+            )
+            .unwrap()
+        };
+        let y = spmv(&a);
+        assert_eq!(spmv(&a), y);
+        assert_eq!(weighed.get(), 1, "the same operands weighed again");
+        spmv(&b);
+        assert_eq!(weighed.get(), 2, "other operands not weighed");
+        // The same matrix in another shape of call is another workload.
+        let x = Dense::try_new(300, 4, Layout::RowMajor, vec![1.0; 1200]).unwrap();
+        let weighed_spmm = std::cell::Cell::new(0);
+        for _ in 0..2 {
+            ctx.route(
+                Operands::of(OpKind::Spmm, &a, Footprint::columns(4)),
+                || {
+                    weighed_spmm.set(weighed_spmm.get() + 1);
+                    Ok(Workload::spmm(&a, 4))
+                },
+                &RunControl::unwatched(),
+                |backend| backend.spmm((&a).into(), &x),
+            )
+            .unwrap();
+        }
+        assert_eq!(weighed_spmm.get(), 1);
+        // Only the latest WEIGHED_KEPT calls are kept.
+        let others: Vec<Csr<f64>> = (0..WEIGHED_KEPT as u64)
+            .map(|seed| generate::uniform(300, 300, 6, 100 + seed))
+            .collect();
+        for m in &others {
+            spmv(m);
+        }
+        let before = weighed.get();
+        spmv(&a);
+        assert_eq!(
+            weighed.get(),
+            before + 1,
+            "an evicted call not weighed again"
+        );
     }
 
     #[test]
