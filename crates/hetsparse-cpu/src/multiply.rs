@@ -401,8 +401,10 @@ fn scatter_times_dense<T: Scalar, S: Semiring<T>, E: EntrySource<T>>(
 
 /// Columns `j0..j0 + W` of one row of C (the row's entries `cols`, `vals` times a row-major B
 /// of `n` columns), summed in `W` registers over the row's entries and written to `c_row`
-/// once. Where a row has more than one entry, two sets of sums take alternate entries, so
-/// that each entry's multiply-adds do not wait for the previous entry's.
+/// once. A tile narrower than [`TILE`] holds too few independent sums to hide the
+/// multiply-add's latency: two sets of sums take alternate entries there, so that each entry's
+/// multiply-adds do not wait for the previous entry's (on a full tile the second set costs
+/// more than it hides, on rows of a few entries most).
 ///
 /// # Safety
 /// `c_row` has room for `j0 + W` values, written by no one else meanwhile.
@@ -421,6 +423,18 @@ unsafe fn row_tile<T: Scalar, S: Semiring<T>, const W: usize>(
         let at = k as usize * n + j0;
         &b[at..at + W]
     };
+    if W >= TILE {
+        for (&k, &v) in cols.iter().zip(vals) {
+            let b0 = tile(k);
+            for t in 0..W {
+                even[t] = S::fma(even[t], v, b0[t]);
+            }
+        }
+        for (t, &sum) in even.iter().enumerate() {
+            c_row.add(j0 + t).write(T::from_acc(sum));
+        }
+        return;
+    }
     let (pairs, last) = (cols.chunks_exact(2), vals.chunks_exact(2));
     let (col_left, val_left) = (pairs.remainder(), last.remainder());
     for (k, v) in pairs.zip(last) {
