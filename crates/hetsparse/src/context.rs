@@ -918,8 +918,6 @@ impl<T: ContextScalar> Context<T> {
     }
 }
 
-/// A poisoned lock's data: a panic elsewhere leaves the calibration or the last choice
-/// usable (both are replaced whole).
 /// Calls whose [`Workload`] a context keeps for the next call on the same operands.
 const WEIGHED_KEPT: usize = 8;
 
@@ -977,6 +975,8 @@ impl Footprint {
     }
 }
 
+/// A poisoned lock's data: a panic elsewhere leaves the calibration or the last choice
+/// usable (both are replaced whole).
 fn lock<V>(m: &Mutex<V>) -> MutexGuard<'_, V> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
