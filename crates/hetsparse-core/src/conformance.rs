@@ -35,7 +35,9 @@ use crate::backend::{
     VectorProductKind, VectorProductOptions,
 };
 use crate::error::Error;
-use crate::format::{Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef};
+use crate::format::{
+    Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, Ellr, Layout, SparseFormat, SparseRef, SplicedCsr,
+};
 use crate::generate::{self, MatrixClass, Rng};
 use crate::reference;
 use crate::scalar::{Accumulator, Scalar, ScalarType};
@@ -121,7 +123,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@$mode $s:
             capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
             spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
-            spgemm_rejects_bad_operands, unclaimed_spgemm_options_are_refused,
+            spgemm_rejects_bad_operands, spgemm_spliced, unclaimed_spgemm_options_are_refused,
             spgemm_semirings_and_masks, vector_products_semirings_and_masks,
             unclaimed_vector_products_are_refused,
             spmv_every_format,
@@ -1218,6 +1220,96 @@ fn run_property<V: Debug>(
     let result = runner().run(&strategy, |v| test(v).map_err(TestCaseError::fail));
     if let Err(e) = result {
         panic!("{what}: {e}");
+    }
+}
+
+/// The entries of `m` at `(i, j)` where `keep(i, j)`, the rest left out.
+fn entries_where<T: Scalar>(m: &Csr<T>, keep: impl Fn(usize, usize) -> bool) -> Csr<T> {
+    let mut c = Coo::new(m.nrows(), m.ncols()).expect("shape");
+    for i in 0..m.nrows() {
+        let (cols, vals) = m.row(i);
+        for (&j, &v) in cols.iter().zip(vals) {
+            if keep(i, j as usize) {
+                c.try_push(i, j as usize, v).expect("entry");
+            }
+        }
+    }
+    c.to_csr().expect("CSR")
+}
+
+/// Rows `rows` of `m` as a matrix of their own, those where `!keep(row)` empty.
+fn rows_of<T: Scalar>(m: &Csr<T>, rows: Range<usize>, keep: impl Fn(usize) -> bool) -> Csr<T> {
+    let mut c = Coo::new(rows.len(), m.ncols()).expect("shape");
+    for (r, i) in rows.enumerate() {
+        if keep(i) {
+            let (cols, vals) = m.row(i);
+            for (&j, &v) in cols.iter().zip(vals) {
+                c.try_push(r, j as usize, v).expect("entry");
+            }
+        }
+    }
+    c.to_csr().expect("CSR")
+}
+
+/// A product whose B is spliced from two row blocks read in place ([`SplicedCsr`], as a
+/// distributed rank holds B) equals the product by the one matrix it stands for: blocks at
+/// the start, middle and end of B's rows, an empty block and an empty base, rows covered by
+/// neither, A's columns starting past 0; a shape that does not chain is an error.
+pub fn spgemm_spliced<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    if spgemm_algorithms(b).is_empty() {
+        return;
+    }
+    let options = SpgemmOptions::new();
+    let run = RunControl::unwatched();
+    for class in [
+        MatrixClass::Stencil3d,
+        MatrixClass::PowerLaw,
+        MatrixClass::Road,
+        MatrixClass::LpRectangular,
+    ] {
+        let (x, y) = class_operands::<T>(class);
+        let n = y.nrows();
+        // (block's rows, base's rows); the base is empty under the block.
+        let splits = [
+            (0..n / 3, 0..n),
+            (n / 3..2 * n / 3, 0..n),
+            (2 * n / 3..n, n / 4..n),
+            (0..n, 0..0),
+            (n / 2..n / 2, 0..n),
+            (n / 5..n / 2, n / 3..n),
+        ];
+        for (split, (block_rows, base_rows)) in splits.into_iter().enumerate() {
+            let block = rows_of(&y, block_rows.clone(), |_| true);
+            let base = rows_of(&y, base_rows.clone(), |i| !block_rows.contains(&i));
+            let spliced = SplicedCsr::new(
+                n,
+                y.ncols(),
+                (&base, base_rows.start),
+                (&block, block_rows.start),
+            )
+            .expect("a valid splice");
+            let stands_for =
+                entries_where(&y, |i, _| block_rows.contains(&i) || base_rows.contains(&i));
+            // A as it is, and without its first fifth of columns.
+            let trimmed = entries_where(&x, |_, j| j >= n / 5);
+            for (which, a) in [("A", &x), ("A past its first columns", &trimmed)] {
+                let e = expected_product(a, &stands_for);
+                let what = || format!("{} {} split {split} {which}", name(b), class.name());
+                let c = b
+                    .spgemm_spliced(a, &spliced, &options, &run)
+                    .unwrap_or_else(|err| panic!("{}: {err}", what()));
+                check(compare_structural(&c, &e), what);
+            }
+        }
+        let (block, base) = (rows_of(&y, 0..n, |_| true), rows_of(&y, 0..0, |_| true));
+        let spliced = SplicedCsr::new(n + 1, y.ncols(), (&base, 0), (&block, 0)).expect("splice");
+        assert!(
+            b.spgemm_spliced(&x, &spliced, &options, &run).is_err(),
+            "{}: A of {} columns times a spliced B of {} rows",
+            name(b),
+            x.ncols(),
+            n + 1
+        );
     }
 }
 

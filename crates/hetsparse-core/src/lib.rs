@@ -54,7 +54,7 @@ pub use backend::{
 pub use error::{DeviceFault, Error, FormatError, MatrixMarketError, Result};
 pub use format::{
     Bsr, Coo, Csc, Cspr, Csr, Dense, Dia, DiaRowBlock, Ellr, HostArray, Layout, SparseFormat,
-    SparseRef,
+    SparseRef, SplicedCsr,
 };
 pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Boolean, Scalar, ScalarType};

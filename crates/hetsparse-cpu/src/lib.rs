@@ -89,7 +89,7 @@ use hetsparse_core::backend::host_operands;
 use hetsparse_core::backend::memory::csr_bytes;
 use hetsparse_core::backend::plan::{HostStructure, OperandPattern, PlanState};
 use hetsparse_core::backend::residency::in_host;
-use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat};
+use hetsparse_core::format::{Bsr, Csr, Dense, Dia, SparseFormat, SplicedCsr};
 use hetsparse_core::{
     Backend, Capabilities, ChunkPipeline, ChunkPlace, ChunkProduct, ChunkSink, ChunkTiming,
     CsrOperand, CsrWindow, DenseOperand, Device, DeviceInfo, DeviceKind, DeviceProfile, Error,
@@ -98,7 +98,7 @@ use hetsparse_core::{
     SparseOperand, SparseVector, SpgemmAlgorithm, SpgemmFeatures, SpgemmOptions, SpgemmPlan,
     SpmmOptions, SpmvOptions, Validated, VectorOperand, VectorProductKind, VectorProductOptions,
 };
-use spgemm::Watch;
+use spgemm::{BOperand, Watch};
 
 /// The SpGEMM algorithms this backend runs.
 const ALGORITHMS: [SpgemmAlgorithm; 3] = [
@@ -270,8 +270,31 @@ impl<T: Scalar> Backend<T> for CpuBackend {
             let planned = run.plan_product(a, b)?;
             spgemm::multiply_with(
                 &CsrWindow::whole(a),
-                &CsrWindow::whole(b),
+                BOperand::Window(&CsrWindow::whole(b)),
                 spgemm::shape_of_b(b),
+                options,
+                Watch { run, planned },
+            )
+        })
+    }
+
+    /// B's two blocks read in place: the kernels look up each row of B in the block that
+    /// holds it, so nothing is copied.
+    fn spgemm_spliced_checked(
+        &self,
+        a: &Csr<T>,
+        b: &SplicedCsr<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+        _checked: Validated,
+    ) -> Result<Csr<T>> {
+        run.checkpoint()?;
+        self.install(|| {
+            let planned = run.plan_product_spliced(a, b);
+            spgemm::multiply_with(
+                &CsrWindow::whole(a),
+                BOperand::Spliced(b),
+                spgemm::shape_of_rows(spgemm::RowsOfB::spliced(b)),
                 options,
                 Watch { run, planned },
             )
@@ -516,7 +539,7 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
                     let (wa, wb) = chunk.windows(a, b)?;
                     let planned = run.plan_product_rows(a, chunk.rows.clone(), b);
                     let watch = Watch { run, planned };
-                    spgemm::multiply_with(&wa, &wb, b_shape, options, watch)
+                    spgemm::multiply_with(&wa, BOperand::Window(&wb), b_shape, options, watch)
                 })
                 .map_err(|e: Error| e.in_chunk(index))?;
             sink(ChunkProduct {
@@ -565,7 +588,8 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
                         })?
                     };
                 if !filled {
-                    let c = spgemm::multiply_with(&wa, &wb, b_shape, options, watch)?;
+                    let c =
+                        spgemm::multiply_with(&wa, BOperand::Window(&wb), b_shape, options, watch)?;
                     place.write_csr(&c)?;
                 }
                 Ok(())
@@ -607,7 +631,13 @@ impl<T: Scalar> ChunkPipeline<T> for CpuBackend {
                         run: &unwatched,
                         planned: 0,
                     };
-                    let c = spgemm::multiply_with(&wa, &wb, b_shape, &structural, watch)?;
+                    let c = spgemm::multiply_with(
+                        &wa,
+                        BOperand::Window(&wb),
+                        b_shape,
+                        &structural,
+                        watch,
+                    )?;
                     Ok(c.row_offsets().windows(2).map(|w| w[1] - w[0]).collect())
                 })
                 .map_err(|e| e.in_chunk(index))?;

@@ -4,7 +4,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hetsparse::format::HostArray;
-use hetsparse::{Context, Csr, DeviceChoice};
+use hetsparse::{Context, Csr, DeviceChoice, SplicedCsr};
 use mpi::traits::*;
 use rayon::prelude::*;
 
@@ -139,18 +139,32 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
             wanted: &wanted,
             rows: &rows,
         };
-        let (local_a, local_b) = {
+        let operands = {
             let _stage = tracing::debug_span!("local_operands").entered();
             local.operands(&mut fetched)?
         };
         let _product = tracing::info_span!(
             "local_spgemm",
-            rows = local_a.nrows(),
-            b_rows = local_b.nrows(),
+            rows = a.local().nrows(),
             fetched_rows = reach.as_ref().map(|r| r.halo.count())
         )
         .entered();
-        ctx.spgemm(&local_a, &local_b).map_err(|e| Error::Compute {
+        let product = match &operands {
+            LocalOperands::Copied(local_a, local_b) => ctx.spgemm(local_a, local_b),
+            LocalOperands::Halo { rows, first } => {
+                let own = (b.local(), b_part.rows(me).start as usize);
+                // Valid by construction (the halo's rows are B's, empty under the own block),
+                // so an error here is this crate's.
+                SplicedCsr::new(
+                    b.shape().0 as usize,
+                    b.shape().1 as usize,
+                    (rows, *first),
+                    own,
+                )
+                .and_then(|b| ctx.spgemm_spliced(a.local(), &b))
+            }
+        };
+        product.map_err(|e| Error::Compute {
             rank,
             message: e.to_string(),
         })
@@ -161,6 +175,16 @@ pub fn spgemm_with<T: MpiScalar, C: Communicator>(
     let report = CommReport::finish(comm, sizes, request_traffic, rows_traffic, fetched);
     let c = DistCsr::from_parts(a.partition().clone(), b.shape().1, nnz_per_rank, local);
     Ok((c, report))
+}
+
+/// The operands of a rank's local product.
+enum LocalOperands<T> {
+    /// A and B as one matrix each, multiplied as they are.
+    Copied(Csr<T>, Csr<T>),
+    /// The rank's block of A as it is, times B spliced from the rank's own block of B's rows
+    /// and `rows`: B's rows from row `first` on that A reaches, the fetched ones in their
+    /// places and the rest (the own block's among them) empty.
+    Halo { rows: Csr<T>, first: usize },
 }
 
 /// What one rank has for its local product: its block of A, B, the rows of B the block needs,
@@ -182,23 +206,23 @@ impl<T: MpiScalar> Local<'_, T> {
     /// - Where this rank owns every row of B and fetched none (one rank), A's and B's local
     ///   blocks themselves, shared, not copied.
     /// - Where the rows needed lie in a window of B's rows not much longer than A's local entries
-    ///   (stencils, AMG transfer operators: the rank's own rows and a halo), the local B is
-    ///   that window of B's rows, those not needed empty: this rank's rows in it copied as one
-    ///   block, the fetched ones each in its place. A's column indices are shifted to the
-    ///   window.
+    ///   (stencils, AMG transfer operators: the rank's own rows and a halo), A's block as it
+    ///   is, times B spliced from this rank's own block of B (not copied: a third of the
+    ///   rank's time on a Galerkin product went into copying it) and the window's fetched
+    ///   rows, each in its place ([`LocalOperands::Halo`]).
     /// - Otherwise (a hypersparse block of a huge B) the local B holds the needed rows only,
     ///   in global order, and A's columns are renumbered into them.
     ///
     /// Nothing is checked again that is valid by construction: own rows come from a valid
     /// CSR, the fetched ones were checked when unpacked, and offsets and column indices are
     /// built here from those.
-    fn operands(&self, fetched: &mut (u64, u64)) -> Result<(Csr<T>, Csr<T>)> {
+    fn operands(&self, fetched: &mut (u64, u64)) -> Result<LocalOperands<T>> {
         let a = self.a;
         let b_rows = self.b.shape().0;
         let mine = self.b.partition().rows(self.me);
         let nothing_fetched = self.wanted.iter().all(Vec::is_empty);
         if nothing_fetched && mine.start == 0 && mine.end == b_rows {
-            return Ok((a.clone(), self.b.local().clone()));
+            return Ok(LocalOperands::Copied(a.clone(), self.b.local().clone()));
         }
         let (first, last) = match self.reach {
             Some(reach) => (reach.first, reach.last),
@@ -212,26 +236,15 @@ impl<T: MpiScalar> Local<'_, T> {
             .zip(last)
             .map(|(f, l)| (u64::from(f), u64::from(l) + 1));
         match window {
-            Some((lo, hi)) if hi - lo <= 2 * entries + 1024 => {
-                // A's columns shifted to the window rather than B's rows below it kept as
-                // empty rows: the kernels then see a B of rows A names and A's rows about
-                // where their columns are, as in one process (on a block of the last rows of
-                // a stencil, a window from row 0 made the product a fifth slower).
-                let local_b = self.window(lo..hi, fetched)?;
-                let local_a = if lo == 0 {
-                    self.with_columns(a.arrays().1.clone(), hi as usize)
-                } else {
-                    let shift = lo as u32;
-                    let cols: Vec<u32> = a.col_indices().par_iter().map(|&c| c - shift).collect();
-                    self.with_columns(cols.into(), (hi - lo) as usize)
-                };
-                Ok((local_a, local_b))
-            }
+            Some((lo, hi)) if hi - lo <= 2 * entries + 1024 => Ok(LocalOperands::Halo {
+                rows: self.halo(lo..hi, fetched)?,
+                first: lo as usize,
+            }),
             _ => {
                 let columns = ColumnSet::new(&[a.col_indices()], b_rows);
                 let local_b = self.compacted(&columns, fetched)?;
                 let renumbered = columns.renumber(a.col_indices());
-                Ok((
+                Ok(LocalOperands::Copied(
                     self.with_columns(renumbered.into(), local_b.nrows()),
                     local_b,
                 ))
@@ -256,35 +269,21 @@ impl<T: MpiScalar> Local<'_, T> {
         }
     }
 
-    /// Rows `rows` of B, those not needed empty: this rank's rows among them as one block, the
-    /// fetched ones in their places.
-    fn window(&self, rows: Range<u64>, fetched: &mut (u64, u64)) -> Result<Csr<T>> {
+    /// Rows `rows` of B with only the fetched ones in their places: the rest, this rank's
+    /// own among them, empty.
+    fn halo(&self, rows: Range<u64>, fetched: &mut (u64, u64)) -> Result<Csr<T>> {
         let (b, me, rank) = (self.b, self.me, self.rank);
         let (base, hi) = (rows.start, rows.end);
         let b_cols = b.shape().1;
         let part = b.partition();
-        let own = b.local();
-        let mine = part.rows(me);
-        // This rank's rows in the window, as rows of its block.
-        let (from, to) = (base.max(mine.start), hi.min(mine.end));
-        let own_rows = if from < to {
-            (from - mine.start) as usize..(to - mine.start) as usize
-        } else {
-            0..0
-        };
-        let own_offsets = own.row_offsets();
-        let (own_first, own_last) = (
-            own_offsets[own_rows.start] as usize,
-            own_offsets[own_rows.end] as usize,
-        );
-        // Every entry's room at once: this rank's block, and what the messages announce
-        // (checked exactly when unpacked).
+        // Every entry's room at once: what the messages announce (checked exactly when
+        // unpacked).
         let per_entry = 4 + T::BYTES;
         let incoming: usize = (0..self.rows.len())
             .filter(|&r| r != me)
             .map(|r| (self.rows[r].len().saturating_sub(8 * self.wanted[r].len())) / per_entry)
             .sum();
-        let capacity = own_last - own_first + incoming;
+        let capacity = incoming;
         let mut offsets = Vec::with_capacity((hi - base) as usize + 1);
         offsets.push(0u64);
         let mut cols: Vec<u32> = Vec::with_capacity(capacity);
@@ -296,15 +295,10 @@ impl<T: MpiScalar> Local<'_, T> {
                 continue;
             }
             if r == me {
-                let start = cols.len() as u64;
-                let first = own_first as u64;
-                offsets.par_extend(
-                    own_offsets[own_rows.start + 1..=own_rows.end]
-                        .par_iter()
-                        .map(|&o| o - first + start),
+                offsets.resize(
+                    offsets.len() + (range.end - range.start) as usize,
+                    cols.len() as u64,
                 );
-                cols.par_extend(own.col_indices()[own_first..own_last].par_iter().copied());
-                values.par_extend(own.values()[own_first..own_last].par_iter().copied());
                 continue;
             }
             // The fetched rows' ends, then each in its place among rank r's rows.
@@ -332,8 +326,7 @@ impl<T: MpiScalar> Local<'_, T> {
         }
         debug_assert_eq!(offsets.len() as u64, hi - base + 1);
         // SAFETY: the offsets start at 0 and never decrease, one for each row of the window
-        // and the last `cols.len()`; this rank's rows are a valid CSR's, shifted as a block;
-        // the fetched rows were checked by `unpack_rows` (columns below B's, strictly
+        // and the last `cols.len()`; the fetched rows were checked by `unpack_rows` (columns below B's, strictly
         // increasing in each row); there is a value for every column index.
         Ok(unsafe {
             Csr::from_parts_unchecked((hi - base) as usize, b_cols as usize, offsets, cols, values)

@@ -11,7 +11,7 @@ use hetsparse_core::vector::write_back_vector_owned;
 use hetsparse_core::{
     Backend, BackendKind, Capabilities, Csr, CsrOperand, Dense, DenseOperand, DeviceInfo, Error,
     Operation, ResidentCsr, ResidentDense, Result, RunControl, Scalar, ScalarType, SparseOperand,
-    SparseRef, SparseVector, SpgemmAlgorithm, SpgemmOptions, SpmmOptions, SpmvOptions,
+    SparseRef, SparseVector, SpgemmAlgorithm, SpgemmOptions, SplicedCsr, SpmmOptions, SpmvOptions,
     VectorOperand, VectorProductOptions,
 };
 use hetsparse_sched::{Choice, Chosen, Measured, OpKind, Scheduler, Workload};
@@ -549,6 +549,23 @@ impl<T: ContextScalar> Context<T> {
             run,
             |backend| backend.spgemm_with(a, b, options, run),
         )
+    }
+
+    /// `C = A · B` with B given as two row blocks read in place ([`SplicedCsr`]), as a
+    /// distributed product's rank holds it: its own rows of B and those it fetched. A context
+    /// of one device hands it to that device's backend (the CPU's copies nothing); over
+    /// several devices, the rows of B that A reaches are copied into one matrix
+    /// ([`SplicedCsr::reached_by`]) and multiplied as [`spgemm`](Self::spgemm) does.
+    pub fn spgemm_spliced(&self, a: &Csr<T>, b: &SplicedCsr<'_, T>) -> Result<Csr<T>> {
+        match &self.engine {
+            Engine::Single(backend) => {
+                backend.spgemm_spliced(a, b, &SpgemmOptions::new(), &RunControl::unwatched())
+            }
+            Engine::Scheduled(_) => {
+                let (a, b) = b.reached_by(a)?;
+                self.spgemm(&a, &b)
+            }
+        }
     }
 
     /// `w⟨m⟩ = A ⊕.⊗ u` (GraphBLAS's mxv) over the semiring of `options`, on the positions

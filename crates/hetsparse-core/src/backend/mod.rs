@@ -44,7 +44,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef};
+use crate::format::{Bsr, Csr, Dense, Dia, Layout, SparseFormat, SparseRef, SplicedCsr};
 use crate::scalar::{Scalar, ScalarType};
 
 pub use assemble::assemble_chunks;
@@ -446,6 +446,37 @@ pub trait Backend<T: Scalar>: Device {
     ) -> Result<Csr<T>> {
         let checked = validate::spgemm(self, &a, &b, options)?;
         self.spgemm_checked(a, b, options, run, checked)
+    }
+
+    /// `C = A · B` with B given as two row blocks read in place ([`SplicedCsr`]: a
+    /// distributed product's own rows of B and those it fetched), host in, host out.
+    fn spgemm_spliced(
+        &self,
+        a: &Csr<T>,
+        b: &SplicedCsr<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+    ) -> Result<Csr<T>> {
+        let checked = validate::spgemm_spliced(self, a, b, options)?;
+        self.spgemm_spliced_checked(a, b, options, run, checked)
+    }
+
+    /// [`Backend::spgemm_spliced`] on operands it has [`validate`]d.
+    ///
+    /// By default the rows of B that A's columns reach are copied into one matrix and A's
+    /// columns shifted to them ([`SplicedCsr::reached_by`]), then multiplied by
+    /// [`Backend::spgemm_checked`]; a backend that reads B's rows one at a time (the CPU's)
+    /// overrides this and copies nothing.
+    fn spgemm_spliced_checked(
+        &self,
+        a: &Csr<T>,
+        b: &SplicedCsr<'_, T>,
+        options: &SpgemmOptions,
+        run: &RunControl,
+        checked: Validated,
+    ) -> Result<Csr<T>> {
+        let (a, b) = b.reached_by(a)?;
+        self.spgemm_checked(a.as_ref().into(), (&b).into(), options, run, checked)
     }
 
     /// `C = A · B` for a sparse A of any format (CSR if resident) and a dense B; C has B's

@@ -349,6 +349,24 @@ impl RunControl {
         self.add_planned(products);
         products
     }
+    /// For backends: [`plan_product`](Self::plan_product) with a spliced B. `a · b` must
+    /// have been checked to chain.
+    pub fn plan_product_spliced<T: Scalar>(
+        &self,
+        a: &Csr<T>,
+        b: &crate::format::SplicedCsr<'_, T>,
+    ) -> u64 {
+        if !self.watched {
+            return 0;
+        }
+        let products = a
+            .col_indices()
+            .par_iter()
+            .map(|&k| b.row(k as usize).0.len() as u64)
+            .sum();
+        self.add_planned(products);
+        products
+    }
     /// For backends: `products` more will be computed.
     pub fn add_planned(&self, products: u64) {
         let mut state = Some(&self.state);

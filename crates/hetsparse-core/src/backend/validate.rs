@@ -16,7 +16,7 @@ use super::{
     VectorProductOptions,
 };
 use crate::error::{Error, Result};
-use crate::format::{Bsr, Dia, SparseFormat};
+use crate::format::{Bsr, Csr, Dia, SparseFormat, SplicedCsr};
 use crate::scalar::Scalar;
 
 /// Evidence that the operands of the call it comes with were checked by the public method the
@@ -52,6 +52,20 @@ pub(crate) fn spgemm<T: Scalar>(
     csr_operand(device, b)?;
     check::spgemm_supported::<T>(device, options)?;
     options.check_mask_shape((a.shape().0, b.shape().1))?;
+    Ok(Validated(()))
+}
+
+/// `C = A · B` with a spliced B: as [`spgemm`], for a host A and B.
+pub(crate) fn spgemm_spliced<T: Scalar>(
+    device: &(impl Device + ?Sized),
+    a: &Csr<T>,
+    b: &SplicedCsr<'_, T>,
+    options: &SpgemmOptions,
+) -> Result<Validated> {
+    device.available()?;
+    check::shapes("SpGEMM", a.shape(), (b.nrows(), b.ncols()))?;
+    check::spgemm_supported::<T>(device, options)?;
+    options.check_mask_shape((a.nrows(), b.ncols()))?;
     Ok(Validated(()))
 }
 

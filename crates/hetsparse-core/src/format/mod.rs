@@ -13,6 +13,7 @@ mod dense;
 mod dia;
 mod ellr;
 mod host_array;
+mod spliced;
 
 use std::borrow::Cow;
 
@@ -24,6 +25,7 @@ pub use dense::{Dense, Layout};
 pub use dia::{Dia, DiaRowBlock};
 pub use ellr::{Ellr, ELLR_ROW_ALIGN};
 pub use host_array::HostArray;
+pub use spliced::SplicedCsr;
 
 use crate::error::{Error, FormatError};
 use crate::scalar::Scalar;

@@ -27,7 +27,7 @@ mod staged;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use hetsparse_core::format::Csr;
+use hetsparse_core::format::{Csr, SplicedCsr};
 use hetsparse_core::semiring::with_semiring;
 use hetsparse_core::{
     CsrWindow, Error, Mask, Result, RunControl, Scalar, Semiring, SemiringVisitor, SpgemmAlgorithm,
@@ -43,7 +43,7 @@ use scratch::ScratchPool;
 /// columns ([`CsrWindow`]), unpacked into the fields the kernels' inner loops read.
 pub(crate) struct Operands<'a, T> {
     a: &'a Csr<T>,
-    b: &'a Csr<T>,
+    b: RowsOfB<'a, T>,
     /// First row of A in the chunk.
     row_base: usize,
     /// Rows in the chunk.
@@ -69,6 +69,126 @@ pub(crate) struct Operands<'a, T> {
     /// its rows ([`Operands::sampling_own_windows`]), since looking costs rows it does not
     /// help (scattered products, rows of few products) a tenth of their time.
     own_windows: bool,
+}
+
+/// B's rows as the kernels read them, in place: from one matrix, or from the two blocks of a
+/// [`SplicedCsr`]. Row `k` is row `k - block.first` of `block` where that is one of its rows,
+/// else row `k - base.first` of `base` where that is one, else empty. B of one matrix is all
+/// `block` (and no `base`), so its rows cost one comparison more than a plain row.
+#[derive(Clone, Copy)]
+pub(crate) struct RowsOfB<'a, T> {
+    block: RowBlock<'a, T>,
+    base: RowBlock<'a, T>,
+    nnz: u64,
+}
+
+/// A block of B's rows: its arrays, held as slices so that the kernels' loops read them
+/// without going through the matrix each time.
+#[derive(Clone, Copy)]
+struct RowBlock<'a, T> {
+    offsets: &'a [u64],
+    cols: &'a [u32],
+    vals: &'a [T],
+    /// B's row that is the block's first.
+    first: usize,
+    /// Rows in the block.
+    rows: usize,
+}
+
+impl<'a, T: Scalar> RowBlock<'a, T> {
+    fn of(m: &'a Csr<T>, first: usize) -> Self {
+        RowBlock {
+            offsets: m.row_offsets(),
+            cols: m.col_indices(),
+            vals: m.values(),
+            first,
+            rows: m.nrows(),
+        }
+    }
+
+    /// The block's row `i` when B's row `k` is one of its rows.
+    #[inline(always)]
+    fn holds(&self, k: usize) -> Option<usize> {
+        let i = k.wrapping_sub(self.first);
+        (i < self.rows).then_some(i)
+    }
+
+    /// The block's row `i`, which must be one of its rows.
+    #[inline(always)]
+    fn row(&self, i: usize) -> (&'a [u32], &'a [T]) {
+        debug_assert!(i < self.rows);
+        // SAFETY: `i < rows` (the caller's [`RowBlock::holds`]), and `rows + 1` offsets of a
+        // valid CSR matrix, which do not decrease and end at the length of both arrays, so
+        // `s <= e <= len`. This runs for every row of B a product takes.
+        unsafe {
+            let (s, e) = (
+                *self.offsets.get_unchecked(i) as usize,
+                *self.offsets.get_unchecked(i + 1) as usize,
+            );
+            (self.cols.get_unchecked(s..e), self.vals.get_unchecked(s..e))
+        }
+    }
+
+    /// Where the block's row `i` starts in its arrays.
+    #[inline(always)]
+    fn start(&self, i: usize) -> usize {
+        debug_assert!(i < self.rows);
+        // SAFETY: as in [`RowBlock::row`].
+        unsafe { *self.offsets.get_unchecked(i) as usize }
+    }
+}
+
+impl<'a, T: Scalar> RowsOfB<'a, T> {
+    /// Every row of `b`.
+    pub(crate) fn whole(b: &'a Csr<T>) -> Self {
+        let block = RowBlock::of(b, 0);
+        RowsOfB {
+            block,
+            base: RowBlock { rows: 0, ..block },
+            nnz: b.nnz(),
+        }
+    }
+
+    /// The rows of `b`, read from its two blocks.
+    pub(crate) fn spliced(b: &SplicedCsr<'a, T>) -> Self {
+        let ((block, block_first), (base, base_first)) = (b.block(), b.base());
+        RowsOfB {
+            block: RowBlock::of(block, block_first),
+            base: RowBlock::of(base, base_first),
+            nnz: b.nnz(),
+        }
+    }
+
+    /// The block holding row `k` and its row there; `None` for a row neither holds.
+    #[inline(always)]
+    fn locate(&self, k: usize) -> Option<(&RowBlock<'a, T>, usize)> {
+        if let Some(i) = self.block.holds(k) {
+            return Some((&self.block, i));
+        }
+        self.base.holds(k).map(|i| (&self.base, i))
+    }
+
+    /// Row `k`.
+    #[inline(always)]
+    fn row(&self, k: usize) -> (&'a [u32], &'a [T]) {
+        match self.locate(k) {
+            Some((block, i)) => block.row(i),
+            None => (&[], &[]),
+        }
+    }
+
+    /// The blocks holding rows, each with the row of B it starts at.
+    fn parts(&self) -> impl Iterator<Item = RowBlock<'a, T>> {
+        [self.block, self.base].into_iter().filter(|p| p.rows > 0)
+    }
+}
+
+/// B as a product takes it: a window of its columns (all of its rows), or all of a B spliced
+/// from two row blocks.
+#[derive(Clone, Copy)]
+pub(crate) enum BOperand<'w, 'a, T> {
+    Window(&'w CsrWindow<&'a Csr<T>>),
+    Spliced(&'w SplicedCsr<'a, T>),
 }
 
 /// Rows of a chunk sampled to decide [`Operands::own_windows`].
@@ -124,26 +244,56 @@ pub(crate) struct Reach {
 /// [`ShapeOfB`] of `b`: the [`Reach`] from the first and last entry of each row, and the
 /// longest row.
 pub(crate) fn shape_of_b<T: Scalar>(b: &Csr<T>) -> ShapeOfB {
+    shape_of_rows(RowsOfB::whole(b))
+}
+
+/// [`ShapeOfB`] of B's rows read from their blocks.
+pub(crate) fn shape_of_rows<T: Scalar>(rows: RowsOfB<'_, T>) -> ShapeOfB {
+    let shapes: Vec<ShapeOfB> = rows.parts().map(shape_of_part).collect();
+    shapes
+        .into_iter()
+        .reduce(|x, y| ShapeOfB {
+            reach: match (x.reach, y.reach) {
+                (Some(p), Some(q)) => Some(Reach {
+                    below: p.below.min(q.below),
+                    above: p.above.max(q.above),
+                }),
+                (p, q) => p.or(q),
+            },
+            longest_row: x.longest_row.max(y.longest_row),
+            nonempty_rows: x.nonempty_rows + y.nonempty_rows,
+        })
+        .unwrap_or(ShapeOfB {
+            reach: None,
+            longest_row: 0,
+            nonempty_rows: 0,
+        })
+}
+
+/// [`ShapeOfB`] of the rows of `b`, which are B's rows from row `b.first` on.
+fn shape_of_part<T: Scalar>(b: RowBlock<'_, T>) -> ShapeOfB {
     /// Rows per task: the loop over them is a few instructions a row.
     const ROWS_PER_TASK: usize = 1 << 16;
-    let (offsets, cols) = (b.row_offsets(), b.col_indices());
+    let first = b.first as i64;
+    let (offsets, cols) = (b.offsets, b.cols);
     // Over every row at once: (least first - k, greatest last - k, longest row, rows with
     // entries), with i64::MAX / i64::MIN where no row has entries.
     let rows = |start: usize| {
-        let end = (start + ROWS_PER_TASK).min(b.nrows());
+        let end = (start + ROWS_PER_TASK).min(b.rows);
         let (mut below, mut above, mut longest, mut nonempty) = (i64::MAX, i64::MIN, 0u64, 0);
         for k in start..end {
             let (s, e) = (offsets[k], offsets[k + 1]);
             longest = longest.max(e - s);
             if s < e {
-                below = below.min(i64::from(cols[s as usize]) - k as i64);
-                above = above.max(i64::from(cols[e as usize - 1]) - k as i64);
+                let row = first + k as i64;
+                below = below.min(i64::from(cols[s as usize]) - row);
+                above = above.max(i64::from(cols[e as usize - 1]) - row);
                 nonempty += 1;
             }
         }
         (below, above, longest, nonempty)
     };
-    let (below, above, longest, nonempty) = (0..b.nrows())
+    let (below, above, longest, nonempty) = (0..b.rows)
         .into_par_iter()
         .step_by(ROWS_PER_TASK)
         .map(rows)
@@ -175,33 +325,64 @@ impl<'a, T: Scalar> Operands<'a, T> {
         b: &CsrWindow<&'a Csr<T>>,
         b_shape: ShapeOfB,
     ) -> Result<Self> {
-        if !a.all_columns() || !b.all_rows() || a.ncols() != b.nrows() {
-            return Err(Error::Internal {
-                backend: hetsparse_core::BackendKind::Cpu,
-                what: format!(
-                    "SpGEMM of a {:?} window of A by a {:?} window of B: the kernels read rows of A by columns of B",
-                    (a.rows(), a.cols()),
-                    (b.rows(), b.cols())
-                ),
-            });
+        Self::of(a, BOperand::Window(b), b_shape)
+    }
+
+    /// Rows of A (`a`, all of its columns) times B (`b`: a window of its columns, or all of a
+    /// spliced B); [`Error::Internal`] for windows of another kind, which the kernels do not
+    /// read.
+    fn of(a: &CsrWindow<&'a Csr<T>>, b: BOperand<'_, 'a, T>, b_shape: ShapeOfB) -> Result<Self> {
+        let (rows, lo, hi, whole_width) = match b {
+            BOperand::Window(w) => {
+                if !w.all_rows() {
+                    return Err(Self::unread(a, w.rows(), w.cols()));
+                }
+                (
+                    RowsOfB::whole(w.matrix()),
+                    w.col_lo(),
+                    w.col_hi(),
+                    w.all_columns(),
+                )
+            }
+            // At most `MAX_DIMENSION` columns, as every matrix's.
+            BOperand::Spliced(s) => (RowsOfB::spliced(s), 0, s.ncols() as u32, true),
+        };
+        let b_rows = match b {
+            BOperand::Window(w) => w.nrows(),
+            BOperand::Spliced(s) => s.nrows(),
+        };
+        if !a.all_columns() || a.ncols() != b_rows {
+            return Err(Self::unread(a, 0..b_rows, lo as usize..hi as usize));
         }
-        let (a_matrix, b_matrix): (&'a Csr<T>, &'a Csr<T>) = (a.matrix(), b.matrix());
+        let a_matrix: &'a Csr<T> = a.matrix();
         Ok(Operands {
             a: a_matrix,
-            b: b_matrix,
+            b: rows,
             row_base: a.rows().start,
             nrows: a.nrows(),
-            lo: b.col_lo(),
-            hi: b.col_hi(),
-            whole_width: b.all_columns(),
+            lo,
+            hi,
+            whole_width,
             reach: b_shape.reach,
             longest_b_row: b_shape.longest_row,
             nonempty_b_rows: b_shape.nonempty_rows,
-            near_rows: near_rows::<T>(b_matrix, b_shape.nonempty_rows),
+            near_rows: near_rows::<T>(rows.nnz, b_shape.nonempty_rows),
             prefetch: true,
             own_windows: false,
         }
         .sampling_own_windows())
+    }
+
+    /// The error for operands the kernels do not read.
+    fn unread(a: &CsrWindow<&'a Csr<T>>, b_rows: Range<usize>, b_cols: Range<usize>) -> Error {
+        Error::Internal {
+            backend: hetsparse_core::BackendKind::Cpu,
+            what: format!(
+                "SpGEMM of a {:?} window of A by a {:?} window of B: the kernels read rows of A by columns of B",
+                (a.rows(), a.cols()),
+                (b_rows, b_cols)
+            ),
+        }
     }
 
     /// These operands with [`Operands::own_windows`] decided: on when at least half of up to
@@ -263,7 +444,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
 
     /// Whether B's rows are of even length (see [`EVEN_B_ROWS`]).
     fn even_b_rows(&self) -> bool {
-        let (rows, nnz) = (self.nonempty_b_rows as u128, self.b.nnz() as u128);
+        let (rows, nnz) = (self.nonempty_b_rows as u128, self.b.nnz as u128);
         self.longest_b_row as u128 * rows <= u128::from(EVEN_B_ROWS) * nnz.max(rows)
     }
 
@@ -334,14 +515,13 @@ impl<'a, T: Scalar> Operands<'a, T> {
         if !self.whole_width {
             return None;
         }
-        let (offsets, cols) = (self.b.row_offsets(), self.b.col_indices());
         let (mut first, mut last, mut products) = (u32::MAX, 0u32, 0u64);
         for &k in a_cols {
-            let (s, e) = (offsets[k as usize], offsets[k as usize + 1]);
-            products += e - s;
-            if s < e {
-                first = first.min(cols[s as usize]);
-                last = last.max(cols[e as usize - 1]);
+            let cols = self.b.row(k as usize).0;
+            products += cols.len() as u64;
+            if let (Some(&f), Some(&l)) = (cols.first(), cols.last()) {
+                first = first.min(f);
+                last = last.max(l);
             }
         }
         (first <= last).then(|| ReachedColumns {
@@ -360,7 +540,7 @@ impl<'a, T: Scalar> Operands<'a, T> {
     /// Row `k` of B inside the column window.
     #[inline(always)]
     fn b_row(&self, k: u32) -> (&'a [u32], &'a [T]) {
-        let (cols, vals) = slice_row(self.b, k as usize);
+        let (cols, vals) = self.b.row(k as usize);
         if self.whole_width {
             return (cols, vals);
         }
@@ -409,11 +589,13 @@ impl<'a, T: Scalar> Operands<'a, T> {
     #[inline(always)]
     fn prefetch_offsets(&self, k: u32) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults, and the address lies inside B's offsets.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let offsets = self.b.row_offsets().as_ptr().add(k as usize);
-            _mm_prefetch::<_MM_HINT_T0>(offsets.cast());
+        if let Some((block, i)) = self.b.locate(k as usize) {
+            // SAFETY: a prefetch never faults, and the address lies inside the block's offsets.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                let offsets = block.offsets.as_ptr().add(i);
+                _mm_prefetch::<_MM_HINT_T0>(offsets.cast());
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = k;
@@ -422,14 +604,14 @@ impl<'a, T: Scalar> Operands<'a, T> {
     #[inline(always)]
     fn prefetch_b_row(&self, k: u32) {
         #[cfg(target_arch = "x86_64")]
-        {
+        if let Some((block, i)) = self.b.locate(k as usize) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let start = self.b.row_offsets()[k as usize] as usize;
-            // SAFETY: a prefetch never faults; `start` is at most nnz(B), one past the end at
-            // worst, which pointer arithmetic may name.
+            let start = block.start(i);
+            // SAFETY: a prefetch never faults; `start` is at most the block's entries, one past
+            // the end at worst, which pointer arithmetic may name.
             unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(self.b.col_indices().as_ptr().add(start).cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.b.values().as_ptr().add(start).cast());
+                _mm_prefetch::<_MM_HINT_T0>(block.cols.as_ptr().add(start).cast());
+                _mm_prefetch::<_MM_HINT_T0>(block.vals.as_ptr().add(start).cast());
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -444,10 +626,10 @@ impl<'a, T: Scalar> Operands<'a, T> {
 }
 
 /// Rows of B on either side of the diagonal that [`NEAR_DIAGONAL_BYTES`] hold, from B's mean
-/// row that holds entries (`nonempty` of them; its entries and its offset).
-fn near_rows<T: Scalar>(b: &Csr<T>, nonempty: usize) -> i64 {
+/// row that holds entries (`nonempty` of B's `nnz`; its entries and its offset).
+fn near_rows<T: Scalar>(nnz: u64, nonempty: usize) -> i64 {
     let entry = (std::mem::size_of::<u32>() + std::mem::size_of::<T>()) as u64;
-    let row_bytes = b.nnz().saturating_mul(entry) / (nonempty as u64).max(1) + 8;
+    let row_bytes = nnz.saturating_mul(entry) / (nonempty as u64).max(1) + 8;
     (NEAR_DIAGONAL_BYTES / 2 / row_bytes) as i64
 }
 
@@ -557,19 +739,19 @@ impl<'r> RangeReports<'r> {
 /// [`shape_of_b`] of B. Reports to `watch` range by range.
 pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
     a: &CsrWindow<&Csr<T>>,
-    b: &CsrWindow<&Csr<T>>,
+    b: BOperand<'_, '_, T>,
     b_shape: ShapeOfB,
     algorithm: SpgemmAlgorithm,
     watch: Watch<'_>,
 ) -> Result<Csr<T>> {
-    let ops = Operands::new(a, b, b_shape)?;
+    let ops = Operands::of(a, b, b_shape)?;
     let span = tracing::debug_span!(
         "cpu_spgemm",
         ?algorithm,
         rows = ops.nrows,
         cols = ops.width(),
         nnz_a = ops.a.nnz(),
-        nnz_b = ops.b.nnz()
+        nnz_b = ops.b.nnz
     );
     let _enter = span.enter();
 
@@ -608,14 +790,14 @@ pub(crate) fn multiply<T: Scalar, S: Semiring<T>>(
 /// [`masked`] computes it, whatever the algorithm).
 pub(crate) fn multiply_with<T: Scalar>(
     a: &CsrWindow<&Csr<T>>,
-    b: &CsrWindow<&Csr<T>>,
+    b: BOperand<'_, '_, T>,
     b_shape: ShapeOfB,
     options: &SpgemmOptions,
     watch: Watch<'_>,
 ) -> Result<Csr<T>> {
     struct Product<'x, 'm, T> {
         a: &'x CsrWindow<&'m Csr<T>>,
-        b: &'x CsrWindow<&'m Csr<T>>,
+        b: BOperand<'x, 'm, T>,
         b_shape: ShapeOfB,
         algorithm: SpgemmAlgorithm,
         mask: Option<&'x Mask>,
@@ -626,7 +808,7 @@ pub(crate) fn multiply_with<T: Scalar>(
         fn visit<S: Semiring<T>>(self) -> Result<Csr<T>> {
             match self.mask {
                 Some(mask) => {
-                    let ops = Operands::new(self.a, self.b, self.b_shape)?;
+                    let ops = Operands::of(self.a, self.b, self.b_shape)?;
                     Ok(masked::multiply::<T, S>(&ops, mask, self.watch)?.0)
                 }
                 None => multiply::<T, S>(self.a, self.b, self.b_shape, self.algorithm, self.watch),
