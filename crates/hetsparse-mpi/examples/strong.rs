@@ -10,7 +10,8 @@
 //!
 //! Options: `--side N` (the grid: `N³` nodes, default 100), `--reps R` (timed repetitions, the
 //! least kept; default 3), `--aggregate K` (aggregates of `K³` nodes, default 3), `--only 1D`
-//! (or `2D`, `3D`: that algorithm alone).
+//! (or `2D`, `3D`: that algorithm alone), `--by-entries` (1D: each operand's rows split over
+//! the ranks by entries, [`RowPartition::by_entries`], rather than evenly).
 //!
 //! The products, all on the grid's 27-point stencil `A`:
 //! - `A·A`, the stencil squared;
@@ -33,7 +34,7 @@ use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
     spgemm_summa3d_with, spgemm_summa_with, spgemm_with, Dist2dCsr, Dist3dCsr, DistCsr,
-    DistOptions, Grid, Grid3, Layout3,
+    DistOptions, Grid, Grid3, Layout3, RowPartition,
 };
 
 #[path = "common/mod.rs"]
@@ -134,8 +135,8 @@ fn square_grid(p: usize) -> Grid {
 
 /// The algorithms timed on `p` ranks: 1D, the squarest 2D grid, and 3D with 2 layers on the
 /// squarest grid of the rest (where `p` is even and above 2).
-fn algorithms(p: usize) -> Vec<(String, Layout)> {
-    let mut all = vec![("1D".to_string(), Layout::RowFetch)];
+fn algorithms(p: usize, by_entries: bool) -> Vec<(String, Layout)> {
+    let mut all = vec![("1D".to_string(), Layout::RowFetch { by_entries })];
     let g = square_grid(p);
     all.push((format!("2D {}×{}", g.rows, g.cols), Layout::Summa2d(g)));
     if p > 2 && p % 2 == 0 {
@@ -150,7 +151,10 @@ fn algorithms(p: usize) -> Vec<(String, Layout)> {
 
 #[derive(Clone, Copy)]
 enum Layout {
-    RowFetch,
+    /// 1D row fetch; `by_entries`: rows split by entries rather than evenly.
+    RowFetch {
+        by_entries: bool,
+    },
     Summa2d(Grid),
     Summa3d(Grid3),
 }
@@ -167,9 +171,15 @@ fn run_one<C: Communicator>(
 ) -> Res<(f64, Option<Csr<f64>>)> {
     let options = DistOptions::default();
     Ok(match layout {
-        Layout::RowFetch => {
-            let (da, _) = DistCsr::scatter(world, 0, a, None, &options)?;
-            let (db, _) = DistCsr::scatter(world, 0, b, None, &options)?;
+        Layout::RowFetch { by_entries } => {
+            let ranks = world.size() as usize;
+            let part = |m: Option<&Csr<f64>>| {
+                m.filter(|_| by_entries)
+                    .map(|m| RowPartition::by_entries(m.row_offsets(), ranks))
+            };
+            let (pa, pb) = (part(a), part(b));
+            let (da, _) = DistCsr::scatter(world, 0, a, pa.as_ref(), &options)?;
+            let (db, _) = DistCsr::scatter(world, 0, b, pb.as_ref(), &options)?;
             let (t, (c, _)) = timed(world, reps, || spgemm_with(world, &da, &db, ctx, &options))?;
             (t, c.gather(world, 0, &options)?.0)
         }
@@ -200,6 +210,7 @@ fn main() -> Res<()> {
     let side = arg(&args, "--side", 100)?;
     let reps = arg(&args, "--reps", 3)?;
     let k = arg(&args, "--aggregate", 3)?;
+    let by_entries = args.iter().any(|a| a == "--by-entries");
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -263,7 +274,7 @@ fn main() -> Res<()> {
                 println!("| 1 | {threads} | {what} | one process | {best:.4} | |");
             }
         }
-        for (name, layout) in algorithms(size) {
+        for (name, layout) in algorithms(size, by_entries) {
             if only.as_ref().is_some_and(|o| !name.starts_with(o.as_str())) {
                 continue;
             }
