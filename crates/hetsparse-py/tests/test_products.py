@@ -103,6 +103,34 @@ def test_spgemm_edge_shapes(device, m, k, n):
     check_sparse(hs.spgemm(a, b, device=device), a @ b, bound_for(a, b, np.float64))
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("array", [False, True], ids=["matrix", "array"])
+@pytest.mark.parametrize("direct", [True, False], ids=["attributes set", "constructor"])
+def test_spgemm_results_are_whole_scipy_objects(device, fmt, array, direct, monkeypatch):
+    """The result, whether its attributes were set directly (where scipy's constructor would
+    make the same object) or the constructor made it, holds what the constructor gives and
+    works like any scipy matrix."""
+    if not direct:
+        monkeypatch.setattr(hs, "_RESULT_FIELDS", {})
+    a = random_sparse(70, 50, 0.1, np.float64, 21, fmt=fmt, array=array)
+    b = random_sparse(50, 60, 0.1, np.float64, 22, fmt=fmt, array=array)
+    c = hs.spgemm(a, b, device=device)
+    made = type(c)((c.data, c.indices, c.indptr), shape=c.shape)
+    assert made.has_sorted_indices and made.has_canonical_format
+    assert set(vars(c)) == set(vars(made))
+    assert c.shape == made.shape and all(type(d) is int for d in c.shape)
+    assert c.maxprint == made.maxprint
+    assert c.indptr.dtype == made.indptr.dtype and c.indices.dtype == made.indices.dtype
+    check_sparse(c, a @ b, bound_for(a, b, np.float64))
+    # Operations that read the attributes.
+    reference = a @ b
+    gram = c.T @ c
+    assert type(gram) is type(reference.T @ reference)
+    assert abs(gram - reference.T @ reference).max() <= 1e-9 * max(1.0, abs(gram).max())
+    np.testing.assert_allclose((c[3:9] @ np.ones(60)), (a @ b)[3:9] @ np.ones(60))
+    assert repr(c) and str(c) is not None
+
+
 def test_spgemm_empty_operands(device):
     a = sp.csr_matrix((50, 40))
     b = random_sparse(40, 30, 0.2, np.float64, 11)

@@ -124,7 +124,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     let c_cols = SharedSlots::new(cols.spare_capacity_mut());
     let c_vals = SharedSlots::new(vals.spare_capacity_mut());
 
-    rayon::broadcast(|_| {
+    let work = || {
         loop {
             let r = next.fetch_add(1, Ordering::Relaxed);
             if r >= ranges.len() || failed.load(Ordering::Relaxed) {
@@ -191,7 +191,15 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
                 return;
             }
         }
-    });
+    };
+    // One range (a product too small to split, see `plan::split_prefix`) runs on the calling
+    // thread: waking every thread of the pool for it costs more than the product itself, and
+    // a caller outside the pool (Python's thread) would also sleep until the pool is done.
+    if ranges.len() <= 1 {
+        work();
+    } else {
+        rayon::broadcast(|_| work());
+    }
     if let Some(e) = first_error
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
