@@ -263,6 +263,23 @@ impl<T: Scalar> View<'_, T> {
         self.data.len()
     }
 
+    /// The most entries in one row (`rows`) or one column, where the arrays say it without a
+    /// pass over the indices: rows of CSR arrays, columns of CSC arrays; `None` otherwise.
+    /// Read before the arrays are validated, so only an estimate for deciding how to run
+    /// (offsets that decrease count as empty lines).
+    pub fn longest_line(&self, rows: bool) -> Option<usize> {
+        match (self.format, rows) {
+            (Format::Csr, true) | (Format::Csc, false) => {}
+            _ => return None,
+        }
+        let offsets = self.major;
+        let longest = (1..offsets.len())
+            .map(|k| offsets.get(k).saturating_sub(offsets.get(k - 1)))
+            .max()
+            .unwrap_or(0);
+        Some(usize::try_from(longest).unwrap_or(0))
+    }
+
     /// The matrix in its own format (CSC and COO are not converted).
     pub fn matrix(&self) -> PyResult<Owned<T>> {
         Ok(match self.format {

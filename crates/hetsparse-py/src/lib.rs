@@ -15,7 +15,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use hetsparse::generate::{self, MatrixClass};
-use hetsparse::{Complex, Csr, Dense, Layout, RunControl, SpmmOptions, SpmvOptions};
+use hetsparse::{Complex, Csr, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -32,17 +32,18 @@ use hetsparse::DeviceChoice;
 /// raises (Ctrl-C gives `KeyboardInterrupt`), `run` is cancelled, the worker stops at its
 /// next checkpoint, and that exception is raised.
 ///
-/// Work on operands of fewer than [`INLINE_ENTRIES`] stored entries runs on the calling
-/// thread (still without the GIL): it ends long before a signal would be looked at, and a
-/// thread of its own would cost more than the product. `progress` then hears only the end.
+/// Work of less than [`INLINE_WORK`] (`size`: entries read, or for SpGEMM a bound on the
+/// intermediate products) runs on the calling thread, still without the GIL: it ends within a
+/// moment of a signal, and a thread of its own would cost a good share of the product.
+/// `progress` then hears only the end.
 fn detached<R: Send>(
     py: Python<'_>,
     run: &RunControl,
-    entries: usize,
+    size: usize,
     mut progress: Option<ProgressReport<'_>>,
     work: impl FnOnce() -> PyResult<R> + Send,
 ) -> PyResult<R> {
-    if entries < INLINE_ENTRIES {
+    if size < INLINE_WORK {
         let result = py.allow_threads(work)?;
         if let Some(report) = &mut progress {
             report.finished(py, run)?;
@@ -96,8 +97,24 @@ fn detached<R: Send>(
     })
 }
 
-/// Operands with fewer stored entries are multiplied on the calling thread.
-const INLINE_ENTRIES: usize = 1 << 14;
+/// Work of this size or more runs on a thread of its own, watched for Ctrl-C (see
+/// [`detached`]). Two million products or entries read take milliseconds on one core, and
+/// starting, waiting for and joining a thread cost tens of microseconds: on a product of that
+/// size, a few per cent; on the AMG hierarchy's coarse products, which take less than a
+/// millisecond, up to half of the call.
+const INLINE_WORK: usize = 1 << 21;
+
+/// A bound on the intermediate products of `A · B` (with `transpose`, of `Bᵀ · Aᵀ`), for
+/// [`detached`]: the left operand's entries times the right operand's longest row, where its
+/// arrays give that (CSR rows, or CSC columns for a transpose), else its width.
+fn products_bound<T: Scalar>(a: &Operand<'_, T>, b: &Operand<'_, T>, transpose: bool) -> usize {
+    let (left, right_rows) = if transpose {
+        (b.nnz(), a.longest_line(false).unwrap_or(a.shape().0))
+    } else {
+        (a.nnz(), b.longest_line(true).unwrap_or(b.shape().1))
+    };
+    left.saturating_mul(right_rows)
+}
 
 /// Hands a run's progress to a Python callable as `progress(done, planned)`: intermediate
 /// products done of those planned.
@@ -200,7 +217,7 @@ macro_rules! with_scalar {
 mod matrix;
 mod semiring;
 
-use matrix::{Source, Storable, Stored};
+use matrix::{Operand, Source, Storable, Stored};
 
 /// Calls `$body` with `$t` the scalar type of the plain products' operand `$source` (a
 /// [`Source`]): its data's dtype, or a stored matrix's. `TypeError` for a dtype the plain
@@ -322,7 +339,8 @@ fn spgemm_t<'py, T: Storable>(
     let (a, b) = (a.operand(&a_data, "A")?, b.operand(&b_data, "B")?);
     let run = run_control(progress.is_some());
     let report = progress.as_ref().map(ProgressReport::new);
-    let c = detached(py, &run, a.nnz() + b.nnz(), report, || {
+    let size = products_bound(&a, &b, transpose).saturating_add(a.nnz() + b.nnz());
+    let c = detached(py, &run, size, report, || {
         let ctx = context::<T>(choice)?;
         let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
         let left = left.csr_of(transpose)?;
@@ -386,7 +404,8 @@ fn spmm_t<'py, T: Storable>(
     }
     let x_data = convert::contents(&x, "X")?;
     let run = run_control(false);
-    let y = detached(py, &run, a.nnz() + x_data.len(), None, || {
+    let size = a.nnz().saturating_mul(ncols).saturating_add(x_data.len());
+    let y = detached(py, &run, size, None, || {
         let ctx = context::<T>(choice)?;
         let a = a.sparse()?;
         let mut data = Vec::new();

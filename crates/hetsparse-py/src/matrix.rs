@@ -428,6 +428,20 @@ impl<T: Scalar> Operand<'_, T> {
         }
     }
 
+    /// The most entries in one row (`rows`) or column, where that is known without a pass
+    /// over the indices (see [`View::longest_line`]); a stored matrix (CSR) knows its rows.
+    pub fn longest_line(&self, rows: bool) -> Option<usize> {
+        match self {
+            Operand::View(v) => v.longest_line(rows),
+            Operand::Stored(m) if rows => {
+                let offsets = m.row_offsets();
+                let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+                Some(usize::try_from(longest).unwrap_or(usize::MAX))
+            }
+            Operand::Stored(_) => None,
+        }
+    }
+
     /// As [`View::released`]; nothing to check for a stored matrix.
     pub fn released(&self) -> PyResult<()> {
         match self {
