@@ -272,12 +272,14 @@ impl<T: Scalar> View<'_, T> {
             (Format::Csr, true) | (Format::Csc, false) => {}
             _ => return None,
         }
-        let offsets = self.major;
-        let longest = (1..offsets.len())
-            .map(|k| offsets.get(k).saturating_sub(offsets.get(k - 1)))
-            .max()
-            .unwrap_or(0);
-        Some(usize::try_from(longest).unwrap_or(0))
+        let longest = match self.major {
+            IndexSlice::I32(s) => s
+                .windows(2)
+                .map(|w| i64::from(w[1]) - i64::from(w[0]))
+                .max(),
+            IndexSlice::I64(s) => s.windows(2).map(|w| w[1].saturating_sub(w[0])).max(),
+        };
+        Some(usize::try_from(longest.unwrap_or(0)).unwrap_or(0))
     }
 
     /// The matrix in its own format (CSC and COO are not converted).

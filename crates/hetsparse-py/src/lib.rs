@@ -104,16 +104,22 @@ fn detached<R: Send>(
 /// millisecond, up to half of the call.
 const INLINE_WORK: usize = 1 << 21;
 
-/// A bound on the intermediate products of `A · B` (with `transpose`, of `Bᵀ · Aᵀ`), for
-/// [`detached`]: the left operand's entries times the right operand's longest row, where its
-/// arrays give that (CSR rows, or CSC columns for a transpose), else its width.
-fn products_bound<T: Scalar>(a: &Operand<'_, T>, b: &Operand<'_, T>, transpose: bool) -> usize {
+/// The size of `A · B` (with `transpose`, of `Bᵀ · Aᵀ`) for [`detached`]: the operands'
+/// entries plus a bound on the intermediate products — the left operand's entries times the
+/// right operand's longest row, where its arrays give that (CSR rows, or CSC columns for a
+/// transpose), else its width. Operands that alone reach [`INLINE_WORK`] skip the bound's
+/// pass over the offsets.
+fn product_size<T: Scalar>(a: &Operand<'_, T>, b: &Operand<'_, T>, transpose: bool) -> usize {
+    let entries = a.nnz().saturating_add(b.nnz());
+    if entries >= INLINE_WORK {
+        return entries;
+    }
     let (left, right_rows) = if transpose {
         (b.nnz(), a.longest_line(false).unwrap_or(a.shape().0))
     } else {
         (a.nnz(), b.longest_line(true).unwrap_or(b.shape().1))
     };
-    left.saturating_mul(right_rows)
+    entries.saturating_add(left.saturating_mul(right_rows))
 }
 
 /// Hands a run's progress to a Python callable as `progress(done, planned)`: intermediate
@@ -339,8 +345,7 @@ fn spgemm_t<'py, T: Storable>(
     let (a, b) = (a.operand(&a_data, "A")?, b.operand(&b_data, "B")?);
     let run = run_control(progress.is_some());
     let report = progress.as_ref().map(ProgressReport::new);
-    let size = products_bound(&a, &b, transpose).saturating_add(a.nnz() + b.nnz());
-    let c = detached(py, &run, size, report, || {
+    let c = detached(py, &run, product_size(&a, &b, transpose), report, || {
         let ctx = context::<T>(choice)?;
         let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
         let left = left.csr_of(transpose)?;

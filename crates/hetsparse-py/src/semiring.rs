@@ -19,7 +19,7 @@ use crate::convert::csr_to_py;
 use crate::devices::{self, context, PyScalar};
 use crate::errors::{to_py, value};
 use crate::matrix::{with_stored, Held, MaskOperand, Operand, Source, Storable, Stored};
-use crate::{detached, products_bound, unsupported_dtype};
+use crate::{detached, product_size, unsupported_dtype};
 
 /// The semiring, mask modes and accumulator of one call, parsed from their Python names.
 #[derive(Clone, Copy)]
@@ -206,8 +206,7 @@ fn mxm_t<'py, T: Storable>(
     let mask = mask_of(&operands.mask, &mask_data)?;
     let out = operand_of(&operands.out, &out_data, "out")?;
     let run = RunControl::unwatched();
-    let size = products_bound(&a, &b, false).saturating_add(a.nnz() + b.nnz());
-    let c = detached(py, &run, size, None, || {
+    let c = detached(py, &run, product_size(&a, &b, false), None, || {
         let ctx = context::<T>(choice)?;
         let (a, b) = (a.csr()?, b.csr()?);
         let mask = mask
