@@ -137,6 +137,69 @@ fn with_tables<R>(lookup: Lookup, width: usize, f: impl FnOnce(&mut ColumnTables
     })
 }
 
+/// Longest mask row (not complemented) that each row of B is merged with, in order, rather
+/// than looked up in the thread's tables: setting and clearing a short row's columns in the
+/// tables costs more than the merge (graphs of a few edges per vertex, such as road networks'
+/// triangle counts, have mask rows of one or two entries), and its accumulators fit the stack.
+const MERGED_MASK_ROW: usize = 8;
+
+/// Row `i` of C (A's row `a_cols`/`a_vals`) over a mask row `m` of at most [`MERGED_MASK_ROW`]
+/// columns (inside the window, not complemented): each row of B merged with `m` (both
+/// sorted), the admitted products summed by their position in `m`. Appends the row's entries
+/// to `out` and adds the row's unmasked products to `counted`; returns the entries written
+/// and the multiply-adds done.
+fn merged_row<T: Scalar, S: Semiring<T>>(
+    ops: &Operands<'_, T>,
+    a_cols: &[u32],
+    a_vals: &[T],
+    m: &[u32],
+    lo: u32,
+    out: &mut RangeOut<T>,
+    counted: &mut u64,
+) -> (u64, u64) {
+    let mut values = [S::zero(); MERGED_MASK_ROW];
+    let mut seen = [false; MERGED_MASK_ROW];
+    let (Some(&first), Some(&last)) = (m.first(), m.last()) else {
+        return (0, 0);
+    };
+    let mut multiply_adds = 0u64;
+    for (e, (&k, &av)) in a_cols.iter().zip(a_vals).enumerate() {
+        ops.prefetch(a_cols, e);
+        let (b_cols, b_vals) = ops.b_row(k);
+        *counted += b_cols.len() as u64;
+        // B's row from the mask row's first column on (its columns are sorted).
+        let from = if b_cols.first().is_some_and(|&j| j < first) {
+            b_cols.partition_point(|&j| j < first)
+        } else {
+            0
+        };
+        let mut p = 0;
+        for (&j, bv) in b_cols[from..].iter().zip(&b_vals[from..]) {
+            if j > last {
+                break;
+            }
+            while m[p] < j {
+                p += 1;
+            }
+            if m[p] == j {
+                let x = S::mul_at(av, *bv, k);
+                values[p] = if seen[p] { S::add(values[p], x) } else { x };
+                seen[p] = true;
+                multiply_adds += 1;
+            }
+        }
+    }
+    let mut found = 0;
+    for ((&j, &v), &seen) in m.iter().zip(&values).zip(&seen) {
+        if seen {
+            out.cols.push(j - lo);
+            out.vals.push(T::from_acc(v));
+            found += 1;
+        }
+    }
+    (found, multiply_adds)
+}
+
 /// One task's accumulators (by position in the mask row) and admitted products.
 struct MaskScratch<A> {
     /// Accumulators by position in the mask row, and whether a product landed there.
@@ -347,6 +410,14 @@ fn compute_range<T: Scalar, S: Semiring<T>>(
         }
         let mut counted = 0u64;
         let (a_cols, a_vals) = ops.a_row(i);
+        if !complemented && m.len() <= MERGED_MASK_ROW {
+            let (found, multiply_adds) =
+                merged_row::<T, S>(ops, a_cols, a_vals, m, lo, &mut out, &mut counted);
+            out.work.multiply_adds += multiply_adds;
+            out.work.unmasked_multiply_adds += unmasked.unwrap_or(counted);
+            out.counts.push(found);
+            continue;
+        }
         tables.clean = false;
         if lookup != Lookup::Search {
             for &j in m {
@@ -456,12 +527,23 @@ mod tests {
             run: &run,
             planned: 0,
         };
+        let mut rows_by_path = [0usize; 2];
         for mask in [
             Mask::structural(&full),
             Mask::valued(&generate::uniform::<f64>(full.nrows(), full.ncols(), 3, 9)),
             Mask::structural(&a).complemented(),
         ] {
             let want = reference::spgemm_masked::<f64, PlusTimes>(&a, &b, Some(&mask)).unwrap();
+            if !mask.is_complemented() {
+                // Short mask rows merged with B's rows, long ones looked up in the tables.
+                for n in mask
+                    .row_offsets()
+                    .windows(2)
+                    .map(|w| (w[1] - w[0]) as usize)
+                {
+                    rows_by_path[usize::from(n > MERGED_MASK_ROW)] += usize::from(n > 0);
+                }
+            }
             let ops = Operands::new(&wa, &wb, super::super::shape_of_b(&b)).unwrap();
             let (c, work) = multiply::<f64, PlusTimes>(&ops, &mask, watch).unwrap();
             assert_eq!(c.row_offsets(), want.row_offsets());
@@ -500,6 +582,7 @@ mod tests {
                 assert_eq!(o.work, work);
             }
         }
+        assert!(rows_by_path.iter().all(|&n| n > 10), "{rows_by_path:?}");
     }
 
     #[test]
