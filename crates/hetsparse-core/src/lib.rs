@@ -60,7 +60,7 @@ pub use reference::ReferenceBackend;
 pub use scalar::{Accumulator, Boolean, Scalar, ScalarType};
 pub use semiring::{PlusTimes, Semiring, SemiringVisitor};
 pub use vector::SparseVector;
-pub use write_back::{write_back, write_back_owned};
+pub use write_back::{write_back, write_back_new, write_back_owned};
 
 /// Re-exported scalar crates, so users name the same `f16`, `bf16` and `Complex` types.
 pub use half::{bf16, f16};

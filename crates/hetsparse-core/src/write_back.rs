@@ -9,6 +9,8 @@
 //! 2. where the mask admits a position, C's new entry is Z's (none where Z has none); where it
 //!    refuses one, C's old entry is kept, or removed with a replacing mask.
 
+use std::ops::Range;
+
 use crate::backend::{AccumulateOp, Mask};
 use crate::error::{Error, Result};
 use crate::format::Csr;
@@ -84,6 +86,22 @@ pub fn write_back_owned<T: Scalar>(
     merge(c, &t, mask, accumulator)
 }
 
+/// [`write_back_owned`] into a new C, one with no entries of `t`'s shape (a product returned
+/// rather than merged into a C), without building that C: `t` itself, moved, where `mask`
+/// admits every entry (as a backend's masked product's are), else `t`'s admitted entries.
+/// Errors: those of [`write_back`].
+pub fn write_back_new<T: Scalar>(
+    t: Csr<T>,
+    mask: Option<&Mask>,
+    accumulator: Option<AccumulateOp>,
+) -> Result<Csr<T>> {
+    check(&t, &t, mask, accumulator)?;
+    if admits_all(&t, mask) {
+        return Ok(t);
+    }
+    merge(&Csr::zeros(t.nrows(), t.ncols())?, &t, mask, accumulator)
+}
+
 /// Whether `mask` (none: every position) admits every entry of `t` (of its shape): a
 /// bit (or byte) looked up per entry of a bitmap (or bytes) mask, a merge of each row with the mask's row else.
 /// In parallel: a graph algorithm's product may have tens of millions of entries, and this
@@ -110,24 +128,45 @@ fn admits_all<T: Scalar>(t: &Csr<T>, mask: Option<&Mask>) -> bool {
         };
     }
     let (m_offsets, m_cols) = (mask.row_offsets(), mask.col_indices());
+    let (t_offsets, t_cols) = (t.row_offsets(), t.col_indices());
     let row_admitted = |i: usize| {
         let held = &m_cols[m_offsets[i] as usize..m_offsets[i + 1] as usize];
         let mut p = 0;
-        t.row(i).0.iter().all(|&j| {
-            while p < held.len() && held[p] < j {
-                p += 1;
-            }
-            (p < held.len() && held[p] == j) != mask.is_complemented()
-        })
+        t_cols[t_offsets[i] as usize..t_offsets[i + 1] as usize]
+            .iter()
+            .all(|&j| {
+                while p < held.len() && held[p] < j {
+                    p += 1;
+                }
+                (p < held.len() && held[p] == j) != mask.is_complemented()
+            })
     };
+    let rows_admitted = |rows: Range<usize>| all_nonempty_rows(t_offsets, rows, &row_admitted);
     if small {
-        (0..t.nrows()).all(row_admitted)
+        rows_admitted(0..t.nrows())
     } else {
-        (0..t.nrows())
-            .into_par_iter()
-            .with_min_len(MIN_PER_TASK)
-            .all(row_admitted)
+        let tasks = t.nrows().div_ceil(MIN_PER_TASK);
+        (0..tasks).into_par_iter().all(|task| {
+            rows_admitted(task * MIN_PER_TASK..((task + 1) * MIN_PER_TASK).min(t.nrows()))
+        })
     }
+}
+
+/// Whether `f` holds for every row of `rows` that has entries by `offsets`. Runs of empty rows
+/// are skipped by halving (the offsets of a run's ends are equal), so a product of a few
+/// entries in many rows (a masked product of a sparse graph) costs about its entries times
+/// the halvings, not a pass over every row.
+fn all_nonempty_rows(offsets: &[u64], rows: Range<usize>, f: &impl Fn(usize) -> bool) -> bool {
+    /// Rows below which a range is walked row by row.
+    const WALK: usize = 32;
+    if offsets[rows.start] == offsets[rows.end] {
+        return true;
+    }
+    if rows.len() <= WALK {
+        return rows.filter(|&i| offsets[i] != offsets[i + 1]).all(f);
+    }
+    let mid = rows.start + rows.len() / 2;
+    all_nonempty_rows(offsets, rows.start..mid, f) && all_nonempty_rows(offsets, mid..rows.end, f)
 }
 
 /// The element-wise pass of [`write_back`], on operands it checked.
@@ -242,10 +281,84 @@ mod tests {
             write_back_owned(&c, t.clone(), None, plus).unwrap(),
             write_back(&c, &t, None, plus).unwrap()
         );
+        // Into a new C, the same as into an empty one, without building it.
+        for mask in [
+            None,
+            Some(Mask::structural(&m)),
+            Some(Mask::structural(&narrow)),
+            Some(complement.clone()),
+            Some(bits.clone()),
+        ] {
+            let t = if mask.as_ref().is_some_and(|m| m.shape() == (1, 3)) {
+                row.clone()
+            } else {
+                t.clone()
+            };
+            let empty = Csr::zeros(t.nrows(), t.ncols()).unwrap();
+            assert_eq!(
+                write_back_new(t.clone(), mask.as_ref(), plus).unwrap(),
+                write_back_owned(&empty, t, mask.as_ref(), plus).unwrap()
+            );
+        }
+        let fresh = row.clone();
+        let values_at = fresh.values().as_ptr();
+        let moved = write_back_new(fresh, Some(&bits), None).unwrap();
+        assert_eq!(moved.values().as_ptr(), values_at, "moved, not copied");
         let complex = Csr::<crate::Complex<f64>>::zeros(1, 1).unwrap();
+        assert!(write_back_new(complex.clone(), None, Some(AccumulateOp::Max)).is_err());
+        assert!(
+            write_back_new(t.clone(), Some(&bits), None).is_err(),
+            "a mask of another shape"
+        );
         let max = Some(AccumulateOp::Max);
         assert!(write_back_owned(&complex, complex.clone(), None, max).is_err());
         assert!(write_back_owned(&empty, Csr::zeros(3, 3).unwrap(), None, None).is_err());
+    }
+
+    /// The check of a product against its mask looks at every row with entries, however
+    /// long the runs of empty rows between them, in one task and over several.
+    #[test]
+    fn every_row_with_entries_is_checked_against_the_mask() {
+        for nrows in [5, 31, 33, 1000, 100_003] {
+            // Entries in the first, the last and a few scattered rows.
+            let rows: Vec<usize> = [0, 1, 17, 32, nrows / 2, nrows / 2 + 1, nrows - 1]
+                .into_iter()
+                .filter(|&i| i < nrows)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let of = |held: &[usize], col: u32| {
+                let mut offsets = vec![0u64; nrows + 1];
+                for &i in held {
+                    offsets[i + 1] = 1;
+                }
+                for i in 0..nrows {
+                    offsets[i + 1] += offsets[i];
+                }
+                let n = held.len();
+                Csr::try_new(nrows, 4, offsets, vec![col; n], vec![1.0; n]).unwrap()
+            };
+            let t = of(&rows, 2);
+            assert!(admits_all(&t, Some(&Mask::structural(&t))), "{nrows} rows");
+            for &refused in &rows {
+                // The mask has every row of T but one, whose entry is in another column.
+                let m = Csr::try_new(
+                    nrows,
+                    4,
+                    t.row_offsets().to_vec(),
+                    rows.iter()
+                        .map(|&i| if i == refused { 3 } else { 2 })
+                        .collect(),
+                    vec![1.0; rows.len()],
+                )
+                .unwrap();
+                let mask = Mask::structural(&m);
+                assert!(!admits_all(&t, Some(&mask)), "{nrows} rows, row {refused}");
+                assert!(admits_all(&t, Some(&mask.complemented())) == (rows.len() == 1));
+            }
+            let empty = of(&[], 2);
+            assert!(admits_all(&empty, Some(&Mask::structural(&t))));
+        }
     }
 
     #[test]

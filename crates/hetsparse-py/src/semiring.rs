@@ -6,7 +6,7 @@
 //! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back_owned, AccumulateOp, Csr, HostArray, Mask, MaskKind, RunControl, Scalar,
+    write_back_new, write_back_owned, AccumulateOp, HostArray, Mask, MaskKind, RunControl, Scalar,
     SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
@@ -18,7 +18,7 @@ use pyo3::types::PyTuple;
 use crate::convert::csr_to_py;
 use crate::devices::{self, context, PyScalar};
 use crate::errors::{to_py, value};
-use crate::matrix::{with_stored, Held, MaskOperand, Operand, Source, Storable, Stored};
+use crate::matrix::{with_stored, MaskOperand, Operand, Source, Storable, Stored};
 use crate::{detached, product_size, unsupported_dtype};
 
 /// The semiring, mask modes and accumulator of one call, parsed from their Python names.
@@ -220,11 +220,11 @@ fn mxm_t<'py, T: Storable>(
         let t = ctx
             .spgemm_with((&*a).into(), (&*b).into(), &options, &run)
             .map_err(to_py)?;
-        let c = match &out {
-            Some(c) => c.csr()?,
-            None => Held::Made(Csr::zeros(t.nrows(), t.ncols()).map_err(to_py)?),
-        };
-        write_back_owned(&*c, t, mask.as_ref(), modes.accumulator).map_err(to_py)
+        match &out {
+            Some(c) => write_back_owned(&*c.csr()?, t, mask.as_ref(), modes.accumulator),
+            None => write_back_new(t, mask.as_ref(), modes.accumulator),
+        }
+        .map_err(to_py)
     })?;
     released([Some(&a), Some(&b), out.as_ref()], mask.as_ref())?;
     csr_to_py(py, c)
