@@ -2,8 +2,9 @@
 //! (`mpiexec -n P hetsparse multiply ...`), through `hetsparse-mpi`.
 //!
 //! Every rank runs this with the same arguments. A is read with the collective Matrix Market
-//! reader (each rank its byte range of the file, its rows in the end), the layout comes from
-//! the communication-volume model (or `--dist`), the operands are converted to it, multiplied,
+//! reader (each rank its byte range of the file, its rows in the end), the layout is the one
+//! the time model predicts quickest on the machine measured on samples of the product (or
+//! `--dist`'s), the operands are converted to it, multiplied,
 //! C is brought back to rows and written with the collective writer. Every error is
 //! collective: each rank returns the same one, so each prints it and exits nonzero.
 
@@ -12,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    agree, choose_algorithm, model_volume, spgemm_summa3d_with, spgemm_summa_with, spgemm_with,
-    Algorithm, CommReport, Dist2dCsr, DistCsr, DistOptions, Error, Grid3, Layout3, ProductStats,
+    agree, choose_algorithm, choose_algorithm_by_time, measure_machine, model_volume,
+    spgemm_summa3d_with, spgemm_summa_with, spgemm_with, Algorithm, CommReport, Dist2dCsr, DistCsr,
+    DistOptions, Error, Grid3, Layout3, Machine, ProductStats, TimeEstimate,
 };
 
 use crate::error::CliError;
@@ -105,30 +107,53 @@ fn name(algorithm: Algorithm) -> String {
     }
 }
 
-/// The algorithm `--dist` asks for among the model's choices (least volume first), and why.
+/// What `--dist auto` chose from: the measured machine and every layout's predicted time,
+/// least first.
+struct Timed {
+    machine: Machine,
+    ranked: Vec<(Algorithm, TimeEstimate)>,
+}
+
+/// `0.123 s (compute 0.1 + local 0.02 + network 0.003)`.
+fn predicted(t: &TimeEstimate) -> String {
+    format!(
+        "{:.3} s (compute {:.3} + local {:.3} + network {:.3})",
+        t.total, t.compute, t.local, t.communication
+    )
+}
+
+/// The algorithm `--dist` asks for, and why: for auto on several ranks the least predicted
+/// time (`timed`), else among the volume model's choices (least volume first).
 fn pick(
     dist: DistArg,
     stats: &ProductStats,
     choices: &[(Algorithm, f64)],
+    timed: Option<&Timed>,
     ranks: usize,
 ) -> (Algorithm, String) {
     let first = |keep: fn(&Algorithm) -> bool| choices.iter().map(|c| c.0).find(keep);
-    let modelled = |a: Algorithm| mib(model_volume(stats, a).max(0.0) as u64);
+    let modelled = |a: Algorithm| modelled_volume(stats, a);
     match dist {
-        DistArg::Auto => match choices.first() {
-            Some(&(a, _)) => {
-                let runner_up = choices.get(1).map_or(String::new(), |&(b, _)| {
-                    format!("; next {}: {}", name(b), modelled(b))
-                });
+        DistArg::Auto => match (timed.and_then(|t| t.ranked.first()), ranks) {
+            (_, 1) => (
+                Algorithm::RowFetch { ranks: 1 },
+                "one rank: every layout is the same local product".into(),
+            ),
+            (Some((a, t)), _) => {
+                let runner_up = timed
+                    .and_then(|t| t.ranked.get(1))
+                    .map_or(String::new(), |(b, tb)| {
+                        format!("; next {}: {}", name(*b), predicted(tb))
+                    });
                 let why = format!(
-                    "the least communication the volume model predicts among {} layouts: \
-                     {}{runner_up}",
-                    choices.len(),
-                    modelled(a)
+                    "the least time the model predicts on the measured machine among {} \
+                     layouts: {}{runner_up}",
+                    timed.map_or(0, |t| t.ranked.len()),
+                    predicted(t)
                 );
-                (a, why)
+                (*a, why)
             }
-            None => {
+            (None, _) => {
                 let a = Algorithm::RowFetch { ranks };
                 (a, format!("the only layout (modelled: {})", modelled(a)))
             }
@@ -263,7 +288,35 @@ fn product<C: Communicator>(
 
     let stats = ProductStats::of_distributed(world, &a, b)?;
     let choices = choose_algorithm(&stats, size);
-    let (algorithm, why) = pick(dist, &stats, &choices, size);
+    // auto on several ranks chooses by predicted time on this machine, measured on samples
+    // of this product: the volume alone misses the local work of merging SUMMA's stages.
+    let timed = if dist == DistArg::Auto && size > 1 {
+        let t = Instant::now();
+        let machine = measure_machine(world, &a, b, &stats, &ctx)?;
+        let ranked = choose_algorithm_by_time(&stats, size, &machine).map_err(|e| {
+            Error::InvalidArgument {
+                rank,
+                reason: format!("the time model: {e}"),
+            }
+        })?;
+        stages.push(Stage {
+            name: "measure".into(),
+            time: t.elapsed(),
+            detail: format!(
+                "network {}; local {:.1} M products/s{}",
+                network(&machine),
+                machine.rate / 1e6,
+                machine
+                    .entry_rate
+                    .map_or(String::new(), |r| format!(", {:.1} M entries/s", r / 1e6))
+            ),
+            report: None,
+        });
+        Some(Timed { machine, ranked })
+    } else {
+        None
+    };
+    let (algorithm, why) = pick(dist, &stats, &choices, timed.as_ref(), size);
     let flops = 2 * stats.flops;
 
     let mut convert = |name: &str, t: Instant, report: CommReport, detail: String| {
@@ -370,9 +423,12 @@ fn product<C: Communicator>(
         println!("  why: {why}");
         let mut all = None::<CommReport>;
         for s in &stages {
-            let traffic = s.report.as_ref().map(moved).unwrap_or_default();
+            let traffic = s
+                .report
+                .as_ref()
+                .map_or(String::new(), |r| format!("; {}", moved(r)));
             println!(
-                "  {:<9} {:>9.3} s  {}; {traffic}",
+                "  {:<9} {:>9.3} s  {}{traffic}",
                 s.name,
                 s.time.as_secs_f64(),
                 s.detail
@@ -397,21 +453,64 @@ fn product<C: Communicator>(
         }
     }
     if rank == 0 && args.explain {
-        println!("layouts by modelled communication (bytes sent in all):");
-        for (a, v) in &choices {
-            let mark = if *a == algorithm { "  <- used" } else { "" };
-            println!("  {:<40} {:>12}{mark}", name(*a), mib(v.max(0.0) as u64));
-        }
-        if !choices.iter().any(|c| c.0 == algorithm) {
-            let v = model_volume(&stats, algorithm).max(0.0);
+        if let Some(timed) = &timed {
             println!(
-                "  {:<40} {:>12}  <- used (asked for; not a layout the model ranks)",
-                name(algorithm),
-                mib(v as u64)
+                "layouts by predicted time (network {}, {:.1} M products/s and {} a rank; \
+                 modelled communication in all):",
+                network(&timed.machine),
+                timed.machine.rate / 1e6,
+                timed
+                    .machine
+                    .entry_rate
+                    .map_or("no entry rate".into(), |r| format!(
+                        "{:.1} M entries/s",
+                        r / 1e6
+                    ))
             );
+            for (a, t) in &timed.ranked {
+                let mark = if *a == algorithm { "  <- used" } else { "" };
+                println!(
+                    "  {:<40} {:<52} {:>12}{mark}",
+                    name(*a),
+                    predicted(t),
+                    modelled_volume(&stats, *a)
+                );
+            }
+        } else {
+            println!("layouts by modelled communication (bytes sent in all):");
+            for (a, v) in &choices {
+                let mark = if *a == algorithm { "  <- used" } else { "" };
+                println!("  {:<40} {:>12}{mark}", name(*a), mib(v.max(0.0) as u64));
+            }
+            if !choices.iter().any(|c| c.0 == algorithm) {
+                let v = model_volume(&stats, algorithm).max(0.0);
+                println!(
+                    "  {:<40} {:>12}  <- used (asked for; not a layout the model ranks)",
+                    name(algorithm),
+                    mib(v as u64)
+                );
+            }
         }
     }
     Ok(())
+}
+
+/// The modelled volume of `algorithm`, in MiB.
+fn modelled_volume(stats: &ProductStats, algorithm: Algorithm) -> String {
+    mib(model_volume(stats, algorithm).max(0.0) as u64)
+}
+
+/// `latency 1.2 µs, 10.3 GB/s`.
+fn network(machine: &Machine) -> String {
+    let n = machine.network;
+    if n.latency == 0.0 && n.bandwidth == f64::MAX {
+        return "none (one rank)".into();
+    }
+    format!(
+        "latency {:.1} µs, {:.2} GB/s",
+        n.latency * 1e6,
+        n.bandwidth / 1e9
+    )
 }
 
 /// Two reports of one run added up (the maxima added too: an upper bound on one rank's).

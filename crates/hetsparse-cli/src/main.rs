@@ -123,13 +123,15 @@ struct MultiplyArgs {
     quiet: bool,
     /// Say which device computed and why: every device's predicted time (compute, transfer,
     /// per-call latency) and where the numbers come from (model, calibration, learned).
-    /// With --dist: every layout's modelled communication.
+    /// With --dist: every layout's modelled communication, and with auto its predicted time
+    /// on the machine measured.
     #[arg(long)]
     explain: bool,
     /// Multiply distributed over the MPI ranks the command runs on (`mpiexec -n P hetsparse
     /// multiply ...`; needs a build with the `mpi` feature): 1d (row fetch), 2d (Sparse
-    /// SUMMA), 3d (split SUMMA), or auto (the layout the communication-volume model ranks
-    /// first). Under mpiexec, auto without it. A and B are read and C written collectively
+    /// SUMMA), 3d (split SUMMA), or auto (the layout the time model predicts quickest on
+    /// the network and local rates measured on samples of the product). Under mpiexec, auto
+    /// without it. A and B are read and C written collectively
     /// (plain Matrix Market files every rank can reach).
     #[arg(long, value_enum)]
     dist: Option<DistArg>,

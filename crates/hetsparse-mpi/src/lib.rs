@@ -22,7 +22,8 @@
 //! [`model_volume`] models the bytes each algorithm moves and [`choose_algorithm`] ranks the
 //! layouts of a product by it; [`model_time`] predicts a product's time on `P` ranks from a
 //! measured local rate, entry rate ([`measure_entry_rate`]) and a [`Network`]'s bandwidth and
-//! latency, and [`choose_algorithm_by_time`] ranks the layouts by that prediction.
+//! latency, and [`choose_algorithm_by_time`] ranks the layouts by that prediction;
+//! [`measure_machine`] measures those on the ranks a product runs on, from samples of it.
 //!
 //! Every function is collective, errors included: when one rank finds a problem, every rank
 //! returns the same [`Error`], naming the rank that found it, and none is left waiting.
@@ -49,6 +50,7 @@
 mod convert;
 mod error;
 mod matrix;
+mod measure;
 mod mmio;
 mod model;
 mod partition;
@@ -60,6 +62,7 @@ mod wire;
 
 pub use error::{agree, Error, Result};
 pub use matrix::{DistCsr, DistOptions};
+pub use measure::{measure_machine, measure_network};
 pub use model::{
     choose_algorithm, choose_algorithm_by_time, critical_path_flops, measure_entry_rate,
     model_comm, model_comm_with, model_entries, model_time, model_time_with, model_volume,

@@ -18,9 +18,10 @@ use hetsparse_core::fault::{Fault, FaultyBackend};
 use hetsparse_mpi::mpi::collective::SystemOperation;
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    model_volume, spgemm, spgemm_summa, spgemm_summa3d, spgemm_summa3d_batched,
-    spgemm_summa3d_with, spgemm_with, summa3d_batches_for_memory, Algorithm, Dist2dCsr, Dist3dCsr,
-    DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar, ProductStats, RowPartition,
+    choose_algorithm_by_time, measure_machine, model_volume, spgemm, spgemm_summa, spgemm_summa3d,
+    spgemm_summa3d_batched, spgemm_summa3d_with, spgemm_with, summa3d_batches_for_memory,
+    Algorithm, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Error, Grid, Grid3, Layout3, MpiScalar,
+    ProductStats, RowPartition,
 };
 use num_complex::Complex;
 use std::sync::Arc;
@@ -1329,6 +1330,67 @@ fn model_case<C: Communicator>(world: &C, a: &Csr<f64>, b: &Csr<f64>) -> Check {
     Ok(())
 }
 
+/// The machine measured on samples of a product: the same on every rank (bit for bit, so a
+/// choice made from it is the same everywhere), every rate positive and finite, no network on
+/// one rank; and a rank whose sample product fails fails every rank.
+fn measure_case<C: Communicator>(world: &C, a: &Csr<f64>) -> Check {
+    let (rank, size) = (world.rank(), world.size());
+    let options = DistOptions::default();
+    let (da, _) = DistCsr::scatter(world, 0, (rank == 0).then_some(a), None, &options)
+        .map_err(|e| e.to_string())?;
+    let stats = ProductStats::of_distributed(world, &da, &da).map_err(|e| e.to_string())?;
+    let cpu: Arc<dyn Backend<f64>> =
+        Arc::new(hetsparse::cpu::CpuBackend::with_threads(1).map_err(|e| e.to_string())?);
+    let ctx = Context::from_backends(&["cpu"], vec![cpu.clone()]).map_err(|e| e.to_string())?;
+    let machine = measure_machine(world, &da, &da, &stats, &ctx).map_err(|e| e.to_string())?;
+    let n = machine.network;
+    let mine = [
+        machine.rate.to_bits(),
+        machine.entry_rate.unwrap_or(-1.0).to_bits(),
+        n.latency.to_bits(),
+        n.bandwidth.to_bits(),
+    ];
+    let mut all = vec![0u64; 4 * size as usize];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    ensure(all.chunks_exact(4).all(|x| x == mine), || {
+        format!("ranks measured different machines: {all:?}")
+    })?;
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    ensure(
+        positive(machine.rate) && machine.entry_rate.is_some_and(positive),
+        || format!("rates {machine:?}"),
+    )?;
+    if size == 1 {
+        ensure(n.latency == 0.0 && n.bandwidth == f64::MAX, || {
+            format!("one rank has no network: {n:?}")
+        })?;
+    } else {
+        ensure(
+            n.latency.is_finite() && n.latency > 0.0 && positive(n.bandwidth),
+            || format!("network {n:?}"),
+        )?;
+    }
+    // The layouts by time from it: every one, ordered.
+    let ranked =
+        choose_algorithm_by_time(&stats, size as usize, &machine).map_err(|e| e.to_string())?;
+    ensure(
+        !ranked.is_empty() && ranked.windows(2).all(|w| w[0].1.total <= w[1].1.total),
+        || format!("{ranked:?}"),
+    )?;
+    // The last rank's sample product fails: a Compute error of that rank everywhere.
+    let bad = size - 1;
+    let backend: Arc<dyn Backend<f64>> = if rank == bad {
+        Arc::new(FaultyBackend::new(cpu, Fault::MemoryLimit { bytes: 0 }))
+    } else {
+        cpu
+    };
+    let ctx = Context::from_backends(&["cpu"], vec![backend]).map_err(|e| e.to_string())?;
+    match measure_machine(world, &da, &da, &stats, &ctx) {
+        Err(Error::Compute { rank: r, .. }) if r == bad => Ok(()),
+        other => Err(format!("{other:?}, expected a Compute error of rank {bad}")),
+    }
+}
+
 /// Each rank's block: (rows, columns), global numbers.
 type Blocks = Vec<(std::ops::Range<u64>, std::ops::Range<u64>)>;
 
@@ -1855,6 +1917,10 @@ fn main() -> ExitCode {
         (
             "volume model against what moved (uniform operands)",
             Box::new(|| model_case(&world, &uniform3, &uniform3)),
+        ),
+        (
+            "the machine measured on samples of a product (stencil A·A)",
+            Box::new(|| measure_case(&world, &stencil)),
         ),
         (
             "error: 2D blocks that do not line up",
