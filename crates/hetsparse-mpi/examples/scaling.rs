@@ -12,8 +12,9 @@
 //! of `N³` rows, default 30), `--reps R` (timed repetitions, the least kept; default 3).
 //!
 //! Each run
-//! 1. measures the "network" with a ping-pong between ranks 0 and 1 (latency: half the round
-//!    trip of 8 bytes; bandwidth: 8 MiB over half its round trip less the latency);
+//! 1. measures the "network" with `measure_network` (ping-pongs of rank 0 with ranks spread over
+//!    the communicator; latency: half the least round trip of 8 bytes; bandwidth: 2 MiB over
+//!    half its least round trip less the latency; the slowest link);
 //! 2. for an R-MAT product `A·A` and a 27-point stencil product `A·A`, measures the local rate
 //!    (products per second of the CPU backend on rank 0 alone, the others asleep) and the entry
 //!    rate (`measure_entry_rate` on the product C, rank 0 alone), then times
@@ -29,49 +30,14 @@ use hetsparse::generate::{self, Stencil};
 use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    critical_path_flops, measure_entry_rate, model_time, spgemm_summa3d_with, spgemm_summa_with,
-    spgemm_with, Algorithm, CommReport, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Grid, Grid3,
-    Layout3, Machine, Network, ProductStats,
+    critical_path_flops, measure_entry_rate, measure_network, model_time, spgemm_summa3d_with,
+    spgemm_summa_with, spgemm_with, Algorithm, CommReport, Dist2dCsr, Dist3dCsr, DistCsr,
+    DistOptions, Grid, Grid3, Layout3, Machine, ProductStats,
 };
 
 #[path = "common/mod.rs"]
 mod common;
 use common::{arg, timed, Res};
-
-/// Latency (s) and bandwidth (bytes/s) between ranks 0 and 1, on every rank (broadcast).
-fn ping_pong<C: Communicator>(world: &C) -> (f64, f64) {
-    let rank = world.rank();
-    let mut out = [0.0f64; 2];
-    if world.size() >= 2 && rank < 2 {
-        let peer = world.process_at_rank(1 - rank);
-        let round_trip = |bytes: usize, reps: usize| {
-            let mut buf = vec![0u8; bytes];
-            let mut best = f64::INFINITY;
-            for _ in 0..reps {
-                let start = hetsparse_mpi::mpi::time();
-                if rank == 0 {
-                    peer.send(&buf[..]);
-                    peer.receive_into(&mut buf[..]);
-                } else {
-                    peer.receive_into(&mut buf[..]);
-                    peer.send(&buf[..]);
-                }
-                best = best.min(hetsparse_mpi::mpi::time() - start);
-            }
-            best
-        };
-        round_trip(8, 100);
-        let latency = round_trip(8, 1000) / 2.0;
-        round_trip(8 << 20, 3);
-        let long = round_trip(8 << 20, 20) / 2.0;
-        out = [latency, (8 << 20) as f64 / (long - latency).max(1e-9)];
-    } else if world.size() == 1 {
-        // One rank sends nothing: any network predicts the same.
-        out = [0.0, 1.0];
-    }
-    world.process_at_rank(0).broadcast_into(&mut out[..]);
-    (out[0], out[1])
-}
 
 /// Every layout of `p` ranks: 1D, every 2D grid, every 3D grid of 2 layers or more.
 fn layouts(p: usize) -> Vec<Algorithm> {
@@ -143,12 +109,12 @@ fn main() -> Res<()> {
     let share = (size as f64 / cores as f64).max(1.0);
     let ctx = Context::<f64>::on(&DeviceChoice::Cpu)?;
 
-    let (latency, bandwidth) = ping_pong(&world);
+    let network = measure_network(&world);
     if rank == 0 {
         println!(
             "P = {size} ranks on {cores} cores; ping-pong: latency {:.2} µs, bandwidth {:.2} GB/s",
-            latency * 1e6,
-            bandwidth / 1e9
+            network.latency * 1e6,
+            network.bandwidth / 1e9
         );
     }
     let products = [
@@ -191,7 +157,7 @@ fn main() -> Res<()> {
         }
         let [rate, entry_rate] = rates;
         let machine = Machine {
-            network: Network { bandwidth, latency },
+            network,
             rate,
             entry_rate: Some(entry_rate),
         };

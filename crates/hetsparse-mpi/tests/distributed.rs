@@ -382,6 +382,21 @@ fn scatter_errors_case<C: Communicator>(world: &C) -> Check {
     Ok(())
 }
 
+/// A context on `cpu`, except on rank `bad`, whose backend has no memory: every product there
+/// fails.
+fn failing_on<C: Communicator>(
+    world: &C,
+    bad: i32,
+    cpu: Arc<dyn Backend<f64>>,
+) -> Result<Context<f64>, String> {
+    let backend: Arc<dyn Backend<f64>> = if world.rank() == bad {
+        Arc::new(FaultyBackend::new(cpu, Fault::MemoryLimit { bytes: 0 }))
+    } else {
+        cpu
+    };
+    Context::from_backends(&["cpu"], vec![backend]).map_err(|e| e.to_string())
+}
+
 /// The local product fails on one rank (a backend that runs out of memory there): every rank
 /// gets that rank's `Compute` error, with the same text. The others multiply through a
 /// one-thread CPU context of their own (`spgemm_with`).
@@ -406,12 +421,7 @@ fn one_rank_compute_case<C: Communicator>(world: &C) -> Check {
     }
     // Then the last rank's backend has no memory.
     let bad = size - 1;
-    let backend: Arc<dyn Backend<f64>> = if rank == bad {
-        Arc::new(FaultyBackend::new(cpu, Fault::MemoryLimit { bytes: 0 }))
-    } else {
-        cpu
-    };
-    let ctx = Context::from_backends(&["cpu"], vec![backend]).map_err(|e| e.to_string())?;
+    let ctx = failing_on(world, bad, cpu)?;
     let message = match spgemm_with(world, &da, &da, &ctx, &options) {
         Err(Error::Compute { rank: r, message }) if r == bad && !message.is_empty() => message,
         other => return Err(format!("{other:?}, expected a Compute error of rank {bad}")),
@@ -1379,12 +1389,7 @@ fn measure_case<C: Communicator>(world: &C, a: &Csr<f64>) -> Check {
     )?;
     // The last rank's sample product fails: a Compute error of that rank everywhere.
     let bad = size - 1;
-    let backend: Arc<dyn Backend<f64>> = if rank == bad {
-        Arc::new(FaultyBackend::new(cpu, Fault::MemoryLimit { bytes: 0 }))
-    } else {
-        cpu
-    };
-    let ctx = Context::from_backends(&["cpu"], vec![backend]).map_err(|e| e.to_string())?;
+    let ctx = failing_on(world, bad, cpu)?;
     match measure_machine(world, &da, &da, &stats, &ctx) {
         Err(Error::Compute { rank: r, .. }) if r == bad => Ok(()),
         other => Err(format!("{other:?}, expected a Compute error of rank {bad}")),
