@@ -23,16 +23,19 @@
 //! 3. prints, per algorithm, the measured time, `model_time`'s prediction (its compute, local
 //!    entry work and communication parts), their ratio, the ratio to the prediction without the
 //!    local entry work, the imbalance from `critical_path_flops`, and the
-//!    model's bytes per rank against the report's most received by one rank. With more ranks
+//!    model's bytes per rank against the report's most received by one rank;
+//! 4. prints the machine `measure_machine` samples on the ranks (what `hetsparse multiply
+//!    --dist auto` chooses from) and the layouts ranked by time on it. With more ranks
 //!    than cores the ranks share them: `pred×share` scales the compute by `P / cores`.
 
 use hetsparse::generate::{self, Stencil};
 use hetsparse::{Context, Csr, DeviceChoice};
 use hetsparse_mpi::mpi::traits::*;
 use hetsparse_mpi::{
-    critical_path_flops, measure_entry_rate, measure_network, model_time, spgemm_summa3d_with,
-    spgemm_summa_with, spgemm_with, Algorithm, CommReport, Dist2dCsr, Dist3dCsr, DistCsr,
-    DistOptions, Grid, Grid3, Layout3, Machine, ProductStats,
+    choose_algorithm_by_time, critical_path_flops, measure_entry_rate, measure_machine,
+    measure_network, model_time, spgemm_summa3d_with, spgemm_summa_with, spgemm_with, Algorithm,
+    CommReport, Dist2dCsr, Dist3dCsr, DistCsr, DistOptions, Grid, Grid3, Layout3, Machine,
+    ProductStats,
 };
 
 #[path = "common/mod.rs"]
@@ -161,6 +164,28 @@ fn main() -> Res<()> {
             rate,
             entry_rate: Some(entry_rate),
         };
+        // What `hetsparse multiply --dist auto` measures instead: samples on every rank.
+        let (d, _) = DistCsr::scatter(
+            &world,
+            0,
+            (rank == 0).then_some(a),
+            None,
+            &DistOptions::default(),
+        )?;
+        let sampled = measure_machine(&world, &d, &d, &stats, &ctx)?;
+        let by_time = choose_algorithm_by_time(&stats, size, &sampled)?;
+        if rank == 0 {
+            println!(
+                "\n{what}: sampled on the ranks (measure_machine): {:.1} M products/s, {:.1} M entries/s; layouts by time on it: {}",
+                sampled.rate / 1e6,
+                sampled.entry_rate.unwrap_or(0.0) / 1e6,
+                by_time
+                    .iter()
+                    .map(|(a, t)| format!("{} {:.4} s", name(*a), t.total))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if rank == 0 {
             println!(
                 "\n{what}: {} rows, nnz {}, {} products; local rate {:.1} M products/s ({:.3} s on rank 0 alone), entry rate {:.1} M entries/s",
