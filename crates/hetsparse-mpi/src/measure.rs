@@ -69,9 +69,12 @@ pub fn measure_network<C: Communicator>(comm: &C) -> Network {
     let _enter = span.enter();
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let mut measured = [0.0f64, f64::MAX];
+    let peers = peers(size);
+    // Rank 0 and the peers time round trips; the others only wait for the broadcast.
+    let takes_part = rank == 0 && !peers.is_empty() || peers.contains(&rank);
     let mut short = [0u8; 8];
-    let mut long = vec![0u8; if size > 1 { LONG_MESSAGE } else { 0 }];
-    for peer in peers(size) {
+    let mut long = vec![0u8; if takes_part { LONG_MESSAGE } else { 0 }];
+    for peer in peers {
         if rank != 0 && rank != peer {
             continue;
         }
