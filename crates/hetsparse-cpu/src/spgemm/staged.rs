@@ -32,6 +32,10 @@ const RANGES_PER_THREAD: usize = 64;
 /// [`multiply`]).
 const KEPT_TAIL: usize = 3;
 
+/// Bytes of entries up to which C is copied out of its reservation, not cut down in place
+/// (see [`multiply`]).
+const COPIED_BYTES: usize = 1 << 20;
+
 /// Slots a row of `products` intermediate products may need in C of `width` columns.
 #[inline]
 pub(super) fn row_bound(products: u64, width: usize) -> usize {
@@ -233,8 +237,19 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
     // tenth of the time of road products on the development machine). So a tail of at most
     // `KEPT_TAIL` times the entries stays; a larger one is handed back.
     if total - len > KEPT_TAIL.saturating_mul(len) {
-        cols.shrink_to_fit();
-        vals.shrink_to_fit();
+        if len * (std::mem::size_of::<u32>() + std::mem::size_of::<T>()) <= COPIED_BYTES {
+            // A small C is copied out rather than cut down: cut in place, its block stays
+            // one the allocator mapped for this product alone and unmaps when C is dropped,
+            // so every product of that size maps, faults in and unmaps its pages anew (coarse
+            // AMG levels, a graph algorithm's loops: more than some products' rows). Freed,
+            // the reservation teaches the allocator to serve the next one from memory it
+            // keeps, and the copy is of a few cached pages.
+            cols = copied(&cols, "column indices of C")?;
+            vals = copied(&vals, "values of C")?;
+        } else {
+            cols.shrink_to_fit();
+            vals.shrink_to_fit();
+        }
     }
     // SAFETY: rows were written sorted and without repeats by the Row-Row accumulators, with
     // columns inside the window; offsets are the prefix sums of the rows' entries.
@@ -247,6 +262,13 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
 /// the panic is re-raised by rayon once every worker has returned.
 fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `v` in a vector of exactly its length (`what` names it in an out-of-memory error).
+fn copied<X: Copy>(v: &[X], what: &str) -> Result<Vec<X>> {
+    let mut exact = hetsparse_core::host::try_with_capacity(v.len(), what)?;
+    exact.extend_from_slice(v);
+    Ok(exact)
 }
 
 /// Grows `v` to at least `len` (uninitialised) slots.
