@@ -34,7 +34,7 @@ const KEPT_TAIL: usize = 3;
 
 /// Bytes of entries up to which C is copied out of its reservation, not cut down in place
 /// (see [`multiply`]).
-const COPIED_BYTES: usize = 1 << 20;
+const COPIED_BYTES: usize = 8 << 20;
 
 /// Slots a row of `products` intermediate products may need in C of `width` columns.
 #[inline]
