@@ -243,7 +243,7 @@ pub(super) fn multiply<T: Scalar, S: Semiring<T>>(
             // so every product of that size maps, faults in and unmaps its pages anew (coarse
             // AMG levels, a graph algorithm's loops: more than some products' rows). Freed,
             // the reservation teaches the allocator to serve the next one from memory it
-            // keeps, and the copy is of a few cached pages.
+            // keeps; up to `COPIED_BYTES`, the copy costs less than faulting the pages in.
             cols = copied(&cols, "column indices of C")?;
             vals = copied(&vals, "values of C")?;
         } else {
