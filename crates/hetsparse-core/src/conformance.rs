@@ -124,7 +124,8 @@ macro_rules! conformance_suite {
             capabilities_are_consistent, spgemm_edge_cases, spgemm_matrix_classes,
             spgemm_random, spgemm_chunks, spgemm_chunks_into, spgemm_chunk_counts,
             spgemm_rejects_bad_operands, spgemm_spliced, unclaimed_spgemm_options_are_refused,
-            spgemm_semirings_and_masks, vector_products_semirings_and_masks,
+            spgemm_semirings_and_masks, masks_are_kept_where_products_read_them,
+            vector_products_semirings_and_masks,
             unclaimed_vector_products_are_refused,
             spmv_every_format,
             spmm_every_format, dia_spgemm, bsr_spgemm, unclaimed_operations_never_panic,
@@ -810,6 +811,86 @@ pub fn spgemm_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
                 }
             }
         }
+    }
+}
+
+/// A mask used again — triangle counting's `C⟨L⟩ = L·L` in a loop — is read from the copy a
+/// device backend keeps with it ([`Mask::kept_in`]): the same mask on a second call, on new
+/// operands, as a complemented clone and on a resident call gives the reference's product each
+/// time, and a backend computing in a device's memory keeps one copy of its positions there
+/// (a host backend keeps none of its own; a scheduler's devices may keep theirs). Backends
+/// claiming no masks are skipped.
+pub fn masks_are_kept_where_products_read_them<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
+    let features = b.capabilities().spgemm_features(T::TYPE);
+    if !claims(b, Operation::Spgemm(SpgemmAlgorithm::Auto)) {
+        return;
+    }
+    let nm = name(b);
+    let run = RunControl::new();
+    let (_, x, y) = semiring_operands::<T>().swap_remove(0);
+    let (nx, ny) = (
+        random_csr::<T>(x.nrows(), x.ncols(), 0.3, 45),
+        random_csr::<T>(y.nrows(), y.ncols(), 0.3, 46),
+    );
+    let mask = Mask::structural(&random_csr::<T>(x.nrows(), y.ncols(), 0.3, 44));
+    let kind = SemiringKind::PlusTimes;
+    if SpgemmOptions::new()
+        .with_mask(mask.clone())
+        .unsupported_by(&features)
+        .is_some()
+    {
+        return;
+    }
+    let calls = [
+        ("the first call", mask.clone(), &x, &y, false),
+        ("the same mask again", mask.clone(), &x, &y, false),
+        (
+            "the same mask on new operands",
+            mask.clone(),
+            &nx,
+            &ny,
+            false,
+        ),
+        ("the same mask, resident", mask.clone(), &x, &y, true),
+        (
+            "a complemented clone",
+            mask.clone().complemented(),
+            &x,
+            &y,
+            false,
+        ),
+        ("the mask once more", mask.clone(), &nx, &ny, false),
+    ];
+    for (what, call_mask, a, c, resident) in &calls {
+        let options = SpgemmOptions::new()
+            .with_semiring(kind)
+            .with_mask(call_mask.clone());
+        if options.unsupported_by(&features).is_some() {
+            continue;
+        }
+        let want = reference::spgemm_with_options(a, c, &options).expect("reference");
+        let magnitude = reference::spgemm_with_options(&magnitudes(a), &magnitudes(c), &options)
+            .expect("magnitudes");
+        let (ha, hc): (CsrOperand<'_, T>, CsrOperand<'_, T>) = ((*a).into(), (*c).into());
+        let got = if *resident {
+            b.spgemm_resident(ha, hc, &options, &run)
+                .and_then(|r| b.download(&r))
+        } else {
+            b.spgemm_with(ha, hc, &options, &run)
+        }
+        .unwrap_or_else(|e| panic!("{nm}: a masked product, {what}: {e}"));
+        check(
+            compare_semiring(kind, &got, &want, &magnitude, a, c),
+            || format!("{nm}: a masked product, {what}"),
+        );
+    }
+    let space = b.memory_space();
+    if space != MemorySpace::Host {
+        assert_eq!(
+            mask.kept_spaces(),
+            vec![space],
+            "{nm}: the mask used in six products is kept once, in the device's memory"
+        );
     }
 }
 

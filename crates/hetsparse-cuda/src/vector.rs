@@ -4,6 +4,8 @@
 //! few entries costs what its rows of A cost, as the semiring kernels' work follows the
 //! entries stored.
 
+use std::sync::Arc;
+
 use hetsparse_core::{
     Csr, Mask, Result, RunControl, SparseVector, SpgemmOptions, VectorProductKind,
     VectorProductOptions,
@@ -16,7 +18,7 @@ use crate::spgemm::{semiring, Operand};
 /// `w⟨m⟩ = A ⊕.⊗ u` or `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A` over `options`' semiring and mask (the accumulator
 /// is applied above the backends).
 pub(crate) fn product<T: DeviceScalar>(
-    gpu: &Gpu,
+    gpu: &Arc<Gpu>,
     kind: VectorProductKind,
     a: &Csr<T>,
     u: &SparseVector<T>,

@@ -35,10 +35,27 @@ use hetsparse_core::{
 use crate::esc::{self, DeviceOperand, DeviceProduct};
 use crate::kernels::{self, KernelSemiring};
 use crate::ops::Product;
+use crate::resident::{upload_positions, ClStructure};
 use crate::runtime::{Queue, Variant};
 use crate::OpenClBackend;
 
 impl OpenClBackend {
+    /// The mask's positions on this device: the copy the mask keeps in this context's memory
+    /// ([`Mask::kept_in`]), uploaded the first time a product here reads the mask.
+    fn kept_mask(&self, q: &Queue<'_>, mask: &Mask) -> Result<Arc<ClStructure>> {
+        mask.kept_in(self.state.space(), |mask| {
+            let _span = tracing::debug_span!("mask uploaded", entries = mask.entries()).entered();
+            upload_positions(
+                &self.state,
+                &self.pool,
+                q,
+                mask.shape(),
+                mask.row_offsets(),
+                mask.col_indices(),
+            )
+        })
+    }
+
     /// The program of `kind` over `T`: the scalar kernels, or the masked ones when `masked`;
     /// compiled once per context and cached by [`Variant`].
     pub(crate) fn semiring_program<T: Scalar>(
@@ -154,8 +171,8 @@ impl OpenClBackend {
         let _work = self
             .pool
             .reserve(masked_work_bytes::<T>(nrows, mask), "masked SpGEMM")?;
-        let m_offsets = q.upload(mask.row_offsets(), "mask row offsets")?;
-        let m_index = q.upload(mask.col_indices(), "mask column indices")?;
+        let kept = self.kept_mask(q, mask)?;
+        let (m_offsets, m_index) = (&kept.offsets, &kept.index);
         let acc = q.alloc::<u8>(slots_len * kernels::acc_bytes(T::TYPE), "mask accumulators")?;
         let hit = q.alloc::<u8>(slots_len, "mask hits")?;
         // The counts, once scanned, are C's offsets: allocated to stay.
@@ -252,8 +269,8 @@ impl OpenClBackend {
         let _work = self
             .pool
             .reserve(refused_work_bytes(nrows, mask), "complemented mask")?;
-        let m_offsets = q.upload(mask.row_offsets(), "mask row offsets")?;
-        let m_index = q.upload(mask.col_indices(), "mask column indices")?;
+        let kept = self.kept_mask(q, mask)?;
+        let (m_offsets, m_index) = (&kept.offsets, &kept.index);
         let counts = q.alloc_kept::<u64>(nrows + 1, "C row offsets")?;
         q.kernel(program, "keep_count")?
             .arg(nrows as u64)?

@@ -130,29 +130,42 @@ pub(crate) fn upload_structure<T: Scalar>(
     q: &Queue<'_>,
     m: &Csr<T>,
 ) -> Result<Arc<ClStructure>> {
-    let reservation = pool.reserve(
-        structure_bytes(m.nrows(), m.nnz()),
-        "resident matrix structure",
-    )?;
-    let offsets = q.alloc_kept::<u64>(m.row_offsets().len(), "resident row offsets")?;
-    let index = q.alloc_kept::<u32>(m.col_indices().len(), "resident column indices")?;
+    let shape = (m.nrows(), m.ncols());
+    upload_positions(state, pool, q, shape, m.row_offsets(), m.col_indices()).map(Arc::new)
+}
+
+/// Copies a CSR structure of `shape` (`offsets`, one more than its rows, and the sorted
+/// columns of each row) to the device, in memory of its own, reserved in `pool` for as long
+/// as it lives.
+pub(crate) fn upload_positions(
+    state: &Arc<DeviceState>,
+    pool: &Arc<MemoryPool>,
+    q: &Queue<'_>,
+    (nrows, ncols): (usize, usize),
+    row_offsets: &[u64],
+    col_indices: &[u32],
+) -> Result<ClStructure> {
+    let nnz = col_indices.len() as u64;
+    let reservation = pool.reserve(structure_bytes(nrows, nnz), "resident matrix structure")?;
+    let offsets = q.alloc_kept::<u64>(row_offsets.len(), "resident row offsets")?;
+    let index = q.alloc_kept::<u32>(col_indices.len(), "resident column indices")?;
     q.write_all(
         &[
-            offsets.upload_of(m.row_offsets(), "row offsets")?,
-            index.upload_of(m.col_indices(), "column indices")?,
+            offsets.upload_of(row_offsets, "row offsets")?,
+            index.upload_of(col_indices, "column indices")?,
         ],
         "a resident matrix's structure",
     )?;
-    Ok(Arc::new(ClStructure {
+    Ok(ClStructure {
         _state: Arc::clone(state),
-        nrows: m.nrows(),
-        ncols: m.ncols(),
-        nnz: m.nnz(),
+        nrows,
+        ncols,
+        nnz,
         offsets,
         index,
         verified: true,
         _reservation: reservation,
-    }))
+    })
 }
 
 /// Copies `values` (one per entry of `structure`) to the device beside it.

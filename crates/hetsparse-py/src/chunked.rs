@@ -15,7 +15,7 @@
 //! only where memory is short. Other contexts get the whole product.
 
 use hetsparse::{
-    Context, ContextScalar, Csr, Error, ProductChunk, RunControl, Scalar, SpgemmOptions,
+    Context, ContextScalar, Csr, CsrOperand, Error, ProductChunk, RunControl, Scalar, SpgemmOptions,
 };
 use rayon::prelude::*;
 
@@ -26,15 +26,17 @@ pub const CHECKED: u64 = 1 << 28;
 pub const CHUNK: u64 = 1 << 26;
 
 /// `C = A · B` on `ctx`, cancelled and watched through `run`, C held to `memory_limit` bytes
-/// (by default, the memory the system reports available).
+/// (by default, the memory the system reports available). `a` and `b` are the operands in host
+/// memory, which the checks read; `operands` what a whole product reads: the same, or copies
+/// of them in the memory of `ctx`'s device (which is then no CPU, so never chunked).
 pub fn spgemm<T: ContextScalar>(
     ctx: &Context<T>,
-    a: &Csr<T>,
-    b: &Csr<T>,
+    (a, b): (&Csr<T>, &Csr<T>),
+    operands: (CsrOperand<'_, T>, CsrOperand<'_, T>),
     run: &RunControl,
     memory_limit: Option<u64>,
 ) -> Result<Csr<T>, Error> {
-    let whole = || ctx.spgemm_with(a.into(), b.into(), &SpgemmOptions::new(), run);
+    let whole = || ctx.spgemm_with(operands.0, operands.1, &SpgemmOptions::new(), run);
     if a.ncols() != b.nrows() {
         return whole();
     }

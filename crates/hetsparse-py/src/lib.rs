@@ -15,7 +15,9 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use hetsparse::generate::{self, MatrixClass};
-use hetsparse::{Complex, Csr, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions};
+use hetsparse::{
+    Complex, Csr, CsrOperand, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions,
+};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -223,7 +225,7 @@ macro_rules! with_scalar {
 mod matrix;
 mod semiring;
 
-use matrix::{Operand, Source, Storable, Stored};
+use matrix::{call_device, Operand, Source, Storable, Stored};
 
 /// Calls `$body` with `$t` the scalar type of the plain products' operand `$source` (a
 /// [`Source`]): its data's dtype, or a stored matrix's. `TypeError` for a dtype the plain
@@ -345,18 +347,40 @@ fn spgemm_t<'py, T: Storable>(
     let (a, b) = (a.operand(&a_data, "A")?, b.operand(&b_data, "B")?);
     let run = run_control(progress.is_some());
     let report = progress.as_ref().map(ProgressReport::new);
+    // A stored matrix is never transposed (the Python layer computes those products with
+    // operands it converts), so only an untransposed product reads device copies.
+    let device = if transpose {
+        choice.clone()
+    } else {
+        call_device(choice, [&a, &b])
+    };
     let c = detached(py, &run, product_size(&a, &b, transpose), report, || {
-        let ctx = context::<T>(choice)?;
-        let (left, right) = if transpose { (&b, &a) } else { (&a, &b) };
-        let left = left.csr_of(transpose)?;
+        let ctx = context::<T>(&device)?;
+        let (left_op, right_op) = if transpose { (&b, &a) } else { (&a, &b) };
+        let left = left_op.csr_of(transpose)?;
         let right_owned;
         let right: &Csr<T> = if same {
             &left
         } else {
-            right_owned = right.csr_of(transpose)?;
+            right_owned = right_op.csr_of(transpose)?;
             &right_owned
         };
-        chunked::spgemm(&ctx, &left, right, &run, memory_limit).map_err(to_py)
+        fn read<'x, T: Scalar>(
+            op: &'x Operand<'_, T>,
+            copy_on: Option<&DeviceChoice>,
+            host: &'x Csr<T>,
+        ) -> CsrOperand<'x, T> {
+            match copy_on.and_then(|d| op.kept_copy(d)) {
+                Some(copy) => CsrOperand::Resident(copy),
+                None => CsrOperand::Host(host),
+            }
+        }
+        let copy_on = (!transpose).then_some(&device);
+        let operands = (
+            read(left_op, copy_on, &left),
+            read(right_op, copy_on, right),
+        );
+        chunked::spgemm(&ctx, (&left, right), operands, &run, memory_limit).map_err(to_py)
     })?;
     a.released()?;
     b.released()?;
@@ -410,15 +434,17 @@ fn spmm_t<'py, T: Storable>(
     let x_data = convert::contents(&x, "X")?;
     let run = run_control(false);
     let size = a.nnz().saturating_mul(ncols).saturating_add(x_data.len());
+    let device = call_device(choice, [&a]);
     let y = detached(py, &run, size, None, || {
-        let ctx = context::<T>(choice)?;
-        let a = a.sparse()?;
+        let ctx = context::<T>(&device)?;
+        let held = a.sparse()?;
+        let a = a.sparse_operand(&device, &held);
         let mut data = Vec::new();
         data.try_reserve_exact(x_data.len())
             .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("cannot allocate a copy of X"))?;
         data.extend_from_slice(x_data);
         let x = Dense::try_new(nrows, ncols, layout, data).map_err(|e| to_py(e.into()))?;
-        ctx.spmm_with(a.as_ref().into(), (&x).into(), &SpmmOptions::new(), &run)
+        ctx.spmm_with(a, (&x).into(), &SpmmOptions::new(), &run)
             .map_err(to_py)
     })?;
     a.released()?;
@@ -463,10 +489,12 @@ fn spmv_t<'py, T: Storable>(
         )));
     }
     let run = run_control(false);
+    let device = call_device(choice, [&a]);
     let y = detached(py, &run, a.nnz(), None, || {
-        let ctx = context::<T>(choice)?;
-        let a = a.sparse()?;
-        ctx.spmv_with(a.as_ref().into(), x.into(), &SpmvOptions::new(), &run)
+        let ctx = context::<T>(&device)?;
+        let held = a.sparse()?;
+        let a = a.sparse_operand(&device, &held);
+        ctx.spmv_with(a, x.into(), &SpmvOptions::new(), &run)
             .map_err(to_py)
     })?;
     a.released()?;

@@ -8,14 +8,20 @@
 //! memory) are then copied into vectors of ours, so the matrix owns its memory, outlives the
 //! call and is not changed when the scipy matrix it came from is written.
 
-use hetsparse::{Complex, Csr, Mask, Scalar, SparseRef};
+use std::any::Any;
+
+use hetsparse::{
+    Complex, Csr, CsrOperand, DeviceChoice, Mask, MemorySpace, ResidentCsr, Scalar, SparseOperand,
+    SparseRef,
+};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::convert::{csr_to_py, Owned, Parts, View};
-use crate::devices::PyScalar;
+use crate::devices::{self, context, PyScalar};
+use crate::errors::to_py;
 use crate::unsupported_dtype;
 
 /// A stored matrix's CSR, in one of the dtypes the semiring products compute in.
@@ -164,6 +170,21 @@ impl Stored {
     }
 }
 
+/// A stored matrix's copy in a device's memory (`hetsparse.Matrix(A, device=...)`).
+pub struct KeptCopy {
+    /// The device it is on, as the products' `device=` names it.
+    pub choice: DeviceChoice,
+    /// The matrix's `ResidentCsr<T>`, `T` the stored matrix's type.
+    resident: Box<dyn Any + Send + Sync>,
+}
+
+impl KeptCopy {
+    /// The copy, where it holds `T` (the stored matrix's type).
+    pub fn resident<T: Scalar>(&self) -> Option<&ResidentCsr<T>> {
+        self.resident.downcast_ref()
+    }
+}
+
 /// A sparse matrix converted and checked once (the native half of `hetsparse.Matrix`; use
 /// that). Immutable: the products read it by reference, with the GIL released.
 #[pyclass(frozen, module = "hetsparse._hetsparse", name = "StoredMatrix")]
@@ -171,8 +192,11 @@ pub struct StoredMatrix {
     /// The matrix, in canonical CSR.
     pub csr: Stored,
     /// Its structural and valued masks, made on first use: a loop masking every product by
-    /// the same matrix (triangle counting's `C⟨L⟩`) lists its positions once.
+    /// the same matrix (triangle counting's `C⟨L⟩`) lists its positions once, and a device
+    /// copies them once (the mask keeps its copy, [`Mask::kept_in`]).
     masks: [std::sync::OnceLock<Mask>; 2],
+    /// Its copy in the memory of the device it was made for, if any.
+    pub kept: Option<KeptCopy>,
 }
 
 impl StoredMatrix {
@@ -184,21 +208,54 @@ impl StoredMatrix {
     }
 }
 
+/// `m` copied into the memory of the device `choice` names, kept beside the host copy; `None`
+/// where that device computes in host memory (the CPU, or `auto`'s scheduler), which reads the
+/// host copy.
+fn kept_copy<T: PyScalar>(m: &Csr<T>, choice: DeviceChoice) -> PyResult<Option<KeptCopy>> {
+    let ctx = context::<T>(&choice)?;
+    if ctx.backend().memory_space() == MemorySpace::Host {
+        return Ok(None);
+    }
+    let resident = ctx.upload(m).map_err(to_py)?;
+    Ok(Some(KeptCopy {
+        choice,
+        resident: Box::new(resident),
+    }))
+}
+
 #[pymethods]
 impl StoredMatrix {
     /// Converts and checks an operand tuple `(format, nrows, ncols, major, minor, data)`, as
     /// the products take them, into a matrix of the data's dtype. `ValueError` for malformed
     /// arrays, `TypeError` for a dtype the semiring products do not compute in.
+    ///
+    /// With `device` (a name as the products' `device=` takes it), the matrix is also copied
+    /// into that device's memory, where the products on that device read it.
     #[new]
-    fn new(py: Python<'_>, parts: &Bound<'_, PyTuple>) -> PyResult<Self> {
+    #[pyo3(signature = (parts, device=None))]
+    fn new(py: Python<'_>, parts: &Bound<'_, PyTuple>, device: Option<&str>) -> PyResult<Self> {
+        let choice = device.map(devices::parse).transpose()?;
         let parts = Parts::extract(parts, "A")?;
         let csr = with_scalar!(&parts.data, "A", exact too, |T| stored_from::<T>(
             py, &parts
         ))?;
+        let kept = match choice {
+            Some(choice) => {
+                py.allow_threads(|| with_stored!(&csr, |m: T| kept_copy::<T>(m, choice)))?
+            }
+            None => None,
+        };
         Ok(StoredMatrix {
             csr,
             masks: Default::default(),
+            kept,
         })
+    }
+
+    /// The device whose memory holds a copy (`cuda:0`, `opencl:0.1`), or `None`.
+    #[getter]
+    fn device(&self) -> Option<String> {
+        self.kept.as_ref().map(|k| k.choice.to_string())
     }
 
     /// `(rows, columns)`.
@@ -302,13 +359,16 @@ impl<'py> Source<'py> {
             (Source::Parts(p), Some(d)) => p.view(d).map(Operand::View),
             (Source::Stored(m), _) => {
                 let stored = &m.get().csr;
-                T::stored(stored).map(Operand::Stored).ok_or_else(|| {
-                    PyTypeError::new_err(format!(
-                        "{name}: a Matrix of dtype {} in a product computed in {}",
-                        stored.dtype(),
-                        T::DTYPE
-                    ))
-                })
+                let kept = m.get().kept.as_ref();
+                T::stored(stored)
+                    .map(|c| Operand::Stored(c, kept))
+                    .ok_or_else(|| {
+                        PyTypeError::new_err(format!(
+                            "{name}: a Matrix of dtype {} in a product computed in {}",
+                            stored.dtype(),
+                            T::DTYPE
+                        ))
+                    })
             }
             (Source::Parts(_), None) => Err(PyRuntimeError::new_err(
                 "hetsparse: an operand's values were not borrowed (a bug, please report it)",
@@ -332,8 +392,25 @@ impl<'py> Source<'py> {
 pub enum Operand<'a, T> {
     /// Arrays borrowed for this call.
     View(View<'a, T>),
-    /// A stored matrix, read by reference.
-    Stored(&'a Csr<T>),
+    /// A stored matrix, read by reference, and its copy on a device if it has one.
+    Stored(&'a Csr<T>, Option<&'a KeptCopy>),
+}
+
+/// The device a call on `operands` computes on: `choice`, or where that is `auto`, the device
+/// holding a copy of the first operand that has one (the data decides, as with CuPy's arrays),
+/// so that a matrix made with `device=` is read where it lies.
+pub fn call_device<T: Scalar, const N: usize>(
+    choice: &DeviceChoice,
+    operands: [&Operand<'_, T>; N],
+) -> DeviceChoice {
+    if *choice != DeviceChoice::Auto {
+        return choice.clone();
+    }
+    operands
+        .iter()
+        .find_map(|o| o.kept_on())
+        .cloned()
+        .unwrap_or(DeviceChoice::Auto)
 }
 
 /// A CSR matrix made for one call, or a stored one borrowed.
@@ -384,6 +461,49 @@ impl<T: Scalar> Sparse<'_, T> {
 }
 
 impl<T: Scalar> Operand<'_, T> {
+    /// The device whose memory holds a copy of this operand (a stored matrix made with
+    /// `device=`), if any.
+    pub fn kept_on(&self) -> Option<&DeviceChoice> {
+        match self {
+            Operand::Stored(_, Some(kept)) => Some(&kept.choice),
+            _ => None,
+        }
+    }
+
+    /// The copy of this operand in the memory of `choice`'s device, if it has one there.
+    pub fn kept_copy(&self, choice: &DeviceChoice) -> Option<&ResidentCsr<T>> {
+        match self {
+            Operand::Stored(_, Some(kept)) if kept.choice == *choice => kept.resident(),
+            _ => None,
+        }
+    }
+
+    /// The operand of a SpGEMM on `choice`: its copy there, else the matrix in canonical CSR
+    /// ([`Operand::csr`]; `held` keeps a matrix made from a view for the call).
+    pub fn spgemm_operand<'h>(
+        &'h self,
+        choice: &DeviceChoice,
+        held: &'h mut Option<Held<'h, T>>,
+    ) -> PyResult<CsrOperand<'h, T>> {
+        if let Some(r) = self.kept_copy(choice) {
+            return Ok(CsrOperand::Resident(r));
+        }
+        Ok(CsrOperand::Host(&**held.insert(self.csr()?)))
+    }
+
+    /// The operand of a SpMV or SpMM on `choice`: its copy there, else `held` (from
+    /// [`Operand::sparse`]).
+    pub fn sparse_operand<'h>(
+        &'h self,
+        choice: &DeviceChoice,
+        held: &'h Sparse<'h, T>,
+    ) -> SparseOperand<'h, T> {
+        match self.kept_copy(choice) {
+            Some(copy) => SparseOperand::Resident(copy),
+            None => SparseOperand::Host(held.as_ref()),
+        }
+    }
+
     /// The matrix in canonical CSR: made from the view, or the stored one borrowed.
     pub fn csr(&self) -> PyResult<Held<'_, T>> {
         self.csr_of(false)
@@ -396,10 +516,10 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn csr_of(&self, transpose: bool) -> PyResult<Held<'_, T>> {
         match self {
             Operand::View(v) => v.csr(transpose).map(Held::Made),
-            Operand::Stored(_) if transpose => Err(PyRuntimeError::new_err(
+            Operand::Stored(..) if transpose => Err(PyRuntimeError::new_err(
                 "hetsparse: a stored matrix's transpose was asked for (a bug, please report it)",
             )),
-            Operand::Stored(m) => Ok(Held::Borrowed(m)),
+            Operand::Stored(m, _) => Ok(Held::Borrowed(m)),
         }
     }
 
@@ -408,7 +528,7 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn sparse(&self) -> PyResult<Sparse<'_, T>> {
         match self {
             Operand::View(v) => v.matrix().map(Sparse::Made),
-            Operand::Stored(m) => Ok(Sparse::Borrowed(m)),
+            Operand::Stored(m, _) => Ok(Sparse::Borrowed(m)),
         }
     }
 
@@ -416,7 +536,7 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn shape(&self) -> (usize, usize) {
         match self {
             Operand::View(v) => v.shape(),
-            Operand::Stored(m) => (m.nrows(), m.ncols()),
+            Operand::Stored(m, _) => (m.nrows(), m.ncols()),
         }
     }
 
@@ -424,7 +544,7 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn nnz(&self) -> usize {
         match self {
             Operand::View(v) => v.nnz(),
-            Operand::Stored(m) => usize::try_from(m.nnz()).unwrap_or(usize::MAX),
+            Operand::Stored(m, _) => usize::try_from(m.nnz()).unwrap_or(usize::MAX),
         }
     }
 
@@ -433,12 +553,12 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn longest_line(&self, rows: bool) -> Option<usize> {
         match self {
             Operand::View(v) => v.longest_line(rows),
-            Operand::Stored(m) if rows => {
+            Operand::Stored(m, _) if rows => {
                 let offsets = m.row_offsets();
                 let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
                 Some(usize::try_from(longest).unwrap_or(usize::MAX))
             }
-            Operand::Stored(_) => None,
+            Operand::Stored(..) => None,
         }
     }
 
@@ -446,7 +566,7 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn released(&self) -> PyResult<()> {
         match self {
             Operand::View(v) => v.released(),
-            Operand::Stored(_) => Ok(()),
+            Operand::Stored(..) => Ok(()),
         }
     }
 }

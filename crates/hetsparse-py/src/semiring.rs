@@ -18,7 +18,7 @@ use pyo3::types::PyTuple;
 use crate::convert::csr_to_py;
 use crate::devices::{self, context, PyScalar};
 use crate::errors::{to_py, value};
-use crate::matrix::{with_stored, MaskOperand, Operand, Source, Storable, Stored};
+use crate::matrix::{call_device, with_stored, MaskOperand, Operand, Source, Storable, Stored};
 use crate::{detached, product_size, unsupported_dtype};
 
 /// The semiring, mask modes and accumulator of one call, parsed from their Python names.
@@ -206,9 +206,12 @@ fn mxm_t<'py, T: Storable>(
     let mask = mask_of(&operands.mask, &mask_data)?;
     let out = operand_of(&operands.out, &out_data, "out")?;
     let run = RunControl::unwatched();
+    let device = call_device(choice, [&a, &b]);
     let c = detached(py, &run, product_size(&a, &b, false), None, || {
-        let ctx = context::<T>(choice)?;
-        let (a, b) = (a.csr()?, b.csr()?);
+        let ctx = context::<T>(&device)?;
+        let (mut held_a, mut held_b) = (None, None);
+        let a = a.spgemm_operand(&device, &mut held_a)?;
+        let b = b.spgemm_operand(&device, &mut held_b)?;
         let mask = mask
             .as_ref()
             .map(|m| m.mask(modes.structural).map(|m| modes.modes_of(m)))
@@ -217,9 +220,7 @@ fn mxm_t<'py, T: Storable>(
         if let Some(m) = &mask {
             options = options.with_mask(m.clone());
         }
-        let t = ctx
-            .spgemm_with((&*a).into(), (&*b).into(), &options, &run)
-            .map_err(to_py)?;
+        let t = ctx.spgemm_with(a, b, &options, &run).map_err(to_py)?;
         match &out {
             Some(c) => write_back_owned(&*c.csr()?, t, mask.as_ref(), modes.accumulator),
             None => write_back_new(t, mask.as_ref(), modes.accumulator),

@@ -492,3 +492,90 @@ def test_empty_matrices():
     z = hetsparse.Matrix(sp.csr_matrix((4, 3), dtype=np.int32))
     c = hetsparse.mxm(z, sp.csr_matrix((3, 2), dtype=np.int32), device="cpu")
     assert c.shape == (4, 2) and c.nnz == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", [0, 1, 2, 4])
+def test_matrices_kept_on_the_device_give_what_host_matrices_give(device, dtype, mode):
+    # Made with device=, a Matrix is copied into that device's memory (none for the CPU) and
+    # read there by the products on that device, named or followed from "auto"; every result
+    # is the host Matrix's, and a mask kept on the device is read again on later calls.
+    has_mask, structural, complement, replace, accum, has_out = MASK_MODES[mode]
+    a = random(20, 15, 0.2, dtype, 40)
+    b = random(15, 25, 0.2, dtype, 41)
+    mask = random(20, 25, 0.3, dtype, 42) if has_mask else None
+    out = random(20, 25, 0.2, dtype, 43) if has_out else None
+    ka, kb = hetsparse.Matrix(a, device=device), hetsparse.Matrix(b, device=device)
+    km = hetsparse.Matrix(mask, device=device) if has_mask else None
+    assert (ka.device is None) == (device == "cpu")
+    assert ka.device is None or ka.device.startswith(device)
+    ha, hb = hetsparse.Matrix(a), hetsparse.Matrix(b)
+    hm = hetsparse.Matrix(mask) if has_mask else None
+    for semiring in semirings_for(dtype):
+        kwargs = dict(structural=structural, complement=complement, replace=replace, accum=accum)
+        want = outcome(lambda: hetsparse.mxm(ha, hb, semiring, mask=hm, out=out, device=device, **kwargs))
+        for on in (device, "auto"):
+            for x, y in [(ka, kb), (ka, b), (a, kb)]:
+                for _ in range(2):
+                    got = outcome(lambda: hetsparse.mxm(x, y, semiring, mask=km, out=out, device=on, **kwargs))
+                    assert_same(got, want, semiring)
+
+
+def test_plain_products_read_a_matrix_kept_on_the_device(device):
+    a = random(30, 20, 0.2, np.float64, 44)
+    b = random(20, 25, 0.2, np.float64, 45)
+    ka, kb = hetsparse.Matrix(a, device=device), hetsparse.Matrix(b, device=device)
+    for on in (device, "auto"):
+        np.testing.assert_allclose(
+            hetsparse.spgemm(ka, kb, device=on).toarray(), a.toarray() @ b.toarray()
+        )
+        np.testing.assert_allclose(
+            hetsparse.spgemm(ka, b, device=on).toarray(), a.toarray() @ b.toarray()
+        )
+        x = np.arange(20, dtype=np.float64)
+        np.testing.assert_allclose(hetsparse.spmv(ka, x, device=on), a.toarray() @ x)
+        X = np.arange(60, dtype=np.float64).reshape(20, 3)
+        np.testing.assert_allclose(hetsparse.spmm(ka, X, device=on), a.toarray() @ X)
+    # A product on another device reads the host copy.
+    np.testing.assert_allclose(
+        hetsparse.spgemm(ka, kb, device="cpu").toarray(), a.toarray() @ b.toarray()
+    )
+    # Another dtype is converted for the call, from the host copy.
+    got = hetsparse.spgemm(hetsparse.Matrix(a.astype(np.float32), device=device), b, device=device)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got.toarray(), a.toarray() @ b.toarray(), rtol=1e-6)
+
+
+def test_triangles_counted_on_a_graph_kept_on_the_device(device):
+    g = random(400, 400, 0.03, np.int64, 46)
+    g = (g + g.T).tocsr()
+    g.setdiag(0)
+    g.eliminate_zeros()
+    g.data[:] = 1
+    lower = sp.tril(g, k=-1).tocsr()
+    dense = lower.toarray()
+    want = int(((dense @ dense) * dense).sum())
+    assert want > 0
+    kl = hetsparse.Matrix(lower, device=device)
+    for _ in range(3):
+        c = hetsparse.mxm(kl, kl, "plus_pair", mask=kl)
+        assert int(c.sum()) == want
+
+
+def test_a_device_copy_is_asked_for_by_name():
+    a = random(5, 5, 0.5, np.float64, 47)
+    with pytest.raises(ValueError, match="not a device"):
+        hetsparse.Matrix(a, device="gpu")
+    with pytest.raises(TypeError, match="device"):
+        hetsparse.Matrix(a, device=0)
+    # Devices that compute in host memory keep no copy.
+    assert hetsparse.Matrix(a, device="cpu").device is None
+    assert hetsparse.Matrix(a, device="auto").device is None
+    assert hetsparse.Matrix(a).device is None
+
+
+def test_a_pickled_device_matrix_comes_back_in_host_memory(device):
+    a = random(8, 9, 0.4, np.float64, 48)
+    m = pickle.loads(pickle.dumps(hetsparse.Matrix(a, device=device)))
+    assert m.device is None
+    assert_same(("ok", m.to_scipy()), ("ok", sp.csr_matrix(a)), "plus_times")

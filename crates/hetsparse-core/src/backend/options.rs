@@ -8,11 +8,12 @@
 //! runs ([`SpgemmFeatures`]); options it does not list are [`Error::Unsupported`], never
 //! ignored.
 
+use std::any::Any;
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{BackendKind, Operation, SpgemmAlgorithm};
+use super::{BackendKind, MemorySpace, Operation, SpgemmAlgorithm};
 use crate::error::{Error, Result};
 use crate::format::{Csr, HostArray};
 use crate::scalar::{Scalar, ScalarType};
@@ -164,7 +165,6 @@ pub struct Mask {
 /// The admitting positions of a mask: CSR structure without values, or for a vector mask
 /// made from a bitmap or from bytes, those (listed the first time a caller asks for the
 /// list).
-#[derive(Debug)]
 struct MaskPattern {
     nrows: usize,
     ncols: usize,
@@ -175,6 +175,28 @@ struct MaskPattern {
     /// A non-zero byte `j` admits position `j` of row 0 (a `1 × ncols` mask only).
     bytes: Option<HostArray<u8>>,
     listed: std::sync::OnceLock<ListedPositions>,
+    /// Copies of the positions that backends made in their memory, one per memory space
+    /// ([`Mask::kept_in`]).
+    kept: Mutex<Vec<(MemorySpace, Arc<dyn Any + Send + Sync>)>>,
+}
+
+impl fmt::Debug for MaskPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kept: Vec<MemorySpace> = self
+            .kept
+            .lock()
+            .map(|k| k.iter().map(|(space, _)| space.clone()).collect())
+            .unwrap_or_default();
+        f.debug_struct("MaskPattern")
+            .field("nrows", &self.nrows)
+            .field("ncols", &self.ncols)
+            .field("entries", &self.entries.get())
+            .field("bitmap", &self.bits.is_some())
+            .field("bytes", &self.bytes.is_some())
+            .field("listed", &self.listed.get().is_some())
+            .field("kept_in", &kept)
+            .finish()
+    }
 }
 
 /// Admitting positions as CSR row offsets and sorted columns.
@@ -291,6 +313,7 @@ impl Mask {
                 bits: Some(bits),
                 bytes: None,
                 listed: std::sync::OnceLock::new(),
+                kept: Mutex::new(Vec::new()),
             }),
             kind,
             complement: false,
@@ -319,6 +342,7 @@ impl Mask {
                 bits: None,
                 bytes: Some(bytes),
                 listed: std::sync::OnceLock::new(),
+                kept: Mutex::new(Vec::new()),
             }),
             kind,
             complement: false,
@@ -339,6 +363,7 @@ impl Mask {
                     col_indices,
                 }
                 .into(),
+                kept: Mutex::new(Vec::new()),
             }),
             kind: MaskKind::Structural,
             complement: false,
@@ -498,6 +523,66 @@ impl Mask {
     pub fn row(&self, i: usize) -> &[u32] {
         let p = self.pattern.listed();
         &p.col_indices[p.row_offsets[i] as usize..p.row_offsets[i + 1] as usize]
+    }
+
+    /// The copy of this mask's positions that a backend keeps in `space` (a device's memory),
+    /// made by `make` the first time a product there reads the mask: a mask used again — a
+    /// loop masking every product by one matrix, as triangle counting's and k-truss's
+    /// `C⟨L⟩` do — is copied to a device once, not on every call. The copy is shared by the
+    /// mask's clones (also those complemented or replacing: it holds positions, not modes)
+    /// and freed with the last of them; a mask cut from this one ([`Mask::window`]) has
+    /// positions of its own and copies of its own.
+    ///
+    /// `D` is the backend's own type for the copy, so that backends of different kinds on one
+    /// device do not read each other's; a copy of another type in `space` is replaced.
+    /// `make`'s error is returned and nothing is kept. Callers making copies at once wait
+    /// for the first (one copy is made).
+    ///
+    /// The copy holds device memory outside any product's budget for as long as the mask
+    /// lives: drop a mask you no longer use.
+    ///
+    /// ```
+    /// use hetsparse_core::{BackendKind, Csr, Mask, MemorySpace};
+    /// let m = Csr::try_new(2, 2, vec![0, 1, 2], vec![0, 1], vec![1.0, 1.0])?;
+    /// let mask = Mask::structural(&m);
+    /// let space = MemorySpace::Device { backend: BackendKind::Cuda, id: 0 };
+    /// let made = mask.kept_in(space.clone(), |m| Ok(m.col_indices().to_vec()))?;
+    /// // A clone, complemented, finds the same copy: `make` is not called again.
+    /// let again = mask.clone().complemented().kept_in(space, |_| unreachable!())?;
+    /// assert!(std::sync::Arc::ptr_eq(&made, &again));
+    /// # Ok::<(), hetsparse_core::Error>(())
+    /// ```
+    pub fn kept_in<D: Any + Send + Sync>(
+        &self,
+        space: MemorySpace,
+        make: impl FnOnce(&Mask) -> Result<D>,
+    ) -> Result<Arc<D>> {
+        // A poisoned lock only means a `make` panicked: what is kept is whole either way.
+        let mut kept = self
+            .pattern
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = kept.iter().position(|(s, _)| *s == space) {
+            if let Ok(copy) = Arc::clone(&kept[at].1).downcast::<D>() {
+                return Ok(copy);
+            }
+            kept.swap_remove(at);
+        }
+        let copy = Arc::new(make(self)?);
+        kept.push((space, Arc::clone(&copy) as Arc<dyn Any + Send + Sync>));
+        Ok(copy)
+    }
+
+    /// The memory spaces holding a copy of this mask's positions ([`Mask::kept_in`]).
+    pub fn kept_spaces(&self) -> Vec<MemorySpace> {
+        self.pattern
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(space, _)| space.clone())
+            .collect()
     }
 }
 

@@ -43,14 +43,14 @@
 use std::sync::Arc;
 
 use hetsparse_core::{
-    Error, Mask, MaskedWork, MemoryRequirement, Result, RunControl, ScalarType, SemiringKind,
-    SpgemmAlgorithm, SpgemmOptions,
+    Error, Mask, MaskedWork, MemoryRequirement, MemorySpace, Result, RunControl, ScalarType,
+    SemiringKind, SpgemmAlgorithm, SpgemmOptions,
 };
 
 use super::{multiply_resident, Operand};
 use crate::context::{Arg, Gpu, LaunchConfig, Stream};
 use crate::memory::{DeviceArena, DeviceBuffer};
-use crate::resident::{DeviceCsr, Held};
+use crate::resident::{DeviceCsr, Held, Kept};
 use crate::scalar::{kernel_name, DeviceScalar};
 
 /// The kernel module.
@@ -245,6 +245,24 @@ impl DeviceMask {
             .upload_staged(stream, gpu.pinned_pool(), mask.col_indices())?;
         Ok(DeviceMask { offsets, cols })
     }
+
+    /// The mask's positions on `gpu`: the copy the mask keeps in this device's memory
+    /// ([`Mask::kept_in`]), uploaded on `stream` the first time a product here reads the mask.
+    /// Later products, on any stream, read it after the upload (the buffers' events order
+    /// them).
+    fn kept(gpu: &Arc<Gpu>, stream: &Stream, mask: &Mask) -> Result<Arc<Kept<DeviceMask>>> {
+        let space = MemorySpace::Device {
+            backend: crate::error::BACKEND,
+            id: u64::from(gpu.ordinal()),
+        };
+        mask.kept_in(space, |mask| {
+            let _span = tracing::debug_span!("mask uploaded", entries = mask.entries()).entered();
+            let m = DeviceMask::upload(gpu, stream, mask)?;
+            m.offsets.mark_done(stream)?;
+            m.cols.mark_done(stream)?;
+            Ok(Kept::new(m, gpu))
+        })
+    }
 }
 
 /// The heavy rows of `a · b` split into pieces, and the products of all rows (each entry of A
@@ -384,7 +402,7 @@ unsafe fn compacted_rows(
 
 /// C's structure for `options`' mask (or none): see the module's documentation.
 fn structure<T: DeviceScalar>(
-    gpu: &Gpu,
+    gpu: &Arc<Gpu>,
     stream: &Arc<Stream>,
     (a, b): (&DeviceCsr<T>, &DeviceCsr<T>),
     same: bool,
@@ -397,7 +415,8 @@ fn structure<T: DeviceScalar>(
         let _span =
             tracing::debug_span!("masked structure", mask_entries = mask.entries()).entered();
         let (pieces, products) = row_pieces(gpu, stream, a, b, lanes)?;
-        let m = DeviceMask::upload(gpu, stream, mask)?;
+        let kept = DeviceMask::kept(gpu, stream, mask)?;
+        let m = &kept.data;
         let slots =
             usize::try_from(mask.entries()).map_err(|_| too_large("the mask", mask.entries()))?;
         let mut hit = DeviceBuffer::<u8>::new_on(gpu, stream, slots, "mask hits")?;
@@ -530,7 +549,8 @@ fn structure<T: DeviceScalar>(
     // A complemented mask: the unmasked entries its matrix does not hold.
     let _span = tracing::debug_span!("complemented mask", mask_entries = mask.entries()).entered();
     run.checkpoint()?;
-    let m = DeviceMask::upload(gpu, stream, mask)?;
+    let kept = DeviceMask::kept(gpu, stream, mask)?;
+    let m = &kept.data;
     let keep_listed = Arg::U32(0);
     let filter_args = [
         Arg::U64(nrows as u64),
@@ -692,7 +712,7 @@ fn accumulator_bytes(ty: ScalarType) -> usize {
 /// `C⟨M⟩ = A·B` over `options`' semiring and mask, C left on the device; with its structure
 /// (what a plan keeps).
 pub(crate) fn multiply<T: DeviceScalar>(
-    gpu: &Gpu,
+    gpu: &Arc<Gpu>,
     a: Operand<'_, T>,
     b: Operand<'_, T>,
     options: &SpgemmOptions,

@@ -386,13 +386,31 @@ class Matrix:
     Results are scipy.sparse, as with scipy operands: an array when the ``Matrix`` was made
     from a sparse array, else a matrix.
 
+    With ``device`` (a name as the products' ``device=`` takes it: ``"cuda"``, ``"cuda:1"``,
+    ``"opencl"``, ...), the matrix is also copied into that device's memory when it is made,
+    and ``mxm``, ``spgemm``, ``spmv`` and ``spmm`` on that device read it there instead of
+    copying it over on every call — as a GPU graph library keeps its graphs::
+
+        L = hetsparse.Matrix(lower, device="cuda")      # copied to the GPU once
+        for _ in range(runs):
+            c = hetsparse.mxm(L, L, "plus_pair", mask=L) # computed where L lies
+
+    One of those products whose ``device`` is ``"auto"`` (the default) runs on the device of
+    its first operand that has a copy (``A``, then ``B``); other operands are copied for that
+    call. Used as a mask on that device, a ``Matrix`` is copied there on its first use and
+    kept. ``mxv`` and ``vxm`` read the host copy. A
+    device that computes in host memory (``"cpu"``, ``"auto"``) needs no copy and gets none.
+    The copy holds device memory until the ``Matrix`` is deleted; results come back to host
+    memory as scipy.sparse. A pickled ``Matrix`` is made again in host memory alone.
+
     Raises ``TypeError`` when ``A`` is not a scipy.sparse matrix or array or the dtype is not
-    one of those above, ``ValueError`` for malformed arrays.
+    one of those above, ``ValueError`` for malformed arrays or an unknown device name, and
+    ``hetsparse.DeviceError`` when the device is absent or its memory cannot hold the copy.
     """
 
     __slots__ = ("_native", "_array")
 
-    def __init__(self, A, dtype=None):
+    def __init__(self, A, dtype=None, device=None):
         if hasattr(self, "_native"):
             raise AttributeError("a hetsparse.Matrix cannot be changed once made")
         if isinstance(A, Matrix):
@@ -405,7 +423,9 @@ class Matrix:
             if dtype not in DTYPES and dtype not in EXACT_DTYPES:
                 names = ", ".join(str(d) for d in DTYPES + EXACT_DTYPES)
                 raise TypeError(f"dtype: {dtype} is not one hetsparse stores ({names})")
-        self._native = _hetsparse.StoredMatrix(_parts(A, dtype))
+        if device is not None and not isinstance(device, str):
+            raise TypeError(f"device: expected a device name or None, not {type(device).__name__}")
+        self._native = _hetsparse.StoredMatrix(_parts(A, dtype), device)
         self._array = _is_array_api(A)
 
     @property
@@ -424,6 +444,12 @@ class Matrix:
         return np.dtype(self._native.dtype)
 
     @property
+    def device(self):
+        """The device whose memory holds a copy (``"cuda:0"``, ``"opencl:NAME"``), or ``None``
+        where the matrix is in host memory alone."""
+        return self._native.device
+
+    @property
     def ndim(self):
         """2."""
         return 2
@@ -440,7 +466,11 @@ class Matrix:
 
     def __repr__(self):
         rows, cols = self.shape
-        return f"<hetsparse.Matrix {rows}×{cols}, {self.nnz} stored entries of dtype {self.dtype}>"
+        where = f" on {self.device}" if self.device is not None else ""
+        return (
+            f"<hetsparse.Matrix {rows}×{cols}, {self.nnz} stored entries of dtype {self.dtype}"
+            f"{where}>"
+        )
 
 
 def _check_operand(m, name):

@@ -130,7 +130,12 @@ class Matrix:
     ``spmv``, ``spmm``, ``mxm``, ``mxv`` and ``vxm`` take it wherever they take a scipy operand,
     without converting it again."""
 
-    def __init__(self, A: Union[_Sparse, "Matrix"], dtype: Optional[npt.DTypeLike] = ...) -> None: ...
+    def __init__(
+        self,
+        A: Union[_Sparse, "Matrix"],
+        dtype: Optional[npt.DTypeLike] = ...,
+        device: Optional[str] = ...,
+    ) -> None: ...
     @property
     def shape(self) -> Tuple[int, int]: ...
     @property
@@ -139,6 +144,9 @@ class Matrix:
     def dtype(self) -> np.dtype: ...
     @property
     def ndim(self) -> int: ...
+    @property
+    def device(self) -> Optional[str]:
+        """The device whose memory holds a copy, or ``None``."""
     def to_scipy(self) -> Union[sp.csr_matrix, sp.csr_array]:
         """A copy in CSR: an array when made from a sparse array, else a matrix."""
 
