@@ -35,7 +35,7 @@ use hetsparse_core::{
 use crate::esc::{self, DeviceOperand, DeviceProduct};
 use crate::kernels::{self, KernelSemiring};
 use crate::ops::Product;
-use crate::resident::{upload_positions, ClStructure};
+use crate::resident::{structure_bytes, upload_positions, ClStructure};
 use crate::runtime::{Queue, Variant};
 use crate::OpenClBackend;
 
@@ -168,11 +168,13 @@ impl OpenClBackend {
         let slots = mask.entries();
         let slots_len = usize::try_from(slots).map_err(|_| too_large("the mask", slots))?;
         let _span = tracing::info_span!("masked spgemm", nrows, mask_entries = slots).entered();
-        let _work = self
-            .pool
-            .reserve(masked_work_bytes::<T>(nrows, mask), "masked SpGEMM")?;
+        // The mask's copy holds a reservation of its own for as long as it is kept.
         let kept = self.kept_mask(q, mask)?;
         let (m_offsets, m_index) = (&kept.offsets, &kept.index);
+        let _work = self.pool.reserve(
+            masked_work_bytes::<T>(nrows, mask).saturating_sub(mask_copy_bytes(mask)),
+            "masked SpGEMM",
+        )?;
         let acc = q.alloc::<u8>(slots_len * kernels::acc_bytes(T::TYPE), "mask accumulators")?;
         let hit = q.alloc::<u8>(slots_len, "mask hits")?;
         // The counts, once scanned, are C's offsets: allocated to stay.
@@ -266,11 +268,12 @@ impl OpenClBackend {
         if c.nnz == 0 || mask.entries() == 0 || nrows == 0 {
             return Ok(c);
         }
-        let _work = self
-            .pool
-            .reserve(refused_work_bytes(nrows, mask), "complemented mask")?;
         let kept = self.kept_mask(q, mask)?;
         let (m_offsets, m_index) = (&kept.offsets, &kept.index);
+        let _work = self.pool.reserve(
+            refused_work_bytes(nrows, mask).saturating_sub(mask_copy_bytes(mask)),
+            "complemented mask",
+        )?;
         let counts = q.alloc_kept::<u64>(nrows + 1, "C row offsets")?;
         q.kernel(program, "keep_count")?
             .arg(nrows as u64)?
@@ -317,6 +320,13 @@ fn masked_work_bytes<T: Scalar>(nrows: usize, mask: &Mask) -> u64 {
         mask.entries()
             .saturating_mul(5 + kernels::acc_bytes(T::TYPE) as u64),
     )
+}
+
+/// The bytes of `mask`'s copy on the device (its offsets and columns): part of what the
+/// products with it need ([`masked_work_bytes`], [`refused_work_bytes`]), reserved apart by
+/// the copy the mask keeps.
+fn mask_copy_bytes(mask: &Mask) -> u64 {
+    structure_bytes(mask.shape().0, mask.entries())
 }
 
 /// What dropping the entries a complemented `mask` refuses from a product of `nrows` rows
