@@ -171,10 +171,9 @@ impl OpenClBackend {
         // The mask's copy holds a reservation of its own for as long as it is kept.
         let kept = self.kept_mask(q, mask)?;
         let (m_offsets, m_index) = (&kept.offsets, &kept.index);
-        let _work = self.pool.reserve(
-            masked_work_bytes::<T>(nrows, mask).saturating_sub(mask_copy_bytes(mask)),
-            "masked SpGEMM",
-        )?;
+        let _work = self
+            .pool
+            .reserve(masked_work_bytes::<T>(nrows, mask), "masked SpGEMM")?;
         let acc = q.alloc::<u8>(slots_len * kernels::acc_bytes(T::TYPE), "mask accumulators")?;
         let hit = q.alloc::<u8>(slots_len, "mask hits")?;
         // The counts, once scanned, are C's offsets: allocated to stay.
@@ -270,10 +269,9 @@ impl OpenClBackend {
         }
         let kept = self.kept_mask(q, mask)?;
         let (m_offsets, m_index) = (&kept.offsets, &kept.index);
-        let _work = self.pool.reserve(
-            refused_work_bytes(nrows, mask).saturating_sub(mask_copy_bytes(mask)),
-            "complemented mask",
-        )?;
+        let _work = self
+            .pool
+            .reserve(refused_work_bytes(nrows), "complemented mask")?;
         let counts = q.alloc_kept::<u64>(nrows + 1, "C row offsets")?;
         q.kernel(program, "keep_count")?
             .arg(nrows as u64)?
@@ -312,40 +310,39 @@ impl OpenClBackend {
 }
 
 /// What the masked kernels reserve for `C⟨M⟩ = A·B` with `nrows` rows over `T`, a mask that
-/// is not complemented: the mask's copy, an accumulator and a hit flag per admitted position,
-/// and three counts per row (C's entries, for the scan that makes C's offsets, and the row's
-/// masked and unmasked multiply-adds).
+/// is not complemented, beside the mask's copy ([`mask_copy_bytes`]): an accumulator and a hit
+/// flag per admitted position, and three counts per row (C's entries, for the scan that makes
+/// C's offsets, and the row's masked and unmasked multiply-adds).
 fn masked_work_bytes<T: Scalar>(nrows: usize, mask: &Mask) -> u64 {
-    (nrows as u64 + 1).saturating_mul(32).saturating_add(
+    (nrows as u64 + 1).saturating_mul(24).saturating_add(
         mask.entries()
-            .saturating_mul(5 + kernels::acc_bytes(T::TYPE) as u64),
+            .saturating_mul(1 + kernels::acc_bytes(T::TYPE) as u64),
     )
 }
 
-/// The bytes of `mask`'s copy on the device (its offsets and columns): part of what the
-/// products with it need ([`masked_work_bytes`], [`refused_work_bytes`]), reserved apart by
-/// the copy the mask keeps.
+/// What dropping the entries a complemented mask refuses from a product of `nrows` rows
+/// reserves beside the mask's copy: the kept entries' counts (C's new offsets).
+fn refused_work_bytes(nrows: usize) -> u64 {
+    (nrows as u64 + 1).saturating_mul(8)
+}
+
+/// The bytes of `mask`'s copy on the device (its offsets and columns), which the mask keeps
+/// with a reservation of its own ([`OpenClBackend::kept_mask`]).
 fn mask_copy_bytes(mask: &Mask) -> u64 {
     structure_bytes(mask.shape().0, mask.entries())
 }
 
-/// What dropping the entries a complemented `mask` refuses from a product of `nrows` rows
-/// reserves: the mask's copy and the kept entries' counts (C's new offsets).
-fn refused_work_bytes(nrows: usize, mask: &Mask) -> u64 {
-    (nrows as u64 + 1)
-        .saturating_mul(16)
-        .saturating_add(mask.entries().saturating_mul(4))
-}
-
 /// The work a product of `nrows` rows with `options` reserves beside the ESC pipeline's (the
-/// masked kernels', or the pass that applies a complemented mask), for a requirement: what
-/// [`OpenClBackend::spgemm_over`] adds to plus-times' ESC (which bounds the masked kernels'
-/// operands and product too).
+/// mask's copy and the masked kernels', or the pass that applies a complemented mask), for a
+/// requirement: what [`OpenClBackend::spgemm_over`] adds to plus-times' ESC (which bounds the
+/// masked kernels' operands and product too).
 pub(crate) fn extra_work_bytes<T: Scalar>(nrows: usize, options: &SpgemmOptions) -> u64 {
     match &options.mask {
         None => 0,
-        Some(mask) if mask.is_complemented() => refused_work_bytes(nrows, mask),
-        Some(mask) => masked_work_bytes::<T>(nrows, mask),
+        Some(mask) if mask.is_complemented() => {
+            refused_work_bytes(nrows).saturating_add(mask_copy_bytes(mask))
+        }
+        Some(mask) => masked_work_bytes::<T>(nrows, mask).saturating_add(mask_copy_bytes(mask)),
     }
 }
 

@@ -15,9 +15,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use hetsparse::generate::{self, MatrixClass};
-use hetsparse::{
-    Complex, Csr, CsrOperand, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions,
-};
+use hetsparse::{Complex, Csr, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -348,12 +346,8 @@ fn spgemm_t<'py, T: Storable>(
     let run = run_control(progress.is_some());
     let report = progress.as_ref().map(ProgressReport::new);
     // A stored matrix is never transposed (the Python layer computes those products with
-    // operands it converts), so only an untransposed product reads device copies.
-    let device = if transpose {
-        choice.clone()
-    } else {
-        call_device(choice, [&a, &b])
-    };
+    // operands it converts), so only an untransposed product finds device copies.
+    let device = call_device(choice, [&a, &b]);
     let c = detached(py, &run, product_size(&a, &b, transpose), report, || {
         let ctx = context::<T>(&device)?;
         let (left_op, right_op) = if transpose { (&b, &a) } else { (&a, &b) };
@@ -365,20 +359,9 @@ fn spgemm_t<'py, T: Storable>(
             right_owned = right_op.csr_of(transpose)?;
             &right_owned
         };
-        fn read<'x, T: Scalar>(
-            op: &'x Operand<'_, T>,
-            copy_on: Option<&DeviceChoice>,
-            host: &'x Csr<T>,
-        ) -> CsrOperand<'x, T> {
-            match copy_on.and_then(|d| op.kept_copy(d)) {
-                Some(copy) => CsrOperand::Resident(copy),
-                None => CsrOperand::Host(host),
-            }
-        }
-        let copy_on = (!transpose).then_some(&device);
         let operands = (
-            read(left_op, copy_on, &left),
-            read(right_op, copy_on, right),
+            left_op.csr_operand(&device, &left),
+            right_op.csr_operand(&device, right),
         );
         chunked::spgemm(&ctx, (&left, right), operands, &run, memory_limit).map_err(to_py)
     })?;

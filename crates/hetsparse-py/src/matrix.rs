@@ -478,17 +478,13 @@ impl<T: Scalar> Operand<'_, T> {
         }
     }
 
-    /// The operand of a SpGEMM on `choice`: its copy there, else the matrix in canonical CSR
-    /// ([`Operand::csr`]; `held` keeps a matrix made from a view for the call).
-    pub fn spgemm_operand<'h>(
-        &'h self,
-        choice: &DeviceChoice,
-        held: &'h mut Option<Held<'h, T>>,
-    ) -> PyResult<CsrOperand<'h, T>> {
-        if let Some(r) = self.kept_copy(choice) {
-            return Ok(CsrOperand::Resident(r));
+    /// The operand of a SpGEMM on `choice`: its copy there, else `host` (the matrix from
+    /// [`Operand::csr`], borrowed where it is stored).
+    pub fn csr_operand<'h>(&'h self, choice: &DeviceChoice, host: &'h Csr<T>) -> CsrOperand<'h, T> {
+        match self.kept_copy(choice) {
+            Some(copy) => CsrOperand::Resident(copy),
+            None => CsrOperand::Host(host),
         }
-        Ok(CsrOperand::Host(&**held.insert(self.csr()?)))
     }
 
     /// The operand of a SpMV or SpMM on `choice`: its copy there, else `held` (from

@@ -209,9 +209,9 @@ fn mxm_t<'py, T: Storable>(
     let device = call_device(choice, [&a, &b]);
     let c = detached(py, &run, product_size(&a, &b, false), None, || {
         let ctx = context::<T>(&device)?;
-        let (mut held_a, mut held_b) = (None, None);
-        let a = a.spgemm_operand(&device, &mut held_a)?;
-        let b = b.spgemm_operand(&device, &mut held_b)?;
+        let (host_a, host_b) = (a.csr()?, b.csr()?);
+        let a = a.csr_operand(&device, &host_a);
+        let b = b.csr_operand(&device, &host_b);
         let mask = mask
             .as_ref()
             .map(|m| m.mask(modes.structural).map(|m| modes.modes_of(m)))
