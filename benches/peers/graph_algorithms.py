@@ -5,13 +5,17 @@ SuiteSparse:GraphBLAS (python-graphblas), the same algorithm written the same wa
     graph_algorithms.py [--classes powerlaw,uniform,road] [--sizes 65536,262144]
                         [--device cpu] [--threads N] [--reps 3] [--out FILE]
                         [--algorithms triangles,bfs] [--scipy-operands] [--kept]
+                        [--scipy-result]
 
 Graphs: hetsparse's generated classes (`hetsparse.generate`: `powerlaw` is R-MAT, `uniform`
 has a fixed number of random columns per row, `road` is a planar road-like grid) made
 undirected (A + Aᵀ, no self-loops, every edge 1).
 
 - Triangles, Sandia's L·L as LAGraph's `LAGr_TriangleCount` (method Sandia_LL): L the strictly
-  lower triangle, `C⟨L⟩ = L plus.pair L`, the sum of C. In int64 on both sides.
+  lower triangle, `C⟨L⟩ = L plus.pair L`, the sum of C. In int64 on both sides. C stays in each
+  library's memory and only the count comes back (hetsparse: `mxm(..., keep=True)` then
+  `Matrix.reduce_scalar("plus")`, which on a GPU copies C's values alone to the host);
+  `--scipy-result` returns C as scipy.sparse and sums it instead.
 - BFS levels and parents from the vertex of most edges, as LAGraph's push-only BFS: `q⟨¬π, replace⟩ = q
   any.secondi A`, `π⟨q⟩ = q`, `level⟨q⟩ = depth` until q is empty. In int64 on both sides;
   hetsparse keeps π's pattern as a boolean array of the vertices visited (the mask, valued)
@@ -73,9 +77,12 @@ def best_of(reps, run, times=None):
     return best, result
 
 
-def triangles_hetsparse(l, device):
-    c = hetsparse.mxm(l, l, "plus_pair", mask=l, device=device)
-    return int(c.sum())
+def triangles_hetsparse(l, device, scipy_result=False):
+    if scipy_result:
+        c = hetsparse.mxm(l, l, "plus_pair", mask=l, device=device)
+        return int(c.sum())
+    c = hetsparse.mxm(l, l, "plus_pair", mask=l, device=device, keep=True)
+    return int(c.reduce_scalar("plus", allow_empty=False))
 
 
 def triangles_graphblas(gb, l):
@@ -168,6 +175,12 @@ def main():
         "hetsparse.Matrix made once per algorithm",
     )
     parser.add_argument(
+        "--scipy-result",
+        action="store_true",
+        help="count triangles from C returned as scipy.sparse (its sum) rather than from C "
+        "kept in hetsparse's memory (Matrix.reduce_scalar)",
+    )
+    parser.add_argument(
         "--kept",
         action="store_true",
         help="also count triangles on a hetsparse.Matrix kept in --device's memory",
@@ -206,7 +219,9 @@ def main():
 
             cells = [matrix_class, str(n), str(edges)]
             if "triangles" in algorithms:
-                t_ours, count = best_of(args.reps, lambda: triangles_hetsparse(hl, args.device))
+                t_ours, count = best_of(
+                    args.reps, lambda: triangles_hetsparse(hl, args.device, args.scipy_result)
+                )
                 t_gb, count_gb = best_of(args.reps, lambda: triangles_graphblas(gb, gl))
                 if count != count_gb:
                     raise AssertionError(f"{matrix_class} {size}: {count} triangles, GraphBLAS {count_gb}")
@@ -214,7 +229,8 @@ def main():
                 if args.kept:
                     kept = hetsparse.Matrix(l, device=args.device)
                     t_kept, count_kept = best_of(
-                        args.reps, lambda: triangles_hetsparse(kept, args.device)
+                        args.reps,
+                        lambda: triangles_hetsparse(kept, args.device, args.scipy_result),
                     )
                     del kept
                     if count_kept != count_gb:

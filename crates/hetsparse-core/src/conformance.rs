@@ -2240,6 +2240,11 @@ pub fn resident_round_trips<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             x,
             "{nm} {label}: round trip"
         );
+        assert_eq!(
+            ok(&nm, "download_values", b.download_values(&r)),
+            x.values(),
+            "{nm} {label}: values alone"
+        );
         let owned = ok(&nm, "upload_owned", b.upload_owned(x.clone()));
         assert_eq!(
             ok(&nm, "download", b.download(&owned)),
@@ -2258,6 +2263,11 @@ pub fn resident_round_trips<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
             ok(&nm, "download", b.download(&r2)),
             with_values(&x, values.clone()),
             "{nm} {label}: new values"
+        );
+        assert_eq!(
+            ok(&nm, "download_values", b.download_values(&r2)),
+            values,
+            "{nm} {label}: new values alone"
         );
         assert_eq!(
             ok(&nm, "download", b.download(&r)),
@@ -2343,10 +2353,15 @@ pub fn mixed_host_and_resident_operands<T: Scalar, B: Backend<T> + ?Sized>(b: &B
                 product_pattern,
                 "{nm} {what}: result pattern id"
             );
+            let values = ok(&nm, "download_values", b.download_values(&c));
             let c = ok(&nm, "download", b.download(&c));
             check(compare_structural(&c, &e), || {
                 format!("{nm} {what}, resident")
             });
+            assert!(
+                values == c.values(),
+                "{nm} {what}: the values downloaded alone are not the whole download's"
+            );
         }
     }
 
@@ -2702,6 +2717,10 @@ pub fn handles_never_lie_about_their_pattern<T: Scalar, B: Backend<T> + ?Sized>(
         b.download(&claimed).is_err(),
         "{nm}: a handle over foreign storage downloaded"
     );
+    assert!(
+        b.download_values(&claimed).is_err(),
+        "{nm}: a handle over foreign storage's values downloaded"
+    );
 }
 
 /// Handles of another memory are [`Error::WrongDevice`], never a panic or a wrong result.
@@ -2727,6 +2746,7 @@ pub fn foreign_handles_are_errors<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     let run = RunControl::new();
     let options = SpgemmOptions::new();
     wrong("download", b.download(&rx).map(drop));
+    wrong("download_values", b.download_values(&rx).map(drop));
     wrong("download_dense", b.download_dense(&rd).map(drop));
     wrong("upload_values", b.upload_values(&rx, x.values()).map(drop));
     wrong(

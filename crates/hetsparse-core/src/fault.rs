@@ -439,6 +439,9 @@ impl<T: Scalar> ResidentOps<T> for FaultyBackend<T> {
     fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
         self.inner.download(m)
     }
+    fn load_values(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Vec<T>> {
+        self.inner.download_values(m)
+    }
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.inner.upload_dense(d)
     }

@@ -189,6 +189,9 @@ mod own_memory {
         fn load(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Csr<T>> {
             Ok(self.csr(m)?.clone())
         }
+        fn load_values(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Vec<T>> {
+            Ok(self.csr(m)?.values().to_vec())
+        }
         fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
             Ok(self.keep_dense(d.clone()))
         }

@@ -390,6 +390,10 @@ impl<T: Scalar> ResidentOps<T> for CpuBackend {
         in_host::load(self, m, checked)
     }
 
+    fn load_values(&self, m: &ResidentCsr<T>, checked: Validated) -> Result<Vec<T>> {
+        in_host::load_values(self, m, checked)
+    }
+
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         in_host::store_dense(self, d)
     }

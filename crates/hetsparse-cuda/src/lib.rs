@@ -595,6 +595,12 @@ impl<T: DeviceScalar> ResidentOps<T> for CudaBackend {
         dev.download(&self.gpu, &**self.gpu.stream()?)
     }
 
+    fn load_values(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Vec<T>> {
+        let dev = self.csr(m)?;
+        self.gpu.bind()?;
+        dev.download_values(&self.gpu, &**self.gpu.stream()?)
+    }
+
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.gpu.bind()?;
         let stream = self.gpu.stream()?;

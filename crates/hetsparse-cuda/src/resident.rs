@@ -453,6 +453,13 @@ impl<T: DeviceScalar> DeviceCsr<T> {
         })
     }
 
+    /// Copies the values alone to the host (through page-locked staging), waiting for
+    /// `stream`.
+    pub fn download_values(&self, gpu: &Gpu, stream: &Stream) -> Result<Vec<T>> {
+        let _span = tracing::debug_span!("D2H", what = "values", nnz = self.nnz()).entered();
+        download_values::<T>(self.vals.read(stream)?, stream, gpu.pinned_pool())
+    }
+
     /// Whether the matrix satisfies the CSR invariants, checked where it lies
     /// ([`csr_valid_on_device`]).
     pub(crate) fn valid_on_device(&self, gpu: &Gpu, stream: &Stream) -> Result<bool> {

@@ -646,6 +646,15 @@ impl<T: Scalar> ResidentOps<T> for OpenClBackend {
         resident::download_csr(&q, storage)
     }
 
+    fn load_values(&self, m: &ResidentCsr<T>, _checked: Validated) -> Result<Vec<T>> {
+        let storage = self.csr_storage(m)?;
+        self.holds::<T>()?;
+        let q = self.state.queue()?;
+        let m = storage.operand();
+        let nnz = hetsparse_core::host::entry_count(m.nnz, "a resident matrix on this host")?;
+        multiply::download_values::<T>(&q, m.values, nnz)
+    }
+
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.holds::<T>()?;
         let _span = tracing::info_span!("upload dense", shape = ?d.shape()).entered();

@@ -15,7 +15,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use hetsparse::generate::{self, MatrixClass};
-use hetsparse::{Complex, Csr, Dense, Layout, RunControl, Scalar, SpmmOptions, SpmvOptions};
+use hetsparse::{Complex, Csr, Dense, Layout, RunControl, SpgemmOptions, SpmmOptions, SpmvOptions};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -109,7 +109,7 @@ const INLINE_WORK: usize = 1 << 21;
 /// right operand's longest row, where its arrays give that (CSR rows, or CSC columns for a
 /// transpose), else its width. Operands that alone reach [`INLINE_WORK`] skip the bound's
 /// pass over the offsets.
-fn product_size<T: Scalar>(a: &Operand<'_, T>, b: &Operand<'_, T>, transpose: bool) -> usize {
+fn product_size<T: Storable>(a: &Operand<'_, T>, b: &Operand<'_, T>, transpose: bool) -> usize {
     let entries = a.nnz().saturating_add(b.nnz());
     if entries >= INLINE_WORK {
         return entries;
@@ -223,7 +223,7 @@ macro_rules! with_scalar {
 mod matrix;
 mod semiring;
 
-use matrix::{call_device, Operand, Source, Storable, Stored};
+use matrix::{call_device, product_kept, Operand, Outcome, Source, Storable};
 
 /// Calls `$body` with `$t` the scalar type of the plain products' operand `$source` (a
 /// [`Source`]): its data's dtype, or a stored matrix's. `TypeError` for a dtype the plain
@@ -233,20 +233,20 @@ macro_rules! with_source {
     ($source:expr, $name:expr, |$t:ident| $body:expr) => {
         match $source {
             Source::Parts(p) => with_scalar!(&p.data, $name, |$t| $body),
-            Source::Stored(m) => match &m.get().csr {
-                Stored::F32(_) => {
+            Source::Stored(m) => match m.get().scalar() {
+                hetsparse::ScalarType::F32 => {
                     type $t = f32;
                     $body
                 }
-                Stored::F64(_) => {
+                hetsparse::ScalarType::F64 => {
                     type $t = f64;
                     $body
                 }
-                Stored::C64(_) => {
+                hetsparse::ScalarType::C32 => {
                     type $t = Complex<f32>;
                     $body
                 }
-                Stored::C128(_) => {
+                hetsparse::ScalarType::C64 => {
                     type $t = Complex<f64>;
                     $body
                 }
@@ -254,7 +254,7 @@ macro_rules! with_source {
                     "{}: a Matrix of dtype {} in a product computed in float32, float64, \
                      complex64 or complex128 (the dtypes of spgemm, spmm and spmv)",
                     $name,
-                    other.dtype()
+                    matrix::dtype_name(other)
                 ))),
             },
         }
@@ -278,9 +278,10 @@ fn unsupported_dtype(data: &Bound<'_, PyAny>, name: &str) -> PyErr {
 /// indices, data)` of the CSR result. `same` says A and B are one matrix, converted once; `progress`
 /// is called as `progress(done, planned)` while the product runs and at its end;
 /// `memory_limit` is the host memory, in bytes, C may take (by default what the system
-/// reports available; see [`chunked`]).
+/// reports available; see [`chunked`]). With `keep`, the result is a `StoredMatrix`: left where
+/// a device with memory of its own computed it, without a host copy (else the host result).
 #[pyfunction]
-#[pyo3(signature = (a, b, device, transpose=false, same=false, progress=None, memory_limit=None))]
+#[pyo3(signature = (a, b, device, transpose=false, same=false, progress=None, memory_limit=None, keep=false))]
 #[allow(clippy::too_many_arguments)]
 fn spgemm<'py>(
     py: Python<'py>,
@@ -291,7 +292,8 @@ fn spgemm<'py>(
     same: bool,
     progress: Option<Bound<'py, PyAny>>,
     memory_limit: Option<u64>,
-) -> PyResult<Bound<'py, PyTuple>> {
+    keep: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let choice = devices::parse(device)?;
     if let Some(p) = &progress {
         if !p.is_callable() {
@@ -306,6 +308,7 @@ fn spgemm<'py>(
         same,
         progress: progress.map(Bound::unbind),
         memory_limit,
+        keep,
     };
     let a = Source::extract(a, "A")?;
     let b = Source::extract(b, "B")?;
@@ -325,6 +328,7 @@ struct Product<'c> {
     same: bool,
     progress: Option<Py<PyAny>>,
     memory_limit: Option<u64>,
+    keep: bool,
 }
 
 fn spgemm_t<'py, T: Storable>(
@@ -332,13 +336,14 @@ fn spgemm_t<'py, T: Storable>(
     a: &Source<'py>,
     b: &Source<'py>,
     product: &Product<'_>,
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let Product {
         choice,
         transpose,
         same,
         ref progress,
         memory_limit,
+        keep,
     } = *product;
     let a_data = a.data::<T>("A")?;
     let b_data = b.data::<T>("B")?;
@@ -351,23 +356,33 @@ fn spgemm_t<'py, T: Storable>(
     let c = detached(py, &run, product_size(&a, &b, transpose), report, || {
         let ctx = context::<T>(&device)?;
         let (left_op, right_op) = if transpose { (&b, &a) } else { (&a, &b) };
-        let left = left_op.csr_of(transpose)?;
+        let left = left_op.placed(&device, transpose)?;
         let right_owned;
-        let right: &Csr<T> = if same {
+        let right = if same {
             &left
         } else {
-            right_owned = right_op.csr_of(transpose)?;
+            right_owned = right_op.placed(&device, transpose)?;
             &right_owned
         };
-        let operands = (
-            left_op.csr_operand(&device, &left),
-            right_op.csr_operand(&device, right),
-        );
-        chunked::spgemm(&ctx, (&left, right), operands, &run, memory_limit).map_err(to_py)
+        let operands = (left.operand(), right.operand());
+        if keep {
+            if let Some(kept) = product_kept(&ctx, &device, operands, &SpgemmOptions::new(), &run)?
+            {
+                return Ok(Outcome::Stored(kept));
+            }
+        }
+        let c = match (left.host(), right.host()) {
+            (Some(l), Some(r)) => chunked::spgemm(&ctx, (l, r), operands, &run, memory_limit),
+            // An operand with no host copy (a result kept on the device) is multiplied there
+            // whole: the checks of C's size against host memory read host operands.
+            _ => ctx.spgemm_with(operands.0, operands.1, &SpgemmOptions::new(), &run),
+        }
+        .map_err(to_py)?;
+        Outcome::of_host(c, keep, &device)
     })?;
     a.released()?;
     b.released()?;
-    csr_to_py(py, c)
+    c.into_py(py)
 }
 
 /// `Y = A · X` for a dense two-dimensional `X` (C or Fortran order), A an operand tuple or a
@@ -420,8 +435,8 @@ fn spmm_t<'py, T: Storable>(
     let device = call_device(choice, [&a]);
     let y = detached(py, &run, size, None, || {
         let ctx = context::<T>(&device)?;
-        let held = a.sparse()?;
-        let a = a.sparse_operand(&device, &held);
+        let a = a.placed_sparse(&device)?;
+        let a = a.operand();
         let mut data = Vec::new();
         data.try_reserve_exact(x_data.len())
             .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("cannot allocate a copy of X"))?;
@@ -475,9 +490,8 @@ fn spmv_t<'py, T: Storable>(
     let device = call_device(choice, [&a]);
     let y = detached(py, &run, a.nnz(), None, || {
         let ctx = context::<T>(&device)?;
-        let held = a.sparse()?;
-        let a = a.sparse_operand(&device, &held);
-        ctx.spmv_with(a, x.into(), &SpmvOptions::new(), &run)
+        let a = a.placed_sparse(&device)?;
+        ctx.spmv_with(a.operand(), x.into(), &SpmvOptions::new(), &run)
             .map_err(to_py)
     })?;
     a.released()?;

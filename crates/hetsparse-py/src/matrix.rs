@@ -9,10 +9,12 @@
 //! call and is not changed when the scipy matrix it came from is written.
 
 use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use hetsparse::{
-    Complex, Csr, CsrOperand, DeviceChoice, Mask, MemorySpace, ResidentCsr, Scalar, SparseOperand,
-    SparseRef,
+    Complex, Context, Csr, CsrOperand, DeviceChoice, Mask, MemorySpace, ResidentCsr, RunControl,
+    Scalar, ScalarType, SparseOperand, SparseRef, SpgemmOptions,
 };
 use numpy::PyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
@@ -99,7 +101,62 @@ macro_rules! with_stored {
         }
     };
 }
-pub(crate) use with_stored;
+
+/// Evaluates `$body` with `$t` the scalar type `$scalar` (a [`ScalarType`]) names, for the
+/// types a [`Stored`] matrix holds; `$other` (given the type) for any other.
+macro_rules! with_scalar_type {
+    ($scalar:expr, |$t:ident| $body:expr, else |$o:ident| $other:expr) => {
+        match $scalar {
+            hetsparse::ScalarType::F32 => {
+                type $t = f32;
+                $body
+            }
+            hetsparse::ScalarType::F64 => {
+                type $t = f64;
+                $body
+            }
+            hetsparse::ScalarType::C32 => {
+                type $t = Complex<f32>;
+                $body
+            }
+            hetsparse::ScalarType::C64 => {
+                type $t = Complex<f64>;
+                $body
+            }
+            hetsparse::ScalarType::Bool => {
+                type $t = bool;
+                $body
+            }
+            hetsparse::ScalarType::I32 => {
+                type $t = i32;
+                $body
+            }
+            hetsparse::ScalarType::I64 => {
+                type $t = i64;
+                $body
+            }
+            hetsparse::ScalarType::U32 => {
+                type $t = u32;
+                $body
+            }
+            hetsparse::ScalarType::U64 => {
+                type $t = u64;
+                $body
+            }
+            #[allow(unreachable_patterns)]
+            $o => $other,
+        }
+    };
+}
+pub(crate) use with_scalar_type;
+
+/// The error for a stored matrix of a scalar type no [`Stored`] variant holds: none is ever
+/// made.
+pub fn unknown_scalar(scalar: ScalarType) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "hetsparse: a stored matrix of scalar type {scalar:?} (a bug, please report it)"
+    ))
+}
 
 /// The scalar types a [`Stored`] matrix holds: their variant, and their NumPy name.
 pub trait Storable: PyScalar {
@@ -141,12 +198,12 @@ storable! {
 }
 
 impl Stored {
-    /// NumPy's name of the dtype.
-    pub fn dtype(&self) -> &'static str {
-        fn name<T: Storable>(_: &Csr<T>) -> &'static str {
-            T::DTYPE
+    /// The scalar type.
+    pub fn scalar(&self) -> ScalarType {
+        fn of<T: Storable>(_: &Csr<T>) -> ScalarType {
+            T::TYPE
         }
-        with_stored!(self, |m: T| name(m))
+        with_stored!(self, |m: T| of(m))
     }
 
     /// `(rows, columns)`.
@@ -170,7 +227,13 @@ impl Stored {
     }
 }
 
-/// A stored matrix's copy in a device's memory (`hetsparse.Matrix(A, device=...)`).
+/// NumPy's name of a stored matrix's scalar type.
+pub fn dtype_name(scalar: ScalarType) -> &'static str {
+    with_scalar_type!(scalar, |T| <T as Storable>::DTYPE, else |_o| "?")
+}
+
+/// A stored matrix's copy in a device's memory (`hetsparse.Matrix(A, device=...)`, or a
+/// product's result kept where it was computed).
 pub struct KeptCopy {
     /// The device it is on, as the products' `device=` names it.
     pub choice: DeviceChoice,
@@ -187,25 +250,135 @@ impl KeptCopy {
 
 /// A sparse matrix converted and checked once (the native half of `hetsparse.Matrix`; use
 /// that). Immutable: the products read it by reference, with the GIL released.
+///
+/// It is in host memory, in a device's memory ([`KeptCopy`]), or both: a product's result
+/// kept where it was computed has no host copy until something reads one ([`Self::host`]:
+/// host-only products, a conversion to scipy, a mask), which then downloads it once.
 #[pyclass(frozen, module = "hetsparse._hetsparse", name = "StoredMatrix")]
 pub struct StoredMatrix {
-    /// The matrix, in canonical CSR.
-    pub csr: Stored,
+    /// The matrix in host memory, in canonical CSR: set when made from host arrays, else on
+    /// its first read ([`Self::host`]).
+    host: OnceLock<Stored>,
+    /// `(rows, columns)`.
+    shape: (usize, usize),
+    /// Stored entries.
+    nnz: u64,
+    /// The scalar type of its values.
+    scalar: ScalarType,
     /// Its structural and valued masks, made on first use: a loop masking every product by
     /// the same matrix (triangle counting's `C⟨L⟩`) lists its positions once, and a device
     /// copies them once (the mask keeps its copy, [`Mask::kept_in`]).
-    masks: [std::sync::OnceLock<Mask>; 2],
-    /// Its copy in the memory of the device it was made for, if any.
+    masks: [OnceLock<Mask>; 2],
+    /// Its copy in the memory of the device it was made for or computed on, if any.
     pub kept: Option<KeptCopy>,
 }
 
 impl StoredMatrix {
-    /// A mask over this matrix, in its own dtype ([`Stored::mask`]), made once.
-    pub fn mask(&self, structural: bool) -> Mask {
-        self.masks[usize::from(structural)]
-            .get_or_init(|| self.csr.mask(structural))
-            .clone()
+    /// A matrix in host memory, with its copy on a device where `kept` is one.
+    pub fn in_host(csr: Stored, kept: Option<KeptCopy>) -> Self {
+        StoredMatrix {
+            shape: csr.shape(),
+            nnz: csr.nnz(),
+            scalar: csr.scalar(),
+            host: OnceLock::from(csr),
+            masks: Default::default(),
+            kept,
+        }
     }
+
+    /// A matrix in the memory of `choice`'s device alone (a product's result kept there).
+    pub fn on_device<T: Storable>(resident: ResidentCsr<T>, choice: DeviceChoice) -> Self {
+        StoredMatrix {
+            shape: resident.shape(),
+            nnz: resident.nnz(),
+            scalar: T::TYPE,
+            host: OnceLock::new(),
+            masks: Default::default(),
+            kept: Some(KeptCopy {
+                choice,
+                resident: Box::new(resident),
+            }),
+        }
+    }
+
+    /// The scalar type of its values.
+    pub fn scalar(&self) -> ScalarType {
+        self.scalar
+    }
+
+    /// `(rows, columns)`.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shape
+    }
+
+    /// Whether a host copy exists now (a device-only result has none until [`Self::host`]).
+    pub fn host_now(&self) -> Option<&Stored> {
+        self.host.get()
+    }
+
+    /// The matrix in host memory: downloaded from its device copy on the first call for a
+    /// result kept on a device (with the GIL released where the caller released it).
+    pub fn host(&self) -> PyResult<&Stored> {
+        if let Some(h) = self.host.get() {
+            return Ok(h);
+        }
+        let kept = self.kept.as_ref().ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "hetsparse: a stored matrix with neither a host nor a device copy (a bug, \
+                 please report it)",
+            )
+        })?;
+        let downloaded = with_scalar_type!(
+            self.scalar,
+            |T| download_stored::<T>(kept),
+            else |other| Err(unknown_scalar(other))
+        )?;
+        // Another thread may have downloaded it meanwhile: either copy is the matrix.
+        Ok(self.host.get_or_init(|| downloaded))
+    }
+
+    /// A mask over this matrix, in its own dtype ([`Stored::mask`]), made once (downloading
+    /// a device-only matrix's host copy first).
+    pub fn mask(&self, structural: bool) -> PyResult<Mask> {
+        let slot = &self.masks[usize::from(structural)];
+        if let Some(m) = slot.get() {
+            return Ok(m.clone());
+        }
+        let mask = self.host()?.mask(structural);
+        Ok(slot.get_or_init(|| mask).clone())
+    }
+}
+
+/// The host copy of a device copy of a `T` matrix.
+fn download_stored<T: Storable>(kept: &KeptCopy) -> PyResult<Stored> {
+    let resident = kept.resident::<T>().ok_or_else(|| wrong_copy::<T>())?;
+    let ctx = context::<T>(&kept.choice)?;
+    ctx.download(resident).map(T::store).map_err(to_py)
+}
+
+/// The error for a device copy that does not hold the stored matrix's type: none is made.
+fn wrong_copy<T: Storable>() -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "hetsparse: a stored matrix's device copy is not of its dtype {} (a bug, please \
+         report it)",
+        T::DTYPE
+    ))
+}
+
+/// The values of the `T` matrix `m`, as a NumPy array: its host copy's, else downloaded
+/// alone from its device copy (without the structure).
+fn values_of<'py, T: Storable>(py: Python<'py>, m: &StoredMatrix) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(h) = m.host_now() {
+        let csr = T::stored(h).ok_or_else(|| wrong_copy::<T>())?;
+        return Ok(PyArray1::from_slice(py, csr.values()).into_any());
+    }
+    let kept = m.kept.as_ref().ok_or_else(|| wrong_copy::<T>())?;
+    let resident = kept.resident::<T>().ok_or_else(|| wrong_copy::<T>())?;
+    let values = py.allow_threads(|| {
+        let ctx = context::<T>(&kept.choice)?;
+        ctx.download_values(resident).map_err(to_py)
+    })?;
+    Ok(PyArray1::from_vec(py, values).into_any())
 }
 
 /// `m` copied into the memory of the device `choice` names, kept beside the host copy; `None`
@@ -245,11 +418,7 @@ impl StoredMatrix {
             }
             None => None,
         };
-        Ok(StoredMatrix {
-            csr,
-            masks: Default::default(),
-            kept,
-        })
+        Ok(StoredMatrix::in_host(csr, kept))
     }
 
     /// The device whose memory holds a copy (`cuda:0`, `opencl:0.1`), or `None`.
@@ -259,29 +428,96 @@ impl StoredMatrix {
     }
 
     /// `(rows, columns)`.
-    #[getter]
-    fn shape(&self) -> (usize, usize) {
-        self.csr.shape()
+    #[getter(shape)]
+    fn py_shape(&self) -> (usize, usize) {
+        self.shape
     }
 
     /// Stored entries (explicit zeros included).
     #[getter]
     fn nnz(&self) -> u64 {
-        self.csr.nnz()
+        self.nnz
     }
 
     /// NumPy's name of the values' dtype.
     #[getter]
     fn dtype(&self) -> &'static str {
-        self.csr.dtype()
+        dtype_name(self.scalar)
     }
 
-    /// A copy as the CSR tuple `(nrows, ncols, indptr, indices, data)` the products return.
+    /// Whether the matrix has a copy in host memory now (a result kept on a device gets one
+    /// when first read there).
+    #[getter]
+    fn in_host_memory(&self) -> bool {
+        self.host.get().is_some()
+    }
+
+    /// A copy as the CSR tuple `(nrows, ncols, indptr, indices, data)` the products return
+    /// (a device-only matrix's host copy is downloaded first, and kept).
     fn to_csr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let host = py.allow_threads(|| self.host())?;
         // The clone shares the arrays, so `csr_to_py` copies them (the NumPy arrays it
         // makes are the caller's to write).
-        with_stored!(&self.csr, |m: T| csr_to_py(py, m.clone()))
+        with_stored!(host, |m: T| csr_to_py(py, m.clone()))
     }
+
+    /// The stored values, one per entry in CSR order, as a NumPy array: from the host copy,
+    /// or downloaded alone from the device copy of a matrix that has no host copy (its
+    /// structure stays where it is).
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        with_scalar_type!(self.scalar, |T| values_of::<T>(py, self), else |other| Err(
+            unknown_scalar(other)
+        ))
+    }
+}
+
+/// A product's result: host CSR (returned as scipy arrays), or with `keep=` a stored matrix.
+pub enum Outcome<T> {
+    /// For scipy.
+    Host(Csr<T>),
+    /// A `hetsparse.Matrix`'s native half.
+    Stored(StoredMatrix),
+}
+
+impl<T: Storable> Outcome<T> {
+    /// `keep`'s result of a product computed to host memory on `choice`'s device: kept
+    /// there too where the device has memory of its own, so that the next product reads it
+    /// there; else the host result.
+    pub fn of_host(c: Csr<T>, keep: bool, choice: &DeviceChoice) -> PyResult<Self> {
+        if !keep {
+            return Ok(Outcome::Host(c));
+        }
+        let kept = kept_copy(&c, choice.clone())?;
+        Ok(Outcome::Stored(StoredMatrix::in_host(T::store(c), kept)))
+    }
+
+    /// The result for Python: the CSR tuple, or the `StoredMatrix`.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        match self {
+            Outcome::Host(c) => csr_to_py(py, c).map(Bound::into_any),
+            Outcome::Stored(m) => Ok(Bound::new(py, m)?.into_any()),
+        }
+    }
+}
+
+/// `A ⊕.⊗ B` as `options` say, left where `ctx`'s device (`choice`) computes it, as a stored
+/// matrix with no host copy; `None` where that device computes in host memory (the CPU,
+/// `auto`'s scheduler), whose result is the host one.
+pub fn product_kept<T: Storable>(
+    ctx: &Context<T>,
+    choice: &DeviceChoice,
+    (a, b): (CsrOperand<'_, T>, CsrOperand<'_, T>),
+    options: &SpgemmOptions,
+    run: &RunControl,
+) -> PyResult<Option<StoredMatrix>> {
+    if ctx.backend().memory_space() == MemorySpace::Host {
+        return Ok(None);
+    }
+    let c = ctx
+        .backend()
+        .spgemm_resident(a, b, options, run)
+        .map_err(to_py)?;
+    Ok(Some(StoredMatrix::on_device(c, choice.clone())))
 }
 
 /// The matrix of `parts`, converted and checked as every operand is, in memory of its own.
@@ -332,7 +568,7 @@ impl<'py> Source<'py> {
     pub fn shape(&self) -> (usize, usize) {
         match self {
             Source::Parts(p) => (p.nrows, p.ncols),
-            Source::Stored(m) => m.get().csr.shape(),
+            Source::Stored(m) => m.get().shape(),
         }
     }
 
@@ -358,17 +594,15 @@ impl<'py> Source<'py> {
         match (self, data) {
             (Source::Parts(p), Some(d)) => p.view(d).map(Operand::View),
             (Source::Stored(m), _) => {
-                let stored = &m.get().csr;
-                let kept = m.get().kept.as_ref();
-                T::stored(stored)
-                    .map(|c| Operand::Stored(c, kept))
-                    .ok_or_else(|| {
-                        PyTypeError::new_err(format!(
-                            "{name}: a Matrix of dtype {} in a product computed in {}",
-                            stored.dtype(),
-                            T::DTYPE
-                        ))
-                    })
+                let stored = m.get();
+                if stored.scalar() != T::TYPE {
+                    return Err(PyTypeError::new_err(format!(
+                        "{name}: a Matrix of dtype {} in a product computed in {}",
+                        dtype_name(stored.scalar()),
+                        T::DTYPE
+                    )));
+                }
+                Ok(Operand::Stored(stored, PhantomData))
             }
             (Source::Parts(_), None) => Err(PyRuntimeError::new_err(
                 "hetsparse: an operand's values were not borrowed (a bug, please report it)",
@@ -392,14 +626,15 @@ impl<'py> Source<'py> {
 pub enum Operand<'a, T> {
     /// Arrays borrowed for this call.
     View(View<'a, T>),
-    /// A stored matrix, read by reference, and its copy on a device if it has one.
-    Stored(&'a Csr<T>, Option<&'a KeptCopy>),
+    /// A stored matrix of dtype `T` (checked when the operand was made), read by reference:
+    /// its host copy, its device copy, or both.
+    Stored(&'a StoredMatrix, PhantomData<T>),
 }
 
 /// The device a call on `operands` computes on: `choice`, or where that is `auto`, the device
 /// holding a copy of the first operand that has one (the data decides, as with CuPy's arrays),
 /// so that a matrix made with `device=` is read where it lies.
-pub fn call_device<T: Scalar, const N: usize>(
+pub fn call_device<T: Storable, const N: usize>(
     choice: &DeviceChoice,
     operands: [&Operand<'_, T>; N],
 ) -> DeviceChoice {
@@ -441,6 +676,33 @@ impl<T: Scalar> Held<'_, T> {
     }
 }
 
+/// A SpGEMM operand placed for a call on one device. A stored matrix with a copy on the
+/// call's device is not downloaded for it.
+pub enum Placed<'a, T> {
+    /// Its copy in the call's device's memory, and its host matrix where it has one now.
+    Kept(&'a ResidentCsr<T>, Option<Held<'a, T>>),
+    /// Its host matrix.
+    Host(Held<'a, T>),
+}
+
+impl<T: Scalar> Placed<'_, T> {
+    /// What the product reads: the device copy, else the host matrix.
+    pub fn operand(&self) -> CsrOperand<'_, T> {
+        match self {
+            Placed::Kept(copy, _) => CsrOperand::Resident(copy),
+            Placed::Host(host) => CsrOperand::Host(host),
+        }
+    }
+
+    /// The host matrix, where the operand has one now.
+    pub fn host(&self) -> Option<&Csr<T>> {
+        match self {
+            Placed::Kept(_, host) => host.as_deref(),
+            Placed::Host(host) => Some(host),
+        }
+    }
+}
+
 /// A sparse operand of SpMV or SpMM: made for one call in the format scipy gave, or a stored
 /// matrix (CSR) borrowed.
 pub enum Sparse<'a, T> {
@@ -448,83 +710,96 @@ pub enum Sparse<'a, T> {
     Made(Owned<T>),
     /// A stored matrix.
     Borrowed(&'a Csr<T>),
+    /// A stored matrix's copy in the memory of the call's device.
+    Kept(&'a ResidentCsr<T>),
 }
 
 impl<T: Scalar> Sparse<'_, T> {
-    /// A borrowed view for the backends.
-    pub fn as_ref(&self) -> SparseRef<'_, T> {
+    /// What the backends read.
+    pub fn operand(&self) -> SparseOperand<'_, T> {
         match self {
-            Sparse::Made(m) => m.as_ref(),
-            Sparse::Borrowed(m) => (*m).into(),
+            Sparse::Made(m) => SparseOperand::Host(m.as_ref()),
+            Sparse::Borrowed(m) => SparseOperand::Host(SparseRef::from(*m)),
+            Sparse::Kept(copy) => SparseOperand::Resident(copy),
         }
     }
 }
 
-impl<T: Scalar> Operand<'_, T> {
+/// The `T` matrix of a stored matrix's host copy (its dtype was checked when the operand was
+/// made).
+fn typed<T: Storable>(stored: &Stored) -> PyResult<&Csr<T>> {
+    T::stored(stored).ok_or_else(wrong_copy::<T>)
+}
+
+impl<'a, T: Storable> Operand<'a, T> {
     /// The device whose memory holds a copy of this operand (a stored matrix made with
-    /// `device=`), if any.
+    /// `device=`, or a result kept there), if any.
     pub fn kept_on(&self) -> Option<&DeviceChoice> {
         match self {
-            Operand::Stored(_, Some(kept)) => Some(&kept.choice),
-            _ => None,
+            Operand::Stored(m, _) => m.kept.as_ref().map(|k| &k.choice),
+            Operand::View(_) => None,
         }
     }
 
     /// The copy of this operand in the memory of `choice`'s device, if it has one there.
-    pub fn kept_copy(&self, choice: &DeviceChoice) -> Option<&ResidentCsr<T>> {
+    pub fn kept_copy(&self, choice: &DeviceChoice) -> Option<&'a ResidentCsr<T>> {
         match self {
-            Operand::Stored(_, Some(kept)) if kept.choice == *choice => kept.resident(),
-            _ => None,
+            Operand::Stored(m, _) => match &m.kept {
+                Some(kept) if kept.choice == *choice => kept.resident(),
+                _ => None,
+            },
+            Operand::View(_) => None,
         }
     }
 
-    /// The operand of a SpGEMM on `choice`: its copy there, else `host` (the matrix from
-    /// [`Operand::csr`], borrowed where it is stored).
-    pub fn csr_operand<'h>(&'h self, choice: &DeviceChoice, host: &'h Csr<T>) -> CsrOperand<'h, T> {
-        match self.kept_copy(choice) {
-            Some(copy) => CsrOperand::Resident(copy),
-            None => CsrOperand::Host(host),
-        }
+    /// The operand of a SpGEMM on `choice` (with `transpose`, its transpose's, which only a
+    /// view gives): its copy there, and its host matrix where it has one; a stored matrix
+    /// without a copy there is read in host memory (downloaded first if it had none).
+    pub fn placed(&self, choice: &DeviceChoice, transpose: bool) -> PyResult<Placed<'a, T>> {
+        let kept = if transpose {
+            None
+        } else {
+            self.kept_copy(choice)
+        };
+        Ok(match (self, kept) {
+            (Operand::Stored(m, _), Some(copy)) => {
+                let host = m.host_now().map(typed).transpose()?;
+                Placed::Kept(copy, host.map(Held::Borrowed))
+            }
+            (_, Some(copy)) => Placed::Kept(copy, Some(self.csr_of(transpose)?)),
+            (_, None) => Placed::Host(self.csr_of(transpose)?),
+        })
     }
 
-    /// The operand of a SpMV or SpMM on `choice`: its copy there, else `held` (from
-    /// [`Operand::sparse`]).
-    pub fn sparse_operand<'h>(
-        &'h self,
-        choice: &DeviceChoice,
-        held: &'h Sparse<'h, T>,
-    ) -> SparseOperand<'h, T> {
-        match self.kept_copy(choice) {
-            Some(copy) => SparseOperand::Resident(copy),
-            None => SparseOperand::Host(held.as_ref()),
+    /// The operand of a SpMV or SpMM on `choice`: its copy there, else the matrix in the
+    /// view's format (CSC and COO not converted) or the stored one's host matrix.
+    pub fn placed_sparse(&self, choice: &DeviceChoice) -> PyResult<Sparse<'a, T>> {
+        if let Some(copy) = self.kept_copy(choice) {
+            return Ok(Sparse::Kept(copy));
+        }
+        match self {
+            Operand::View(v) => v.matrix().map(Sparse::Made),
+            Operand::Stored(m, _) => Ok(Sparse::Borrowed(typed(m.host()?)?)),
         }
     }
 
     /// The matrix in canonical CSR: made from the view, or the stored one borrowed.
-    pub fn csr(&self) -> PyResult<Held<'_, T>> {
+    pub fn csr(&self) -> PyResult<Held<'a, T>> {
         self.csr_of(false)
     }
 
     /// The matrix, or with `transpose` its transpose, in canonical CSR: made from the view
-    /// (which reads CSC arrays as the transpose's CSR), or the stored one borrowed. A stored
-    /// matrix is never asked for its transpose (the Python layer computes products with one
-    /// untransposed); asked anyway, `RuntimeError`.
-    pub fn csr_of(&self, transpose: bool) -> PyResult<Held<'_, T>> {
+    /// (which reads CSC arrays as the transpose's CSR), or the stored one's host matrix
+    /// borrowed (downloaded first for a result kept on a device). A stored matrix is never
+    /// asked for its transpose (the Python layer computes products with one untransposed);
+    /// asked anyway, `RuntimeError`.
+    pub fn csr_of(&self, transpose: bool) -> PyResult<Held<'a, T>> {
         match self {
             Operand::View(v) => v.csr(transpose).map(Held::Made),
             Operand::Stored(..) if transpose => Err(PyRuntimeError::new_err(
                 "hetsparse: a stored matrix's transpose was asked for (a bug, please report it)",
             )),
-            Operand::Stored(m, _) => Ok(Held::Borrowed(m)),
-        }
-    }
-
-    /// The matrix for SpMV and SpMM: in the view's format (CSC and COO not converted), or
-    /// the stored one borrowed.
-    pub fn sparse(&self) -> PyResult<Sparse<'_, T>> {
-        match self {
-            Operand::View(v) => v.matrix().map(Sparse::Made),
-            Operand::Stored(m, _) => Ok(Sparse::Borrowed(m)),
+            Operand::Stored(m, _) => Ok(Held::Borrowed(typed(m.host()?)?)),
         }
     }
 
@@ -532,7 +807,7 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn shape(&self) -> (usize, usize) {
         match self {
             Operand::View(v) => v.shape(),
-            Operand::Stored(m, _) => (m.nrows(), m.ncols()),
+            Operand::Stored(m, _) => m.shape(),
         }
     }
 
@@ -540,17 +815,18 @@ impl<T: Scalar> Operand<'_, T> {
     pub fn nnz(&self) -> usize {
         match self {
             Operand::View(v) => v.nnz(),
-            Operand::Stored(m, _) => usize::try_from(m.nnz()).unwrap_or(usize::MAX),
+            Operand::Stored(m, _) => usize::try_from(m.nnz).unwrap_or(usize::MAX),
         }
     }
 
     /// The most entries in one row (`rows`) or column, where that is known without a pass
-    /// over the indices (see [`View::longest_line`]); a stored matrix (CSR) knows its rows.
+    /// over the indices (see [`View::longest_line`]); a stored matrix (CSR) knows its rows
+    /// where it has a host copy.
     pub fn longest_line(&self, rows: bool) -> Option<usize> {
         match self {
             Operand::View(v) => v.longest_line(rows),
             Operand::Stored(m, _) if rows => {
-                let offsets = m.row_offsets();
+                let offsets = T::stored(m.host_now()?)?.row_offsets();
                 let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
                 Some(usize::try_from(longest).unwrap_or(usize::MAX))
             }
@@ -575,7 +851,7 @@ pub enum MaskOperand<'a, T> {
     Stored(&'a StoredMatrix),
 }
 
-impl<T: Scalar> MaskOperand<'_, T> {
+impl<T: Storable> MaskOperand<'_, T> {
     /// The mask, `structural` or valued (complement and replace are the caller's).
     pub fn mask(&self, structural: bool) -> PyResult<Mask> {
         Ok(match self {
@@ -587,7 +863,7 @@ impl<T: Scalar> MaskOperand<'_, T> {
                     Mask::valued(&m)
                 }
             }
-            MaskOperand::Stored(s) => s.mask(structural),
+            MaskOperand::Stored(s) => s.mask(structural)?,
         })
     }
 

@@ -6,7 +6,7 @@
 //! ([`crate::matrix`]) instead. Names are python-graphblas's.
 
 use hetsparse::{
-    write_back_new, write_back_owned, AccumulateOp, HostArray, Mask, MaskKind, RunControl, Scalar,
+    write_back_new, write_back_owned, AccumulateOp, HostArray, Mask, MaskKind, RunControl,
     SemiringKind, SparseVector, SpgemmOptions, VectorProductOptions,
 };
 // `PyArray1` and `Complex` name the dtypes in `with_scalar!`.
@@ -18,7 +18,10 @@ use pyo3::types::PyTuple;
 use crate::convert::csr_to_py;
 use crate::devices::{self, context, PyScalar};
 use crate::errors::{to_py, value};
-use crate::matrix::{call_device, with_stored, MaskOperand, Operand, Source, Storable, Stored};
+use crate::matrix::{
+    call_device, product_kept, unknown_scalar, with_scalar_type, MaskOperand, Operand, Outcome,
+    Source, Storable,
+};
 use crate::{detached, product_size, unsupported_dtype};
 
 /// The semiring, mask modes and accumulator of one call, parsed from their Python names.
@@ -122,16 +125,20 @@ macro_rules! with_left {
     ($operands:expr, |$t:ident| $body:expr) => {
         match &$operands.left {
             Source::Parts(p) => with_scalar!(&p.data, "A", exact too, |$t| $body),
-            Source::Stored(m) => with_stored!(&m.get().csr, |_m: $t| $body),
+            Source::Stored(m) => with_scalar_type!(m.get().scalar(), |$t| $body, else |other| Err(
+                unknown_scalar(other)
+            )),
         }
     };
 }
 
 /// `C⟨M, replace⟩ = accum(C, A ⊕.⊗ B)` from operand tuples `(format, nrows, ncols, major,
 /// minor, data)` of A's dtype or stored matrices (a stored mask of any dtype; `mask`, `c`
-/// optional); returns the CSR tuple of the new C (the product itself without `c`).
+/// optional); returns the CSR tuple of the new C (the product itself without `c`), or with
+/// `keep` a `StoredMatrix`: left where a device with memory of its own computed it, without
+/// a host copy, where there is no `c` to merge into (else the host result, copied there).
 #[pyfunction]
-#[pyo3(signature = (a, b, mask, c, semiring, structural, complement, replace, accum, device))]
+#[pyo3(signature = (a, b, mask, c, semiring, structural, complement, replace, accum, device, keep=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn mxm<'py>(
     py: Python<'py>,
@@ -145,11 +152,14 @@ pub fn mxm<'py>(
     replace: bool,
     accum: Option<&str>,
     device: &str,
-) -> PyResult<Bound<'py, PyTuple>> {
+    keep: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let choice = devices::parse(device)?;
     let modes = Modes::parse(semiring, structural, complement, replace, accum)?;
     let operands = Operands::extract((a, "A"), (b, "B"), mask, c)?;
-    with_left!(operands, |T| mxm_t::<T>(py, &operands, modes, &choice))
+    with_left!(operands, |T| mxm_t::<T>(
+        py, &operands, modes, &choice, keep
+    ))
 }
 
 /// Borrows the values of an optional operand as `T` (`name` names it in errors).
@@ -179,7 +189,7 @@ fn mask_of<'a, 'py, T: Storable>(
 
 /// Checks, once a computation is over, that no matrix made from an operand's arrays
 /// outlived it ([`Operand::released`]).
-fn released<T: Scalar>(
+fn released<T: Storable>(
     operands: [Option<&Operand<'_, T>>; 3],
     mask: Option<&MaskOperand<'_, T>>,
 ) -> PyResult<()> {
@@ -194,7 +204,8 @@ fn mxm_t<'py, T: Storable>(
     operands: &Operands<'py>,
     modes: Modes,
     choice: &hetsparse::DeviceChoice,
-) -> PyResult<Bound<'py, PyTuple>> {
+    keep: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let (a_data, b_data) = (
         operands.left.data::<T>("A")?,
         operands.right.data::<T>("B")?,
@@ -209,9 +220,8 @@ fn mxm_t<'py, T: Storable>(
     let device = call_device(choice, [&a, &b]);
     let c = detached(py, &run, product_size(&a, &b, false), None, || {
         let ctx = context::<T>(&device)?;
-        let (host_a, host_b) = (a.csr()?, b.csr()?);
-        let a = a.csr_operand(&device, &host_a);
-        let b = b.csr_operand(&device, &host_b);
+        let (a, b) = (a.placed(&device, false)?, b.placed(&device, false)?);
+        let operands = (a.operand(), b.operand());
         let mask = mask
             .as_ref()
             .map(|m| m.mask(modes.structural).map(|m| modes.modes_of(m)))
@@ -220,15 +230,26 @@ fn mxm_t<'py, T: Storable>(
         if let Some(m) = &mask {
             options = options.with_mask(m.clone());
         }
-        let t = ctx.spgemm_with(a, b, &options, &run).map_err(to_py)?;
-        match &out {
+        if keep && out.is_none() {
+            // A new C is the masked product itself (the backends compute only the positions
+            // the mask admits; with no C to merge into, replace and the accumulator change
+            // nothing), so it can stay where it was computed.
+            if let Some(kept) = product_kept(&ctx, &device, operands, &options, &run)? {
+                return Ok(Outcome::Stored(kept));
+            }
+        }
+        let t = ctx
+            .spgemm_with(operands.0, operands.1, &options, &run)
+            .map_err(to_py)?;
+        let c = match &out {
             Some(c) => write_back_owned(&*c.csr()?, t, mask.as_ref(), modes.accumulator),
             None => write_back_new(t, mask.as_ref(), modes.accumulator),
         }
-        .map_err(to_py)
+        .map_err(to_py)?;
+        Outcome::of_host(c, keep, &device)
     })?;
     released([Some(&a), Some(&b), out.as_ref()], mask.as_ref())?;
-    csr_to_py(py, c)
+    c.into_py(py)
 }
 
 /// `w⟨m, replace⟩ = accum(w, A ⊕.⊗ u)` (`kind` `"mxv"`) or `wᵀ⟨mᵀ, replace⟩ = accum(wᵀ, uᵀ

@@ -579,3 +579,173 @@ def test_a_pickled_device_matrix_comes_back_in_host_memory(device):
     m = pickle.loads(pickle.dumps(hetsparse.Matrix(a, device=device)))
     assert m.device is None
     assert_same(("ok", m.to_scipy()), ("ok", sp.csr_matrix(a)), "plus_times")
+
+
+def kept_on(device):
+    """Whether a result kept on ``device`` stays in its memory (no host copy)."""
+    return device not in ("cpu", "auto")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_, np.complex64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", range(len(MASK_MODES)))
+def test_kept_results_are_the_returned_ones(device, dtype, mode):
+    # keep=True gives the product as a Matrix left where it was computed: the same matrix the
+    # call returns to scipy, for every semiring and mask mode; with out=, the merged result.
+    has_mask, structural, complement, replace, accum, has_out = MASK_MODES[mode]
+    a = random(20, 15, 0.2, dtype, 60)
+    b = random(15, 25, 0.2, dtype, 61)
+    mask = random(20, 25, 0.3, dtype, 62) if has_mask else None
+    out = random(20, 25, 0.2, dtype, 63) if has_out else None
+    ka = hetsparse.Matrix(a, device=device)
+    km = hetsparse.Matrix(mask, device=device) if has_mask else None
+    kwargs = dict(structural=structural, complement=complement, replace=replace, accum=accum)
+    for semiring in semirings_for(dtype):
+        want = outcome(lambda: hetsparse.mxm(a, b, semiring, mask=mask, out=out, device=device, **kwargs))
+        for on in (device, "auto"):
+            for x, m in [(ka, km), (a, mask)]:
+                got = outcome(lambda: hetsparse.mxm(
+                    x, b, semiring, mask=m, out=out, device=on, keep=True, **kwargs))
+                if got[0] == "ok":
+                    c = got[1]
+                    assert isinstance(c, hetsparse.Matrix)
+                    assert c.shape == (20, 25) and c.dtype == np.dtype(dtype)
+                    computed_on = device if (on == device or x is ka) else on
+                    assert (c.device is None) == (not kept_on(computed_on)), (c.device, on)
+                    # No host copy where the device kept the product itself (not merged).
+                    assert c._native.in_host_memory == (not kept_on(computed_on) or has_out)
+                    assert c.nnz == (want[1].nnz if want[0] == "ok" else c.nnz)
+                    got = ("ok", c.to_scipy())
+                    assert c._native.in_host_memory
+                assert_same(got, want, semiring)
+
+
+def test_kept_results_chain_and_are_read_where_they_lie(device):
+    # A product's kept result is an operand (and a mask) of the next product on its device,
+    # read there; host-only operations (mxv, vxm, other devices, pickling) copy it over.
+    a = random(30, 30, 0.15, np.float64, 64)
+    p = random(30, 12, 0.2, np.float64, 65)
+    r = sp.csr_matrix(p.T)
+    ka, kp, kr = (hetsparse.Matrix(m, device=device) for m in (a, p, r))
+    ap = hetsparse.spgemm(ka, kp, device=device, keep=True)
+    assert isinstance(ap, hetsparse.Matrix)
+    assert ap._native.in_host_memory == (not kept_on(device))
+    rap = hetsparse.spgemm(kr, ap, device=device, keep=True)
+    assert ap._native.in_host_memory == (not kept_on(device)), "read where it lies"
+    want = (r @ (a @ p)).toarray()
+    np.testing.assert_allclose(rap.to_scipy().toarray(), want, rtol=1e-12)
+    # auto follows the kept operand; a scipy operand joins it.
+    np.testing.assert_allclose(
+        hetsparse.spgemm(r, ap).toarray(), want, rtol=1e-12)
+    np.testing.assert_allclose(
+        hetsparse.spgemm(r, ap, keep=True).to_scipy().toarray(), want, rtol=1e-12)
+    # Plain products return scipy as before; spmv and spmm read the kept copy.
+    x = np.arange(12, dtype=np.float64)
+    np.testing.assert_allclose(hetsparse.spmv(ap, x), (a @ p) @ x, rtol=1e-12)
+    X = np.arange(36, dtype=np.float64).reshape(12, 3)
+    np.testing.assert_allclose(hetsparse.spmm(ap, X, device=device), (a @ p) @ X, rtol=1e-12)
+    # As a mask, over a semiring, on another device, in mxv.
+    m = hetsparse.mxm(ka, kp, "plus_pair", keep=True, device=device)
+    got = hetsparse.mxm(a, p, "min_plus", mask=m, device=device)
+    structure = hetsparse.mxm(a, p, "plus_pair", device="cpu")  # scipy's a @ p drops zeros
+    assert_same(("ok", got), ("ok", hetsparse.mxm(a, p, "min_plus", mask=structure, device="cpu")),
+                "min_plus")
+    np.testing.assert_allclose(
+        hetsparse.spgemm(ap, sp.csr_matrix(p.T), device="cpu").toarray(),
+        ((a @ p) @ p.T).toarray(), rtol=1e-12)
+    u = sp.csr_matrix(np.ones((1, 30)))
+    np.testing.assert_allclose(
+        hetsparse.vxm(u, ap, "plus_times").toarray(), (u @ (a @ p)).toarray(), rtol=1e-12)
+    # A CSC left operand still gives a CSR Matrix.
+    np.testing.assert_allclose(
+        hetsparse.spgemm(a.tocsc(), p, device=device, keep=True).to_scipy().toarray(),
+        (a @ p).toarray(), rtol=1e-12)
+    # Made again, pickled, converted: the host copy.
+    assert isinstance(hetsparse.spgemm(sp.csr_array(a), p, keep=True).to_scipy(), sp.csr_array)
+    back = pickle.loads(pickle.dumps(rap))
+    assert back.device is None
+    np.testing.assert_allclose(back.to_scipy().toarray(), want, rtol=1e-12)
+    assert repr(rap).startswith("<hetsparse.Matrix 12×12")
+
+
+def test_triangles_counted_where_the_graph_lies(device):
+    # LAGraph's count: C⟨L⟩ = L·L over plus_pair, kept, then summed; only C's values come
+    # back from a device.
+    g = random(400, 400, 0.03, np.int64, 66)
+    g = (g + g.T).tocsr()
+    g.setdiag(0)
+    g.eliminate_zeros()
+    g.data[:] = 1
+    lower = sp.tril(g, k=-1).tocsr()
+    dense = lower.toarray()
+    want = int(((dense @ dense) * dense).sum())
+    assert want > 0
+    kl = hetsparse.Matrix(lower, device=device)
+    for _ in range(2):
+        c = hetsparse.mxm(kl, kl, "plus_pair", mask=kl, keep=True)
+        assert c.reduce_scalar("plus") == want
+        assert c._native.in_host_memory == (not kept_on(device))
+        assert c.nnz == hetsparse.mxm(kl, kl, "plus_pair", mask=kl).nnz
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32, np.uint32, np.bool_, np.complex128],
+                         ids=lambda d: np.dtype(d).name)
+def test_reduce_scalar_is_graphblas_reduce(device, dtype):
+    a = random(25, 20, 0.3, dtype, 67)
+    a.data[::3] = a.data[::3] + 1  # fewer zeros, for times and land
+    b = random(20, 18, 0.3, dtype, 68)
+    kinds = [hetsparse.Matrix(a), hetsparse.Matrix(a, device=device)]
+    c = hetsparse.mxm(a, b, "plus_times", device=device)
+    kinds.append(hetsparse.mxm(a, b, "plus_times", device=device, keep=True))
+    for m, values in [(kinds[0], sp.csr_matrix(a).data), (kinds[1], sp.csr_matrix(a).data),
+                      (kinds[2], c.data)]:
+        assert values.size > 0
+        dt = np.dtype(dtype)
+        for monoid in hetsparse.MONOIDS:
+            if dt.kind == "c" and monoid in ("min", "max"):
+                with pytest.raises(TypeError, match=monoid):
+                    m.reduce_scalar(monoid)
+                continue
+            got = m.reduce_scalar(monoid)
+            if monoid == "any":
+                assert got in values
+                continue
+            if dt == np.bool_ and monoid in ("plus", "times"):
+                monoid = "lor" if monoid == "plus" else "land"
+            want = {
+                "plus": lambda: values.sum(dtype=dt),
+                "times": lambda: values.prod(dtype=dt),
+                "min": lambda: values.min(),
+                "max": lambda: values.max(),
+                "lor": lambda: values.astype(bool).any(),
+                "land": lambda: values.astype(bool).all(),
+            }[monoid]()
+            if dt.kind in "fc" and monoid in ("plus", "times"):
+                np.testing.assert_allclose(got, want, rtol=1e-5)
+            else:
+                assert got == want, (monoid, got, want)
+            assert np.asarray(got).dtype == (np.bool_ if monoid in ("lor", "land") else dt)
+    # A kept result's values come alone: its structure stays on the device.
+    assert kinds[2]._native.in_host_memory == (not kept_on(device))
+
+
+def test_reduce_scalar_of_nothing_and_errors(device):
+    empty = hetsparse.mxm(
+        sp.csr_matrix((3, 4), dtype=np.int64), sp.csr_matrix((4, 5), dtype=np.int64),
+        device=device, keep=True)
+    assert empty.nnz == 0
+    for monoid in hetsparse.MONOIDS:
+        assert empty.reduce_scalar(monoid) is None
+    assert empty.reduce_scalar("plus", allow_empty=False) == 0
+    assert empty.reduce_scalar("times", allow_empty=False) == 1
+    assert empty.reduce_scalar("min", allow_empty=False) == np.iinfo(np.int64).max
+    assert empty.reduce_scalar("max", allow_empty=False) == np.iinfo(np.int64).min
+    assert empty.reduce_scalar("lor", allow_empty=False) == False  # noqa: E712
+    assert empty.reduce_scalar("land", allow_empty=False) == True  # noqa: E712
+    f = hetsparse.Matrix(sp.csr_matrix((2, 2), dtype=np.float32))
+    assert f.reduce_scalar("min", allow_empty=False) == np.inf
+    with pytest.raises(ValueError, match="identity"):
+        empty.reduce_scalar("any", allow_empty=False)
+    with pytest.raises(ValueError, match="monoid"):
+        empty.reduce_scalar("mean")
+    with pytest.raises(ValueError, match="monoid"):
+        empty.reduce_scalar(3)

@@ -924,6 +924,12 @@ impl<T: ContextScalar> Context<T> {
         self.backend().download(m)
     }
 
+    /// Copies a resident matrix's values alone to the host, in CSR order: a reduction over
+    /// its entries without the structure's copy ([`Backend::download_values`]).
+    pub fn download_values(&self, m: &ResidentCsr<T>) -> Result<Vec<T>> {
+        self.backend().download_values(m)
+    }
+
     /// Copies a dense matrix (or, with one column, a vector) into the context's memory.
     pub fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         self.backend().upload_dense(d)

@@ -631,6 +631,18 @@ pub trait Backend<T: Scalar>: Device {
         }
     }
 
+    /// Copies a resident matrix's stored values to the host, one per stored entry in CSR
+    /// order (row by row), without its structure: what a reduction over the entries reads
+    /// (a triangle count sums `C⟨L⟩ = L·L`'s values), at a fraction of a whole
+    /// [`download`](Self::download) where the matrix has far fewer entries than rows.
+    fn download_values(&self, m: &ResidentCsr<T>) -> Result<Vec<T>> {
+        let checked = validate::resident_csr(self, m)?;
+        match self.residency() {
+            Residency::Host => residency::in_host::load_values(self, m, checked),
+            Residency::Own(r) => r.load_values(m, checked),
+        }
+    }
+
     /// Copies a dense matrix into the backend's memory.
     fn upload_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>> {
         match self.residency() {

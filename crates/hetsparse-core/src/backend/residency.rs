@@ -60,6 +60,10 @@ pub trait ResidentOps<T: Scalar>: Send + Sync {
     /// Copies a resident matrix to the host ([`Backend::download`](super::Backend::download)).
     fn load(&self, m: &ResidentCsr<T>, checked: Validated) -> Result<Csr<T>>;
 
+    /// Copies a resident matrix's values alone to the host
+    /// ([`Backend::download_values`](super::Backend::download_values)).
+    fn load_values(&self, m: &ResidentCsr<T>, checked: Validated) -> Result<Vec<T>>;
+
     /// Copies a dense matrix into the backend's memory
     /// ([`Backend::upload_dense`](super::Backend::upload_dense)).
     fn store_dense(&self, d: &Dense<T>) -> Result<ResidentDense<T>>;
@@ -169,6 +173,18 @@ pub mod in_host {
         _checked: Validated,
     ) -> Result<Csr<T>> {
         Ok(host_operands::csr_handle(backend, m, "download")?.clone())
+    }
+
+    /// [`ResidentOps::load_values`]: a copy of the handle's host matrix's values.
+    pub fn load_values<T: Scalar, B: Backend<T> + ?Sized>(
+        backend: &B,
+        m: &ResidentCsr<T>,
+        _checked: Validated,
+    ) -> Result<Vec<T>> {
+        let m = host_operands::csr_handle(backend, m, "download_values")?;
+        let mut values = crate::host::try_with_capacity(m.values().len(), "downloaded values")?;
+        values.extend_from_slice(m.values());
+        Ok(values)
     }
 
     /// [`ResidentOps::store_dense`]: a copy in host storage.

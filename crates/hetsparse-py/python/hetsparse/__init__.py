@@ -47,6 +47,7 @@ __all__ = [
     "DTYPES",
     "FEATURES",
     "SEMIRINGS",
+    "MONOIDS",
 ]
 
 #: The dtypes hetsparse computes in.
@@ -69,6 +70,9 @@ SEMIRINGS = (
     "max_times",
     "max_min",
 )
+
+#: The monoids of ``Matrix.reduce_scalar``, as python-graphblas names them.
+MONOIDS = ("plus", "times", "min", "max", "any", "lor", "land")
 
 #: The backends this build includes (``cpu``, and ``opencl`` / ``cuda`` where built with them).
 FEATURES = tuple(_hetsparse.FEATURES)
@@ -200,7 +204,7 @@ _MAXPRINT = _sp.csr_matrix(
 ).maxprint
 
 
-def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
+def spgemm(A, B, device="auto", *, progress=None, memory_limit=None, keep=False):
     """``A @ B`` for sparse ``A`` and ``B``, as scipy returns it.
 
     ``A`` and ``B`` are scipy.sparse matrices or arrays (CSR, CSC or COO; other formats are
@@ -234,10 +238,16 @@ def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
     before it starts; on CPU devices, one whose result might not fit is computed in row chunks
     held to it.
 
+    ``keep=True`` returns the product as a ``Matrix`` (CSR) kept where it was computed: on a
+    device with memory of its own (``"cuda"``, ``"opencl"``, or ``"auto"`` with an operand kept
+    on one), C stays in that memory without a copy to the host, and the next product on that
+    device reads it there (a chain such as an AMG level's ``R @ (A @ P)``); see ``Matrix``.
+    ``memory_limit`` then bounds nothing (C is not in host memory).
+
     Raises ``ValueError`` when the shapes do not match, an operand's arrays are malformed or
     ``memory_limit`` is negative, ``TypeError`` for another dtype or a ``progress`` that is
     not callable, ``MemoryError`` when the product cannot fit, ``KeyboardInterrupt`` when
-    Ctrl-C cancels it.
+    Ctrl-C cancels it, ``hetsparse.DeviceError`` when a device cannot hold a kept result.
     """
     _check_operand(A, "A")
     _check_operand(B, "B")
@@ -253,11 +263,17 @@ def spgemm(A, B, device="auto", *, progress=None, memory_limit=None):
     cls = _result_class(A)
     csc = cls in (_sp.csc_matrix, _sp.csc_array)
     # A CSC A is multiplied as Cᵀ = Bᵀ · Aᵀ, whose CSR arrays are C's in CSC; not with a
-    # Matrix B, which is held in CSR only: C is then computed in CSR and converted.
-    transpose = csc and not isinstance(B, Matrix)
+    # Matrix B, which is held in CSR only, nor for a kept result (a Matrix is CSR): C is then
+    # computed in CSR (and converted, when returned to scipy).
+    transpose = csc and not isinstance(B, Matrix) and not keep
     a = _operand(A, dtype)
     same = B is A
     b = a if same else _operand(B, dtype)
+    if keep:
+        return Matrix._made(
+            _hetsparse.spgemm(a, b, device, False, same, progress, memory_limit, True),
+            _wants_array(A),
+        )
     nrows, ncols, indptr, indices, data = _hetsparse.spgemm(
         a, b, device, transpose, same, progress, memory_limit
     )
@@ -403,6 +419,17 @@ class Matrix:
     The copy holds device memory until the ``Matrix`` is deleted; results come back to host
     memory as scipy.sparse. A pickled ``Matrix`` is made again in host memory alone.
 
+    ``mxm(..., keep=True)`` and ``spgemm(..., keep=True)`` return their product as a
+    ``Matrix`` left where it was computed: on a device with memory of its own, without a copy
+    in host memory until something reads one (``to_scipy``, ``mxv``/``vxm``, a product on
+    another device, a mask, pickling), which then copies it over once. ``reduce_scalar``
+    reads only its values. LAGraph's triangle count, with nothing but the count coming
+    back::
+
+        L = hetsparse.Matrix(lower, device="cuda")
+        C = hetsparse.mxm(L, L, "plus_pair", mask=L, keep=True)   # stays on the GPU
+        triangles = C.reduce_scalar("plus")
+
     Raises ``TypeError`` when ``A`` is not a scipy.sparse matrix or array or the dtype is not
     one of those above, ``ValueError`` for malformed arrays or an unknown device name, and
     ``hetsparse.DeviceError`` when the device is absent or its memory cannot hold the copy.
@@ -454,6 +481,56 @@ class Matrix:
         """2."""
         return 2
 
+    @classmethod
+    def _made(cls, native, array):
+        """A ``Matrix`` around a native stored matrix a product made (``keep=True``)."""
+        m = object.__new__(cls)
+        m._native = native
+        m._array = array
+        return m
+
+    def reduce_scalar(self, monoid="plus", *, allow_empty=True):
+        """The stored values combined by ``monoid`` (``MONOIDS``, python-graphblas's names,
+        or a python-graphblas ``Monoid``), as python-graphblas's
+        ``A.reduce_scalar(monoid).new().value``: a NumPy scalar of the matrix's dtype
+        (``bool`` for ``lor`` and ``land``, which read values as ``value != 0``). Integer
+        sums and products wrap on overflow; over ``bool`` ``plus`` is ``lor`` and ``times``
+        is ``land``. A matrix with no stored entry gives ``None``, or with
+        ``allow_empty=False`` the monoid's identity (``any`` has none: ``ValueError``).
+
+        A matrix kept on a device without a host copy (a ``keep=True`` result) has only its
+        values copied over, not its structure.
+
+        Raises ``ValueError`` for an unknown monoid, ``TypeError`` for ``min`` and ``max`` of
+        complex values.
+        """
+        name = getattr(monoid, "name", monoid)
+        if not isinstance(name, str) or name not in MONOIDS:
+            raise ValueError(f"monoid: {monoid!r} is not one of {', '.join(MONOIDS)}")
+        dtype = self.dtype
+        if dtype == np.bool_ and name in ("plus", "times"):
+            name = "lor" if name == "plus" else "land"
+        if dtype.kind == "c" and name in ("min", "max"):
+            raise TypeError(f"monoid: {name} is not defined over {dtype}")
+        values = self._native.values()
+        if values.size == 0:
+            if allow_empty:
+                return None
+            return _identity(name, dtype)
+        if name == "plus":
+            return values.sum(dtype=dtype)
+        if name == "times":
+            return values.prod(dtype=dtype)
+        if name == "min":
+            return values.min()
+        if name == "max":
+            return values.max()
+        if name == "any":
+            return values[0]
+        if name == "lor":
+            return np.bool_(values.any())
+        return np.bool_(values.all())
+
     def to_scipy(self):
         """A copy as scipy CSR with sorted indices, as the products return theirs: a
         ``csr_array`` when the matrix was made from a sparse array, else a ``csr_matrix``."""
@@ -471,6 +548,22 @@ class Matrix:
             f"<hetsparse.Matrix {rows}×{cols}, {self.nnz} stored entries of dtype {self.dtype}"
             f"{where}>"
         )
+
+
+def _identity(monoid, dtype):
+    """``monoid``'s identity in ``dtype`` (an empty reduction's value)."""
+    if monoid in ("lor", "land"):
+        return np.bool_(monoid == "land")
+    if monoid == "any":
+        raise ValueError("monoid: any has no identity (reduce an empty matrix with allow_empty)")
+    if monoid in ("plus", "times"):
+        return dtype.type(0 if monoid == "plus" else 1)
+    if dtype.kind == "f":
+        return dtype.type(np.inf if monoid == "min" else -np.inf)
+    if dtype.kind == "b":
+        return np.bool_(monoid == "min")
+    info = np.iinfo(dtype)
+    return dtype.type(info.max if monoid == "min" else info.min)
 
 
 def _check_operand(m, name):
@@ -527,6 +620,7 @@ def mxm(
     accum=None,
     out=None,
     device="auto",
+    keep=False,
 ):
     """``C⟨mask⟩ = A ⊕.⊗ B`` over ``semiring``, GraphBLAS's ``mxm``: scipy.sparse in and out.
 
@@ -555,6 +649,10 @@ def mxm(
 
     ``A``, ``B``, ``mask`` and ``out`` may be ``Matrix`` objects, checked and converted once
     (see ``Matrix``), where a loop would convert a scipy operand on every call.
+
+    ``keep=True`` returns C as a ``Matrix`` kept where it was computed: on a device with
+    memory of its own, C stays there (no copy to the host; with ``out``, the merged result is
+    copied there), for the next product or ``Matrix.reduce_scalar``; see ``Matrix``.
     """
     _check_operand(A, "A")
     _check_operand(B, "B")
@@ -565,7 +663,7 @@ def mxm(
     shape = (A.shape[0], B.shape[1])
     m = _mask(mask, shape, dtype)
     c = _matching(out, shape, dtype, "out")
-    nrows, ncols, indptr, indices, data = _hetsparse.mxm(
+    result = _hetsparse.mxm(
         _operand(A, dtype),
         _operand(B, dtype),
         m,
@@ -576,7 +674,11 @@ def mxm(
         bool(replace),
         accum,
         device,
+        bool(keep),
     )
+    if keep:
+        return Matrix._made(result, _wants_array(A))
+    nrows, ncols, indptr, indices, data = result
     cls = _sp.csr_array if _wants_array(A) else _sp.csr_matrix
     return _compressed(cls, nrows, ncols, indptr, indices, data)
 

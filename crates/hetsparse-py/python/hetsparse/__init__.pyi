@@ -20,12 +20,14 @@ __all__ = [
     "DTYPES",
     "FEATURES",
     "SEMIRINGS",
+    "MONOIDS",
 ]
 
 DTYPES: Tuple[np.dtype, ...]
 EXACT_DTYPES: Tuple[np.dtype, ...]
 FEATURES: Tuple[str, ...]
 SEMIRINGS: Tuple[str, ...]
+MONOIDS: Tuple[str, ...]
 
 class DeviceError(RuntimeError):
     """A device, driver or runtime failed, or no device of the kind asked for is present."""
@@ -53,6 +55,7 @@ def spgemm(
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
+    keep: Literal[False] = ...,
 ) -> sp.csc_matrix: ...
 @overload
 def spgemm(
@@ -62,6 +65,7 @@ def spgemm(
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
+    keep: Literal[False] = ...,
 ) -> sp.csc_array: ...
 @overload
 def spgemm(
@@ -71,6 +75,7 @@ def spgemm(
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
+    keep: Literal[False] = ...,
 ) -> sp.csr_array: ...
 @overload
 def spgemm(
@@ -80,6 +85,7 @@ def spgemm(
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
+    keep: Literal[False] = ...,
 ) -> sp.csr_matrix: ...
 @overload
 def spgemm(
@@ -89,7 +95,18 @@ def spgemm(
     *,
     progress: Optional[_Progress] = ...,
     memory_limit: Optional[int] = ...,
+    keep: Literal[False] = ...,
 ) -> Union[sp.csr_matrix, sp.csr_array]: ...
+@overload
+def spgemm(
+    A: Union[_Sparse, "Matrix"],
+    B: Union[_Sparse, "Matrix"],
+    device: str = ...,
+    *,
+    progress: Optional[_Progress] = ...,
+    memory_limit: Optional[int] = ...,
+    keep: Literal[True],
+) -> "Matrix": ...
 def spgemm(
     A: Union[_Sparse, "Matrix"],
     B: Union[_Sparse, "Matrix"],
@@ -97,11 +114,13 @@ def spgemm(
     *,
     progress: Optional[_Progress] = None,
     memory_limit: Optional[int] = None,
-) -> _Sparse:
+    keep: bool = False,
+) -> Union[_Sparse, "Matrix"]:
     """``A @ B`` for sparse ``A`` and ``B`` (scipy operands or ``Matrix`` objects), as scipy
     returns it (CSR, or CSC when ``A`` is CSC; an array or a matrix as ``A`` is);
     ``progress(done, planned)`` hears the intermediate products done as it runs,
-    ``memory_limit`` bounds the result's bytes."""
+    ``memory_limit`` bounds the result's bytes; ``keep=True`` gives a ``Matrix`` left where
+    it was computed."""
 
 def spmm(
     A: Union[_Sparse, "Matrix"], X: npt.ArrayLike, device: str = "auto"
@@ -149,10 +168,14 @@ class Matrix:
         """The device whose memory holds a copy, or ``None``."""
     def to_scipy(self) -> Union[sp.csr_matrix, sp.csr_array]:
         """A copy in CSR: an array when made from a sparse array, else a matrix."""
+    def reduce_scalar(self, monoid: object = "plus", *, allow_empty: bool = True) -> Optional[np.generic]:
+        """The stored values combined by ``monoid`` (``MONOIDS``); ``None`` when there are none
+        and ``allow_empty``."""
 
 _Operand = Union[_Sparse, Matrix]
 _Vector = Union[npt.ArrayLike, _Sparse, Matrix]
 
+@overload
 def mxm(
     A: _Operand,
     B: _Operand,
@@ -165,8 +188,39 @@ def mxm(
     accum: Optional[object] = ...,
     out: Optional[_Operand] = ...,
     device: str = ...,
-) -> Union[sp.csr_matrix, sp.csr_array]:
-    """``C⟨mask⟩ = A ⊕.⊗ B`` over ``semiring``, GraphBLAS's ``mxm``."""
+    keep: Literal[False] = ...,
+) -> Union[sp.csr_matrix, sp.csr_array]: ...
+@overload
+def mxm(
+    A: _Operand,
+    B: _Operand,
+    semiring: object = "plus_times",
+    *,
+    mask: Optional[_Operand] = ...,
+    structural: bool = ...,
+    complement: bool = ...,
+    replace: bool = ...,
+    accum: Optional[object] = ...,
+    out: Optional[_Operand] = ...,
+    device: str = ...,
+    keep: Literal[True],
+) -> Matrix: ...
+def mxm(
+    A: _Operand,
+    B: _Operand,
+    semiring: object = "plus_times",
+    *,
+    mask: Optional[_Operand] = ...,
+    structural: bool = ...,
+    complement: bool = ...,
+    replace: bool = ...,
+    accum: Optional[object] = ...,
+    out: Optional[_Operand] = ...,
+    device: str = ...,
+    keep: bool = ...,
+) -> Union[sp.csr_matrix, sp.csr_array, Matrix]:
+    """``C⟨mask⟩ = A ⊕.⊗ B`` over ``semiring``, GraphBLAS's ``mxm``; ``keep=True`` gives a
+    ``Matrix`` left where it was computed."""
 
 def mxv(
     A: _Operand,
