@@ -766,8 +766,7 @@ impl<'a, T: Storable> Operand<'a, T> {
                 let host = m.host_now().map(typed).transpose()?;
                 Placed::Kept(copy, host.map(Held::Borrowed))
             }
-            (_, Some(copy)) => Placed::Kept(copy, Some(self.csr_of(transpose)?)),
-            (_, None) => Placed::Host(self.csr_of(transpose)?),
+            _ => Placed::Host(self.csr_of(transpose)?),
         })
     }
 
