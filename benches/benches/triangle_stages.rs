@@ -5,8 +5,11 @@
 //! `benches/peers/graph_algorithms.py` makes them).
 //!
 //! ```sh
-//! cargo bench -p hetsparse-bench --features cuda --bench triangle_stages
+//! cargo bench -p hetsparse-bench --features cuda --bench triangle_stages [-- road/4194304 ...]
 //! ```
+//!
+//! Arguments keep the graphs whose `class/rows` contains one of them (all without any), so a
+//! profiler can be pointed at one graph's calls.
 //!
 //! For each graph: the least of five calls, and of what the Python package does with each
 //! result before handing it back (`write_back_new`'s check against the mask, the row offsets
@@ -54,6 +57,11 @@ fn main() {
             return;
         }
     };
+    // `cargo bench` passes `--bench` to a benchmark without a harness: flags are not filters.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     println!("C<L> = L plus.pair L, L resident on the GPU, the mask kept; least of 5, ms");
     println!(
         "| graph | rows | nnz(L) | nnz(C) | triangles | call | check against the mask | int32 \
@@ -65,6 +73,10 @@ fn main() {
         ("uniform", MatrixClass::Uniform),
     ] {
         for n in [1usize << 20, 1 << 22] {
+            let graph = format!("{name}/{n}");
+            if !filters.is_empty() && !filters.iter().any(|f| graph.contains(f.as_str())) {
+                continue;
+            }
             let l = lower(class, n);
             let kept = Backend::<i64>::upload(&cuda, &l).expect("upload");
             let mask = Mask::structural(&l);
