@@ -354,75 +354,88 @@ extern "C" __global__ void sr_mask_hits_heavy(u32 g, const u64* piece_off,
     }
 }
 
-// Hit positions per row of the mask (a warp per row).
-extern "C" __global__ void sr_hits_count(u64 nrows, const u64* m_off, const unsigned char* hit,
-                                         u64* counts) {
-    u32 lane = threadIdx.x & 31u;
-    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
-    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < nrows; i += warps) {
+// The kernels below that turn per-entry flags into a structure (count the kept entries of each
+// row, then write their columns in order) run a group of g lanes per row, g about the rows'
+// mean length (a power of two up to 32): a warp per row would leave most of its lanes idle on
+// a graph's rows of one or two entries and launch 32 threads per row.
+
+// This group's bits of a ballot over its lanes, from bit 0 (the group's first lane).
+__device__ __forceinline__ u32 sr_group_ballot(u32 g, bool pred) {
+    u32 group = sr_group_mask(g);
+    return (__ballot_sync(group, pred) & group) >> ((threadIdx.x & 31u) & ~(g - 1u));
+}
+
+// Hit positions per row of the mask.
+extern "C" __global__ void sr_hits_count(u64 nrows, u32 g, const u64* m_off,
+                                         const unsigned char* hit, u64* counts) {
+    u32 sub = threadIdx.x & (g - 1u);
+    u32 group = sr_group_mask(g);
+    u64 groups = ((u64)gridDim.x * blockDim.x) / g;
+    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / g; i < nrows; i += groups) {
         u64 n = 0;
-        for (u64 s = m_off[i] + lane; s < m_off[i + 1]; s += 32) n += hit[s];
-        for (u32 d = 16; d > 0; d >>= 1) n += __shfl_down_sync(0xffffffffu, n, d);
-        if (lane == 0) counts[i] = n;
+        for (u64 s = m_off[i] + sub; s < m_off[i + 1]; s += g) n += hit[s];
+        for (u32 d = g >> 1; d > 0; d >>= 1) n += __shfl_down_sync(group, n, d, g);
+        if (sub == 0) counts[i] = n;
     }
 }
 
-// The hit positions' columns, in order, from C's row offsets (a warp per row).
-extern "C" __global__ void sr_hits_compact(u64 nrows, const u64* m_off, const u32* m_col,
+// The hit positions' columns, in order, from C's row offsets.
+extern "C" __global__ void sr_hits_compact(u64 nrows, u32 g, const u64* m_off, const u32* m_col,
                                            const unsigned char* hit, const u64* c_off,
                                            u32* c_col) {
-    u32 lane = threadIdx.x & 31u;
-    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
-    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < nrows; i += warps) {
-        u64 out = c_off[i];
-        for (u64 base = m_off[i]; base < m_off[i + 1]; base += 32) {
-            u64 s = base + lane;
-            bool keep = s < m_off[i + 1] && hit[s];
-            u32 ballot = __ballot_sync(0xffffffffu, keep);
-            if (keep) c_col[out + __popc(ballot & ((1u << lane) - 1u))] = m_col[s];
-            out += __popc(ballot);
+    u32 sub = threadIdx.x & (g - 1u);
+    u64 groups = ((u64)gridDim.x * blockDim.x) / g;
+    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / g; i < nrows; i += groups) {
+        u64 out = c_off[i], m1 = m_off[i + 1];
+        for (u64 base = m_off[i]; base < m1; base += g) {
+            u64 s = base + sub;
+            bool keep = s < m1 && hit[s];
+            u32 kept = sr_group_ballot(g, keep);
+            if (keep) c_col[out + __popc(kept & ((1u << sub) - 1u))] = m_col[s];
+            out += __popc(kept);
         }
     }
 }
 
-// Entries of each row of C whose column the mask row holds (keep_listed) or does not hold (a
-// warp per row): the complemented mask's structure from the unmasked one.
-extern "C" __global__ void sr_filter_count(u64 nrows, u32 keep_listed, const u64* c_off,
+// Entries of each row of C whose column the mask row holds (keep_listed) or does not hold:
+// the complemented mask's structure from the unmasked one.
+extern "C" __global__ void sr_filter_count(u64 nrows, u32 g, u32 keep_listed, const u64* c_off,
                                            const u32* c_col, const u64* m_off, const u32* m_col,
                                            u64* counts) {
-    u32 lane = threadIdx.x & 31u;
-    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
-    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < nrows; i += warps) {
+    u32 sub = threadIdx.x & (g - 1u);
+    u32 group = sr_group_mask(g);
+    u64 groups = ((u64)gridDim.x * blockDim.x) / g;
+    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / g; i < nrows; i += groups) {
         u64 m0 = m_off[i], m1 = m_off[i + 1], n = 0;
-        for (u64 e = c_off[i] + lane; e < c_off[i + 1]; e += 32) {
+        for (u64 e = c_off[i] + sub; e < c_off[i + 1]; e += g) {
             bool listed = sr_find(m_col, m0, m1, c_col[e]) < m1;
             n += listed == (keep_listed != 0);
         }
-        for (u32 d = 16; d > 0; d >>= 1) n += __shfl_down_sync(0xffffffffu, n, d);
-        if (lane == 0) counts[i] = n;
+        for (u32 d = g >> 1; d > 0; d >>= 1) n += __shfl_down_sync(group, n, d, g);
+        if (sub == 0) counts[i] = n;
     }
 }
 
 // The kept entries' columns (sr_filter_count's), in order, from the new row offsets.
-extern "C" __global__ void sr_filter_compact(u64 nrows, u32 keep_listed, const u64* c_off,
-                                             const u32* c_col, const u64* m_off,
-                                             const u32* m_col, const u64* out_off,
-                                             u32* out_col) {
-    u32 lane = threadIdx.x & 31u;
-    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
-    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < nrows; i += warps) {
-        u64 m0 = m_off[i], m1 = m_off[i + 1], out = out_off[i];
-        for (u64 base = c_off[i]; base < c_off[i + 1]; base += 32) {
-            u64 e = base + lane;
+extern "C" __global__ void sr_filter_compact(u64 nrows, u32 g, u32 keep_listed,
+                                             const u64* c_off, const u32* c_col,
+                                             const u64* m_off, const u32* m_col,
+                                             const u64* out_off, u32* out_col) {
+    u32 sub = threadIdx.x & (g - 1u);
+    u64 groups = ((u64)gridDim.x * blockDim.x) / g;
+    for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / g; i < nrows; i += groups) {
+        u64 m0 = m_off[i], m1 = m_off[i + 1], out = out_off[i], c1 = c_off[i + 1];
+        for (u64 base = c_off[i]; base < c1; base += g) {
+            u64 e = base + sub;
             bool keep = false;
             u32 c = 0;
-            if (e < c_off[i + 1]) {
+            if (e < c1) {
                 c = c_col[e];
                 keep = (sr_find(m_col, m0, m1, c) < m1) == (keep_listed != 0);
             }
-            u32 ballot = __ballot_sync(0xffffffffu, keep);
-            if (keep) out_col[out + __popc(ballot & ((1u << lane) - 1u))] = c;
-            out += __popc(ballot);
+            u32 kept = sr_group_ballot(g, keep);
+            if (keep) out_col[out + __popc(kept & ((1u << sub) - 1u))] = c;
+            out += __popc(kept);
         }
     }
 }

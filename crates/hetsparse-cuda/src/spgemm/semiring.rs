@@ -357,18 +357,21 @@ fn offsets_of(
     Ok((offsets, total))
 }
 
-/// C's structure from a pair of kernels over its rows (a warp per row): `count` writes the
-/// entries each row keeps, scanned here into C's row offsets, and `compact` writes the kept
-/// columns in order from them. The offsets and columns, and C's entries.
+/// C's structure from a pair of kernels over its rows (a group of `lanes` lanes per row, about
+/// one per entry of the rows they read): `count` writes the entries each row keeps, scanned
+/// here into C's row offsets, and `compact` writes the kept columns in order from them. The
+/// offsets and columns, and C's entries.
 ///
 /// # Safety
 ///
 /// `count_args` are the count kernel's arguments before its counts (a slot per row), and
-/// `compact_args` the compact kernel's before the offsets and the columns, over `nrows` rows.
+/// `compact_args` the compact kernel's before the offsets and the columns, over `nrows` rows,
+/// both with `lanes` as their group size.
 unsafe fn compacted_rows(
     gpu: &Gpu,
     stream: &Arc<Stream>,
     nrows: usize,
+    lanes: u32,
     (count, count_args): (&'static str, &[Arg]),
     (compact, compact_args): (&'static str, &[Arg]),
 ) -> Result<(DeviceBuffer<u64>, DeviceBuffer<u32>, u64)> {
@@ -379,7 +382,7 @@ unsafe fn compacted_rows(
         args.push(counts.write(stream)?.arg_mut());
         // SAFETY: the caller's arguments (this function's contract), then a count per row.
         unsafe {
-            gpu.launch(f, config(nrows as u64, 32), stream, &args)?;
+            gpu.launch(f, config(nrows as u64, lanes), stream, &args)?;
         }
     }
     let (offsets, nnz) = offsets_of(gpu, stream, &counts, "row offsets of C")?;
@@ -392,7 +395,7 @@ unsafe fn compacted_rows(
         args.push(cols.write(stream)?.arg_mut());
         // SAFETY: as the count, with the scanned counts and a column slot per kept entry.
         unsafe {
-            gpu.launch(f, config(nrows as u64, 32), stream, &args)?;
+            gpu.launch(f, config(nrows as u64, lanes), stream, &args)?;
         }
     }
     offsets.mark_done(stream)?;
@@ -474,20 +477,28 @@ fn structure<T: DeviceScalar>(
         }
         let m_offsets = m.offsets.read(stream)?.arg();
         let hit_arg = hit.read(stream)?.arg();
+        let mask_lanes = lanes_per_row(mask.entries(), nrows);
         // SAFETY: the mask's CSR arrays and a hit per mask entry, over C's rows.
         let (offsets, cols, nnz) = unsafe {
             compacted_rows(
                 gpu,
                 stream,
                 nrows,
+                mask_lanes,
                 (
                     "sr_hits_count",
-                    &[Arg::U64(nrows as u64), m_offsets, hit_arg],
+                    &[
+                        Arg::U64(nrows as u64),
+                        Arg::U32(mask_lanes),
+                        m_offsets,
+                        hit_arg,
+                    ],
                 ),
                 (
                     "sr_hits_compact",
                     &[
                         Arg::U64(nrows as u64),
+                        Arg::U32(mask_lanes),
                         m_offsets,
                         m.cols.read(stream)?.arg(),
                         hit_arg,
@@ -552,8 +563,10 @@ fn structure<T: DeviceScalar>(
     let kept = DeviceMask::kept(gpu, stream, mask)?;
     let m = &kept.data;
     let keep_listed = Arg::U32(0);
+    let c_lanes = lanes_per_row(full.nnz, nrows);
     let filter_args = [
         Arg::U64(nrows as u64),
+        Arg::U32(c_lanes),
         keep_listed,
         full.offsets.read(stream)?.arg(),
         full.cols.read(stream)?.arg(),
@@ -566,6 +579,7 @@ fn structure<T: DeviceScalar>(
             gpu,
             stream,
             nrows,
+            c_lanes,
             ("sr_filter_count", &filter_args),
             ("sr_filter_compact", &filter_args),
         )?

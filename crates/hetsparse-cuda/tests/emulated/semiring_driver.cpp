@@ -150,12 +150,12 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
                                    b.col.data(), m.off.data(), m.col.data(), hit.data());
             });
         }
-        hs_launch(grid, block, [&] { sr_hits_count(n, m.off.data(), hit.data(), counts.data()); });
+        hs_launch(grid, block, [&] { sr_hits_count(n, g, m.off.data(), hit.data(), counts.data()); });
         c.off = exclusive_scan(counts);
         c.nnz = c.off[n];
         c.col.resize(c.nnz);
         hs_launch(grid, block, [&] {
-            sr_hits_compact(n, m.off.data(), m.col.data(), hit.data(), c.off.data(), c.col.data());
+            sr_hits_compact(n, g, m.off.data(), m.col.data(), hit.data(), c.off.data(), c.col.data());
         });
     } else {
         // The unmasked structure (the plus-times pipeline's on the GPU).
@@ -173,14 +173,14 @@ static int run_case(std::istream& in, const std::string& semiring, const std::st
         if (mode == "complement") {
             std::vector<u64> counts(n, 0);
             hs_launch(grid, block, [&] {
-                sr_filter_count(n, 0, full.off.data(), full.col.data(), m.off.data(), m.col.data(),
+                sr_filter_count(n, g, 0, full.off.data(), full.col.data(), m.off.data(), m.col.data(),
                                 counts.data());
             });
             c.off = exclusive_scan(counts);
             c.nnz = c.off[n];
             c.col.resize(c.nnz);
             hs_launch(grid, block, [&] {
-                sr_filter_compact(n, 0, full.off.data(), full.col.data(), m.off.data(),
+                sr_filter_compact(n, g, 0, full.off.data(), full.col.data(), m.off.data(),
                                   m.col.data(), c.off.data(), c.col.data());
             });
         } else {
