@@ -175,6 +175,10 @@ struct MaskPattern {
     /// A non-zero byte `j` admits position `j` of row 0 (a `1 × ncols` mask only).
     bytes: Option<HostArray<u8>>,
     listed: std::sync::OnceLock<ListedPositions>,
+    /// A hash of the listed positions, made the first time the mask is hashed: a product's
+    /// identity mixes in its mask's (`PatternId::of_masked_product`) on every call, and
+    /// hashing a graph's mask whole each time took longer than the product on a GPU.
+    fingerprint: std::sync::OnceLock<u64>,
     /// Copies of the positions that backends made in their memory, one per memory space
     /// ([`Mask::kept_in`]).
     kept: Mutex<Vec<(MemorySpace, Arc<dyn Any + Send + Sync>)>>,
@@ -257,10 +261,18 @@ impl PartialEq for MaskPattern {
 
 impl Eq for MaskPattern {}
 
+/// Equal patterns list the same positions, so they have the same fingerprint.
 impl std::hash::Hash for MaskPattern {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (self.nrows, self.ncols, self.entries()).hash(state);
-        self.listed().hash(state);
+        let fingerprint = *self.fingerprint.get_or_init(|| {
+            let listed = self.listed();
+            super::resident::structure_hash(
+                (self.nrows, self.ncols),
+                &listed.row_offsets,
+                &listed.col_indices,
+            )
+        });
+        (self.nrows, self.ncols, self.entries(), fingerprint).hash(state);
     }
 }
 
@@ -313,6 +325,7 @@ impl Mask {
                 bits: Some(bits),
                 bytes: None,
                 listed: std::sync::OnceLock::new(),
+                fingerprint: std::sync::OnceLock::new(),
                 kept: Mutex::new(Vec::new()),
             }),
             kind,
@@ -342,6 +355,7 @@ impl Mask {
                 bits: None,
                 bytes: Some(bytes),
                 listed: std::sync::OnceLock::new(),
+                fingerprint: std::sync::OnceLock::new(),
                 kept: Mutex::new(Vec::new()),
             }),
             kind,
@@ -363,6 +377,7 @@ impl Mask {
                     col_indices,
                 }
                 .into(),
+                fingerprint: std::sync::OnceLock::new(),
                 kept: Mutex::new(Vec::new()),
             }),
             kind: MaskKind::Structural,

@@ -61,25 +61,33 @@ fn hash_words(words: impl Iterator<Item = u64>, seed: u64) -> u64 {
     words.fold(seed, mix)
 }
 
+/// A hash of a CSR structure of `shape`: its offsets and column indices, hashed in parallel
+/// pieces (a matrix's identity, and a mask's: [`PatternId::of`]).
+pub(crate) fn structure_hash((nrows, ncols): (usize, usize), offsets: &[u64], cols: &[u32]) -> u64 {
+    const PIECE: usize = 1 << 16;
+    let offsets_hash: u64 = offsets
+        .par_chunks(PIECE)
+        .map(|p| hash_words(p.iter().copied(), 1))
+        .collect::<Vec<u64>>()
+        .into_iter()
+        .fold(mix(nrows as u64, ncols as u64), mix);
+    let cols_hash: u64 = cols
+        .par_chunks(PIECE)
+        .map(|p| hash_words(p.iter().map(|&c| u64::from(c)), 2))
+        .collect::<Vec<u64>>()
+        .into_iter()
+        .fold(offsets_hash, mix);
+    mix(cols_hash, cols.len() as u64)
+}
+
 impl PatternId {
     /// The pattern of a host matrix (a parallel pass over its offsets and column indices).
     pub fn of<T: Scalar>(m: &Csr<T>) -> PatternId {
-        const PIECE: usize = 1 << 16;
-        let offsets: u64 = m
-            .row_offsets()
-            .par_chunks(PIECE)
-            .map(|p| hash_words(p.iter().copied(), 1))
-            .collect::<Vec<u64>>()
-            .into_iter()
-            .fold(mix(m.nrows() as u64, m.ncols() as u64), mix);
-        let cols: u64 = m
-            .col_indices()
-            .par_chunks(PIECE)
-            .map(|p| hash_words(p.iter().map(|&c| u64::from(c)), 2))
-            .collect::<Vec<u64>>()
-            .into_iter()
-            .fold(offsets, mix);
-        PatternId(mix(cols, m.nnz()))
+        PatternId(structure_hash(
+            (m.nrows(), m.ncols()),
+            m.row_offsets(),
+            m.col_indices(),
+        ))
     }
     /// The pattern of `A·B` given those of `A` and `B`.
     pub fn of_product(a: PatternId, b: PatternId) -> PatternId {
@@ -509,5 +517,38 @@ impl<T: Scalar> VectorOperand<'_, T> {
     /// Whether it has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Mask, MaskKind};
+
+    fn masked(mask: &Mask) -> PatternId {
+        let (a, b) = (PatternId(1), PatternId(2));
+        PatternId::of_masked_product(a, b, mask)
+    }
+
+    #[test]
+    fn masks_of_the_same_positions_give_a_product_one_identity() {
+        let m = Csr::try_new(1, 70, vec![0, 3], vec![1, 3, 69], vec![1.0, 2.0, 3.0]).unwrap();
+        let listed = Mask::structural(&m);
+        // Hashed once and kept: a clone shares it, an equal mask made apart computes the same.
+        assert_eq!(masked(&listed), masked(&listed.clone()));
+        assert_eq!(masked(&listed), masked(&Mask::structural(&m)));
+        let bits = Mask::from_bitmap(70, vec![0b1010, 1 << 5], MaskKind::Structural).unwrap();
+        assert_eq!(bits, listed);
+        assert_eq!(masked(&bits), masked(&listed));
+        // Another position, another kind or a complement: another identity.
+        let other = Csr::try_new(1, 70, vec![0, 3], vec![1, 3, 68], vec![1.0; 3]).unwrap();
+        assert_ne!(masked(&Mask::structural(&other)), masked(&listed));
+        assert_ne!(masked(&listed.clone().complemented()), masked(&listed));
+        assert_ne!(masked(&Mask::valued(&m)), masked(&listed));
+        // The matrix's own identity is unchanged by the shared hash.
+        assert_eq!(
+            PatternId::of(&m).0,
+            structure_hash((1, 70), m.row_offsets(), m.col_indices())
+        );
     }
 }
