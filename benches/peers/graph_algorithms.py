@@ -9,7 +9,10 @@ SuiteSparse:GraphBLAS (python-graphblas), the same algorithm written the same wa
 
 Graphs: hetsparse's generated classes (`hetsparse.generate`: `powerlaw` is R-MAT, `uniform`
 has a fixed number of random columns per row, `road` is a planar road-like grid) made
-undirected (A + Aᵀ, no self-loops, every edge 1).
+undirected (A + Aᵀ, no self-loops, every edge 1); and graphs made as users' tools make them,
+with real_products.py's generators: `graph500` (Graph500's R-MAT, 16 edges a vertex, vertices
+permuted; `--sizes` powers of two) and `sbm` (the stochastic block model of the Markov
+clustering products: blocks of 20-120 vertices, 8 edges a vertex inside, 2 across).
 
 - Triangles, Sandia's L·L as LAGraph's `LAGr_TriangleCount` (method Sandia_LL): L the strictly
   lower triangle, `C⟨L⟩ = L plus.pair L`, the sum of C. In int64 on both sides. C stays in each
@@ -28,7 +31,8 @@ every product instead, converted and checked on each call). Both libraries' matr
 built before timing, neither conversion is in the time. With `--kept` (a GPU or OpenCL
 `--device`), triangles are also counted on a `hetsparse.Matrix(L, device=DEVICE)`, copied into
 the device's memory when it is made (its own columns: the count from host memory copies L over
-on every call, the kept one reads it where it lies, as GraphBLAS reads its own matrix). Each
+on every call, the kept one reads it where it lies, as GraphBLAS reads its own matrix), and BFS
+searches such a copy of the graph (from host memory, each level's product would copy A). Each
 case runs once to warm up, then `--reps` times; the best time is reported
 (and every run of hetsparse's BFS, the warm-up's first: one of them builds and keeps the Aᵀ
 its later pulled levels read),
@@ -48,10 +52,27 @@ import scipy.sparse as sp
 import hetsparse
 
 
+# Graphs made as the tools users run make them (benches/peers/real_products.py): Graph500's
+# R-MAT generator and the stochastic block model of the Markov clustering products.
+TOOL_GRAPHS = ("graph500", "sbm")
+
+
 def undirected(matrix_class, size, seed=2026):
-    """A symmetric pattern without self-loops, int64 ones, from a generated class."""
-    a = hetsparse.generate(matrix_class, size, seed=seed)[0]
-    g = (a + a.T).tocsr()
+    """A symmetric pattern without self-loops, int64 ones: from a generated class of
+    hetsparse's, or from a tool's generator (`graph500` takes a power of two of vertices)."""
+    if matrix_class in TOOL_GRAPHS:
+        import real_products
+
+        rng = np.random.default_rng(seed)
+        if matrix_class == "graph500":
+            if size < 2 or size & (size - 1):
+                raise SystemExit(f"graph500: {size} vertices is not a power of two")
+            g = real_products.rmat_graph(size.bit_length() - 1, rng)
+        else:
+            g = real_products.block_model(size, rng)
+    else:
+        a = hetsparse.generate(matrix_class, size, seed=seed)[0]
+        g = (a + a.T).tocsr()
     g.setdiag(0)
     g.eliminate_zeros()
     g.data = np.ones(g.nnz, dtype=np.int64)
@@ -183,7 +204,8 @@ def main():
     parser.add_argument(
         "--kept",
         action="store_true",
-        help="also count triangles on a hetsparse.Matrix kept in --device's memory",
+        help="also count triangles on a hetsparse.Matrix kept in --device's memory, and "
+        "search (BFS) one",
     )
     args = parser.parse_args()
     stored = not args.scipy_operands
@@ -247,9 +269,12 @@ def main():
                 # wanted it add up to its entries (A itself where symmetric) and keeps: the
                 # run that builds it pays for it, so every run's time is shown.
                 runs = []
+                # With --kept, the graph is copied into the device's memory once, here.
+                ha = hetsparse.Matrix(g, device=args.device) if args.kept else hg
                 t_bfs, (level, parent) = best_of(
-                    args.reps, lambda: bfs_hetsparse(hg, source, args.device), runs
+                    args.reps, lambda: bfs_hetsparse(ha, source, args.device), runs
                 )
+                del ha
                 t_bfs_gb, (glevel, _) = best_of(args.reps, lambda: bfs_graphblas(gb, ga, source))
                 reached = np.flatnonzero(parent >= 0)
                 check_bfs(g, source, level, (reached, parent[reached]))

@@ -353,11 +353,10 @@ def mcl(out, quick):
     return fam
 
 
-def rmat(out, quick):
-    """A.A of an undirected R-MAT graph (Graph500 parameters a, b, c = 0.57, 0.19, 0.19;
-    16 edges per vertex; vertices permuted at random; self loops and repeats dropped)."""
-    scale = SIZES["rmat"][quick]
-    rng = np.random.default_rng(SEED)
+def rmat_graph(scale, rng):
+    """An undirected R-MAT graph as Graph500's generator makes it (parameters a, b, c = 0.57,
+    0.19, 0.19; 16 edges per vertex; vertices permuted at random; self loops and repeats
+    dropped), every edge 1.0."""
     edges = 16 << scale
     u = np.zeros(edges, dtype=np.int64)
     v = np.zeros(edges, dtype=np.int64)
@@ -376,6 +375,12 @@ def rmat(out, quick):
                       shape=(n, n))
     g.sum_duplicates()
     g.data[:] = 1.0
+    return g
+
+
+def rmat(out, quick):
+    """A.A of an undirected R-MAT graph (`rmat_graph`)."""
+    g = rmat_graph(SIZES["rmat"][quick], np.random.default_rng(SEED))
     fam = Family(out, f"R-MAT (numpy {np.__version__})")
     fam.matrix("rmat.A", g)
     fam.product("rmat.AA", "rmat.A", "rmat.A")
