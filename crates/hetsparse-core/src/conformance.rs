@@ -944,8 +944,10 @@ fn vector_masks<T: Scalar>(len: usize, seed: u64) -> Vec<(&'static str, Option<M
 /// ([`crate::Capabilities::vector_product_features`]): random matrices (with explicit zeros
 /// and an empty row) times random vectors from empty to full (so that a backend choosing
 /// between push and pull by the frontier's size runs both), `w`'s pattern exactly and its
-/// values as the semiring defines them ("any" semirings: any valid product). Operands of the
-/// wrong length and masks of the wrong length are errors. Backends claiming none are skipped.
+/// values as the semiring defines them ("any" semirings: any valid product). A is read from
+/// host memory and, for a sparse and a full vector, from the backend's memory (uploaded once,
+/// as a graph searched level after level is). Operands of the wrong length and masks of the
+/// wrong length are errors. Backends claiming none are skipped.
 pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b: &B) {
     let Some(features) = b.capabilities().vector_product_features(T::TYPE).cloned() else {
         return;
@@ -964,9 +966,20 @@ pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b:
                     .collect(),
             )
             .expect("magnitudes of A");
+        let resident = b
+            .upload(&a)
+            .unwrap_or_else(|e| panic!("{nm}: uploading A of {case}: {e}"));
         for kind in [VectorProductKind::Mxv, VectorProductKind::Vxm] {
             let (u_len, w_len) = kind.lengths(a.shape());
             for density in [0.0, 0.05, 0.3, 1.0] {
+                let operands: &[(&str, CsrOperand<'_, T>)] = if density == 0.05 || density == 1.0 {
+                    &[
+                        ("A in host memory", CsrOperand::Host(&a)),
+                        ("A resident", CsrOperand::Resident(&resident)),
+                    ]
+                } else {
+                    &[("A in host memory", CsrOperand::Host(&a))]
+                };
                 seed += 1;
                 let u = random_vector::<T>(u_len, density, seed);
                 let mu = SparseVector::try_new(
@@ -992,9 +1005,6 @@ pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b:
                         if options.as_spgemm().unsupported_by(&features).is_some() {
                             continue;
                         }
-                        let what = || {
-                            format!("{nm}: {kind} {semiring}, {mode}, u of density {density}, on {case}")
-                        };
                         let want = reference::vector_product_with_options(kind, &a, &u, &options)
                             .expect("reference");
                         let magnitude_options =
@@ -1008,39 +1018,47 @@ pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b:
                         .expect("magnitudes")
                         .as_row()
                         .map_scalar::<f64>();
-                        let got = match kind {
-                            VectorProductKind::Mxv => b.mxv_with(&a, &u, &options, &run),
-                            VectorProductKind::Vxm => b.vxm_with(&u, &a, &options, &run),
-                        }
-                        .unwrap_or_else(|e| panic!("{}: {e}", what()));
-                        assert_eq!(got.size(), w_len, "{}: length of w", what());
-                        // Compared as the SpGEMM the product is: uᵀ·A (one row) or A·u
-                        // (one column).
-                        let result = match kind {
-                            VectorProductKind::Vxm => compare_semiring(
-                                semiring,
-                                got.as_row(),
-                                want.as_row(),
-                                &magnitude,
-                                u.as_row(),
-                                &a,
-                            ),
-                            VectorProductKind::Mxv => {
-                                let magnitude = vector_as_column(
-                                    &SparseVector::from_row(magnitude.clone()).expect("row"),
-                                );
-                                compare_semiring(
-                                    semiring,
-                                    &vector_as_column(&got),
-                                    &vector_as_column(&want),
-                                    &magnitude,
-                                    &a,
-                                    &vector_as_column(&u),
+                        for &(place, operand) in operands {
+                            let what = || {
+                                format!(
+                                    "{nm}: {kind} {semiring}, {mode}, u of density {density}, \
+                                 {place}, on {case}"
                                 )
+                            };
+                            let got = match kind {
+                                VectorProductKind::Mxv => b.mxv_with(operand, &u, &options, &run),
+                                VectorProductKind::Vxm => b.vxm_with(&u, operand, &options, &run),
                             }
-                        };
-                        check(result, what);
-                        compared += 1;
+                            .unwrap_or_else(|e| panic!("{}: {e}", what()));
+                            assert_eq!(got.size(), w_len, "{}: length of w", what());
+                            // Compared as the SpGEMM the product is: uᵀ·A (one row) or A·u
+                            // (one column).
+                            let result = match kind {
+                                VectorProductKind::Vxm => compare_semiring(
+                                    semiring,
+                                    got.as_row(),
+                                    want.as_row(),
+                                    &magnitude,
+                                    u.as_row(),
+                                    &a,
+                                ),
+                                VectorProductKind::Mxv => {
+                                    let magnitude = vector_as_column(
+                                        &SparseVector::from_row(magnitude.clone()).expect("row"),
+                                    );
+                                    compare_semiring(
+                                        semiring,
+                                        &vector_as_column(&got),
+                                        &vector_as_column(&want),
+                                        &magnitude,
+                                        &a,
+                                        &vector_as_column(&u),
+                                    )
+                                }
+                            };
+                            check(result, what);
+                            compared += 1;
+                        }
                     }
                 }
             }
@@ -1048,8 +1066,8 @@ pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b:
             let short = SparseVector::<T>::empty(u_len + 1).expect("vector");
             let o = VectorProductOptions::new();
             let r = match kind {
-                VectorProductKind::Mxv => b.mxv_with(&a, &short, &o, &run),
-                VectorProductKind::Vxm => b.vxm_with(&short, &a, &o, &run),
+                VectorProductKind::Mxv => b.mxv_with((&a).into(), &short, &o, &run),
+                VectorProductKind::Vxm => b.vxm_with(&short, (&a).into(), &o, &run),
             };
             assert!(
                 matches!(r, Err(Error::ShapeMismatch { .. })),
@@ -1062,8 +1080,8 @@ pub fn vector_products_semirings_and_masks<T: Scalar, B: Backend<T> + ?Sized>(b:
             let o = VectorProductOptions::new().with_mask(wrong.structural_mask());
             if o.as_spgemm().unsupported_by(&features).is_none() {
                 let r = match kind {
-                    VectorProductKind::Mxv => b.mxv_with(&a, &u, &o, &run),
-                    VectorProductKind::Vxm => b.vxm_with(&u, &a, &o, &run),
+                    VectorProductKind::Mxv => b.mxv_with((&a).into(), &u, &o, &run),
+                    VectorProductKind::Vxm => b.vxm_with(&u, (&a).into(), &o, &run),
                 };
                 assert!(
                     matches!(r, Err(Error::InvalidArgument(_))),
@@ -1134,8 +1152,8 @@ pub fn unclaimed_vector_products_are_refused<T: Scalar, B: Backend<T> + ?Sized>(
         }
         for (what, o) in &variants {
             let r = match kind {
-                VectorProductKind::Mxv => b.mxv_with(&a, &u, o, &run),
-                VectorProductKind::Vxm => b.vxm_with(&u, &a, o, &run),
+                VectorProductKind::Mxv => b.mxv_with((&a).into(), &u, o, &run),
+                VectorProductKind::Vxm => b.vxm_with(&u, (&a).into(), o, &run),
             };
             assert!(
                 matches!(r, Err(Error::Unsupported { .. })),

@@ -385,7 +385,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
     fn vector_product_checked(
         &self,
         kind: VectorProductKind,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &crate::SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
@@ -394,7 +394,7 @@ impl<T: Scalar> Backend<T> for FaultyBackend<T> {
         // A, u and a dense result of w's length.
         let need = || {
             let (u_len, w_len) = kind.lengths(a.shape());
-            csr_bytes(a.nrows(), a.nnz(), size_of::<T>())
+            csr_bytes(a.shape().0, a.nnz(), size_of::<T>())
                 .saturating_add(((u_len + w_len) as u64).saturating_mul(size_of::<T>() as u64))
         };
         self.begin(kind.name(), need, Some(run))?;

@@ -437,12 +437,13 @@ impl<T: Scalar> Backend<T> for ReferenceBackend {
     fn vector_product_checked(
         &self,
         kind: VectorProductKind,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
         _checked: Validated,
     ) -> Result<SparseVector<T>> {
+        let a = host_operands::csr(self, a)?;
         run.checkpoint()?;
         vector_product_with_options(kind, a, u, options)
     }

@@ -124,17 +124,21 @@ mod own_memory {
         ) -> Result<Csr<T>> {
             ReferenceBackend.spgemm_with(self.host(a)?, self.host(b)?, options, run)
         }
-        // Host operands only: the reference's vector products, as claimed.
+        // The reference's vector products, on A's host matrix.
         fn vector_product_checked(
             &self,
             kind: VectorProductKind,
-            a: &Csr<T>,
+            a: CsrOperand<'_, T>,
             u: &SparseVector<T>,
             options: &VectorProductOptions,
             run: &RunControl,
-            checked: Validated,
+            _checked: Validated,
         ) -> Result<SparseVector<T>> {
-            ReferenceBackend.vector_product_checked(kind, a, u, options, run, checked)
+            let a = self.host(a)?;
+            match kind {
+                VectorProductKind::Mxv => ReferenceBackend.mxv_with(a, u, options, run),
+                VectorProductKind::Vxm => ReferenceBackend.vxm_with(u, a, options, run),
+            }
         }
         fn spmm_checked(
             &self,

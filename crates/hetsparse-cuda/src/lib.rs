@@ -530,14 +530,14 @@ impl<T: DeviceScalar> Backend<T> for CudaBackend {
     fn vector_product_checked(
         &self,
         kind: VectorProductKind,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
         _checked: Validated,
     ) -> Result<SparseVector<T>> {
         run.checkpoint()?;
-        vector::product(&self.gpu, kind, a, u, options, run)
+        vector::product(&self.gpu, kind, self.operand(a)?, u, options, run)
     }
 
     fn dia_spgemm_checked(&self, a: &Dia<T>, b: &Dia<T>, _checked: Validated) -> Result<Dia<T>> {

@@ -2,13 +2,13 @@
 //! ([`crate::spgemm::semiring`]): `uᵀ·A` is a one-row matrix times A, `A·u` is A times a
 //! one-column matrix, with the vector's mask as a mask of that row or column. A frontier of a
 //! few entries costs what its rows of A cost, as the semiring kernels' work follows the
-//! entries stored.
+//! entries stored; A resident in the GPU's memory is read there (a graph searched level after
+//! level is copied over once, not once a level).
 
 use std::sync::Arc;
 
 use hetsparse_core::{
-    Csr, Mask, Result, RunControl, SparseVector, SpgemmOptions, VectorProductKind,
-    VectorProductOptions,
+    Mask, Result, RunControl, SparseVector, SpgemmOptions, VectorProductKind, VectorProductOptions,
 };
 
 use crate::context::Gpu;
@@ -20,7 +20,7 @@ use crate::spgemm::{semiring, Operand};
 pub(crate) fn product<T: DeviceScalar>(
     gpu: &Arc<Gpu>,
     kind: VectorProductKind,
-    a: &Csr<T>,
+    a: Operand<'_, T>,
     u: &SparseVector<T>,
     options: &VectorProductOptions,
     run: &RunControl,
@@ -36,26 +36,12 @@ pub(crate) fn product<T: DeviceScalar>(
     spgemm.accumulator = None;
     let c = match kind {
         VectorProductKind::Vxm => {
-            semiring::multiply(
-                gpu,
-                Operand::Host(u.as_row()),
-                Operand::Host(a),
-                &spgemm,
-                run,
-            )?
-            .0
+            semiring::multiply(gpu, Operand::Host(u.as_row()), a, &spgemm, run)?.0
         }
         VectorProductKind::Mxv => {
             let u_column = u.to_column()?;
             spgemm.mask = options.mask.as_ref().map(Mask::to_column).transpose()?;
-            semiring::multiply(
-                gpu,
-                Operand::Host(a),
-                Operand::Host(&u_column),
-                &spgemm,
-                run,
-            )?
-            .0
+            semiring::multiply(gpu, a, Operand::Host(&u_column), &spgemm, run)?.0
         }
     };
     let c = c.download(gpu, &**gpu.stream()?)?;

@@ -546,7 +546,7 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
     fn vector_product_checked(
         &self,
         kind: VectorProductKind,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
@@ -563,13 +563,13 @@ impl<T: Scalar> Backend<T> for OpenClBackend {
         spgemm.accumulator = None;
         match kind {
             VectorProductKind::Vxm => {
-                let (row, a) = (CsrOperand::Host(u.as_row()), CsrOperand::Host(a));
+                let row = CsrOperand::Host(u.as_row());
                 SparseVector::from_row(self.spgemm_checked(row, a, &spgemm, run, checked)?)
             }
             VectorProductKind::Mxv => {
                 let column = u.to_column()?;
                 spgemm.mask = options.mask.as_ref().map(Mask::to_column).transpose()?;
-                let (a, column) = (CsrOperand::Host(a), CsrOperand::Host(&column));
+                let column = CsrOperand::Host(&column);
                 SparseVector::from_column(self.spgemm_checked(a, column, &spgemm, run, checked)?)
             }
         }

@@ -362,10 +362,14 @@ fn vector_product_t<'py, T: Storable>(
     } else {
         a.nnz()
     };
+    // A matrix kept on a device is read there (a graph searched level after level crosses
+    // once, when it is made).
+    let device = call_device(choice, [&a]);
     let w = detached(py, &run, reads.saturating_add(u.nnz()), None, || {
-        let ctx = context::<T>(choice)?;
-        let (a, u) = (a.csr()?, vector_of(&u)?);
-        let len = if vxm { a.ncols() } else { a.nrows() };
+        let ctx = context::<T>(&device)?;
+        let (a, u) = (a.placed(&device, false)?, vector_of(&u)?);
+        let a = a.operand();
+        let len = if vxm { a.shape().1 } else { a.shape().0 };
         let mut options = VectorProductOptions::new().with_semiring(modes.semiring);
         if let Some(m) = &mask {
             options = options.with_mask(modes.modes_of(m.mask(modes.structural)?));
@@ -398,9 +402,9 @@ fn vector_product_t<'py, T: Storable>(
             None => SparseVector::empty(len).map_err(to_py)?,
         };
         if vxm {
-            ctx.vxm_into(&mut w, &u, &*a, &options)
+            ctx.vxm_into(&mut w, &u, a, &options)
         } else {
-            ctx.mxv_into(&mut w, &*a, &u, &options)
+            ctx.mxv_into(&mut w, a, &u, &options)
         }
         .map_err(to_py)?;
         Ok(w.into_row())

@@ -562,6 +562,47 @@ def test_triangles_counted_on_a_graph_kept_on_the_device(device):
         assert int(c.sum()) == want
 
 
+def test_vector_products_read_a_graph_kept_on_the_device(device):
+    # A BFS's levels (vxm any_secondi, the visited vertices' complement as the mask) and an
+    # mxv on a Matrix kept on the device: what the host graph gives, and a graph that lives
+    # only in the device's memory (a kept product) is read there, never downloaded.
+    g = random(300, 300, 0.02, np.int64, 49)
+    g = (g + g.T).tocsr()
+    g.setdiag(0)
+    g.eliminate_zeros()
+    g.data[:] = 1
+    source = int(np.argmax(np.diff(g.indptr)))
+    identity = hetsparse.Matrix(sp.identity(300, dtype=np.int64, format="csr"), device=device)
+    kept = hetsparse.mxm(identity, hetsparse.Matrix(g, device=device), "plus_times",
+                         device=device, keep=True)
+    assert kept._native.in_host_memory == (not kept_on(device))
+
+    def levels(a, on):
+        level = np.full(300, -1)
+        visited = np.zeros(300, dtype=bool)
+        visited[source], level[source] = True, 0
+        frontier = sp.csr_matrix(([source], ([0], [source])), shape=(1, 300), dtype=np.int64)
+        depth = 0
+        while frontier.nnz:
+            depth += 1
+            frontier = hetsparse.vxm(frontier, a, "any_secondi", mask=visited, structural=False,
+                                     complement=True, device=on)
+            assert np.all(g[frontier.data, frontier.indices] == 1), "a parent with an edge"
+            visited[frontier.indices] = True
+            level[frontier.indices] = depth
+        return level
+
+    want = levels(g, "cpu")
+    assert want.max() > 2
+    for a in (hetsparse.Matrix(g, device=device), kept):
+        for on in (device, "auto"):
+            assert np.array_equal(levels(a, on), want)
+    x = sp.csr_matrix(np.arange(300, dtype=np.int64).reshape(300, 1))
+    got = hetsparse.mxv(kept, x, "plus_times", device=device)
+    np.testing.assert_array_equal(got.toarray().ravel(), g @ np.arange(300))
+    assert kept._native.in_host_memory == (not kept_on(device)), "read where it lies"
+
+
 def test_a_device_copy_is_asked_for_by_name():
     a = random(5, 5, 0.5, np.float64, 47)
     with pytest.raises(ValueError, match="not a device"):

@@ -570,7 +570,8 @@ impl<T: ContextScalar> Context<T> {
 
     /// `w⟨m⟩ = A ⊕.⊗ u` (GraphBLAS's mxv) over the semiring of `options`, on the positions
     /// its mask admits: `w(i) = ⊕ₖ A(i,k) ⊗ u(k)`, an entry wherever an admitted product
-    /// lands. A new `w` ([`mxv_into`](Self::mxv_into) merges into an existing one).
+    /// lands. A new `w` ([`mxv_into`](Self::mxv_into) merges into an existing one). A is a
+    /// host CSR matrix or a resident one ([`Backend::upload`]), read where it lies.
     ///
     /// ```
     /// use hetsparse::{Context, Csr, SemiringKind, SparseVector, VectorProductOptions};
@@ -583,13 +584,14 @@ impl<T: ContextScalar> Context<T> {
     /// assert_eq!((w.indices(), w.values()), (&[1u32][..], &[5.0][..]));
     /// # Ok::<(), hetsparse::Error>(())
     /// ```
-    pub fn mxv(
+    pub fn mxv<'a>(
         &self,
-        a: &Csr<T>,
+        a: impl Into<CsrOperand<'a, T>>,
         u: &SparseVector<T>,
         options: &VectorProductOptions,
     ) -> Result<SparseVector<T>> {
-        let mut w = SparseVector::empty(a.nrows())?;
+        let a = a.into();
+        let mut w = SparseVector::empty(a.shape().0)?;
         self.mxv_into(&mut w, a, u, options)?;
         Ok(w)
     }
@@ -598,24 +600,26 @@ impl<T: ContextScalar> Context<T> {
     /// accumulator of `options` (none: the product replaces `w`'s entries where admitted), on
     /// the positions its mask admits; refused positions keep `w`'s entries, or lose them with
     /// a replacing mask. `w` is left as it was on error.
-    pub fn mxv_into(
+    pub fn mxv_into<'a>(
         &self,
         w: &mut SparseVector<T>,
-        a: &Csr<T>,
+        a: impl Into<CsrOperand<'a, T>>,
         u: &SparseVector<T>,
         options: &VectorProductOptions,
     ) -> Result<()> {
+        let a = a.into();
         let _span = tracing::debug_span!("mxv", nnz_a = a.nnz(), nnz_u = u.nnz()).entered();
-        let t = self
-            .vector_backend()
-            .mxv_with(a, u, options, &RunControl::unwatched())?;
+        let (backend, a) = self.vector_backend(a);
+        let t = backend.mxv_with(a, u, options, &RunControl::unwatched())?;
         *w = write_back_vector_owned(w, t, options.mask.as_ref(), options.accumulator)?;
         Ok(())
     }
 
     /// `wᵀ⟨mᵀ⟩ = uᵀ ⊕.⊗ A` (GraphBLAS's vxm): `w(j) = ⊕ₖ u(k) ⊗ A(k,j)`, a frontier `u`
     /// pushed along A's edges `k → j` (`any_secondi` gives each `j` a parent `k`). A new `w`
-    /// ([`vxm_into`](Self::vxm_into) merges into an existing one).
+    /// ([`vxm_into`](Self::vxm_into) merges into an existing one). A is a host CSR matrix or a
+    /// resident one, as for [`mxv`](Self::mxv): a graph searched level after level is best
+    /// uploaded once.
     ///
     /// ```
     /// use hetsparse::{Context, Csr, SemiringKind, SparseVector, VectorProductOptions};
@@ -630,47 +634,61 @@ impl<T: ContextScalar> Context<T> {
     /// assert_eq!((parents.indices(), parents.values()), (&[1u32, 2][..], &[0.0, 0.0][..]));
     /// # Ok::<(), hetsparse::Error>(())
     /// ```
-    pub fn vxm(
+    pub fn vxm<'a>(
         &self,
         u: &SparseVector<T>,
-        a: &Csr<T>,
+        a: impl Into<CsrOperand<'a, T>>,
         options: &VectorProductOptions,
     ) -> Result<SparseVector<T>> {
-        let mut w = SparseVector::empty(a.ncols())?;
+        let a = a.into();
+        let mut w = SparseVector::empty(a.shape().1)?;
         self.vxm_into(&mut w, u, a, options)?;
         Ok(w)
     }
 
     /// `wᵀ⟨mᵀ, replace⟩ = accum(wᵀ, uᵀ ⊕.⊗ A)`: [`vxm`](Self::vxm) merged into `w` as
     /// [`mxv_into`](Self::mxv_into) merges.
-    pub fn vxm_into(
+    pub fn vxm_into<'a>(
         &self,
         w: &mut SparseVector<T>,
         u: &SparseVector<T>,
-        a: &Csr<T>,
+        a: impl Into<CsrOperand<'a, T>>,
         options: &VectorProductOptions,
     ) -> Result<()> {
+        let a = a.into();
         let _span = tracing::debug_span!("vxm", nnz_a = a.nnz(), nnz_u = u.nnz()).entered();
-        let t = self
-            .vector_backend()
-            .vxm_with(u, a, options, &RunControl::unwatched())?;
+        let (backend, a) = self.vector_backend(a);
+        let t = backend.vxm_with(u, a, options, &RunControl::unwatched())?;
         *w = write_back_vector_owned(w, t, options.mask.as_ref(), options.accumulator)?;
         Ok(())
     }
 
-    /// Who computes sparse-vector products: the one device, or of several the first that
-    /// claims them over `T` (the scheduler shares matrix products only; a vector product is
-    /// one pass over A, bound by memory, and the host's copy of A is where the CPU reads it).
-    /// Without a claiming device, the scheduler, which refuses with [`Error::Unsupported`].
-    fn vector_backend(&self) -> &dyn Backend<T> {
-        match &self.engine {
-            Engine::Single(b) => b.as_ref(),
-            Engine::Scheduled(s) => s
-                .backends()
-                .iter()
-                .find(|b| b.capabilities().vector_product_features(T::TYPE).is_some())
-                .map_or(s.as_ref() as &dyn Backend<T>, |b| b.as_ref()),
-        }
+    /// Who computes a sparse-vector product of `a`, and what it reads: the one device; of
+    /// several, the one whose memory holds a resident A, else the first that claims vector
+    /// products over `T` (the scheduler shares matrix products only; a vector product is one
+    /// pass over A, bound by memory, and the host's copy of A is where the CPU reads it) — a
+    /// resident A kept by the scheduler in host memory is read there. Without a claiming
+    /// device, the scheduler, which refuses with [`Error::Unsupported`].
+    fn vector_backend<'a>(&self, a: CsrOperand<'a, T>) -> (&dyn Backend<T>, CsrOperand<'a, T>) {
+        let s = match &self.engine {
+            Engine::Single(b) => return (b.as_ref(), a),
+            Engine::Scheduled(s) => s,
+        };
+        let a = match a {
+            CsrOperand::Resident(r) => {
+                if let Some(b) = s.backends().iter().find(|b| b.memory_space() == *r.space()) {
+                    return (b.as_ref(), a);
+                }
+                r.host().map_or(a, CsrOperand::Host)
+            }
+            host => host,
+        };
+        let claiming = s
+            .backends()
+            .iter()
+            .find(|b| b.capabilities().vector_product_features(T::TYPE).is_some())
+            .map_or(s.as_ref() as &dyn Backend<T>, |b| b.as_ref());
+        (claiming, a)
     }
 
     /// `C = A · B` for a sparse A of any format (`&csr` converts) and a dense B.
@@ -1379,6 +1397,34 @@ mod tests {
             before + 1,
             "an evicted call not weighed again"
         );
+    }
+
+    #[test]
+    fn vector_products_read_a_resident_matrix() {
+        use hetsparse_core::{SemiringKind, SparseVector, VectorProductOptions};
+        let a: Csr<f64> = generate::uniform(300, 300, 6, 7);
+        let u = SparseVector::try_new(300, vec![3, 40, 299], vec![1.0, 2.0, 3.0]).unwrap();
+        let options = VectorProductOptions::new().with_semiring(SemiringKind::PlusTimes);
+        let want_vxm = ReferenceBackend
+            .vxm_with(&u, (&a).into(), &options, &RunControl::unwatched())
+            .unwrap();
+        let want_mxv = ReferenceBackend
+            .mxv_with((&a).into(), &u, &options, &RunControl::unwatched())
+            .unwrap();
+        // One device, and several through the scheduler (whose handles are in host memory).
+        let one: Vec<Arc<dyn Backend<f64>>> = vec![Arc::new(ReferenceBackend)];
+        let two: Vec<Arc<dyn Backend<f64>>> =
+            vec![Arc::new(ReferenceBackend), Arc::new(ReferenceBackend)];
+        for ctx in [
+            Context::from_backends(&["ref:0"], one).unwrap(),
+            Context::from_backends(&["ref:0", "ref:1"], two).unwrap(),
+        ] {
+            let resident = ctx.upload(&a).unwrap();
+            for operand in [CsrOperand::Host(&a), CsrOperand::Resident(&resident)] {
+                assert_eq!(ctx.vxm(&u, operand, &options).unwrap(), want_vxm);
+                assert_eq!(ctx.mxv(operand, &u, &options).unwrap(), want_mxv);
+            }
+        }
     }
 
     #[test]

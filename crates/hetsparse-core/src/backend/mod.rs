@@ -513,7 +513,7 @@ pub trait Backend<T: Scalar>: Device {
     fn vector_product_checked(
         &self,
         kind: VectorProductKind,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &crate::SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
@@ -533,13 +533,13 @@ pub trait Backend<T: Scalar>: Device {
     /// not applied here ([`crate::vector::write_back_vector`] merges the product into a `w`).
     fn mxv_with(
         &self,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         u: &crate::SparseVector<T>,
         options: &VectorProductOptions,
         run: &RunControl,
     ) -> Result<crate::SparseVector<T>> {
         let kind = VectorProductKind::Mxv;
-        let checked = validate::vector_product(self, kind, a, u, options)?;
+        let checked = validate::vector_product(self, kind, &a, u, options)?;
         self.vector_product_checked(kind, a, u, options, run, checked)
     }
 
@@ -550,12 +550,12 @@ pub trait Backend<T: Scalar>: Device {
     fn vxm_with(
         &self,
         u: &crate::SparseVector<T>,
-        a: &Csr<T>,
+        a: CsrOperand<'_, T>,
         options: &VectorProductOptions,
         run: &RunControl,
     ) -> Result<crate::SparseVector<T>> {
         let kind = VectorProductKind::Vxm;
-        let checked = validate::vector_product(self, kind, a, u, options)?;
+        let checked = validate::vector_product(self, kind, &a, u, options)?;
         self.vector_product_checked(kind, a, u, options, run, checked)
     }
 

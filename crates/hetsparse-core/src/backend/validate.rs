@@ -70,12 +70,13 @@ pub(crate) fn spgemm_spliced<T: Scalar>(
 }
 
 /// A sparse-vector product `kind` of A and `u`: the device is available, `u`'s length chains
-/// with A, the device claims the product over `T` with the semiring and mask of `options`
-/// (backends claim only semirings defined over `T`), and a mask has the result's length.
+/// with A, a resident A is in the device's memory, the device claims the product over `T`
+/// with the semiring and mask of `options` (backends claim only semirings defined over `T`),
+/// and a mask has the result's length.
 pub(crate) fn vector_product<T: Scalar>(
     device: &(impl Device + ?Sized),
     kind: VectorProductKind,
-    a: &crate::format::Csr<T>,
+    a: &CsrOperand<'_, T>,
     u: &crate::SparseVector<T>,
     options: &VectorProductOptions,
 ) -> Result<Validated> {
@@ -110,6 +111,7 @@ pub(crate) fn vector_product<T: Scalar>(
         return Err(unsupported(Some(what)));
     }
     options.check_mask_length(w_len)?;
+    csr_operand(device, a)?;
     Ok(Validated(()))
 }
 

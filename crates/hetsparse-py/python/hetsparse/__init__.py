@@ -806,7 +806,9 @@ def mxv(
     packed, a bit a position, however many it admits. ``w`` is a
     sparse ``A.shape[0] × 1`` CSR column holding an entry wherever a product lands. The
     semiring, the mask's modes, ``accum``, ``out`` and ``replace`` are as for ``mxm``. ``A``
-    may be a ``Matrix``, converted once for a loop of calls.
+    may be a ``Matrix``, converted once for a loop of calls; one made with ``device=`` (or a
+    product kept there) is read in that device's memory, so a graph searched level after
+    level on a GPU crosses once.
     """
     return _vector_product("mxv", A, u, semiring, mask, structural, complement, replace, accum, out, device)
 
