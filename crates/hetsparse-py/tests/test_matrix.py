@@ -546,12 +546,18 @@ def test_plain_products_read_a_matrix_kept_on_the_device(device):
     np.testing.assert_allclose(got.toarray(), a.toarray() @ b.toarray(), rtol=1e-6)
 
 
-def test_triangles_counted_on_a_graph_kept_on_the_device(device):
-    g = random(400, 400, 0.03, np.int64, 46)
+def random_graph(n, density, seed):
+    """An undirected graph of `n` vertices without self-loops: int64 ones, CSR."""
+    g = random(n, n, density, np.int64, seed)
     g = (g + g.T).tocsr()
     g.setdiag(0)
     g.eliminate_zeros()
     g.data[:] = 1
+    return g
+
+
+def test_triangles_counted_on_a_graph_kept_on_the_device(device):
+    g = random_graph(400, 0.03, 46)
     lower = sp.tril(g, k=-1).tocsr()
     dense = lower.toarray()
     want = int(((dense @ dense) * dense).sum())
@@ -566,11 +572,8 @@ def test_vector_products_read_a_graph_kept_on_the_device(device):
     # A BFS's levels (vxm any_secondi, the visited vertices' complement as the mask) and an
     # mxv on a Matrix kept on the device: what the host graph gives, and a graph that lives
     # only in the device's memory (a kept product) is read there, never downloaded.
-    g = random(300, 300, 0.02, np.int64, 49)
-    g = (g + g.T).tocsr()
-    g.setdiag(0)
-    g.eliminate_zeros()
-    g.data[:] = 1
+    g = random_graph(300, 0.02, 49)
+    dense = g.toarray()
     source = int(np.argmax(np.diff(g.indptr)))
     identity = hetsparse.Matrix(sp.identity(300, dtype=np.int64, format="csr"), device=device)
     kept = hetsparse.mxm(identity, hetsparse.Matrix(g, device=device), "plus_times",
@@ -587,7 +590,7 @@ def test_vector_products_read_a_graph_kept_on_the_device(device):
             depth += 1
             frontier = hetsparse.vxm(frontier, a, "any_secondi", mask=visited, structural=False,
                                      complement=True, device=on)
-            assert np.all(g[frontier.data, frontier.indices] == 1), "a parent with an edge"
+            assert np.all(dense[frontier.data, frontier.indices] == 1), "a parent with an edge"
             visited[frontier.indices] = True
             level[frontier.indices] = depth
         return level
